@@ -1,0 +1,3 @@
+module github.com/zodbd/zodbd
+
+go 1.26.8
