@@ -1,0 +1,321 @@
+package fs1
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"sync/atomic"
+
+	"github.com/zodbd/zodbd/zodb"
+)
+
+// Options tune Open.
+type Options struct {
+	// Logf receives warnings (torn tail, anomalies ZODB/py tolerates, a
+	// stale .index that is ignored). nil means log.Printf.
+	Logf func(format string, args ...interface{})
+}
+
+// FileStorage is a FileStorage file opened for reading. It implements
+// zodb.Storage and zodb.AppendLoader.
+//
+// Any number of goroutines may call its methods at once. A Load takes no
+// lock: it reads the current snapshot (an atomic pointer to immutable
+// state), looks the oid up in the snapshot's index and reads the record with
+// pread on the shared file descriptor.
+type FileStorage struct {
+	path  string
+	file  *os.File
+	state atomic.Pointer[snapshot]
+	logf  func(format string, args ...interface{})
+}
+
+// snapshot is an immutable view of the committed part of the file.
+type snapshot struct {
+	index   *Index
+	end     int64    // end of the last complete transaction
+	lastTid zodb.Tid // tid of the last complete transaction, 0 if none
+	torn    int64    // position of a torn tail, or 0
+	ntxn    int      // complete transactions counted by the last scan; -1 if unknown (index loaded from .index)
+}
+
+var _ zodb.Storage = (*FileStorage)(nil)
+var _ zodb.AppendLoader = (*FileStorage)(nil)
+
+// Open opens the FileStorage file at path for reading and builds its index:
+// it loads path.index when that file is present and passes the sanity check
+// (then scans only the transactions after what the index covers), else it
+// scans the whole file. A torn tail is not an error: it is logged, TornPos
+// reports it, and readers see only the complete transactions before it.
+// Open never modifies the file.
+func Open(path string, opt *Options) (*FileStorage, error) {
+	if opt == nil {
+		opt = &Options{}
+	}
+	logf := opt.Logf
+	if logf == nil {
+		logf = log.Printf
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("fs1: %w", err)
+	}
+	fs := &FileStorage{path: path, file: f, logf: logf}
+	if err := fs.load(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return fs, nil
+}
+
+func (fs *FileStorage) load() error {
+	st, err := fs.file.Stat()
+	if err != nil {
+		return fmt.Errorf("fs1: %w", err)
+	}
+	size := st.Size()
+	if size == 0 {
+		// ZODB/py treats an empty file as an empty storage (it writes the
+		// magic when opened for writing).
+		fs.state.Store(&snapshot{index: NewIndex(0), end: 0})
+		return nil
+	}
+	var magic [HeaderSize]byte
+	if _, err := fs.file.ReadAt(magic[:], 0); err != nil {
+		return &Error{fs.path, 0, "file header", fmt.Errorf("read: %w", err)}
+	}
+	if m := string(magic[:]); m != Magic30 && m != Magic21 {
+		return &Error{fs.path, 0, "file header", fmt.Errorf("bad magic %q: not a FileStorage file", m)}
+	}
+	idx, from, prevTid, ntxn := fs.loadIndexFile(size)
+	if idx == nil {
+		idx, from, prevTid, ntxn = NewIndex(0), HeaderSize, 0, 0
+	}
+	res, err := Scan(fs.file, fs.path, from, size, prevTid, idx)
+	if err != nil {
+		return err
+	}
+	for _, w := range res.Warnings {
+		fs.logf("fs1: warning: %s", w)
+	}
+	if res.Torn != 0 {
+		fs.logf("fs1: warning: %s truncated, possibly due to damaged records at %d", fs.path, res.Torn)
+	}
+	if ntxn >= 0 {
+		ntxn += res.NTxn
+	}
+	fs.state.Store(&snapshot{index: idx, end: res.End, lastTid: res.LastTid, torn: res.Torn, ntxn: ntxn})
+	return nil
+}
+
+// loadIndexFile returns the index saved in path.index if it is usable, with
+// the position and tid it covers up to. It returns a nil index when there is
+// no usable index file (a stale or foreign one is logged and ignored).
+func (fs *FileStorage) loadIndexFile(size int64) (idx *Index, pos int64, tid zodb.Tid, ntxn int) {
+	return nil, 0, 0, 0
+}
+
+// URL returns the path the storage was opened with.
+func (fs *FileStorage) URL() string { return fs.path }
+
+// Close closes the file. Loads in flight or after Close fail.
+func (fs *FileStorage) Close() error { return fs.file.Close() }
+
+// File returns the underlying file, for tools that read records directly.
+func (fs *FileStorage) File() io.ReaderAt { return fs.file }
+
+// End returns the position after the last complete transaction (ZODB/py's
+// getSize()).
+func (fs *FileStorage) End() int64 { return fs.state.Load().end }
+
+// TornPos returns the position of an incomplete transaction at the end of
+// the file, or 0 when the file ends cleanly.
+func (fs *FileStorage) TornPos() int64 { return fs.state.Load().torn }
+
+// Len returns the number of objects (oids in the index).
+func (fs *FileStorage) Len() int { return fs.state.Load().index.Len() }
+
+// NumTxn returns the number of complete transactions, or -1 when it is not
+// known because the index was loaded from the .index file.
+func (fs *FileStorage) NumTxn() int { return fs.state.Load().ntxn }
+
+// Index returns the current index. It must not be modified.
+func (fs *FileStorage) Index() *Index { return fs.state.Load().index }
+
+// LastTid returns the tid of the last complete transaction.
+func (fs *FileStorage) LastTid(ctx context.Context) (zodb.Tid, error) {
+	return fs.state.Load().lastTid, nil
+}
+
+// LastOid returns the largest oid in the storage.
+func (fs *FileStorage) LastOid(ctx context.Context) (zodb.Oid, error) {
+	return fs.state.Load().index.MaxOid(), nil
+}
+
+// Load implements zodb.Loader.
+func (fs *FileStorage) Load(ctx context.Context, xid zodb.Xid) ([]byte, zodb.Tid, error) {
+	return fs.LoadAppend(ctx, xid, nil)
+}
+
+// LoadAppend implements zodb.AppendLoader. With a dst of enough capacity it
+// makes no allocation: one index lookup, one pread of the record header (plus
+// one per older revision walked back and per backpointer followed) and one
+// pread of the data.
+func (fs *FileStorage) LoadAppend(ctx context.Context, xid zodb.Xid, dst []byte) ([]byte, zodb.Tid, error) {
+	s := fs.state.Load()
+	pos, ok := s.index.Get(xid.Oid)
+	if !ok {
+		return dst, 0, fs.loadErr(xid, &zodb.NoObjectError{Oid: xid.Oid})
+	}
+	var dh DataHeader
+	for {
+		if err := dh.Load(fs.file, fs.path, pos, s.end); err != nil {
+			return dst, 0, fs.loadErr(xid, err)
+		}
+		if dh.Oid != xid.Oid {
+			return dst, 0, fs.loadErr(xid, &Error{fs.path, pos, "data record", fmt.Errorf("oid %s, expected %s (index or previous pointer corrupt)", dh.Oid, xid.Oid)})
+		}
+		if dh.Tid <= xid.At {
+			break
+		}
+		if dh.PrevRevPos == 0 {
+			return dst, 0, fs.loadErr(xid, &zodb.NoDataError{Oid: xid.Oid})
+		}
+		pos = dh.PrevRevPos
+	}
+	data, src, err := dh.LoadData(fs.file, fs.path, dst)
+	if err != nil {
+		return dst, 0, fs.loadErr(xid, err)
+	}
+	if src.DataLen == 0 {
+		return dst, 0, fs.loadErr(xid, &zodb.NoDataError{Oid: xid.Oid, DeletedAt: dh.Tid})
+	}
+	return data, dh.Tid, nil
+}
+
+func (fs *FileStorage) loadErr(xid zodb.Xid, err error) error {
+	return &zodb.OpError{URL: fs.path, Op: "load", Args: xid, Err: err}
+}
+
+// History implements zodb.Storage. Size is the length of the record's own
+// data: 0 for a backpointer record, as in ZODB/py.
+func (fs *FileStorage) History(ctx context.Context, oid zodb.Oid, size int) ([]zodb.HistoryEntry, error) {
+	s := fs.state.Load()
+	pos, ok := s.index.Get(oid)
+	if !ok {
+		return nil, &zodb.OpError{URL: fs.path, Op: "history", Args: oid, Err: &zodb.NoObjectError{Oid: oid}}
+	}
+	var hist []zodb.HistoryEntry
+	var dh DataHeader
+	var th TxnHeader
+	for pos != 0 && len(hist) < size {
+		if err := ctx.Err(); err != nil {
+			return hist, err
+		}
+		if err := dh.Load(fs.file, fs.path, pos, s.end); err != nil {
+			return hist, &zodb.OpError{URL: fs.path, Op: "history", Args: oid, Err: err}
+		}
+		if err := th.Load(fs.file, fs.path, dh.TxnPos, s.end); err != nil {
+			return hist, &zodb.OpError{URL: fs.path, Op: "history", Args: oid, Err: err}
+		}
+		hist = append(hist, zodb.HistoryEntry{
+			Tid:         dh.Tid,
+			User:        clone(th.User),
+			Description: clone(th.Description),
+			Extension:   clone(th.Extension),
+			Size:        int(dh.DataLen),
+		})
+		pos = dh.PrevRevPos
+	}
+	return hist, nil
+}
+
+func clone(b []byte) []byte { return append([]byte(nil), b...) }
+
+// Iterate implements zodb.Storage. Transactions with status 'u' are skipped.
+func (fs *FileStorage) Iterate(ctx context.Context, tidMin, tidMax zodb.Tid) zodb.Iterator {
+	s := fs.state.Load()
+	return &txnIter{fs: fs, end: s.end, pos: HeaderSize, tidMin: tidMin, tidMax: tidMax}
+}
+
+// txnIter iterates transactions of a snapshot. It reads transaction headers
+// with one pread each; data records are read when the data iterator asks.
+type txnIter struct {
+	fs             *FileStorage
+	end, pos       int64
+	tidMin, tidMax zodb.Tid
+	th             TxnHeader
+	info           zodb.TxnInfo
+	data           dataIter
+	done           bool
+}
+
+type dataIter struct {
+	fs       *FileStorage
+	pos, end int64
+	dh       DataHeader
+	info     zodb.DataInfo
+	buf      []byte
+}
+
+func (it *txnIter) NextTxn(ctx context.Context) (*zodb.TxnInfo, zodb.DataIterator, error) {
+	for !it.done {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
+		}
+		if it.pos >= it.end {
+			break
+		}
+		th := &it.th
+		if err := th.Load(it.fs.file, it.fs.path, it.pos, it.end); err != nil {
+			return nil, nil, &zodb.OpError{URL: it.fs.path, Op: "iterate", Err: err}
+		}
+		it.pos = th.Next()
+		if th.Tid > it.tidMax {
+			break
+		}
+		if th.Tid < it.tidMin || th.Status == zodb.TxnInprogress {
+			continue
+		}
+		it.info = zodb.TxnInfo{Tid: th.Tid, Status: th.Status, User: th.User, Description: th.Description, Extension: th.Extension}
+		it.data = dataIter{fs: it.fs, pos: th.DataPos(), end: th.End(), buf: it.data.buf}
+		return &it.info, &it.data, nil
+	}
+	it.done = true
+	return nil, nil, io.EOF
+}
+
+func (d *dataIter) NextData(ctx context.Context) (*zodb.DataInfo, error) {
+	if d.pos >= d.end {
+		return nil, io.EOF
+	}
+	fs := d.fs
+	if err := d.dh.Load(fs.file, fs.path, d.pos, d.end); err != nil {
+		return nil, &zodb.OpError{URL: fs.path, Op: "iterate", Err: err}
+	}
+	d.pos += d.dh.Len()
+	data, src, err := d.dh.LoadData(fs.file, fs.path, d.buf[:0])
+	if err != nil {
+		return nil, &zodb.OpError{URL: fs.path, Op: "iterate", Err: err}
+	}
+	d.buf = data
+	d.info = zodb.DataInfo{Oid: d.dh.Oid, Tid: d.dh.Tid, Data: data, DataTid: d.dh.Tid}
+	if d.dh.DataLen == 0 {
+		d.info.DataTid = 0
+		if d.dh.BackPos != 0 {
+			// One link, like ZODB/py's iterator: the tid of the record
+			// the backpointer names.
+			var bh DataHeader
+			if err := bh.Load(fs.file, fs.path, d.dh.BackPos, d.dh.Pos); err != nil {
+				return nil, &zodb.OpError{URL: fs.path, Op: "iterate", Err: err}
+			}
+			d.info.DataTid = bh.Tid
+		}
+		if src.DataLen == 0 {
+			d.info.Data = nil
+		}
+	}
+	return &d.info, nil
+}

@@ -1,0 +1,188 @@
+package fs1
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+
+	"github.com/zodbd/zodbd/zodb"
+)
+
+// scanBufSize is the read size of the sequential scanner. Headers are read
+// from this window; data larger than the window is skipped without reading.
+const scanBufSize = 1 << 20
+
+// windowReader serves small forward reads (headers) at increasing positions
+// from a large buffer refilled with ReadAt, so that scanning a file costs one
+// system call per megabyte rather than one per record, and large data
+// payloads are skipped without being read.
+type windowReader struct {
+	r    io.ReaderAt
+	buf  []byte
+	bpos int64 // file position of buf[0]
+	n    int   // valid bytes in buf
+}
+
+// peek returns n bytes at pos. The slice is valid until the next peek.
+func (w *windowReader) peek(pos int64, n int) ([]byte, error) {
+	if pos >= w.bpos && pos+int64(n) <= w.bpos+int64(w.n) {
+		off := pos - w.bpos
+		return w.buf[off : off+int64(n)], nil
+	}
+	if n > len(w.buf) {
+		w.buf = make([]byte, n)
+	}
+	m, err := w.r.ReadAt(w.buf, pos)
+	w.bpos, w.n = pos, m
+	if m >= n {
+		return w.buf[:n], nil
+	}
+	if err == nil || err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return nil, err
+}
+
+// ScanResult is what a scan of a FileStorage file found.
+type ScanResult struct {
+	// End is the position after the last complete transaction: the end of
+	// the data readers may see.
+	End int64
+	// LastTid is the tid of the last complete transaction scanned (0 if
+	// none was).
+	LastTid zodb.Tid
+	// Torn is the position of an incomplete transaction at the end of the
+	// file (a torn tail), or 0. End == Torn when it is set.
+	Torn int64
+	// NTxn is the number of complete transactions scanned.
+	NTxn int
+	// Warnings lists anomalies that ZODB/py tolerates with a warning
+	// (time-stamp reductions, wrong previous pointers), each with its offset.
+	Warnings []string
+}
+
+// Scan reads the transactions of the FileStorage file r (whose size is size)
+// from position from on, checks their structure, and records in idx the
+// position of the latest data record of every oid it meets. It stops at the
+// end of the file or at a torn tail (reported in ScanResult.Torn, not as an
+// error). prevTid is the tid of the transaction before from (0 at the start).
+//
+// Damage that is not a torn tail — a bad status, data records that do not add
+// up to the transaction length, a redundant length that does not match — is
+// an *Error naming its offset.
+func Scan(r io.ReaderAt, path string, from, size int64, prevTid zodb.Tid, idx *Index) (ScanResult, error) {
+	res := ScanResult{End: from, LastTid: prevTid}
+	w := &windowReader{r: r, buf: make([]byte, scanBufSize)}
+	pos := from
+	fail := func(pos int64, rec string, format string, args ...interface{}) (ScanResult, error) {
+		return res, &Error{path, pos, rec, fmt.Errorf(format, args...)}
+	}
+	// Positions of this transaction's records; the index is updated only
+	// once the whole transaction has been checked.
+	type ent struct {
+		oid zodb.Oid
+		pos int64
+	}
+	var tindex []ent
+	for pos < size {
+		if size-pos < TxnHeaderFixSize {
+			res.Torn = pos
+			break
+		}
+		b, err := w.peek(pos, TxnHeaderFixSize)
+		if err != nil {
+			return fail(pos, "transaction record", "read: %w", err)
+		}
+		h := DecodeTxnHeaderFix(b)
+		if h.Len > uint64(size) || pos+int64(h.Len)+8 > size || h.Status == byte(zodb.TxnCheckpoint) {
+			res.Torn = pos
+			break
+		}
+		tpos, tlen := pos, int64(h.Len)
+		tend := tpos + tlen
+		switch zodb.TxnStatus(h.Status) {
+		case zodb.TxnComplete, zodb.TxnPacked, zodb.TxnInprogress:
+		default:
+			return fail(tpos, "transaction record", "invalid status %q", h.Status)
+		}
+		if tlen < TxnHeaderFixSize+h.MetaLen() {
+			if tornGarbage(r, tpos, size) {
+				res.Torn = tpos
+				break
+			}
+			return fail(tpos, "transaction record", "transaction length %d shorter than its header (%d)", tlen, TxnHeaderFixSize+h.MetaLen())
+		}
+		if h.Tid <= res.LastTid && res.LastTid != 0 {
+			res.Warnings = append(res.Warnings, fmt.Sprintf("%s: time-stamp reduction at %d", path, tpos))
+		}
+		if zodb.TxnStatus(h.Status) != zodb.TxnInprogress {
+			tindex = tindex[:0]
+			dpos := tpos + TxnHeaderFixSize + h.MetaLen()
+			for dpos < tend {
+				if tend-dpos < DataHeaderSize {
+					return fail(dpos, "data record", "header exceeds transaction record (ends at %d)", tend)
+				}
+				b, err := w.peek(dpos, DataHeaderSize)
+				if err != nil {
+					return fail(dpos, "data record", "read: %w", err)
+				}
+				d := DecodeDataHeaderRaw(b)
+				if d.VerLen != 0 {
+					return fail(dpos, "data record", "version length %d != 0 (versions are not supported)", d.VerLen)
+				}
+				if d.TxnPos != uint64(tpos) {
+					return fail(dpos, "data record", "transaction pointer %d != transaction position %d", d.TxnPos, tpos)
+				}
+				rlen := int64(8)
+				if d.DataLen != 0 {
+					rlen = int64(d.DataLen)
+				}
+				if d.DataLen > uint64(tend) || dpos+DataHeaderSize+rlen > tend {
+					return fail(dpos, "data record", "data record exceeds transaction record (ends at %d)", tend)
+				}
+				if d.Prev >= uint64(dpos) {
+					return fail(dpos, "data record", "previous-revision pointer %d out of range", d.Prev)
+				}
+				if cur, _ := idx.Get(d.Oid); uint64(cur) != d.Prev {
+					res.Warnings = append(res.Warnings, fmt.Sprintf("%s: incorrect previous pointer at %d", path, dpos))
+				}
+				tindex = append(tindex, ent{d.Oid, dpos})
+				dpos += DataHeaderSize + rlen
+			}
+			if dpos != tend {
+				return fail(tpos, "transaction record", "data records don't add up to the transaction length")
+			}
+		}
+		b, err = w.peek(tend, 8)
+		if err != nil {
+			return fail(tend, "transaction record", "read redundant length: %w", err)
+		}
+		if rl := binary.BigEndian.Uint64(b); rl != uint64(tlen) {
+			return fail(tpos, "transaction record", "redundant length %d != transaction length %d", rl, tlen)
+		}
+		for _, e := range tindex {
+			idx.Set(e.oid, e.pos)
+		}
+		tindex = tindex[:0]
+		pos = tend + 8
+		res.End, res.LastTid = pos, h.Tid
+		res.NTxn++
+	}
+	return res, nil
+}
+
+// tornGarbage reports whether a transaction header at pos with an impossible
+// length looks like garbage at the end of the file (as after a crash) rather
+// than damage in the middle: ZODB/py's heuristic reads the last 8 bytes of
+// the file as a transaction length and checks whether it is plausible.
+func tornGarbage(r io.ReaderAt, pos, size int64) bool {
+	var b [8]byte
+	if size < 8 {
+		return true
+	}
+	if _, err := r.ReadAt(b[:], size-8); err != nil {
+		return true
+	}
+	rtl := binary.BigEndian.Uint64(b[:])
+	return rtl < TxnHeaderFixSize || rtl > uint64(size) || size-int64(rtl) < pos
+}
