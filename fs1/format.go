@@ -281,6 +281,9 @@ func (dh *DataHeader) Load(r io.ReaderAt, path string, pos, end int64) error {
 
 func (dh *DataHeader) decode(b []byte, path string, pos, end int64) error {
 	fail := func(err error) error { return &Error{path, pos, "data record", err} }
+	if len(b) < DataHeaderSize {
+		return fail(fmt.Errorf("short header (%d bytes)", len(b)))
+	}
 	h := DecodeDataHeaderRaw(b)
 	if h.VerLen != 0 {
 		return fail(fmt.Errorf("version length %d != 0 (versions are not supported)", h.VerLen))
@@ -299,7 +302,7 @@ func (dh *DataHeader) decode(b []byte, path string, pos, end int64) error {
 		PrevRevPos: int64(h.Prev), TxnPos: int64(h.TxnPos), DataLen: int64(h.DataLen),
 	}
 	if dh.DataLen == 0 {
-		if pos+DataHeaderSize+8 > end {
+		if pos+DataHeaderSize+8 > end || len(b) < DataHeaderSize+8 {
 			return fail(fmt.Errorf("backpointer exceeds transaction record (ends at %d)", end))
 		}
 		back := binary.BigEndian.Uint64(b[DataHeaderSize:])
