@@ -111,10 +111,27 @@ func (fs *FileStorage) load() error {
 }
 
 // loadIndexFile returns the index saved in path.index if it is usable, with
-// the position and tid it covers up to. It returns a nil index when there is
-// no usable index file (a stale or foreign one is logged and ignored).
+// the position it covers up to and the tid of the transaction before that
+// position. It returns a nil index when there is no usable index file: a
+// stale, damaged or foreign one is logged and ignored (the caller scans).
 func (fs *FileStorage) loadIndexFile(size int64) (idx *Index, pos int64, tid zodb.Tid, ntxn int) {
-	return nil, 0, 0, 0
+	ipath := fs.path + ".index"
+	if _, err := os.Stat(ipath); err != nil {
+		return nil, 0, 0, 0
+	}
+	pos, idx, err := LoadIndexFile(ipath)
+	if err == nil {
+		err = CheckIndex(fs.file, fs.path, idx, pos, size)
+	}
+	var th TxnHeader
+	if err == nil {
+		err = th.LoadPrev(fs.file, fs.path, pos, pos)
+	}
+	if err != nil {
+		fs.logf("fs1: ignoring index %s (rebuilding it by scanning): %v", ipath, err)
+		return nil, 0, 0, 0
+	}
+	return idx, pos, th.Tid, -1
 }
 
 // URL returns the path the storage was opened with.

@@ -301,3 +301,65 @@ func TestTimeStampParse(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenWithIndexFile checks that Open uses the .index file ZODB/py wrote
+// beside each fixture (no full scan: NumTxn is unknown), that the result
+// equals a scan, and that an index that does not belong to the file is
+// ignored with a log line rather than trusted.
+func TestOpenWithIndexFile(t *testing.T) {
+	ctx := context.Background()
+	copyFile := func(src, dst string) {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		fs, index string
+		used      bool
+	}{
+		{"1", "1", true},
+		{"1packed", "1packed", true},
+		{"torn", "torn", true},
+		{"1", "1packed", false},   // foreign index: positions do not match
+		{"1", "torn", true},       // older index of the same file: the rest is scanned
+		{"empty", "empty", false}, // ZODB/py ignores an index with pos < 100 too
+	} {
+		t.Run(tc.fs+"+"+tc.index, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "Data.fs")
+			copyFile(filepath.Join("testdata", tc.fs+".fs"), path)
+			copyFile(filepath.Join("testdata", tc.index+".fs.index"), path+".index")
+			var logs []string
+			fs, err := Open(path, &Options{Logf: func(f string, a ...interface{}) { logs = append(logs, f) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fs.Close()
+			if used := fs.NumTxn() < 0; used != tc.used {
+				t.Errorf("index used = %v, want %v (log: %q)", used, tc.used, logs)
+			}
+			ignored := false
+			for _, l := range logs {
+				if strings.Contains(l, "ignoring index") {
+					ignored = true
+				}
+			}
+			if ignored == tc.used {
+				t.Errorf("log %q: ignored=%v, want %v", logs, ignored, !tc.used)
+			}
+			ref := openFixture(t, tc.fs)
+			if !fs.Index().Equal(ref.Index()) || fs.End() != ref.End() || fs.TornPos() != ref.TornPos() {
+				t.Errorf("index/end/torn differ from a full scan")
+			}
+			l1, _ := fs.LastTid(ctx)
+			l2, _ := ref.LastTid(ctx)
+			if l1 != l2 {
+				t.Errorf("LastTid %s, scan says %s", l1, l2)
+			}
+		})
+	}
+}
