@@ -1,0 +1,115 @@
+# zodbd - build, test and demo.
+#
+#   make run     build zodbd, make a small demo Data.fs with ZODB/py, inspect it
+#   make test    everything CI runs (.ci/run calls exactly this)
+#
+# Other targets: build, venv, vet, gotest, pytest, datasets, check-hashes,
+# bench, fuzz, clean, distclean.
+#
+# ../shared (beside the repository) holds the reference test data and tools;
+# override with `make SHARED=/path/to/shared ...`.
+
+SHARED   ?= ../shared
+GO       ?= go
+PYTHON   ?= python3
+VENV     ?= .venv
+BIN      ?= bin/zodbd
+
+# -race where the toolchain can do it (it needs cgo and a C compiler).
+RACE     ?= $(shell [ "$$($(GO) env CGO_ENABLED)" = 1 ] && command -v "$$($(GO) env CC)" >/dev/null 2>&1 && echo -race)
+GOTESTFLAGS ?= $(RACE)
+PYTESTFLAGS ?=
+BENCH    ?= .
+BENCHFLAGS ?= -benchmem
+FUZZTIME ?= 10s
+
+VPY        := $(VENV)/bin/python
+VENV_STAMP := $(VENV)/.stamp
+DATASETS   := prod1-1024 wczblk1-8
+DSDIR      ?= data/datasets
+DSREF      := testdata/datasets
+DEMO       := data/demo/Data.fs
+
+# the Go tests find the shared data through $ZODBD_SHARED
+export ZODBD_SHARED := $(abspath $(SHARED))
+
+.DELETE_ON_ERROR:
+.PHONY: all build venv test vet gotest pytest datasets check-hashes run bench fuzz clean distclean
+
+all: build
+
+## build: bin/zodbd (go build is incremental, so this always runs it)
+build:
+	$(GO) mod download
+	$(GO) build -o $(BIN) ./cmd/zodbd
+
+## venv: .venv with requirements.txt; reinstalled only when requirements.txt changes
+venv: $(VENV_STAMP)
+
+$(VENV_STAMP): requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install --disable-pip-version-check -q -r requirements.txt
+	touch $@
+
+## test: the whole suite: go vet, go test, pytest, dataset hashes
+test: venv build vet gotest pytest check-hashes
+	@echo "make test: all passed"
+
+vet:
+	$(GO) vet ./...
+
+gotest:
+	$(GO) test $(GOTESTFLAGS) ./...
+
+# pytest exits 5 when it collects no tests; the suite has tests, so that is
+# a failure too, but say so plainly.
+pytest: venv build
+	ZODBD=$(abspath $(BIN)) $(VPY) -m pytest $(PYTESTFLAGS) tests/; \
+	rc=$$?; \
+	if [ $$rc = 5 ]; then echo "pytest: no tests collected (exit 5)" >&2; fi; \
+	exit $$rc
+
+## datasets: data/datasets/{prod1-1024,wczblk1-8}.fs from $(SHARED)
+datasets: $(DATASETS:%=$(DSDIR)/%.fs)
+
+$(DSDIR)/%.fs: $(DSREF)/SHA256SUMS | $(VENV_STAMP)
+	@mkdir -p $(DSDIR)
+	SHARED=$(SHARED) PYTHON=$(VPY) scripts/dataset.sh $* $@
+
+## check-hashes: zodbd hash --crc32/--sha1 on the datasets == ZODB/py's reference
+check-hashes: build datasets
+	scripts/check_hashes.sh $(BIN) $(DSREF) $(DSDIR) $(DATASETS)
+
+## run: demo database made by ZODB/py, looked at with zodbd
+run: build $(DEMO)
+	$(BIN) info $(DEMO)
+	$(BIN) tail -n 3 $(DEMO)
+	@echo
+	@echo "The ZEO server (zodbd serve) arrives with a later issue; for now zodbd reads"
+	@echo "FileStorage files: try '$(BIN) help' and '$(BIN) dump $(DEMO)'."
+
+$(DEMO): scripts/make_demo.py | $(VENV_STAMP)
+	$(VPY) scripts/make_demo.py $@
+
+## bench: Go benchmarks (see BENCHMARKS.md)
+bench:
+	$(GO) test -run '^$$' -bench '$(BENCH)' $(BENCHFLAGS) ./...
+
+## fuzz: every Fuzz target for $(FUZZTIME) each
+fuzz:
+	@set -e; \
+	for pkg in $$($(GO) list ./...); do \
+	  list=$$($(GO) test -list '^Fuzz' $$pkg) || { echo "$$list"; exit 1; }; \
+	  for f in $$(echo "$$list" | grep '^Fuzz'); do \
+	    echo "== $$pkg $$f ($(FUZZTIME))"; \
+	    $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; \
+	done
+
+clean:
+	rm -rf bin data/demo .pytest_cache
+	find . -name __pycache__ -type d -not -path './$(VENV)/*' -prune -exec rm -rf {} +
+
+## distclean: also the venv and the datasets
+distclean: clean
+	rm -rf $(VENV) data

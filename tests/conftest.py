@@ -1,0 +1,74 @@
+"""Shared pytest fixtures for zodbd's Python-side tests.
+
+The tests run with the venv's python (`make pytest`, part of `make test`),
+which has ZODB/py, the reference that zodbd must match.
+
+- repo_root     the repository root
+- zodbd_bin     the zodbd binary: $ZODBD, else <repo>/bin/zodbd (`make build`)
+- fixtures_dir  <repo>/fs1/testdata, the FileStorage conformance fixtures
+- shared_dir    ../shared beside the repository (or $ZODBD_SHARED)
+- tmp_copy      tmp_copy('1.fs') copies a fixture into tmp_path, returns its path
+- run_zodbd     run_zodbd('info', path) runs zodbd, returns CompletedProcess
+"""
+import os
+import shutil
+import subprocess
+
+import pytest
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope='session')
+def repo_root():
+    return REPO_ROOT
+
+
+@pytest.fixture(scope='session')
+def zodbd_bin():
+    path = os.environ.get('ZODBD') or os.path.join(REPO_ROOT, 'bin', 'zodbd')
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        pytest.fail('zodbd binary not found at %s: run `make build` first '
+                    '(or set ZODBD=/path/to/zodbd)' % path, pytrace=False)
+    return os.path.abspath(path)
+
+
+@pytest.fixture(scope='session')
+def fixtures_dir():
+    return os.path.join(REPO_ROOT, 'fs1', 'testdata')
+
+
+@pytest.fixture(scope='session')
+def shared_dir():
+    return os.path.abspath(os.environ.get('ZODBD_SHARED')
+                           or os.path.join(REPO_ROOT, '..', 'shared'))
+
+
+@pytest.fixture
+def tmp_copy(tmp_path, fixtures_dir):
+    """tmp_copy(name, index=False): copy fixtures_dir/name (e.g. '1.fs') into
+    tmp_path, with its .index when index is true; return the copy's path.
+    The copy is writable (the fixtures are read-only files)."""
+    def copy(name, index=False):
+        src = os.path.join(fixtures_dir, name)
+        dst = os.path.join(str(tmp_path), os.path.basename(name))
+        shutil.copyfile(src, dst)
+        if index and os.path.exists(src + '.index'):
+            shutil.copyfile(src + '.index', dst + '.index')
+        return dst
+    return copy
+
+
+@pytest.fixture
+def run_zodbd(zodbd_bin):
+    """run_zodbd(*args, check=True, text=True): run zodbd; with check, fail
+    the test with its output when the exit status is not 0."""
+    def run(*args, check=True, text=True):
+        p = subprocess.run([zodbd_bin, *map(str, args)],
+                           capture_output=True, text=text)
+        if check and p.returncode != 0:
+            pytest.fail('zodbd %s: exit %d\nstdout: %s\nstderr: %s'
+                        % (' '.join(map(str, args)), p.returncode,
+                           p.stdout, p.stderr), pytrace=False)
+        return p
+    return run
