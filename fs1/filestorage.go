@@ -158,6 +158,27 @@ func (fs *FileStorage) Len() int { return fs.state.Load().index.Len() }
 // known because the index was loaded from the .index file.
 func (fs *FileStorage) NumTxn() int { return fs.state.Load().ntxn }
 
+// CountTxn counts the complete transactions by walking their headers (one
+// pread each); it is what NumTxn reports when that is known without I/O.
+func (fs *FileStorage) CountTxn(ctx context.Context) (int, error) {
+	s := fs.state.Load()
+	if s.ntxn >= 0 {
+		return s.ntxn, nil
+	}
+	n := 0
+	var th TxnHeader
+	for pos := int64(HeaderSize); pos < s.end; pos = th.Next() {
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		if err := th.Load(fs.file, fs.path, pos, s.end); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
 // Index returns the current index. It must not be modified.
 func (fs *FileStorage) Index() *Index { return fs.state.Load().index }
 

@@ -360,6 +360,9 @@ func TestOpenWithIndexFile(t *testing.T) {
 			if l1 != l2 {
 				t.Errorf("LastTid %s, scan says %s", l1, l2)
 			}
+			if n, err := fs.CountTxn(ctx); err != nil || n != ref.NumTxn() {
+				t.Errorf("CountTxn = %d, %v; scan counted %d", n, err, ref.NumTxn())
+			}
 		})
 	}
 }

@@ -42,9 +42,11 @@ func runInfo(args []string) int {
 	extra := []zodbtools.InfoItem{
 		{Name: "objects", Value: strconv.Itoa(stor.Len())},
 	}
-	if n := stor.NumTxn(); n >= 0 {
-		extra = append(extra, zodbtools.InfoItem{Name: "transactions", Value: strconv.Itoa(n)})
+	ntxn, err := stor.CountTxn(context.Background())
+	if err != nil {
+		return fatalf("info", "%v", err)
 	}
+	extra = append(extra, zodbtools.InfoItem{Name: "transactions", Value: strconv.Itoa(ntxn)})
 	extra = append(extra, zodbtools.InfoItem{Name: "size", Value: strconv.FormatInt(stor.End(), 10)})
 	if t := stor.TornPos(); t != 0 {
 		extra = append(extra, zodbtools.InfoItem{Name: "torn_at", Value: strconv.FormatInt(t, 10)})
