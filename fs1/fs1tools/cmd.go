@@ -1,0 +1,138 @@
+package fs1tools
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// The Run functions below are the zodbd subcommands dump, tail and verify:
+// each parses its arguments (those after the subcommand's name),
+// writes the tool's output to stdout and errors to stderr, and returns the
+// exit status: 0 on success, 1 when the tool fails, 2 on a usage error.
+// Errors are printed as "zodbd NAME: message", except that verify prints
+// the damage it finds exactly as ZODB/py's fstest does.
+
+func fail(stderr io.Writer, name string, err error) int {
+	fmt.Fprintf(stderr, "zodbd %s: %v\n", name, err)
+	return 1
+}
+
+func newFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
+	fl := flag.NewFlagSet(name, flag.ContinueOnError)
+	fl.SetOutput(stderr)
+	fl.Usage = func() {
+		fmt.Fprintf(stderr, "usage: zodbd %s\n", usage)
+		fl.PrintDefaults()
+	}
+	return fl
+}
+
+// RunDump is `zodbd dump [-v] FILE`: fsdump, or with -v fsdump's Dumper.
+func RunDump(args []string, stdout, stderr io.Writer) int {
+	fl := newFlagSet("dump", "dump [-v] FILE\n\nPrint the transactions and data records of a FileStorage file\n"+
+		"like ZODB/py's fsdump (with -v, like its verbose Dumper).", stderr)
+	verbose := fl.Bool("v", false, "print every header field with offsets (ZODB/py's fsdump.Dumper)")
+	if err := fl.Parse(args); err != nil {
+		return 2
+	}
+	if fl.NArg() != 1 {
+		fl.Usage()
+		return 2
+	}
+	var err error
+	if *verbose {
+		err = DumpVerbose(stdout, fl.Arg(0))
+	} else {
+		err = Dump(stdout, fl.Arg(0), WithLogf(func(format string, args ...interface{}) {
+			fmt.Fprintf(stderr, "zodbd dump: warning: "+format+"\n", args...)
+		}))
+	}
+	if err != nil {
+		return fail(stderr, "dump", err)
+	}
+	return 0
+}
+
+// RunTail is `zodbd tail [-n N] FILE`: fstail.
+func RunTail(args []string, stdout, stderr io.Writer) int {
+	fl := newFlagSet("tail", "tail [-n N] FILE\n\nPrint the last N transactions of a FileStorage file, newest first,\n"+
+		"like ZODB/py's fstail.", stderr)
+	n := fl.Int("n", 10, "number of transactions to print")
+	if err := fl.Parse(args); err != nil {
+		return 2
+	}
+	if fl.NArg() != 1 {
+		fl.Usage()
+		return 2
+	}
+	if err := Tail(stdout, fl.Arg(0), *n); err != nil {
+		return fail(stderr, "tail", err)
+	}
+	return 0
+}
+
+// counter is a flag that counts how often it is given (-v -v).
+type counter int
+
+func (c *counter) String() string   { return strconv.Itoa(int(*c)) }
+func (c *counter) IsBoolFlag() bool { return true }
+func (c *counter) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	if v {
+		*c++
+	}
+	return nil
+}
+
+// expandShort turns "-vv" (and "--vvv") into repeated "-v" so that the flag
+// package can count them.
+func expandShort(args []string, name byte) []string {
+	out := make([]string, 0, len(args))
+	for i, a := range args {
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		t := strings.TrimLeft(a, "-")
+		if len(a)-len(t) >= 1 && len(a)-len(t) <= 2 && len(t) > 1 && strings.Trim(t, string(name)) == "" {
+			for range t {
+				out = append(out, "-"+string(name))
+			}
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// RunVerify is `zodbd verify [-v [-v]] FILE`: fstest. On damage it prints
+// fstest's message (and nothing else) on stderr and returns 1.
+func RunVerify(args []string, stdout, stderr io.Writer) int {
+	fl := newFlagSet("verify", "verify [-v [-v]] FILE\n\nCheck the records of a FileStorage file like ZODB/py's fstest.\n"+
+		"Silent on a good file; -v prints a line per transaction, -v -v (or -vv) also one per data record.", stderr)
+	var verbose counter
+	fl.Var(&verbose, "v", "print a line per transaction; twice, also per data record")
+	if err := fl.Parse(expandShort(args, 'v')); err != nil {
+		return 2
+	}
+	if fl.NArg() != 1 {
+		fl.Usage()
+		return 2
+	}
+	err := Verify(stdout, fl.Arg(0), int(verbose))
+	var verr *VerifyError
+	if errors.As(err, &verr) {
+		fmt.Fprintln(stderr, verr.Msg)
+		return 1
+	}
+	if err != nil {
+		return fail(stderr, "verify", err)
+	}
+	return 0
+}

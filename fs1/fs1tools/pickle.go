@@ -1,0 +1,129 @@
+package fs1tools
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	ogórek "github.com/kisielk/og-rek"
+)
+
+// PickleClass returns the class of the object whose record data is data, as
+// fsdump prints it after "class=": "module.name".
+//
+// It has the semantics of ZODB/py's ZODB.utils.get_pickle_metadata. A ZODB
+// record is two pickles, the class metadata and the state; only the first is
+// looked at:
+//
+//   - When the class pickle starts (after an optional 2-byte protocol
+//     header) with GLOBAL or MARK GLOBAL, the module and class names are the
+//     two newline-terminated lines that follow the opcode, taken as bytes
+//     without decoding the pickle. They must be valid UTF-8.
+//   - Otherwise the first pickle is decoded. If decoding fails the result is
+//     "." (ZODB/py returns two empty names). A tuple ((module, name), args)
+//     or (module, name) gives "module.name"; any other value v gives
+//     "repr(v).".
+//
+// An error is returned where get_pickle_metadata raises instead of
+// returning: empty data, fewer than two newlines after GLOBAL, names that
+// are not UTF-8, and an empty tuple or a tuple of the wrong length.
+func PickleClass(data []byte) (string, error) {
+	if len(data) == 0 {
+		return "", errors.New("class pickle: empty data")
+	}
+	if data[0] == 0x80 { // PROTO n
+		data = data[min(2, len(data)):]
+	}
+	prefix := 0
+	if bytes.HasPrefix(data, []byte("(c")) {
+		prefix = 2
+	} else if bytes.HasPrefix(data, []byte("c")) {
+		prefix = 1
+	}
+	if prefix > 0 {
+		parts := bytes.SplitN(data, []byte("\n"), 3)
+		if len(parts) < 3 {
+			return "", errors.New("class pickle: GLOBAL without module and class lines")
+		}
+		mod, name := parts[0][prefix:], parts[1]
+		if !utf8.Valid(mod) || !utf8.Valid(name) {
+			return "", fmt.Errorf("class pickle: GLOBAL %q %q: not UTF-8", mod, name)
+		}
+		return string(mod) + "." + string(name), nil
+	}
+
+	d := ogórek.NewDecoderWithConfig(bytes.NewReader(data), &ogórek.DecoderConfig{StrictUnicode: true})
+	v, err := d.Decode()
+	if err != nil {
+		return ".", nil
+	}
+	v, ok := py3Value(v)
+	if !ok {
+		return ".", nil
+	}
+	t, isTuple := v.(ogórek.Tuple)
+	if !isTuple {
+		return pyRepr(v) + ".", nil
+	}
+	if len(t) == 0 {
+		return "", errors.New("class pickle: empty tuple")
+	}
+	if t0, ok := t[0].(ogórek.Tuple); ok {
+		t = t0
+	}
+	if len(t) != 2 {
+		return "", fmt.Errorf("class pickle: tuple of %d items, want (module, name)", len(t))
+	}
+	return pyStr(t[0]) + "." + pyStr(t[1]), nil
+}
+
+// py3Value converts a value decoded by og-rek in strict-unicode mode to what
+// ZODB/py's unpickler gives on Python 3: Python 2 strings are decoded as
+// ASCII. It reports false where that unpickler fails: a non-ASCII Python 2
+// string, a persistent reference (there is no persistent_load), or a call
+// (REDUCE/NEWOBJ of a class that is not available).
+func py3Value(v interface{}) (interface{}, bool) {
+	switch x := v.(type) {
+	case ogórek.ByteString:
+		for i := 0; i < len(x); i++ {
+			if x[i] >= 0x80 {
+				return nil, false
+			}
+		}
+		return string(x), true
+	case ogórek.Ref, ogórek.Call:
+		return nil, false
+	case ogórek.Tuple:
+		return py3List(x)
+	case []interface{}:
+		return py3List(x)
+	case map[interface{}]interface{}:
+		m := make(map[interface{}]interface{}, len(x))
+		for k, e := range x {
+			k, ok := py3Value(k)
+			if !ok {
+				return nil, false
+			}
+			e, ok := py3Value(e)
+			if !ok {
+				return nil, false
+			}
+			m[k] = e
+		}
+		return m, true
+	}
+	return v, true
+}
+
+func py3List[L ~[]interface{}](x L) (interface{}, bool) {
+	out := make(L, len(x))
+	for i, e := range x {
+		e, ok := py3Value(e)
+		if !ok {
+			return nil, false
+		}
+		out[i] = e
+	}
+	return out, true
+}
