@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -364,5 +365,59 @@ func TestOpenWithIndexFile(t *testing.T) {
 				t.Errorf("CountTxn = %d, %v; scan counted %d", n, err, ref.NumTxn())
 			}
 		})
+	}
+}
+
+// TestConcurrentLoad runs loads of every revision of every object from many
+// goroutines at once on one FileStorage (run under -race by make test) and
+// checks each answer against a single-goroutine pass.
+func TestConcurrentLoad(t *testing.T) {
+	ctx := context.Background()
+	fs := openFixture(t, "1")
+	e := readExpect(t, "1")
+	type answer struct {
+		sum    string
+		serial zodb.Tid
+		err    bool
+	}
+	var xids []zodb.Xid
+	for oidS, obj := range e.Objects {
+		oid, _ := zodb.ParseOid(oidS)
+		xids = append(xids, zodb.Xid{Oid: oid, At: zodb.TidMax})
+		for _, rev := range obj.Revisions {
+			at := mustTid(t, rev)
+			xids = append(xids, zodb.Xid{Oid: oid, At: at}, zodb.Xid{Oid: oid, At: at - 1})
+		}
+	}
+	want := make([]answer, len(xids))
+	for i, xid := range xids {
+		data, serial, err := fs.Load(ctx, xid)
+		want[i] = answer{sha1hex(data), serial, err != nil}
+	}
+	const workers = 8
+	errc := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		go func(w int) {
+			buf := make([]byte, 0, 512)
+			for round := 0; round < 20; round++ {
+				for k := range xids {
+					i := (k*7 + w*13 + round) % len(xids)
+					data, serial, err := fs.LoadAppend(ctx, xids[i], buf[:0])
+					if got := (answer{sha1hex(data), serial, err != nil}); got != want[i] {
+						errc <- fmt.Errorf("worker %d: %s: got %+v, want %+v", w, xids[i], got, want[i])
+						return
+					}
+					if err == nil {
+						buf = data
+					}
+				}
+			}
+			errc <- nil
+		}(w)
+	}
+	for w := 0; w < workers; w++ {
+		if err := <-errc; err != nil {
+			t.Error(err)
+		}
 	}
 }
