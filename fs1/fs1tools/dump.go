@@ -49,101 +49,92 @@ func newConfig(opts []Option) *config {
 // came before, where fsdump raises: on a short header, a data record with a
 // version, a transaction with status 'u', or a class pickle fsdump cannot
 // parse (see PickleClass).
-func Dump(w io.Writer, path string, opts ...Option) (err error) {
+func Dump(w io.Writer, path string, opts ...Option) error {
 	cfg := newConfig(opts)
-	f, err := openFile(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	bw := bufio.NewWriter(w)
-	defer func() {
-		if ferr := bw.Flush(); err == nil {
-			err = ferr
-		}
-	}()
-	if err := checkMagic(f); err != nil {
-		return err
-	}
-
-	var ltid zodb.Tid
-	pos := int64(fs1.HeaderSize)
-	for i := 0; ; i++ {
-		h, err := f.read(pos, fs1.TxnHeaderFixSize)
-		if err != nil {
+	return withFile(path, w, func(f *file, bw *bufio.Writer) error {
+		if err := checkMagic(f); err != nil {
 			return err
 		}
-		if len(h) == 0 {
-			return nil // end of file
-		}
-		if len(h) < fs1.TxnHeaderFixSize {
-			return &fs1.Error{Path: path, Pos: pos, Record: "transaction record",
-				Err: fmt.Errorf("short header (%d of %d bytes)", len(h), fs1.TxnHeaderFixSize)}
-		}
-		th := fs1.DecodeTxnHeaderFix(h)
-		if th.Status >= 0x80 {
-			return &fs1.Error{Path: path, Pos: pos, Record: "transaction record",
-				Err: fmt.Errorf("status byte 0x%02x is not ASCII", th.Status)}
-		}
-		if th.Tid <= ltid {
-			cfg.logf("%s time-stamp reduction at %d", path, pos)
-		}
-		ltid = th.Tid
-		if th.Status == byte(zodb.TxnCheckpoint) {
-			return nil // the last, unfinished transaction
-		}
-		if th.Len > uint64(f.size) || pos+int64(th.Len)+8 > f.size {
-			cfg.logf("%s truncated, possibly due to damaged records at %d", path, pos)
-			return nil
-		}
-		if !strings.ContainsRune(" up", rune(th.Status)) {
-			cfg.logf("%s has invalid status, %s, at %d", path, string(rune(th.Status)), pos)
-		}
-		hlen := fs1.TxnHeaderFixSize + th.MetaLen()
-		tlen := int64(th.Len)
-		if tlen < hlen {
-			rtl, err := f.readU64(f.size-8, "redundant transaction length")
+
+		var ltid zodb.Tid
+		pos := int64(fs1.HeaderSize)
+		for i := 0; ; i++ {
+			h, err := f.read(pos, fs1.TxnHeaderFixSize)
 			if err != nil {
 				return err
 			}
-			if rtl > uint64(f.size) || f.size-int64(rtl) < pos || rtl < fs1.TxnHeaderFixSize {
-				cfg.logf("%s has invalid transaction header at %d", path, pos)
-				cfg.logf("It appears that there is invalid data at the end of the file, "+
-					"possibly due to a system crash.  %s truncated to recover from bad data at end.", path)
-			} else {
-				cfg.logf("%s has invalid transaction header at %d", path, pos)
+			if len(h) == 0 {
+				return nil // end of file
 			}
-			return nil
-		}
-		tpos, tend := pos, pos+tlen
-		rtl, err := f.readU64(tend, "redundant transaction length")
-		if err != nil {
-			return err
-		}
-		if rtl != th.Len {
-			cfg.logf("%s redundant transaction length check failed at %d", path, tend)
-			return nil
-		}
-		if th.Status == byte(zodb.TxnInprogress) {
-			return &fs1.Error{Path: path, Pos: pos, Record: "transaction record",
-				Err: fmt.Errorf("status 'u' (fsdump cannot iterate such a transaction)")}
-		}
-		pos = tend + 8
+			if len(h) < fs1.TxnHeaderFixSize {
+				return &fs1.Error{Path: path, Pos: pos, Record: "transaction record",
+					Err: fmt.Errorf("short header (%d of %d bytes)", len(h), fs1.TxnHeaderFixSize)}
+			}
+			th := fs1.DecodeTxnHeaderFix(h)
+			if th.Status >= 0x80 {
+				return &fs1.Error{Path: path, Pos: pos, Record: "transaction record",
+					Err: fmt.Errorf("status byte 0x%02x is not ASCII", th.Status)}
+			}
+			if th.Tid <= ltid {
+				cfg.logf("%s time-stamp reduction at %d", path, pos)
+			}
+			ltid = th.Tid
+			if th.Status == byte(zodb.TxnCheckpoint) {
+				return nil // the last, unfinished transaction
+			}
+			if th.Len > uint64(f.size) || pos+int64(th.Len)+8 > f.size {
+				cfg.logf("%s truncated, possibly due to damaged records at %d", path, pos)
+				return nil
+			}
+			if !strings.ContainsRune(" up", rune(th.Status)) {
+				cfg.logf("%s has invalid status, %s, at %d", path, string(rune(th.Status)), pos)
+			}
+			hlen := fs1.TxnHeaderFixSize + th.MetaLen()
+			tlen := int64(th.Len)
+			if tlen < hlen {
+				rtl, err := f.readU64(f.size-8, "redundant transaction length")
+				if err != nil {
+					return err
+				}
+				if rtl > uint64(f.size) || f.size-int64(rtl) < pos || rtl < fs1.TxnHeaderFixSize {
+					cfg.logf("%s has invalid transaction header at %d", path, pos)
+					cfg.logf("It appears that there is invalid data at the end of the file, "+
+						"possibly due to a system crash.  %s truncated to recover from bad data at end.", path)
+				} else {
+					cfg.logf("%s has invalid transaction header at %d", path, pos)
+				}
+				return nil
+			}
+			tpos, tend := pos, pos+tlen
+			rtl, err := f.readU64(tend, "redundant transaction length")
+			if err != nil {
+				return err
+			}
+			if rtl != th.Len {
+				cfg.logf("%s redundant transaction length check failed at %d", path, tend)
+				return nil
+			}
+			if th.Status == byte(zodb.TxnInprogress) {
+				return &fs1.Error{Path: path, Pos: pos, Record: "transaction record",
+					Err: fmt.Errorf("status 'u' (fsdump cannot iterate such a transaction)")}
+			}
+			pos = tend + 8
 
-		meta, err := f.read(tpos+fs1.TxnHeaderFixSize, uint64(th.UserLen)+uint64(th.DescLen))
-		if err != nil {
-			return err
-		}
-		user, desc := meta[:th.UserLen], meta[th.UserLen:]
-		fmt.Fprintf(bw, "Trans #%05d tid=%016x size=%d time=%s offset=%d\n",
-			i, uint64(th.Tid), tlen, th.Tid.TimeStamp(), tpos+hlen)
-		fmt.Fprintf(bw, "    status=%s user=%s description=%s\n",
-			pyStrRepr(string(rune(th.Status))), pyBytesRepr(user), pyBytesRepr(desc))
+			meta, err := f.read(tpos+fs1.TxnHeaderFixSize, uint64(th.UserLen)+uint64(th.DescLen))
+			if err != nil {
+				return err
+			}
+			user, desc := meta[:th.UserLen], meta[th.UserLen:]
+			fmt.Fprintf(bw, "Trans #%05d tid=%016x size=%d time=%s offset=%d\n",
+				i, uint64(th.Tid), tlen, th.Tid.TimeStamp(), tpos+hlen)
+			fmt.Fprintf(bw, "    status=%s user=%s description=%s\n",
+				pyStrRepr(string(rune(th.Status))), pyBytesRepr(user), pyBytesRepr(desc))
 
-		if err := dumpRecords(bw, f, cfg, tpos, tpos+hlen, tend); err != nil {
-			return err
+			if err := dumpRecords(bw, f, cfg, tpos, tpos+hlen, tend); err != nil {
+				return err
+			}
 		}
-	}
+	})
 }
 
 // checkMagic checks the file header as FileIterator does (accepting the
@@ -284,31 +275,22 @@ func loadBack(f *file, pos int64, back uint64) ([]byte, error) {
 // a data record header cut by the end of the file (Dumper's AssertionError,
 // e.g. on a torn tail), a data record with a version, or a transaction
 // header or length cut by the end of the file.
-func DumpVerbose(w io.Writer, path string) (err error) {
-	f, err := openFile(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	bw := bufio.NewWriter(w)
-	defer func() {
-		if ferr := bw.Flush(); err == nil {
-			err = ferr
-		}
-	}()
-	fid, err := f.read(0, fs1.HeaderSize)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(bw, "%s\nfile identifier: %s\n", strings.Repeat("*", 60), pyBytesRepr(fid))
-	pos := int64(len(fid))
-	for {
-		next, err := dumpVerboseTxn(bw, f, pos)
-		if err != nil || next < 0 {
+func DumpVerbose(w io.Writer, path string) error {
+	return withFile(path, w, func(f *file, bw *bufio.Writer) error {
+		fid, err := f.read(0, fs1.HeaderSize)
+		if err != nil {
 			return err
 		}
-		pos = next
-	}
+		fmt.Fprintf(bw, "%s\nfile identifier: %s\n", strings.Repeat("*", 60), pyBytesRepr(fid))
+		pos := int64(len(fid))
+		for {
+			next, err := dumpVerboseTxn(bw, f, pos)
+			if err != nil || next < 0 {
+				return err
+			}
+			pos = next
+		}
+	})
 }
 
 // dumpVerboseTxn prints the transaction at pos and returns the position

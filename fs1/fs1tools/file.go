@@ -1,6 +1,7 @@
 package fs1tools
 
 import (
+	"bufio"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -32,6 +33,24 @@ func openFile(path string) (*file, error) {
 }
 
 func (f *file) Close() error { return f.f.Close() }
+
+// withFile opens path and runs body with it and a buffered writer on w; it
+// then flushes the writer and closes the file. body's error wins over the
+// flush's.
+func withFile(path string, w io.Writer, body func(f *file, bw *bufio.Writer) error) (err error) {
+	f, err := openFile(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	bw := bufio.NewWriter(w)
+	defer func() {
+		if ferr := bw.Flush(); err == nil {
+			err = ferr
+		}
+	}()
+	return body(f, bw)
+}
 
 // maxRead is the length from which a read fails instead of returning what
 // the file holds. ZODB/py's tools allocate the buffer of a read(n) before

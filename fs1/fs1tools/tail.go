@@ -26,33 +26,24 @@ import (
 // length that points before the start of the file (as on a torn tail), a
 // header cut by the end of the file, or an extension that does not
 // unpickle, or a transaction length shorter than its header by more than 1.
-func Tail(w io.Writer, path string, n int) (err error) {
-	f, err := openFile(path)
-	if err != nil {
+func Tail(w io.Writer, path string, n int) error {
+	return withFile(path, w, func(f *file, bw *bufio.Writer) error {
+		// fstail starts at the end of the file; every transaction record is
+		// found from the 8-byte length that precedes the position. Like
+		// fstail, it reads the header of the transaction before the last one
+		// it prints, and fails if that fails.
+		pos, th, err := prevTxn(f, f.size)
+		for ; err == nil && n > 0; n-- {
+			if err := tailTxn(bw, f, pos, th); err != nil {
+				return err
+			}
+			if pos == fs1.HeaderSize {
+				return nil
+			}
+			pos, th, err = prevTxn(f, pos)
+		}
 		return err
-	}
-	defer f.Close()
-	bw := bufio.NewWriter(w)
-	defer func() {
-		if ferr := bw.Flush(); err == nil {
-			err = ferr
-		}
-	}()
-	// fstail starts at the end of the file; every transaction record is
-	// found from the 8-byte length that precedes the position. Like
-	// fstail, it reads the header of the transaction before the last one
-	// it prints, and fails if that fails.
-	pos, th, err := prevTxn(f, f.size)
-	for ; err == nil && n > 0; n-- {
-		if err := tailTxn(bw, f, pos, th); err != nil {
-			return err
-		}
-		if pos == fs1.HeaderSize {
-			return nil
-		}
-		pos, th, err = prevTxn(f, pos)
-	}
-	return err
+	})
 }
 
 // prevTxn returns the position and header of the transaction whose

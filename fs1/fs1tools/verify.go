@@ -36,24 +36,15 @@ func (e *VerifyError) Error() string { return e.Msg }
 // With verbose 0 it writes nothing; with 1 it writes a line per transaction
 // and "no errors detected" at the end of a good file; with 2 also a line
 // per data record, before its transaction's line (fstest -v -v).
-func Verify(w io.Writer, path string, verbose int) (err error) {
-	f, err := openFile(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	bw := bufio.NewWriter(w)
-	defer func() {
-		if ferr := bw.Flush(); err == nil {
-			err = ferr
+func Verify(w io.Writer, path string, verbose int) error {
+	return withFile(path, w, func(f *file, bw *bufio.Writer) error {
+		v := &verifier{f: f, w: bw, verbose: verbose}
+		if err := v.check(); err != nil {
+			return err
 		}
-	}()
-	v := &verifier{f: f, w: bw, verbose: verbose}
-	if err := v.check(); err != nil {
-		return err
-	}
-	v.chatter(1, "no errors detected")
-	return nil
+		v.chatter(1, "no errors detected")
+		return nil
+	})
 }
 
 type verifier struct {
