@@ -1,6 +1,9 @@
 package zodb
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // NoObjectError says that an object does not exist in a storage at all
 // (ZODB/py's POSKeyError for an unknown oid).
@@ -47,3 +50,59 @@ func (e *OpError) Error() string {
 }
 
 func (e *OpError) Unwrap() error { return e.Err }
+
+// ErrReadOnly is returned by writes to a read-only storage (ZODB's
+// ReadOnlyError).
+var ErrReadOnly = errors.New("read-only storage")
+
+// ErrTxnState is returned when a transaction method is called in the wrong
+// state: a recording call after Vote, Finish without a successful Vote, a
+// Txn used after Abort (ZODB's StorageTransactionError).
+var ErrTxnState = errors.New("transaction in wrong state")
+
+// ConflictError says that a transaction read or wrote an object that another
+// transaction changed in the meantime (ZODB's ConflictError, or
+// ReadConflictError when Read is set).
+type ConflictError struct {
+	Oid       Oid
+	Committed Tid  // the object's current serial in the storage
+	Serial    Tid  // the serial the transaction based its change on (or read)
+	Read      bool // a read conflict: from CheckCurrentSerial
+}
+
+func (e *ConflictError) Error() string {
+	kind := "conflict"
+	if e.Read {
+		kind = "read conflict"
+	}
+	return fmt.Sprintf("database %s error (oid %s, serial this txn started with %s, serial currently committed %s)",
+		kind, e.Oid, e.Serial, e.Committed)
+}
+
+// ConflictErrors lists every conflicting store of a transaction, in the
+// order they were recorded. Vote returns it so that a client can resolve all
+// conflicts in one round.
+type ConflictErrors []*ConflictError
+
+func (e ConflictErrors) Error() string {
+	if len(e) == 1 {
+		return e[0].Error()
+	}
+	return fmt.Sprintf("%s (and %d more conflicts)", e[0].Error(), len(e)-1)
+}
+
+// UndoError says that a transaction cannot be undone (ZODB's UndoError);
+// Oid is set when one object is the reason.
+type UndoError struct {
+	Tid    Tid
+	Oid    Oid
+	HasOid bool
+	Reason string
+}
+
+func (e *UndoError) Error() string {
+	if e.HasOid {
+		return fmt.Sprintf("undo %s: %s: %s", e.Tid, e.Oid, e.Reason)
+	}
+	return fmt.Sprintf("undo %s: %s", e.Tid, e.Reason)
+}

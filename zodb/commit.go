@@ -1,0 +1,162 @@
+package zodb
+
+import (
+	"context"
+	"time"
+)
+
+// This file holds the write side of a storage: ZODB's two-phase commit.
+//
+// A commit goes through these steps:
+//
+//	txn, _ := stor.Begin(ctx, TxnMeta{User: ..., Description: ...})
+//	txn.Store(oid, serial, data)      // any number of Store/Delete/CheckCurrentSerial/Undo
+//	oids, err := txn.Vote(ctx)        // takes the commit lock, assigns the tid, writes
+//	tid, err := txn.Finish(ctx, func(tid Tid, oids []Oid) { ...invalidate... })
+//
+// or txn.Abort() at any point before Finish returns. Begin, Store and the
+// other recording calls touch no shared state: they only buffer the
+// transaction in memory. Vote is where the storage serialises committers.
+// Readers are never blocked by any of these steps.
+
+// TxnMeta is what Begin needs to know about a transaction.
+type TxnMeta struct {
+	User        []byte
+	Description []byte
+	Extension   []byte // pickled extension dictionary (may be empty)
+
+	// Tid, when not 0, is the tid the transaction must get (restore /
+	// copyTransactionsFrom). It must be greater than the storage's last
+	// tid. When 0, the storage chooses the tid at Vote.
+	Tid Tid
+	// Status is the status to record: TxnComplete (the default when 0) or
+	// TxnPacked (restoring a packed transaction).
+	Status TxnStatus
+}
+
+// WriteStorage is a Storage that accepts commits.
+type WriteStorage interface {
+	Storage
+
+	// NewOids returns n (at least 1) oids never returned before and
+	// greater than any oid stored so far (stores of explicit oids raise
+	// the floor, as ZODB's set_max_oid does).
+	NewOids(ctx context.Context, n int) ([]Oid, error)
+
+	// Begin starts a transaction. It does not lock anything; the
+	// transaction is buffered until Vote. It returns ErrReadOnly for a
+	// read-only storage.
+	Begin(ctx context.Context, meta TxnMeta) (Txn, error)
+}
+
+// Txn is one transaction being committed. A Txn is used by one goroutine
+// at a time. Its recording methods (Store, Delete, CheckCurrentSerial,
+// Restore, Undo) may only be called before Vote; they keep references to
+// the data slices they are given, which the caller must not modify until
+// Finish or Abort returns.
+type Txn interface {
+	// Store records a new revision of oid. serial is the tid of the
+	// revision the client's change is based on (0 for a new object). At
+	// Vote, if oid exists and its current serial differs from serial, the
+	// store conflicts (see Vote). Storing the same oid twice keeps the
+	// last store.
+	Store(oid Oid, serial Tid, data []byte) error
+
+	// Delete records the deletion of oid (a record without data), with the
+	// same conflict rule as Store. ZODB's deleteObject.
+	Delete(oid Oid, serial Tid) error
+
+	// CheckCurrentSerial records that oid must still be at serial when the
+	// transaction votes (ZODB's checkCurrentSerialInTransaction); if not,
+	// Vote returns a read conflict.
+	CheckCurrentSerial(oid Oid, serial Tid) error
+
+	// Restore records a revision copied from another storage, without
+	// conflict checks (ZODB's restore). data nil writes a record without
+	// data, unless prevTid names a transaction of the destination storage
+	// that holds a record of oid, in which case a backpointer to that
+	// record is written (as ZODB/py's FileStorage does).
+	Restore(oid Oid, data []byte, prevTid Tid) error
+
+	// Undo records the undo of the transaction tid: at Vote the storage
+	// writes, for every object the undone transaction changed, a record
+	// that brings back the revision before it (a backpointer; a record
+	// without data when the undone transaction created the object).
+	Undo(tid Tid) error
+
+	// Vote takes the storage's commit lock (waiting in FIFO order behind
+	// other voters, or until ctx is done), assigns the transaction's tid,
+	// checks every store and CheckCurrentSerial against the committed
+	// state, and writes the transaction so that only Finish remains.
+	//
+	// It returns the oids whose new data the storage produced itself
+	// (objects changed by Undo): a client must not cache its own copy of
+	// those.
+	//
+	// On a conflict Vote returns a *ConflictError (a read conflict, from
+	// CheckCurrentSerial) or a ConflictErrors listing every conflicting
+	// store and delete; an undo that cannot be done gives *UndoError. On
+	// any error the transaction is aborted: nothing was written and the
+	// commit lock is released. The recorded operations are kept, so a
+	// caller may not reuse the Txn; it begins a new one.
+	Vote(ctx context.Context) (undone []Oid, err error)
+
+	// Finish commits a voted transaction and returns its tid. It releases
+	// the commit lock before waiting for the data to become durable, so
+	// that the next transaction can vote while this one's fsync is in
+	// flight (group commit); it returns only after the transaction's bytes
+	// are durable.
+	//
+	// onCommit, if not nil, is called exactly once with the tid and every
+	// oid the transaction wrote, after the transaction is durable and
+	// before it becomes visible to readers (Load, LastTid). Calls happen
+	// in commit (tid) order, one at a time, on a goroutine of the storage:
+	// onCommit must not block or call back into the storage. A server uses
+	// it to queue invalidations to its other clients.
+	Finish(ctx context.Context, onCommit func(tid Tid, oids []Oid)) (Tid, error)
+
+	// Abort drops the transaction: if it voted, its bytes are removed and
+	// the commit lock released. Abort after Finish returned, or twice, is a
+	// no-op.
+	Abort()
+}
+
+// UndoEntry describes an undoable transaction, as undoLog lists it.
+type UndoEntry struct {
+	Tid         Tid
+	User        []byte
+	Description []byte
+	Extension   []byte // pickled extension dictionary, as stored
+	Size        int64  // length of the transaction record
+}
+
+// Time returns the transaction's time.
+func (e *UndoEntry) Time() time.Time { return e.Tid.Time() }
+
+// Undoer is implemented by storages that can undo transactions.
+type Undoer interface {
+	// UndoLog returns the undoable transactions first <= i < last counted
+	// from the newest (index 0), newest first. A negative last means
+	// first-last entries (ZODB's convention: last = -n asks for n).
+	UndoLog(ctx context.Context, first, last int) ([]UndoEntry, error)
+}
+
+// Packer is implemented by storages that can be packed.
+type Packer interface {
+	// Pack removes the revisions that are not current as of tid at (and,
+	// with gc, the objects not reachable from the root at that point).
+	// Readers and committers carry on while it runs. Cancelling ctx
+	// abandons the pack and leaves the storage unchanged.
+	Pack(ctx context.Context, at Tid, gc bool) error
+}
+
+// NextTid returns the tid for a transaction committed at time now when the
+// last tid is last: the TimeStamp of now if it is later than last, else
+// last+1 (ZODB's TimeStamp.laterThan).
+func NextTid(last Tid, now time.Time) Tid {
+	tid := TidFromTime(now)
+	if tid <= last {
+		tid = last + 1
+	}
+	return tid
+}
