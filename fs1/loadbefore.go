@@ -94,3 +94,5 @@ func (fs *FileStorage) LoadBefore(ctx context.Context, oid zodb.Oid, before zodb
 func (fs *FileStorage) loadBeforeErr(oid zodb.Oid, before zodb.Tid, err error) error {
 	return &zodb.OpError{URL: fs.path, Op: "loadBefore", Args: fmt.Sprintf("%s<%s", oid, before), Err: err}
 }
+
+var _ zodb.BeforeLoader = (*FileStorage)(nil)

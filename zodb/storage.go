@@ -114,3 +114,15 @@ type Storage interface {
 
 	io.Closer
 }
+
+// BeforeLoader is implemented by storages that can also say until when a
+// loaded revision stayed current: what ZEO's loadBefore and NEO's object
+// answer carry (end_tid / next_serial). Clients of this package do not need
+// it (Load at a snapshot is enough); servers of those protocols do.
+type BeforeLoader interface {
+	// LoadBefore appends to dst the data of the revision of oid with the
+	// greatest serial < before, and returns it with its serial and next,
+	// the serial of the revision that replaced it (0 when it is the
+	// current one). Errors are those of Loader.Load.
+	LoadBefore(ctx context.Context, oid Oid, before Tid, dst []byte) (data []byte, serial, next Tid, err error)
+}
