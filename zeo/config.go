@@ -1,0 +1,381 @@
+package zeo
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// FileConfig is what a runzeo configuration file (zeo.conf, ZConfig
+// syntax) says, as far as zodbd uses it. Parsing does not open anything.
+type FileConfig struct {
+	Address               string // <zeo> address
+	ReadOnly              bool
+	InvalidationQueueSize int
+	InvalidationAge       float64
+	TransactionTimeout    time.Duration
+	PidFile               string
+	// Msgpack is nil when the file does not say (then $ZEO_MSGPACK decides).
+	Msgpack                  *bool
+	ClientConflictResolution bool
+	SSL                      *SSLConfig
+	Storages                 []FileStorageConfig
+	LogPath                  string // <eventlog><logfile> path, "" for stderr
+	LogLevel                 string
+}
+
+// SSLConfig is the <ssl> section of <zeo>.
+type SSLConfig struct {
+	Certificate      string
+	Key              string
+	Authenticate     string // CA file or directory for client certificates, or DYNAMIC
+	PasswordFunction string // a Python callable: cannot be honoured; an error if set
+}
+
+// FileStorageConfig is one <filestorage NAME> section.
+type FileStorageConfig struct {
+	Name        string
+	Path        string
+	BlobDir     string
+	Create      bool
+	ReadOnly    bool
+	Quota       int64
+	PackGC      bool
+	PackKeepOld bool
+}
+
+// section is a parsed ZConfig section.
+type section struct {
+	typ, name string
+	keys      map[string][]string
+	subs      []*section
+	line      int
+}
+
+// ParseConfigFile parses a runzeo configuration file.
+func ParseConfigFile(path string) (*FileConfig, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	cfg, err := ParseConfig(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// ParseConfig parses runzeo configuration text: the <zeo>, storage and
+// <eventlog> sections. Storage types other than filestorage, and %import
+// of Python packages, are refused with an error naming the line.
+func ParseConfig(r io.Reader) (*FileConfig, error) {
+	root, err := parseZConfig(r)
+	if err != nil {
+		return nil, err
+	}
+	cfg := &FileConfig{InvalidationQueueSize: 100}
+	unnamed := 0
+	for _, s := range root.subs {
+		switch s.typ {
+		case "zeo":
+			if err := cfg.zeoSection(s); err != nil {
+				return nil, err
+			}
+		case "filestorage":
+			fs := FileStorageConfig{Name: s.name, PackGC: true, PackKeepOld: true}
+			if fs.Name == "" {
+				unnamed++
+				if unnamed > 1 {
+					return nil, fmt.Errorf("line %d: more than one unnamed storage section", s.line)
+				}
+				fs.Name = "1"
+			}
+			var err error
+			for k, vs := range s.keys {
+				v := vs[len(vs)-1]
+				switch k {
+				case "path":
+					fs.Path = v
+				case "blob-dir":
+					fs.BlobDir = v
+				case "create":
+					fs.Create, err = parseBool(v)
+				case "read-only":
+					fs.ReadOnly, err = parseBool(v)
+				case "quota":
+					fs.Quota, err = parseSize(v)
+				case "pack-gc":
+					fs.PackGC, err = parseBool(v)
+				case "pack-keep-old":
+					fs.PackKeepOld, err = parseBool(v)
+				case "packer":
+					err = fmt.Errorf("packer names a Python callable, which zodbd cannot run")
+				default:
+					err = fmt.Errorf("unknown key")
+				}
+				if err != nil {
+					return nil, fmt.Errorf("line %d: <filestorage %s> %s: %w", s.line, s.name, k, err)
+				}
+			}
+			if fs.Path == "" {
+				return nil, fmt.Errorf("line %d: <filestorage %s> has no path", s.line, s.name)
+			}
+			for _, other := range cfg.Storages {
+				if other.Name == fs.Name {
+					return nil, fmt.Errorf("line %d: storage %q defined twice", s.line, fs.Name)
+				}
+			}
+			cfg.Storages = append(cfg.Storages, fs)
+		case "eventlog":
+			if v := s.keys["level"]; len(v) > 0 {
+				cfg.LogLevel = v[len(v)-1]
+			}
+			for _, sub := range s.subs {
+				if sub.typ == "logfile" {
+					if v := sub.keys["path"]; len(v) > 0 {
+						cfg.LogPath = v[len(v)-1]
+					}
+				}
+			}
+		case "runner":
+			// zdaemon options (zeoctl); nothing for the server itself.
+		default:
+			return nil, fmt.Errorf("line %d: section <%s> is not supported (zodbd serves filestorage sections)", s.line, s.typ)
+		}
+	}
+	if cfg.Address == "" {
+		return nil, fmt.Errorf("<zeo> section with an address is required")
+	}
+	if len(cfg.Storages) == 0 {
+		return nil, fmt.Errorf("no storage section")
+	}
+	return cfg, nil
+}
+
+func (cfg *FileConfig) zeoSection(s *section) error {
+	for k, vs := range s.keys {
+		v := vs[len(vs)-1]
+		var err error
+		switch k {
+		case "address":
+			cfg.Address = v
+		case "read-only":
+			cfg.ReadOnly, err = parseBool(v)
+		case "invalidation-queue-size":
+			cfg.InvalidationQueueSize, err = strconv.Atoi(v)
+		case "invalidation-age":
+			cfg.InvalidationAge, err = strconv.ParseFloat(v, 64)
+		case "transaction-timeout":
+			var n int
+			n, err = strconv.Atoi(v)
+			cfg.TransactionTimeout = time.Duration(n) * time.Second
+		case "pid-filename":
+			cfg.PidFile = v
+		case "client-conflict-resolution":
+			cfg.ClientConflictResolution, err = parseBool(v)
+		case "msgpack":
+			var b bool
+			b, err = parseBool(v)
+			cfg.Msgpack = &b
+		default:
+			err = fmt.Errorf("unknown key")
+		}
+		if err != nil {
+			return fmt.Errorf("line %d: <zeo> %s: %w", s.line, k, err)
+		}
+	}
+	for _, sub := range s.subs {
+		if sub.typ != "ssl" {
+			return fmt.Errorf("line %d: <zeo> cannot hold <%s>", sub.line, sub.typ)
+		}
+		ssl := &SSLConfig{}
+		for k, vs := range sub.keys {
+			v := vs[len(vs)-1]
+			switch k {
+			case "certificate":
+				ssl.Certificate = v
+			case "key":
+				ssl.Key = v
+			case "authenticate":
+				ssl.Authenticate = v
+			case "password-function":
+				ssl.PasswordFunction = v
+			default:
+				return fmt.Errorf("line %d: <ssl> %s: unknown key", sub.line, k)
+			}
+		}
+		if ssl.Certificate == "" {
+			return fmt.Errorf("line %d: <ssl> needs a certificate", sub.line)
+		}
+		if ssl.PasswordFunction != "" {
+			return fmt.Errorf("line %d: <ssl> password-function names a Python callable, which zodbd cannot run", sub.line)
+		}
+		cfg.SSL = ssl
+	}
+	return nil
+}
+
+// parseZConfig parses ZConfig's syntax: "key value" lines, <type name>
+// ... </type> sections, # comments, %define NAME VALUE with $NAME / ${NAME}
+// substitution. %import is refused (it loads Python code).
+func parseZConfig(r io.Reader) (*section, error) {
+	root := &section{keys: map[string][]string{}}
+	stack := []*section{root}
+	defines := map[string]string{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(nil, 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		var err error
+		line, err = substitute(line, defines)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %w", n, err)
+		}
+		cur := stack[len(stack)-1]
+		switch {
+		case strings.HasPrefix(line, "%"):
+			f := strings.Fields(line[1:])
+			if len(f) == 0 {
+				return nil, fmt.Errorf("line %d: empty directive", n)
+			}
+			switch strings.ToLower(f[0]) {
+			case "define":
+				if len(f) < 2 {
+					return nil, fmt.Errorf("line %d: %%define needs a name", n)
+				}
+				defines[strings.ToLower(f[1])] = strings.Join(f[2:], " ")
+			case "import":
+				return nil, fmt.Errorf("line %d: %%import loads Python code, which zodbd cannot run", n)
+			default:
+				return nil, fmt.Errorf("line %d: unknown directive %%%s", n, f[0])
+			}
+		case strings.HasPrefix(line, "</"):
+			if !strings.HasSuffix(line, ">") {
+				return nil, fmt.Errorf("line %d: malformed section end", n)
+			}
+			typ := strings.ToLower(strings.TrimSpace(line[2 : len(line)-1]))
+			if len(stack) == 1 || cur.typ != typ {
+				return nil, fmt.Errorf("line %d: </%s> does not close an open section", n, typ)
+			}
+			stack = stack[:len(stack)-1]
+		case strings.HasPrefix(line, "<"):
+			if !strings.HasSuffix(line, ">") {
+				return nil, fmt.Errorf("line %d: malformed section start", n)
+			}
+			body := strings.TrimSpace(line[1 : len(line)-1])
+			empty := strings.HasSuffix(body, "/")
+			body = strings.TrimSpace(strings.TrimSuffix(body, "/"))
+			f := strings.Fields(body)
+			if len(f) == 0 || len(f) > 2 {
+				return nil, fmt.Errorf("line %d: malformed section start", n)
+			}
+			s := &section{typ: strings.ToLower(f[0]), keys: map[string][]string{}, line: n}
+			if len(f) == 2 {
+				s.name = f[1]
+			}
+			cur.subs = append(cur.subs, s)
+			if !empty {
+				stack = append(stack, s)
+			}
+		default:
+			k, v, _ := strings.Cut(line, " ")
+			if i := strings.IndexAny(line, " \t"); i >= 0 {
+				k, v = line[:i], line[i+1:]
+			}
+			k = strings.ToLower(k)
+			cur.keys[k] = append(cur.keys[k], strings.TrimSpace(v))
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(stack) > 1 {
+		return nil, fmt.Errorf("section <%s> (line %d) is not closed", stack[len(stack)-1].typ, stack[len(stack)-1].line)
+	}
+	if len(root.keys) > 0 {
+		for k := range root.keys {
+			return nil, fmt.Errorf("key %q outside of any section", k)
+		}
+	}
+	return root, nil
+}
+
+func substitute(s string, defines map[string]string) (string, error) {
+	if !strings.Contains(s, "$") {
+		return s, nil
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '$' {
+			b.WriteByte(s[i])
+			continue
+		}
+		if i+1 < len(s) && s[i+1] == '$' {
+			b.WriteByte('$')
+			i++
+			continue
+		}
+		var name string
+		if i+1 < len(s) && s[i+1] == '{' {
+			end := strings.IndexByte(s[i:], '}')
+			if end < 0 {
+				return "", fmt.Errorf("unterminated ${")
+			}
+			name = s[i+2 : i+end]
+			i += end
+		} else {
+			j := i + 1
+			for j < len(s) && (s[j] == '_' || s[j] >= 'a' && s[j] <= 'z' || s[j] >= 'A' && s[j] <= 'Z' || s[j] >= '0' && s[j] <= '9') {
+				j++
+			}
+			name = s[i+1 : j]
+			i = j - 1
+		}
+		v, ok := defines[strings.ToLower(name)]
+		if !ok {
+			return "", fmt.Errorf("undefined name $%s", name)
+		}
+		b.WriteString(v)
+	}
+	return b.String(), nil
+}
+
+func parseBool(s string) (bool, error) {
+	switch strings.ToLower(s) {
+	case "true", "yes", "on", "1":
+		return true, nil
+	case "false", "no", "off", "0":
+		return false, nil
+	}
+	return false, fmt.Errorf("%q is not a boolean", s)
+}
+
+// parseSize parses ZConfig's byte-size: a number with an optional KB, MB,
+// GB suffix (powers of 1024).
+func parseSize(s string) (int64, error) {
+	u := strings.ToUpper(strings.TrimSpace(s))
+	mult := int64(1)
+	for _, suf := range []struct {
+		s string
+		m int64
+	}{{"KB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30}, {"TB", 1 << 40}} {
+		if strings.HasSuffix(u, suf.s) {
+			mult = suf.m
+			u = strings.TrimSpace(strings.TrimSuffix(u, suf.s))
+			break
+		}
+	}
+	n, err := strconv.ParseInt(u, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a byte size", s)
+	}
+	return n * mult, nil
+}

@@ -1,0 +1,401 @@
+package zeo
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/zodbd/zodbd/zeo/wire"
+	"github.com/zodbd/zodbd/zodb"
+)
+
+// conn is one client connection.
+type conn struct {
+	srv  *Server
+	nc   net.Conn
+	peer string
+	br   *bufio.Reader
+	dec  *wire.Decoder
+	enc  wire.Encoder // a reply being built by the reading goroutine
+	// queued counts the bytes queued since the last write, to bound a batch.
+	queued int
+	out    outq
+	ctx    context.Context // cancelled when the connection ends
+	stop   context.CancelFunc
+
+	// Set by register; read only by the reading goroutine afterwards.
+	st       *storage
+	readOnly bool
+	label    string
+
+	// Counters for server_status, written only by this connection's
+	// goroutines and summed on request.
+	loads, stores atomic.Int64
+
+	loadBuf []byte // reused load buffer
+
+	txmu sync.Mutex
+	txn  *ztxn // the open transaction, nil if none
+
+	iters   map[int64]*iterState
+	iterSeq int64
+}
+
+func newConn(s *Server, nc net.Conn) *conn {
+	ctx, stop := context.WithCancel(context.Background())
+	c := &conn{
+		srv:     s,
+		nc:      nc,
+		peer:    nc.RemoteAddr().String(),
+		br:      bufio.NewReaderSize(nc, 64<<10),
+		dec:     wire.NewDecoder(s.cfg.Marshal),
+		enc:     wire.Encoder{M: s.cfg.Marshal, Buf: make([]byte, 0, 64<<10)},
+		ctx:     ctx,
+		stop:    stop,
+		loadBuf: make([]byte, 0, 64<<10),
+	}
+	c.out.init(nc)
+	return c
+}
+
+// serve runs the connection until it ends.
+func (c *conn) serve() {
+	defer c.cleanup()
+	if tc, ok := c.nc.(*tls.Conn); ok {
+		tc.SetDeadline(time.Now().Add(30 * time.Second))
+		if err := tc.HandshakeContext(c.ctx); err != nil {
+			c.srv.logf("zeo: %s: TLS handshake: %v", c.peer, err)
+			return
+		}
+		tc.SetDeadline(time.Time{})
+	}
+	go c.out.writer()
+
+	// Handshake: announce, then read the client's choice.
+	proto := []byte{byte(c.srv.cfg.Marshal), '5'}
+	c.enc.RawFrame(proto)
+	c.flush()
+	frame, err := wire.ReadFrame(c.br, nil, 64)
+	if err != nil {
+		if err != io.EOF {
+			c.srv.logf("zeo: %s: handshake: %v", c.peer, err)
+		}
+		return
+	}
+	if string(frame) == "ruok" {
+		c.ruok()
+		return
+	}
+	if string(frame) != string(proto) {
+		c.srv.logf("zeo: %s: bad handshake %q (announced %q); closing", c.peer, frame, proto)
+		return
+	}
+
+	var buf []byte
+	for {
+		frame, err := wire.ReadFrame(c.br, buf, c.srv.cfg.MaxFrame)
+		if err != nil {
+			switch {
+			case err == io.EOF || errors.Is(err, net.ErrClosed):
+			case errors.Is(err, io.ErrUnexpectedEOF):
+				c.srv.logf("zeo: %s: connection closed in the middle of a frame", c.peer)
+			default:
+				c.srv.logf("zeo: %s: %v; closing", c.peer, err)
+			}
+			return
+		}
+		if cap(frame) <= 1<<20 {
+			buf = frame[:0] // reuse moderate buffers; let huge ones go
+		}
+		msg, err := c.dec.DecodeMessage(frame)
+		if err != nil {
+			c.srv.logf("zeo: %s: undecodable message (%v); closing", c.peer, err)
+			return
+		}
+		if !c.handle(&msg) {
+			return
+		}
+		c.queueReplies()
+		// Write the replies queued so far unless the next request is
+		// already here in full: then answer it first and write both
+		// replies at once.
+		if !c.nextFrameBuffered() || c.queued >= 256<<10 {
+			c.queued = 0
+			if !c.flush() {
+				return
+			}
+		}
+	}
+}
+
+// nextFrameBuffered reports whether a whole frame is waiting in the read
+// buffer.
+func (c *conn) nextFrameBuffered() bool {
+	n := c.br.Buffered()
+	if n < 4 {
+		return false
+	}
+	hdr, _ := c.br.Peek(4)
+	return uint64(n-4) >= uint64(binary.BigEndian.Uint32(hdr))
+}
+
+// flush writes the replies queued by the reading goroutine. It returns
+// false if the connection is broken.
+func (c *conn) flush() bool {
+	c.queueReplies()
+	if err := c.out.flush(); err != nil {
+		if !errors.Is(err, net.ErrClosed) {
+			c.srv.logf("zeo: %s: write: %v", c.peer, err)
+		}
+		return false
+	}
+	return true
+}
+
+// queueReplies moves the replies built in c.enc to the output queue.
+func (c *conn) queueReplies() {
+	if len(c.enc.Buf) > 0 {
+		c.out.queue(c.enc.Buf)
+		c.queued += len(c.enc.Buf)
+		c.enc.Buf = c.enc.Buf[:0]
+	}
+}
+
+// cleanup runs when the connection ends: it aborts the open transaction
+// (releasing the commit lock), unregisters the connection and closes it.
+func (c *conn) cleanup() {
+	c.stop()
+	c.nc.Close()
+	c.abortTxn()
+	if c.st != nil {
+		c.st.unregister(c)
+	}
+	c.out.close()
+}
+
+// ruok answers the status probe of zeo-nagios: a JSON object of every
+// storage's server_status.
+func (c *conn) ruok() {
+	all := make(map[string]map[string]interface{})
+	for name, st := range c.srv.storages {
+		all[name] = c.srv.status(st)
+	}
+	b, _ := json.Marshal(all)
+	c.enc.RawFrame(b)
+	c.flush()
+}
+
+// outq is a connection's ordered output queue: the order in which bytes
+// are queued is their order on the wire. The reading goroutine queues its
+// replies and writes the queue itself when it has no further request at
+// hand (so pipelined replies go out in one write); bytes queued by other
+// goroutines (invalidations, replies of calls that ran on their own
+// goroutine) are written by the writer goroutine if nobody is writing.
+type outq struct {
+	w       io.Writer
+	mu      sync.Mutex
+	buf     []byte // queued, not yet being written
+	spare   []byte
+	writing bool
+	err     error
+	closed  bool
+	kick    chan struct{}
+	// lastInv is the tid of the last invalidation queued: a reply that
+	// reports an object as current must be computed on a state that
+	// includes it (see queueLoad).
+	lastInv zodb.Tid
+}
+
+func (q *outq) init(w io.Writer) {
+	q.w = w
+	q.kick = make(chan struct{}, 1)
+}
+
+// queue appends b (copied) to the queue without writing it.
+func (q *outq) queue(b []byte) {
+	q.mu.Lock()
+	q.buf = append(q.buf, b...)
+	q.mu.Unlock()
+}
+
+// queueLoad queues the reply that encode writes, unless the reply was
+// computed on a state older than the last invalidation already queued
+// (seen is the storage's last tid read before the load): the client would
+// then get the invalidation first and cache the stale data as current.
+// It reports whether the reply was queued; if not, the caller loads again.
+func (q *outq) queueLoad(seen zodb.Tid, m wire.Marshal, encode func(e *wire.Encoder)) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if seen < q.lastInv {
+		return false
+	}
+	e := wire.Encoder{M: m, Buf: q.buf}
+	encode(&e)
+	q.buf = e.Buf
+	return true
+}
+
+// flush writes the queue, unless another goroutine is writing (it will
+// write what was queued). It returns the connection's write error, if any.
+func (q *outq) flush() error {
+	q.mu.Lock()
+	if q.err != nil || q.writing || len(q.buf) == 0 {
+		err := q.err
+		q.mu.Unlock()
+		return err
+	}
+	q.writing = true
+	q.mu.Unlock()
+	return q.writeLoop()
+}
+
+// writeLoop writes the queue until it is empty. q.writing is true on
+// entry and false on return.
+func (q *outq) writeLoop() error {
+	var owned []byte // a queue buffer being written, recycled afterwards
+	for {
+		q.mu.Lock()
+		if owned != nil && q.spare == nil && cap(owned) <= 1<<20 {
+			q.spare = owned[:0]
+		}
+		if len(q.buf) == 0 || q.err != nil {
+			q.writing = false
+			err := q.err
+			q.mu.Unlock()
+			return err
+		}
+		owned = q.buf
+		q.buf, q.spare = q.spare, nil
+		q.mu.Unlock()
+		if _, err := q.w.Write(owned); err != nil {
+			q.mu.Lock()
+			q.err = err
+			q.writing = false
+			q.buf = nil
+			q.mu.Unlock()
+			return err
+		}
+	}
+}
+
+// sendAsync queues b (copied) and wakes the writer goroutine; it never
+// blocks on the network.
+func (q *outq) sendAsync(b []byte) {
+	q.invalidate(b, 0)
+}
+
+// invalidate queues b like sendAsync and records that an invalidation up
+// to tid was queued (tid 0: not an invalidation).
+func (q *outq) invalidate(b []byte, tid zodb.Tid) {
+	q.mu.Lock()
+	if q.err != nil || q.closed {
+		q.mu.Unlock()
+		return
+	}
+	q.buf = append(q.buf, b...)
+	if tid > q.lastInv {
+		q.lastInv = tid
+	}
+	writing := q.writing
+	q.mu.Unlock()
+	if !writing {
+		select {
+		case q.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// writer writes what was queued while nobody was writing.
+func (q *outq) writer() {
+	for range q.kick {
+		q.flush()
+	}
+}
+
+func (q *outq) close() {
+	q.mu.Lock()
+	if !q.closed {
+		q.closed = true
+		close(q.kick)
+	}
+	q.mu.Unlock()
+}
+
+// loadBefore answers loadBefore(oid, tid) inline: the reply is encoded
+// straight into the output queue.
+func (c *conn) loadBefore(id *wire.Value, oid zodb.Oid, before zodb.Tid) {
+	st := c.st
+	c.loads.Add(1)
+	for try := 0; ; try++ {
+		seen, _ := st.st.LastTid(c.ctx)
+		var data []byte
+		var serial, next zodb.Tid
+		var err error
+		switch {
+		case st.bl != nil:
+			data, serial, next, err = st.bl.LoadBefore(c.ctx, oid, before, c.loadBuf[:0])
+		case st.al != nil:
+			data, serial, err = st.al.LoadAppend(c.ctx, zodb.Xid{Oid: oid, At: before - 1}, c.loadBuf[:0])
+		default:
+			data, serial, err = st.st.Load(c.ctx, zodb.Xid{Oid: oid, At: before - 1})
+		}
+		if cap(data) <= 1<<20 && cap(data) > cap(c.loadBuf) {
+			c.loadBuf = data[:0]
+		}
+		if err != nil {
+			var nd *zodb.NoDataError
+			if errors.As(err, &nd) && nd.DeletedAt == 0 {
+				c.enc.BeginReply(id, 0)
+				c.enc.None()
+				c.enc.EndMessage()
+				return
+			}
+			c.replyError(id, err)
+			return
+		}
+		if try > 1000 {
+			// The storage publishes a commit right after its
+			// invalidations are queued; not seeing it for this long
+			// means it is stuck. Answer with what we have.
+			c.srv.logf("zeo: %s: storage %s did not publish tid %s in time", c.peer, st.name, c.out.lastInv)
+			seen = zodb.TidMax
+		}
+		if next != 0 {
+			seen = zodb.TidMax // a closed revision range never goes stale
+		}
+		c.queueReplies() // keep the order of earlier replies
+		ok := c.out.queueLoad(seen, c.srv.cfg.Marshal, func(e *wire.Encoder) {
+			n := len(e.Buf)
+			e.BeginReply(id, 0)
+			e.BeginTuple(3)
+			e.Bytes(data)
+			e.Oid8(uint64(serial))
+			if next == 0 {
+				e.None()
+			} else {
+				e.Oid8(uint64(next))
+			}
+			e.EndTuple(3)
+			e.EndMessage()
+			c.queued += len(e.Buf) - n
+		})
+		if ok {
+			return
+		}
+		if try > 100 {
+			time.Sleep(time.Millisecond)
+		} else {
+			runtime.Gosched()
+		}
+	}
+}

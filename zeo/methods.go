@@ -1,0 +1,852 @@
+package zeo
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/zodbd/zodbd/zeo/wire"
+	"github.com/zodbd/zodbd/zodb"
+)
+
+// argError is a call whose arguments have the wrong number or types. A
+// synchronous call gets a TypeError reply; a one-way call closes the
+// connection.
+type argError struct{ msg string }
+
+func (e *argError) Error() string { return e.msg }
+
+// args gives typed access to a call's positional arguments.
+type args struct {
+	name string
+	v    []wire.Value
+	err  error
+}
+
+func (a *args) fail(i int, want string) {
+	if a.err == nil {
+		got := "nothing"
+		if i < len(a.v) {
+			got = a.v[i].Kind.String()
+		}
+		a.err = &argError{fmt.Sprintf("%s() argument %d: expected %s, got %s", a.name, i+1, want, got)}
+	}
+}
+
+func (a *args) count(min, max int) bool {
+	if len(a.v) < min || len(a.v) > max {
+		if a.err == nil {
+			a.err = &argError{fmt.Sprintf("%s() takes %d to %d arguments (%d given)", a.name, min, max, len(a.v))}
+		}
+		return false
+	}
+	return true
+}
+
+func (a *args) id8(i int) uint64 {
+	if i >= len(a.v) || a.v[i].Kind != wire.Bytes || len(a.v[i].B) != 8 {
+		a.fail(i, "8 bytes")
+		return 0
+	}
+	return binary.BigEndian.Uint64(a.v[i].B)
+}
+
+func (a *args) oid(i int) zodb.Oid { return zodb.Oid(a.id8(i)) }
+func (a *args) tid(i int) zodb.Tid { return zodb.Tid(a.id8(i)) }
+
+// tidOrNone returns 0 for None.
+func (a *args) tidOrNone(i int) (zodb.Tid, bool) {
+	if i < len(a.v) && a.v[i].Kind == wire.None {
+		return 0, false
+	}
+	return a.tid(i), true
+}
+
+func (a *args) bytes(i int) []byte {
+	if i >= len(a.v) || (a.v[i].Kind != wire.Bytes && a.v[i].Kind != wire.Str) {
+		a.fail(i, "bytes")
+		return nil
+	}
+	return a.v[i].B
+}
+
+// bytesOrNone returns nil, false for None.
+func (a *args) bytesOrNone(i int) ([]byte, bool) {
+	if i < len(a.v) && a.v[i].Kind == wire.None {
+		return nil, false
+	}
+	return a.bytes(i), true
+}
+
+func (a *args) str(i int) string {
+	if i >= len(a.v) || (a.v[i].Kind != wire.Str && a.v[i].Kind != wire.Bytes) {
+		a.fail(i, "str")
+		return ""
+	}
+	return string(a.v[i].B)
+}
+
+func (a *args) int(i int) int64 {
+	if i >= len(a.v) || (a.v[i].Kind != wire.Int && a.v[i].Kind != wire.Bool) {
+		a.fail(i, "int")
+		return 0
+	}
+	return a.v[i].Int
+}
+
+func (a *args) float(i int) float64 {
+	if i >= len(a.v) {
+		a.fail(i, "float")
+		return 0
+	}
+	switch a.v[i].Kind {
+	case wire.Float:
+		return a.v[i].Float
+	case wire.Int:
+		return float64(a.v[i].Int)
+	}
+	a.fail(i, "float")
+	return 0
+}
+
+func (a *args) truth(i int) bool {
+	if i >= len(a.v) {
+		a.fail(i, "bool")
+		return false
+	}
+	return a.v[i].Truth()
+}
+
+func (a *args) value(i int) *wire.Value {
+	if i >= len(a.v) {
+		a.fail(i, "a value")
+		return &wire.Value{}
+	}
+	return &a.v[i]
+}
+
+// handle processes one message. It returns false when the connection must
+// be closed.
+func (c *conn) handle(m *wire.Message) bool {
+	if m.ID.Kind == wire.Int && m.ID.Int == -1 {
+		return true // heartbeat
+	}
+	oneway := m.Flags.Truth()
+	if m.Args.Kind != wire.Tuple && m.Args.Kind != wire.List {
+		c.srv.logf("zeo: %s: %s: arguments are a %s, not a tuple; closing", c.peer, m.Name, m.Args.Kind)
+		return false
+	}
+	a := &args{v: m.Args.Items}
+	id := &m.ID
+	if c.st == nil && string(m.Name) != "register" {
+		c.srv.logf("zeo: %s: %s called before register; closing", c.peer, m.Name)
+		return false
+	}
+	var err error
+	switch string(m.Name) {
+	case "loadBefore":
+		a.name = "loadBefore"
+		if a.count(2, 2) {
+			oid, tid := a.oid(0), a.tid(1)
+			if a.err == nil {
+				c.loadBefore(id, oid, tid)
+				return true
+			}
+		}
+	case "register":
+		a.name = "register"
+		if a.count(2, 2) {
+			err = c.register(id, a.str(0), a.truth(1), a)
+		}
+	case "get_info":
+		c.reply(id, func(e *wire.Encoder) { c.encodeInfo(e, true) })
+	case "lastTransaction":
+		last, err1 := c.st.st.LastTid(c.ctx)
+		if err = err1; err == nil {
+			c.reply(id, func(e *wire.Encoder) { e.Oid8(uint64(last)) })
+		}
+	case "ping":
+		c.reply(id, func(e *wire.Encoder) { e.None() })
+	case "getInvalidations":
+		a.name = "getInvalidations"
+		if a.count(1, 1) {
+			tid := a.tid(0)
+			if a.err == nil {
+				c.getInvalidations(id, tid)
+			}
+		}
+	case "loadSerial":
+		a.name = "loadSerial"
+		if a.count(2, 2) {
+			oid, serial := a.oid(0), a.tid(1)
+			if a.err == nil {
+				err = c.loadSerial(id, oid, serial)
+			}
+		}
+	case "getTid":
+		a.name = "getTid"
+		if a.count(1, 1) {
+			oid := a.oid(0)
+			if a.err == nil {
+				err = c.getTid(id, oid)
+			}
+		}
+	case "new_oids", "new_oid":
+		a.name = string(m.Name)
+		if a.count(0, 1) {
+			n := int64(100)
+			if len(a.v) == 1 {
+				n = a.int(0)
+			}
+			if a.err == nil {
+				err = c.newOids(id, n, a.name == "new_oid")
+			}
+		}
+	case "history":
+		a.name = "history"
+		if a.count(1, 2) {
+			oid := a.oid(0)
+			size := int64(1)
+			if len(a.v) == 2 {
+				size = a.int(1)
+			}
+			if a.err == nil {
+				err = c.history(id, oid, int(size))
+			}
+		}
+	case "server_status":
+		c.reply(id, func(e *wire.Encoder) { encodeDict(e, c.srv.status(c.st)) })
+	case "set_client_label":
+		a.name = "set_client_label"
+		if a.count(1, 1) {
+			c.label = a.str(0)
+		}
+	case "tpc_begin":
+		a.name = "tpc_begin"
+		if a.count(6, 6) {
+			err = c.tpcBegin(a)
+		}
+	case "storea":
+		a.name = "storea"
+		if a.count(4, 4) {
+			err = c.record(a.int(3), op{kind: opStore, oid: a.oid(0), serial: a.tid(1), data: clone(a.bytes(2))}, a)
+		}
+	case "deleteObject":
+		a.name = "deleteObject"
+		if a.count(3, 3) {
+			err = c.record(a.int(2), op{kind: opDelete, oid: a.oid(0), serial: a.tid(1)}, a)
+		}
+	case "checkCurrentSerialInTransaction":
+		a.name = "checkCurrentSerialInTransaction"
+		if a.count(3, 3) {
+			err = c.record(a.int(2), op{kind: opCheck, oid: a.oid(0), serial: a.tid(1)}, a)
+		}
+	case "restorea":
+		a.name = "restorea"
+		if a.count(5, 5) {
+			data, hasData := a.bytesOrNone(2)
+			if hasData && data == nil {
+				data = []byte{}
+			}
+			prev, _ := a.tidOrNone(3)
+			err = c.record(a.int(4), op{kind: opRestore, oid: a.oid(0), serial: a.tid(1), data: clone(data), prev: prev}, a)
+		}
+	case "undoa":
+		a.name = "undoa"
+		if a.count(2, 2) {
+			tid, err1 := decodeUndoID(a.bytes(0))
+			if err1 != nil && a.err == nil {
+				a.err = &argError{"undoa: " + err1.Error()}
+			}
+			err = c.record(a.int(1), op{kind: opUndo, serial: tid}, a)
+		}
+	case "vote":
+		a.name = "vote"
+		if a.count(1, 1) {
+			txnID := a.int(0)
+			if a.err == nil {
+				c.vote(id, txnID)
+			}
+		}
+	case "tpc_finish":
+		a.name = "tpc_finish"
+		if a.count(1, 1) {
+			txnID := a.int(0)
+			if a.err == nil {
+				c.tpcFinish(id, txnID)
+			}
+		}
+	case "tpc_abort":
+		a.name = "tpc_abort"
+		if a.count(1, 1) {
+			txnID := a.int(0)
+			if a.err == nil {
+				c.tpcAbort(id, txnID)
+			}
+		}
+	case "undoLog":
+		a.name = "undoLog"
+		if a.count(0, 2) {
+			first, last := int64(0), int64(-20)
+			if len(a.v) > 0 {
+				first = a.int(0)
+			}
+			if len(a.v) > 1 {
+				last = a.int(1)
+			}
+			if a.err == nil {
+				err = c.undoLog(id, int(first), int(last), nil)
+			}
+		}
+	case "undoInfo":
+		a.name = "undoInfo"
+		if a.count(0, 3) {
+			first, last := int64(0), int64(-20)
+			if len(a.v) > 0 {
+				first = a.int(0)
+			}
+			if len(a.v) > 1 {
+				last = a.int(1)
+			}
+			var spec *wire.Value
+			if len(a.v) > 2 && a.v[2].Kind == wire.Dict {
+				spec = &a.v[2]
+			}
+			if a.err == nil {
+				err = c.undoLog(id, int(first), int(last), spec)
+			}
+		}
+	case "pack":
+		a.name = "pack"
+		if a.count(1, 3) {
+			t := a.float(0)
+			wait := true
+			if len(a.v) >= 2 {
+				wait = a.truth(len(a.v) - 1)
+			}
+			if a.err == nil {
+				c.pack(id, t, wait)
+			}
+		}
+	case "iterator_start":
+		a.name = "iterator_start"
+		if a.count(2, 2) {
+			start, _ := a.tidOrNone(0)
+			stop, hasStop := a.tidOrNone(1)
+			if !hasStop {
+				stop = zodb.TidMax
+			}
+			if a.err == nil {
+				c.iteratorStart(id, start, stop)
+			}
+		}
+	case "iterator_next":
+		a.name = "iterator_next"
+		if a.count(1, 1) {
+			iid := a.int(0)
+			if a.err == nil {
+				err = c.iteratorNext(id, iid)
+			}
+		}
+	case "iterator_record_start":
+		a.name = "iterator_record_start"
+		if a.count(2, 2) {
+			iid, tid := a.int(0), a.tid(1)
+			if a.err == nil {
+				err = c.iteratorRecordStart(id, iid, tid)
+			}
+		}
+	case "iterator_record_next":
+		a.name = "iterator_record_next"
+		if a.count(1, 1) {
+			riid := a.int(0)
+			if a.err == nil {
+				err = c.iteratorRecordNext(id, riid)
+			}
+		}
+	case "iterator_gc":
+		a.name = "iterator_gc"
+		if a.count(1, 1) {
+			ids := a.value(0)
+			for i := range ids.Items {
+				if ids.Items[i].Kind == wire.Int {
+					delete(c.iters, ids.Items[i].Int)
+				}
+			}
+		}
+	case "record_iternext":
+		err = fmt.Errorf("record_iternext is not supported by this server")
+	case "sendBlob", "storeBlobStart", "storeBlobChunk", "storeBlobEnd", "storeBlobShared":
+		err = fmt.Errorf("%s: blobs are not supported by this server", m.Name)
+	default:
+		c.srv.logf("zeo: %s: unknown method %q; closing", c.peer, m.Name)
+		return false
+	}
+	if err == nil && a.err != nil {
+		err = a.err
+	}
+	if err != nil {
+		if oneway {
+			c.srv.logf("zeo: %s: one-way call %s failed: %v; closing (a one-way call has no reply to carry the error)", c.peer, m.Name, err)
+			return false
+		}
+		c.replyError(id, err)
+	}
+	return true
+}
+
+// reply writes a normal reply whose value body writes.
+func (c *conn) reply(id *wire.Value, body func(e *wire.Encoder)) {
+	c.enc.BeginReply(id, 0)
+	body(&c.enc)
+	c.enc.EndMessage()
+}
+
+func (c *conn) register(id *wire.Value, name string, readOnly bool, a *args) error {
+	if a.err != nil {
+		return a.err
+	}
+	if c.st != nil {
+		return &pyError{"builtins.ValueError", "Already registered"}
+	}
+	st := c.srv.storages[name]
+	if st == nil {
+		return &pyError{"builtins.ValueError", fmt.Sprintf("unknown storage: %s", name)}
+	}
+	if !readOnly && st.readOnly {
+		return zodb.ErrReadOnly
+	}
+	c.st = st
+	c.readOnly = readOnly || st.readOnly
+	c.iters = make(map[int64]*iterState)
+	// Register before reading the last tid: a commit that finishes in
+	// between sends us its invalidation, which the client ignores if it
+	// is not after the tid we return.
+	st.register(c)
+	last, err := st.st.LastTid(c.ctx)
+	if err != nil {
+		return err
+	}
+	c.reply(id, func(e *wire.Encoder) { e.Oid8(uint64(last)) })
+	return nil
+}
+
+// encodeInfo writes get_info's dict (or info's, with fewer keys).
+func (c *conn) encodeInfo(e *wire.Encoder, full bool) {
+	st := c.st
+	length, size := storageSize(st.st)
+	n := 2
+	if full {
+		n = 6
+	}
+	e.BeginDict(n)
+	e.Str("length")
+	e.Int(int64(length))
+	e.Str("size")
+	e.Int(size)
+	if full {
+		e.Str("name")
+		e.Str(st.st.URL())
+		e.Str("supportsUndo")
+		e.Bool(st.undoer != nil)
+		e.Str("supports_record_iternext")
+		e.Bool(false)
+		e.Str("interfaces")
+		ifaces := [][2]string{}
+		if st.ws != nil {
+			ifaces = append(ifaces, [2]string{"ZODB.interfaces", "IStorageRestoreable"})
+		}
+		ifaces = append(ifaces, [2]string{"ZODB.interfaces", "IStorageIteration"})
+		if st.undoer != nil {
+			ifaces = append(ifaces, [2]string{"ZODB.interfaces", "IStorageUndoable"})
+		}
+		ifaces = append(ifaces, [2]string{"ZODB.interfaces", "IStorage"}, [2]string{"zope.interface", "Interface"})
+		e.BeginTuple(len(ifaces))
+		for _, i := range ifaces {
+			e.BeginTuple(2)
+			e.Str(i[0])
+			e.Str(i[1])
+			e.EndTuple(2)
+		}
+		e.EndTuple(len(ifaces))
+	}
+	e.EndDict(n)
+}
+
+// storageSize returns the number of objects and the size in bytes, for
+// storages that can tell (FileStorage's Len and End).
+func storageSize(s zodb.Storage) (length int, size int64) {
+	if l, ok := s.(interface{ Len() int }); ok {
+		length = l.Len()
+	}
+	if e, ok := s.(interface{ End() int64 }); ok {
+		size = e.End()
+	}
+	return
+}
+
+func (c *conn) getInvalidations(id *wire.Value, tid zodb.Tid) {
+	last, oids, ok := c.st.invalidationsSince(tid)
+	c.reply(id, func(e *wire.Encoder) {
+		if !ok {
+			e.None()
+			return
+		}
+		e.BeginTuple(2)
+		e.Oid8(uint64(last))
+		e.BeginList(len(oids))
+		for _, oid := range oids {
+			e.Oid8(uint64(oid))
+		}
+		e.EndList(len(oids))
+		e.EndTuple(2)
+	})
+}
+
+func (c *conn) loadSerial(id *wire.Value, oid zodb.Oid, serial zodb.Tid) error {
+	c.loads.Add(1)
+	data, got, err := c.st.st.Load(c.ctx, zodb.Xid{Oid: oid, At: serial})
+	if err != nil {
+		return err
+	}
+	if got != serial {
+		return &pyError{"ZODB.POSException.POSKeyError", oidBytes(oid)}
+	}
+	c.reply(id, func(e *wire.Encoder) { e.Bytes(data) })
+	return nil
+}
+
+func (c *conn) getTid(id *wire.Value, oid zodb.Oid) error {
+	_, serial, err := c.st.st.Load(c.ctx, zodb.Xid{Oid: oid, At: zodb.TidMax})
+	if err != nil {
+		return err
+	}
+	c.reply(id, func(e *wire.Encoder) { e.Oid8(uint64(serial)) })
+	return nil
+}
+
+func (c *conn) newOids(id *wire.Value, n int64, one bool) error {
+	if c.readOnly {
+		return zodb.ErrReadOnly
+	}
+	n = min(max(n, 1), 100)
+	if one {
+		n = 1
+	}
+	oids, err := c.st.ws.NewOids(c.ctx, int(n))
+	if err != nil {
+		return err
+	}
+	c.reply(id, func(e *wire.Encoder) {
+		if one {
+			e.Oid8(uint64(oids[0]))
+			return
+		}
+		e.BeginList(len(oids))
+		for _, oid := range oids {
+			e.Oid8(uint64(oid))
+		}
+		e.EndList(len(oids))
+	})
+	return nil
+}
+
+func (c *conn) history(id *wire.Value, oid zodb.Oid, size int) error {
+	hist, err := c.st.st.History(c.ctx, oid, max(size, 1))
+	if err != nil {
+		return err
+	}
+	c.reply(id, func(e *wire.Encoder) {
+		e.BeginList(len(hist))
+		for i := range hist {
+			h := &hist[i]
+			ext := decodeExtension(h.Extension)
+			n := 5 + ext.Len()
+			e.BeginDict(n)
+			e.Str("time")
+			e.Float(tidTime(h.Tid))
+			e.Str("user_name")
+			e.Bytes(h.User)
+			e.Str("description")
+			e.Bytes(h.Description)
+			e.Str("tid")
+			e.Oid8(uint64(h.Tid))
+			e.Str("size")
+			e.Int(int64(h.Size))
+			for j := range ext.Items {
+				e.Value(&ext.Items[j])
+			}
+			e.EndDict(n)
+		}
+		e.EndList(len(hist))
+	})
+	return nil
+}
+
+// tidTime is ZODB's TimeStamp(tid).timeTime(): seconds since the epoch.
+func tidTime(tid zodb.Tid) float64 {
+	t := tid.Time()
+	return float64(t.Unix()) + float64(t.Nanosecond())/1e9
+}
+
+// decodeExtension decodes a stored (pickled) extension dict; an empty or
+// undecodable one gives an empty dict.
+func decodeExtension(b []byte) wire.Value {
+	if len(b) == 0 {
+		return wire.Value{Kind: wire.Dict}
+	}
+	v, err := wire.NewDecoder(wire.Pickle).Decode(b)
+	if err != nil || v.Kind != wire.Dict {
+		return wire.Value{Kind: wire.Dict}
+	}
+	return v
+}
+
+// encodeExtension pickles an extension dict as ZODB stores it (protocol
+// 3); an empty dict is stored as no bytes.
+func encodeExtension(v *wire.Value) []byte {
+	if v == nil || v.Kind != wire.Dict || len(v.Items) == 0 {
+		return nil
+	}
+	e := wire.Encoder{M: wire.Pickle}
+	e.BeginFrame()
+	e.Value(v)
+	e.EndFrame()
+	return e.Buf[4:]
+}
+
+// encodeUndoID makes FileStorage's undo id: base64 of the tid, without the
+// trailing newline.
+func encodeUndoID(tid zodb.Tid) []byte {
+	b := tid.Bytes()
+	return []byte(base64.StdEncoding.EncodeToString(b[:]))
+}
+
+func decodeUndoID(id []byte) (zodb.Tid, error) {
+	b, err := base64.StdEncoding.DecodeString(string(id))
+	if err != nil || len(b) != 8 {
+		return 0, fmt.Errorf("bad undo id %q", id)
+	}
+	return zodb.Tid(binary.BigEndian.Uint64(b)), nil
+}
+
+func (c *conn) undoLog(id *wire.Value, first, last int, spec *wire.Value) error {
+	if c.st.undoer == nil {
+		c.reply(id, func(e *wire.Encoder) { e.BeginTuple(0); e.EndTuple(0) })
+		return nil
+	}
+	if last < 0 {
+		last = first - last
+	}
+	var entries []zodb.UndoEntry
+	var err error
+	if spec == nil || len(spec.Items) == 0 {
+		entries, err = c.st.undoer.UndoLog(c.ctx, first, last)
+	} else {
+		var all []zodb.UndoEntry
+		all, err = c.st.undoer.UndoLog(c.ctx, 0, math.MaxInt32)
+		matched := 0
+		for _, u := range all {
+			if !undoMatches(&u, spec) {
+				continue
+			}
+			if matched >= first && matched < last {
+				entries = append(entries, u)
+			}
+			matched++
+		}
+	}
+	if err != nil {
+		return err
+	}
+	c.reply(id, func(e *wire.Encoder) {
+		e.BeginList(len(entries))
+		for i := range entries {
+			encodeUndoEntry(e, &entries[i])
+		}
+		e.EndList(len(entries))
+	})
+	return nil
+}
+
+func encodeUndoEntry(e *wire.Encoder, u *zodb.UndoEntry) {
+	ext := decodeExtension(u.Extension)
+	n := 5 + ext.Len()
+	e.BeginDict(n)
+	e.Str("id")
+	e.Bytes(encodeUndoID(u.Tid))
+	e.Str("time")
+	e.Float(tidTime(u.Tid))
+	e.Str("user_name")
+	e.Bytes(u.User)
+	e.Str("description")
+	e.Bytes(u.Description)
+	e.Str("size")
+	e.Int(u.Size)
+	for j := range ext.Items {
+		e.Value(&ext.Items[j])
+	}
+	e.EndDict(n)
+}
+
+// undoMatches applies an undoInfo specification: every key of spec must
+// have an equal value in the entry (user_name, description, or an
+// extension key).
+func undoMatches(u *zodb.UndoEntry, spec *wire.Value) bool {
+	ext := decodeExtension(u.Extension)
+	for i := 0; i+1 < len(spec.Items); i += 2 {
+		k, want := string(spec.Items[i].B), &spec.Items[i+1]
+		var got []byte
+		switch k {
+		case "user_name":
+			got = u.User
+		case "description":
+			got = u.Description
+		default:
+			found := false
+			for j := 0; j+1 < len(ext.Items); j += 2 {
+				if string(ext.Items[j].B) == k {
+					if ext.Items[j+1].String() != want.String() {
+						return false
+					}
+					found = true
+				}
+			}
+			if !found {
+				return false
+			}
+			continue
+		}
+		if string(got) != string(want.B) {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *conn) pack(id *wire.Value, t float64, wait bool) {
+	p := c.st.packer
+	if p == nil {
+		c.replyError(id, &pyError{"ZODB.POSException.StorageError", "this storage cannot be packed"})
+		return
+	}
+	at := zodb.TidFromUnix(t)
+	run := func() error {
+		err := p.Pack(c.srv.packContext(), at, true)
+		if err != nil {
+			c.srv.logf("zeo: pack of storage %s to %s failed: %v", c.st.name, at, err)
+			return err
+		}
+		c.st.afterPack()
+		return nil
+	}
+	if !wait {
+		go run()
+		c.reply(id, func(e *wire.Encoder) { e.None() })
+		return
+	}
+	idc := cloneValue(id)
+	go func() {
+		err := run()
+		e := wire.Encoder{M: c.srv.cfg.Marshal}
+		if err != nil {
+			encodeError(&e, &idc, err)
+		} else {
+			e.BeginReply(&idc, 0)
+			e.None()
+			e.EndMessage()
+		}
+		c.out.sendAsync(e.Buf)
+	}()
+}
+
+// status is server_status's dict for storage st.
+func (s *Server) status(st *storage) map[string]interface{} {
+	var loads, stores, conns int64
+	s.mu.Lock()
+	for c := range s.conns {
+		if c.st == st {
+			loads += c.loads.Load()
+			stores += c.stores.Load()
+			conns++
+		}
+	}
+	s.mu.Unlock()
+	st.mu.Lock()
+	stats := st.stats
+	last := st.lastTid
+	st.mu.Unlock()
+	var lockTime interface{}
+	if stats.lockSince != 0 {
+		lockTime = float64(stats.lockSince) / 1e9
+	}
+	timeout := interface{}("stub")
+	if s.cfg.TransactionTimeout > 0 {
+		timeout = true
+	}
+	return map[string]interface{}{
+		"start":                   s.start.Format(time.ANSIC),
+		"loads":                   loads,
+		"stores":                  stores,
+		"commits":                 stats.commits,
+		"aborts":                  stats.aborts,
+		"active_txns":             int64(0),
+		"conflicts":               stats.conflicts,
+		"conflicts_resolved":      int64(0),
+		"connections":             conns,
+		"waiting":                 stats.waiting,
+		"lock_time":               lockTime,
+		"timeout-thread-is-alive": timeout,
+		"last-transaction":        last.String(),
+	}
+}
+
+// encodeDict writes a map of plain Go values (server_status).
+func encodeDict(e *wire.Encoder, m map[string]interface{}) {
+	e.BeginDict(len(m))
+	for k, v := range m {
+		e.Str(k)
+		switch v := v.(type) {
+		case nil:
+			e.None()
+		case bool:
+			e.Bool(v)
+		case int64:
+			e.Int(v)
+		case float64:
+			e.Float(v)
+		case string:
+			e.Str(v)
+		default:
+			e.Str(fmt.Sprint(v))
+		}
+	}
+	e.EndDict(len(m))
+}
+
+func clone(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append(make([]byte, 0, len(b)), b...)
+}
+
+// cloneValue deep-copies v out of the decoder's buffers.
+func cloneValue(v *wire.Value) wire.Value {
+	w := *v
+	w.B = clone(v.B)
+	if v.Items != nil {
+		w.Items = make([]wire.Value, len(v.Items))
+		for i := range v.Items {
+			w.Items[i] = cloneValue(&v.Items[i])
+		}
+	}
+	return w
+}
+
+func oidBytes(oid zodb.Oid) []byte {
+	b := oid.Bytes()
+	return b[:]
+}

@@ -1,0 +1,226 @@
+// Package zeo is a ZEO 5 server: the protocol ZODB's ClientStorage (PyPI
+// ZEO 5.x and 6.x) speaks, served from any zodb.Storage.
+//
+// The server is a drop-in replacement for ZEO's runzeo: the stock Python
+// client connects to it unchanged, with the pickle ("Z5") or msgpack ("M5")
+// marshalling. ../docs/zeo-server.md describes what it implements and how it
+// differs from the reference.
+//
+// Concurrency: every connection has a goroutine that reads, decodes and
+// answers its requests in order; loads are answered inline (an index lookup
+// and a pread), so connections are served in parallel on all cores and
+// nothing is shared between them on the load path. Replies are collected in
+// a per-connection buffer and written with one write when no further
+// request is already waiting in the read buffer, so a pipelining client gets
+// its replies coalesced. Calls that wait (vote for the commit lock, finish
+// for the fsync, pack) run on their own goroutine and reply when done, so a
+// connection keeps serving its loads meanwhile.
+package zeo
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/zodbd/zodbd/zeo/wire"
+	"github.com/zodbd/zodbd/zodb"
+)
+
+// StorageConfig is one storage a server offers.
+type StorageConfig struct {
+	// Name is what clients pass to register ("1" by default in ZEO).
+	Name string
+	// Storage is the storage. For commits it must implement
+	// zodb.WriteStorage; for loadBefore's end_tid, zodb.BeforeLoader (if it
+	// does not, end_tid is always None and clients cache less).
+	Storage zodb.Storage
+	// ReadOnly refuses writes even if Storage accepts them.
+	ReadOnly bool
+}
+
+// Config configures a Server.
+type Config struct {
+	Storages []StorageConfig
+	// ReadOnly makes every storage read-only (runzeo's <zeo> read-only).
+	ReadOnly bool
+	// Marshal is the marshalling announced to clients: wire.Pickle (Z5,
+	// the default) or wire.Msgpack (M5).
+	Marshal wire.Marshal
+	// InvalidationQueueSize is how many recent transactions are kept to
+	// answer getInvalidations (default 100).
+	InvalidationQueueSize int
+	// TransactionTimeout, when not 0, is how long a client may hold the
+	// commit lock (from vote to finish); past it its connection is closed,
+	// which aborts its transaction.
+	TransactionTimeout time.Duration
+	// MaxFrame limits the size of a received frame (default
+	// wire.DefaultMaxFrame). A bigger frame closes the connection.
+	MaxFrame int
+	// TLS, when not nil, wraps every connection in TLS.
+	TLS *tls.Config
+	// Logf receives the server's log lines; nil means log.Printf.
+	Logf func(format string, args ...interface{})
+}
+
+// Server serves ZEO clients.
+type Server struct {
+	cfg      Config
+	logf     func(format string, args ...interface{})
+	storages map[string]*storage
+	start    time.Time
+
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	conns     map[*conn]struct{}
+	closed    bool
+	wg        sync.WaitGroup
+
+	packCtx    context.Context
+	packCancel context.CancelFunc
+}
+
+// NewServer returns a server for cfg. It does not listen yet.
+func NewServer(cfg Config) (*Server, error) {
+	if len(cfg.Storages) == 0 {
+		return nil, errors.New("zeo: no storage configured")
+	}
+	if cfg.Marshal == 0 {
+		cfg.Marshal = wire.Pickle
+	}
+	if cfg.Marshal != wire.Pickle && cfg.Marshal != wire.Msgpack {
+		return nil, fmt.Errorf("zeo: unknown marshalling %v", cfg.Marshal)
+	}
+	if cfg.InvalidationQueueSize <= 0 {
+		cfg.InvalidationQueueSize = 100
+	}
+	if cfg.MaxFrame <= 0 {
+		cfg.MaxFrame = wire.DefaultMaxFrame
+	}
+	s := &Server{
+		cfg:       cfg,
+		logf:      cfg.Logf,
+		storages:  make(map[string]*storage),
+		start:     time.Now(),
+		listeners: make(map[net.Listener]struct{}),
+		conns:     make(map[*conn]struct{}),
+	}
+	if s.logf == nil {
+		s.logf = log.Printf
+	}
+	for _, sc := range cfg.Storages {
+		if _, dup := s.storages[sc.Name]; dup {
+			return nil, fmt.Errorf("zeo: storage %q configured twice", sc.Name)
+		}
+		st, err := newStorage(s, sc)
+		if err != nil {
+			return nil, err
+		}
+		s.storages[sc.Name] = st
+	}
+	return s, nil
+}
+
+// Serve accepts connections on ln until Close. It returns nil after Close.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		ln.Close()
+		return nil
+	}
+	s.listeners[ln] = struct{}{}
+	s.mu.Unlock()
+	var delay time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			if closed {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, errTooManyFiles) {
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				s.logf("zeo: accept: %v; retrying in %v", err, delay)
+				time.Sleep(delay)
+				continue
+			}
+			return err
+		}
+		delay = 0
+		if tc, ok := nc.(*net.TCPConn); ok {
+			tc.SetNoDelay(true)
+		}
+		if s.cfg.TLS != nil {
+			nc = tls.Server(nc, s.cfg.TLS)
+		}
+		c := newConn(s, nc)
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			nc.Close()
+			return nil
+		}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.wg.Done()
+			c.serve()
+			s.mu.Lock()
+			delete(s.conns, c)
+			s.mu.Unlock()
+		}()
+	}
+}
+
+// Close stops accepting, closes every connection (aborting their open
+// transactions and releasing the commit lock) and waits for the connection
+// goroutines to finish. It does not close the storages.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	if s.packCancel != nil {
+		s.packCancel()
+	}
+	for ln := range s.listeners {
+		ln.Close()
+	}
+	for c := range s.conns {
+		c.nc.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}
+
+// Shutdown is Close that gives connections until ctx is done to finish the
+// commits they are in the middle of (finish waiting for its fsync).
+func (s *Server) Shutdown(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { s.Close(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// packContext is the context packs run under: they outlive the connection
+// that asked for them (pack(wait=False)) and end with the server.
+func (s *Server) packContext() context.Context {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.packCtx == nil {
+		s.packCtx, s.packCancel = context.WithCancel(context.Background())
+	}
+	return s.packCtx
+}

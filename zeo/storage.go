@@ -1,0 +1,194 @@
+package zeo
+
+import (
+	"context"
+	"sync"
+	"syscall"
+
+	"github.com/zodbd/zodbd/zeo/wire"
+	"github.com/zodbd/zodbd/zodb"
+)
+
+var errTooManyFiles = syscall.EMFILE
+
+// storage is the server-side state of one served storage: the connections
+// registered on it (to send them invalidations) and the recent
+// invalidations. Its mutex is taken on register, disconnect and commit,
+// never on a load.
+type storage struct {
+	srv      *Server
+	name     string
+	st       zodb.Storage
+	ws       zodb.WriteStorage // nil if the storage cannot be written
+	bl       zodb.BeforeLoader // nil if the storage cannot tell end_tid
+	al       zodb.AppendLoader // nil if the storage cannot load without allocating
+	undoer   zodb.Undoer       // nil if the storage cannot undo
+	packer   zodb.Packer       // nil if the storage cannot pack
+	readOnly bool
+
+	mu      sync.Mutex
+	conns   map[*conn]struct{}
+	invq    []invalidation // ring of the last invalidation-queue-size commits
+	invHead int            // index of the oldest entry when the ring is full
+	// lastTid is the tid of the last commit seen by onCommit (or the
+	// storage's last tid at start).
+	lastTid zodb.Tid
+	// pending counts the transactions waiting at vote; updated by the
+	// voting goroutines for server_status only.
+	stats storageStats
+}
+
+type invalidation struct {
+	tid  zodb.Tid
+	oids []zodb.Oid
+}
+
+// storageStats are the counters of server_status that are not
+// per-connection.
+type storageStats struct {
+	commits, aborts, conflicts int64
+	waiting                    int64
+	lockSince                  int64 // unix nanos when the lock was last taken by a voter, 0 if free
+}
+
+func newStorage(s *Server, sc StorageConfig) (*storage, error) {
+	st := &storage{
+		srv:      s,
+		name:     sc.Name,
+		st:       sc.Storage,
+		readOnly: sc.ReadOnly || s.cfg.ReadOnly,
+		conns:    make(map[*conn]struct{}),
+	}
+	st.ws, _ = sc.Storage.(zodb.WriteStorage)
+	st.bl, _ = sc.Storage.(zodb.BeforeLoader)
+	st.al, _ = sc.Storage.(zodb.AppendLoader)
+	st.undoer, _ = sc.Storage.(zodb.Undoer)
+	st.packer, _ = sc.Storage.(zodb.Packer)
+	if st.ws == nil {
+		st.readOnly = true
+	}
+	last, err := sc.Storage.LastTid(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	st.lastTid = last
+	return st, nil
+}
+
+func (st *storage) register(c *conn) {
+	st.mu.Lock()
+	st.conns[c] = struct{}{}
+	st.mu.Unlock()
+}
+
+func (st *storage) unregister(c *conn) {
+	st.mu.Lock()
+	delete(st.conns, c)
+	st.mu.Unlock()
+}
+
+func (st *storage) numConns() int {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return len(st.conns)
+}
+
+// committed is the onCommit callback of a transaction committed by conn
+// from: it queues invalidateTransaction(tid, oids) on every other
+// connection of the storage and records the invalidation. The storage calls
+// it in commit order, before the transaction becomes visible to loads, so
+// a client always gets the invalidation before any reply that shows the
+// new state.
+func (st *storage) committed(from *conn, tid zodb.Tid, oids []zodb.Oid) {
+	// All connections of a server use the same marshalling: encode once.
+	e := wire.Encoder{M: st.srv.cfg.Marshal, Buf: make([]byte, 0, 64+12*len(oids))}
+	e.BeginCall("invalidateTransaction")
+	e.BeginTuple(2)
+	e.Oid8(uint64(tid))
+	e.BeginList(len(oids))
+	for _, oid := range oids {
+		e.Oid8(uint64(oid))
+	}
+	e.EndList(len(oids))
+	e.EndTuple(2)
+	e.EndMessage()
+	frame := e.Buf
+
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for c := range st.conns {
+		if c != from {
+			c.out.invalidate(frame, tid)
+		}
+	}
+	inv := invalidation{tid, append([]zodb.Oid(nil), oids...)}
+	max := st.srv.cfg.InvalidationQueueSize
+	if len(st.invq) < max {
+		st.invq = append(st.invq, inv)
+	} else {
+		st.invq[st.invHead] = inv
+		st.invHead = (st.invHead + 1) % max
+	}
+	st.lastTid = tid
+	st.stats.commits++
+}
+
+// invalidationsSince answers getInvalidations(tid): the last tid and every
+// oid changed after tid, or ok=false when tid is older than what the queue
+// remembers (the client must then drop its cache).
+func (st *storage) invalidationsSince(tid zodb.Tid) (last zodb.Tid, oids []zodb.Oid, ok bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	last = st.lastTid
+	if tid >= last {
+		return last, nil, true
+	}
+	n := len(st.invq)
+	if n == 0 {
+		return 0, nil, false
+	}
+	oldest := st.invq[st.invHead%n]
+	// The queue covers (tid, last] only if the commit right after tid is
+	// in it: tid must be at least the tid just before the oldest entry,
+	// which the queue does not know; be strict and require tid to be one
+	// of the queued tids or later.
+	if tid < oldest.tid {
+		return 0, nil, false
+	}
+	seen := make(map[zodb.Oid]struct{})
+	for i := 0; i < n; i++ {
+		inv := st.invq[(st.invHead+i)%n]
+		if inv.tid <= tid {
+			continue
+		}
+		for _, oid := range inv.oids {
+			if _, dup := seen[oid]; !dup {
+				seen[oid] = struct{}{}
+				oids = append(oids, oid)
+			}
+		}
+	}
+	return last, oids, true
+}
+
+// afterPack tells every client of the storage its new size, as the
+// reference does after a pack.
+func (st *storage) afterPack() {
+	length, size := storageSize(st.st)
+	e := wire.Encoder{M: st.srv.cfg.Marshal}
+	e.BeginCall("info")
+	e.BeginTuple(1)
+	e.BeginDict(2)
+	e.Str("length")
+	e.Int(int64(length))
+	e.Str("size")
+	e.Int(size)
+	e.EndDict(2)
+	e.EndTuple(1)
+	e.EndMessage()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for c := range st.conns {
+		c.out.sendAsync(e.Buf)
+	}
+}

@@ -1,0 +1,371 @@
+package zeo
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/zodbd/zodbd/zeo/wire"
+	"github.com/zodbd/zodbd/zodb"
+)
+
+// A connection's transaction, as ZEO's server keeps it: tpc_begin and the
+// one-way store calls only record operations; vote replays them into a
+// storage transaction (which takes the commit lock and assigns the tid);
+// tpc_finish commits it.
+
+type opKind uint8
+
+const (
+	opStore opKind = iota
+	opDelete
+	opCheck
+	opRestore
+	opUndo
+)
+
+// op is one recorded operation. For opUndo, serial is the undone tid.
+type op struct {
+	kind   opKind
+	oid    zodb.Oid
+	serial zodb.Tid
+	data   []byte
+	prev   zodb.Tid
+}
+
+type ztxn struct {
+	id   int64
+	meta zodb.TxnMeta
+	ops  []op
+
+	voting    bool               // a vote goroutine is running
+	cancel    context.CancelFunc // cancels the running vote
+	done      chan struct{}      // closed when the running vote ends
+	stxn      zodb.Txn           // the voted storage transaction
+	timer     *time.Timer        // transaction-timeout, from vote to finish
+	finishing bool
+}
+
+func (c *conn) tpcBegin(a *args) error {
+	txnID := a.int(0)
+	user := a.bytes(1)
+	desc := a.bytes(2)
+	ext := a.value(3)
+	tid, hasTid := a.tidOrNone(4)
+	status := a.str(5)
+	if a.err != nil {
+		return a.err
+	}
+	if c.readOnly {
+		return zodb.ErrReadOnly
+	}
+	c.txmu.Lock()
+	defer c.txmu.Unlock()
+	if c.txn != nil {
+		if c.txn.id == txnID {
+			return nil // duplicate tpc_begin: ignored, as the reference does
+		}
+		return &pyError{"ZODB.POSException.StorageTransactionError", "multiple simultaneous tpc_begin requests from the same client"}
+	}
+	meta := zodb.TxnMeta{User: clone(user), Description: clone(desc), Extension: encodeExtension(ext)}
+	if hasTid {
+		meta.Tid = tid
+	}
+	if status == "p" {
+		meta.Status = zodb.TxnPacked
+	}
+	c.txn = &ztxn{id: txnID, meta: meta}
+	return nil
+}
+
+// record appends an operation to the connection's transaction txnID.
+func (c *conn) record(txnID int64, o op, a *args) error {
+	if a.err != nil {
+		return a.err
+	}
+	c.txmu.Lock()
+	defer c.txmu.Unlock()
+	t := c.txn
+	if t == nil || t.id != txnID {
+		return &pyError{"ZODB.POSException.StorageTransactionError", "invalid transaction id"}
+	}
+	if t.voting || t.stxn != nil {
+		return &pyError{"ZODB.POSException.StorageTransactionError", "operation after vote"}
+	}
+	if o.kind == opStore {
+		c.stores.Add(1)
+	}
+	t.ops = append(t.ops, o)
+	return nil
+}
+
+// vote starts the vote of transaction txnID on its own goroutine: waiting
+// for the commit lock must not stop the connection's loads.
+func (c *conn) vote(id *wire.Value, txnID int64) {
+	c.txmu.Lock()
+	t := c.txn
+	if t == nil || t.id != txnID {
+		c.txmu.Unlock()
+		c.replyError(id, &pyError{"ZODB.POSException.StorageTransactionError", "vote: invalid transaction id"})
+		return
+	}
+	if t.voting || t.stxn != nil {
+		c.txmu.Unlock()
+		c.replyError(id, &pyError{"ZODB.POSException.StorageTransactionError", "vote: already voting"})
+		return
+	}
+	ctx, cancel := context.WithCancel(c.ctx)
+	t.voting, t.cancel, t.done = true, cancel, make(chan struct{})
+	c.txmu.Unlock()
+
+	idc := cloneValue(id)
+	st := c.st
+	go func() {
+		defer close(t.done)
+		defer cancel()
+		st.addWaiting(1)
+		stxn, undone, err := c.replay(ctx, t)
+		st.addWaiting(-1)
+
+		e := wire.Encoder{M: c.srv.cfg.Marshal}
+		var conflicts zodb.ConflictErrors
+		c.txmu.Lock()
+		t.voting = false
+		switch {
+		case err == nil:
+			t.stxn = stxn
+			st.lockTaken()
+			if d := c.srv.cfg.TransactionTimeout; d > 0 {
+				t.timer = time.AfterFunc(d, func() { c.txnTimeout(t) })
+			}
+			e.BeginReply(&idc, 0)
+			e.BeginList(len(undone))
+			for _, oid := range undone {
+				e.Oid8(uint64(oid))
+			}
+			e.EndList(len(undone))
+			e.EndMessage()
+		case errors.As(err, &conflicts):
+			// Client-side conflict resolution: return the conflicts with
+			// the client's data; the transaction stays open so that the
+			// client can store resolved data and vote again.
+			st.addConflicts(int64(len(conflicts)))
+			e.BeginReply(&idc, 0)
+			e.BeginList(len(conflicts))
+			for _, ce := range conflicts {
+				e.BeginDict(3)
+				e.Str("oid")
+				e.Oid8(uint64(ce.Oid))
+				e.Str("serials")
+				e.BeginTuple(2)
+				e.Oid8(uint64(ce.Committed))
+				e.Oid8(uint64(ce.Serial))
+				e.EndTuple(2)
+				e.Str("data")
+				e.Bytes(lastStoreData(t.ops, ce.Oid))
+				e.EndDict(3)
+			}
+			e.EndList(len(conflicts))
+			e.EndMessage()
+		default:
+			var ce *zodb.ConflictError
+			if errors.As(err, &ce) {
+				st.addConflicts(1)
+			}
+			if c.txn == t {
+				c.txn = nil
+			}
+			encodeError(&e, &idc, err)
+		}
+		c.txmu.Unlock()
+		c.out.sendAsync(e.Buf)
+	}()
+}
+
+// replay begins a storage transaction, replays t's operations into it and
+// votes. On error the storage transaction is aborted.
+func (c *conn) replay(ctx context.Context, t *ztxn) (zodb.Txn, []zodb.Oid, error) {
+	ws := c.st.ws
+	if ws == nil {
+		return nil, nil, zodb.ErrReadOnly
+	}
+	stxn, err := ws.Begin(ctx, t.meta)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i := range t.ops {
+		o := &t.ops[i]
+		switch o.kind {
+		case opStore:
+			err = stxn.Store(o.oid, o.serial, o.data)
+		case opDelete:
+			err = stxn.Delete(o.oid, o.serial)
+		case opCheck:
+			err = stxn.CheckCurrentSerial(o.oid, o.serial)
+		case opRestore:
+			err = stxn.Restore(o.oid, o.data, o.prev)
+		case opUndo:
+			err = stxn.Undo(o.serial)
+		}
+		if err != nil {
+			stxn.Abort()
+			return nil, nil, err
+		}
+	}
+	undone, err := stxn.Vote(ctx)
+	if err != nil {
+		stxn.Abort()
+		return nil, nil, err
+	}
+	return stxn, undone, nil
+}
+
+// lastStoreData returns the data of the last store of oid in ops.
+func lastStoreData(ops []op, oid zodb.Oid) []byte {
+	for i := len(ops) - 1; i >= 0; i-- {
+		if ops[i].oid == oid && (ops[i].kind == opStore || ops[i].kind == opDelete) {
+			return ops[i].data
+		}
+	}
+	return nil
+}
+
+// tpcFinish commits the voted transaction on its own goroutine (it waits
+// for the fsync), then sends info and the reply.
+func (c *conn) tpcFinish(id *wire.Value, txnID int64) {
+	c.txmu.Lock()
+	t := c.txn
+	if t == nil || t.id != txnID || t.finishing {
+		c.txmu.Unlock()
+		c.reply(id, func(e *wire.Encoder) { e.None() })
+		return
+	}
+	if t.stxn == nil {
+		c.txmu.Unlock()
+		c.replyError(id, &pyError{"builtins.AssertionError", "tpc_finish without a successful vote"})
+		return
+	}
+	t.finishing = true
+	if t.timer != nil {
+		t.timer.Stop()
+	}
+	c.txmu.Unlock()
+
+	idc := cloneValue(id)
+	st := c.st
+	go func() {
+		// A finish is not cancelled by a disconnect: once voted, the
+		// transaction is committed as soon as possible.
+		tid, err := t.stxn.Finish(context.Background(), func(tid zodb.Tid, oids []zodb.Oid) {
+			st.committed(c, tid, oids)
+		})
+		st.lockReleased()
+		c.txmu.Lock()
+		if c.txn == t {
+			c.txn = nil
+		}
+		c.txmu.Unlock()
+		e := wire.Encoder{M: c.srv.cfg.Marshal}
+		if err != nil {
+			c.srv.logf("zeo: %s: tpc_finish failed: %v", c.peer, err)
+			encodeError(&e, &idc, err)
+		} else {
+			e.BeginCall("info")
+			e.BeginTuple(1)
+			c.encodeInfo(&e, false)
+			e.EndTuple(1)
+			e.EndMessage()
+			e.BeginReply(&idc, 0)
+			e.Oid8(uint64(tid))
+			e.EndMessage()
+		}
+		c.out.sendAsync(e.Buf)
+	}()
+}
+
+func (c *conn) tpcAbort(id *wire.Value, txnID int64) {
+	c.txmu.Lock()
+	t := c.txn
+	ok := t != nil && t.id == txnID && !t.finishing
+	c.txmu.Unlock()
+	if ok {
+		c.abortTxn()
+	}
+	c.reply(id, func(e *wire.Encoder) { e.None() })
+}
+
+// abortTxn aborts the connection's open transaction, if any: it cancels a
+// vote in progress and aborts a voted storage transaction (releasing the
+// commit lock). A transaction being finished is left to finish.
+func (c *conn) abortTxn() {
+	c.txmu.Lock()
+	t := c.txn
+	if t == nil || t.finishing {
+		c.txmu.Unlock()
+		return
+	}
+	if t.voting {
+		t.cancel()
+		done := t.done
+		c.txmu.Unlock()
+		<-done
+		c.txmu.Lock()
+	}
+	if t.timer != nil {
+		t.timer.Stop()
+	}
+	if t.stxn != nil && !t.finishing {
+		t.stxn.Abort()
+		t.stxn = nil
+		c.st.lockReleased()
+	}
+	if c.txn == t {
+		c.txn = nil
+	}
+	c.txmu.Unlock()
+	c.st.addAborts(1)
+}
+
+// txnTimeout closes a connection that held the commit lock for longer than
+// the transaction timeout; closing aborts its transaction.
+func (c *conn) txnTimeout(t *ztxn) {
+	c.txmu.Lock()
+	still := c.txn == t && t.stxn != nil && !t.finishing
+	c.txmu.Unlock()
+	if still {
+		c.srv.logf("zeo: CRITICAL: %s: transaction timeout (%v) exceeded holding the commit lock of storage %s; closing the connection", c.peer, c.srv.cfg.TransactionTimeout, c.st.name)
+		c.nc.Close()
+	}
+}
+
+// Statistics for server_status.
+
+func (st *storage) addWaiting(n int64) {
+	st.mu.Lock()
+	st.stats.waiting += n
+	st.mu.Unlock()
+}
+
+func (st *storage) addConflicts(n int64) {
+	st.mu.Lock()
+	st.stats.conflicts += n
+	st.mu.Unlock()
+}
+
+func (st *storage) addAborts(n int64) {
+	st.mu.Lock()
+	st.stats.aborts += n
+	st.mu.Unlock()
+}
+
+func (st *storage) lockTaken() {
+	st.mu.Lock()
+	st.stats.lockSince = time.Now().UnixNano()
+	st.mu.Unlock()
+}
+
+func (st *storage) lockReleased() {
+	st.mu.Lock()
+	st.stats.lockSince = 0
+	st.mu.Unlock()
+}
