@@ -1,0 +1,102 @@
+"""Start and stop `zodbd serve` (or runzeo) processes for the ZEO tests."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+VENV_BIN = os.path.dirname(sys.executable)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(('127.0.0.1', 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_listening(addr, proc, log, timeout=20):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError('server exited with %s:\n%s' % (proc.returncode, read(log)))
+        try:
+            if isinstance(addr, str):
+                s = socket.socket(socket.AF_UNIX)
+            else:
+                s = socket.socket()
+            s.connect(addr)
+            s.close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError('server did not listen on %s in %ss:\n%s' % (addr, timeout, read(log)))
+
+
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ''
+
+
+class Server:
+    """A server process on 127.0.0.1. kind is 'zodbd' or 'runzeo'.
+
+    extra: more command-line arguments; conf: zeo.conf text (then path and
+    extra are ignored except for the binary)."""
+
+    def __init__(self, zodbd_bin, path, tmpdir, kind='zodbd', msgpack=False,
+                 extra=(), conf=None, port=None):
+        self.zodbd_bin = zodbd_bin
+        self.path = path
+        self.tmpdir = str(tmpdir)
+        self.kind = kind
+        self.msgpack = msgpack
+        self.extra = list(extra)
+        self.conf = conf
+        self.port = port or free_port()
+        self.addr = ('127.0.0.1', self.port)
+        self.proc = None
+        self.log = os.path.join(self.tmpdir, 'server-%d.log' % self.port)
+
+    def start(self):
+        env = dict(os.environ)
+        env.pop('ZEO_MSGPACK', None)
+        if self.msgpack:
+            env['ZEO_MSGPACK'] = '1'
+        if self.conf is not None:
+            cpath = os.path.join(self.tmpdir, 'zeo-%d.conf' % self.port)
+            with open(cpath, 'w') as f:
+                f.write(self.conf)
+            args = ['-C', cpath]
+        else:
+            args = ['-a', '127.0.0.1:%d' % self.port, '-f', self.path]
+        if self.kind == 'zodbd':
+            cmd = [self.zodbd_bin, 'serve'] + args + self.extra
+        else:
+            cmd = [os.path.join(VENV_BIN, 'runzeo')] + args + self.extra
+        with open(self.log, 'ab') as logf:
+            self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env)
+        wait_listening(self.addr, self.proc, self.log)
+        return self
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        rc = self.proc.returncode
+        self.proc = None
+        return rc
+
+    def output(self):
+        return read(self.log)
