@@ -209,6 +209,7 @@ type outq struct {
 	err     error
 	closed  bool
 	kick    chan struct{}
+	enc     wire.Encoder // used under mu by queueLoad
 	// lastInv is the tid of the last invalidation queued: a reply that
 	// reports an object as current must be computed on a state that
 	// includes it (see queueLoad).
@@ -227,21 +228,33 @@ func (q *outq) queue(b []byte) {
 	q.mu.Unlock()
 }
 
-// queueLoad queues the reply that encode writes, unless the reply was
-// computed on a state older than the last invalidation already queued
-// (seen is the storage's last tid read before the load): the client would
-// then get the invalidation first and cache the stale data as current.
-// It reports whether the reply was queued; if not, the caller loads again.
-func (q *outq) queueLoad(seen zodb.Tid, m wire.Marshal, encode func(e *wire.Encoder)) bool {
+// queueLoad queues loadBefore's reply (data, serial, next), unless the
+// reply was computed on a state older than the last invalidation already
+// queued (seen is the storage's last tid read before the load): the client
+// would then get the invalidation first and cache stale data as current.
+// It returns the number of bytes queued, or 0 if the caller must load again.
+func (q *outq) queueLoad(seen zodb.Tid, m wire.Marshal, id *wire.Value, data []byte, serial, next zodb.Tid) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if seen < q.lastInv {
-		return false
+		return 0
 	}
-	e := wire.Encoder{M: m, Buf: q.buf}
-	encode(&e)
-	q.buf = e.Buf
-	return true
+	e := &q.enc
+	e.M, e.Buf = m, q.buf
+	n := len(e.Buf)
+	e.BeginReply(id, 0)
+	e.BeginTuple(3)
+	e.Bytes(data)
+	e.Oid8(uint64(serial))
+	if next == 0 {
+		e.None()
+	} else {
+		e.Oid8(uint64(next))
+	}
+	e.EndTuple(3)
+	e.EndMessage()
+	q.buf, e.Buf = e.Buf, nil
+	return len(q.buf) - n
 }
 
 // flush writes the queue, unless another goroutine is writing (it will
@@ -374,22 +387,8 @@ func (c *conn) loadBefore(id *wire.Value, oid zodb.Oid, before zodb.Tid) {
 			seen = zodb.TidMax // a closed revision range never goes stale
 		}
 		c.queueReplies() // keep the order of earlier replies
-		ok := c.out.queueLoad(seen, c.srv.cfg.Marshal, func(e *wire.Encoder) {
-			n := len(e.Buf)
-			e.BeginReply(id, 0)
-			e.BeginTuple(3)
-			e.Bytes(data)
-			e.Oid8(uint64(serial))
-			if next == 0 {
-				e.None()
-			} else {
-				e.Oid8(uint64(next))
-			}
-			e.EndTuple(3)
-			e.EndMessage()
-			c.queued += len(e.Buf) - n
-		})
-		if ok {
+		if n := c.out.queueLoad(seen, c.srv.cfg.Marshal, id, data, serial, next); n > 0 {
+			c.queued += n
 			return
 		}
 		if try > 100 {

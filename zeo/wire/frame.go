@@ -26,11 +26,15 @@ func (e *FrameTooBigError) Error() string {
 // payload's size. A connection closed between frames gives io.EOF; one
 // closed inside a frame gives io.ErrUnexpectedEOF.
 func ReadFrame(r *bufio.Reader, buf []byte, maxSize int) ([]byte, error) {
-	var hdr [4]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+	hdr, err := r.Peek(4)
+	if err != nil {
+		if err == io.EOF && len(hdr) > 0 {
+			err = io.ErrUnexpectedEOF
+		}
 		return nil, err
 	}
-	n := binary.BigEndian.Uint32(hdr[:])
+	n := binary.BigEndian.Uint32(hdr)
+	r.Discard(4)
 	if uint64(n) > uint64(maxSize) {
 		return nil, &FrameTooBigError{uint64(n), uint64(maxSize)}
 	}
