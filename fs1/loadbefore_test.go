@@ -3,6 +3,7 @@ package fs1
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -85,5 +86,45 @@ func TestLoadBeforeNoAlloc(t *testing.T) {
 	})
 	if allocs != 0 {
 		t.Errorf("LoadBefore: %v allocations per call, want 0", allocs)
+	}
+}
+
+func TestRecentChanges(t *testing.T) {
+	fs := openFixture(t, "1")
+	ctx := context.Background()
+	it := fs.Iterate(ctx, 0, zodb.TidMax)
+	var all []zodb.Tid
+	var allOids [][]zodb.Oid
+	for {
+		txn, di, err := it.NextTxn(ctx)
+		if err != nil {
+			break
+		}
+		all = append(all, txn.Tid)
+		var oids []zodb.Oid
+		for {
+			d, err := di.NextData(ctx)
+			if err != nil {
+				break
+			}
+			oids = append(oids, d.Oid)
+		}
+		allOids = append(allOids, oids)
+	}
+	for _, n := range []int{1, 5, len(all), len(all) + 10} {
+		tids, oids, err := fs.RecentChanges(ctx, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := min(n, len(all))
+		if len(tids) != k {
+			t.Fatalf("n=%d: %d tids, want %d", n, len(tids), k)
+		}
+		for i := range tids {
+			j := len(all) - k + i
+			if tids[i] != all[j] || fmt.Sprint(oids[i]) != fmt.Sprint(allOids[j]) {
+				t.Errorf("n=%d [%d]: %s %v, want %s %v", n, i, tids[i], oids[i], all[j], allOids[j])
+			}
+		}
 	}
 }

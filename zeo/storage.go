@@ -72,7 +72,33 @@ func newStorage(s *Server, sc StorageConfig) (*storage, error) {
 		return nil, err
 	}
 	st.lastTid = last
+	st.seedInvalidations()
 	return st, nil
+}
+
+// recentChanger is implemented by storages that can list their last
+// transactions' oids cheaply (fs1 reads backwards from the end).
+type recentChanger interface {
+	RecentChanges(ctx context.Context, n int) (tids []zodb.Tid, oids [][]zodb.Oid, err error)
+}
+
+// seedInvalidations fills the invalidation queue with the storage's last
+// transactions, as the reference server does at start, so that a client
+// reconnecting after a server restart verifies its cache instead of
+// dropping it.
+func (st *storage) seedInvalidations() {
+	rc, ok := st.st.(recentChanger)
+	if !ok {
+		return
+	}
+	tids, oids, err := rc.RecentChanges(context.Background(), st.srv.cfg.InvalidationQueueSize)
+	if err != nil {
+		st.srv.logf("zeo: storage %s: cannot read its last transactions for the invalidation queue: %v", st.name, err)
+		return
+	}
+	for i := range tids {
+		st.invq = append(st.invq, invalidation{tids[i], oids[i]})
+	}
 }
 
 func (st *storage) register(c *conn) {
