@@ -1,0 +1,258 @@
+"""Writes through zodbd serve with the stock ZEO client: commits, BTrees,
+invalidations between clients, conflicts, undo, pack, restart. Files
+written are checked with ZODB/py afterwards (fstest and reads)."""
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import transaction
+import ZEO
+from BTrees.Length import Length
+from BTrees.OOBTree import OOBTree
+from persistent.mapping import PersistentMapping
+from ZODB.FileStorage import FileStorage
+from ZODB.POSException import ConflictError, ReadOnlyError
+
+from zeoserver import Server
+
+
+@pytest.fixture(params=['Z', 'M'], ids=['pickle', 'msgpack'])
+def marshal(request):
+    return request.param
+
+
+@pytest.fixture
+def serve(zodbd_bin, tmp_path, marshal):
+    servers = []
+
+    def start(path, **kw):
+        s = Server(zodbd_bin, path, tmp_path, msgpack=(marshal == 'M'), **kw).start()
+        servers.append(s)
+        return s
+    yield start
+    for s in servers:
+        s.stop()
+
+
+def fstest(path):
+    p = subprocess.run([sys.executable, '-m', 'ZODB.scripts.fstest', path],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_commit_and_read_back(serve, tmp_path):
+    path = str(tmp_path / 'Data.fs')
+    srv = serve(path, extra=['--create'])
+    db = ZEO.DB(srv.addr, wait_timeout=10)
+    tm = transaction.TransactionManager()
+    conn = db.open(tm)
+    root = conn.root()
+    root['tree'] = t = OOBTree()
+    for i in range(2000):
+        t['k%05d' % i] = i
+    root['m'] = PersistentMapping(x=1)
+    tm.get().note('many keys')
+    tm.commit()
+    root['m']['x'] = 2
+    tm.commit()
+    conn.close()
+    db.close()
+    # A second client sees it all.
+    db = ZEO.DB(srv.addr, wait_timeout=10)
+    conn = db.open()
+    root = conn.root()
+    assert len(root['tree']) == 2000 and root['tree']['k01999'] == 1999
+    assert root['m']['x'] == 2
+    conn.close()
+    db.close()
+    assert srv.stop() == 0
+    # ZODB/py reads and verifies what zodbd wrote.
+    fstest(path)
+    fs = FileStorage(path, read_only=True)
+    import ZODB
+    db = ZODB.DB(fs)
+    conn = db.open()
+    assert len(conn.root()['tree']) == 2000
+    assert [t.description for t in fs.iterator()][-2] == b'many keys'
+    db.close()
+
+
+def test_invalidations_between_clients(serve, tmp_path):
+    srv = serve(str(tmp_path / 'Data.fs'), extra=['--create'])
+    db1 = ZEO.DB(srv.addr, wait_timeout=10)
+    db2 = ZEO.DB(srv.addr, wait_timeout=10)
+    tm1, tm2 = transaction.TransactionManager(), transaction.TransactionManager()
+    c1, c2 = db1.open(tm1), db2.open(tm2)
+    c1.root()['x'] = 1
+    tm1.commit()
+    tm2.begin()
+    assert c2.root()['x'] == 1
+    for i in range(2, 20):
+        c1.root()['x'] = i
+        tm1.commit()
+        deadline = time.time() + 10
+        while True:
+            tm2.begin()  # sync: processes invalidations
+            if c2.root()['x'] == i:
+                break
+            assert time.time() < deadline, 'invalidation not received'
+            time.sleep(0.01)
+    db1.close()
+    db2.close()
+
+
+def test_conflicts(serve, tmp_path):
+    srv = serve(str(tmp_path / 'Data.fs'), extra=['--create'])
+    db = ZEO.DB(srv.addr, wait_timeout=10)
+    tm1, tm2 = transaction.TransactionManager(), transaction.TransactionManager()
+    c1, c2 = db.open(tm1), db.open(tm2)
+    c1.root()['m'] = PersistentMapping()
+    c1.root()['len'] = Length()
+    tm1.commit()
+    tm2.begin()
+    # Unresolvable: the same PersistentMapping changed twice.
+    c1.root()['m']['a'] = 1
+    c2.root()['m']['a'] = 2
+    tm1.commit()
+    with pytest.raises(ConflictError):
+        tm2.commit()
+    tm2.abort()
+    # Resolvable (BTrees.Length): the client resolves and votes again.
+    c1.root()['len'].change(1)
+    c2.root()['len'].change(10)
+    tm1.commit()
+    tm2.commit()
+    tm1.begin()
+    assert c1.root()['len']() == 11
+    db.close()
+
+
+def test_concurrent_committers(serve, tmp_path):
+    path = str(tmp_path / 'Data.fs')
+    srv = serve(path, extra=['--create'])
+    db = ZEO.DB(srv.addr, wait_timeout=10)
+    tm = transaction.TransactionManager()
+    c = db.open(tm)
+    c.root()['len'] = Length()
+    for i in range(8):
+        c.root()['m%d' % i] = PersistentMapping()
+    tm.commit()
+    c.close()
+    errors = []
+
+    def worker(i):
+        try:
+            tm = transaction.TransactionManager()
+            conn = db.open(tm)
+            for j in range(25):
+                for attempt in range(20):
+                    try:
+                        conn.root()['m%d' % i][j] = j
+                        conn.root()['len'].change(1)
+                        tm.commit()
+                        break
+                    except ConflictError:
+                        tm.abort()
+                else:
+                    errors.append('too many conflicts')
+            conn.close()
+        except Exception as e:  # noqa: B902
+            errors.append(repr(e))
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    tm.begin()
+    c = db.open(tm)
+    assert c.root()['len']() == 200
+    assert all(len(c.root()['m%d' % i]) == 25 for i in range(8))
+    db.close()
+    srv.stop()
+    fstest(path)
+
+
+def test_read_only_client(serve, tmp_path):
+    srv = serve(str(tmp_path / 'Data.fs'), extra=['--create'])
+    db = ZEO.DB(srv.addr, wait_timeout=10)
+    db.close()
+    db = ZEO.DB(srv.addr, read_only=True, wait_timeout=10)
+    conn = db.open()
+    conn.root()['x'] = 1
+    with pytest.raises(ReadOnlyError):
+        transaction.commit()
+    transaction.abort()
+    db.close()
+
+
+def test_undo_and_pack_through_client(serve, tmp_path):
+    path = str(tmp_path / 'Data.fs')
+    srv = serve(path, extra=['--create'])
+    db = ZEO.DB(srv.addr, wait_timeout=10)
+    tm = transaction.TransactionManager()
+    c = db.open(tm)
+    c.root()['m'] = m = PersistentMapping(v=1)
+    tm.commit()
+    m['v'] = 2
+    tm.get().note('set v=2')
+    tm.commit()
+    log = db.undoLog(0, 10)
+    assert log[0]['description'] == b'set v=2'
+    db.undo(log[0]['id'], tm.get())
+    tm.commit()
+    tm.begin()
+    assert c.root()['m']['v'] == 1
+    # Garbage, then pack: the garbage's records are gone, live data stays.
+    c.root()['garbage'] = PersistentMapping(big='x' * 100000)
+    tm.commit()
+    del c.root()['garbage']
+    tm.commit()
+    size = db.storage.getSize()
+    time.sleep(0.01)
+    db.pack()
+    tm.begin()
+    assert c.root()['m']['v'] == 1
+    assert db.storage.getSize() < size - 100000
+    db.close()
+    srv.stop()
+    fstest(path)
+
+
+def test_client_survives_restart(serve, zodbd_bin, tmp_path, marshal):
+    path = str(tmp_path / 'Data.fs')
+    srv = serve(path, extra=['--create'])
+    cache_dir = tmp_path / 'cache'
+    cache_dir.mkdir()
+    db = ZEO.DB(srv.addr, client='c1', var=str(cache_dir), wait_timeout=20,
+                min_disconnect_poll=0.1, max_disconnect_poll=0.5)
+    tm = transaction.TransactionManager()
+    c = db.open(tm)
+    c.root()['x'] = 1
+    tm.commit()
+    srv.stop()
+    srv2 = Server(zodbd_bin, path, tmp_path, msgpack=(marshal == 'M'), port=srv.port).start()
+    try:
+        # Another client commits after the restart.
+        db2 = ZEO.DB(srv2.addr, wait_timeout=10)
+        tm2 = transaction.TransactionManager()
+        c2 = db2.open(tm2)
+        c2.root()['x'] = 2
+        tm2.commit()
+        db2.close()
+        # The first client reconnects, verifies its cache and sees x == 2.
+        deadline = time.time() + 20
+        while True:
+            try:
+                tm.begin()
+                if c.root()['x'] == 2:
+                    break
+            except Exception:
+                pass
+            assert time.time() < deadline, 'client did not reconnect'
+            time.sleep(0.1)
+        db.close()
+    finally:
+        srv2.stop()

@@ -1,0 +1,135 @@
+"""ZODB's and ZEO's own storage test suites, run through the stock
+ClientStorage against `zodbd serve`.
+
+ZEO's test suite (ZEO.tests.testZEO) composes ZODB's generic storage test
+mixins (BasicStorage, HistoryStorage, IteratorStorage, MTStorage,
+PackableStorage, RevisionStorage, Synchronization,
+TransactionalUndoStorage, ReadOnlyStorage, ConflictResolution, ...) with
+ZEO's own (CommitLockTests, ThreadTests, IterationTests, ...) and starts a
+server per test with ZEO.tests.forker.start_zeo_server. Here that function
+is replaced by one that starts `zodbd serve -C zeo.conf` with the same
+configuration text, so the very same test classes run against zodbd.
+
+Each check method is one pytest test; SKIP lists the few that cannot pass,
+with the reason.
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import pytest
+import ZEO.tests.forker as forker
+from ZEO.tests import testZEO
+
+ZODBD = os.environ.get('ZODBD') or os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'bin', 'zodbd')
+
+MARSHAL = {'pickle': '', 'msgpack': '1'}
+
+
+def start_zodbd(storage_conf=None, zeo_conf=None, port=None, keep=False,
+                path='Data.fs', protocol=None, blob_dir=None, suicide=True,
+                debug=False, threaded=False, start_timeout=33, name=None,
+                log=None, show_config=False):
+    """A stand-in for ZEO.tests.forker.start_zeo_server running zodbd."""
+    if blob_dir:
+        raise unittest.SkipTest('blobs are not supported by zodbd yet')
+    if not storage_conf:
+        storage_conf = '<filestorage>\npath %s\n</filestorage>' % path
+    if zeo_conf is None or isinstance(zeo_conf, dict):
+        addr = ('127.0.0.1', port or 0) if not isinstance(port, str) else port
+        z = forker.ZEOConfig(addr)
+        if zeo_conf:
+            z.__dict__.update(zeo_conf)
+        zeo_conf = z
+    text = str(zeo_conf) + '\n\n' + storage_conf
+    fd, conf = tempfile.mkstemp('.conf', prefix='zodbd', dir=os.getcwd())
+    with os.fdopen(fd, 'w') as f:
+        f.write(text)
+    logpath = conf + '.log'
+    logf = open(logpath, 'wb')
+    proc = subprocess.Popen([ZODBD, 'serve', '-C', conf], stdout=logf,
+                            stderr=subprocess.STDOUT)
+    deadline = time.time() + start_timeout
+    addr = None
+    while time.time() < deadline:
+        with open(logpath) as f:
+            m = re.search(r'listening on (\S+)', f.read())
+        if m:
+            a = m.group(1)
+            if a.startswith('/'):
+                addr = a
+            else:
+                host, _, p = a.rpartition(':')
+                addr = (host, int(p))
+            break
+        if proc.poll() is not None:
+            break
+        time.sleep(0.02)
+    if addr is None:
+        proc.kill()
+        with open(logpath) as f:
+            raise RuntimeError('zodbd serve did not start:\n' + text + '\n' + f.read())
+
+    def stop(stop_timeout=99):
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(stop_timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        logf.close()
+
+    return addr, stop
+
+
+CLASSES = [
+    testZEO.FileStorageTests,
+    testZEO.ClientConflictResolutionTests,
+    testZEO.FileStorageRecoveryTests,
+    testZEO.FileStorageSSLTests,
+    testZEO.FileStorageLoadDelayedTests,
+]
+
+# check methods that cannot pass against zodbd, with the reason.
+SKIP = {
+}
+
+
+def cases():
+    for cls in CLASSES:
+        loader = unittest.TestLoader()
+        loader.testMethodPrefix = 'check'
+        for name in loader.getTestCaseNames(cls):
+            yield cls, name
+
+
+@pytest.fixture(params=sorted(MARSHAL))
+def marshal(request, monkeypatch):
+    if MARSHAL[request.param]:
+        monkeypatch.setenv('ZEO_MSGPACK', MARSHAL[request.param])
+    else:
+        monkeypatch.delenv('ZEO_MSGPACK', raising=False)
+    return request.param
+
+
+@pytest.mark.parametrize('cls,name', list(cases()),
+                         ids=['%s.%s' % (c.__name__, n) for c, n in cases()])
+def test_zeo_suite(cls, name, marshal, tmp_path, monkeypatch):
+    key = '%s.%s' % (cls.__name__, name)
+    if key in SKIP or name in SKIP:
+        pytest.skip(SKIP.get(key) or SKIP[name])
+    monkeypatch.setattr(forker, 'start_zeo_server', start_zodbd)
+    monkeypatch.chdir(tmp_path)
+    result = unittest.TestResult()
+    cls(name).run(result)
+    for test, reason in result.skipped:
+        pytest.skip(reason)
+    problems = result.errors + result.failures
+    if problems:
+        pytest.fail('\n'.join(tb for _, tb in problems), pytrace=False)
