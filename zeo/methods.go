@@ -765,17 +765,15 @@ func (c *conn) pack(id *wire.Value, t float64, wait bool) {
 // status is server_status's dict for storage st.
 func (s *Server) status(st *storage) map[string]interface{} {
 	var loads, stores, conns int64
-	s.mu.Lock()
-	for c := range s.conns {
-		if c.st == st {
-			loads += c.loads.Load()
-			stores += c.stores.Load()
-			conns++
-		}
-	}
-	s.mu.Unlock()
 	st.mu.Lock()
+	for c := range st.conns {
+		loads += c.loads.Load()
+		stores += c.stores.Load()
+		conns++
+	}
 	stats := st.stats
+	loads += stats.loads
+	stores += stats.stores
 	last := st.lastTid
 	st.mu.Unlock()
 	var lockTime interface{}

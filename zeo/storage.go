@@ -47,6 +47,7 @@ type invalidation struct {
 // per-connection.
 type storageStats struct {
 	commits, aborts, conflicts int64
+	loads, stores              int64 // of connections that closed
 	waiting                    int64
 	lockSince                  int64 // unix nanos when the lock was last taken by a voter, 0 if free
 }
@@ -109,7 +110,12 @@ func (st *storage) register(c *conn) {
 
 func (st *storage) unregister(c *conn) {
 	st.mu.Lock()
-	delete(st.conns, c)
+	if _, ok := st.conns[c]; ok {
+		delete(st.conns, c)
+		// Keep the counts of closed connections in the totals.
+		st.stats.loads += c.loads.Load()
+		st.stats.stores += c.stores.Load()
+	}
 	st.mu.Unlock()
 }
 
