@@ -278,3 +278,41 @@ def decode(proto, b):
         return msgpack.unpackb(b, raw=False, use_list=False)
     import zodbpickle.pickle
     return zodbpickle.pickle.loads(b)
+
+
+def test_tls(serve, tmp_copy, tmp_path):
+    from ZEO.tests import testssl
+    path = tmp_copy('1.fs')
+    port = __import__('zeoserver').free_port()
+    conf = '''
+<zeo>
+  address 127.0.0.1:%d
+  read-only true
+  <ssl>
+    certificate %s
+    key %s
+    authenticate %s
+  </ssl>
+</zeo>
+<filestorage 1>
+  path %s
+</filestorage>
+''' % (port, testssl.server_cert, testssl.server_key, testssl.client_cert, path)
+    srv = serve(path, conf=conf, port=port)
+    cs = ClientStorage(srv.addr, read_only=True, wait_timeout=10,
+                       ssl=testssl.client_ssl())
+    try:
+        data, serial = cs.load(z64)
+        assert data.startswith(b'\x80') and serial <= cs.lastTransaction()
+    finally:
+        cs.close()
+    # A client without a certificate is refused.
+    import ssl
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=testssl.server_cert)
+    ctx.check_hostname = False
+    raw = socket.create_connection(srv.addr)
+    with pytest.raises((ssl.SSLError, ConnectionError, EOFError)):
+        s = ctx.wrap_socket(raw)
+        recv_frame(s)
+    raw.close()
+    assert 'TLS handshake' in srv.output()
