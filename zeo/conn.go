@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,6 +71,13 @@ func newConn(s *Server, nc net.Conn) *conn {
 // serve runs the connection until it ends.
 func (c *conn) serve() {
 	defer c.cleanup()
+	defer func() {
+		// A bug must cost one connection, not the server and its other
+		// clients.
+		if r := recover(); r != nil {
+			c.srv.logf("zeo: %s: internal error, closing the connection: %v\n%s", c.peer, r, debug.Stack())
+		}
+	}()
 	if tc, ok := c.nc.(*tls.Conn); ok {
 		tc.SetDeadline(time.Now().Add(30 * time.Second))
 		if err := tc.HandshakeContext(c.ctx); err != nil {
