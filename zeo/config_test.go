@@ -1,0 +1,85 @@
+package zeo
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseConfig(t *testing.T) {
+	cfg, err := ParseConfig(strings.NewReader(`
+# a comment
+%define VAR /var/zeo
+<zeo>
+  address 127.0.0.1:8100
+  read-only false
+  invalidation-queue-size 500
+  transaction-timeout 30
+  pid-filename $VAR/zeo.pid
+  msgpack true
+  <ssl>
+    certificate ${VAR}/cert.pem
+    key /k.pem
+    authenticate /ca.pem
+  </ssl>
+</zeo>
+<filestorage 1>
+  path $VAR/Data.fs
+  create yes
+  pack-gc false
+  quota 10MB
+</filestorage>
+<filestorage other>
+  path /x/Other.fs
+  read-only on
+</filestorage>
+<eventlog>
+  level INFO
+  <logfile>
+    path /var/log/zeo.log
+  </logfile>
+</eventlog>
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Address != "127.0.0.1:8100" || cfg.InvalidationQueueSize != 500 || cfg.TransactionTimeout != 30*time.Second ||
+		cfg.PidFile != "/var/zeo/zeo.pid" || cfg.Msgpack == nil || !*cfg.Msgpack || cfg.LogPath != "/var/log/zeo.log" {
+		t.Errorf("zeo section: %+v", cfg)
+	}
+	if cfg.SSL == nil || cfg.SSL.Certificate != "/var/zeo/cert.pem" || cfg.SSL.Authenticate != "/ca.pem" {
+		t.Errorf("ssl: %+v", cfg.SSL)
+	}
+	if len(cfg.Storages) != 2 {
+		t.Fatalf("storages: %+v", cfg.Storages)
+	}
+	s1, s2 := cfg.Storages[0], cfg.Storages[1]
+	if s1.Name != "1" || s1.Path != "/var/zeo/Data.fs" || !s1.Create || s1.PackGC || s1.Quota != 10<<20 {
+		t.Errorf("storage 1: %+v", s1)
+	}
+	if s2.Name != "other" || !s2.ReadOnly || !s2.PackGC {
+		t.Errorf("storage other: %+v", s2)
+	}
+}
+
+func TestParseConfigErrors(t *testing.T) {
+	bad := map[string]string{
+		"no zeo":        "<filestorage>\npath /x\n</filestorage>\n",
+		"no storage":    "<zeo>\naddress 1\n</zeo>\n",
+		"import":        "%import ZODB.tests\n<zeo>\naddress 1\n</zeo>\n",
+		"relstorage":    "<zeo>\naddress 1\n</zeo>\n<relstorage>\n</relstorage>\n",
+		"unclosed":      "<zeo>\naddress 1\n",
+		"mismatch":      "<zeo>\naddress 1\n</filestorage>\n",
+		"bad bool":      "<zeo>\naddress 1\nread-only maybe\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n",
+		"unknown key":   "<zeo>\naddress 1\ncolour blue\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n",
+		"two unnamed":   "<zeo>\naddress 1\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n<filestorage>\npath /y\n</filestorage>\n",
+		"undefined var": "<zeo>\naddress $NOPE\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n",
+		"password fn":   "<zeo>\naddress 1\n<ssl>\ncertificate /c\npassword-function a.b\n</ssl>\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n",
+		"no path":       "<zeo>\naddress 1\n</zeo>\n<filestorage>\n</filestorage>\n",
+	}
+	for name, text := range bad {
+		if cfg, err := ParseConfig(strings.NewReader(text)); err == nil {
+			t.Errorf("%s: parsed as %+v, want an error", name, cfg)
+		}
+	}
+}
