@@ -55,6 +55,14 @@ type rawClient struct {
 
 func dialRaw(tb testing.TB, addr string, m wire.Marshal) *rawClient {
 	tb.Helper()
+	c := dialRawNoRegister(tb, addr, m)
+	c.call(tb, 1, "register", func(e *wire.Encoder) { e.Str("1"); e.Bool(true) }, 2)
+	return c
+}
+
+// dialRawNoRegister connects and does the handshake only.
+func dialRawNoRegister(tb testing.TB, addr string, m wire.Marshal) *rawClient {
+	tb.Helper()
 	nc, err := net.Dial("tcp", addr)
 	if err != nil {
 		tb.Fatal(err)
@@ -66,7 +74,6 @@ func dialRaw(tb testing.TB, addr string, m wire.Marshal) *rawClient {
 		tb.Fatalf("handshake: %q %v", proto, err)
 	}
 	c.enc.RawFrame(proto)
-	c.call(tb, 1, "register", func(e *wire.Encoder) { e.Str("1"); e.Bool(true) }, 2)
 	return c
 }
 

@@ -1,0 +1,132 @@
+package zeo
+
+import (
+	"encoding/binary"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/zodbd/zodbd/zeo/wire"
+	"github.com/zodbd/zodbd/zodb"
+)
+
+// commitRaw commits one store of oid (based on serial) through c and
+// returns the new tid.
+func commitRaw(tb testing.TB, c *rawClient, id *int64, oid zodb.Oid, serial zodb.Tid, data []byte) zodb.Tid {
+	tb.Helper()
+	const txnID = 77
+	e := &c.enc
+	e.BeginCall("tpc_begin")
+	e.BeginTuple(6)
+	e.Int(txnID)
+	e.Bytes([]byte("user"))
+	e.Bytes([]byte("desc"))
+	e.BeginDict(0)
+	e.EndDict(0)
+	e.None()
+	e.Str(" ")
+	e.EndTuple(6)
+	e.EndMessage()
+	e.BeginCall("storea")
+	e.BeginTuple(4)
+	e.Oid8(uint64(oid))
+	e.Oid8(uint64(serial))
+	e.Bytes(data)
+	e.Int(txnID)
+	e.EndTuple(4)
+	e.EndMessage()
+	*id++
+	r := c.call(tb, *id, "vote", func(e *wire.Encoder) { e.Int(txnID) }, 1)
+	if r.Len() != 0 {
+		tb.Fatalf("vote: %v", r)
+	}
+	*id++
+	r = c.call(tb, *id, "tpc_finish", func(e *wire.Encoder) { e.Int(txnID) }, 1)
+	return zodb.Tid(binary.BigEndian.Uint64(r.B))
+}
+
+// TestInvalidationBeforeCurrentData commits new revisions of one object
+// while another connection loads it as fast as it can, pipelined. The
+// stock client caches a "current" loadBefore reply as current: after it
+// has received invalidateTransaction(T) for the object, no later reply may
+// report a revision older than T as current.
+func TestInvalidationBeforeCurrentData(t *testing.T) {
+	stor := openWritable(t)
+	for _, m := range []wire.Marshal{wire.Pickle, wire.Msgpack} {
+		addr := startServer(t, Config{Storages: []StorageConfig{{Name: "1", Storage: stor}}, Marshal: m})
+		writer := dialRawRW(t, addr, m)
+		reader := dialRaw(t, addr, m)
+		var id int64 = 10
+		oid := zodb.Oid(1)
+		serial := commitRaw(t, writer, &id, oid, 0, []byte("v0"))
+
+		const commits = 50
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 1; i <= commits; i++ {
+				serial = commitRaw(t, writer, &id, oid, serial, []byte{'v', byte(i)})
+			}
+			close(stop)
+		}()
+		// The reader: keep 8 loads in flight; check every message.
+		var invalidated zodb.Tid
+		inflight := 0
+		deadline := time.Now().Add(30 * time.Second)
+		for done := false; !done || inflight > 0; {
+			select {
+			case <-stop:
+				done = true
+			default:
+			}
+			for !done && inflight < 8 {
+				reader.sendLoad(oid, zodb.TidMax)
+				inflight++
+			}
+			reader.flush(t)
+			if inflight == 0 {
+				break
+			}
+			f, err := wire.ReadFrame(reader.br, nil, 1<<20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			msg, err := reader.dec.DecodeMessage(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch string(msg.Name) {
+			case "invalidateTransaction":
+				tid := zodb.Tid(binary.BigEndian.Uint64(msg.Args.Items[0].B))
+				if tid <= invalidated {
+					t.Fatalf("invalidations out of order: %s after %s", tid, invalidated)
+				}
+				invalidated = tid
+			case ".reply":
+				inflight--
+				r := msg.Args
+				start := zodb.Tid(binary.BigEndian.Uint64(r.Items[1].B))
+				if r.Items[2].IsNone() && start < invalidated {
+					t.Fatalf("%v: reply says revision %s is current after invalidation %s was received", m, start, invalidated)
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("timeout")
+			}
+		}
+		wg.Wait()
+		if invalidated != serial {
+			t.Errorf("%v: last invalidation %s, want %s", m, invalidated, serial)
+		}
+	}
+}
+
+// dialRawRW connects and registers read-write.
+func dialRawRW(tb testing.TB, addr string, m wire.Marshal) *rawClient {
+	tb.Helper()
+	c := dialRawNoRegister(tb, addr, m)
+	c.call(tb, 1, "register", func(e *wire.Encoder) { e.Str("1"); e.Bool(false) }, 2)
+	return c
+}
