@@ -316,3 +316,25 @@ def test_tls(serve, tmp_copy, tmp_path):
         recv_frame(s)
     raw.close()
     assert 'TLS handshake' in srv.output()
+
+
+def test_signals(serve, tmp_copy, tmp_path):
+    import signal
+    log = str(tmp_path / 'zeo.log')
+    srv = serve(tmp_copy('1.fs'), extra=['-r', '--log', log])
+    # logrotate: move the log away, SIGHUP (or SIGUSR2) reopens it.
+    os.rename(log, log + '.1')
+    srv.proc.send_signal(signal.SIGHUP)
+    deadline = time.time() + 10
+    while not os.path.exists(log):
+        assert time.time() < deadline, 'log not reopened after SIGHUP'
+        time.sleep(0.02)
+    cs = client(srv, read_only=True)
+    cs.load(z64)
+    cs.close()
+    # SIGTERM: clean exit 0.
+    assert srv.stop(signal.SIGTERM) == 0
+    with open(log) as f:
+        assert 'log reopened' in f.read()
+    with open(log + '.1') as f:
+        assert 'listening on' in f.read()
