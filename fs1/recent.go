@@ -46,3 +46,7 @@ func (fs *FileStorage) RecentChanges(ctx context.Context, n int) (tids []zodb.Ti
 	}
 	return tids, oids, nil
 }
+
+// Oids returns every oid of the published state, in ascending order (for
+// ZEO's record_iternext).
+func (fs *FileStorage) Oids() []zodb.Oid { return fs.state.Load().index.Oids() }

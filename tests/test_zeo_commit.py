@@ -200,7 +200,7 @@ def test_undo_and_pack_through_client(serve, tmp_path):
     tm.get().note('set v=2')
     tm.commit()
     log = db.undoLog(0, 10)
-    assert log[0]['description'] == b'set v=2'
+    assert log[0]['description'] == 'set v=2'
     db.undo(log[0]['id'], tm.get())
     tm.commit()
     tm.begin()

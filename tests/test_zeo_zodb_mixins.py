@@ -50,7 +50,10 @@ def start_zodbd(storage_conf=None, zeo_conf=None, port=None, keep=False,
     fd, conf = tempfile.mkstemp('.conf', prefix='zodbd', dir=os.getcwd())
     with os.fdopen(fd, 'w') as f:
         f.write(text)
-    logpath = conf + '.log'
+    # $ZODBD_SERVER_LOGS keeps the server logs (the test's directory is
+    # removed at its end).
+    logdir = os.environ.get('ZODBD_SERVER_LOGS') or os.path.dirname(conf)
+    logpath = os.path.join(logdir, os.path.basename(conf) + '.log')
     logf = open(logpath, 'wb')
     proc = subprocess.Popen([ZODBD, 'serve', '-C', conf], stdout=logf,
                             stderr=subprocess.STDOUT)

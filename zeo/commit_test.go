@@ -51,8 +51,8 @@ func commitRaw(tb testing.TB, c *rawClient, id *int64, oid zodb.Oid, serial zodb
 // has received invalidateTransaction(T) for the object, no later reply may
 // report a revision older than T as current.
 func TestInvalidationBeforeCurrentData(t *testing.T) {
-	stor := openWritable(t)
 	for _, m := range []wire.Marshal{wire.Pickle, wire.Msgpack} {
+		stor := openWritable(t)
 		addr := startServer(t, Config{Storages: []StorageConfig{{Name: "1", Storage: stor}}, Marshal: m})
 		writer := dialRawRW(t, addr, m)
 		reader := dialRaw(t, addr, m)

@@ -49,6 +49,7 @@ type conn struct {
 
 	iters   map[int64]*iterState
 	iterSeq int64
+	recOids []zodb.Oid // oids of the record_iternext in progress
 }
 
 func newConn(s *Server, nc net.Conn) *conn {

@@ -193,8 +193,19 @@ func (c *conn) replay(ctx context.Context, t *ztxn) (zodb.Txn, []zodb.Oid, error
 	if err != nil {
 		return nil, nil, err
 	}
+	// A store re-sent after client-side conflict resolution supersedes the
+	// earlier store of the same oid: replay only the last one.
+	last := make(map[zodb.Oid]int)
+	for i := range t.ops {
+		if k := t.ops[i].kind; k == opStore || k == opDelete {
+			last[t.ops[i].oid] = i
+		}
+	}
 	for i := range t.ops {
 		o := &t.ops[i]
+		if (o.kind == opStore || o.kind == opDelete) && last[o.oid] != i {
+			continue
+		}
 		switch o.kind {
 		case opStore:
 			err = stxn.Store(o.oid, o.serial, o.data)

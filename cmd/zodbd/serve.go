@@ -346,14 +346,14 @@ func pinCPUs(list string) error {
 	return nil
 }
 
-// openServedStorage opens a FileStorage for the server.
+// openServedStorage opens a FileStorage for the server: read-write (taking
+// its lock file, cutting a torn tail) unless readOnly; create truncates it.
 func openServedStorage(path string, readOnly, create bool, logf func(string, ...interface{})) (interface {
 	zodb.Storage
 	io.Closer
 }, error) {
-	opt := &fs1.Options{Logf: logf}
 	if create && readOnly {
 		return nil, errors.New("create and read-only together")
 	}
-	return fs1.Open(path, opt)
+	return fs1.Open(path, &fs1.Options{Logf: logf, ReadWrite: !readOnly, Create: create})
 }
