@@ -67,6 +67,20 @@ func encodeError(e *wire.Encoder, id *wire.Value, err error) {
 		encodeConflict(e, many[0])
 	case errors.As(err, &conflict):
 		encodeConflict(e, conflict)
+	case errors.As(err, &undo) && undo.HasOid:
+		// FileStorage reports per-object undo failures as
+		// MultipleUndoErrors([(oid, reason)]), which the client rebuilds
+		// (a subclass of UndoError).
+		e.Str("ZODB.POSException.MultipleUndoErrors")
+		e.BeginDict(1)
+		e.Str("_errs")
+		e.BeginList(1)
+		e.BeginTuple(2)
+		e.Oid8(uint64(undo.Oid))
+		e.Str(undo.Reason)
+		e.EndTuple(2)
+		e.EndList(1)
+		e.EndDict(1)
 	case errors.As(err, &undo):
 		e.Str("ZODB.POSException.UndoError")
 		e.BeginDict(2)

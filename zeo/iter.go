@@ -16,7 +16,15 @@ type iterState struct {
 	txns    zodb.Iterator
 	lastTid zodb.Tid
 	data    zodb.DataIterator // records of the last transaction returned
-	parent  int64             // for a record iterator: its transaction iterator
+	// records of the last transaction, read on the first
+	// iterator_record_start so that the client can iterate them again
+	records []zodb.DataInfo
+	loaded  bool
+
+	// for a record iterator: its transaction iterator and position
+	parent int64
+	tid    zodb.Tid
+	next   int
 }
 
 func (c *conn) iteratorStart(id *wire.Value, start, stop zodb.Tid) {
@@ -40,7 +48,7 @@ func (c *conn) iteratorNext(id *wire.Value, iid int64) error {
 	if err != nil {
 		return err
 	}
-	it.lastTid, it.data = txn.Tid, data
+	it.lastTid, it.data, it.records, it.loaded = txn.Tid, data, nil, false
 	ext := decodeExtension(txn.Extension)
 	c.reply(id, func(e *wire.Encoder) {
 		e.BeginTuple(5)
@@ -62,33 +70,42 @@ func (c *conn) iteratorRecordStart(id *wire.Value, iid int64, tid zodb.Tid) erro
 	if it.data == nil || it.lastTid != tid {
 		return &pyError{"builtins.ValueError", "iterator_record_start: not the transaction last returned"}
 	}
+	if !it.loaded {
+		for {
+			d, err := it.data.NextData(c.ctx)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			r := *d
+			r.Data = clone(d.Data)
+			it.records = append(it.records, r)
+		}
+		it.loaded = true
+	}
 	c.iterSeq++
 	riid := c.iterSeq
-	c.iters[riid] = &iterState{data: it.data, parent: iid}
+	c.iters[riid] = &iterState{parent: iid, tid: tid}
 	c.reply(id, func(e *wire.Encoder) { e.Int(riid) })
 	return nil
 }
 
 func (c *conn) iteratorRecordNext(id *wire.Value, riid int64) error {
 	it := c.iters[riid]
-	if it == nil || it.data == nil {
+	if it == nil || it.txns != nil {
 		return &pyError{"builtins.KeyError", "no such iterator"}
 	}
-	if p := c.iters[it.parent]; p == nil || p.data != it.data {
-		// The transaction iterator moved on: these records are gone.
+	p := c.iters[it.parent]
+	if p == nil || p.lastTid != it.tid || !p.loaded || it.next >= len(p.records) {
+		// Done, or the transaction iterator moved on.
 		delete(c.iters, riid)
 		c.reply(id, func(e *wire.Encoder) { e.None() })
 		return nil
 	}
-	d, err := it.data.NextData(c.ctx)
-	if errors.Is(err, io.EOF) {
-		delete(c.iters, riid)
-		c.reply(id, func(e *wire.Encoder) { e.None() })
-		return nil
-	}
-	if err != nil {
-		return err
-	}
+	d := &p.records[it.next]
+	it.next++
 	c.reply(id, func(e *wire.Encoder) {
 		e.BeginTuple(4)
 		e.Oid8(uint64(d.Oid))

@@ -59,6 +59,16 @@ func (a *args) id8(i int) uint64 {
 func (a *args) oid(i int) zodb.Oid { return zodb.Oid(a.id8(i)) }
 func (a *args) tid(i int) zodb.Tid { return zodb.Tid(a.id8(i)) }
 
+// serial is a store's serial: 8 bytes, or None (taken as "new object",
+// as the reference's FileStorage compares it only with an existing
+// object's serial).
+func (a *args) serial(i int) zodb.Tid {
+	if i < len(a.v) && a.v[i].Kind == wire.None {
+		return 0
+	}
+	return a.tid(i)
+}
+
 // tidOrNone returns 0 for None.
 func (a *args) tidOrNone(i int) (zodb.Tid, bool) {
 	if i < len(a.v) && a.v[i].Kind == wire.None {
@@ -234,7 +244,7 @@ func (c *conn) handle(m *wire.Message) bool {
 	case "storea":
 		a.name = "storea"
 		if a.count(4, 4) {
-			err = c.record(a.int(3), op{kind: opStore, oid: a.oid(0), serial: a.tid(1), data: clone(a.bytes(2))}, a)
+			err = c.record(a.int(3), op{kind: opStore, oid: a.oid(0), serial: a.serial(1), data: clone(a.bytes(2))}, a)
 		}
 	case "deleteObject":
 		a.name = "deleteObject"
@@ -400,6 +410,11 @@ func (c *conn) handle(m *wire.Message) bool {
 	if err == nil && a.err != nil {
 		err = a.err
 	}
+	if err == nil && !oneway && noReply[string(m.Name)] {
+		// A method the client normally calls one-way, called
+		// synchronously (ZODB's tests do): answer None.
+		c.reply(id, func(e *wire.Encoder) { e.None() })
+	}
 	if err != nil {
 		if oneway {
 			c.srv.logf("zeo: %s: one-way call %s failed: %v; closing (a one-way call has no reply to carry the error)", c.peer, m.Name, err)
@@ -408,6 +423,14 @@ func (c *conn) handle(m *wire.Message) bool {
 		c.replyError(id, err)
 	}
 	return true
+}
+
+// noReply lists the methods that produce no reply of their own (the client
+// calls them one-way).
+var noReply = map[string]bool{
+	"tpc_begin": true, "storea": true, "deleteObject": true,
+	"checkCurrentSerialInTransaction": true, "restorea": true, "undoa": true,
+	"iterator_gc": true, "set_client_label": true,
 }
 
 // reply writes a normal reply whose value body writes.

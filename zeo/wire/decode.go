@@ -121,7 +121,78 @@ const (
 	opMemoize        = 0x94
 	opBinGet         = 'h'
 	opLongBinGet     = 'j'
+	opGlobal         = 'c'
+	opStackGlobal    = 0x93
+	opReduce         = 'R'
 )
+
+// kindGlobal is a global pushed by GLOBAL/STACK_GLOBAL, waiting for REDUCE.
+// It never leaves the decoder.
+const kindGlobal Kind = 255
+
+// reduceGlobal applies the only callables a ZEO client puts in a message
+// (a transaction extension dict pickled through __reduce__, ZopeUndo's
+// Prefix in an undoInfo specification) to args, producing plain data. The
+// reference server's unpickler allows these modules' globals; everything
+// else is refused.
+func reduceGlobal(name string, args Value) (Value, bool) {
+	if args.Kind != Tuple {
+		return Value{}, false
+	}
+	switch name {
+	case "builtins dict", "__builtin__ dict":
+		if len(args.Items) == 0 {
+			return Value{Kind: Dict}, true
+		}
+		if len(args.Items) != 1 {
+			return Value{}, false
+		}
+		src := args.Items[0]
+		switch src.Kind {
+		case Dict:
+			return src, true
+		case Tuple, List:
+			items := make([]Value, 0, 2*len(src.Items))
+			for _, kv := range src.Items {
+				if (kv.Kind != Tuple && kv.Kind != List) || len(kv.Items) != 2 {
+					return Value{}, false
+				}
+				items = append(items, kv.Items[0], kv.Items[1])
+			}
+			return Value{Kind: Dict, Items: items}, true
+		}
+	case "builtins list", "__builtin__ list", "builtins tuple", "__builtin__ tuple",
+		"builtins set", "__builtin__ set", "builtins frozenset", "__builtin__ frozenset":
+		k := List
+		if name == "builtins tuple" || name == "__builtin__ tuple" {
+			k = Tuple
+		}
+		if len(args.Items) == 0 {
+			return Value{Kind: k}, true
+		}
+		if len(args.Items) == 1 && (args.Items[0].Kind == Tuple || args.Items[0].Kind == List) {
+			return Value{Kind: k, Items: args.Items[0].Items}, true
+		}
+	case "ZopeUndo.Prefix Prefix":
+		if len(args.Items) == 1 && args.Items[0].Kind == Str {
+			return args.Items[0], true
+		}
+	}
+	return Value{}, false
+}
+
+// hasGlobal reports whether v holds an unreduced global.
+func hasGlobal(v *Value) bool {
+	if v.Kind == kindGlobal {
+		return true
+	}
+	for i := range v.Items {
+		if hasGlobal(&v.Items[i]) {
+			return true
+		}
+	}
+	return false
+}
 
 var errTruncated = errors.New("truncated")
 
@@ -130,6 +201,7 @@ func (d *Decoder) decodePickle(b []byte) (Value, error) {
 	d.marks = d.marks[:0]
 	d.memo = d.memo[:0]
 	i := 0
+	globals := false
 	fail := func(off int, format string, args ...interface{}) (Value, error) {
 		return Value{}, &DecodeError{off, fmt.Sprintf(format, args...)}
 	}
@@ -149,7 +221,50 @@ func (d *Decoder) decodePickle(b []byte) (Value, error) {
 			if i != len(b) {
 				return fail(i, "pickle: trailing bytes after STOP")
 			}
+			if globals && hasGlobal(&d.stack[0]) {
+				return fail(at, "pickle: a global that is not called")
+			}
 			return d.stack[0], nil
+		case opGlobal:
+			// "module\nname\n"
+			j := i
+			nl := 0
+			for j < len(b) && nl < 2 {
+				if b[j] == '\n' {
+					nl++
+				}
+				j++
+			}
+			if nl < 2 {
+				return fail(at, "pickle: GLOBAL: %v", errTruncated)
+			}
+			name := b[i : j-1]
+			for k := range name {
+				if name[k] == '\n' {
+					name[k] = ' ' // "module name", as STACK_GLOBAL makes it
+				}
+			}
+			d.stack = append(d.stack, Value{Kind: kindGlobal, B: name})
+			globals = true
+			i = j
+		case opStackGlobal:
+			if len(d.stack)-2 < d.floor() || d.stack[len(d.stack)-1].Kind != Str || d.stack[len(d.stack)-2].Kind != Str {
+				return fail(at, "pickle: STACK_GLOBAL without module and name")
+			}
+			n := len(d.stack)
+			name := append(append(append([]byte(nil), d.stack[n-2].B...), ' '), d.stack[n-1].B...)
+			d.stack = append(d.stack[:n-2], Value{Kind: kindGlobal, B: name})
+			globals = true
+		case opReduce:
+			n := len(d.stack)
+			if n-2 < d.floor() || d.stack[n-2].Kind != kindGlobal {
+				return fail(at, "pickle: REDUCE without a global")
+			}
+			v, ok := reduceGlobal(string(d.stack[n-2].B), d.stack[n-1])
+			if !ok {
+				return fail(at, "pickle: global %s not allowed in a ZEO message (or bad arguments)", d.stack[n-2].B)
+			}
+			d.stack = append(d.stack[:n-2], v)
 		case opProto:
 			if !need(1) {
 				return fail(at, "pickle: PROTO: %v", errTruncated)

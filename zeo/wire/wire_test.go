@@ -299,3 +299,33 @@ func FuzzDecode(f *testing.F) {
 		d.DecodeMessage(b)
 	})
 }
+
+// TestDecodeReducedDict: a transaction extension that pickles itself as
+// dict(...) through __reduce__ (ZODB's IteratorStorage test does this)
+// decodes as a plain dict; other globals are refused.
+func TestDecodeReducedDict(t *testing.T) {
+	for _, hx := range []string{
+		// zodbpickle protocol 3: GLOBAL builtins dict, REDUCE
+		"8003636275696c74696e730a646963740a71005803000000666f6f71014b018671028571038571045271052e",
+		// pickle protocol 4: FRAME, STACK_GLOBAL, MEMOIZE
+		"80049525000000000000008c086275696c74696e73948c04646963749493948c03666f6f944b0186948594859452942e",
+	} {
+		b, _ := hex.DecodeString(hx)
+		v, err := NewDecoder(Pickle).Decode(b)
+		if err != nil {
+			t.Fatalf("%s: %v", hx, err)
+		}
+		if got := toTagged(&v).String(); got != `{"t":"dict","v":[[{"t":"str","v":"foo"},{"t":"int","v":"1"}]]}` {
+			t.Errorf("decoded as %s", got)
+		}
+	}
+	for name, b := range map[string][]byte{
+		"os.system":     []byte("\x80\x03cos\nsystem\nX\x02\x00\x00\x00ls\x85R."),
+		"uncalled dict": []byte("\x80\x03cbuiltins\ndict\n."),
+		"nested global": []byte("\x80\x03cbuiltins\ndict\n\x85."),
+	} {
+		if v, err := NewDecoder(Pickle).Decode(b); err == nil {
+			t.Errorf("%s: decoded as %v, want an error", name, v)
+		}
+	}
+}
