@@ -91,25 +91,37 @@ def start_zodbd(storage_conf=None, zeo_conf=None, port=None, keep=False,
     return addr, stop
 
 
+# ZEO's FileStorage classes. Not included: ClientConflictResolutionTests
+# (it serves a MappingStorage; its checks are in FileStorageTests, since
+# zodbd always lets the client resolve conflicts), FileStorageLoadDelayedTests
+# and FileStorageHexTests (they %import Python storage wrappers), the blob
+# classes (blobs are not supported yet).
 CLASSES = [
     testZEO.FileStorageTests,
-    testZEO.ClientConflictResolutionTests,
     testZEO.FileStorageRecoveryTests,
     testZEO.FileStorageSSLTests,
-    testZEO.FileStorageLoadDelayedTests,
 ]
 
 # check methods that cannot pass against zodbd, with the reason.
 SKIP = {
+    # Undoing a transaction whose objects were changed later needs the
+    # objects' _p_resolveConflict, which runs in Python: the reference
+    # resolves on the server; zodbd cannot, and reports an UndoError.
+    'testUndoConflictResolution': 'undo with conflict resolution needs Python on the server',
+    'testUndoMultipleConflictResolution': 'undo with conflict resolution needs Python on the server',
+    'testUndoMultipleConflictResolutionReversed': 'undo with conflict resolution needs Python on the server',
 }
 
 
 def cases():
     for cls in CLASSES:
-        loader = unittest.TestLoader()
-        loader.testMethodPrefix = 'check'
-        for name in loader.getTestCaseNames(cls):
-            yield cls, name
+        # ZEO's suite loads both prefixes: ZEO's tests say check*, ZODB 6's
+        # mixins test*.
+        for prefix in ('check', 'test'):
+            loader = unittest.TestLoader()
+            loader.testMethodPrefix = prefix
+            for name in loader.getTestCaseNames(cls):
+                yield cls, name
 
 
 @pytest.fixture(params=sorted(MARSHAL))

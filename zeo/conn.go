@@ -219,6 +219,11 @@ type outq struct {
 	closed  bool
 	kick    chan struct{}
 	enc     wire.Encoder // used under mu by queueLoad
+	// holds counts this connection's tpc_finish calls whose reply is not
+	// queued yet; invalidations arriving meanwhile wait in deferred.
+	holds       int
+	deferred    []byte
+	deferredInv zodb.Tid
 	// lastInv is the tid of the last invalidation queued: a reply that
 	// reports an object as current must be computed on a state that
 	// includes it (see queueLoad).
@@ -323,6 +328,17 @@ func (q *outq) invalidate(b []byte, tid zodb.Tid) {
 		q.mu.Unlock()
 		return
 	}
+	if q.holds > 0 && tid != 0 {
+		// This connection's own tpc_finish reply for an earlier
+		// transaction is not queued yet: the invalidation must follow it
+		// (the client requires its last tid to increase).
+		q.deferred = append(q.deferred, b...)
+		if tid > q.deferredInv {
+			q.deferredInv = tid
+		}
+		q.mu.Unlock()
+		return
+	}
 	q.buf = append(q.buf, b...)
 	if tid > q.lastInv {
 		q.lastInv = tid
@@ -330,10 +346,44 @@ func (q *outq) invalidate(b []byte, tid zodb.Tid) {
 	writing := q.writing
 	q.mu.Unlock()
 	if !writing {
-		select {
-		case q.kick <- struct{}{}:
-		default:
+		q.wake()
+	}
+}
+
+func (q *outq) wake() {
+	select {
+	case q.kick <- struct{}{}:
+	default:
+	}
+}
+
+// hold is called before this connection's tpc_finish: invalidations of
+// later transactions are held back until release queues its reply.
+func (q *outq) hold() {
+	q.mu.Lock()
+	q.holds++
+	q.mu.Unlock()
+}
+
+// release queues b (the tpc_finish reply) and then the invalidations held
+// back since hold.
+func (q *outq) release(b []byte) {
+	q.mu.Lock()
+	q.holds--
+	if q.err == nil && !q.closed {
+		q.buf = append(q.buf, b...)
+		if q.holds == 0 {
+			q.buf = append(q.buf, q.deferred...)
+			q.deferred = q.deferred[:0]
+			if q.deferredInv > q.lastInv {
+				q.lastInv = q.deferredInv
+			}
 		}
+	}
+	writing := q.writing
+	q.mu.Unlock()
+	if !writing {
+		q.wake()
 	}
 }
 

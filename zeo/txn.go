@@ -264,6 +264,7 @@ func (c *conn) tpcFinish(id *wire.Value, txnID int64) {
 
 	idc := cloneValue(id)
 	st := c.st
+	c.out.hold()
 	go func() {
 		// A finish is not cancelled by a disconnect: once voted, the
 		// transaction is committed as soon as possible.
@@ -290,7 +291,7 @@ func (c *conn) tpcFinish(id *wire.Value, txnID int64) {
 			e.Oid8(uint64(tid))
 			e.EndMessage()
 		}
-		c.out.sendAsync(e.Buf)
+		c.out.release(e.Buf)
 	}()
 }
 
