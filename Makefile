@@ -81,12 +81,13 @@ check-hashes: build datasets
 	scripts/check_hashes.sh $(BIN) $(DSREF) $(DSDIR) $(DATASETS)
 
 ## run: demo database made by ZODB/py, looked at with zodbd
+RUNADDR ?= 127.0.0.1:8100
 run: build $(DEMO)
 	$(BIN) info $(DEMO)
-	$(BIN) tail -n 3 $(DEMO)
 	@echo
-	@echo "The ZEO server (zodbd serve) arrives with a later issue; for now zodbd reads"
-	@echo "FileStorage files: try '$(BIN) help' and '$(BIN) dump $(DEMO)'."
+	@echo "Serving $(DEMO) to ZEO clients on $(RUNADDR) (Ctrl-C stops). Try, in another shell:"
+	@echo "  $(VPY) -c \"import ZEO; db = ZEO.DB(('127.0.0.1', $(lastword $(subst :, ,$(RUNADDR))))); print(dict(db.open().root()))\""
+	$(BIN) serve -a $(RUNADDR) -f $(DEMO)
 
 $(DEMO): scripts/make_demo.py | $(VENV_STAMP)
 	$(VPY) scripts/make_demo.py $@
@@ -105,6 +106,12 @@ fuzz:
 	    $(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; \
 	done
+
+## stress: the big form of the FileStorage crash test (2000 SIGKILLs of a
+## committing writer, then ZODB/py's fstest); about 5 minutes
+.PHONY: stress
+stress: venv
+	ZODBD_STRESS=1 $(GO) test $(GOTESTFLAGS) -run '^TestCrash$$' -timeout 60m -v ./fs1
 
 clean:
 	rm -rf bin data/demo .pytest_cache
