@@ -6,30 +6,60 @@ import (
 	"io"
 	"log"
 	"os"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/zodbd/zodbd/zodb"
 )
 
-// Options tune Open.
+// Options tune Open. The zero value (or nil) opens the file read-only.
 type Options struct {
 	// Logf receives warnings (torn tail, anomalies ZODB/py tolerates, a
 	// stale .index that is ignored). nil means log.Printf.
 	Logf func(format string, args ...interface{})
+
+	// ReadWrite opens the storage for writing: it takes the lock file
+	// path.lock (failing if another process holds it), creates the file if
+	// it does not exist, cuts a torn tail off (saving it in path.trN, as
+	// ZODB/py does) and accepts commits (zodb.WriteStorage). Without it
+	// Open never modifies anything.
+	ReadWrite bool
+
+	// Create, with ReadWrite implied, starts a new, empty storage: an
+	// existing file is truncated to the FS30 header and its .index removed.
+	Create bool
+
+	// NoGroupCommit makes every Finish fsync on its own while holding the
+	// commit lock, as ZODB/py does, instead of sharing fsyncs between the
+	// transactions that finish while one is in flight. For comparisons.
+	NoGroupCommit bool
+
+	// Now is the clock that tids are made from (zodb.NextTid). nil means
+	// time.Now.
+	Now func() time.Time
 }
 
-// FileStorage is a FileStorage file opened for reading. It implements
-// zodb.Storage and zodb.AppendLoader.
+// FileStorage is a FileStorage file. It implements zodb.Storage,
+// zodb.AppendLoader, zodb.BeforeLoader, zodb.Undoer and zodb.WriteStorage;
+// opened read-only (the default), NewOids and Begin return
+// zodb.ErrReadOnly. Opened with Options.ReadWrite it accepts commits (see
+// writer.go).
 //
 // Any number of goroutines may call its methods at once. A Load takes no
 // lock: it reads the current snapshot (an atomic pointer to immutable
 // state), looks the oid up in the snapshot's index and reads the record with
-// pread on the shared file descriptor.
+// pread on the shared file descriptor. Commits never block loads: a commit
+// becomes visible by the publication of a new snapshot (see writer).
 type FileStorage struct {
 	path  string
 	file  *os.File
 	state atomic.Pointer[snapshot]
 	logf  func(format string, args ...interface{})
+	w     *writer // nil when read-only
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // snapshot is an immutable view of the committed part of the file.
@@ -44,12 +74,15 @@ type snapshot struct {
 var _ zodb.Storage = (*FileStorage)(nil)
 var _ zodb.AppendLoader = (*FileStorage)(nil)
 
-// Open opens the FileStorage file at path for reading and builds its index:
-// it loads path.index when that file is present and passes the sanity check
-// (then scans only the transactions after what the index covers), else it
-// scans the whole file. A torn tail is not an error: it is logged, TornPos
-// reports it, and readers see only the complete transactions before it.
-// Open never modifies the file.
+// Open opens the FileStorage file at path and builds its index: it loads
+// path.index when that file is present and passes the sanity check (then
+// scans only the transactions after what the index covers), else it scans
+// the whole file.
+//
+// Read-only (the default), a torn tail is not an error: it is logged,
+// TornPos reports it, and readers see only the complete transactions before
+// it; Open never modifies the file. With opt.ReadWrite, see openWriter:
+// the torn tail is cut off, and the storage accepts commits.
 func Open(path string, opt *Options) (*FileStorage, error) {
 	if opt == nil {
 		opt = &Options{}
@@ -58,56 +91,78 @@ func Open(path string, opt *Options) (*FileStorage, error) {
 	if logf == nil {
 		logf = log.Printf
 	}
+	if opt.ReadWrite || opt.Create {
+		return openWriter(path, opt, logf)
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("fs1: %w", err)
 	}
 	fs := &FileStorage{path: path, file: f, logf: logf}
-	if err := fs.load(); err != nil {
+	if _, err := fs.load(false); err != nil {
 		f.Close()
 		return nil, err
 	}
 	return fs, nil
 }
 
-func (fs *FileStorage) load() error {
+// load reads the file's index (from path.index or by scanning) and
+// publishes the first snapshot. It reports whether the index came from
+// path.index. With rw, a torn tail is cut off (recoverTail) instead of
+// being left for readers to skip.
+func (fs *FileStorage) load(rw bool) (fromIndexFile bool, err error) {
 	st, err := fs.file.Stat()
 	if err != nil {
-		return fmt.Errorf("fs1: %w", err)
+		return false, fmt.Errorf("fs1: %w", err)
 	}
 	size := st.Size()
 	if size == 0 {
 		// ZODB/py treats an empty file as an empty storage (it writes the
 		// magic when opened for writing).
+		if rw {
+			if _, err := fs.file.WriteAt([]byte(Magic30), 0); err != nil {
+				return false, &Error{fs.path, 0, "file header", fmt.Errorf("write: %w", err)}
+			}
+			fs.state.Store(&snapshot{index: NewIndex(0), end: HeaderSize})
+			return false, nil
+		}
 		fs.state.Store(&snapshot{index: NewIndex(0), end: 0})
-		return nil
+		return false, nil
 	}
 	var magic [HeaderSize]byte
 	if _, err := fs.file.ReadAt(magic[:], 0); err != nil {
-		return &Error{fs.path, 0, "file header", fmt.Errorf("read: %w", err)}
+		return false, &Error{fs.path, 0, "file header", fmt.Errorf("read: %w", err)}
 	}
 	if m := string(magic[:]); m != Magic30 && m != Magic21 {
-		return &Error{fs.path, 0, "file header", fmt.Errorf("bad magic %q: not a FileStorage file", m)}
+		return false, &Error{fs.path, 0, "file header", fmt.Errorf("bad magic %q: not a FileStorage file", m)}
 	}
 	idx, from, prevTid, ntxn := fs.loadIndexFile(size)
+	fromIndexFile = idx != nil
 	if idx == nil {
 		idx, from, prevTid, ntxn = NewIndex(0), HeaderSize, 0, 0
 	}
 	res, err := Scan(fs.file, fs.path, from, size, prevTid, idx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	for _, w := range res.Warnings {
 		fs.logf("fs1: warning: %s", w)
 	}
-	if res.Torn != 0 {
-		fs.logf("fs1: warning: %s truncated, possibly due to damaged records at %d", fs.path, res.Torn)
-	}
 	if ntxn >= 0 {
 		ntxn += res.NTxn
 	}
+	if res.Torn != 0 {
+		if rw {
+			if err := fs.recoverTail(res.Torn, size); err != nil {
+				return false, err
+			}
+			res.Torn = 0
+		} else {
+			fs.logf("fs1: warning: %s truncated, possibly due to damaged records at %d", fs.path, res.Torn)
+		}
+	}
 	fs.state.Store(&snapshot{index: idx, end: res.End, lastTid: res.LastTid, torn: res.Torn, ntxn: ntxn})
-	return nil
+	return fromIndexFile, nil
 }
 
 // loadIndexFile returns the index saved in path.index if it is usable, with
@@ -137,8 +192,26 @@ func (fs *FileStorage) loadIndexFile(size int64) (idx *Index, pos int64, tid zod
 // URL returns the path the storage was opened with.
 func (fs *FileStorage) URL() string { return fs.path }
 
-// Close closes the file. Loads in flight or after Close fail.
-func (fs *FileStorage) Close() error { return fs.file.Close() }
+// Close closes the storage. Loads in flight or after Close fail. For a
+// storage opened with ReadWrite, Close first waits for a transaction that
+// voted to finish or abort (new votes fail), waits for pending finishes to
+// be made durable, saves the index in path.index (as ZODB/py does on a
+// clean shutdown, unless a write or fsync failed) and releases the lock
+// file. Closing twice returns the first Close's result.
+func (fs *FileStorage) Close() error {
+	fs.closeOnce.Do(func() {
+		if fs.w != nil {
+			fs.closeErr = fs.w.close()
+		}
+		if err := fs.file.Close(); err != nil && fs.closeErr == nil {
+			fs.closeErr = fmt.Errorf("fs1: %w", err)
+		}
+		if fs.w != nil {
+			fs.w.lock.release()
+		}
+	})
+	return fs.closeErr
+}
 
 // File returns the underlying file, for tools that read records directly.
 func (fs *FileStorage) File() io.ReaderAt { return fs.file }

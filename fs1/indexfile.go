@@ -23,7 +23,6 @@ package fs1
 
 import (
 	"bufio"
-	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -33,7 +32,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 
 	pickle "github.com/kisielk/og-rek"
@@ -115,8 +113,6 @@ func loadIndex(r io.Reader, path string, size int64) (topPos int64, idx *Index, 
 		hint = int(min(size/8, 1<<31))
 	}
 	idx = NewIndex(hint)
-	m := idx.m
-	var maxOid zodb.Oid
 	for n := 2; ; n++ {
 		v, err := d.Decode()
 		if err != nil {
@@ -155,13 +151,9 @@ func loadIndex(r io.Reader, path string, size int64) (topPos int64, idx *Index, 
 			if pos < HeaderSize || pos >= topPos {
 				return fail("pickle %d: oid %s at position %d, outside the data the index covers [%d, %d)", n, oid, pos, HeaderSize, topPos)
 			}
-			m[oid] = pos
-			if oid > maxOid {
-				maxOid = oid
-			}
+			idx.Set(oid, pos)
 		}
 	}
-	idx.maxOid = maxOid
 	return topPos, idx, nil
 }
 
@@ -280,41 +272,43 @@ func (x *Index) writeIndex(w io.Writer, topPos int64) error {
 		// writes LONG1. Both load, but we want ZODB/py's bytes.
 		return err
 	}
-	// Entries sorted by oid. Sorting (oid, pos) pairs saves a second map
-	// lookup per oid.
-	ents := make([]indexEntry, 0, len(x.m))
-	for oid, pos := range x.m {
-		if pos < 0 || pos > maxIndexPos {
-			return fmt.Errorf("oid %s: position %d does not fit in 6 bytes", oid, pos)
-		}
-		ents = append(ents, indexEntry{oid, pos})
-	}
-	slices.SortFunc(ents, func(a, b indexEntry) int { return cmp.Compare(a.oid, b.oid) })
+	// One (prefix, bucket) pickle per chunk of the index: a chunk holds
+	// the oids of one 6-byte prefix, and yields them in ascending order.
 	var bucket []byte
-	for i := 0; i < len(ents); {
-		hi := ents[i].oid >> 16
-		j := i
-		for j < len(ents) && ents[j].oid>>16 == hi {
-			j++
+	var ents []indexEntry
+	var err error
+	x.chunks(func(hi uint64, c *ixChunk) bool {
+		ents = ents[:0]
+		c.each(hi, func(oid zodb.Oid, pos int64) bool {
+			if pos < 0 || pos > maxIndexPos {
+				err = fmt.Errorf("oid %s: position %d does not fit in 6 bytes", oid, pos)
+				return false
+			}
+			ents = append(ents, indexEntry{oid, pos})
+			return true
+		})
+		if err != nil || len(ents) == 0 {
+			return err == nil
 		}
-		n := j - i
+		n := len(ents)
 		if cap(bucket) < 8*n {
 			bucket = make([]byte, 8*n)
 		}
 		bucket = bucket[:8*n]
-		for k, e := range ents[i:j] {
+		for k, e := range ents {
 			binary.BigEndian.PutUint16(bucket[2*k:], uint16(e.oid))
 			v := bucket[2*n+6*k:]
 			binary.BigEndian.PutUint16(v, uint16(e.pos>>32))
 			binary.BigEndian.PutUint32(v[2:], uint32(e.pos))
 		}
 		var prefix [8]byte
-		binary.BigEndian.PutUint64(prefix[:], uint64(hi))
+		binary.BigEndian.PutUint64(prefix[:], hi)
 		t := pickle.Tuple{pickle.Bytes(prefix[2:]), pickle.Bytes(bucket)}
-		if err := enc.Encode(t); err != nil {
-			return err
-		}
-		i = j
+		err = enc.Encode(t)
+		return err == nil
+	})
+	if err != nil {
+		return err
 	}
 	return enc.Encode(pickle.None{})
 }

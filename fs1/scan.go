@@ -100,17 +100,20 @@ func Scan(r io.ReaderAt, path string, from, size int64, prevTid zodb.Tid, idx *I
 		}
 		tpos, tlen := pos, int64(h.Len)
 		tend := tpos + tlen
-		switch zodb.TxnStatus(h.Status) {
-		case zodb.TxnComplete, zodb.TxnPacked, zodb.TxnInprogress:
-		default:
-			return fail(tpos, "transaction record", "invalid status %q", h.Status)
-		}
+		// The length is checked before the status, as ZODB/py does: a
+		// tail of garbage (zeros after a crash) is a torn tail, not an
+		// invalid status.
 		if tlen < TxnHeaderFixSize+h.MetaLen() {
 			if tornGarbage(r, tpos, size) {
 				res.Torn = tpos
 				break
 			}
 			return fail(tpos, "transaction record", "transaction length %d shorter than its header (%d)", tlen, TxnHeaderFixSize+h.MetaLen())
+		}
+		switch zodb.TxnStatus(h.Status) {
+		case zodb.TxnComplete, zodb.TxnPacked, zodb.TxnInprogress:
+		default:
+			return fail(tpos, "transaction record", "invalid status %q", h.Status)
 		}
 		if h.Tid <= res.LastTid && res.LastTid != 0 {
 			res.Warnings = append(res.Warnings, fmt.Sprintf("%s: time-stamp reduction at %d", path, tpos))

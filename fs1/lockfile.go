@@ -1,0 +1,62 @@
+package fs1
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// lockFile is the lock ZODB/py's FileStorage takes on path.lock when it
+// opens a file for writing (zc.lockfile): an exclusive, non-blocking flock
+// on the lock file, held for as long as the storage is open, with the pid
+// of the holder written in the file as " PID\n". The file is left in place
+// when the lock is released, as ZODB/py leaves it.
+//
+// flock locks belong to an open file description, so two opens in one
+// process exclude each other as two processes do.
+type lockFile struct {
+	path string
+	f    *os.File
+}
+
+// ErrLocked is wrapped by the error Open returns when another process (or
+// another open storage) holds the lock file.
+var ErrLocked = errors.New("locked by another process")
+
+// acquireLock takes the lock on path (a FileStorage's path + ".lock").
+func acquireLock(path string) (*lockFile, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o666)
+	if err != nil {
+		return nil, fmt.Errorf("fs1: lock file: %w", err)
+	}
+	if err := flock(f); err != nil {
+		f.Close()
+		if errors.Is(err, errWouldBlock) {
+			holder := ""
+			if b, err := os.ReadFile(path); err == nil {
+				if pid := strings.TrimSpace(string(b)); pid != "" {
+					holder = " (pid " + pid + ")"
+				}
+			}
+			return nil, fmt.Errorf("fs1: %s: %w%s", path, ErrLocked, holder)
+		}
+		return nil, fmt.Errorf("fs1: %s: lock: %w", path, err)
+	}
+	content := " " + strconv.Itoa(os.Getpid()) + "\n"
+	if _, err := f.WriteAt([]byte(content), 0); err == nil {
+		f.Truncate(int64(len(content)))
+	}
+	return &lockFile{path: path, f: f}, nil
+}
+
+// release unlocks and closes the lock file. It may be called on nil.
+func (l *lockFile) release() {
+	if l == nil || l.f == nil {
+		return
+	}
+	funlock(l.f)
+	l.f.Close()
+	l.f = nil
+}

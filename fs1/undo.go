@@ -1,0 +1,284 @@
+package fs1
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/zodbd/zodbd/zodb"
+)
+
+// Undo, and the backpointers of restore.
+//
+// Undoing a transaction writes, for each of its data records, a record of
+// the same oid in the new transaction that brings back the revision before
+// it: a backpointer to the undone record's previous revision, or a record
+// without data when the undone record created the object. This is possible
+// when the undone record is still the object's current one, or when the
+// current data equals the undone data (e.g. a later transaction was itself
+// undone); otherwise ZODB/py would try conflict resolution, which zodbd
+// cannot run (it needs the application's Python classes), so the undo
+// fails with "Some data were modified by a later transaction".
+
+// undoLogMinPos is where ZODB/py's undo search stops: it considers no
+// transaction ending before this position.
+const undoLogMinPos = 39
+
+// UndoLog implements zodb.Undoer with the semantics of ZODB/py's
+// FileStorage.undoLog: it walks the published transactions from the newest
+// backwards, lists those with status ' ' (skipping 'u'), stops at the first
+// packed transaction ('p': nothing before a pack can be undone), and
+// returns entries first <= i < last of that list; a negative last means
+// first-last. Size is the length of the transaction record (tlen).
+func (fs *FileStorage) UndoLog(ctx context.Context, first, last int) ([]zodb.UndoEntry, error) {
+	if last < 0 {
+		last = first - last
+	}
+	s := fs.state.Load()
+	var res []zodb.UndoEntry
+	var th TxnHeader
+	for i, pos := 0, s.end; i < last && pos >= undoLogMinPos; {
+		if err := ctx.Err(); err != nil {
+			return res, err
+		}
+		if err := th.LoadPrev(fs.file, fs.path, pos, s.end); err != nil {
+			return res, &zodb.OpError{URL: fs.path, Op: "undoLog", Err: err}
+		}
+		pos = th.Pos
+		if th.Status == zodb.TxnPacked {
+			break
+		}
+		if th.Status != zodb.TxnComplete {
+			continue
+		}
+		if i >= first {
+			res = append(res, zodb.UndoEntry{
+				Tid:         th.Tid,
+				User:        clone(th.User),
+				Description: clone(th.Description),
+				Extension:   clone(th.Extension),
+				Size:        th.Len,
+			})
+		}
+		i++
+	}
+	return res, nil
+}
+
+// findTxn returns the position of the finished transaction tid, searching
+// backwards from the head (ZODB/py's _txn_find). With stopAtPack the search
+// ends at the first packed transaction other than tid. Called with the
+// commit lock held.
+func (w *writer) findTxn(tid zodb.Tid, stopAtPack bool) (pos int64, ok bool, err error) {
+	var th TxnHeader
+	for pos = w.pos; pos > HeaderSize; pos = th.Pos {
+		if err := th.LoadPrev(w.fs.file, w.fs.path, pos, w.pos); err != nil {
+			return 0, false, err
+		}
+		if th.Tid == tid {
+			return th.Pos, true, nil
+		}
+		if stopAtPack && th.Status == zodb.TxnPacked {
+			break
+		}
+	}
+	return 0, false, nil
+}
+
+// restoreBackpointer returns the backpointer a restore of oid with data
+// and prevTid writes (ZODB/py's _data_find): the position of the last
+// record of oid in the transaction prevTid if that record is itself a
+// backpointer (or has no data), if data is nil, or if it holds exactly
+// data; else 0 (the restore writes data). A prevTid that is not in the
+// storage is ignored.
+func (w *writer) restoreBackpointer(oid zodb.Oid, data []byte, prevTid zodb.Tid) (int64, error) {
+	tpos, ok, err := w.findTxn(prevTid, false)
+	if err != nil || !ok {
+		return 0, err
+	}
+	f, path := w.fs.file, w.fs.path
+	var th TxnHeader
+	if err := th.Load(f, path, tpos, w.pos); err != nil {
+		return 0, err
+	}
+	var dh, found DataHeader
+	for dpos := th.DataPos(); dpos < th.End(); dpos += dh.Len() {
+		if err := dh.Load(f, path, dpos, th.End()); err != nil {
+			return 0, err
+		}
+		if dh.Oid == oid {
+			found = dh
+		}
+	}
+	switch {
+	case found.Pos == 0:
+		return 0, nil
+	case found.DataLen == 0 || data == nil:
+		return found.Pos, nil
+	case found.DataLen != int64(len(data)):
+		w.fs.logf("fs1: %s: restore of %s: data differs in length from the record at %d of transaction %s; writing the data",
+			path, oid, found.Pos, prevTid)
+		return 0, nil
+	}
+	have := make([]byte, found.DataLen)
+	if _, err := f.ReadAt(have, found.Pos+DataHeaderSize); err != nil {
+		return 0, &Error{path, found.Pos, "data record", fmt.Errorf("read data: %w", err)}
+	}
+	if !bytes.Equal(have, data) {
+		return 0, nil
+	}
+	return found.Pos, nil
+}
+
+// undo appends to the transaction being encoded the records that undo the
+// transaction tid (ZODB/py's _txn_undo_write) and returns their oids.
+// Failures of one oid get a second chance if the undone transaction has a
+// later record of the same oid, as in ZODB/py; the first remaining failure
+// is returned.
+func (e *txnEncoder) undo(tid zodb.Tid) ([]zodb.Oid, error) {
+	w := e.w
+	f, path := w.fs.file, w.fs.path
+	tpos, ok, err := w.findTxn(tid, true)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, &zodb.UndoError{Tid: tid, Reason: "Invalid transaction id"}
+	}
+	var th TxnHeader
+	if err := th.Load(f, path, tpos, w.pos); err != nil {
+		return nil, err
+	}
+	if th.Status != zodb.TxnComplete {
+		return nil, &zodb.UndoError{Tid: tid, Reason: "non-undoable transaction"}
+	}
+	var oids []zodb.Oid
+	var failures []*zodb.UndoError
+	var dh DataHeader
+	for dpos := th.DataPos(); dpos < th.End(); dpos += dh.Len() {
+		if err := dh.Load(f, path, dpos, th.End()); err != nil {
+			return nil, err
+		}
+		for i, fe := range failures {
+			if fe.Oid == dh.Oid {
+				failures = append(failures[:i], failures[i+1:]...)
+				break
+			}
+		}
+		back, err := e.undoRecord(&dh)
+		if err != nil {
+			var ue *zodb.UndoError
+			if !errors.As(err, &ue) {
+				return nil, err
+			}
+			ue.Tid = tid
+			failures = append(failures, ue)
+			continue
+		}
+		e.add(dh.Oid, nil, back)
+		oids = append(oids, dh.Oid)
+	}
+	if len(failures) > 0 {
+		return nil, failures[0]
+	}
+	return oids, nil
+}
+
+// undoRecord returns the backpointer of the record that undoes the data
+// record dh (ZODB/py's _transactionalUndoRecord without conflict
+// resolution): dh's previous revision, or 0 (no data) when dh created the
+// object.
+func (e *txnEncoder) undoRecord(dh *DataHeader) (int64, error) {
+	w := e.w
+	oid, pos, pre := dh.Oid, dh.Pos, dh.PrevRevPos
+	undoErr := func(reason string) error {
+		return &zodb.UndoError{Oid: oid, HasOid: true, Reason: reason}
+	}
+	ipos, _ := w.head.Get(oid)
+	cur, inTxn := e.current(oid)
+	tipos := ipos
+	if inTxn {
+		tipos = e.tpos + cur.off
+	}
+	copyBack := true
+	if tipos != pos {
+		// The undone record is not the current one: look at the current
+		// data, and whether it is the undone data.
+		var cdataptr int64
+		var curData []byte
+		if inTxn {
+			if cur.dataLen > 0 {
+				cdataptr = tipos
+				curData = e.buf[cur.off+DataHeaderSize : cur.off+DataHeaderSize+cur.dataLen]
+			} else {
+				cdataptr = cur.back
+			}
+		} else {
+			var ch DataHeader
+			if ipos == 0 {
+				return 0, undoErr("_loadBack() failed")
+			}
+			if err := ch.Load(w.fs.file, w.fs.path, ipos, w.pos); err != nil {
+				return 0, err
+			}
+			if ch.Oid != oid {
+				return 0, undoErr("Invalid undo transaction id")
+			}
+			cdataptr = ch.BackPos
+			if ch.DataLen > 0 {
+				cdataptr = ipos
+			}
+		}
+		if cdataptr != pos {
+			undoneData, err := w.loadBack(oid, pos)
+			if err != nil {
+				return 0, err
+			}
+			if curData == nil {
+				if curData, err = w.loadBack(oid, cdataptr); err != nil {
+					return 0, err
+				}
+			}
+			if !bytes.Equal(undoneData, curData) {
+				copyBack = false
+				if pre == 0 {
+					return 0, undoErr("Can't undo an add transaction followed by conflicting transactions.")
+				}
+			}
+		}
+	}
+	if pre == 0 {
+		return 0, nil // undo of the object's creation
+	}
+	if copyBack {
+		return pre, nil
+	}
+	return 0, undoErr("Some data were modified by a later transaction")
+}
+
+// loadBack returns the data of the record at pos, following backpointers
+// (ZODB/py's _loadBack_impl). A chain that ends without data is an
+// *zodb.UndoError, as ZODB/py's KeyError becomes one in undo.
+func (w *writer) loadBack(oid zodb.Oid, pos int64) ([]byte, error) {
+	fail := &zodb.UndoError{Oid: oid, HasOid: true, Reason: "_loadBack() failed"}
+	if pos == 0 {
+		return nil, fail
+	}
+	var dh DataHeader
+	if err := dh.Load(w.fs.file, w.fs.path, pos, w.pos); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, fail
+		}
+		return nil, err
+	}
+	data, src, err := dh.LoadData(w.fs.file, w.fs.path, nil)
+	if err != nil {
+		return nil, err
+	}
+	if src.DataLen == 0 {
+		return nil, fail
+	}
+	return data, nil
+}
