@@ -12,6 +12,7 @@ import (
 	"hash"
 	"hash/adler32"
 	"hash/crc32"
+	"sync"
 	"time"
 
 	"github.com/zodbd/zodbd/zodb"
@@ -61,6 +62,18 @@ func (r HashResult) String() string {
 // latency of one load. It uses LoadAppend with a reused buffer when the
 // storage offers it.
 func Hash(ctx context.Context, stor zodb.Loader, at zodb.Tid, name string) (HashResult, error) {
+	return HashPrefetch(ctx, stor, at, name, 0)
+}
+
+// HashPrefetch is Hash with up to inflight loads in flight at once
+// (inflight <= 1 is Hash's serial loop): oid i+inflight is being loaded
+// while oid i is folded into the hash. The objects, their order and so
+// the result are those of Hash; only the time differs. Loads beyond the
+// first missing oid are made and discarded.
+func HashPrefetch(ctx context.Context, stor zodb.Loader, at zodb.Tid, name string, inflight int) (HashResult, error) {
+	if inflight > 1 {
+		return hashWindow(ctx, stor, at, name, inflight)
+	}
 	h, err := NewHash(name)
 	if err != nil {
 		return HashResult{}, err
@@ -79,15 +92,89 @@ func Hash(ctx context.Context, stor zodb.Loader, at zodb.Tid, name string) (Hash
 			data, _, err = stor.Load(ctx, xid)
 		}
 		if err != nil {
-			var noObj *zodb.NoObjectError
-			var noData *zodb.NoDataError
-			if errors.As(err, &noObj) || errors.As(err, &noData) {
+			if isMissing(err) {
 				break
 			}
 			return res, err
 		}
 		h.Write(data)
 		res.NRead += int64(len(data))
+		res.NObj++
+	}
+	res.Elapsed = time.Since(t0)
+	res.Sum = h.Sum(nil)
+	return res, nil
+}
+
+// isMissing reports whether err says that the object has no data (the end
+// of a hash pass).
+func isMissing(err error) bool {
+	var noObj *zodb.NoObjectError
+	var noData *zodb.NoDataError
+	return errors.As(err, &noObj) || errors.As(err, &noData)
+}
+
+// loaded is one load's outcome, passed from a worker to the hasher.
+type loaded struct {
+	data []byte
+	err  error
+}
+
+// hashWindow keeps n loads in flight with n workers: worker w loads oids
+// w, w+n, w+2n, ... and hands each result over on its own unbuffered
+// channel, so the hasher takes them in oid order. Each worker alternates
+// between two buffers: it fills one while the hasher still reads the
+// other (the hasher is done with a buffer before it receives the worker's
+// next result).
+func hashWindow(ctx context.Context, stor zodb.Loader, at zodb.Tid, name string, n int) (HashResult, error) {
+	h, err := NewHash(name)
+	if err != nil {
+		return HashResult{}, err
+	}
+	res := HashResult{HashName: name}
+	al, _ := stor.(zodb.AppendLoader)
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	t0 := time.Now()
+	chans := make([]chan loaded, n)
+	for w := range chans {
+		ch := make(chan loaded)
+		chans[w] = ch
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			var bufs [2][]byte
+			for i, oid := 0, zodb.Oid(w); ; i, oid = i+1, oid+zodb.Oid(n) {
+				xid := zodb.Xid{Oid: oid, At: at}
+				var r loaded
+				if al != nil {
+					r.data, _, r.err = al.LoadAppend(ctx, xid, bufs[i%2][:0])
+					bufs[i%2] = r.data
+				} else {
+					r.data, _, r.err = stor.Load(ctx, xid)
+				}
+				select {
+				case ch <- r:
+				case <-ctx.Done():
+					return
+				}
+				if r.err != nil {
+					return
+				}
+			}
+		}(w)
+	}
+	for oid := 0; ; oid++ {
+		r := <-chans[oid%n]
+		if r.err != nil {
+			if isMissing(r.err) {
+				break
+			}
+			return res, r.err
+		}
+		h.Write(r.data)
+		res.NRead += int64(len(r.data))
 		res.NObj++
 	}
 	res.Elapsed = time.Since(t0)

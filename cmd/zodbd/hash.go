@@ -4,8 +4,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log"
 	"os"
 
+	"github.com/zodbd/zodbd/internal/benchenv"
+	"github.com/zodbd/zodbd/zodb"
 	"github.com/zodbd/zodbd/zodbtools"
 )
 
@@ -20,10 +23,12 @@ func init() {
 func runHash(args []string) int {
 	fl := flag.NewFlagSet("hash", flag.ContinueOnError)
 	fl.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: zodbd hash [--crc32|--adler32|--sha1|--sha256] FILE\n\n"+
-			"Loads oids 0, 1, 2, ... at the head of the storage until the first missing one,\n"+
-			"folds their data into one hash and prints\n"+
-			"  crc32:XXXXXXXX ; oid=0..N nread=BYTES t=Ts (X µs / object)\n")
+		fmt.Fprintf(os.Stderr, "usage: zodbd hash [--crc32|--adler32|--sha1|--sha256] [--prefetch N] URL\n\n"+
+			"URL is a FileStorage path (or file://), zeo://host:port[?storage=NAME] or\n"+
+			"zeo:///path/to/socket. Loads oids 0, 1, 2, ... at the head of the storage\n"+
+			"until the first missing one, folds their data into one hash and prints\n"+
+			"  crc32:XXXXXXXX ; oid=0..N nread=BYTES t=Ts (X µs / object)\n"+
+			"The environment (CPU, governor, kernel, where the server is) goes to stderr.\n\n")
 		fl.PrintDefaults()
 	}
 	name := "crc32"
@@ -31,24 +36,29 @@ func runHash(args []string) int {
 		h := h
 		fl.BoolFunc(h, "use "+h, func(string) error { name = h; return nil })
 	}
-	if err := fl.Parse(args); err != nil {
+	prefetch := fl.Int("prefetch", 0, "keep `N` loads in flight (default: one at a time, the latency of a load)")
+	pos, err := parseInterleaved(fl, args)
+	if err != nil {
 		return 2
 	}
-	if fl.NArg() != 1 {
+	if len(pos) != 1 {
 		fl.Usage()
 		return 2
 	}
-	stor, err := openFS(fl.Arg(0))
+	target := pos[0]
+	fmt.Fprintln(os.Stderr, benchenv.Collect(target))
+	ctx := context.Background()
+	// Every object is read once: a client cache would only cost a copy.
+	stor, err := zodb.Open(ctx, target, &zodb.OpenOptions{CacheSize: -1, Logf: log.New(os.Stderr, "", 0).Printf})
 	if err != nil {
 		return fatalf("hash", "%v", err)
 	}
 	defer stor.Close()
-	ctx := context.Background()
 	head, err := stor.LastTid(ctx)
 	if err != nil {
 		return fatalf("hash", "%v", err)
 	}
-	res, err := zodbtools.Hash(ctx, stor, head, name)
+	res, err := zodbtools.HashPrefetch(ctx, stor, head, name, *prefetch)
 	if err != nil {
 		return fatalf("hash", "%v", err)
 	}

@@ -7,6 +7,10 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	// Storage drivers for zodb.Open (URLs of hash, wrk).
+	_ "github.com/zodbd/zodbd/fs1"        // file paths, file://
+	_ "github.com/zodbd/zodbd/zeo/client" // zeo://
 )
 
 // command is one zodbd subcommand. Each lives in its own file and registers

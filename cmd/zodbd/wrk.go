@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/zodbd/zodbd/internal/benchenv"
+	"github.com/zodbd/zodbd/zodbtools/wrk"
+)
+
+func init() {
+	register(&command{
+		name:    "wrk",
+		summary: "load generator: N clients loading random objects from a URL; latency and throughput",
+		run:     runWrk,
+	})
+}
+
+func runWrk(args []string) int {
+	fl := flag.NewFlagSet("wrk", flag.ContinueOnError)
+	fl.Usage = func() {
+		fmt.Fprintf(os.Stderr, "usage: zodbd wrk [-c N] [-d DURATION] [--cache=off|on|SIZE] [--json] [--topic NAME] URL\n\n"+
+			"Opens N connections to the storage at URL (zeo://host:port, a file path, ...),\n"+
+			"reads every object once (oids 0, 1, 2, ... at the head) to record its checksum,\n"+
+			"then for DURATION each client loads the objects in its own random order, one\n"+
+			"request in flight, checking every answer. Prints the environment, a summary and\n"+
+			"a Go benchmark-format line (benchstat); --json prints one JSON object instead\n"+
+			"(the summary then goes to stderr).\n\n")
+		fl.PrintDefaults()
+	}
+	nclients := fl.Int("c", 1, "number of `clients` (connections)")
+	dur := fl.Duration("d", 10*time.Second, "measured `duration`")
+	cacheFlag := fl.String("cache", "on", "client cache: on (driver default), off, or a byte `size` (64M, 1G)")
+	asJSON := fl.Bool("json", false, "print the result as one JSON object")
+	topic := fl.String("topic", "", "`name` in the benchmark line (default: the URL's scheme, -nocache when off)")
+	pos, err := parseInterleaved(fl, args)
+	if err != nil {
+		return 2
+	}
+	if len(pos) != 1 || *nclients < 1 || *dur <= 0 {
+		fl.Usage()
+		return 2
+	}
+	cacheSize, err := parseCacheFlag(*cacheFlag)
+	if err != nil {
+		return fatalf("wrk", "%v", err)
+	}
+	target := pos[0]
+	if *topic == "" {
+		*topic = wrk.Topic(target, cacheSize < 0)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+
+	env := benchenv.Collect(target)
+	human := io.Writer(os.Stdout)
+	if *asJSON {
+		human = os.Stderr
+	}
+	fmt.Fprintln(human, env)
+	cfg := wrk.Config{
+		URL:       target,
+		Clients:   *nclients,
+		Duration:  *dur,
+		CacheSize: cacheSize,
+		Logf:      log.New(os.Stderr, "", 0).Printf,
+	}
+	if isTerminal(os.Stderr) {
+		cfg.Progress = os.Stderr
+	}
+	res, err := wrk.Run(ctx, cfg)
+	if err != nil && res == nil {
+		return fatalf("wrk", "%v", err)
+	}
+	res.WriteTable(human)
+	if *asJSON {
+		b, jerr := res.JSON(*topic, env)
+		if jerr != nil {
+			return fatalf("wrk", "%v", jerr)
+		}
+		os.Stdout.Write(append(b, '\n'))
+	} else {
+		res.WriteBench(os.Stdout, *topic, env.CPU)
+	}
+	if err != nil {
+		return fatalf("wrk", "%v", err)
+	}
+	if res.Errors > 0 {
+		return fatalf("wrk", "%d loads failed or returned wrong data; first: %v", res.Errors, res.FirstErr)
+	}
+	return 0
+}
+
+// parseCacheFlag reads --cache: "on" (0: the driver's default), "off"
+// (-1) or a size with an optional K, M or G suffix.
+func parseCacheFlag(s string) (int64, error) {
+	switch strings.ToLower(s) {
+	case "on", "":
+		return 0, nil
+	case "off", "0":
+		return -1, nil
+	}
+	mul := int64(1)
+	switch strings.ToUpper(s[len(s)-1:]) {
+	case "K":
+		mul = 1 << 10
+	case "M":
+		mul = 1 << 20
+	case "G":
+		mul = 1 << 30
+	}
+	if mul != 1 {
+		s = s[:len(s)-1]
+	}
+	var n int64
+	if _, err := fmt.Sscan(s, &n); err != nil || n <= 0 {
+		return 0, fmt.Errorf("--cache: want on, off or a size like 64M, not %q", s)
+	}
+	return n * mul, nil
+}
+
+// isTerminal reports whether f is a character device (a terminal).
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// parseInterleaved parses args with fl, allowing flags after the
+// positional arguments (`zodbd wrk URL --json`), and returns the positional
+// arguments.
+func parseInterleaved(fl *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fl.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fl.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		if args[0] == "--" {
+			return append(pos, args[1:]...), nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package benchenv
+
+import "runtime"
+
+func kernel() string { return runtime.GOOS + " " + runtime.GOARCH }

@@ -1,0 +1,698 @@
+// Package client is a ZEO 5 client: a zodb.Storage (and zodb.WriteStorage)
+// served by a ZEO server such as runzeo or `zodbd serve`, over TCP or a
+// Unix socket, with the pickle ("Z5") or msgpack ("M5") marshalling that
+// the server announces.
+//
+// It registers the URL scheme zeo:// with zodb.Open:
+//
+//	zeo://host:port[?storage=NAME]
+//	zeo:///path/to/unix.sock[?storage=NAME]
+//
+// # Requests
+//
+// One Client is one connection, shared by any number of goroutines.
+// Requests are pipelined: a caller encodes its request into the
+// connection's output buffer and, unless another goroutine is already
+// writing, writes everything buffered with one write; replies are matched
+// to waiting callers by msgid on the goroutine that reads the connection.
+// loadBefore uses the (oid, tid) tuple as its msgid, as ZODB's client
+// does, so concurrent loads of the same revision share one request.
+//
+// # Cache and invalidations
+//
+// Loads go through a client cache (package zodb/cache) of revisions with
+// validity ranges: Load(oid, at) hits when at lies in a cached [serial,
+// next) range. The reading goroutine inserts every loadBefore answer into
+// the cache and applies every invalidateTransaction message, in the order
+// the server sent them; the server sends the invalidation of a transaction
+// before any reply that exposes it, which keeps the cache coherent.
+// LastTid is the newest transaction this client knows of (from register,
+// invalidations, its own commits and Sync) and costs no round trip.
+//
+// # Lost connections
+//
+// The client does not reconnect. When the connection is lost, every
+// outstanding call fails with a *DisconnectedError, and so does every later
+// call; Watch channels are closed. Open a new Client to go on.
+package client
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/zodbd/zodbd/zeo/wire"
+	"github.com/zodbd/zodbd/zodb"
+	"github.com/zodbd/zodbd/zodb/cache"
+)
+
+// DefaultCacheSize is the byte budget of the client cache when
+// Options.CacheSize is 0.
+const DefaultCacheSize = 64 << 20
+
+// Options configure Dial. The zero value (or nil) registers read-only on
+// storage "1" with the default cache.
+type Options struct {
+	// Storage is the name of the storage to register on ("1" if empty).
+	Storage string
+	// ReadWrite registers read-write (commits are possible). Without it
+	// the client registers read-only and Begin returns zodb.ErrReadOnly.
+	ReadWrite bool
+	// CacheSize is the cache's byte budget: 0 means DefaultCacheSize, a
+	// negative value turns the cache off.
+	CacheSize int64
+	// MaxFrame limits the size of a received frame (default
+	// wire.DefaultMaxFrame).
+	MaxFrame int
+	// Heartbeat is the interval of the heartbeat messages that ZODB's
+	// client sends (default 60s; negative: none). The server ignores them;
+	// they keep NAT and firewall state alive on idle connections.
+	Heartbeat time.Duration
+	// Logf receives warnings (unexpected messages); nil means log.Printf.
+	Logf func(format string, args ...interface{})
+}
+
+// Info is what the server's get_info reported at connect time.
+type Info struct {
+	Name                   string // the storage's name on the server (the FileStorage path)
+	Length                 int64  // number of objects
+	Size                   int64  // bytes
+	SupportsUndo           bool
+	SupportsRecordIternext bool
+	Interfaces             []string // "module.Name"
+}
+
+// ErrClosed is returned by calls on a closed Client.
+var ErrClosed = errors.New("zeo client: closed")
+
+// DisconnectedError says that the connection to the server was lost: the
+// call it fails may or may not have been executed by the server.
+type DisconnectedError struct {
+	Addr string
+	Err  error
+}
+
+func (e *DisconnectedError) Error() string {
+	return fmt.Sprintf("zeo client: connection to %s lost: %v", e.Addr, e.Err)
+}
+
+func (e *DisconnectedError) Unwrap() error { return e.Err }
+
+// Client is a connection to one storage of a ZEO server. It implements
+// zodb.Storage, zodb.AppendLoader, zodb.WriteStorage, zodb.Undoer,
+// zodb.Watcher, zodb.Syncer and zodb.Prefetcher. Its methods may be called
+// from any number of goroutines.
+type Client struct {
+	url      string
+	addr     string // for messages
+	storage  string
+	readOnly bool
+	nc       net.Conn
+	marshal  wire.Marshal
+	maxFrame int
+	logf     func(format string, args ...interface{})
+	cache    *cache.Cache
+	info     Info
+
+	// Write side: requests are encoded into enc.Buf under wmu; the first
+	// goroutine to find no flush in progress writes until it is empty.
+	wmu      sync.Mutex
+	enc      wire.Encoder
+	spare    []byte
+	flushing bool
+	werr     error
+
+	// Outstanding calls, removed by the reader when answered.
+	pmu    sync.Mutex
+	nextID int64
+	calls  map[int64]*call
+	loads  map[loadKey]*loadCall
+	err    error // why the connection is unusable; nil while it works
+
+	watch watchers
+
+	commitSem chan struct{} // one transaction at a time (the server allows one per connection)
+	txnSeq    atomic.Int64
+
+	length, size atomic.Int64 // from info messages
+
+	closing    atomic.Bool
+	closeOnce  sync.Once
+	readerDone chan struct{}
+	hbStop     chan struct{}
+}
+
+// call is an outstanding request other than loadBefore.
+type call struct {
+	done chan struct{}
+	// handle, run on the reading goroutine for a normal reply, extracts
+	// (copies) what the caller needs from the reply value, which is only
+	// valid during the call.
+	handle func(v *wire.Value) error
+	err    error
+}
+
+// loadKey is the msgid of a loadBefore: (oid, before).
+type loadKey struct {
+	oid    zodb.Oid
+	before zodb.Tid
+}
+
+// loadCall is an outstanding loadBefore, shared by every caller that
+// loads the same (oid, before) while it is in flight.
+type loadCall struct {
+	done   chan struct{}
+	data   []byte // immutable once done (also held by the cache)
+	serial zodb.Tid
+	next   zodb.Tid
+	none   bool // the server answered None: not yet created before `before`
+	err    error
+}
+
+// Dial connects to the ZEO server at addr (network "tcp" or "unix"), does
+// the handshake, registers on the storage and asks for its info. ctx bounds
+// the whole of it (30 seconds when it has no deadline).
+func Dial(ctx context.Context, network, addr string, opt *Options) (*Client, error) {
+	if opt == nil {
+		opt = &Options{}
+	}
+	u := &url.URL{Scheme: "zeo", Host: addr}
+	if network == "unix" {
+		u = &url.URL{Scheme: "zeo", Path: addr}
+	}
+	if opt.Storage != "" && opt.Storage != "1" {
+		u.RawQuery = url.Values{"storage": {opt.Storage}}.Encode()
+	}
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, fmt.Errorf("zeo client: %w", err)
+	}
+	c, err := newClient(ctx, nc, u.String(), addr, opt)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func newClient(ctx context.Context, nc net.Conn, urlStr, addr string, opt *Options) (*Client, error) {
+	c := &Client{
+		url:        urlStr,
+		addr:       addr,
+		storage:    opt.Storage,
+		readOnly:   !opt.ReadWrite,
+		nc:         nc,
+		maxFrame:   opt.MaxFrame,
+		logf:       opt.Logf,
+		calls:      make(map[int64]*call),
+		loads:      make(map[loadKey]*loadCall),
+		commitSem:  make(chan struct{}, 1),
+		readerDone: make(chan struct{}),
+		hbStop:     make(chan struct{}),
+	}
+	if c.storage == "" {
+		c.storage = "1"
+	}
+	if c.maxFrame <= 0 {
+		c.maxFrame = wire.DefaultMaxFrame
+	}
+	if c.logf == nil {
+		c.logf = log.Printf
+	}
+	size := opt.CacheSize
+	if size == 0 {
+		size = DefaultCacheSize
+	}
+	c.cache = cache.New(size)
+
+	// Handshake: the server announces its marshalling letter and
+	// version; the client answers with the letter and min(version, "5").
+	if dl, ok := ctx.Deadline(); ok {
+		nc.SetDeadline(dl)
+	} else {
+		nc.SetDeadline(time.Now().Add(30 * time.Second))
+	}
+	br := bufio.NewReaderSize(nc, 64<<10)
+	ann, err := wire.ReadFrame(br, nil, 64)
+	if err != nil {
+		return nil, fmt.Errorf("zeo client: %s: reading the protocol announcement: %w", addr, err)
+	}
+	if len(ann) < 2 {
+		return nil, fmt.Errorf("zeo client: %s: bad protocol announcement %q", addr, ann)
+	}
+	version := string(ann[1:])
+	if version > "5" {
+		version = "5"
+	}
+	if version != "5" {
+		return nil, fmt.Errorf("zeo client: %s: server speaks protocol %q, want Z5 or M5", addr, ann)
+	}
+	switch ann[0] {
+	case 'Z':
+		c.marshal = wire.Pickle
+	case 'M':
+		c.marshal = wire.Msgpack
+	default:
+		return nil, fmt.Errorf("zeo client: %s: unknown marshalling in announcement %q", addr, ann)
+	}
+	c.enc = wire.Encoder{M: c.marshal}
+	c.enc.RawFrame([]byte{ann[0], '5'})
+	if _, err := nc.Write(c.enc.Buf); err != nil {
+		return nil, fmt.Errorf("zeo client: %s: handshake: %w", addr, err)
+	}
+	c.enc.Buf = c.enc.Buf[:0]
+	nc.SetDeadline(time.Time{})
+
+	go c.readLoop(br)
+	ok := false
+	defer func() {
+		if !ok {
+			c.Close()
+		}
+	}()
+
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+	}
+	var haveTid bool
+	err = c.call(ctx, "register", 2, func(e *wire.Encoder) {
+		e.Str(c.storage)
+		e.Bool(c.readOnly)
+	}, func(v *wire.Value) error {
+		if v.IsNone() {
+			return nil
+		}
+		tid, err := tidOf(v)
+		if err != nil {
+			return err
+		}
+		haveTid = true
+		c.cache.SetHead(tid)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("zeo client: %s: register %q: %w", addr, c.storage, err)
+	}
+	if !haveTid {
+		if _, err := c.lastTransaction(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.call(ctx, "get_info", 0, nil, func(v *wire.Value) error {
+		c.info = parseInfo(v)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("zeo client: %s: get_info: %w", addr, err)
+	}
+	c.length.Store(c.info.Length)
+	c.size.Store(c.info.Size)
+	hb := opt.Heartbeat
+	if hb == 0 {
+		hb = 60 * time.Second
+	}
+	if hb > 0 {
+		go c.heartbeat(hb)
+	} else {
+		close(c.hbStop)
+	}
+	ok = true
+	return c, nil
+}
+
+// URL returns the storage's URL (zeo://host:port[?storage=NAME]).
+func (c *Client) URL() string { return c.url }
+
+// Marshal returns the marshalling the server chose.
+func (c *Client) Marshal() wire.Marshal { return c.marshal }
+
+// ReadOnly reports whether the client registered read-only.
+func (c *Client) ReadOnly() bool { return c.readOnly }
+
+// Info returns the server's get_info answer from connect time, with Length
+// and Size updated by the server's later info messages.
+func (c *Client) Info() Info {
+	i := c.info
+	i.Length, i.Size = c.length.Load(), c.size.Load()
+	return i
+}
+
+// CacheStats returns the size of the client cache.
+func (c *Client) CacheStats() cache.Stats { return c.cache.Stats() }
+
+// Close closes the connection. Outstanding calls fail with ErrClosed.
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() {
+		c.closing.Store(true)
+		c.nc.Close()
+		<-c.readerDone
+		select {
+		case <-c.hbStop:
+		default:
+			close(c.hbStop)
+		}
+	})
+	return nil
+}
+
+// readLoop reads and dispatches every message from the server until the
+// connection fails or is closed.
+func (c *Client) readLoop(br *bufio.Reader) {
+	defer close(c.readerDone)
+	dec := wire.NewDecoder(c.marshal)
+	var buf []byte
+	msg := new(wire.Message) // reused: dispatch's callees keep pointers into it
+	for {
+		f, err := wire.ReadFrame(br, buf, c.maxFrame)
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		if cap(f) <= 1<<20 {
+			buf = f[:0]
+		} else {
+			buf = nil
+		}
+		*msg, err = dec.DecodeMessage(f)
+		if err != nil {
+			c.fail(fmt.Errorf("undecodable message from server: %w", err))
+			c.nc.Close()
+			return
+		}
+		c.dispatch(msg)
+	}
+}
+
+// fail makes the connection unusable with cause err and fails every
+// outstanding call.
+func (c *Client) fail(err error) {
+	if c.closing.Load() {
+		err = ErrClosed
+	} else {
+		err = &DisconnectedError{Addr: c.addr, Err: err}
+	}
+	c.pmu.Lock()
+	if c.err == nil {
+		c.err = err
+	}
+	err = c.err
+	calls, loads := c.calls, c.loads
+	c.calls, c.loads = make(map[int64]*call), make(map[loadKey]*loadCall)
+	c.pmu.Unlock()
+	for _, cl := range calls {
+		cl.err = err
+		close(cl.done)
+	}
+	for _, lc := range loads {
+		lc.err = err
+		close(lc.done)
+	}
+	c.wmu.Lock()
+	if c.werr == nil {
+		c.werr = err
+	}
+	c.wmu.Unlock()
+	c.nc.Close()
+	c.watch.stopAll()
+}
+
+// dispatch handles one message on the reading goroutine. Its values alias
+// the frame: whatever is kept is copied.
+func (c *Client) dispatch(m *wire.Message) {
+	if string(m.Name) == ".reply" {
+		isErr := m.Flags.Truth()
+		switch m.ID.Kind {
+		case wire.Int:
+			c.pmu.Lock()
+			cl := c.calls[m.ID.Int]
+			delete(c.calls, m.ID.Int)
+			c.pmu.Unlock()
+			if cl == nil {
+				c.logf("zeo client: %s: reply to unknown msgid %d", c.addr, m.ID.Int)
+				return
+			}
+			if isErr {
+				cl.err = serverError(&m.Args)
+			} else if cl.handle != nil {
+				cl.err = cl.handle(&m.Args)
+			}
+			close(cl.done)
+		case wire.Tuple, wire.List:
+			c.loadReply(&m.ID, isErr, &m.Args)
+		default:
+			c.logf("zeo client: %s: reply with msgid %v", c.addr, m.ID)
+		}
+		return
+	}
+	switch string(m.Name) {
+	case "invalidateTransaction":
+		a := &m.Args
+		if a.Len() != 2 {
+			c.logf("zeo client: %s: invalidateTransaction%v: want 2 args", c.addr, *a)
+			return
+		}
+		tid, err := tidOf(&a.Items[0])
+		if err != nil {
+			c.logf("zeo client: %s: invalidateTransaction: %v", c.addr, err)
+			return
+		}
+		oids := make([]zodb.Oid, 0, a.Items[1].Len())
+		for i := range a.Items[1].Items {
+			oid, err := tidOf(&a.Items[1].Items[i])
+			if err != nil {
+				c.logf("zeo client: %s: invalidateTransaction: %v", c.addr, err)
+				return
+			}
+			oids = append(oids, zodb.Oid(oid))
+		}
+		c.cache.Invalidate(tid, oids)
+		c.watch.notify(zodb.CommitEvent{Tid: tid, Oids: oids})
+	case "info":
+		if m.Args.Len() == 1 {
+			i := parseInfo(&m.Args.Items[0])
+			c.length.Store(i.Length)
+			c.size.Store(i.Size)
+		}
+	case "receiveBlobStart", "receiveBlobChunk", "receiveBlobStop":
+		// Blobs are not supported; sendBlob is never called.
+	default:
+		c.logf("zeo client: %s: unknown call %q from server", c.addr, m.Name)
+	}
+}
+
+// send encodes one message with encode and writes it, together with
+// whatever other goroutines queued meanwhile.
+func (c *Client) send(encode func(e *wire.Encoder)) error {
+	c.wmu.Lock()
+	if c.werr != nil {
+		err := c.werr
+		c.wmu.Unlock()
+		return err
+	}
+	encode(&c.enc)
+	if c.flushing {
+		c.wmu.Unlock()
+		return nil
+	}
+	c.flushing = true
+	for len(c.enc.Buf) > 0 && c.werr == nil {
+		buf := c.enc.Buf
+		c.enc.Buf = c.spare[:0]
+		c.wmu.Unlock()
+		_, err := c.nc.Write(buf)
+		c.wmu.Lock()
+		if cap(buf) <= 4<<20 {
+			c.spare = buf[:0]
+		} else {
+			c.spare = nil
+		}
+		if err != nil && c.werr == nil {
+			c.werr = err
+			c.nc.Close() // the reader fails the outstanding calls
+		}
+	}
+	c.flushing = false
+	err := c.werr
+	if err != nil {
+		c.enc.Buf = c.enc.Buf[:0]
+	}
+	c.wmu.Unlock()
+	return err
+}
+
+// start registers cl and returns its msgid.
+func (c *Client) start(cl *call) (int64, error) {
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	if c.err != nil {
+		return 0, c.err
+	}
+	c.nextID++
+	if c.nextID > 1<<62 {
+		c.nextID = 1
+	}
+	c.calls[c.nextID] = cl
+	return c.nextID, nil
+}
+
+// call sends the request name with nargs arguments written by args and
+// waits for the reply; handle, run on the reading goroutine, extracts the
+// result. An exception reply becomes the error (see serverError).
+func (c *Client) call(ctx context.Context, name string, nargs int, args func(e *wire.Encoder), handle func(v *wire.Value) error) error {
+	cl, err := c.callAsync(name, nargs, args, handle)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-cl.done:
+		return cl.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// callAsync sends a request and returns without waiting for the reply.
+func (c *Client) callAsync(name string, nargs int, args func(e *wire.Encoder), handle func(v *wire.Value) error) (*call, error) {
+	cl := &call{done: make(chan struct{}), handle: handle}
+	id, err := c.start(cl)
+	if err != nil {
+		return nil, err
+	}
+	err = c.send(func(e *wire.Encoder) {
+		idv := wire.Value{Kind: wire.Int, Int: id}
+		e.BeginRequest(&idv, false, name)
+		e.BeginTuple(nargs)
+		if args != nil {
+			args(e)
+		}
+		e.EndTuple(nargs)
+		e.EndMessage()
+	})
+	if err != nil {
+		// The reader fails the call; wait for that so that the error is
+		// the connection's.
+		<-cl.done
+		return nil, cl.err
+	}
+	return cl, nil
+}
+
+// oneway sends a call that has no reply.
+func (c *Client) oneway(name string, nargs int, args func(e *wire.Encoder)) error {
+	return c.send(func(e *wire.Encoder) {
+		e.BeginCall(name)
+		e.BeginTuple(nargs)
+		args(e)
+		e.EndTuple(nargs)
+		e.EndMessage()
+	})
+}
+
+func (c *Client) heartbeat(every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.hbStop:
+			return
+		case <-t.C:
+			// (-1, 0, ".reply", None): what ZODB's client sends; servers
+			// ignore msgid -1.
+			err := c.send(func(e *wire.Encoder) {
+				e.BeginFrame()
+				e.BeginTuple(4)
+				e.Int(-1)
+				e.Int(0)
+				e.Str(".reply")
+				e.None()
+				e.EndTuple(4)
+				e.EndFrame()
+			})
+			if err != nil {
+				return
+			}
+		}
+	}
+}
+
+// lastTransaction asks the server for its last tid and raises the head to
+// it. The reply comes after every invalidation the server sent before it.
+func (c *Client) lastTransaction(ctx context.Context) (zodb.Tid, error) {
+	var tid zodb.Tid
+	err := c.call(ctx, "lastTransaction", 0, nil, func(v *wire.Value) error {
+		t, err := tidOf(v)
+		if err != nil {
+			return err
+		}
+		tid = t
+		c.cache.SetHead(t)
+		return nil
+	})
+	if err != nil {
+		return 0, c.opErr("lastTransaction", nil, err)
+	}
+	return tid, nil
+}
+
+func (c *Client) opErr(op string, args interface{}, err error) error {
+	return &zodb.OpError{URL: c.url, Op: op, Args: args, Err: err}
+}
+
+// tidOf decodes an 8-byte id (tid or oid).
+func tidOf(v *wire.Value) (zodb.Tid, error) {
+	if v.Kind != wire.Bytes || len(v.B) != 8 {
+		return 0, fmt.Errorf("want 8-byte id, got %v", *v)
+	}
+	return zodb.Tid(binary.BigEndian.Uint64(v.B)), nil
+}
+
+// dictGet returns the value of key in a Dict, or nil.
+func dictGet(d *wire.Value, key string) *wire.Value {
+	if d.Kind != wire.Dict {
+		return nil
+	}
+	for i := 0; i+1 < len(d.Items); i += 2 {
+		k := &d.Items[i]
+		if (k.Kind == wire.Str || k.Kind == wire.Bytes) && string(k.B) == key {
+			return &d.Items[i+1]
+		}
+	}
+	return nil
+}
+
+func parseInfo(v *wire.Value) Info {
+	var i Info
+	if x := dictGet(v, "name"); x != nil && (x.Kind == wire.Str || x.Kind == wire.Bytes) {
+		i.Name = string(x.B)
+	}
+	if x := dictGet(v, "length"); x != nil && x.Kind == wire.Int {
+		i.Length = x.Int
+	}
+	if x := dictGet(v, "size"); x != nil && x.Kind == wire.Int {
+		i.Size = x.Int
+	}
+	if x := dictGet(v, "supportsUndo"); x != nil {
+		i.SupportsUndo = x.Truth()
+	}
+	if x := dictGet(v, "supports_record_iternext"); x != nil {
+		i.SupportsRecordIternext = x.Truth()
+	}
+	if x := dictGet(v, "interfaces"); x != nil {
+		for _, p := range x.Items {
+			if p.Len() == 2 {
+				i.Interfaces = append(i.Interfaces, string(p.Items[0].B)+"."+string(p.Items[1].B))
+			}
+		}
+	}
+	return i
+}

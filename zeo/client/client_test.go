@@ -1,0 +1,782 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand"
+	"net"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/internal/zeotest"
+	"github.com/zodbd/zodbd/zeo/client"
+	"github.com/zodbd/zodbd/zeo/wire"
+	"github.com/zodbd/zodbd/zodb"
+)
+
+// forEachServer runs f against every server implementation, with the
+// pickle marshalling and, if both, also msgpack. start serves a FileStorage
+// file and returns the address.
+func forEachServer(t *testing.T, both bool, f func(t *testing.T, start func(tb testing.TB, path string) string)) {
+	for _, s := range zeotest.Servers {
+		marshals := []bool{false}
+		if both {
+			marshals = append(marshals, true)
+		}
+		for _, mp := range marshals {
+			name := s.Name + "/Z5"
+			if mp {
+				name = s.Name + "/M5"
+			}
+			t.Run(name, func(t *testing.T) {
+				f(t, func(tb testing.TB, path string) string { return s.Start(tb, path, mp) })
+			})
+		}
+	}
+}
+
+func dial(tb testing.TB, addr string, opt *client.Options) *client.Client {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, "tcp", addr, opt)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
+func openFixtureFS(tb testing.TB) *fs1.FileStorage {
+	tb.Helper()
+	fs, err := fs1.Open(filepath.Join(zeotest.RepoRoot(tb), "fs1", "testdata", "1.fs"), &fs1.Options{Logf: tb.Logf})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { fs.Close() })
+	return fs
+}
+
+// errClass names the kind of a load error, for comparison.
+func errClass(err error) string {
+	var noObj *zodb.NoObjectError
+	var noData *zodb.NoDataError
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.As(err, &noObj):
+		return "noobject"
+	case errors.As(err, &noData):
+		return "nodata@" + noData.DeletedAt.String()
+	}
+	return "error: " + err.Error()
+}
+
+// states returns the states worth loading at: every transaction's tid, the
+// state just before it, and TidMax.
+func states(tb testing.TB, stor zodb.Storage) (tids, ats []zodb.Tid) {
+	ctx := context.Background()
+	it := stor.Iterate(ctx, 0, zodb.TidMax)
+	for {
+		txn, _, err := it.NextTxn(ctx)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tids = append(tids, txn.Tid)
+		ats = append(ats, txn.Tid, txn.Tid-1)
+	}
+	return tids, append(ats, zodb.TidMax)
+}
+
+// TestReadsMatchFS1 compares every load (each oid at each state), history
+// and iteration of the 1.fs fixture through the client with what fs1
+// answers on the same file.
+func TestReadsMatchFS1(t *testing.T) {
+	fs := openFixtureFS(t)
+	ctx := context.Background()
+	_, ats := states(t, fs)
+	lastOid, _ := fs.LastOid(ctx)
+	var xids []zodb.Xid
+	for oid := zodb.Oid(0); oid <= lastOid+2; oid++ {
+		for _, at := range ats {
+			xids = append(xids, zodb.Xid{Oid: oid, At: at})
+		}
+	}
+	forEachServer(t, true, func(t *testing.T, start func(tb testing.TB, path string) string) {
+		addr := start(t, zeotest.Fixture(t, "1"))
+		nocache := dial(t, addr, &client.Options{CacheSize: -1, Heartbeat: 5 * time.Millisecond})
+		cached := dial(t, addr, nil)
+		head, _ := fs.LastTid(ctx)
+		if got, _ := nocache.LastTid(ctx); got != head {
+			t.Errorf("LastTid %s, want %s", got, head)
+		}
+		if got, err := nocache.Sync(ctx); got != head || err != nil {
+			t.Errorf("Sync %s %v, want %s", got, err, head)
+		}
+
+		// Loads: 8 goroutines each go through every xid in its own
+		// order, pipelined on one connection; the cached client twice.
+		for _, c := range []*client.Client{nocache, cached, cached} {
+			var wg sync.WaitGroup
+			for g := 0; g < 8; g++ {
+				wg.Add(1)
+				go func(seed int64) {
+					defer wg.Done()
+					order := rand.New(rand.NewSource(seed)).Perm(len(xids))
+					var buf []byte
+					for k, i := range order {
+						if k%8 != int(seed) {
+							continue // each xid once per pass, in a random order
+						}
+						xid := xids[i]
+						want, wserial, werr := fs.Load(ctx, xid)
+						got, serial, err := c.LoadAppend(ctx, xid, buf[:0])
+						buf = got
+						if errClass(err) != errClass(werr) {
+							t.Errorf("load %s: got %s, want %s", xid, errClass(err), errClass(werr))
+							continue
+						}
+						if err == nil && (!bytes.Equal(got, want) || serial != wserial) {
+							t.Errorf("load %s: got %d bytes @%s, want %d bytes @%s", xid, len(got), serial, len(want), wserial)
+						}
+					}
+				}(int64(g))
+			}
+			wg.Wait()
+		}
+		if st := cached.CacheStats(); st.Revisions == 0 {
+			t.Errorf("cache holds nothing after the loads: %+v", st)
+		}
+
+		// History of every oid.
+		for oid := zodb.Oid(0); oid <= lastOid+1; oid++ {
+			want, werr := fs.History(ctx, oid, 1000)
+			got, err := cached.History(ctx, oid, 1000)
+			if errClass(err) != errClass(werr) {
+				t.Errorf("history %s: got %v, want %v", oid, err, werr)
+				continue
+			}
+			if len(got) != len(want) {
+				t.Errorf("history %s: %d entries, want %d", oid, len(got), len(want))
+				continue
+			}
+			for i := range want {
+				g, w := got[i], want[i]
+				if g.Tid != w.Tid || !bytes.Equal(g.User, w.User) || !bytes.Equal(g.Description, w.Description) ||
+					g.Size != w.Size || extString(t, g.Extension) != extString(t, w.Extension) {
+					t.Errorf("history %s[%d]: got %+v, want %+v", oid, i, g, w)
+				}
+			}
+		}
+
+		// Iteration: everything, and a range in the middle.
+		tids, _ := states(t, fs)
+		for _, r := range [][2]zodb.Tid{{0, zodb.TidMax}, {tids[3], tids[len(tids)-4]}, {tids[5] + 1, tids[5] + 1}} {
+			want := dumpIter(t, fs, r[0], r[1])
+			got := dumpIter(t, cached, r[0], r[1])
+			if got != want {
+				t.Errorf("iterate %s..%s differs:\n%s", r[0], r[1], diff(got, want))
+			}
+		}
+	})
+}
+
+// extString renders a pickled extension dict for comparison.
+func extString(tb testing.TB, ext []byte) string {
+	if len(ext) == 0 {
+		return "{}"
+	}
+	v, err := wire.NewDecoder(wire.Pickle).Decode(ext)
+	if err != nil {
+		tb.Fatalf("extension %x: %v", ext, err)
+	}
+	// msgpack has no tuples: lists come back as tuples (as in ZODB's
+	// client); compare them as lists.
+	var untuple func(v *wire.Value)
+	untuple = func(v *wire.Value) {
+		if v.Kind == wire.Tuple {
+			v.Kind = wire.List
+		}
+		for i := range v.Items {
+			untuple(&v.Items[i])
+		}
+	}
+	untuple(&v)
+	return v.String()
+}
+
+func dumpIter(tb testing.TB, stor zodb.Storage, min, max zodb.Tid) string {
+	ctx := context.Background()
+	var sb strings.Builder
+	it := stor.Iterate(ctx, min, max)
+	for {
+		txn, data, err := it.NextTxn(ctx)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			tb.Fatal(err)
+		}
+		fmt.Fprintf(&sb, "txn %s %q %q %q %s\n", txn.Tid, txn.Status, txn.User, txn.Description, extString(tb, txn.Extension))
+		for {
+			d, err := data.NextData(ctx)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				tb.Fatal(err)
+			}
+			fmt.Fprintf(&sb, "  %s %s nil=%v len=%d %x datatid=%s\n", d.Oid, d.Tid, d.Data == nil, len(d.Data), sum(d.Data), d.DataTid)
+		}
+	}
+	return sb.String()
+}
+
+func sum(b []byte) uint32 {
+	var h uint32 = 2166136261
+	for _, c := range b {
+		h = (h ^ uint32(c)) * 16777619
+	}
+	return h
+}
+
+func diff(got, want string) string {
+	g, w := strings.Split(got, "\n"), strings.Split(want, "\n")
+	for i := 0; i < len(g) || i < len(w); i++ {
+		var a, b string
+		if i < len(g) {
+			a = g[i]
+		}
+		if i < len(w) {
+			b = w[i]
+		}
+		if a != b {
+			return fmt.Sprintf("line %d:\n got  %s\n want %s", i+1, a, b)
+		}
+	}
+	return ""
+}
+
+// pickledExt pickles {"k": "v"} as ZODB stores a transaction extension.
+func pickledExt() []byte {
+	e := wire.Encoder{M: wire.Pickle}
+	e.BeginFrame()
+	e.BeginDict(1)
+	e.Str("k")
+	e.Str("v")
+	e.EndDict(1)
+	e.EndFrame()
+	return e.Buf[4:]
+}
+
+func commit(tb testing.TB, c *client.Client, meta zodb.TxnMeta, ops func(txn zodb.Txn)) (zodb.Tid, error) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	txn, err := c.Begin(ctx, meta)
+	if err != nil {
+		return 0, err
+	}
+	ops(txn)
+	if _, err := txn.Vote(ctx); err != nil {
+		return 0, err
+	}
+	return txn.Finish(ctx, nil)
+}
+
+func mustCommit(tb testing.TB, c *client.Client, ops func(txn zodb.Txn)) zodb.Tid {
+	tb.Helper()
+	tid, err := commit(tb, c, zodb.TxnMeta{User: []byte("go"), Description: []byte("test")}, ops)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return tid
+}
+
+func waitEvent(tb testing.TB, ch <-chan zodb.CommitEvent, tid zodb.Tid) zodb.CommitEvent {
+	tb.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case ev, ok := <-ch:
+			if !ok {
+				tb.Fatalf("watch channel closed waiting for %s", tid)
+			}
+			if ev.Tid == tid {
+				return ev
+			}
+			if ev.Tid > tid {
+				tb.Fatalf("watch: got %s, past %s", ev.Tid, tid)
+			}
+		case <-timeout:
+			tb.Fatalf("no invalidation for %s within 10s", tid)
+		}
+	}
+}
+
+func sortedOids(oids []zodb.Oid) []zodb.Oid {
+	s := append([]zodb.Oid(nil), oids...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s
+}
+
+const pyCommit = `
+import sys, ZEO.ClientStorage
+from ZODB.Connection import TransactionMetaData
+host, port, oid = sys.argv[1], int(sys.argv[2]), bytes.fromhex(sys.argv[3])
+s = ZEO.ClientStorage.ClientStorage((host, port), wait_timeout=20)
+data, serial = s.load(oid)
+t = TransactionMetaData(user='py', description='from python')
+s.tpc_begin(t)
+s.store(oid, serial, b'from python', '', t)
+s.tpc_vote(t)
+tid = s.tpc_finish(t)
+print(data.hex(), serial.hex(), tid.hex(), s.lastTransaction().hex())
+s.close()
+`
+
+// TestCommit commits from Go and reads back with ZODB's Python client and
+// vice versa, and checks invalidations, the cache, conflicts, deletion,
+// undo and the read-only refusal.
+func TestCommit(t *testing.T) {
+	forEachServer(t, true, func(t *testing.T, start func(tb testing.TB, path string) string) {
+		ctx := context.Background()
+		addr := start(t, zeotest.Fixture(t, "1"))
+		a := dial(t, addr, &client.Options{ReadWrite: true})
+		b := dial(t, addr, nil)
+		wctx, stop := context.WithCancel(ctx)
+		defer stop()
+		evA, err := a.Watch(wctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evB, err := b.Watch(wctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		oids, err := a.NewOids(ctx, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o1, o2 := oids[0], oids[1]
+		tid1, err := commit(t, a, zodb.TxnMeta{User: []byte("go"), Description: []byte("from go"), Extension: pickledExt()}, func(txn zodb.Txn) {
+			txn.Store(o1, 0, []byte("one"))
+			txn.Store(o2, 0, []byte("two"))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := sortedOids(waitEvent(t, evB, tid1).Oids); len(got) != 2 || got[0] != o1 || got[1] != o2 {
+			t.Errorf("invalidation of %s: oids %v, want [%s %s]", tid1, got, o1, o2)
+		}
+		waitEvent(t, evA, tid1) // own commit
+		if last, _ := a.LastTid(ctx); last != tid1 {
+			t.Errorf("committer's LastTid %s, want %s", last, tid1)
+		}
+		for _, c := range []*client.Client{a, b} {
+			data, serial, err := c.Load(ctx, zodb.Xid{Oid: o1, At: tid1})
+			if err != nil || string(data) != "one" || serial != tid1 {
+				t.Errorf("load o1@tid1: %q %s %v", data, serial, err)
+			}
+			if _, _, err := c.Load(ctx, zodb.Xid{Oid: o1, At: tid1 - 1}); errClass(err) != "nodata@0000000000000000" {
+				t.Errorf("load o1 before its creation: %v", err)
+			}
+		}
+		hist, err := b.History(ctx, o1, 10)
+		if err != nil || len(hist) != 1 || hist[0].Tid != tid1 || string(hist[0].Description) != "from go" ||
+			extString(t, hist[0].Extension) != `{"k": "v"}` {
+			t.Errorf("history o1: %+v %v", hist, err)
+		}
+
+		// Python reads Go's commit and commits on top of it.
+		host, port, _ := net.SplitHostPort(addr)
+		out := strings.Fields(zeotest.Python(t, pyCommit, host, port, fmt.Sprintf("%016x", uint64(o1))))
+		if len(out) != 4 || out[0] != fmt.Sprintf("%x", "one") || out[1] != tid1.String() {
+			t.Fatalf("python read %v, want data %x serial %s", out, "one", tid1)
+		}
+		pyTid, _ := zodb.ParseTid(out[2])
+		waitEvent(t, evA, pyTid)
+		waitEvent(t, evB, pyTid)
+		for _, c := range []*client.Client{a, b} {
+			head, _ := c.LastTid(ctx)
+			data, serial, err := c.Load(ctx, zodb.Xid{Oid: o1, At: head})
+			if err != nil || string(data) != "from python" || serial != pyTid {
+				t.Errorf("load o1 after python's commit: %q %s %v", data, serial, err)
+			}
+			// The old revision stays loadable (from the cache, closed at pyTid).
+			if data, _, err := c.Load(ctx, zodb.Xid{Oid: o1, At: pyTid - 1}); err != nil || string(data) != "one" {
+				t.Errorf("load o1 before python's commit: %q %v", data, err)
+			}
+		}
+
+		// A store based on a stale serial conflicts.
+		_, err = commit(t, a, zodb.TxnMeta{}, func(txn zodb.Txn) { txn.Store(o1, tid1, []byte("stale")) })
+		if ce := conflict(err); ce == nil || ce.Oid != o1 || ce.Committed != pyTid || ce.Serial != tid1 || ce.Read {
+			t.Errorf("stale store: %v (%#v)", err, ce)
+		}
+		// A read conflict.
+		_, err = commit(t, a, zodb.TxnMeta{}, func(txn zodb.Txn) {
+			txn.CheckCurrentSerial(o2, tid1-1)
+			txn.Store(o1, pyTid, []byte("x"))
+		})
+		if ce := conflict(err); ce == nil || !ce.Read || ce.Oid != o2 {
+			t.Errorf("read conflict: %v", err)
+		}
+		// An aborted transaction leaves nothing and frees the connection.
+		txn, err := a.Begin(ctx, zodb.TxnMeta{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		txn.Store(o1, pyTid, []byte("aborted"))
+		txn.Abort()
+
+		// Delete o2.
+		tidDel := mustCommit(t, a, func(txn zodb.Txn) { txn.Delete(o2, tid1) })
+		waitEvent(t, evB, tidDel)
+		if _, _, err := b.Load(ctx, zodb.Xid{Oid: o2, At: tidDel}); errClass(err) != "nodata@"+tidDel.String() {
+			t.Errorf("load of deleted o2: %v", err)
+		}
+		if data, _, err := b.Load(ctx, zodb.Xid{Oid: o2, At: tidDel - 1}); err != nil || string(data) != "two" {
+			t.Errorf("load o2 before its deletion: %q %v", data, err)
+		}
+
+		// Undo python's transaction: o1 is back to "one".
+		tidUndo, err := func() (zodb.Tid, error) {
+			txn, err := a.Begin(ctx, zodb.TxnMeta{Description: []byte("undo")})
+			if err != nil {
+				return 0, err
+			}
+			txn.Undo(pyTid)
+			undone, err := txn.Vote(ctx)
+			if err != nil {
+				return 0, err
+			}
+			if len(undone) != 1 || undone[0] != o1 {
+				t.Errorf("vote of undo: undone %v, want [%s]", undone, o1)
+			}
+			return txn.Finish(ctx, nil)
+		}()
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitEvent(t, evB, tidUndo)
+		for _, c := range []*client.Client{a, b} {
+			if data, serial, err := c.Load(ctx, zodb.Xid{Oid: o1, At: tidUndo}); err != nil || string(data) != "one" || serial != tidUndo {
+				t.Errorf("load o1 after undo: %q %s %v", data, serial, err)
+			}
+		}
+		log, err := a.UndoLog(ctx, 0, -3)
+		if err != nil || len(log) == 0 || log[0].Tid != tidUndo {
+			t.Errorf("undoLog: %+v %v", log, err)
+		}
+
+		// Python sees the final state.
+		out = strings.Fields(zeotest.Python(t, `
+import sys, ZEO.ClientStorage
+s = ZEO.ClientStorage.ClientStorage((sys.argv[1], int(sys.argv[2])), wait_timeout=20)
+d, serial = s.load(bytes.fromhex(sys.argv[3]))
+print(d.hex(), serial.hex(), s.lastTransaction().hex())
+s.close()`, host, port, fmt.Sprintf("%016x", uint64(o1))))
+		if len(out) != 3 || out[0] != fmt.Sprintf("%x", "one") || out[1] != tidUndo.String() || out[2] != tidUndo.String() {
+			t.Errorf("python after undo: %v", out)
+		}
+
+		// The read-only client cannot commit.
+		if _, err := b.Begin(ctx, zodb.TxnMeta{}); !errors.Is(err, zodb.ErrReadOnly) {
+			t.Errorf("Begin on a read-only client: %v", err)
+		}
+		if _, err := b.NewOids(ctx, 1); !errors.Is(err, zodb.ErrReadOnly) {
+			t.Errorf("NewOids on a read-only client: %v", err)
+		}
+	})
+}
+
+func conflict(err error) *zodb.ConflictError {
+	var ce *zodb.ConflictError
+	if errors.As(err, &ce) {
+		return ce
+	}
+	var ces zodb.ConflictErrors
+	if errors.As(err, &ces) && len(ces) > 0 {
+		return ces[0]
+	}
+	return nil
+}
+
+// TestCacheCoherence runs committers on a few objects while readers with
+// a cache load them at their LastTid, and checks every cached answer
+// against a load without cache at the same state.
+func TestCacheCoherence(t *testing.T) {
+	forEachServer(t, false, func(t *testing.T, start func(tb testing.TB, path string) string) {
+		ctx := context.Background()
+		addr := start(t, zeotest.Fixture(t, "1"))
+		setup := dial(t, addr, &client.Options{ReadWrite: true, CacheSize: -1})
+		const nobj = 4
+		oids, err := setup.NewOids(ctx, nobj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustCommit(t, setup, func(txn zodb.Txn) {
+			for _, oid := range oids {
+				txn.Store(oid, 0, []byte("v0"))
+			}
+		})
+		truth := dial(t, addr, &client.Options{CacheSize: -1})
+		deadline := time.Now().Add(1500 * time.Millisecond)
+		var wg sync.WaitGroup
+		var commits, checks int64
+		var mu sync.Mutex
+		for w := 0; w < 2; w++ {
+			wg.Add(1)
+			go func(w int) {
+				defer wg.Done()
+				c := dial(t, addr, &client.Options{ReadWrite: true, CacheSize: -1})
+				rnd := rand.New(rand.NewSource(int64(w)))
+				for n := 0; time.Now().Before(deadline); n++ {
+					oid := oids[rnd.Intn(nobj)]
+					_, serial, err := c.Load(ctx, zodb.Xid{Oid: oid, At: zodb.TidMax})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					_, err = commit(t, c, zodb.TxnMeta{}, func(txn zodb.Txn) {
+						txn.Store(oid, serial, []byte(fmt.Sprintf("w%d-%d", w, n)))
+					})
+					if err != nil && conflict(err) == nil {
+						t.Error(err)
+						return
+					}
+					if err == nil {
+						mu.Lock()
+						commits++
+						mu.Unlock()
+					}
+				}
+			}(w)
+		}
+		for r := 0; r < 3; r++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c := dial(t, addr, &client.Options{CacheSize: 1 << 20})
+				for time.Now().Before(deadline) {
+					at, _ := c.LastTid(ctx)
+					for _, oid := range oids {
+						for _, x := range []zodb.Xid{{Oid: oid, At: at}, {Oid: oid, At: zodb.TidMax}} {
+							got, serial, err := c.Load(ctx, x)
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							if x.At == zodb.TidMax {
+								// The newest revision: it must be the one the server has at its serial.
+								x.At = serial
+							}
+							want, wserial, err := truth.Load(ctx, zodb.Xid{Oid: oid, At: x.At})
+							if err != nil || !bytes.Equal(got, want) || serial != wserial {
+								t.Errorf("%s: cached %q@%s, server %q@%s %v", x, got, serial, want, wserial, err)
+							}
+							mu.Lock()
+							checks++
+							mu.Unlock()
+						}
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		t.Logf("%d commits, %d checked loads", commits, checks)
+		if commits < 5 || checks < 20 {
+			t.Errorf("too little happened: %d commits, %d checks", commits, checks)
+		}
+	})
+}
+
+// TestDisconnect cuts the connection under the client: calls fail with
+// DisconnectedError, Watch channels close.
+func TestDisconnect(t *testing.T) {
+	ctx := context.Background()
+	addr := zeotest.StartZodbd(t, zeotest.Fixture(t, "1"), false)
+	px := startProxy(t, addr)
+	c := dial(t, px.addr, &client.Options{CacheSize: -1})
+	ch, err := c.Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.Load(ctx, zodb.Xid{Oid: 0, At: zodb.TidMax}); err != nil {
+		t.Fatal(err)
+	}
+	px.cut()
+	select {
+	case _, ok := <-ch:
+		if ok {
+			t.Fatal("unexpected event")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("watch channel not closed after the connection was cut")
+	}
+	_, _, err = c.Load(ctx, zodb.Xid{Oid: 0, At: zodb.TidMax})
+	var de *client.DisconnectedError
+	if !errors.As(err, &de) {
+		t.Errorf("load after disconnect: %v", err)
+	}
+	if _, err := c.Sync(ctx); !errors.As(err, &de) {
+		t.Errorf("sync after disconnect: %v", err)
+	}
+	c.Close()
+	if _, _, err := c.Load(ctx, zodb.Xid{Oid: 0, At: zodb.TidMax}); err == nil {
+		t.Error("load after Close succeeded")
+	}
+}
+
+// TestCollapse checks that concurrent loads of one revision, and a load
+// after a Prefetch, share one loadBefore request.
+func TestCollapse(t *testing.T) {
+	ctx := context.Background()
+	addr := zeotest.StartZodbd(t, zeotest.Fixture(t, "1"), false)
+	px := startProxy(t, addr)
+	c := dial(t, px.addr, nil)
+	head, _ := c.LastTid(ctx)
+	var wg sync.WaitGroup
+	for g := 0; g < 20; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, _, err := c.Load(ctx, zodb.Xid{Oid: 1, At: head}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	c.Prefetch(ctx, zodb.Xid{Oid: 2, At: head})
+	c.Prefetch(ctx, zodb.Xid{Oid: 2, At: head})
+	if _, _, err := c.Load(ctx, zodb.Xid{Oid: 2, At: head}); err != nil {
+		t.Fatal(err)
+	}
+	c.Prefetch(ctx, zodb.Xid{Oid: 2, At: head}) // cached: nothing sent
+	c.Sync(ctx)                                 // a round trip after everything sent
+	if n := px.count("loadBefore"); n != 2 {
+		t.Errorf("%d loadBefore requests, want 2", n)
+	}
+}
+
+type proxy struct {
+	addr string
+	mu   sync.Mutex
+	nc   []net.Conn
+	sent bytes.Buffer // client to server
+}
+
+// count counts occurrences of s in what the client sent.
+func (p *proxy) count(s string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return bytes.Count(p.sent.Bytes(), []byte(s))
+}
+
+type tee struct {
+	p *proxy
+	w io.Writer
+}
+
+func (t tee) Write(b []byte) (int, error) {
+	t.p.mu.Lock()
+	t.p.sent.Write(b)
+	t.p.mu.Unlock()
+	return t.w.Write(b)
+}
+
+func startProxy(tb testing.TB, target string) *proxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ln.Close() })
+	p := &proxy{addr: ln.Addr().String()}
+	go func() {
+		for {
+			a, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b, err := net.Dial("tcp", target)
+			if err != nil {
+				a.Close()
+				return
+			}
+			p.mu.Lock()
+			p.nc = append(p.nc, a, b)
+			p.mu.Unlock()
+			go func() { io.Copy(a, b); a.Close() }()
+			go func() { io.Copy(tee{p, b}, a); b.Close() }()
+		}
+	}()
+	return p
+}
+
+func (p *proxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, nc := range p.nc {
+		nc.Close()
+	}
+}
+
+// TestOpenURL opens the client through zodb.Open, over TCP and over a
+// Unix socket.
+func TestOpenURL(t *testing.T) {
+	ctx := context.Background()
+	addr := zeotest.StartZodbd(t, zeotest.Fixture(t, "1"), false)
+	sock := filepath.Join(t.TempDir(), "zeo.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			a, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b, err := net.Dial("tcp", addr)
+			if err != nil {
+				a.Close()
+				return
+			}
+			go func() { io.Copy(a, b); a.Close() }()
+			go func() { io.Copy(b, a); b.Close() }()
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	for _, u := range []string{"zeo://" + addr, "zeo://" + addr + "?storage=1", "zeo://" + sock} {
+		stor, err := zodb.Open(ctx, u, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", u, err)
+		}
+		if _, _, err := stor.Load(ctx, zodb.Xid{Oid: 0, At: zodb.TidMax}); err != nil {
+			t.Errorf("%s: %v", u, err)
+		}
+		if _, ok := stor.(zodb.WriteStorage); !ok {
+			t.Errorf("%s: not a WriteStorage", u)
+		}
+		stor.Close()
+	}
+	if _, err := zodb.Open(ctx, "zeo://"+addr+"?storage=nosuch", nil); err == nil {
+		t.Error("register on an unknown storage succeeded")
+	}
+	if _, err := zodb.Open(ctx, "zeo://"+addr+"?bogus=1", nil); err == nil {
+		t.Error("unknown URL parameter accepted")
+	}
+}

@@ -1,0 +1,183 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/zodbd/zodbd/zeo/wire"
+	"github.com/zodbd/zodbd/zodb"
+)
+
+// Iterate implements zodb.Storage with ZEO's server-side iterators
+// (iterator_start, iterator_next, iterator_record_start,
+// iterator_record_next, iterator_gc): one round trip per transaction and
+// one per data record. The iterator is started on the server by the first
+// NextTxn and forgotten there after the last one.
+func (c *Client) Iterate(ctx context.Context, tidMin, tidMax zodb.Tid) zodb.Iterator {
+	return &txnIter{c: c, min: tidMin, max: tidMax}
+}
+
+type txnIter struct {
+	c        *Client
+	min, max zodb.Tid
+	iid      int64
+	started  bool
+	done     bool
+	err      error
+	info     zodb.TxnInfo
+	data     dataIter
+}
+
+type dataIter struct {
+	it   *txnIter
+	tid  zodb.Tid
+	riid int64 // 0: not started
+	done bool
+	info zodb.DataInfo
+}
+
+func (it *txnIter) NextTxn(ctx context.Context) (*zodb.TxnInfo, zodb.DataIterator, error) {
+	c := it.c
+	if it.err != nil {
+		return nil, nil, it.err
+	}
+	if it.done {
+		return nil, nil, io.EOF
+	}
+	if !it.started {
+		err := c.call(ctx, "iterator_start", 2, func(e *wire.Encoder) {
+			e.Oid8(uint64(it.min))
+			e.Oid8(uint64(it.max))
+		}, func(v *wire.Value) error {
+			if v.Kind != wire.Int {
+				return fmt.Errorf("iterator_start reply: %v", *v)
+			}
+			it.iid = v.Int
+			return nil
+		})
+		if err != nil {
+			it.err = c.opErr("iterate", nil, err)
+			return nil, nil, it.err
+		}
+		it.started = true
+	}
+	var end bool
+	info := zodb.TxnInfo{}
+	err := c.call(ctx, "iterator_next", 1, func(e *wire.Encoder) { e.Int(it.iid) }, func(v *wire.Value) error {
+		if v.IsNone() {
+			end = true
+			return nil
+		}
+		if v.Len() != 5 {
+			return fmt.Errorf("iterator_next reply: %v", *v)
+		}
+		tid, err := tidOf(&v.Items[0])
+		if err != nil {
+			return fmt.Errorf("iterator_next reply: %w", err)
+		}
+		info.Tid = tid
+		info.Status = zodb.TxnComplete
+		if st := v.Items[1].B; len(st) == 1 {
+			info.Status = zodb.TxnStatus(st[0])
+		}
+		info.User = clone(v.Items[2].B)
+		info.Description = clone(v.Items[3].B)
+		switch ext := &v.Items[4]; ext.Kind {
+		case wire.Bytes:
+			info.Extension = clone(ext.B)
+		case wire.Dict:
+			info.Extension = pickleDict(ext.Items)
+		}
+		return nil
+	})
+	if err != nil {
+		it.err = c.opErr("iterate", nil, err)
+		return nil, nil, it.err
+	}
+	if end {
+		it.done = true
+		// The server forgets an exhausted iterator itself; iterator_gc
+		// also covers servers that keep it.
+		c.oneway("iterator_gc", 1, func(e *wire.Encoder) {
+			e.BeginList(1)
+			e.Int(it.iid)
+			e.EndList(1)
+		})
+		return nil, nil, io.EOF
+	}
+	it.info = info
+	it.data = dataIter{it: it, tid: info.Tid}
+	return &it.info, &it.data, nil
+}
+
+func (d *dataIter) NextData(ctx context.Context) (*zodb.DataInfo, error) {
+	c := d.it.c
+	if d.done {
+		return nil, io.EOF
+	}
+	if d.it.info.Tid != d.tid || d.it.err != nil {
+		return nil, fmt.Errorf("zeo client: data iterator used after NextTxn moved on")
+	}
+	if d.riid == 0 {
+		err := c.call(ctx, "iterator_record_start", 2, func(e *wire.Encoder) {
+			e.Int(d.it.iid)
+			e.Oid8(uint64(d.tid))
+		}, func(v *wire.Value) error {
+			if v.Kind != wire.Int {
+				return fmt.Errorf("iterator_record_start reply: %v", *v)
+			}
+			d.riid = v.Int
+			return nil
+		})
+		if err != nil {
+			return nil, c.opErr("iterate", d.tid, err)
+		}
+	}
+	var end bool
+	info := zodb.DataInfo{}
+	err := c.call(ctx, "iterator_record_next", 1, func(e *wire.Encoder) { e.Int(d.riid) }, func(v *wire.Value) error {
+		if v.IsNone() {
+			end = true
+			return nil
+		}
+		if v.Len() != 4 {
+			return fmt.Errorf("iterator_record_next reply: %v", *v)
+		}
+		oid, err := tidOf(&v.Items[0])
+		if err != nil {
+			return err
+		}
+		tid, err := tidOf(&v.Items[1])
+		if err != nil {
+			return err
+		}
+		info.Oid, info.Tid = zodb.Oid(oid), tid
+		if !v.Items[2].IsNone() {
+			info.Data = clone(v.Items[2].B)
+			if info.Data == nil {
+				info.Data = []byte{}
+			}
+		}
+		switch {
+		case !v.Items[3].IsNone():
+			dt, err := tidOf(&v.Items[3])
+			if err != nil {
+				return err
+			}
+			info.DataTid = dt
+		case info.Data != nil:
+			info.DataTid = tid
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, c.opErr("iterate", d.tid, err)
+	}
+	if end {
+		d.done = true
+		return nil, io.EOF
+	}
+	d.info = info
+	return &d.info, nil
+}

@@ -1,0 +1,339 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/zodbd/zodbd/zeo/wire"
+	"github.com/zodbd/zodbd/zodb"
+)
+
+var (
+	_ zodb.Storage      = (*Client)(nil)
+	_ zodb.AppendLoader = (*Client)(nil)
+	_ zodb.Syncer       = (*Client)(nil)
+	_ zodb.Prefetcher   = (*Client)(nil)
+	_ zodb.Watcher      = (*Client)(nil)
+)
+
+// Load implements zodb.Loader over loadBefore(oid, at+1). xid.At ==
+// zodb.TidMax means the newest revision this client can know of: the cache
+// answers it as of LastTid, the server (on a miss) as of its own head.
+func (c *Client) Load(ctx context.Context, xid zodb.Xid) ([]byte, zodb.Tid, error) {
+	return c.LoadAppend(ctx, xid, nil)
+}
+
+// LoadAppend implements zodb.AppendLoader. A cache hit takes one shard's
+// read lock and copies the data into dst; it allocates nothing when dst
+// has room.
+func (c *Client) LoadAppend(ctx context.Context, xid zodb.Xid, dst []byte) ([]byte, zodb.Tid, error) {
+	if data, serial, ok := c.cache.Load(xid.Oid, xid.At, dst); ok {
+		return data, serial, nil
+	}
+	lc, err := c.startLoad(xid.Oid, before(xid.At))
+	if err != nil {
+		return dst, 0, c.opErr("load", xid, err)
+	}
+	select {
+	case <-lc.done:
+	case <-ctx.Done():
+		return dst, 0, c.opErr("load", xid, ctx.Err())
+	}
+	switch {
+	case lc.err != nil:
+		var pk *posKeyError
+		if errors.As(lc.err, &pk) {
+			return dst, 0, c.opErr("load", xid, c.missing(ctx, xid))
+		}
+		return dst, 0, c.opErr("load", xid, lc.err)
+	case lc.none:
+		return dst, 0, c.opErr("load", xid, &zodb.NoDataError{Oid: xid.Oid})
+	}
+	return append(dst, lc.data...), lc.serial, nil
+}
+
+// Prefetch implements zodb.Prefetcher: it sends loadBefore for xid unless
+// the revision is cached or already being loaded, and returns at once. The
+// answer goes into the cache (with the cache off, only a Load that joins
+// the request in flight profits).
+func (c *Client) Prefetch(ctx context.Context, xid zodb.Xid) {
+	if _, _, ok := c.cache.Load(xid.Oid, xid.At, nil); ok {
+		return
+	}
+	c.startLoad(xid.Oid, before(xid.At))
+}
+
+// before is the loadBefore argument for a Load at at.
+func before(at zodb.Tid) zodb.Tid {
+	if at >= zodb.TidMax {
+		return zodb.TidMax
+	}
+	return at + 1
+}
+
+// startLoad returns the outstanding loadBefore(oid, before), sending it if
+// there is none.
+func (c *Client) startLoad(oid zodb.Oid, before zodb.Tid) (*loadCall, error) {
+	key := loadKey{oid, before}
+	c.pmu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.pmu.Unlock()
+		return nil, err
+	}
+	if lc := c.loads[key]; lc != nil {
+		c.pmu.Unlock()
+		return lc, nil
+	}
+	lc := &loadCall{done: make(chan struct{})}
+	c.loads[key] = lc
+	c.pmu.Unlock()
+	c.send(func(e *wire.Encoder) {
+		// (msgid, flags, name, args) with msgid = args = (oid, before).
+		e.BeginFrame()
+		e.BeginTuple(4)
+		e.BeginTuple(2)
+		e.Oid8(uint64(oid))
+		e.Oid8(uint64(before))
+		e.EndTuple(2)
+		e.Bool(false)
+		e.Str("loadBefore")
+		e.BeginTuple(2)
+		e.Oid8(uint64(oid))
+		e.Oid8(uint64(before))
+		e.EndTuple(2)
+		e.EndTuple(4)
+		e.EndFrame()
+	})
+	// A send error fails the connection, and with it lc.
+	return lc, nil
+}
+
+// loadReply handles the reply to loadBefore (on the reading goroutine).
+func (c *Client) loadReply(id *wire.Value, isErr bool, v *wire.Value) {
+	if len(id.Items) != 2 {
+		c.logf("zeo client: %s: reply with msgid %v", c.addr, *id)
+		return
+	}
+	oid, err1 := tidOf(&id.Items[0])
+	bef, err2 := tidOf(&id.Items[1])
+	if err1 != nil || err2 != nil {
+		c.logf("zeo client: %s: reply with msgid %v", c.addr, *id)
+		return
+	}
+	key := loadKey{zodb.Oid(oid), bef}
+	c.pmu.Lock()
+	lc := c.loads[key]
+	c.pmu.Unlock()
+	if lc == nil {
+		c.logf("zeo client: %s: reply to a loadBefore%v not asked for", c.addr, *id)
+		return
+	}
+	switch {
+	case isErr:
+		lc.err = serverError(v)
+	case v.IsNone():
+		lc.none = true
+	case (v.Kind == wire.Tuple || v.Kind == wire.List) && len(v.Items) == 3 && v.Items[0].Kind == wire.Bytes:
+		serial, err := tidOf(&v.Items[1])
+		if err != nil {
+			lc.err = fmt.Errorf("loadBefore reply: start tid: %w", err)
+			break
+		}
+		var next zodb.Tid
+		if !v.Items[2].IsNone() {
+			if next, err = tidOf(&v.Items[2]); err != nil {
+				lc.err = fmt.Errorf("loadBefore reply: end tid: %w", err)
+				break
+			}
+		}
+		lc.data = append(make([]byte, 0, len(v.Items[0].B)), v.Items[0].B...)
+		lc.serial, lc.next = serial, next
+		// Into the cache before the call leaves the table: a concurrent
+		// Load either hits the cache or joins this call.
+		c.cache.Insert(zodb.Oid(oid), serial, next, lc.data)
+	default:
+		lc.err = fmt.Errorf("loadBefore reply: unexpected %v", *v)
+	}
+	c.pmu.Lock()
+	if c.loads[key] == lc {
+		delete(c.loads, key)
+	}
+	c.pmu.Unlock()
+	close(lc.done)
+}
+
+// missing tells apart, after loadBefore answered POSKeyError, an oid that
+// does not exist (zodb.NoObjectError) from one whose revision current at
+// xid.At is a deletion or an undone creation (zodb.NoDataError with
+// DeletedAt): ZEO's loadBefore raises POSKeyError for both. It asks for
+// the object's history: the newest revision at or before xid.At is the
+// record without data.
+func (c *Client) missing(ctx context.Context, xid zodb.Xid) error {
+	for size := 16; ; size *= 16 {
+		hist, err := c.history(ctx, xid.Oid, size)
+		if err != nil {
+			var pk *posKeyError
+			if errors.As(err, &pk) {
+				return &zodb.NoObjectError{Oid: xid.Oid}
+			}
+			return fmt.Errorf("POSKeyError, then history: %w", err)
+		}
+		for _, h := range hist {
+			if h.Tid <= xid.At {
+				return &zodb.NoDataError{Oid: xid.Oid, DeletedAt: h.Tid}
+			}
+		}
+		if len(hist) < size {
+			return &zodb.NoDataError{Oid: xid.Oid}
+		}
+	}
+}
+
+// LastTid returns the newest transaction this client knows of: the
+// server's last tid at register time, raised by every invalidation, own
+// commit and Sync. It makes no round trip; use Sync for the server's
+// current value.
+func (c *Client) LastTid(ctx context.Context) (zodb.Tid, error) {
+	c.pmu.Lock()
+	err := c.err
+	c.pmu.Unlock()
+	if err != nil {
+		return 0, c.opErr("lastTid", nil, err)
+	}
+	return c.cache.Head(), nil
+}
+
+// Sync implements zodb.Syncer with a lastTransaction round trip.
+func (c *Client) Sync(ctx context.Context) (zodb.Tid, error) {
+	return c.lastTransaction(ctx)
+}
+
+// LastOid implements zodb.Storage. ZEO has no call for it: it walks every
+// object with record_iternext (one round trip per object, data included),
+// so it costs as much as reading the whole database.
+func (c *Client) LastOid(ctx context.Context) (zodb.Oid, error) {
+	var last zodb.Oid
+	var next *zodb.Oid
+	for {
+		var oid, nextOid zodb.Oid
+		var more bool
+		err := c.call(ctx, "record_iternext", 1, func(e *wire.Encoder) {
+			if next == nil {
+				e.None()
+			} else {
+				e.Oid8(uint64(*next))
+			}
+		}, func(v *wire.Value) error {
+			if v.Len() != 4 {
+				return fmt.Errorf("record_iternext reply: %v", *v)
+			}
+			o, err := tidOf(&v.Items[0])
+			if err != nil {
+				return err
+			}
+			oid = zodb.Oid(o)
+			if !v.Items[3].IsNone() {
+				n, err := tidOf(&v.Items[3])
+				if err != nil {
+					return err
+				}
+				nextOid, more = zodb.Oid(n), true
+			}
+			return nil
+		})
+		if err != nil {
+			if next == nil {
+				// An empty storage: FileStorage raises on an empty index.
+				if _, ok := err.(*ServerError); ok {
+					return 0, nil
+				}
+			}
+			return 0, c.opErr("lastOid", nil, err)
+		}
+		last = max(last, oid)
+		if !more {
+			return last, nil
+		}
+		next = &nextOid
+	}
+}
+
+// History implements zodb.Storage with the server's history call. The
+// Extension of an entry is the dict the server sent (the stored extension's
+// keys), pickled again: equal in content to the stored one, not
+// necessarily in bytes.
+func (c *Client) History(ctx context.Context, oid zodb.Oid, size int) ([]zodb.HistoryEntry, error) {
+	hist, err := c.history(ctx, oid, size)
+	if err != nil {
+		var pk *posKeyError
+		if errors.As(err, &pk) {
+			err = &zodb.NoObjectError{Oid: oid}
+		}
+		return nil, c.opErr("history", oid, err)
+	}
+	return hist, nil
+}
+
+func (c *Client) history(ctx context.Context, oid zodb.Oid, size int) ([]zodb.HistoryEntry, error) {
+	var hist []zodb.HistoryEntry
+	err := c.call(ctx, "history", 2, func(e *wire.Encoder) {
+		e.Oid8(uint64(oid))
+		e.Int(int64(size))
+	}, func(v *wire.Value) error {
+		if v.Kind != wire.List && v.Kind != wire.Tuple {
+			return fmt.Errorf("history reply: %v", *v)
+		}
+		for i := range v.Items {
+			d := &v.Items[i]
+			var h zodb.HistoryEntry
+			var ext []wire.Value
+			for j := 0; j+1 < len(d.Items); j += 2 {
+				k, val := &d.Items[j], &d.Items[j+1]
+				switch string(k.B) {
+				case "tid":
+					t, err := tidOf(val)
+					if err != nil {
+						return fmt.Errorf("history reply: tid: %w", err)
+					}
+					h.Tid = t
+				case "user_name":
+					h.User = clone(val.B)
+				case "description":
+					h.Description = clone(val.B)
+				case "size":
+					h.Size = int(val.Int)
+				case "time", "version":
+				default:
+					ext = append(ext, *k, *val)
+				}
+			}
+			h.Extension = pickleDict(ext)
+			hist = append(hist, h)
+		}
+		return nil
+	})
+	return hist, err
+}
+
+// pickleDict pickles a dict whose items are kv (key, value, ...) the way
+// ZODB stores a transaction extension (protocol 3); no items give nil.
+func pickleDict(kv []wire.Value) []byte {
+	if len(kv) == 0 {
+		return nil
+	}
+	v := wire.Value{Kind: wire.Dict, Items: kv}
+	e := wire.Encoder{M: wire.Pickle}
+	e.BeginFrame()
+	e.Value(&v)
+	e.EndFrame()
+	return e.Buf[4:]
+}
+
+func clone(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append([]byte{}, b...)
+}

@@ -1,0 +1,266 @@
+// Package wrk is a load generator for ZODB storages, like wrk for HTTP: N
+// simulated clients in one process, each with its own storage connection
+// (zodb.Open of the same URL), each loading objects in its own random
+// order with one request in flight, for a fixed duration.
+//
+// A first pass, before the clock starts, loads every object (oids 0, 1, 2,
+// ... up to the first missing one, like `zodbd hash`) at the storage's head
+// and keeps a checksum of each; the clients then load at that same state
+// and count every answer whose data differs as an error. Latencies go to a
+// log-linear histogram per client, merged at the end, so the measured path
+// touches no memory shared between clients.
+package wrk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math/rand"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/zodbd/zodbd/zodb"
+)
+
+// Config is one wrk run.
+type Config struct {
+	URL      string        // storage to load from (zodb.Open)
+	Clients  int           // simulated clients, each with its own connection
+	Duration time.Duration // measured time
+	// CacheSize is passed to zodb.Open for every client: 0 is the
+	// driver's default cache, negative turns it off (every load is a
+	// round trip).
+	CacheSize int64
+	// Progress, when not nil, receives a progress line every second,
+	// rewritten in place (for a terminal).
+	Progress io.Writer
+	// Logf receives the drivers' warnings.
+	Logf func(format string, args ...interface{})
+}
+
+// Result is the outcome of Run.
+type Result struct {
+	URL       string
+	Clients   int
+	CacheOff  bool
+	At        zodb.Tid      // the state every load was made at
+	Objects   int           // objects in the first pass
+	Bytes     int64         // their total size
+	Elapsed   time.Duration // measured wall time
+	Ops       uint64        // loads completed in Elapsed
+	Errors    uint64        // failed loads and loads with wrong data
+	FirstErr  error         // the first of them
+	CPU       time.Duration // user+system CPU time of this process during the run
+	Latency   Histogram     // all clients merged
+	PerClient []uint64      // loads per client
+}
+
+// client is one simulated client; its fields are only written by its own
+// goroutine (done is read by the progress printer).
+type client struct {
+	stor     zodb.Storage
+	hist     Histogram
+	errors   uint64
+	firstErr error
+	done     atomic.Uint64
+	_        [64]byte // keep clients' counters on separate cache lines
+}
+
+// ref is what the first pass learnt about one object.
+type ref struct {
+	oid zodb.Oid
+	crc uint32
+	n   int
+}
+
+// Run runs the benchmark.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	if cfg.Clients < 1 {
+		return nil, fmt.Errorf("wrk: need at least 1 client")
+	}
+	opt := &zodb.OpenOptions{CacheSize: cfg.CacheSize, Logf: cfg.Logf}
+	res := &Result{URL: cfg.URL, Clients: cfg.Clients, CacheOff: cfg.CacheSize < 0}
+
+	// Connections first, so that connecting is not measured.
+	clients := make([]*client, cfg.Clients)
+	defer func() {
+		for _, c := range clients {
+			if c != nil {
+				c.stor.Close()
+			}
+		}
+	}()
+	for i := range clients {
+		stor, err := zodb.Open(ctx, cfg.URL, opt)
+		if err != nil {
+			return nil, fmt.Errorf("wrk: client %d: %w", i, err)
+		}
+		clients[i] = &client{stor: stor}
+	}
+
+	// First pass, on the first client's connection, with a reference
+	// checksum of every object.
+	stor := clients[0].stor
+	var at zodb.Tid
+	var err error
+	if s, ok := stor.(zodb.Syncer); ok {
+		at, err = s.Sync(ctx)
+	} else {
+		at, err = stor.LastTid(ctx)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("wrk: %w", err)
+	}
+	// Bring every client's view up to at, so that their caches can answer
+	// loads at at.
+	for _, c := range clients[1:] {
+		if s, ok := c.stor.(zodb.Syncer); ok {
+			if _, err := s.Sync(ctx); err != nil {
+				return nil, fmt.Errorf("wrk: %w", err)
+			}
+		}
+	}
+	res.At = at
+	var refs []ref
+	var buf []byte
+	for oid := zodb.Oid(0); ; oid++ {
+		data, _, err := load(ctx, stor, zodb.Xid{Oid: oid, At: at}, buf[:0])
+		if err != nil {
+			var noObj *zodb.NoObjectError
+			var noData *zodb.NoDataError
+			if errors.As(err, &noObj) || errors.As(err, &noData) {
+				break
+			}
+			return nil, fmt.Errorf("wrk: first pass: %w", err)
+		}
+		buf = data
+		refs = append(refs, ref{oid, crc32.ChecksumIEEE(data), len(data)})
+		res.Bytes += int64(len(data))
+	}
+	res.Objects = len(refs)
+	if len(refs) == 0 {
+		return nil, fmt.Errorf("wrk: %s: no object at oid 0", cfg.URL)
+	}
+
+	cpu0 := processCPU()
+	start := time.Now()
+	deadline := start.Add(cfg.Duration)
+	var wg sync.WaitGroup
+	for i, c := range clients {
+		wg.Add(1)
+		go func(seed int64) {
+			defer wg.Done()
+			c.run(ctx, refs, at, deadline, seed)
+		}(int64(i) + 1)
+	}
+	var progressDone chan struct{}
+	if cfg.Progress != nil {
+		progressDone = make(chan struct{})
+		stop := make(chan struct{})
+		go func() {
+			defer close(progressDone)
+			t := time.NewTicker(time.Second)
+			defer t.Stop()
+			var last uint64
+			lastT := start
+			for {
+				select {
+				case <-stop:
+					fmt.Fprintf(cfg.Progress, "\r\033[K")
+					return
+				case now := <-t.C:
+					var n uint64
+					for _, c := range clients {
+						n += c.done.Load()
+					}
+					fmt.Fprintf(cfg.Progress, "\r\033[K%5.1fs %10d loads %10.0f loads/s",
+						now.Sub(start).Seconds(), n, float64(n-last)/now.Sub(lastT).Seconds())
+					last, lastT = n, now
+				}
+			}
+		}()
+		defer func() { close(stop); <-progressDone }()
+	}
+	wg.Wait()
+	res.Elapsed = time.Since(start)
+	res.CPU = processCPU() - cpu0
+
+	for _, c := range clients {
+		res.Latency.Merge(&c.hist)
+		res.Errors += c.errors
+		if res.FirstErr == nil {
+			res.FirstErr = c.firstErr
+		}
+		res.PerClient = append(res.PerClient, c.hist.Count())
+	}
+	res.Ops = res.Latency.Count()
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+func load(ctx context.Context, stor zodb.Storage, xid zodb.Xid, buf []byte) ([]byte, zodb.Tid, error) {
+	if al, ok := stor.(zodb.AppendLoader); ok {
+		return al.LoadAppend(ctx, xid, buf)
+	}
+	return stor.Load(ctx, xid)
+}
+
+// run is one client's loop: random permutations of the objects until the
+// deadline, one load at a time.
+func (c *client) run(ctx context.Context, refs []ref, at zodb.Tid, deadline time.Time, seed int64) {
+	rnd := rand.New(rand.NewSource(seed))
+	al, _ := c.stor.(zodb.AppendLoader)
+	order := make([]int, len(refs))
+	for i := range order {
+		order[i] = i
+	}
+	buf := make([]byte, 0, 64<<10)
+	var n uint64
+	for now := time.Now(); now.Before(deadline) && ctx.Err() == nil; {
+		rnd.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		for _, i := range order {
+			r := &refs[i]
+			xid := zodb.Xid{Oid: r.oid, At: at}
+			var data []byte
+			var err error
+			t0 := time.Now()
+			if al != nil {
+				data, _, err = al.LoadAppend(ctx, xid, buf[:0])
+			} else {
+				data, _, err = c.stor.Load(ctx, xid)
+			}
+			now = time.Now()
+			c.hist.Record(now.Sub(t0))
+			switch {
+			case err != nil:
+				c.fail(err)
+			case len(data) != r.n || crc32.ChecksumIEEE(data) != r.crc:
+				c.fail(fmt.Errorf("wrk: %s: wrong data: %d bytes crc32 %08x, want %d bytes %08x",
+					xid, len(data), crc32.ChecksumIEEE(data), r.n, r.crc))
+			}
+			if cap(data) <= 1<<20 {
+				buf = data
+			}
+			n++
+			if n&63 == 0 {
+				c.done.Store(n)
+			}
+			if !now.Before(deadline) || ctx.Err() != nil {
+				break
+			}
+		}
+	}
+	c.done.Store(n)
+}
+
+func (c *client) fail(err error) {
+	c.errors++
+	if c.firstErr == nil {
+		c.firstErr = err
+	}
+}
