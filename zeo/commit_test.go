@@ -75,7 +75,8 @@ func TestInvalidationBeforeCurrentData(t *testing.T) {
 		var invalidated zodb.Tid
 		inflight := 0
 		deadline := time.Now().Add(30 * time.Second)
-		for done := false; !done || inflight > 0; {
+		reader.nc.SetReadDeadline(deadline)
+		for done := false; !done || inflight > 0 || invalidated != serial; {
 			select {
 			case <-stop:
 				done = true
@@ -86,9 +87,6 @@ func TestInvalidationBeforeCurrentData(t *testing.T) {
 				inflight++
 			}
 			reader.flush(t)
-			if inflight == 0 {
-				break
-			}
 			f, err := wire.ReadFrame(reader.br, nil, 1<<20)
 			if err != nil {
 				t.Fatal(err)
@@ -117,9 +115,6 @@ func TestInvalidationBeforeCurrentData(t *testing.T) {
 			}
 		}
 		wg.Wait()
-		if invalidated != serial {
-			t.Errorf("%v: last invalidation %s, want %s", m, invalidated, serial)
-		}
 	}
 }
 
