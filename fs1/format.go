@@ -1,4 +1,4 @@
-// Package fs1 reads (and, later, writes) FileStorage files — the Data.fs
+// Package fs1 reads and writes FileStorage files — the Data.fs
 // format of ZODB/py — bit-compatibly with ZODB/py.
 //
 // File layout (all integers big-endian):
