@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/zodb"
+)
+
+func init() {
+	register(&command{
+		name:    "pack",
+		summary: "pack a FileStorage file offline, as ZODB/py's FileStorage.pack (GC from the root)",
+		run:     runPack,
+	})
+}
+
+func runPack(args []string) int {
+	fl := flag.NewFlagSet("pack", flag.ContinueOnError)
+	fl.Usage = func() {
+		fmt.Fprintf(os.Stderr, "usage: zodbd pack [--days N | --time UNIXTIME | --tid TID] [--no-gc] FILE\n\n"+
+			"Packs the FileStorage FILE as ZODB/py's FileStorage.pack does: removes the\n"+
+			"revisions that are not current at the pack time and, unless --no-gc, the\n"+
+			"objects not reachable from the root object then. The history after the pack\n"+
+			"time (and its undo information) is kept. The original is kept as FILE.old,\n"+
+			"FILE.index is rewritten. FILE must not be in use: the pack takes FILE.lock,\n"+
+			"as a server that has FILE open holds it. The pack time is now less --days\n"+
+			"days (default 0: now), or --time, or --tid.\n\n")
+		fl.PrintDefaults()
+	}
+	days := fl.Float64("days", 0, "pack to `N` days before now (ZODB/py: pack(time.time() - N*86400))")
+	unix := fl.String("time", "", "pack time as Unix time in seconds (`UNIXTIME`, fractions allowed)")
+	tidS := fl.String("tid", "", "pack time as a tid (16 hex digits, `TID`)")
+	noGC := fl.Bool("no-gc", false, "keep objects that are not reachable (ZODB/py's pack-gc false)")
+	workers := fl.Int("workers", 0, "goroutines reading objects during GC (default: GOMAXPROCS)")
+	quiet := fl.Bool("q", false, "no progress line and no summary")
+	pos, err := packParseArgs(fl, args)
+	if err != nil {
+		return 2
+	}
+	if len(pos) != 1 {
+		fl.Usage()
+		return 2
+	}
+	path := pos[0]
+	set := map[string]bool{}
+	fl.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	n := 0
+	for _, name := range []string{"days", "time", "tid"} {
+		if set[name] {
+			n++
+		}
+	}
+	if n > 1 {
+		fmt.Fprintln(os.Stderr, "zodbd pack: give only one of --days, --time and --tid")
+		return 2
+	}
+	var at zodb.Tid
+	switch {
+	case set["tid"]:
+		at, err = zodb.ParseTid(*tidS)
+		if err != nil {
+			return fatalf("pack", "--tid: %v", err)
+		}
+	case set["time"]:
+		t, err := strconv.ParseFloat(*unix, 64)
+		if err != nil || t <= 0 {
+			return fatalf("pack", "--time %q: want a positive Unix time in seconds", *unix)
+		}
+		at = zodb.TidFromUnix(t)
+	default:
+		if *days < 0 {
+			return fatalf("pack", "--days must not be negative")
+		}
+		now := float64(time.Now().UnixNano()) / 1e9
+		at = zodb.TidFromUnix(now - *days*86400)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	prog := &packProgress{on: !*quiet && packIsTerminal(os.Stderr), start: time.Now()}
+	opt := &fs1.PackOptions{
+		NoGC:    *noGC,
+		Workers: *workers,
+		Logf: func(format string, args ...interface{}) {
+			prog.clear()
+			fmt.Fprintf(os.Stderr, "zodbd pack: warning: "+format+"\n", args...)
+		},
+		Progress: prog.report,
+	}
+	st, err := fs1.PackFile(ctx, path, at, opt)
+	prog.clear()
+	if err != nil {
+		if ctx.Err() != nil {
+			return fatalf("pack", "interrupted; %s is unchanged", path)
+		}
+		return fatalf("pack", "%v", err)
+	}
+	if !*quiet {
+		printPackSummary(path, st)
+	}
+	return 0
+}
+
+// packParseArgs parses flags that may come before or after the file name.
+func packParseArgs(fl *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fl.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fl.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		if args[0] == "--" {
+			return append(pos, args[1:]...), nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+func packIsTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// packProgress draws a one-line progress report on stderr, at most ten
+// times a second.
+type packProgress struct {
+	on    bool
+	start time.Time
+	last  time.Time
+	drawn bool
+}
+
+func (p *packProgress) report(phase fs1.PackPhase, done, total int64) {
+	if !p.on || time.Since(p.last) < 100*time.Millisecond && done < total {
+		return
+	}
+	p.last = time.Now()
+	pct := 100.0
+	if total > 0 {
+		pct = 100 * float64(done) / float64(total)
+	}
+	line := fmt.Sprintf("zodbd pack: %-4s %5.1f%%", phase, pct)
+	switch phase {
+	case fs1.PackGC:
+		line += fmt.Sprintf("  %d of %d objects reachable so far", done, total)
+	default:
+		line += fmt.Sprintf("  %s of %s", mb(done), mb(total))
+	}
+	line += fmt.Sprintf("  %.1fs", time.Since(p.start).Seconds())
+	fmt.Fprintf(os.Stderr, "\r%-78s", line)
+	p.drawn = true
+}
+
+func (p *packProgress) clear() {
+	if p.drawn {
+		fmt.Fprintf(os.Stderr, "\r%78s\r", "")
+		p.drawn = false
+	}
+}
+
+func mb(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
+
+func printPackSummary(path string, st fs1.PackStats) {
+	when := fmt.Sprintf("%s (tid %s)", st.PackTid.TimeStamp(), st.PackTid)
+	switch {
+	case st.Redundant:
+		fmt.Printf("%s: not packed: already packed at a time after %s, or no changes since the last pack\n", path, when)
+		return
+	case !st.Changed:
+		fmt.Printf("%s: not packed: nothing to remove at %s\n", path, when)
+		return
+	}
+	gc := "no GC"
+	if st.GC {
+		gc = fmt.Sprintf("GC: %d of %d objects reachable", st.Reachable, st.Current)
+	} else if st.BadRecords > 0 {
+		gc = fmt.Sprintf("no GC: the references of %d records could not be read", st.BadRecords)
+	}
+	fmt.Printf("%s: packed at %s; %s\n", path, when, gc)
+	fmt.Printf("  before: %d bytes, %d transactions, %d data records\n", st.SizeBefore, st.TxnsBefore, st.RecordsBefore)
+	saved := 0.0
+	if st.SizeBefore > 0 {
+		saved = 100 * float64(st.SizeBefore-st.SizeAfter) / float64(st.SizeBefore)
+	}
+	fmt.Printf("  after:  %d bytes, %d transactions, %d data records, %d objects (%.1f%% smaller)\n",
+		st.SizeAfter, st.TxnsAfter, st.RecordsAfter, st.Objects, saved)
+	secs := st.Duration.Seconds()
+	rate := 0.0
+	if secs > 0 {
+		rate = float64(st.SizeBefore) / 1e6 / secs
+	}
+	fmt.Printf("  %.2fs (scan %.2fs, gc %.2fs, copy %.2fs), %.1f MB/s; the original is %s.old\n",
+		secs, st.ScanTime.Seconds(), st.GCTime.Seconds(), st.CopyTime.Seconds(), rate, path)
+}
