@@ -11,7 +11,7 @@ import ZODB
 from ZODB.FileStorage import FileStorage
 
 COMMANDS = ['dump', 'tail', 'verify', 'zdump', 'reindex', 'info', 'catobj',
-            'hash']
+            'hash', 'serve', 'wrk', 'copy', 'pack']
 
 
 @pytest.fixture(scope='module')
