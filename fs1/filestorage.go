@@ -281,73 +281,13 @@ const speculativeRead = 4096
 // dst's spare capacity (plus one pread per older revision walked back and per
 // backpointer followed).
 func (fs *FileStorage) LoadAppend(ctx context.Context, xid zodb.Xid, dst []byte) ([]byte, zodb.Tid, error) {
-	s := fs.state.Load()
-	pos, ok := s.index.Get(xid.Oid)
-	if !ok {
-		return dst, 0, fs.loadErr(xid, &zodb.NoObjectError{Oid: xid.Oid})
+	// The revision current at At is the one before At+1 (At < TidMax+1
+	// always fits: tids are below 2^63).
+	data, serial, _, err := fs.loadBefore(xid.Oid, xid.At+1, dst)
+	if err != nil {
+		return data, 0, fs.loadErr(xid, err)
 	}
-	n0 := len(dst)
-	if cap(dst)-n0 < DataHeaderSize+8 {
-		dst = append(dst, make([]byte, DataHeaderSize+8)...)[:n0]
-	}
-	var dh DataHeader
-	var got []byte // bytes read at pos: the header and maybe some data
-	for {
-		want := min(cap(dst)-n0, speculativeRead)
-		if rest := s.end - pos; int64(want) > rest {
-			want = int(rest)
-		}
-		got = dst[n0 : n0+want]
-		m, err := fs.file.ReadAt(got, pos)
-		if m < DataHeaderSize || (m < len(got) && err != nil && err != io.EOF) {
-			if err == nil || err == io.EOF {
-				err = io.ErrUnexpectedEOF
-			}
-			return dst[:n0], 0, fs.loadErr(xid, &Error{fs.path, pos, "data record", fmt.Errorf("read: %w", err)})
-		}
-		got = got[:m]
-		if err := dh.decode(got, fs.path, pos, s.end); err != nil {
-			return dst[:n0], 0, fs.loadErr(xid, err)
-		}
-		if dh.Oid != xid.Oid {
-			return dst[:n0], 0, fs.loadErr(xid, &Error{fs.path, pos, "data record", fmt.Errorf("oid %s, expected %s (index or previous pointer corrupt)", dh.Oid, xid.Oid)})
-		}
-		if dh.Tid <= xid.At {
-			break
-		}
-		if dh.PrevRevPos == 0 {
-			return dst[:n0], 0, fs.loadErr(xid, &zodb.NoDataError{Oid: xid.Oid})
-		}
-		pos = dh.PrevRevPos
-	}
-	if dh.DataLen == 0 {
-		// Backpointer: follow the chain to the record with the data.
-		data, src, err := dh.LoadData(fs.file, fs.path, dst[:n0])
-		if err != nil {
-			return dst[:n0], 0, fs.loadErr(xid, err)
-		}
-		if src.DataLen == 0 {
-			return dst[:n0], 0, fs.loadErr(xid, &zodb.NoDataError{Oid: xid.Oid, DeletedAt: dh.Tid})
-		}
-		return data, dh.Tid, nil
-	}
-	// Move the data already read to its place, then read what is missing.
-	have := min(int64(len(got)-DataHeaderSize), dh.DataLen)
-	if int64(cap(dst)-n0) < dh.DataLen {
-		grown := make([]byte, n0, int64(n0)+dh.DataLen)
-		copy(grown, dst[:n0])
-		copy(grown[n0:n0+int(have)], got[DataHeaderSize:])
-		dst = grown
-	} else {
-		copy(dst[n0:n0+int(have)], got[DataHeaderSize:DataHeaderSize+have])
-	}
-	dst = dst[:n0+int(dh.DataLen)]
-	if have < dh.DataLen {
-		if _, err := fs.file.ReadAt(dst[n0+int(have):], pos+DataHeaderSize+have); err != nil {
-			return dst[:n0], 0, fs.loadErr(xid, &Error{fs.path, pos, "data record", fmt.Errorf("read data: %w", err)})
-		}
-	}
-	return dst, dh.Tid, nil
+	return data, serial, nil
 }
 
 func (fs *FileStorage) loadErr(xid zodb.Xid, err error) error {

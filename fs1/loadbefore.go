@@ -21,10 +21,19 @@ import (
 // yet created; else the tid of the deletion or undone creation). With a dst
 // of enough capacity it makes no allocation.
 func (fs *FileStorage) LoadBefore(ctx context.Context, oid zodb.Oid, before zodb.Tid, dst []byte) (data []byte, serial, next zodb.Tid, err error) {
+	data, serial, next, err = fs.loadBefore(oid, before, dst)
+	if err != nil {
+		err = fs.loadBeforeErr(oid, before, err)
+	}
+	return data, serial, next, err
+}
+
+// loadBefore is LoadBefore (and LoadAppend) without the OpError wrapping.
+func (fs *FileStorage) loadBefore(oid zodb.Oid, before zodb.Tid, dst []byte) (data []byte, serial, next zodb.Tid, err error) {
 	s := fs.state.Load()
 	pos, ok := s.index.Get(oid)
 	if !ok {
-		return dst, 0, 0, fs.loadBeforeErr(oid, before, &zodb.NoObjectError{Oid: oid})
+		return dst, 0, 0, &zodb.NoObjectError{Oid: oid}
 	}
 	n0 := len(dst)
 	if cap(dst)-n0 < DataHeaderSize+8 {
@@ -43,20 +52,20 @@ func (fs *FileStorage) LoadBefore(ctx context.Context, oid zodb.Oid, before zodb
 			if err == nil || err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
-			return dst[:n0], 0, 0, fs.loadBeforeErr(oid, before, &Error{fs.path, pos, "data record", fmt.Errorf("read: %w", err)})
+			return dst[:n0], 0, 0, &Error{fs.path, pos, "data record", fmt.Errorf("read: %w", err)}
 		}
 		got = got[:m]
 		if err := dh.decode(got, fs.path, pos, s.end); err != nil {
-			return dst[:n0], 0, 0, fs.loadBeforeErr(oid, before, err)
+			return dst[:n0], 0, 0, err
 		}
 		if dh.Oid != oid {
-			return dst[:n0], 0, 0, fs.loadBeforeErr(oid, before, &Error{fs.path, pos, "data record", fmt.Errorf("oid %s, expected %s (index or previous pointer corrupt)", dh.Oid, oid)})
+			return dst[:n0], 0, 0, &Error{fs.path, pos, "data record", fmt.Errorf("oid %s, expected %s (index or previous pointer corrupt)", dh.Oid, oid)}
 		}
 		if dh.Tid < before {
 			break
 		}
 		if dh.PrevRevPos == 0 {
-			return dst[:n0], 0, 0, fs.loadBeforeErr(oid, before, &zodb.NoDataError{Oid: oid})
+			return dst[:n0], 0, 0, &zodb.NoDataError{Oid: oid}
 		}
 		next = dh.Tid
 		pos = dh.PrevRevPos
@@ -65,10 +74,10 @@ func (fs *FileStorage) LoadBefore(ctx context.Context, oid zodb.Oid, before zodb
 		// Backpointer: follow the chain to the record with the data.
 		data, src, err := dh.LoadData(fs.file, fs.path, dst[:n0])
 		if err != nil {
-			return dst[:n0], 0, 0, fs.loadBeforeErr(oid, before, err)
+			return dst[:n0], 0, 0, err
 		}
 		if src.DataLen == 0 {
-			return dst[:n0], 0, 0, fs.loadBeforeErr(oid, before, &zodb.NoDataError{Oid: oid, DeletedAt: dh.Tid})
+			return dst[:n0], 0, 0, &zodb.NoDataError{Oid: oid, DeletedAt: dh.Tid}
 		}
 		return data, dh.Tid, next, nil
 	}
@@ -85,7 +94,7 @@ func (fs *FileStorage) LoadBefore(ctx context.Context, oid zodb.Oid, before zodb
 	dst = dst[:n0+int(dh.DataLen)]
 	if have < dh.DataLen {
 		if _, err := fs.file.ReadAt(dst[n0+int(have):], pos+DataHeaderSize+have); err != nil {
-			return dst[:n0], 0, 0, fs.loadBeforeErr(oid, before, &Error{fs.path, pos, "data record", fmt.Errorf("read data: %w", err)})
+			return dst[:n0], 0, 0, &Error{fs.path, pos, "data record", fmt.Errorf("read data: %w", err)}
 		}
 	}
 	return dst, dh.Tid, next, nil
