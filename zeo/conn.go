@@ -365,6 +365,25 @@ func (q *outq) hold() {
 	q.mu.Unlock()
 }
 
+// ownCommitted is called in the storage's commit order when this
+// connection's own transaction commits: the invalidations held back so far
+// are of earlier transactions and must reach the client before its reply.
+func (q *outq) ownCommitted() {
+	q.mu.Lock()
+	if q.err == nil && !q.closed && len(q.deferred) > 0 {
+		q.buf = append(q.buf, q.deferred...)
+		q.deferred = q.deferred[:0]
+		if q.deferredInv > q.lastInv {
+			q.lastInv = q.deferredInv
+		}
+	}
+	writing := q.writing
+	q.mu.Unlock()
+	if !writing {
+		q.wake()
+	}
+}
+
 // release queues b (the tpc_finish reply) and then the invalidations held
 // back since hold.
 func (q *outq) release(b []byte) {

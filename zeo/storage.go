@@ -153,6 +153,9 @@ func (st *storage) committed(from *conn, tid zodb.Tid, oids []zodb.Oid) {
 			c.out.invalidate(frame, tid)
 		}
 	}
+	if from != nil {
+		from.out.ownCommitted()
+	}
 	inv := invalidation{tid, append([]zodb.Oid(nil), oids...)}
 	max := st.srv.cfg.InvalidationQueueSize
 	if len(st.invq) < max {
