@@ -9,6 +9,9 @@ which has ZODB/py, the reference that zodbd must match.
 - shared_dir    ../shared beside the repository (or $ZODBD_SHARED)
 - tmp_copy      tmp_copy('1.fs') copies a fixture into tmp_path, returns its path
 - run_zodbd     run_zodbd('info', path) runs zodbd, returns CompletedProcess
+- marshal       'Z' (pickle) or 'M' (msgpack): tests using it run with both
+- serve         serve(path, extra=[...]) starts `zodbd serve` on path with
+                that marshalling (tests/zeoserver.py), stopped at the end
 """
 import os
 import shutil
@@ -72,3 +75,22 @@ def run_zodbd(zodbd_bin):
                            p.stdout, p.stderr), pytrace=False)
         return p
     return run
+
+
+@pytest.fixture(params=['Z', 'M'], ids=['pickle', 'msgpack'])
+def marshal(request):
+    return request.param
+
+
+@pytest.fixture
+def serve(zodbd_bin, tmp_path, marshal):
+    from zeoserver import Server
+    servers = []
+
+    def start(path, **kw):
+        s = Server(zodbd_bin, path, tmp_path, msgpack=(marshal == 'M'), **kw).start()
+        servers.append(s)
+        return s
+    yield start
+    for s in servers:
+        s.stop()

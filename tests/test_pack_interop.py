@@ -23,8 +23,6 @@ were not current at the pack time.
 import base64
 import os
 import shutil
-import subprocess
-import sys
 import time
 
 import pytest
@@ -39,29 +37,10 @@ from ZODB.serialize import referencesf
 from ZODB.TimeStamp import TimeStamp
 from ZODB.utils import p64, u64
 
+from testutil import fstest, read, zodbd
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-
-def zodbd(zodbd_bin, *args, check=True):
-    p = subprocess.run([zodbd_bin, *map(str, args)], capture_output=True,
-                       text=True)
-    if check:
-        assert p.returncode == 0, (
-            'zodbd %s: exit %d\nstdout: %s\nstderr: %s'
-            % (' '.join(map(str, args)), p.returncode, p.stdout, p.stderr))
-    return p
-
-
-def fstest(path):
-    p = subprocess.run([sys.executable, '-m', 'ZODB.scripts.fstest', path],
-                       capture_output=True, text=True)
-    assert p.returncode == 0 and p.stdout == '' and p.stderr == '', (
-        'fstest %s: exit %d\n%s%s' % (path, p.returncode, p.stdout, p.stderr))
-
-
-def read(path):
-    with open(path, 'rb') as f:
-        return f.read()
 
 
 def tids_of(path):

@@ -21,9 +21,7 @@ import json
 import logging
 import os
 import random
-import shutil
 import struct
-import subprocess
 
 import pytest
 from ZODB.Connection import TransactionMetaData
@@ -32,33 +30,13 @@ from ZODB.POSException import (ConflictError, POSKeyError,
                                ReadConflictError, UndoError)
 from ZODB.utils import p64, u64
 
+from testutil import fstest, read, zodbd
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTDATA = os.path.join(REPO, 'fs1', 'testdata')
 VENV_PYTHON = os.path.join(REPO, '.venv', 'bin', 'python')
 TIDMAX = (1 << 63) - 1
 
-
-def zodbd(zodbd_bin, *args, check=True):
-    p = subprocess.run([zodbd_bin, *map(str, args)], capture_output=True,
-                       text=True)
-    if check:
-        assert p.returncode == 0, (
-            'zodbd %s: exit %d\nstdout: %s\nstderr: %s'
-            % (' '.join(map(str, args)), p.returncode, p.stdout, p.stderr))
-    return p
-
-
-def fstest(path):
-    import sys
-    p = subprocess.run([sys.executable, '-m', 'ZODB.scripts.fstest', path],
-                       capture_output=True, text=True)
-    assert p.returncode == 0 and p.stdout == '' and p.stderr == '', (
-        'fstest %s: exit %d\n%s%s' % (path, p.returncode, p.stdout, p.stderr))
-
-
-def read(path):
-    with open(path, 'rb') as f:
-        return f.read()
 
 
 def hx(tid):

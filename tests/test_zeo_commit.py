@@ -1,8 +1,6 @@
 """Writes through zodbd serve with the stock ZEO client: commits, BTrees,
 invalidations between clients, conflicts, undo, pack, restart. Files
 written are checked with ZODB/py afterwards (fstest and reads)."""
-import subprocess
-import sys
 import threading
 import time
 
@@ -15,31 +13,8 @@ from persistent.mapping import PersistentMapping
 from ZODB.FileStorage import FileStorage
 from ZODB.POSException import ConflictError, ReadOnlyError
 
+from testutil import fstest
 from zeoserver import Server
-
-
-@pytest.fixture(params=['Z', 'M'], ids=['pickle', 'msgpack'])
-def marshal(request):
-    return request.param
-
-
-@pytest.fixture
-def serve(zodbd_bin, tmp_path, marshal):
-    servers = []
-
-    def start(path, **kw):
-        s = Server(zodbd_bin, path, tmp_path, msgpack=(marshal == 'M'), **kw).start()
-        servers.append(s)
-        return s
-    yield start
-    for s in servers:
-        s.stop()
-
-
-def fstest(path):
-    p = subprocess.run([sys.executable, '-m', 'ZODB.scripts.fstest', path],
-                       capture_output=True, text=True)
-    assert p.returncode == 0, p.stdout + p.stderr
 
 
 def test_commit_and_read_back(serve, tmp_path):

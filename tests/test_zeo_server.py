@@ -9,31 +9,13 @@ import struct
 import time
 
 import pytest
+from zeoserver import free_port
 import ZEO
 from ZEO.ClientStorage import ClientStorage
 from ZODB.FileStorage import FileStorage
 from ZODB.POSException import POSKeyError, ReadOnlyError
 from ZODB.utils import maxtid, p64, u64, z64
 
-from zeoserver import Server
-
-
-@pytest.fixture(params=['Z', 'M'], ids=['pickle', 'msgpack'])
-def marshal(request):
-    return request.param
-
-
-@pytest.fixture
-def serve(zodbd_bin, tmp_path, marshal):
-    servers = []
-
-    def start(path, **kw):
-        s = Server(zodbd_bin, path, tmp_path, msgpack=(marshal == 'M'), **kw).start()
-        servers.append(s)
-        return s
-    yield start
-    for s in servers:
-        s.stop()
 
 
 def norm(x):
@@ -283,7 +265,7 @@ def decode(proto, b):
 def test_tls(serve, tmp_copy, tmp_path):
     from ZEO.tests import testssl
     path = tmp_copy('1.fs')
-    port = __import__('zeoserver').free_port()
+    port = free_port()
     conf = '''
 <zeo>
   address 127.0.0.1:%d
