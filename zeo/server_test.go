@@ -119,21 +119,7 @@ func (c *rawClient) read(tb testing.TB) wire.Message {
 }
 
 func (c *rawClient) sendLoad(oid zodb.Oid, before zodb.Tid) {
-	e := &c.enc
-	e.BeginFrame()
-	e.BeginTuple(4)
-	e.BeginTuple(2)
-	e.Oid8(uint64(oid))
-	e.Oid8(uint64(before))
-	e.EndTuple(2)
-	e.Bool(false)
-	e.Str("loadBefore")
-	e.BeginTuple(2)
-	e.Oid8(uint64(oid))
-	e.Oid8(uint64(before))
-	e.EndTuple(2)
-	e.EndTuple(4)
-	e.EndFrame()
+	c.enc.LoadBeforeRequest(uint64(oid), uint64(before))
 }
 
 // TestPipelinedLoads sends every loadBefore of the fixture on several

@@ -89,23 +89,7 @@ func (c *Client) startLoad(oid zodb.Oid, before zodb.Tid) (*loadCall, error) {
 	lc := &loadCall{done: make(chan struct{})}
 	c.loads[key] = lc
 	c.pmu.Unlock()
-	c.send(func(e *wire.Encoder) {
-		// (msgid, flags, name, args) with msgid = args = (oid, before).
-		e.BeginFrame()
-		e.BeginTuple(4)
-		e.BeginTuple(2)
-		e.Oid8(uint64(oid))
-		e.Oid8(uint64(before))
-		e.EndTuple(2)
-		e.Bool(false)
-		e.Str("loadBefore")
-		e.BeginTuple(2)
-		e.Oid8(uint64(oid))
-		e.Oid8(uint64(before))
-		e.EndTuple(2)
-		e.EndTuple(4)
-		e.EndFrame()
-	})
+	c.send(func(e *wire.Encoder) { e.LoadBeforeRequest(uint64(oid), uint64(before)) })
 	// A send error fails the connection, and with it lc.
 	return lc, nil
 }

@@ -347,3 +347,24 @@ func (e *Encoder) EndMessage() {
 	e.EndTuple(4)
 	e.EndFrame()
 }
+
+// LoadBeforeRequest appends the frame of a loadBefore(oid, before) request
+// as the stock client sends it: the msgid is the (oid, before) tuple
+// itself, so that the reply names what it answers and duplicate
+// outstanding loads can share one request.
+func (e *Encoder) LoadBeforeRequest(oid, before uint64) {
+	e.BeginFrame()
+	e.BeginTuple(4)
+	e.BeginTuple(2)
+	e.Oid8(oid)
+	e.Oid8(before)
+	e.EndTuple(2)
+	e.Bool(false)
+	e.Str("loadBefore")
+	e.BeginTuple(2)
+	e.Oid8(oid)
+	e.Oid8(before)
+	e.EndTuple(2)
+	e.EndTuple(4)
+	e.EndFrame()
+}
