@@ -351,3 +351,30 @@ func (dh *DataHeader) LoadData(r io.ReaderAt, path string, dst []byte) ([]byte, 
 	}
 	return dst, cur, nil
 }
+
+// appendTxnHeader appends a transaction header: the fixed part, then user,
+// description and extension.
+func appendTxnHeader(b []byte, tid zodb.Tid, tlen int64, status byte, user, desc, ext []byte) []byte {
+	var h [TxnHeaderFixSize]byte
+	binary.BigEndian.PutUint64(h[0:], uint64(tid))
+	binary.BigEndian.PutUint64(h[8:], uint64(tlen))
+	h[16] = status
+	binary.BigEndian.PutUint16(h[17:], uint16(len(user)))
+	binary.BigEndian.PutUint16(h[19:], uint16(len(desc)))
+	binary.BigEndian.PutUint16(h[21:], uint16(len(ext)))
+	b = append(b, h[:]...)
+	b = append(b, user...)
+	b = append(b, desc...)
+	return append(b, ext...)
+}
+
+// appendDataHeader appends a data record header (version length 0).
+func appendDataHeader(b []byte, oid zodb.Oid, tid zodb.Tid, prev, tpos, plen int64) []byte {
+	var h [DataHeaderSize]byte
+	binary.BigEndian.PutUint64(h[0:], uint64(oid))
+	binary.BigEndian.PutUint64(h[8:], uint64(tid))
+	binary.BigEndian.PutUint64(h[16:], uint64(prev))
+	binary.BigEndian.PutUint64(h[24:], uint64(tpos))
+	binary.BigEndian.PutUint64(h[34:], uint64(plen))
+	return append(b, h[:]...)
+}

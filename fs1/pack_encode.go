@@ -1,42 +1,12 @@
 package fs1
 
 import (
-	"encoding/binary"
 	"fmt"
 	"io"
-
-	"github.com/zodbd/zodbd/zodb"
 )
 
-// Record encoders and the buffered output of the packer. (The writer has
-// its own encoder in txn.go; the two may be merged.)
-
-// appendTxnHeader appends a transaction header: the fixed part, then user,
-// description and extension.
-func appendTxnHeader(b []byte, tid zodb.Tid, tlen int64, status byte, user, desc, ext []byte) []byte {
-	var h [TxnHeaderFixSize]byte
-	binary.BigEndian.PutUint64(h[0:], uint64(tid))
-	binary.BigEndian.PutUint64(h[8:], uint64(tlen))
-	h[16] = status
-	binary.BigEndian.PutUint16(h[17:], uint16(len(user)))
-	binary.BigEndian.PutUint16(h[19:], uint16(len(desc)))
-	binary.BigEndian.PutUint16(h[21:], uint16(len(ext)))
-	b = append(b, h[:]...)
-	b = append(b, user...)
-	b = append(b, desc...)
-	return append(b, ext...)
-}
-
-// appendDataHeader appends a data record header (version length 0).
-func appendDataHeader(b []byte, oid zodb.Oid, tid zodb.Tid, prev, tpos, plen int64) []byte {
-	var h [DataHeaderSize]byte
-	binary.BigEndian.PutUint64(h[0:], uint64(oid))
-	binary.BigEndian.PutUint64(h[8:], uint64(tid))
-	binary.BigEndian.PutUint64(h[16:], uint64(prev))
-	binary.BigEndian.PutUint64(h[24:], uint64(tpos))
-	binary.BigEndian.PutUint64(h[34:], uint64(plen))
-	return append(b, h[:]...)
-}
+// The buffered output of the packer. Records are encoded with
+// appendTxnHeader and appendDataHeader (format.go), as the writer does.
 
 // PackDest is where a Packer writes the packed file: it writes at
 // increasing positions and sometimes reads back or patches what it wrote.

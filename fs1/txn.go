@@ -374,17 +374,8 @@ type recEnt struct {
 }
 
 func (e *txnEncoder) begin(m *zodb.TxnMeta) {
-	var h [TxnHeaderFixSize]byte
-	binary.BigEndian.PutUint64(h[0:], uint64(e.tid))
-	// h[8:16], the length, is filled in by finish.
-	h[16] = byte(zodb.TxnCheckpoint)
-	binary.BigEndian.PutUint16(h[17:], uint16(len(m.User)))
-	binary.BigEndian.PutUint16(h[19:], uint16(len(m.Description)))
-	binary.BigEndian.PutUint16(h[21:], uint16(len(m.Extension)))
-	e.buf = append(e.buf, h[:]...)
-	e.buf = append(e.buf, m.User...)
-	e.buf = append(e.buf, m.Description...)
-	e.buf = append(e.buf, m.Extension...)
+	// The length (0 here) is filled in by finish.
+	e.buf = appendTxnHeader(e.buf, e.tid, 0, byte(zodb.TxnCheckpoint), m.User, m.Description, m.Extension)
 }
 
 // add appends a data record of oid: with data when data is not empty, else
@@ -394,14 +385,7 @@ func (e *txnEncoder) begin(m *zodb.TxnMeta) {
 func (e *txnEncoder) add(oid zodb.Oid, data []byte, back int64) {
 	prev, _ := e.w.head.Get(oid)
 	off := int64(len(e.buf))
-	var h [DataHeaderSize]byte
-	binary.BigEndian.PutUint64(h[0:], uint64(oid))
-	binary.BigEndian.PutUint64(h[8:], uint64(e.tid))
-	binary.BigEndian.PutUint64(h[16:], uint64(prev))
-	binary.BigEndian.PutUint64(h[24:], uint64(e.tpos))
-	// h[32:34], the version length, is 0.
-	binary.BigEndian.PutUint64(h[34:], uint64(len(data)))
-	e.buf = append(e.buf, h[:]...)
+	e.buf = appendDataHeader(e.buf, oid, e.tid, prev, e.tpos, int64(len(data)))
 	if len(data) > 0 {
 		e.buf = append(e.buf, data...)
 		back = 0
