@@ -4,7 +4,7 @@
 #   make test    everything CI runs (.ci/run calls exactly this)
 #
 # Other targets: build, venv, vet, gotest, pytest, datasets, check-hashes,
-# bench, fuzz, clean, distclean.
+# bench, gobench, fuzz, clean, distclean.
 #
 # ../shared (beside the repository) holds the reference test data and tools;
 # override with `make SHARED=/path/to/shared ...`.
@@ -19,8 +19,9 @@ BIN      ?= bin/zodbd
 RACE     ?= $(shell [ "$$($(GO) env CGO_ENABLED)" = 1 ] && command -v "$$($(GO) env CC)" >/dev/null 2>&1 && echo -race)
 GOTESTFLAGS ?= $(RACE)
 PYTESTFLAGS ?=
-BENCH    ?= .
-BENCHFLAGS ?= -benchmem
+GOBENCH  ?= .
+GOBENCHFLAGS ?= -benchmem
+BENCHFLAGS ?=
 FUZZTIME ?= 10s
 
 VPY        := $(VENV)/bin/python
@@ -34,7 +35,7 @@ DEMO       := data/demo/Data.fs
 export ZODBD_SHARED := $(abspath $(SHARED))
 
 .DELETE_ON_ERROR:
-.PHONY: all build venv test vet gotest pytest datasets check-hashes run bench fuzz clean distclean
+.PHONY: all build venv test vet gotest pytest datasets check-hashes run bench gobench fuzz clean distclean
 
 all: build
 
@@ -92,9 +93,23 @@ run: build $(DEMO)
 $(DEMO): scripts/make_demo.py | $(VENV_STAMP)
 	$(VPY) scripts/make_demo.py $@
 
-## bench: Go benchmarks (see BENCHMARKS.md)
-bench:
-	$(GO) test -run '^$$' -bench '$(BENCH)' $(BENCHFLAGS) ./...
+## bench: the ZEO server benchmark harness, bench/run.py (BENCHMARKS.md,
+## "make bench"): zodbd serve vs runzeo vs a TCP ping-pong floor, results
+## and plots in data/bench/<timestamp>/. Options: BENCHFLAGS='--quick',
+## '--pin', '--tune', '--sched', ... (bench/run.py -h)
+BENCH_STAMP := $(VENV)/.bench-stamp
+
+bench: build datasets $(BENCH_STAMP)
+	SHARED=$(SHARED) $(VPY) bench/run.py --zodbd $(abspath $(BIN)) $(BENCHFLAGS)
+
+# matplotlib for the plots, kept out of requirements.txt (make test stays lean)
+$(BENCH_STAMP): requirements-bench.txt $(VENV_STAMP)
+	$(VPY) -m pip install --disable-pip-version-check -q -r requirements-bench.txt
+	touch $@
+
+## gobench: Go benchmarks (BENCHMARKS.md); GOBENCH=pattern, GOBENCHFLAGS
+gobench:
+	$(GO) test -run '^$$' -bench '$(GOBENCH)' $(GOBENCHFLAGS) ./...
 
 ## fuzz: every Fuzz target for $(FUZZTIME) each
 fuzz:
@@ -108,7 +123,7 @@ fuzz:
 	done
 
 ## stress: the big form of the FileStorage crash test (2000 SIGKILLs of a
-## committing writer, then ZODB/py's fstest); about 5 minutes
+## committing writer, then ZODB/py's fstest); 10-15 minutes with -race
 .PHONY: stress
 stress: venv
 	ZODBD_STRESS=1 $(GO) test $(GOTESTFLAGS) -run '^TestCrash$$' -timeout 60m -v ./fs1

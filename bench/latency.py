@@ -1,0 +1,52 @@
+"""Latency summaries shared by the Python workloads of `make bench`.
+
+summarize() gives the JSON schema that bench/pingpong (Go) prints and that
+bench/run.py reads: ops, ops/s, percentiles in ns and a log-linear
+histogram with 16 buckets per power of two (each at most 6% wide), as
+[lower_ns, upper_ns, count] for the non-empty buckets.
+"""
+import math
+
+
+def bucket(v):
+    """The [lo, hi) histogram bucket of v (an int, ns)."""
+    if v < 16:
+        return v, v + 1
+    e = v.bit_length() - 5
+    lo = (v >> e) << e
+    return lo, lo + (1 << e)
+
+
+def percentile(sorted_samples, p):
+    """The nearest-rank p-quantile (0 < p <= 1) of sorted samples."""
+    n = len(sorted_samples)
+    return sorted_samples[min(n - 1, max(0, math.ceil(p * n) - 1))]
+
+
+def histogram(sorted_samples):
+    h = []
+    for s in sorted_samples:
+        lo, hi = bucket(int(s))
+        if h and h[-1][0] == lo:
+            h[-1][2] += 1
+        else:
+            h.append([lo, hi, 1])
+    return h
+
+
+def summarize(samples_ns, clients, elapsed_s, tool, **extra):
+    s = sorted(int(x) for x in samples_ns)
+    r = {'tool': tool, 'clients': clients, 'duration_s': elapsed_s,
+         'ops': len(s), 'ops_per_s': 0.0, 'latency_ns': {},
+         'histogram_ns': []}
+    r.update(extra)
+    if not s:
+        return r
+    r['ops_per_s'] = len(s) / elapsed_s if elapsed_s > 0 else 0.0
+    r['latency_ns'] = {
+        'min': s[0], 'mean': sum(s) / len(s),
+        'p50': percentile(s, .50), 'p90': percentile(s, .90),
+        'p99': percentile(s, .99), 'p999': percentile(s, .999),
+        'max': s[-1]}
+    r['histogram_ns'] = histogram(s)
+    return r

@@ -1,0 +1,283 @@
+"""Plots of a `make bench` run (PNG and SVG, into RESULTS/plots/):
+
+- clients_<dataset>: throughput, p50 and p99 latency versus the number of
+  client connections (wrk), one line per server, whiskers min-max over rounds
+- hist_<workload>_<dataset>: the latency histogram of each server (all
+  rounds merged), one panel per server, the floor's in grey behind
+- bars_<workload>: time per object (serial workloads) or commits/s, per
+  server and dataset: median bar, min-max whisker, n in the label
+- ratios: how many times faster than the reference server (runzeo with the
+  same marshalling), per workload and dataset: median, min-max over rounds
+
+Needs matplotlib (requirements-bench.txt).
+"""
+import os
+import statistics
+import sys
+
+import matplotlib
+matplotlib.use('Agg')
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import latency  # noqa: E402
+
+COLORS = {'zodbd-Z': '#1f4e9c', 'zodbd-M': '#6fa0e8', 'runzeo-Z': '#d2691e',
+          'runzeo-M': '#f4b183', 'floor': '#7f7f7f', 'floor-bound': '#3d3d3d', 'zodbd-neo': '#2e8b57',
+          'neo-py': '#8fbc8f'}
+PALETTE = ['#1f4e9c', '#d2691e', '#2e8b57', '#9b2d9b', '#c0392b', '#6fa0e8', '#f4b183', '#8c564b']
+
+
+def color(server, order):
+    if server in COLORS:
+        return COLORS[server]
+    return PALETTE[order.index(server) % len(PALETTE)] if server in order else '#333333'
+
+
+def fmt_time(ns, _pos=None):
+    for unit, div in (('s', 1e9), ('ms', 1e6), ('µs', 1e3)):
+        if ns >= div:
+            return '%.3g %s' % (ns / div, unit)
+    return '%.3g ns' % ns
+
+
+def fmt_rate(x, _pos=None):
+    if x >= 1e6:
+        return '%.3gM' % (x / 1e6)
+    if x >= 1e3:
+        return '%.3gk' % (x / 1e3)
+    return '%.3g' % x
+
+
+def log_axis(axis, fmt):
+    """A log axis labelled 1-2-5 with fmt, no minor labels."""
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(fmt))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def save(fig, outdir, name, made):
+    d = os.path.join(outdir, 'plots')
+    os.makedirs(d, exist_ok=True)
+    for ext in ('png', 'svg'):
+        p = os.path.join(d, '%s.%s' % (name, ext))
+        fig.savefig(p, dpi=130 if ext == 'png' else None, bbox_inches='tight')
+        made.append(p)
+    plt.close(fig)
+
+
+def series(recs, workload, dataset, server, metric):
+    """{clients: [values over rounds]}"""
+    out = {}
+    for r in recs:
+        if r['workload'] == workload and r['dataset'] == dataset and r['server'] == server:
+            v = r['metrics'].get(metric)
+            if v is not None:
+                out.setdefault(r['clients'], []).append(v)
+    return out
+
+
+def whisker(vals):
+    m = statistics.median(vals)
+    return m, m - min(vals), max(vals) - m
+
+
+def subtitle(meta):
+    env = meta.get('env', {})
+    s = '%s, %s CPUs online, %s' % (env.get('cpu', '?'), env.get('cpus-online', '?'), meta.get('started', ''))
+    if meta.get('pin'):
+        s += ', pinned (server %s, load %s)' % (meta.get('server_cpus'), meta.get('load_cpus'))
+    return s
+
+
+def plot_clients(outdir, meta, recs, order, made):
+    for ds in meta['datasets']:
+        servers = [s for s in order if series(recs, 'wrk', ds, s, 'ops/s')]
+        if not servers:
+            continue
+        fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 4.6), layout='constrained')
+        for s in servers:
+            c = color(s, order)
+            for ax, metric in ((ax1, 'ops/s'), (ax2, 'p50-ns'), (ax3, 'p99-ns')):
+                ser = series(recs, 'wrk', ds, s, metric)
+                xs = sorted(ser)
+                if not xs:
+                    continue
+                m = [whisker(ser[x]) for x in xs]
+                ax.errorbar(xs, [v[0] for v in m], yerr=[[v[1] for v in m], [v[2] for v in m]],
+                            color=c, marker='o', capsize=3, label=s)
+        for ax in (ax1, ax2, ax3):
+            ax.set_xscale('log', base=2)
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: '%d' % x))
+            ax.set_xlabel('client connections (one request in flight each)')
+            ax.grid(True, which='both', alpha=0.3)
+        ax1.set_ylabel('loads per second (higher is better)')
+        ax1.yaxis.set_major_formatter(FuncFormatter(fmt_rate))
+        ax1.set_ylim(bottom=0)
+        for ax, lab in ((ax2, 'p50'), (ax3, 'p99')):
+            ax.set_yscale('log')
+            ax.set_ylabel('%s latency (lower is better)' % lab)
+            log_axis(ax.yaxis, fmt_time)
+        ax1.legend(fontsize=8)
+        note = '' if any(s != 'floor' for s in servers) else ' — servers not measured (no `zodbd wrk`): the floor only'
+        fig.suptitle('%s: throughput and latency vs clients%s\n%s' % (ds, note, subtitle(meta)), fontsize=10)
+        save(fig, outdir, 'clients_%s' % ds, made)
+
+
+def merged_hist(recs, workload, ds, server, clients=None):
+    """All rounds' histograms, re-binned to 1/16 of a power of two (the
+    tools' own buckets may be finer), so that servers compare bin by bin."""
+    h = {}
+    for r in recs:
+        if r['workload'] == workload and r['dataset'] == ds and r['server'] == server and r.get('hist') \
+                and (clients is None or r['clients'] == clients):
+            for lo, hi, n in r['hist']:
+                b = latency.bucket(int(lo))
+                h[b] = h.get(b, 0) + n
+    return sorted((lo, hi, n) for (lo, hi), n in h.items())
+
+
+def pct_of(hist, p):
+    total = sum(n for _, _, n in hist)
+    acc = 0
+    for lo, hi, n in hist:
+        acc += n
+        if acc >= p * total:
+            return (lo + hi) / 2
+    return None
+
+
+def plot_hists(outdir, meta, recs, order, made):
+    for w, clients, label in (('pyload', None, 'Python client loadBefore (serial)'),
+                              ('wrk', 1, 'wrk -c 1 (Go client, serial)'),
+                              ('commit', 16, 'commit latency, 16 committers'),
+                              ('commit', 1, 'commit latency, 1 committer')):
+        for ds in meta['datasets']:
+            servers = [s for s in order if merged_hist(recs, w, ds, s, clients)]
+            if not servers or servers == ['floor']:
+                continue
+            floor = merged_hist(recs, w, ds, 'floor', clients)
+            panels = [s for s in servers if s != 'floor']
+            fig, axes = plt.subplots(len(panels), 1, figsize=(9, 1.7 * len(panels) + 1.2), sharex=True,
+                                     squeeze=False, layout='constrained')
+            for ax, s in zip(axes[:, 0], panels):
+                h = merged_hist(recs, w, ds, s, clients)
+                tot = sum(n for _, _, n in h)
+                if floor:
+                    ftot = sum(n for _, _, n in floor)
+                    ax.fill_between([lo for lo, _, _ in floor], [n / ftot * 100 for _, _, n in floor],
+                                    step='post', color='#bbbbbb', alpha=0.6, label='floor')
+                ax.fill_between([lo for lo, _, _ in h], [n / tot * 100 for _, _, n in h], step='post',
+                                color=color(s, order), alpha=0.8, label=s)
+                marks = []
+                for p, ls in ((0.5, '-'), (0.99, ':')):
+                    v = pct_of(h, p)
+                    if v:
+                        ax.axvline(v, color='black', linestyle=ls, linewidth=0.8)
+                        marks.append('p%d %s' % (p * 100, fmt_time(v)))
+                if floor:
+                    marks.append('floor p50 %s' % fmt_time(pct_of(floor, 0.5)))
+                ax.text(0.01, 0.92, '   '.join(marks) + '   (%d calls)' % tot, transform=ax.transAxes,
+                        fontsize=8, va='top')
+                ax.set_ylabel('% of calls', fontsize=8)
+                ax.legend(loc='upper right', fontsize=8)
+                ax.grid(True, axis='x', which='both', alpha=0.3)
+                ax.set_xscale('log')
+                log_axis(ax.xaxis, fmt_time)
+            lo_x = min(pct_of(merged_hist(recs, w, ds, s, clients), 0.001) for s in servers)
+            hi_x = max(pct_of(merged_hist(recs, w, ds, s, clients), 0.999) for s in servers)
+            axes[-1, 0].set_xlim(lo_x / 1.3, hi_x * 1.5)
+            axes[-1, 0].set_xlabel('latency of one call (log scale; buckets 1/16 of a power of two; '
+                                   '0.1%–99.9% shown)')
+            fig.suptitle('%s — %s, all rounds\n%s' % (ds, label, subtitle(meta)), fontsize=10)
+            save(fig, outdir, 'hist_%s%s_%s' % (w, '' if clients is None else clients, ds), made)
+
+
+def plot_bars(outdir, meta, recs, order, made):
+    for w, metric, ylabel, fmt in (('pyload', 'ns/op', 'time per object (lower is better)', fmt_time),
+                                   ('hash', 'ns/op', 'time per object (lower is better)', fmt_time),
+                                   ('commit', 'commits/s', 'commits per second (higher is better)', fmt_rate)):
+        groups = []
+        for ds in meta['datasets']:
+            for c in sorted({r['clients'] for r in recs if r['workload'] == w and r['dataset'] == ds}):
+                groups.append((ds, c))
+        servers = [s for s in order if any(series(recs, w, ds, s, metric) for ds, _ in groups)]
+        if not groups or not servers:
+            continue
+        fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(groups) * len(servers) / 2), 4.5), layout='constrained')
+        width = 0.8 / len(servers)
+        for i, s in enumerate(servers):
+            xs, ys, lo, hi, ns = [], [], [], [], []
+            for g, (ds, c) in enumerate(groups):
+                v = series(recs, w, ds, s, metric).get(c)
+                if not v:
+                    continue
+                m, a, b = whisker(v)
+                xs.append(g + (i - (len(servers) - 1) / 2) * width)
+                ys.append(m)
+                lo.append(a)
+                hi.append(b)
+                ns.append(len(v))
+            bars = ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, color=color(s, order), label=s)
+            for b, y, h in zip(bars, ys, hi):
+                ax.annotate(fmt(y), (b.get_x() + b.get_width() / 2, y + h), fontsize=7, ha='center',
+                            va='bottom', xytext=(0, 2), textcoords='offset points')
+        ax.set_xticks(range(len(groups)))
+        ax.set_xticklabels(['%s\n%s' % (ds, ('%d committers' % c) if w == 'commit' else '') for ds, c in groups],
+                           fontsize=8)
+        ax.set_ylabel(ylabel)
+        ax.set_ylim(0, ax.get_ylim()[1] * 1.08)
+        ax.yaxis.set_major_formatter(FuncFormatter(fmt))
+        ax.grid(True, axis='y', alpha=0.3)
+        ax.legend(fontsize=8)
+        nr = sorted({len(series(recs, w, ds, s, metric).get(c, [])) for ds, c in groups for s in servers} - {0})
+        ax.set_title('%s: median of %s runs, whiskers min–max\n%s' % (
+            w, '/'.join(map(str, nr)), subtitle(meta)), fontsize=10)
+        save(fig, outdir, 'bars_%s' % w, made)
+
+
+def plot_ratios(outdir, meta, recs, order, variants, made):
+    from run import baseline_of
+    rows = []
+    rr = {}
+    for r in recs:
+        rr.setdefault((r['workload'], r['dataset'], r['clients'], r['server']), {})[r['round']] = r['metrics']
+    metric_of = {'hash': ('ns/op', False), 'pyload': ('ns/op', False), 'wrk': ('ops/s', True),
+                 'commit': ('commits/s', True)}
+    for (w, ds, c, s), byr in sorted(rr.items(), key=lambda kv: (list(metric_of).index(kv[0][0]), kv[0][1], kv[0][2])):
+        ref = baseline_of(s, variants, meta.get('sched'), order)
+        if not ref or ref == s or (w, ds, c, ref) not in rr:
+            continue
+        m, higher = metric_of[w]
+        refr = rr[(w, ds, c, ref)]
+        vals = [(byr[k][m] / refr[k][m]) if higher else (refr[k][m] / byr[k][m])
+                for k in sorted(set(byr) & set(refr)) if byr[k].get(m) and refr[k].get(m)]
+        if vals:
+            rows.append(('%s %s%s — %s vs %s' % (w, ds, ' c=%d' % c if w in ('wrk', 'commit') else '', s, ref),
+                         s, vals))
+    if not rows:
+        return
+    fig, ax = plt.subplots(figsize=(9, 0.32 * len(rows) + 1.5), layout='constrained')
+    ys = range(len(rows))[::-1]
+    for y, (label, s, vals) in zip(ys, rows):
+        m, a, b = whisker(vals)
+        ax.barh(y, m, xerr=[[a], [b]], capsize=3, color=color(s, order), height=0.7)
+        ax.annotate('%.2f×' % m, (m + b, y), fontsize=7, va='center', xytext=(4, 0), textcoords='offset points')
+    ax.axvline(1.0, color='black', linewidth=0.8)
+    ax.set_yticks(list(ys))
+    ax.set_yticklabels([r[0] for r in rows], fontsize=7)
+    ax.set_xlabel('times faster than the reference (median over rounds; whiskers min–max; 1 = same)')
+    ax.grid(True, axis='x', alpha=0.3)
+    ax.set_title('Speed-up against the reference\n%s' % subtitle(meta), fontsize=10)
+    save(fig, outdir, 'ratios', made)
+
+
+def make_all(outdir, meta, recs, variants):
+    order = [s for s in meta['servers'] if s in variants]
+    made = []
+    plot_bars(outdir, meta, recs, order, made)
+    plot_ratios(outdir, meta, recs, order, variants, made)
+    plot_clients(outdir, meta, recs, order, made)
+    plot_hists(outdir, meta, recs, order, made)
+    return made
