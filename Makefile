@@ -81,7 +81,7 @@ $(DSDIR)/%.fs: $(DSREF)/SHA256SUMS | $(VENV_STAMP)
 check-hashes: build datasets
 	scripts/check_hashes.sh $(BIN) $(DSREF) $(DSDIR) $(DATASETS)
 
-## run: demo database made by ZODB/py, looked at with zodbd
+## run: demo database made by ZODB/py, served by zodbd serve on $(RUNADDR)
 RUNADDR ?= 127.0.0.1:8100
 run: build $(DEMO)
 	$(BIN) info $(DEMO)
