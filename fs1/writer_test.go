@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -88,8 +90,10 @@ func openRW(t testing.TB, path string, opt *Options, create bool) *FileStorage {
 func commit(t testing.TB, fs *FileStorage, base map[zodb.Oid]zodb.Tid, data map[zodb.Oid]string) zodb.Tid {
 	t.Helper()
 	tid, err := tryCommit(fs, zodb.TxnMeta{User: []byte("u"), Description: []byte("d")}, func(tx zodb.Txn) error {
-		for oid, d := range data {
-			if err := tx.Store(oid, base[oid], []byte(d)); err != nil {
+		// Store in oid order so that the file layout, and which record
+		// an error names first, does not depend on map iteration.
+		for _, oid := range slices.Sorted(maps.Keys(data)) {
+			if err := tx.Store(oid, base[oid], []byte(data[oid])); err != nil {
 				return err
 			}
 		}
