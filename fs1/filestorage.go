@@ -38,6 +38,15 @@ type Options struct {
 	// Now is the clock that tids are made from (zodb.NextTid). nil means
 	// time.Now.
 	Now func() time.Time
+
+	// PackNoGC makes the online pack (FileStorage.Pack) keep unreachable
+	// objects whatever its caller asks (ZODB/py's pack-gc false).
+	PackNoGC bool
+
+	// PackDiscardOld makes the online pack remove path.old once the packed
+	// file is in place (ZODB/py's pack-keep-old false); by default the
+	// original file is kept there.
+	PackDiscardOld bool
 }
 
 // FileStorage is a FileStorage file. It implements zodb.Storage,
@@ -64,6 +73,7 @@ type FileStorage struct {
 
 // snapshot is an immutable view of the committed part of the file.
 type snapshot struct {
+	file    *os.File // the file the positions refer to (a pack replaces it)
 	index   *Index
 	end     int64    // end of the last complete transaction
 	lastTid zodb.Tid // tid of the last complete transaction, 0 if none
@@ -123,10 +133,10 @@ func (fs *FileStorage) load(rw bool) (fromIndexFile bool, err error) {
 			if _, err := fs.file.WriteAt([]byte(Magic30), 0); err != nil {
 				return false, &Error{fs.path, 0, "file header", fmt.Errorf("write: %w", err)}
 			}
-			fs.state.Store(&snapshot{index: NewIndex(0), end: HeaderSize})
+			fs.state.Store(&snapshot{file: fs.file, index: NewIndex(0), end: HeaderSize})
 			return false, nil
 		}
-		fs.state.Store(&snapshot{index: NewIndex(0), end: 0})
+		fs.state.Store(&snapshot{file: fs.file, index: NewIndex(0), end: 0})
 		return false, nil
 	}
 	var magic [HeaderSize]byte
@@ -161,7 +171,7 @@ func (fs *FileStorage) load(rw bool) (fromIndexFile bool, err error) {
 			fs.logf("fs1: warning: %s truncated, possibly due to damaged records at %d", fs.path, res.Torn)
 		}
 	}
-	fs.state.Store(&snapshot{index: idx, end: res.End, lastTid: res.LastTid, torn: res.Torn, ntxn: ntxn})
+	fs.state.Store(&snapshot{file: fs.file, index: idx, end: res.End, lastTid: res.LastTid, torn: res.Torn, ntxn: ntxn})
 	return fromIndexFile, nil
 }
 
@@ -206,6 +216,9 @@ func (fs *FileStorage) Close() error {
 		if err := fs.file.Close(); err != nil && fs.closeErr == nil {
 			fs.closeErr = fmt.Errorf("fs1: %w", err)
 		}
+		if fs.w != nil && fs.w.retired != nil {
+			fs.w.retired.Close()
+		}
 		if fs.w != nil {
 			fs.w.lock.release()
 		}
@@ -214,7 +227,7 @@ func (fs *FileStorage) Close() error {
 }
 
 // File returns the underlying file, for tools that read records directly.
-func (fs *FileStorage) File() io.ReaderAt { return fs.file }
+func (fs *FileStorage) File() io.ReaderAt { return fs.state.Load().file }
 
 // End returns the position after the last complete transaction (ZODB/py's
 // getSize()).
@@ -244,7 +257,7 @@ func (fs *FileStorage) CountTxn(ctx context.Context) (int, error) {
 		if err := ctx.Err(); err != nil {
 			return n, err
 		}
-		if err := th.Load(fs.file, fs.path, pos, s.end); err != nil {
+		if err := th.Load(s.file, fs.path, pos, s.end); err != nil {
 			return n, err
 		}
 		n++
@@ -309,10 +322,10 @@ func (fs *FileStorage) History(ctx context.Context, oid zodb.Oid, size int) ([]z
 		if err := ctx.Err(); err != nil {
 			return hist, err
 		}
-		if err := dh.Load(fs.file, fs.path, pos, s.end); err != nil {
+		if err := dh.Load(s.file, fs.path, pos, s.end); err != nil {
 			return hist, &zodb.OpError{URL: fs.path, Op: "history", Args: oid, Err: err}
 		}
-		if err := th.Load(fs.file, fs.path, dh.TxnPos, s.end); err != nil {
+		if err := th.Load(s.file, fs.path, dh.TxnPos, s.end); err != nil {
 			return hist, &zodb.OpError{URL: fs.path, Op: "history", Args: oid, Err: err}
 		}
 		hist = append(hist, zodb.HistoryEntry{
@@ -332,13 +345,14 @@ func clone(b []byte) []byte { return append([]byte(nil), b...) }
 // Iterate implements zodb.Storage. Transactions with status 'u' are skipped.
 func (fs *FileStorage) Iterate(ctx context.Context, tidMin, tidMax zodb.Tid) zodb.Iterator {
 	s := fs.state.Load()
-	return &txnIter{fs: fs, end: s.end, pos: HeaderSize, tidMin: tidMin, tidMax: tidMax}
+	return &txnIter{fs: fs, f: s.file, end: s.end, pos: HeaderSize, tidMin: tidMin, tidMax: tidMax}
 }
 
 // txnIter iterates transactions of a snapshot. It reads transaction headers
 // with one pread each; data records are read when the data iterator asks.
 type txnIter struct {
 	fs             *FileStorage
+	f              *os.File
 	end, pos       int64
 	tidMin, tidMax zodb.Tid
 	th             TxnHeader
@@ -349,6 +363,7 @@ type txnIter struct {
 
 type dataIter struct {
 	fs       *FileStorage
+	f        *os.File
 	pos, end int64
 	dh       DataHeader
 	info     zodb.DataInfo
@@ -364,7 +379,7 @@ func (it *txnIter) NextTxn(ctx context.Context) (*zodb.TxnInfo, zodb.DataIterato
 			break
 		}
 		th := &it.th
-		if err := th.Load(it.fs.file, it.fs.path, it.pos, it.end); err != nil {
+		if err := th.Load(it.f, it.fs.path, it.pos, it.end); err != nil {
 			return nil, nil, &zodb.OpError{URL: it.fs.path, Op: "iterate", Err: err}
 		}
 		it.pos = th.Next()
@@ -375,7 +390,7 @@ func (it *txnIter) NextTxn(ctx context.Context) (*zodb.TxnInfo, zodb.DataIterato
 			continue
 		}
 		it.info = zodb.TxnInfo{Tid: th.Tid, Status: th.Status, User: th.User, Description: th.Description, Extension: th.Extension}
-		it.data = dataIter{fs: it.fs, pos: th.DataPos(), end: th.End(), buf: it.data.buf}
+		it.data = dataIter{fs: it.fs, f: it.f, pos: th.DataPos(), end: th.End(), buf: it.data.buf}
 		return &it.info, &it.data, nil
 	}
 	it.done = true
@@ -387,11 +402,11 @@ func (d *dataIter) NextData(ctx context.Context) (*zodb.DataInfo, error) {
 		return nil, io.EOF
 	}
 	fs := d.fs
-	if err := d.dh.Load(fs.file, fs.path, d.pos, d.end); err != nil {
+	if err := d.dh.Load(d.f, fs.path, d.pos, d.end); err != nil {
 		return nil, &zodb.OpError{URL: fs.path, Op: "iterate", Err: err}
 	}
 	d.pos += d.dh.Len()
-	data, src, err := d.dh.LoadData(fs.file, fs.path, d.buf[:0])
+	data, src, err := d.dh.LoadData(d.f, fs.path, d.buf[:0])
 	if err != nil {
 		return nil, &zodb.OpError{URL: fs.path, Op: "iterate", Err: err}
 	}
@@ -403,7 +418,7 @@ func (d *dataIter) NextData(ctx context.Context) (*zodb.DataInfo, error) {
 			// One link, like ZODB/py's iterator: the tid of the record
 			// the backpointer names.
 			var bh DataHeader
-			if err := bh.Load(fs.file, fs.path, d.dh.BackPos, d.dh.Pos); err != nil {
+			if err := bh.Load(d.f, fs.path, d.dh.BackPos, d.dh.Pos); err != nil {
 				return nil, &zodb.OpError{URL: fs.path, Op: "iterate", Err: err}
 			}
 			d.info.DataTid = bh.Tid

@@ -32,6 +32,7 @@ type commitEntry struct {
 	onCommit func(tid zodb.Tid, oids []zodb.Oid)
 	err      error
 	done     chan struct{}
+	barrier  bool // no transaction: done once everything queued before it is published (drain)
 }
 
 // enqueue hands a finished transaction to the syncer.
@@ -69,7 +70,7 @@ func (w *writer) syncer() {
 			}
 		}
 		for i, e := range batch {
-			if err == nil {
+			if err == nil && !e.barrier {
 				w.publish(e)
 			}
 			e.err = err
@@ -96,5 +97,5 @@ func (w *writer) publish(e *commitEntry) {
 	if ntxn >= 0 {
 		ntxn++
 	}
-	w.fs.state.Store(&snapshot{index: e.idx, end: e.end, lastTid: e.tid, ntxn: ntxn})
+	w.fs.state.Store(&snapshot{file: old.file, index: e.idx, end: e.end, lastTid: e.tid, ntxn: ntxn})
 }

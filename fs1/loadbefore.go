@@ -47,7 +47,7 @@ func (fs *FileStorage) loadBefore(oid zodb.Oid, before zodb.Tid, dst []byte) (da
 			want = int(rest)
 		}
 		got = dst[n0 : n0+want]
-		m, err := fs.file.ReadAt(got, pos)
+		m, err := s.file.ReadAt(got, pos)
 		if m < DataHeaderSize || (m < len(got) && err != nil && err != io.EOF) {
 			if err == nil || err == io.EOF {
 				err = io.ErrUnexpectedEOF
@@ -72,7 +72,7 @@ func (fs *FileStorage) loadBefore(oid zodb.Oid, before zodb.Tid, dst []byte) (da
 	}
 	if dh.DataLen == 0 {
 		// Backpointer: follow the chain to the record with the data.
-		data, src, err := dh.LoadData(fs.file, fs.path, dst[:n0])
+		data, src, err := dh.LoadData(s.file, fs.path, dst[:n0])
 		if err != nil {
 			return dst[:n0], 0, 0, err
 		}
@@ -93,7 +93,7 @@ func (fs *FileStorage) loadBefore(oid zodb.Oid, before zodb.Tid, dst []byte) (da
 	}
 	dst = dst[:n0+int(dh.DataLen)]
 	if have < dh.DataLen {
-		if _, err := fs.file.ReadAt(dst[n0+int(have):], pos+DataHeaderSize+have); err != nil {
+		if _, err := s.file.ReadAt(dst[n0+int(have):], pos+DataHeaderSize+have); err != nil {
 			return dst[:n0], 0, 0, &Error{fs.path, pos, "data record", fmt.Errorf("read data: %w", err)}
 		}
 	}

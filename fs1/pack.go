@@ -44,7 +44,6 @@ import (
 	"io"
 	"log"
 	"os"
-	"path/filepath"
 	"runtime"
 	"sort"
 	"sync"
@@ -1377,31 +1376,12 @@ func PackFile(ctx context.Context, path string, at zodb.Tid, opt *PackOptions) (
 		os.Remove(packPath)
 		return st, err
 	}
-	// The point of no return. The old index no longer matches the file.
-	if err := os.Remove(path + ".index"); err != nil && !errors.Is(err, os.ErrNotExist) {
-		os.Remove(packPath)
-		return st, fmt.Errorf("fs1: pack: %w", err)
-	}
-	oldPath := path + ".old"
-	if err := os.Remove(oldPath); err != nil && !errors.Is(err, os.ErrNotExist) {
-		os.Remove(packPath)
-		return st, fmt.Errorf("fs1: pack: %w", err)
-	}
-	// A hard link keeps path in place until the packed file replaces it
-	// (ZODB/py renames, leaving a moment without path); rename where
-	// links are not supported.
-	if err := os.Link(path, oldPath); err != nil {
-		if err := os.Rename(path, oldPath); err != nil {
-			os.Remove(packPath)
-			return st, fmt.Errorf("fs1: pack: %w", err)
+	// The point of no return.
+	if err := replaceWithPacked(path, packPath); err != nil {
+		if _, serr := os.Stat(path); serr == nil {
+			os.Remove(packPath) // the original is still in place
 		}
-	}
-	if err := os.Rename(packPath, path); err != nil {
-		return st, fmt.Errorf("fs1: pack: the packed file is %s, the original %s: %w", packPath, oldPath, err)
-	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		d.Sync()
-		d.Close()
+		return st, err
 	}
 	if err := p.Index().SaveFile(path+".index", p.Size()); err != nil {
 		// The packed file is in place; without an index it is scanned

@@ -22,7 +22,7 @@ func (fs *FileStorage) RecentChanges(ctx context.Context, n int) (tids []zodb.Ti
 		if err := ctx.Err(); err != nil {
 			return nil, nil, err
 		}
-		err := th.LoadPrev(fs.file, fs.path, pos, s.end)
+		err := th.LoadPrev(s.file, fs.path, pos, s.end)
 		if errors.Is(err, io.EOF) {
 			break
 		}
@@ -31,7 +31,7 @@ func (fs *FileStorage) RecentChanges(ctx context.Context, n int) (tids []zodb.Ti
 		}
 		var txnOids []zodb.Oid
 		for dpos := th.DataPos(); dpos < th.End(); dpos += dh.Len() {
-			if err := dh.Load(fs.file, fs.path, dpos, th.End()); err != nil {
+			if err := dh.Load(s.file, fs.path, dpos, th.End()); err != nil {
 				return nil, nil, err
 			}
 			txnOids = append(txnOids, dh.Oid)

@@ -43,7 +43,7 @@ func (fs *FileStorage) UndoLog(ctx context.Context, first, last int) ([]zodb.Und
 		if err := ctx.Err(); err != nil {
 			return res, err
 		}
-		if err := th.LoadPrev(fs.file, fs.path, pos, s.end); err != nil {
+		if err := th.LoadPrev(s.file, fs.path, pos, s.end); err != nil {
 			return res, &zodb.OpError{URL: fs.path, Op: "undoLog", Err: err}
 		}
 		pos = th.Pos

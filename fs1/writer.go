@@ -56,6 +56,9 @@ type writer struct {
 	recent  recordCache
 
 	closing atomic.Bool // Close has begun: votes fail
+	packing atomic.Bool // a Pack is running (onlinepack.go)
+	packOpt Options     // PackNoGC, PackDiscardOld
+	retired *os.File    // the file the last online pack replaced, kept open for readers; guarded by the commit lock
 
 	oidMu   sync.Mutex
 	nextOid zodb.Oid // the next oid NewOids returns
@@ -127,6 +130,7 @@ func openWriter(path string, opt *Options, logf func(string, ...interface{})) (*
 		lock:    lock,
 		now:     opt.Now,
 		noGroup: opt.NoGroupCommit,
+		packOpt: *opt,
 		head:    s.index,
 		pos:     s.end,
 		lastTid: s.lastTid,

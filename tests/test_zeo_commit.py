@@ -181,7 +181,6 @@ def test_undo_through_client(serve, tmp_path):
     fstest(path)
 
 
-@pytest.mark.skip(reason='pack is not wired into the server yet (issue 2)')
 def test_pack_through_client(serve, tmp_path):
     path = str(tmp_path / 'Data.fs')
     srv = serve(path, extra=['--create'])

@@ -113,10 +113,6 @@ SKIP = {
 }
 
 
-# Pack through the server waits for FileStorage pack (issue 2).
-PACK_PENDING = 'pack is not wired into the server yet (issue 2)'
-
-
 def cases():
     for cls in CLASSES:
         # ZEO's suite loads both prefixes: ZEO's tests say check*, ZODB 6's
@@ -143,8 +139,6 @@ def test_zeo_suite(cls, name, marshal, tmp_path, monkeypatch):
     key = '%s.%s' % (cls.__name__, name)
     if key in SKIP or name in SKIP:
         pytest.skip(SKIP.get(key) or SKIP[name])
-    if 'Pack' in name:
-        pytest.skip(PACK_PENDING)
     monkeypatch.setattr(forker, 'start_zeo_server', start_zodbd)
     monkeypatch.chdir(tmp_path)
     result = unittest.TestResult()

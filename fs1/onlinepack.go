@@ -1,0 +1,236 @@
+package fs1
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/zodbd/zodbd/zodb"
+)
+
+// Online pack: packing a FileStorage that is open for writing, while
+// readers and committers carry on.
+//
+// Pack runs in three steps:
+//
+//  1. Without any lock, a Packer packs the published part of the file
+//     [HeaderSize, end) into path.pack (fs1/pack.go), reading the live file
+//     with pread only. Commits go on appending after end meanwhile.
+//  2. Under the commit lock (no vote can start, none is in progress), after
+//     the syncer has published every finished transaction, the Packer
+//     copies the transactions committed since end (CopyTail), and the
+//     packed file is made durable and put in place as ZODB/py does with
+//     pack-keep-old: path becomes path.old, path.pack becomes path, and the
+//     directory is synced. The writer then continues on the packed file:
+//     its head index, end position and record cache are those of the
+//     packed file, and a new snapshot holding the packed file is published.
+//  3. After the commit lock is released, the packed file's index is saved
+//     in path.index.
+//
+// Readers hold a snapshot, and a snapshot names the file its positions
+// refer to: a load that started before the swap finishes on the old file,
+// one that starts after it reads the packed file. The old file stays open
+// until the next pack (or Close), so readers never see it closed under
+// them unless they keep one snapshot across two packs (a long iteration),
+// in which case they get an error, never wrong data.
+//
+// The commit lock is held only for the tail copy and the renames: the
+// time to copy what was committed during step 1, not the time of the pack.
+
+// ErrPacking is returned by Pack when a pack of the storage is already
+// running (ZODB/py's "Already packing").
+var ErrPacking = errors.New("fs1: already packing")
+
+var _ zodb.Packer = (*FileStorage)(nil)
+
+// Pack implements zodb.Packer: it packs the storage at tid at, with GC
+// unless gc is false, as PackFile does for a closed file, but online (see
+// above). It returns zodb.ErrReadOnly on a read-only storage and
+// ErrPacking if another Pack is running. If ctx is cancelled, or anything
+// fails, before the packed file is put in place, the storage is unchanged
+// and path.pack removed. A pack that would free nothing leaves the file as
+// it is, as ZODB/py does.
+func (fs *FileStorage) Pack(ctx context.Context, at zodb.Tid, gc bool) error {
+	_, err := fs.PackStats(ctx, at, &PackOptions{NoGC: !gc})
+	return err
+}
+
+// packOptions applies the storage's pack settings (Options.PackNoGC) to opt.
+func (w *writer) packOptions(opt *PackOptions) PackOptions {
+	var o PackOptions
+	if opt != nil {
+		o = *opt
+	}
+	if w.packOpt.PackNoGC {
+		o.NoGC = true
+	}
+	if o.Logf == nil {
+		o.Logf = w.fs.logf
+	}
+	return o
+}
+
+// PackStats is Pack with options (NoGC, Workers, Progress, Logf) that
+// returns what the pack did. The storage's Options.PackNoGC turns GC off
+// whatever opt says.
+func (fs *FileStorage) PackStats(ctx context.Context, at zodb.Tid, opt *PackOptions) (PackStats, error) {
+	w, err := fs.writable()
+	if err != nil {
+		return PackStats{}, err
+	}
+	if at == 0 {
+		return PackStats{}, fmt.Errorf("fs1: pack %s: %w", fs.path, ErrPackTime)
+	}
+	if !w.packing.CompareAndSwap(false, true) {
+		return PackStats{}, ErrPacking
+	}
+	defer w.packing.Store(false)
+	if err := w.usable(); err != nil {
+		return PackStats{}, err
+	}
+	o := w.packOptions(opt)
+
+	s := fs.state.Load()
+	packPath := fs.path + ".pack"
+	dst, err := os.OpenFile(packPath, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o666)
+	if err != nil {
+		return PackStats{}, fmt.Errorf("fs1: pack: %w", err)
+	}
+	installed := false
+	defer func() {
+		if !installed {
+			dst.Close()
+			if _, serr := os.Stat(fs.path); serr == nil {
+				os.Remove(packPath)
+			}
+		}
+	}()
+
+	// Step 1: pack what is published now.
+	p := NewPacker(s.file, fs.path, dst, at, &o)
+	if err := p.Pack(ctx, s.end); err != nil {
+		return p.Stats(), err
+	}
+	if !p.Changed() {
+		return p.Stats(), nil
+	}
+	// Most of the packed file reaches the disk before the commit lock is
+	// taken; the sync under the lock then only has the tail to write.
+	if err := dst.Sync(); err != nil {
+		return p.Stats(), fmt.Errorf("fs1: pack: %s: %w", packPath, err)
+	}
+
+	// Step 2: under the commit lock.
+	if err := w.commit.Lock(ctx); err != nil {
+		return p.Stats(), err
+	}
+	idx, size, err := fs.installPacked(ctx, w, p, dst, packPath)
+	w.commit.Unlock()
+	st := p.Stats()
+	if err != nil {
+		return st, err
+	}
+	installed = true
+
+	if w.packOpt.PackDiscardOld {
+		if err := os.Remove(fs.path + ".old"); err != nil {
+			fs.logf("fs1: warning: pack: %v", err)
+		}
+	}
+
+	// Step 3: the index of the packed file (a cache: without it the next
+	// Open scans the file).
+	if err := idx.SaveFile(fs.path+".index", size); err != nil {
+		fs.logf("fs1: warning: %s is packed, but its index was not saved: %v", fs.path, err)
+	}
+	return st, nil
+}
+
+// installPacked copies the transactions committed since the pack began,
+// puts the packed file in place and switches the writer and the readers to
+// it. Called with the commit lock held; on error nothing has changed,
+// unless the error says otherwise.
+func (fs *FileStorage) installPacked(ctx context.Context, w *writer, p *Packer, dst *os.File, packPath string) (*Index, int64, error) {
+	if err := w.usable(); err != nil {
+		return nil, 0, err
+	}
+	// Let the syncer publish what finished before we took the lock: then
+	// the head and the published snapshot are the same transactions, and
+	// every byte up to w.pos is durable.
+	if err := w.drain(); err != nil {
+		return nil, 0, err
+	}
+	if err := p.CopyTail(ctx, p.End(), w.pos); err != nil {
+		return nil, 0, err
+	}
+	if err := dst.Sync(); err != nil {
+		return nil, 0, fmt.Errorf("fs1: pack: %s: %w", packPath, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, 0, err
+	}
+	if err := replaceWithPacked(fs.path, packPath); err != nil {
+		if _, serr := os.Stat(fs.path); serr != nil {
+			// The original was moved away and the packed file is not in
+			// its place: commits must stop until an operator looks.
+			w.fail(err)
+		}
+		return nil, 0, err
+	}
+
+	// The packed file is the storage now.
+	idx, size := p.Index(), p.Size()
+	old := fs.file
+	fs.file = dst
+	w.head, w.pos, w.lastTid = idx, size, p.LastTid()
+	w.recent.reset()
+	if w.retired != nil {
+		w.retired.Close()
+	}
+	w.retired = old
+	fs.state.Store(&snapshot{file: dst, index: idx, end: size, lastTid: w.lastTid, ntxn: -1})
+	return idx, size, nil
+}
+
+// drain waits until the syncer has made durable and published every
+// transaction finished so far. Called with the commit lock held, so that
+// no transaction finishes meanwhile.
+func (w *writer) drain() error {
+	e := &commitEntry{barrier: true, done: make(chan struct{})}
+	w.enqueue(e)
+	<-e.done
+	return e.err
+}
+
+// replaceWithPacked puts the packed file packPath in the place of path,
+// keeping the original as path.old (ZODB/py's pack-keep-old), and removes
+// path.index, which describes the original. When it fails before the
+// rename of packPath, path is untouched.
+func replaceWithPacked(path, packPath string) error {
+	// From here the old index no longer matches the file.
+	if err := os.Remove(path + ".index"); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("fs1: pack: %w", err)
+	}
+	oldPath := path + ".old"
+	if err := os.Remove(oldPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("fs1: pack: %w", err)
+	}
+	// A hard link keeps path in place until the packed file replaces it
+	// (ZODB/py renames, leaving a moment without path); rename where
+	// links are not supported.
+	if err := os.Link(path, oldPath); err != nil {
+		if err := os.Rename(path, oldPath); err != nil {
+			return fmt.Errorf("fs1: pack: %w", err)
+		}
+	}
+	if err := os.Rename(packPath, path); err != nil {
+		return fmt.Errorf("fs1: pack: the packed file is %s, the original %s: %w", packPath, oldPath, err)
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
