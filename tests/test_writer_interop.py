@@ -22,12 +22,14 @@ import logging
 import os
 import random
 import struct
+import time
 
 import pytest
 from ZODB.Connection import TransactionMetaData
 from ZODB.FileStorage import FileStorage
 from ZODB.POSException import (ConflictError, POSKeyError,
                                ReadConflictError, UndoError)
+from ZODB.serialize import referencesf
 from ZODB.utils import p64, u64
 
 from testutil import fstest, read, zodbd
@@ -356,6 +358,24 @@ def test_workload_interop(tmp_path, zodbd_bin, caplog):
     fstest(path)
     check_same_answers(zodbd_bin, path)
     zodbd(zodbd_bin, 'reindex', '--verify', path)
+
+
+def test_workload_with_online_packs(tmp_path, zodbd_bin):
+    # Online packs run alongside the commits of the workload; ZODB/py
+    # reads the result as zodbd does and can pack it further.
+    path = str(tmp_path / 'Data.fs')
+    summary = json.loads(zodbd(zodbd_bin, 'debug-workload', '-n', 1000,
+                               '-seed', 5, '-pack-every', 150, path).stdout)
+    assert summary['packs'] >= 3, summary
+    assert summary['undos'] > 0 and summary['commits'] > 500, summary
+    fstest(path)
+    check_same_answers(zodbd_bin, path)
+    st = FileStorage(path, pack_gc=False)  # the data are not pickles
+    try:
+        st.pack(time.time(), referencesf)
+    finally:
+        st.close()
+    fstest(path)
 
 
 # --- torn tails ----------------------------------------------------------

@@ -48,16 +48,18 @@ func openWrite(path string) (*fs1.FileStorage, error) {
 func runDebugWorkload(args []string) int {
 	fl := flag.NewFlagSet("debug-workload", flag.ContinueOnError)
 	fl.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: zodbd debug-workload [-n N] [-seed S] [-objects K] FILE\n\n"+
+		fmt.Fprintf(os.Stderr, "usage: zodbd debug-workload [-n N] [-seed S] [-objects K] [-pack-every P] FILE\n\n"+
 			"Opens FILE read-write (creating it if missing) and commits N random small\n"+
 			"transactions: new and changed objects, stale serials (conflicts), deletions,\n"+
-			"CheckCurrentSerial, undos (some of which fail) and aborts after vote.\n"+
+			"CheckCurrentSerial, undos (some of which fail) and aborts after vote; with\n"+
+			"-pack-every, an online pack runs every P transactions alongside the commits.\n"+
 			"Prints a JSON summary of what happened.\n\n")
 		fl.PrintDefaults()
 	}
 	n := fl.Int("n", 1000, "transactions to attempt")
 	seed := fl.Int64("seed", 1, "random seed")
 	nobj := fl.Int("objects", 200, "size of the oid space")
+	packEvery := fl.Int("pack-every", 0, "start an online pack every `P` transactions (0: never), at the tid committed P/2 transactions earlier")
 	if err := fl.Parse(args); err != nil {
 		return 2
 	}
@@ -69,7 +71,7 @@ func runDebugWorkload(args []string) int {
 	if err != nil {
 		return fatalf("debug-workload", "%v", err)
 	}
-	sum, err := workload(context.Background(), fs, *n, *nobj, rand.New(rand.NewSource(*seed)))
+	sum, err := workload(context.Background(), fs, *n, *nobj, *packEvery, rand.New(rand.NewSource(*seed)))
 	if cerr := fs.Close(); err == nil {
 		err = cerr
 	}
@@ -89,11 +91,43 @@ type workloadSummary struct {
 	UndoErrors   int `json:"undo_errors"`
 	Deletes      int `json:"deletes"`
 	Aborts       int `json:"aborts"`
+	Packs        int `json:"packs"` // online packs that rewrote the file
 }
 
-func workload(ctx context.Context, fs *fs1.FileStorage, n, nobj int, rng *rand.Rand) (*workloadSummary, error) {
-	sum := &workloadSummary{}
+func workload(ctx context.Context, fs *fs1.FileStorage, n, nobj, packEvery int, rng *rand.Rand) (sum *workloadSummary, err error) {
+	sum = &workloadSummary{}
 	var tids []zodb.Tid
+	// Online packs run in the background, one at a time, while the
+	// workload goes on committing.
+	var packDone chan error
+	waitPack := func() error {
+		if packDone == nil {
+			return nil
+		}
+		err := <-packDone
+		packDone = nil
+		return err
+	}
+	defer func() {
+		if perr := waitPack(); err == nil {
+			err = perr
+		}
+	}()
+	startPack := func(at zodb.Tid) error {
+		if err := waitPack(); err != nil {
+			return err
+		}
+		packDone = make(chan error, 1)
+		go func() {
+			// The data are not pickles: no GC, as with pack-gc false.
+			st, err := fs.PackStats(ctx, at, &fs1.PackOptions{NoGC: true, Logf: func(string, ...interface{}) {}})
+			if err == nil && st.Changed {
+				sum.Packs++ // read after waitPack only
+			}
+			packDone <- err
+		}()
+		return nil
+	}
 	serialOf := func(oid zodb.Oid) (zodb.Tid, bool, error) {
 		_, s, err := fs.Load(ctx, zodb.Xid{Oid: oid, At: zodb.TidMax})
 		var nd *zodb.NoDataError
@@ -182,6 +216,11 @@ func workload(ctx context.Context, fs *fs1.FileStorage, n, nobj int, rng *rand.R
 		sum.Commits++
 		if undo {
 			sum.Undos++
+		}
+		if packEvery > 0 && sum.Commits%packEvery == 0 && len(tids) > packEvery/2 {
+			if err := startPack(tids[len(tids)-1-packEvery/2]); err != nil {
+				return sum, err
+			}
 		}
 	}
 	return sum, nil
