@@ -76,7 +76,9 @@ func Drivers() []string {
 	return s
 }
 
-// ParseURL parses a storage URL as Open does: "scheme://..." is a URL; a
+// ParseURL parses a storage URL as Open does: "scheme://..." is a URL;
+// "scheme:rest" with a registered scheme of two letters or more is an
+// opaque URL (sqlite:path/to/db); any other
 // string without "://" is a file path and becomes a file:// URL whose Path
 // is the string unchanged (relative paths stay relative).
 func ParseURL(s string) (*url.URL, error) {
@@ -84,6 +86,11 @@ func ParseURL(s string) (*url.URL, error) {
 		return nil, fmt.Errorf("zodb: empty storage URL")
 	}
 	if !strings.Contains(s, "://") {
+		// "scheme:rest" names a registered driver (sqlite:path/db); a
+		// one-letter scheme would be a Windows drive.
+		if i := strings.IndexByte(s, ':'); i > 1 && driverRegistered(s[:i]) {
+			return &url.URL{Scheme: s[:i], Opaque: s[i+1:]}, nil
+		}
 		return &url.URL{Scheme: "file", Path: s}, nil
 	}
 	u, err := url.Parse(s)
@@ -91,6 +98,13 @@ func ParseURL(s string) (*url.URL, error) {
 		return nil, fmt.Errorf("zodb: storage URL: %w", err)
 	}
 	return u, nil
+}
+
+func driverRegistered(scheme string) bool {
+	drivers.mu.RLock()
+	defer drivers.mu.RUnlock()
+	_, ok := drivers.m[scheme]
+	return ok
 }
 
 // Open opens the storage named by rawurl with the driver registered for its
@@ -101,6 +115,8 @@ func ParseURL(s string) (*url.URL, error) {
 //	path/to/Data.fs, file:///abs/Data.fs   FileStorage (package fs1)
 //	zeo://host:port[?storage=NAME]         ZEO server over TCP (package zeo/client)
 //	zeo:///path/to/socket[?storage=NAME]   ZEO server over a Unix socket
+//	sqlite:path/db, sqlite:///abs/db       NEO/py SQLite database, read-only (package neosqlite)
+//	neo://CLUSTER@MASTER[,MASTER...]       NEO cluster (package neo/client)
 func Open(ctx context.Context, rawurl string, opt *OpenOptions) (Storage, error) {
 	u, err := ParseURL(rawurl)
 	if err != nil {

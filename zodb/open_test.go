@@ -32,6 +32,25 @@ func TestParseURL(t *testing.T) {
 	if _, err := zodb.ParseURL(""); err == nil {
 		t.Error("empty URL accepted")
 	}
+	// "scheme:rest" is an opaque URL only for a registered scheme.
+	zodb.RegisterDriver("opaquetest", func(context.Context, *url.URL, *zodb.OpenOptions) (zodb.Storage, error) {
+		return nil, errFake
+	})
+	for in, want := range map[string]string{
+		"opaquetest:rel/db":    "opaquetest:rel/db:",
+		"opaquetest:/abs/db":   "opaquetest:/abs/db:",
+		"unknownscheme:x":      "file::unknownscheme:x",
+		"c:/windows/Data.fs":   "file::c:/windows/Data.fs",
+		"opaquetest:///abs/db": "opaquetest::/abs/db",
+	} {
+		u, err := zodb.ParseURL(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := u.Scheme + ":" + u.Opaque + ":" + u.Path; got != want {
+			t.Errorf("%s: %s, want %s", in, got, want)
+		}
+	}
 }
 
 var errFake = errors.New("fake driver")

@@ -1,0 +1,76 @@
+package neosqlite
+
+import (
+	"context"
+	"testing"
+
+	"github.com/zodbd/zodbd/zodb"
+)
+
+// BenchmarkObject measures the raw Object call (NEO's AskObject) on
+// storage.sqlite: the latest revision of a small object (oid 1, 69 bytes
+// stored), an exact serial, and the 100 KiB object (oid 3).
+func BenchmarkObject(b *testing.B) {
+	ctx := context.Background()
+	db := openT(b, "testdata/storage.sqlite")
+	for _, c := range []struct {
+		name       string
+		oid        zodb.Oid
+		at, before zodb.Tid
+	}{
+		{"small/latest", 1, 0, 0},
+		{"small/at", 1, 0x040d2ea007d0e588, 0},
+		{"small/before", 1, 0, 0x040d2ea007e6b700},
+		{"100KiB/latest", 3, 0, 0},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var o Object
+			buf := make([]byte, 0, 128<<10)
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := db.ObjectInto(ctx, c.oid, c.at, c.before, buf[:0], &o); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkLoad measures Load through the zodb.Storage view (sha1 check
+// and zlib decompression included).
+func BenchmarkLoad(b *testing.B) {
+	ctx := context.Background()
+	db := openT(b, "testdata/storage.sqlite")
+	for _, c := range []struct {
+		name string
+		oid  zodb.Oid
+	}{{"small-zlib", 1}, {"67KB-zlib", 4}, {"100KiB-raw", 3}} {
+		b.Run(c.name, func(b *testing.B) {
+			buf := make([]byte, 0, 128<<10)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, _, err := db.LoadAppend(ctx, zodb.Xid{Oid: c.oid, At: zodb.TidMax}, buf[:0]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkObjectParallel measures concurrent raw reads (one SQLite
+// connection per goroutine from the pool).
+func BenchmarkObjectParallel(b *testing.B) {
+	ctx := context.Background()
+	db := openT(b, "testdata/storage.sqlite")
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		var o Object
+		buf := make([]byte, 0, 4096)
+		for pb.Next() {
+			if err := db.ObjectInto(ctx, 1, 0, 0, buf[:0], &o); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
