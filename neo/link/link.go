@@ -1,0 +1,489 @@
+// Package link implements one NEO connection: the handshake, optional TLS,
+// and the multiplexing of concurrent requests over the packet stream.
+//
+// Each side numbers the packets it originates (requests and notifications)
+// with its own counter from 0; an answer carries the id of its request.
+// A Conn's reader goroutine routes answers (code & 0x8000, including Error)
+// to the Ask waiting for that id, and queues every other packet (requests
+// and notifications from the peer) for Recv. Writes from many goroutines
+// are coalesced: a goroutine that finds a write in progress only appends
+// its packet to the pending buffer, which the writing goroutine sends with
+// its next write syscall.
+package link
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/zodbd/zodbd/neo/proto"
+)
+
+// ErrClosed is returned by operations on a connection closed by Close.
+var ErrClosed = errors.New("link: connection closed")
+
+// DefaultHandshakeTimeout bounds the wait for the peer's handshake (and
+// the TLS handshake) when Options.HandshakeTimeout is 0.
+var DefaultHandshakeTimeout = 10 * time.Second
+
+// KeepAlive is the TCP keepalive configuration NEO/py uses: idle 60 s,
+// 3 probes, 10 s apart.
+var KeepAlive = net.KeepAliveConfig{Enable: true, Idle: 60 * time.Second, Interval: 10 * time.Second, Count: 3}
+
+// maxPendingWrite bounds the bytes queued behind a write in progress;
+// senders beyond it wait for the write to finish.
+const maxPendingWrite = 16 << 20
+
+// Options configure a connection. The zero value is valid.
+type Options struct {
+	TLS              *tls.Config   // TLS first, then the NEO handshake inside
+	HandshakeTimeout time.Duration // DefaultHandshakeTimeout when 0; < 0: none
+	MaxPacketSize    int           // proto.MaxPacketSize when 0
+	// Logf logs dropped answers; log.Printf when nil.
+	Logf func(format string, args ...any)
+}
+
+// Conn is one NEO connection: it multiplexes concurrent requests, matching
+// each answer to its request by msg_id; notifications and requests from
+// the peer are delivered by Recv.
+type Conn struct {
+	nc   net.Conn
+	rd   *proto.Reader
+	logf func(string, ...any)
+
+	nextID atomic.Uint32 // msg_id of the next packet we originate
+
+	// writing
+	wmu      sync.Mutex
+	wcond    sync.Cond // signalled when a write finishes
+	wbuf     []byte    // packets waiting for the write in progress
+	spare    []byte
+	flushing bool
+	werr     error
+
+	// pending requests
+	pmu     sync.Mutex
+	pending map[uint32]*call
+	perr    error // set when the connection is dead
+
+	// received requests and notifications
+	qmu    sync.Mutex
+	queue  []*Request
+	qhead  int
+	qready chan struct{} // capacity 1: something was queued
+
+	closeOnce sync.Once
+	done      chan struct{}
+	errv      atomic.Pointer[error] // why the connection closed
+}
+
+// call is one Ask waiting for its answer.
+type call struct {
+	ch chan result
+}
+
+type result struct {
+	code uint16
+	args []byte
+	err  error
+}
+
+var callPool = sync.Pool{New: func() any { return &call{ch: make(chan result, 1)} }}
+
+// Request is a request or notification received from the peer. Args is
+// the raw msgpack of the arguments; it belongs to the Request until
+// Release.
+type Request struct {
+	ID   uint32
+	Code uint16
+	Args []byte
+}
+
+var requestPool = sync.Pool{New: func() any { return new(Request) }}
+
+// Decode decodes the arguments into m, which must be of the request's
+// type. Byte fields of m alias r.Args: they are valid until Release.
+func (r *Request) Decode(m proto.Msg) error { return proto.DecodeMsg(r.Code, r.Args, m) }
+
+// Name returns the packet's NEO name.
+func (r *Request) Name() string { return proto.CodeName(r.Code) }
+
+// IsAnswer reports a request whose code has the answer bit (never returned
+// by Recv; for completeness).
+func (r *Request) IsAnswer() bool { return r.Code&proto.AnswerBit != 0 }
+
+// Release gives the Request and its Args back for reuse.
+func (r *Request) Release() {
+	if cap(r.Args) > 1<<20 {
+		r.Args = nil
+	} else {
+		r.Args = r.Args[:0]
+	}
+	requestPool.Put(r)
+}
+
+// Dial connects to a NEO node at addr, with TLS when tlsConf is not nil,
+// and exchanges the handshakes.
+func Dial(ctx context.Context, network, addr string, tlsConf *tls.Config) (*Conn, error) {
+	return DialOptions(ctx, network, addr, &Options{TLS: tlsConf})
+}
+
+// DialOptions is Dial with options.
+func DialOptions(ctx context.Context, network, addr string, opt *Options) (*Conn, error) {
+	if opt == nil {
+		opt = &Options{}
+	}
+	d := net.Dialer{KeepAliveConfig: KeepAlive}
+	nc, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, fmt.Errorf("link: dial %s: %w", addr, err)
+	}
+	return handshake(ctx, nc, opt, false)
+}
+
+// Accept sets up an accepted connection: TLS when tlsConf is not nil, then
+// the handshakes.
+func Accept(nc net.Conn, tlsConf *tls.Config) (*Conn, error) {
+	return AcceptOptions(nc, &Options{TLS: tlsConf})
+}
+
+// AcceptOptions is Accept with options.
+func AcceptOptions(nc net.Conn, opt *Options) (*Conn, error) {
+	if opt == nil {
+		opt = &Options{}
+	}
+	return handshake(context.Background(), nc, opt, true)
+}
+
+// NewConn sets up a connection whose transport is ready (already accepted
+// or dialed, TLS already set up if any): it exchanges the handshakes.
+func NewConn(nc net.Conn) (*Conn, error) {
+	return handshake(context.Background(), nc, &Options{}, false)
+}
+
+// NewConnOptions is NewConn with options; opt.TLS is ignored.
+func NewConnOptions(nc net.Conn, opt *Options) (*Conn, error) {
+	o := *opt
+	o.TLS = nil
+	return handshake(context.Background(), nc, &o, false)
+}
+
+func setTCPOptions(nc net.Conn) {
+	if tc, ok := nc.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+		tc.SetKeepAliveConfig(KeepAlive)
+	}
+}
+
+func handshake(ctx context.Context, nc net.Conn, opt *Options, server bool) (*Conn, error) {
+	setTCPOptions(nc)
+	timeout := opt.HandshakeTimeout
+	if timeout == 0 {
+		timeout = DefaultHandshakeTimeout
+	}
+	var deadline time.Time
+	if timeout > 0 {
+		deadline = time.Now().Add(timeout)
+	}
+	if d, ok := ctx.Deadline(); ok && (deadline.IsZero() || d.Before(deadline)) {
+		deadline = d
+	}
+	nc.SetDeadline(deadline)
+	remote := nc.RemoteAddr()
+	fail := func(err error) (*Conn, error) {
+		nc.Close()
+		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+			err = fmt.Errorf("no handshake within %v: %w", timeout, err)
+		}
+		return nil, fmt.Errorf("link: handshake with %v: %w", remote, err)
+	}
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
+		defer stop()
+	}
+	if opt.TLS != nil {
+		var tc *tls.Conn
+		if server {
+			tc = tls.Server(nc, opt.TLS)
+		} else {
+			tc = tls.Client(nc, opt.TLS)
+		}
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return fail(fmt.Errorf("tls: %w", err))
+		}
+		nc = tc
+	}
+	// Send ours at once, before reading the peer's.
+	if _, err := nc.Write(proto.Handshake[:]); err != nil {
+		return fail(err)
+	}
+	rd := proto.NewReader(nc)
+	rd.MaxSize = opt.MaxPacketSize
+	if err := rd.ReadHandshake(); err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+		}
+		return fail(err)
+	}
+	nc.SetDeadline(time.Time{})
+	c := &Conn{
+		nc:      nc,
+		rd:      rd,
+		logf:    opt.Logf,
+		pending: make(map[uint32]*call),
+		qready:  make(chan struct{}, 1),
+		done:    make(chan struct{}),
+	}
+	if c.logf == nil {
+		c.logf = log.Printf
+	}
+	c.wcond.L = &c.wmu
+	go c.readLoop()
+	return c, nil
+}
+
+// RemoteAddr returns the peer's address.
+func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
+
+// LocalAddr returns our address.
+func (c *Conn) LocalAddr() net.Addr { return c.nc.LocalAddr() }
+
+// Done is closed when the connection is closed.
+func (c *Conn) Done() <-chan struct{} { return c.done }
+
+// Err returns why the connection closed, or nil while it is open.
+func (c *Conn) Err() error {
+	if p := c.errv.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Close closes the connection; pending Asks and Recv return ErrClosed.
+func (c *Conn) Close() error {
+	c.shutdown(ErrClosed)
+	return nil
+}
+
+// shutdown closes the connection for the reason err (the first reason
+// wins) and fails pending requests.
+func (c *Conn) shutdown(err error) {
+	c.closeOnce.Do(func() {
+		c.errv.Store(&err)
+		c.nc.Close()
+		c.pmu.Lock()
+		c.perr = err
+		for id, cl := range c.pending {
+			cl.ch <- result{err: err}
+			delete(c.pending, id)
+		}
+		c.pmu.Unlock()
+		c.wmu.Lock()
+		if c.werr == nil {
+			c.werr = err
+		}
+		c.wcond.Broadcast()
+		c.wmu.Unlock()
+		close(c.done)
+	})
+}
+
+// newID returns the next msg_id of a packet we originate: 0, 1, ...
+// wrapping at 2^32.
+func (c *Conn) newID() uint32 { return c.nextID.Add(1) - 1 }
+
+// write queues one packet and writes it, or leaves it to the goroutine
+// whose write is in progress.
+func (c *Conn) write(id uint32, m proto.Msg) error {
+	c.wmu.Lock()
+	for c.flushing && len(c.wbuf) > maxPendingWrite && c.werr == nil {
+		c.wcond.Wait()
+	}
+	if c.werr != nil {
+		err := c.werr
+		c.wmu.Unlock()
+		return err
+	}
+	c.wbuf = proto.AppendPacket(c.wbuf, id, m)
+	if c.flushing {
+		c.wmu.Unlock()
+		return nil
+	}
+	c.flushing = true
+	for len(c.wbuf) > 0 && c.werr == nil {
+		buf := c.wbuf
+		c.wbuf = c.spare[:0]
+		c.spare = nil
+		c.wmu.Unlock()
+		_, err := c.nc.Write(buf)
+		c.wmu.Lock()
+		if cap(buf) <= 1<<20 {
+			c.spare = buf[:0]
+		}
+		if err != nil && c.werr == nil {
+			c.werr = fmt.Errorf("link: write to %v: %w", c.nc.RemoteAddr(), err)
+		}
+		c.wcond.Broadcast()
+	}
+	c.flushing = false
+	err := c.werr
+	c.wmu.Unlock()
+	if err != nil {
+		c.shutdown(err)
+		return c.Err()
+	}
+	return nil
+}
+
+// Send sends a notification (or a request whose answer is not awaited)
+// with a fresh msg_id.
+func (c *Conn) Send(m proto.Msg) error { return c.write(c.newID(), m) }
+
+// SendID sends a packet with the given msg_id (AddObject/AddTransaction
+// reuse the id of the request they serve).
+func (c *Conn) SendID(id uint32, m proto.Msg) error { return c.write(id, m) }
+
+// Reply sends the answer m to the request id.
+func (c *Conn) Reply(id uint32, m proto.Msg) error { return c.write(id, m) }
+
+// ReplyError answers the request id with an Error packet.
+func (c *Conn) ReplyError(id uint32, code proto.ErrorCode, msg string) error {
+	return c.write(id, &proto.Error{ErrCode: code, Message: msg})
+}
+
+// Ask sends the request req and waits for its answer, decoded into answer
+// (byte fields of answer keep referencing a buffer of their own). An Error
+// packet from the peer is returned as a *proto.Error. When ctx is done the
+// wait is abandoned and a late answer dropped. Connection loss fails every
+// pending Ask.
+func (c *Conn) Ask(ctx context.Context, req, answer proto.Msg) error {
+	cl := callPool.Get().(*call)
+	id := c.newID()
+	c.pmu.Lock()
+	if c.perr != nil {
+		err := c.perr
+		c.pmu.Unlock()
+		callPool.Put(cl)
+		return err
+	}
+	c.pending[id] = cl
+	c.pmu.Unlock()
+
+	if err := c.write(id, req); err != nil {
+		c.abandon(id, cl)
+		return err
+	}
+	var r result
+	select {
+	case r = <-cl.ch:
+	case <-ctx.Done():
+		if c.abandon(id, cl) {
+			callPool.Put(cl)
+			return ctx.Err()
+		}
+		r = <-cl.ch // delivered meanwhile
+	}
+	callPool.Put(cl)
+	if r.err != nil {
+		return r.err
+	}
+	return proto.DecodeMsg(r.code, r.args, answer)
+}
+
+// abandon removes a pending call; it returns false if the reader (or
+// shutdown) took it first, in which case its result is in cl.ch.
+func (c *Conn) abandon(id uint32, cl *call) bool {
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	if c.pending[id] == cl {
+		delete(c.pending, id)
+		return true
+	}
+	return false
+}
+
+// Recv returns the next request or notification from the peer. After the
+// connection closed, the requests still queued are returned, then the
+// reason of the close.
+func (c *Conn) Recv() (*Request, error) {
+	for {
+		c.qmu.Lock()
+		if c.qhead < len(c.queue) {
+			r := c.queue[c.qhead]
+			c.queue[c.qhead] = nil
+			c.qhead++
+			if c.qhead == len(c.queue) {
+				c.queue = c.queue[:0]
+				c.qhead = 0
+			}
+			c.qmu.Unlock()
+			return r, nil
+		}
+		c.qmu.Unlock()
+		select {
+		case <-c.qready:
+		case <-c.done:
+			select {
+			case <-c.qready:
+				continue
+			default:
+			}
+			c.qmu.Lock()
+			empty := c.qhead == len(c.queue)
+			c.qmu.Unlock()
+			if empty {
+				return nil, c.Err()
+			}
+		}
+	}
+}
+
+func (c *Conn) readLoop() {
+	for {
+		p, err := c.rd.ReadPacket()
+		if err != nil {
+			var fe *proto.FrameError
+			switch {
+			case c.Err() != nil: // closed by us
+			case errors.As(err, &fe):
+				err = fmt.Errorf("link: from %v: %w", c.nc.RemoteAddr(), err)
+			case errors.Is(err, io.EOF):
+				err = fmt.Errorf("link: %v closed the connection: %w", c.nc.RemoteAddr(), err)
+			default:
+				err = fmt.Errorf("link: read from %v at offset %d: %w", c.nc.RemoteAddr(), c.rd.Offset(), err)
+			}
+			c.shutdown(err)
+			return
+		}
+		if p.Code&proto.AnswerBit != 0 {
+			c.pmu.Lock()
+			cl := c.pending[p.ID]
+			if cl != nil {
+				delete(c.pending, p.ID)
+				cl.ch <- result{code: p.Code, args: append([]byte(nil), p.Args...)}
+			}
+			c.pmu.Unlock()
+			if cl == nil {
+				c.logf("link: %v: dropping %s with unexpected msg_id %d", c.nc.RemoteAddr(), proto.CodeName(p.Code), p.ID)
+			}
+			continue
+		}
+		r := requestPool.Get().(*Request)
+		r.ID, r.Code = p.ID, p.Code
+		r.Args = append(r.Args[:0], p.Args...)
+		c.qmu.Lock()
+		c.queue = append(c.queue, r)
+		c.qmu.Unlock()
+		select {
+		case c.qready <- struct{}{}:
+		default:
+		}
+	}
+}

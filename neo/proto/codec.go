@@ -1,0 +1,699 @@
+package proto
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/zodbd/zodbd/neo/msgp"
+	"github.com/zodbd/zodbd/zodb"
+)
+
+// NoPTid stands for a nil partition table id (a storage with an empty
+// database, or no partition table yet). The zero value 0 is a real ptid on
+// the wire, so the nil value is this sentinel.
+const NoPTid = uint64(math.MaxUint64)
+
+// NoNodeType stands for a nil node type (AskNodeList: every type).
+const NoNodeType NodeType = 0xff
+
+// NoPrimary stands for a nil primary index in NotPrimaryMaster.
+const NoPrimary = -1
+
+// Raw is one msgpack object kept verbatim (for arguments whose values are
+// arbitrary, such as the values of RequestIdentification's extra map). A
+// decoded Raw aliases the input. An empty Raw encodes as nil.
+type Raw []byte
+
+// RawPair is one key/value pair of a msgpack map kept verbatim, so that
+// maps whose content is arbitrary re-encode byte for byte in the received
+// order.
+type RawPair struct {
+	Key, Value Raw
+}
+
+// BinPair returns a RawPair whose key is the byte string k and whose value
+// is the given raw object.
+func BinPair(k string, v Raw) RawPair {
+	return RawPair{Key: msgp.AppendBin(nil, []byte(k)), Value: v}
+}
+
+// LookupPair returns the value of the pair whose key is the byte (or text)
+// string k.
+func LookupPair(pairs []RawPair, k string) (Raw, bool) {
+	for _, p := range pairs {
+		kb, rest, err := msgp.ReadBin(p.Key)
+		if err != nil {
+			kb, rest, err = msgp.ReadStr(p.Key)
+		}
+		if err == nil && len(rest) == 0 && string(kb) == k {
+			return p.Value, true
+		}
+	}
+	return nil, false
+}
+
+// IsZero tells whether a is the zero Address, which encodes as nil.
+func (a Address) IsZero() bool { return a.Host == "" && a.Port == 0 }
+
+func (a Address) String() string {
+	if strings.IndexByte(a.Host, ':') >= 0 {
+		return fmt.Sprintf("[%s]:%d", a.Host, a.Port)
+	}
+	return fmt.Sprintf("%s:%d", a.Host, a.Port)
+}
+
+// DecodeError reports arguments that do not match a packet's layout.
+type DecodeError struct {
+	Packet string // packet name
+	Arg    int    // index of the argument, -1 for the args array itself
+	Name   string // argument name
+	Err    error
+}
+
+func (e *DecodeError) Error() string {
+	msg := strings.TrimPrefix(e.Err.Error(), "msgp: ")
+	if e.Arg < 0 {
+		return fmt.Sprintf("proto: %s: %s", e.Packet, msg)
+	}
+	return fmt.Sprintf("proto: %s: arg %d (%s): %s", e.Packet, e.Arg, e.Name, msg)
+}
+
+func (e *DecodeError) Unwrap() error { return e.Err }
+
+var errTrailing = errors.New("trailing bytes after the object")
+
+// ---- encoding helpers ----
+
+func appendTid(b []byte, t zodb.Tid) []byte {
+	if t == InvalidTid {
+		return msgp.AppendNil(b)
+	}
+	return msgp.AppendBin64(b, uint64(t))
+}
+
+func appendOid(b []byte, o zodb.Oid) []byte {
+	if o == InvalidOid {
+		return msgp.AppendNil(b)
+	}
+	return msgp.AppendBin64(b, uint64(o))
+}
+
+func appendNID(b []byte, n NodeID) []byte {
+	if n == NoNode {
+		return msgp.AppendNil(b)
+	}
+	return msgp.AppendInt(b, int64(n))
+}
+
+func appendPTid(b []byte, p uint64) []byte {
+	if p == NoPTid {
+		return msgp.AppendNil(b)
+	}
+	return msgp.AppendUint(b, p)
+}
+
+func appendIdTime(b []byte, t float64) []byte {
+	if math.IsInf(t, -1) {
+		return msgp.AppendNil(b)
+	}
+	return msgp.AppendFloat64(b, t)
+}
+
+func appendStrBin(b []byte, s string) []byte {
+	b = msgp.AppendBinHeader(b, len(s))
+	return append(b, s...)
+}
+
+func appendAddr(b []byte, a Address) []byte {
+	if a.IsZero() {
+		return msgp.AppendNil(b)
+	}
+	b = msgp.AppendArrayHeader(b, 2)
+	b = appendStrBin(b, a.Host)
+	return msgp.AppendUint(b, uint64(a.Port))
+}
+
+func appendRaw(b []byte, r Raw) []byte {
+	if len(r) == 0 {
+		return msgp.AppendNil(b)
+	}
+	return append(b, r...)
+}
+
+func appendPairs(b []byte, pairs []RawPair) []byte {
+	b = msgp.AppendMapHeader(b, len(pairs))
+	for _, p := range pairs {
+		b = appendRaw(b, p.Key)
+		b = appendRaw(b, p.Value)
+	}
+	return b
+}
+
+func appendOptBool(b []byte, v, set bool) []byte {
+	if !set {
+		return msgp.AppendNil(b)
+	}
+	return msgp.AppendBool(b, v)
+}
+
+func appendTids(b []byte, l []zodb.Tid) []byte {
+	b = msgp.AppendArrayHeader(b, len(l))
+	for _, t := range l {
+		b = appendTid(b, t)
+	}
+	return b
+}
+
+func appendOids(b []byte, l []zodb.Oid) []byte {
+	b = msgp.AppendArrayHeader(b, len(l))
+	for _, o := range l {
+		b = appendOid(b, o)
+	}
+	return b
+}
+
+func appendOptOids(b []byte, l []zodb.Oid, set bool) []byte {
+	if !set {
+		return msgp.AppendNil(b)
+	}
+	return appendOids(b, l)
+}
+
+func appendNIDs(b []byte, l []NodeID) []byte {
+	b = msgp.AppendArrayHeader(b, len(l))
+	for _, n := range l {
+		b = appendNID(b, n)
+	}
+	return b
+}
+
+func appendU32s(b []byte, l []uint32) []byte {
+	b = msgp.AppendArrayHeader(b, len(l))
+	for _, n := range l {
+		b = msgp.AppendUint(b, uint64(n))
+	}
+	return b
+}
+
+func appendNodeInfo(b []byte, n *NodeInfo) []byte {
+	b = msgp.AppendArrayHeader(b, 5)
+	b = msgp.AppendEnum(b, ExtNodeType, int(n.Type))
+	b = appendAddr(b, n.Addr)
+	b = appendNID(b, n.NID)
+	b = msgp.AppendEnum(b, ExtNodeState, int(n.State))
+	return appendIdTime(b, n.IdTime)
+}
+
+func appendNodeInfos(b []byte, l []NodeInfo) []byte {
+	b = msgp.AppendArrayHeader(b, len(l))
+	for i := range l {
+		b = appendNodeInfo(b, &l[i])
+	}
+	return b
+}
+
+func appendRows(b []byte, rows [][]CellInfo) []byte {
+	b = msgp.AppendArrayHeader(b, len(rows))
+	for _, row := range rows {
+		b = msgp.AppendArrayHeader(b, len(row))
+		for _, c := range row {
+			b = msgp.AppendArrayHeader(b, 2)
+			b = appendNID(b, c.NID)
+			b = msgp.AppendEnum(b, ExtCellState, int(c.State))
+		}
+	}
+	return b
+}
+
+func appendHash(b []byte, h *[20]byte) []byte {
+	b = append(b, 0xc4, 20)
+	return append(b, h[:]...)
+}
+
+// ---- decoding helpers ----
+
+// decoder reads the arguments of one packet. The first error sticks: every
+// later read returns zero values, and finish reports it.
+type decoder struct {
+	b    []byte
+	pkt  string
+	idx  int
+	name string
+	err  error
+}
+
+// newDecoder starts decoding args, an array of exactly n arguments.
+func newDecoder(pkt string, args []byte, n int) decoder {
+	d := decoder{b: args, pkt: pkt, idx: -1}
+	got, rest, err := msgp.ReadArrayHeader(args)
+	if err != nil {
+		d.fail(fmt.Errorf("args: %w", err))
+		return d
+	}
+	if got != n {
+		d.fail(fmt.Errorf("want %d args, got %d", n, got))
+		return d
+	}
+	d.b = rest
+	return d
+}
+
+func (d *decoder) fail(err error) {
+	if d.err == nil {
+		d.err = &DecodeError{Packet: d.pkt, Arg: d.idx, Name: d.name, Err: err}
+	}
+}
+
+// a moves to the next argument, named name.
+func (d *decoder) a(name string) *decoder {
+	d.idx++
+	d.name = name
+	return d
+}
+
+func (d *decoder) finish() error {
+	if d.err == nil && len(d.b) != 0 {
+		d.idx = -1
+		d.fail(fmt.Errorf("%d trailing bytes after the args", len(d.b)))
+	}
+	return d.err
+}
+
+func (d *decoder) ok() bool { return d.err == nil }
+
+// isNil consumes a nil if there is one.
+func (d *decoder) isNil() bool {
+	if d.err == nil && len(d.b) > 0 && d.b[0] == 0xc0 {
+		d.b = d.b[1:]
+		return true
+	}
+	return false
+}
+
+func (d *decoder) u64v() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, rest, err := msgp.ReadUint(d.b)
+	if err != nil {
+		d.fail(err)
+		return 0
+	}
+	d.b = rest
+	return v
+}
+
+// u64 reads a non-negative integer.
+func (d *decoder) u64() uint64 { return d.u64v() }
+
+func (d *decoder) u32() uint32 {
+	if d.err != nil {
+		return 0
+	}
+	v, rest, err := msgp.ReadUint32(d.b)
+	if err != nil {
+		d.fail(err)
+		return 0
+	}
+	d.b = rest
+	return v
+}
+
+func (d *decoder) u8() uint8 {
+	v := d.u64()
+	if v > math.MaxUint8 {
+		d.fail(&msgp.OverflowError{What: "uint8"})
+		return 0
+	}
+	return uint8(v)
+}
+
+func (d *decoder) i64() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, rest, err := msgp.ReadInt(d.b)
+	if err != nil {
+		d.fail(err)
+		return 0
+	}
+	d.b = rest
+	return v
+}
+
+func (d *decoder) ptid() uint64 {
+	if d.isNil() {
+		return NoPTid
+	}
+	return d.u64()
+}
+
+func (d *decoder) nid() NodeID {
+	if d.isNil() || d.err != nil {
+		return NoNode
+	}
+	v, rest, err := msgp.ReadInt32(d.b)
+	if err != nil {
+		d.fail(err)
+		return NoNode
+	}
+	d.b = rest
+	return NodeID(v)
+}
+
+func (d *decoder) boolean() bool {
+	if d.err != nil {
+		return false
+	}
+	v, rest, err := msgp.ReadBool(d.b)
+	if err != nil {
+		d.fail(err)
+		return false
+	}
+	d.b = rest
+	return v
+}
+
+// optBool reads a bool or nil: (value, set).
+func (d *decoder) optBool() (bool, bool) {
+	if d.isNil() {
+		return false, false
+	}
+	v := d.boolean()
+	return v, true
+}
+
+func (d *decoder) float() float64 {
+	if d.err != nil {
+		return 0
+	}
+	v, rest, err := msgp.ReadFloat64(d.b)
+	if err != nil {
+		d.fail(err)
+		return 0
+	}
+	d.b = rest
+	return v
+}
+
+func (d *decoder) idTime() float64 {
+	if d.isNil() {
+		return NoIdTime
+	}
+	return d.float()
+}
+
+func (d *decoder) id64() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, rest, err := msgp.ReadBin64(d.b)
+	if err != nil {
+		d.fail(err)
+		return 0
+	}
+	d.b = rest
+	return v
+}
+
+func (d *decoder) tid() zodb.Tid {
+	if d.isNil() {
+		return InvalidTid
+	}
+	return zodb.Tid(d.id64())
+}
+
+func (d *decoder) oid() zodb.Oid {
+	if d.isNil() {
+		return InvalidOid
+	}
+	return zodb.Oid(d.id64())
+}
+
+// bin reads a byte string, aliasing the input.
+func (d *decoder) bin() []byte {
+	if d.err != nil {
+		return nil
+	}
+	v, rest, err := msgp.ReadBin(d.b)
+	if err != nil {
+		d.fail(err)
+		return nil
+	}
+	d.b = rest
+	return v
+}
+
+// optBin reads a byte string or nil (nil slice); a decoded byte string is
+// never a nil slice.
+func (d *decoder) optBin() []byte {
+	if d.isNil() {
+		return nil
+	}
+	return d.bin()
+}
+
+// str reads a byte string (or a text string) into a Go string.
+func (d *decoder) str() string {
+	if d.err != nil {
+		return ""
+	}
+	v, rest, err := msgp.ReadBin(d.b)
+	if err != nil {
+		var err2 error
+		v, rest, err2 = msgp.ReadStr(d.b)
+		if err2 != nil {
+			d.fail(err)
+			return ""
+		}
+	}
+	d.b = rest
+	return string(v)
+}
+
+func (d *decoder) hash() (h [20]byte) {
+	v := d.bin()
+	if d.err != nil {
+		return h
+	}
+	if len(v) != 20 {
+		d.fail(fmt.Errorf("want a 20-byte hash, got %d bytes", len(v)))
+		return h
+	}
+	copy(h[:], v)
+	return h
+}
+
+func (d *decoder) enum(typ int8, max int, what string) int {
+	if d.err != nil {
+		return 0
+	}
+	v, rest, err := msgp.ReadEnum(d.b, typ)
+	if err != nil {
+		d.fail(err)
+		return 0
+	}
+	if v < 0 || v > max {
+		d.fail(fmt.Errorf("%s %d out of range", what, v))
+		return 0
+	}
+	d.b = rest
+	return v
+}
+
+func (d *decoder) nodeType() NodeType {
+	return NodeType(d.enum(ExtNodeType, int(Admin), "node type"))
+}
+
+func (d *decoder) nodeState() NodeState {
+	return NodeState(d.enum(ExtNodeState, int(NodePending), "node state"))
+}
+
+func (d *decoder) cellState() CellState {
+	return CellState(d.enum(ExtCellState, int(Discarded), "cell state"))
+}
+
+func (d *decoder) clusterState() ClusterState {
+	return ClusterState(d.enum(ExtClusterState, int(StoppingBackup), "cluster state"))
+}
+
+// array reads an array header of any length; the length is checked against
+// the remaining bytes so that a hostile length cannot make us allocate.
+func (d *decoder) array() int {
+	if d.err != nil {
+		return 0
+	}
+	n, rest, err := msgp.ReadArrayHeader(d.b)
+	if err != nil {
+		d.fail(err)
+		return 0
+	}
+	if n > len(rest) {
+		d.fail(msgp.ErrShort)
+		return 0
+	}
+	d.b = rest
+	return n
+}
+
+// arrayN reads an array header that must announce n elements.
+func (d *decoder) arrayN(n int) {
+	if got := d.array(); d.err == nil && got != n {
+		d.fail(fmt.Errorf("want an array of %d, got %d", n, got))
+	}
+}
+
+func (d *decoder) mapHeader() int {
+	if d.err != nil {
+		return 0
+	}
+	n, rest, err := msgp.ReadMapHeader(d.b)
+	if err != nil {
+		d.fail(err)
+		return 0
+	}
+	if n > len(rest)/2 {
+		d.fail(msgp.ErrShort)
+		return 0
+	}
+	d.b = rest
+	return n
+}
+
+func (d *decoder) raw() Raw {
+	if d.err != nil {
+		return nil
+	}
+	n, err := msgp.Len(d.b)
+	if err != nil {
+		d.fail(err)
+		return nil
+	}
+	v := d.b[:n:n]
+	d.b = d.b[n:]
+	return Raw(v)
+}
+
+func (d *decoder) addr() Address {
+	if d.isNil() {
+		return Address{}
+	}
+	d.arrayN(2)
+	host := d.str()
+	port := d.u64()
+	if d.err == nil && port > math.MaxUint16 {
+		d.fail(fmt.Errorf("port %d out of range", port))
+	}
+	return Address{Host: host, Port: uint16(port)}
+}
+
+func (d *decoder) tids() []zodb.Tid {
+	n := d.array()
+	if n == 0 {
+		return nil
+	}
+	l := make([]zodb.Tid, n)
+	for i := range l {
+		l[i] = d.tid()
+	}
+	return l
+}
+
+func (d *decoder) oids() []zodb.Oid {
+	n := d.array()
+	if n == 0 {
+		return nil
+	}
+	l := make([]zodb.Oid, n)
+	for i := range l {
+		l[i] = d.oid()
+	}
+	return l
+}
+
+// optOids reads a list of oids or nil: (list, set).
+func (d *decoder) optOids() ([]zodb.Oid, bool) {
+	if d.isNil() {
+		return nil, false
+	}
+	return d.oids(), true
+}
+
+func (d *decoder) nids() []NodeID {
+	n := d.array()
+	if n == 0 {
+		return nil
+	}
+	l := make([]NodeID, n)
+	for i := range l {
+		l[i] = d.nid()
+	}
+	return l
+}
+
+func (d *decoder) u32s() []uint32 {
+	n := d.array()
+	if n == 0 {
+		return nil
+	}
+	l := make([]uint32, n)
+	for i := range l {
+		l[i] = d.u32()
+	}
+	return l
+}
+
+func (d *decoder) nodeInfos() []NodeInfo {
+	n := d.array()
+	if n == 0 {
+		return nil
+	}
+	l := make([]NodeInfo, n)
+	for i := range l {
+		e := &l[i]
+		d.arrayN(5)
+		e.Type = d.nodeType()
+		e.Addr = d.addr()
+		e.NID = d.nid()
+		e.State = d.nodeState()
+		e.IdTime = d.idTime()
+	}
+	return l
+}
+
+func (d *decoder) rows() [][]CellInfo {
+	n := d.array()
+	if n == 0 {
+		return nil
+	}
+	rows := make([][]CellInfo, n)
+	for i := range rows {
+		m := d.array()
+		if m == 0 {
+			continue
+		}
+		row := make([]CellInfo, m)
+		for j := range row {
+			d.arrayN(2)
+			row[j].NID = d.nid()
+			row[j].State = d.cellState()
+		}
+		rows[i] = row
+	}
+	return rows
+}
+
+func (d *decoder) pairs() []RawPair {
+	n := d.mapHeader()
+	if n == 0 {
+		return nil
+	}
+	l := make([]RawPair, n)
+	for i := range l {
+		l[i].Key = d.raw()
+		l[i].Value = d.raw()
+	}
+	return l
+}
