@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+
+	"github.com/zodbd/zodbd/neo/storage"
+)
+
+func init() {
+	register(&command{
+		name:    "neo-storage",
+		summary: "run a NEO storage node (read-only) on a FileStorage or a NEO/py SQLite DB",
+		run:     runNeoStorage,
+	})
+}
+
+func runNeoStorage(args []string) int {
+	fl := flag.NewFlagSet("neo-storage", flag.ContinueOnError)
+	fl.Usage = func() {
+		fmt.Fprintf(os.Stderr, "usage: zodbd neo-storage --cluster NAME --masters HOST:PORT[,...] [--bind ADDR] [--ca CA --cert CERT --key KEY] [--gomaxprocs N] BACKEND\n\n"+
+			"Joins the NEO cluster NAME as a read-only storage node and serves NEO clients.\n"+
+			"BACKEND is a FileStorage file (the cluster must have 1 partition and no replica:\n"+
+			"neomaster -p 1 -r 0) or sqlite:PATH, the SQLite database of a NEO/py storage node.\n"+
+			"See docs/neo.md.\n\n")
+		fl.PrintDefaults()
+	}
+	var clusterName, masters, bind, advertise, ca, cert, key string
+	var gomaxprocs int
+	fl.StringVar(&clusterName, "cluster", "", "cluster name (required)")
+	fl.StringVar(&masters, "masters", "", "master addresses, comma-separated (required)")
+	fl.StringVar(&bind, "bind", "127.0.0.1:0", "address to listen on for clients")
+	fl.StringVar(&advertise, "advertise", "", "address announced to the master (default: the bound one)")
+	fl.StringVar(&ca, "ca", "", "CA certificate (PEM) for TLS; with --cert and --key")
+	fl.StringVar(&cert, "cert", "", "node certificate (PEM)")
+	fl.StringVar(&key, "key", "", "node private key (PEM)")
+	fl.IntVar(&gomaxprocs, "gomaxprocs", 0, "set GOMAXPROCS (0: Go's default)")
+	if err := fl.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if clusterName == "" || masters == "" || fl.NArg() != 1 {
+		fl.Usage()
+		return 2
+	}
+	if gomaxprocs > 0 {
+		runtime.GOMAXPROCS(gomaxprocs)
+	}
+	var tlsConf *tls.Config
+	if ca != "" || cert != "" || key != "" {
+		if ca == "" || cert == "" || key == "" {
+			return fatalf("neo-storage", "TLS needs --ca, --cert and --key together")
+		}
+		var err error
+		if tlsConf, err = neoTLS(ca, cert, key); err != nil {
+			return fatalf("neo-storage", "%v", err)
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	arg := fl.Arg(0)
+	var be storage.Backend
+	var err error
+	if p, ok := strings.CutPrefix(arg, "sqlite:"); ok {
+		p = strings.TrimPrefix(p, "//")
+		be, err = storage.OpenSQLite(ctx, p)
+	} else {
+		be, err = storage.OpenFS1(arg)
+	}
+	if err != nil {
+		return fatalf("neo-storage", "%v", err)
+	}
+	defer be.Close()
+	n, err := storage.New(storage.Config{
+		Cluster:   clusterName,
+		Masters:   strings.Split(masters, ","),
+		Bind:      bind,
+		Advertise: advertise,
+		Backend:   be,
+		TLS:       tlsConf,
+		Logger:    log.New(os.Stderr, "", log.LstdFlags|log.Lmicroseconds),
+	})
+	if err != nil {
+		return fatalf("neo-storage", "%v", err)
+	}
+	log.Printf("zodbd neo-storage: serving %s on %s for cluster %q", arg, n.Addr(), clusterName)
+	if err := n.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return fatalf("neo-storage", "%v", err)
+	}
+	return 0
+}
+
+// neoTLS builds NEO's mutual TLS: both sides present a certificate signed
+// by the CA; no host name check (as NEO/py).
+func neoTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s: no certificate", caFile)
+	}
+	kp, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Config{
+		Certificates: []tls.Certificate{kp},
+		ClientCAs:    pool,
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		MinVersion:   tls.VersionTLS12,
+		// Client side: verify the chain against the CA, not the host name.
+		InsecureSkipVerify: true,
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			if len(raw) == 0 {
+				return errors.New("no peer certificate")
+			}
+			certs := make([]*x509.Certificate, len(raw))
+			for i, r := range raw {
+				c, err := x509.ParseCertificate(r)
+				if err != nil {
+					return err
+				}
+				certs[i] = c
+			}
+			inter := x509.NewCertPool()
+			for _, c := range certs[1:] {
+				inter.AddCert(c)
+			}
+			_, err := certs[0].Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+			return err
+		},
+	}, nil
+}

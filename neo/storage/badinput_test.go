@@ -1,0 +1,98 @@
+package storage_test
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/zodbd/zodbd/neo/neotest"
+	"github.com/zodbd/zodbd/neo/proto"
+	"github.com/zodbd/zodbd/neo/storage"
+)
+
+// expectClosed reads until the node closes the connection.
+func expectClosed(t *testing.T, nc net.Conn, what string) {
+	t.Helper()
+	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var buf [4096]byte
+	for {
+		_, err := nc.Read(buf[:])
+		if err == nil {
+			continue
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("%s: connection not closed", what)
+		} else if !errors.Is(err, io.EOF) {
+			var oe *net.OpError
+			if !errors.As(err, &oe) {
+				t.Errorf("%s: %v", what, err)
+			}
+		}
+		return
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	be, err := storage.OpenFS1("../../fs1/testdata/1.fs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	c := startCluster(t, be)
+	addr := c.node.Addr().String()
+	good := c.client(t) // stays connected through all of it
+
+	raw := func(b ...[]byte) net.Conn {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range b {
+			nc.Write(x)
+		}
+		return nc
+	}
+	hs := proto.Handshake[:]
+	ident := neotest.Encode(0, proto.CodeRequestIdentification, neotest.IdentifyArgs(proto.Storage, proto.NoNode, proto.Address{}, cluster, 0, false))
+	cases := []struct {
+		name string
+		send [][]byte
+	}{
+		{"garbage", [][]byte{[]byte("GET / HTTP/1.0\r\n\r\n")}},
+		{"version mismatch", [][]byte{{0x92, 0xa3, 'N', 'E', 'O', 4}}},
+		{"silence after handshake", [][]byte{hs}},
+		{"request before identification", [][]byte{hs, neotest.Encode(0, proto.CodeAskObject, neotest.AskObjectArgs(0, 0, 0))}},
+		{"wrong cluster", [][]byte{hs, neotest.Encode(0, proto.CodeRequestIdentification, neotest.IdentifyArgs(proto.Storage, proto.NoNode, proto.Address{}, "other", 0, false))}},
+		{"identification args", [][]byte{hs, neotest.Encode(0, proto.CodeRequestIdentification, []byte{0x91, 0x01})}},
+		{"unknown client", [][]byte{hs, neotest.Encode(0, proto.CodeRequestIdentification, neotest.IdentifyArgs(proto.Client, -0x20000000+77, proto.Address{}, cluster, 1, true))}},
+		{"master type", [][]byte{hs, neotest.Encode(0, proto.CodeRequestIdentification, neotest.IdentifyArgs(proto.Master, proto.NoNode, proto.Address{}, cluster, 0, false))}},
+		{"malformed msgpack", [][]byte{hs, ident, {0xc1, 0xc1, 0xc1}}},
+		{"not an array", [][]byte{hs, ident, {0x05}}},
+		{"unknown code", [][]byte{hs, ident, neotest.Encode(1, 0x7777, []byte{0x90})}},
+		{"wrong arg count", [][]byte{hs, ident, neotest.Encode(1, proto.CodeAskObject, []byte{0x91, 0x01})}},
+		{"wrong arg type", [][]byte{hs, ident, neotest.Encode(1, proto.CodeAskObject, []byte{0x93, 0x01, 0xc0, 0xc0})}},
+		{"args not an array", [][]byte{hs, ident, neotest.Encode(1, proto.CodeAskTIDs, []byte{0x01})}},
+		{"unexpected answer", [][]byte{hs, ident, neotest.Encode(1, proto.CodePing|proto.AnswerBit, []byte{0x90})}},
+	}
+	for _, tc := range cases {
+		nc := raw(tc.send...)
+		expectClosed(t, nc, tc.name)
+		nc.Close()
+		// The node is still in the cluster and serves.
+		p, err := good.Ask(proto.CodeAskObject, neotest.AskObjectArgs(0, 0, 0))
+		if err != nil || p.Code != proto.CodeAskObject|proto.AnswerBit {
+			t.Fatalf("after %s: %v %v", tc.name, p, err)
+		}
+	}
+	if !c.node.Operational() {
+		t.Error("node no longer operational")
+	}
+	// A new client is still accepted.
+	l := c.client(t)
+	if p, err := l.Ask(proto.CodePing, []byte{0x90}); err != nil || p.Code != proto.CodePing|proto.AnswerBit {
+		t.Errorf("ping: %v %v", p, err)
+	}
+}

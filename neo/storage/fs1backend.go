@@ -1,0 +1,343 @@
+package storage
+
+import (
+	"context"
+	"crypto/sha1"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+
+	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/neo/proto"
+	"github.com/zodbd/zodbd/zodb"
+)
+
+// FS1Backend serves a FileStorage file (read-only) to a NEO cluster.
+//
+// Layout: a FileStorage is one partition. The cluster must therefore have
+// exactly one partition and no replica (neomaster -p 1 -r 0), and this node
+// holds its only cell, UP_TO_DATE; the node refuses any other partition
+// table. The database knows nothing of NEO: no cluster name, node id nor
+// partition table is stored, so the node identifies itself without a node
+// id and the master creates a new partition table (neoctl start, or
+// --autostart) each time it starts with this node.
+//
+// Records are served as stored: uncompressed (compression 0), with the
+// checksum computed on load (sha1 of the data, no allocation); an undo
+// record (a backpointer) is served with the data it points to and
+// data_serial = the tid of the record holding that data; a record without
+// data (deletion, undone creation) as NEO's "no data" (empty data, zero
+// checksum). Transactions with status 'u' are not shown; a packed
+// transaction ('p') is reported packed.
+//
+// The file is read as it was at open: transactions committed later by
+// another process are not seen.
+type FS1Backend struct {
+	fs    *fs1.FileStorage
+	path  string
+	file  io.ReaderAt
+	index *fs1.Index
+	end   int64
+	txns  []txnPos // ascending tid
+	own   bool     // Close closes fs
+}
+
+type txnPos struct {
+	tid zodb.Tid
+	pos int64
+}
+
+// OpenFS1 opens the FileStorage file at path read-only and returns its
+// backend; Close closes the file.
+func OpenFS1(path string) (*FS1Backend, error) {
+	fs, err := fs1.Open(path, nil)
+	if err != nil {
+		return nil, err
+	}
+	b, err := NewFS1(fs)
+	if err != nil {
+		fs.Close()
+		return nil, err
+	}
+	b.own = true
+	return b, nil
+}
+
+// NewFS1 serves fs, which the caller keeps open while the backend is used
+// (Close does not close it). The state served is fs's published state at
+// the time of the call.
+func NewFS1(fs *fs1.FileStorage) (*FS1Backend, error) {
+	b := &FS1Backend{fs: fs, path: fs.URL(), file: fs.File(), index: fs.Index(), end: fs.End()}
+	// One header read per transaction: the tid -> position table that
+	// AskTIDs, AskTIDsFrom and AskTransactionInformation need.
+	var th fs1.TxnHeader
+	for pos := int64(fs1.HeaderSize); pos < b.end; pos = th.Next() {
+		if err := th.Load(b.file, b.path, pos, b.end); err != nil {
+			return nil, err
+		}
+		if th.Status == zodb.TxnInprogress {
+			continue
+		}
+		b.txns = append(b.txns, txnPos{th.Tid, pos})
+	}
+	return b, nil
+}
+
+// Path implements Backend.
+func (b *FS1Backend) Path() string { return b.path }
+
+// Close implements Backend.
+func (b *FS1Backend) Close() error {
+	if b.own {
+		return b.fs.Close()
+	}
+	return nil
+}
+
+// NumPartitions implements Backend: a FileStorage is one partition.
+func (b *FS1Backend) NumPartitions() int { return 1 }
+
+// Recovery implements Backend: nothing NEO-specific is stored.
+func (b *FS1Backend) Recovery(ctx context.Context) (RecoveryInfo, error) {
+	return RecoveryInfo{}, nil
+}
+
+// fs1Speculative is how much of a record Object reads with its header.
+const fs1Speculative = 4096
+
+// Object implements Backend. With a buffer of enough capacity in o.Data it
+// makes no allocation: one pread for a record of up to a few KiB (plus one
+// per older revision walked and per backpointer followed).
+func (b *FS1Backend) Object(ctx context.Context, oid zodb.Oid, at, before zodb.Tid, o *Object) error {
+	pos, ok := b.index.Get(oid)
+	if !ok {
+		return &zodb.NoObjectError{Oid: oid}
+	}
+	buf := o.Data[:0]
+	if cap(buf) < fs1.DataHeaderSize+8 {
+		buf = make([]byte, 0, fs1Speculative)
+	}
+	var next zodb.Tid
+	var h fs1.DataHeaderRaw
+	var got []byte
+	for {
+		want := min(int64(cap(buf)), fs1Speculative, b.end-pos)
+		if want < fs1.DataHeaderSize {
+			return b.corrupt(pos, "record header past the end")
+		}
+		got = buf[:want]
+		n, err := b.file.ReadAt(got, pos)
+		if n < fs1.DataHeaderSize || (n < len(got) && err != nil && err != io.EOF) {
+			return b.corrupt(pos, fmt.Sprintf("read: %v", err))
+		}
+		got = got[:n]
+		h = fs1.DecodeDataHeaderRaw(got)
+		if h.Oid != oid || h.VerLen != 0 || h.Prev >= uint64(pos) || h.DataLen > uint64(b.end-pos-fs1.DataHeaderSize) {
+			return b.corrupt(pos, "bad data record header")
+		}
+		var match bool
+		switch {
+		case at != 0:
+			if h.Tid < at {
+				return fmt.Errorf("oid %s @%s: %w", oid, at, ErrOidNotFound)
+			}
+			match = h.Tid == at
+		case before != 0:
+			match = h.Tid < before
+		default:
+			match = true
+		}
+		if match {
+			break
+		}
+		if h.Prev == 0 {
+			return fmt.Errorf("oid %s: %w", oid, ErrOidNotFound)
+		}
+		next = h.Tid
+		pos = int64(h.Prev)
+	}
+	*o = Object{Oid: oid, Serial: h.Tid, NextSerial: next}
+	if h.DataLen == 0 {
+		// Backpointer (or none): the data of the record it names.
+		var dh fs1.DataHeader
+		if err := dh.Load(b.file, b.path, pos, b.end); err != nil {
+			return err
+		}
+		data, src, err := dh.LoadData(b.file, b.path, buf[:0])
+		if err != nil {
+			return err
+		}
+		o.Data = data
+		if src.DataLen == 0 {
+			o.NoData = true
+			return nil
+		}
+		o.DataSerial = src.Tid
+		o.Checksum = sha1.Sum(data)
+		return nil
+	}
+	dlen := int64(h.DataLen)
+	have := min(int64(len(got)-fs1.DataHeaderSize), dlen)
+	if int64(cap(buf)) < dlen {
+		grown := make([]byte, dlen)
+		copy(grown, got[fs1.DataHeaderSize:fs1.DataHeaderSize+have])
+		buf = grown
+	} else {
+		buf = buf[:dlen]
+		copy(buf, got[fs1.DataHeaderSize:fs1.DataHeaderSize+have])
+	}
+	if have < dlen {
+		if _, err := b.file.ReadAt(buf[have:], pos+fs1.DataHeaderSize+have); err != nil {
+			return b.corrupt(pos, fmt.Sprintf("read data: %v", err))
+		}
+	}
+	o.Data = buf
+	o.Checksum = sha1.Sum(buf)
+	return nil
+}
+
+func (b *FS1Backend) corrupt(pos int64, what string) error {
+	return &fs1.Error{Path: b.path, Pos: pos, Record: "data record", Err: errors.New(what)}
+}
+
+// LastIDs implements Backend.
+func (b *FS1Backend) LastIDs(ctx context.Context) (LastIDs, error) {
+	r := LastIDs{FirstTid: proto.MaxTid}
+	if n := len(b.txns); n > 0 {
+		r.Tid, r.HasTid = b.txns[n-1].tid, true
+		r.FirstTid = b.txns[0].tid
+	}
+	if b.index.Len() > 0 {
+		r.Oid, r.HasOid = b.index.MaxOid(), true
+	}
+	return r, nil
+}
+
+func checkOnePartition(partitions []uint32) error {
+	for _, p := range partitions {
+		if p != 0 {
+			return fmt.Errorf("partition %d: %w", p, ErrNonReadableCell)
+		}
+	}
+	return nil
+}
+
+// TIDs implements Backend.
+func (b *FS1Backend) TIDs(ctx context.Context, first, last int, partitions []uint32) ([]zodb.Tid, error) {
+	if err := checkOnePartition(partitions); err != nil {
+		return nil, err
+	}
+	if partitions != nil && len(partitions) == 0 {
+		return nil, nil
+	}
+	n := len(b.txns)
+	first, last = max(first, 0), min(last, n)
+	var tids []zodb.Tid
+	for i := first; i < last; i++ {
+		tids = append(tids, b.txns[n-1-i].tid)
+	}
+	return tids, nil
+}
+
+// TIDsFrom implements Backend.
+func (b *FS1Backend) TIDsFrom(ctx context.Context, minTid, maxTid zodb.Tid, length int, partitions []uint32) ([]zodb.Tid, error) {
+	if err := checkOnePartition(partitions); err != nil {
+		return nil, err
+	}
+	if partitions != nil && len(partitions) == 0 {
+		return nil, nil
+	}
+	i := sort.Search(len(b.txns), func(i int) bool { return b.txns[i].tid >= minTid })
+	var tids []zodb.Tid
+	for ; i < len(b.txns) && b.txns[i].tid <= maxTid && (length < 0 || len(tids) < length); i++ {
+		tids = append(tids, b.txns[i].tid)
+	}
+	return tids, nil
+}
+
+func (b *FS1Backend) findTxn(tid zodb.Tid) (int64, bool) {
+	i := sort.Search(len(b.txns), func(i int) bool { return b.txns[i].tid >= tid })
+	if i < len(b.txns) && b.txns[i].tid == tid {
+		return b.txns[i].pos, true
+	}
+	return 0, false
+}
+
+// TransactionInformation implements Backend.
+func (b *FS1Backend) TransactionInformation(ctx context.Context, tid zodb.Tid) (*TxnInfo, error) {
+	pos, ok := b.findTxn(tid)
+	if !ok {
+		return nil, fmt.Errorf("tid %s: %w", tid, ErrTidNotFound)
+	}
+	var th fs1.TxnHeader
+	if err := th.Load(b.file, b.path, pos, b.end); err != nil {
+		return nil, err
+	}
+	t := &TxnInfo{
+		Tid:         tid,
+		User:        clone(th.User),
+		Description: clone(th.Description),
+		Extension:   clone(th.Extension),
+		Packed:      th.Status == zodb.TxnPacked,
+		Oids:        []zodb.Oid{},
+	}
+	var dh fs1.DataHeader
+	for dpos := th.DataPos(); dpos < th.End(); dpos += dh.Len() {
+		if err := dh.Load(b.file, b.path, dpos, th.End()); err != nil {
+			return nil, err
+		}
+		t.Oids = append(t.Oids, dh.Oid)
+	}
+	return t, nil
+}
+
+func clone(b []byte) []byte { return append([]byte{}, b...) }
+
+// ObjectHistory implements Backend. The size of an undo record is the size
+// of the data it reuses, as NEO reports it.
+func (b *FS1Backend) ObjectHistory(ctx context.Context, oid zodb.Oid, first, last int) ([]HistoryEntry, error) {
+	pos, ok := b.index.Get(oid)
+	if !ok || first < 0 || first >= last {
+		return nil, fmt.Errorf("oid %s: %w", oid, ErrOidNotFound)
+	}
+	var h []HistoryEntry
+	var dh fs1.DataHeader
+	for i := 0; pos != 0 && i < last; i++ {
+		if err := dh.Load(b.file, b.path, pos, b.end); err != nil {
+			return nil, err
+		}
+		if i >= first {
+			size := dh.DataLen
+			for back := dh; back.DataLen == 0 && back.BackPos != 0; {
+				from := back.Pos
+				if err := back.Load(b.file, b.path, back.BackPos, from); err != nil {
+					return nil, err
+				}
+				size = back.DataLen
+			}
+			h = append(h, HistoryEntry{Serial: dh.Tid, Size: int(size)})
+		}
+		pos = dh.PrevRevPos
+	}
+	if len(h) == 0 {
+		return nil, fmt.Errorf("oid %s: %w", oid, ErrOidNotFound)
+	}
+	return h, nil
+}
+
+// LockedTransactions implements Backend: a FileStorage has none.
+func (b *FS1Backend) LockedTransactions(ctx context.Context) (map[zodb.Tid]zodb.Tid, error) {
+	return map[zodb.Tid]zodb.Tid{}, nil
+}
+
+// FinalTID implements Backend. A FileStorage keeps no temporary ids: a
+// transaction is reported committed under ttid when its tid is ttid.
+func (b *FS1Backend) FinalTID(ctx context.Context, ttid zodb.Tid) (zodb.Tid, error) {
+	if _, ok := b.findTxn(ttid); ok {
+		return ttid, nil
+	}
+	return 0, nil
+}
+
+var _ Backend = (*FS1Backend)(nil)

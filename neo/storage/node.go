@@ -1,0 +1,773 @@
+// Package storage is a NEO (protocol 5) storage node: it joins a cluster
+// run by a NEO/py master (or neo/neotest's) and serves NEO clients from a
+// Backend (a FileStorage file or a NEO/py SQLite database), read-only.
+//
+// The node connects to the master, identifies as a STORAGE exactly as
+// NEO/py's storage does, and follows the master through recovery,
+// verification and operation (neo-protocol.md §6.1). Once operational it
+// accepts CLIENT and STORAGE identifications on its listening address
+// (checked against the master's node notifications, §6.4) and serves
+// reads: AskObject, AskTIDs, AskTIDsFrom, AskTransactionInformation,
+// AskObjectHistory, AskFinalTID, Ping, CloseClient. Writes (stores, votes,
+// the master's lock orders), undo, replication and checks are refused with
+// an Error (READ_ONLY_ACCESS or BACKEND_NOT_IMPLEMENTED).
+//
+// Concurrency: each connection has a reader goroutine that decodes
+// requests and hands each to its own goroutine (bounded per connection), so
+// pipelined requests are served in parallel and answered as they complete
+// (out of order, as the protocol allows); replies are coalesced into few
+// writes by a per-connection writer. The read path touches no global lock
+// nor shared counter: the partition table and the operational flag are
+// read with one atomic load each; buffers and request records come from
+// sync.Pools.
+package storage
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/zodbd/zodbd/neo/msgp"
+	"github.com/zodbd/zodbd/neo/proto"
+	"github.com/zodbd/zodbd/zodb"
+)
+
+// Config configures a Node.
+type Config struct {
+	Cluster string   // cluster name (required)
+	Masters []string // master addresses host:port (at least one)
+	Bind    string   // address to listen on for clients and storages
+	// Advertise is the address announced to the master (default: the
+	// address the listener got; an unspecified host becomes 127.0.0.1).
+	Advertise string
+	Backend   Backend
+	TLS       *tls.Config // nil: clear text; else mutual TLS on every link
+	Logger    *log.Logger // nil: log.Default()
+	// DevPath is the "devpath" reported at identification (NEO/py: the
+	// host name and the st_dev of the database file); default computed.
+	DevPath []string
+	// RetryInterval is the pause between attempts to reach a master
+	// (default 1s).
+	RetryInterval time.Duration
+	// IdentifyTimeout bounds how long an identification waits for the
+	// master's notification of that node (default 10s), and how long a
+	// peer may stay silent during the handshake.
+	IdentifyTimeout time.Duration
+	// MaxInflight bounds the requests served at once per connection
+	// (default 256).
+	MaxInflight int
+}
+
+// Node is a storage node.
+type Node struct {
+	cfg  Config
+	log  *log.Logger
+	be   Backend
+	ln   net.Listener
+	addr proto.Address
+
+	nid         atomic.Int32
+	operational atomic.Bool
+	pt          atomic.Pointer[ptState]
+
+	nodesMu      sync.Mutex
+	nodes        map[proto.NodeID]nodeEntry
+	nodesChanged chan struct{}
+
+	peersMu sync.Mutex
+	peers   map[*peer]struct{}
+
+	objPool sync.Pool // *Object with a data buffer
+	bufPool sync.Pool // *[]byte for encoding answers
+	reqPool sync.Pool // *request
+}
+
+type nodeEntry struct {
+	typ    proto.NodeType
+	state  proto.NodeState
+	idTime float64
+}
+
+// ptState is an immutable partition table.
+type ptState struct {
+	ptid     uint64
+	hasPTID  bool
+	nr       int
+	rows     [][]proto.CellInfo
+	readable []bool   // this node's readable cells, by partition
+	rlist    []uint32 // the same, as a list
+}
+
+func (p *ptState) np() int { return len(p.rows) }
+
+// New checks cfg and starts listening on cfg.Bind.
+func New(cfg Config) (*Node, error) {
+	if cfg.Cluster == "" {
+		return nil, errors.New("neo storage: no cluster name")
+	}
+	if len(cfg.Masters) == 0 {
+		return nil, errors.New("neo storage: no master address")
+	}
+	if cfg.Backend == nil {
+		return nil, errors.New("neo storage: no backend")
+	}
+	if cfg.Bind == "" {
+		cfg.Bind = "127.0.0.1:0"
+	}
+	if cfg.RetryInterval <= 0 {
+		cfg.RetryInterval = time.Second
+	}
+	if cfg.IdentifyTimeout <= 0 {
+		cfg.IdentifyTimeout = 10 * time.Second
+	}
+	if cfg.MaxInflight <= 0 {
+		cfg.MaxInflight = 256
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger, be: cfg.Backend, nodes: map[proto.NodeID]nodeEntry{},
+		nodesChanged: make(chan struct{}), peers: map[*peer]struct{}{}}
+	if n.log == nil {
+		n.log = log.Default()
+	}
+	rec, err := n.be.Recovery(context.Background())
+	if err != nil {
+		return nil, fmt.Errorf("neo storage: %w", err)
+	}
+	if rec.Cluster != "" && rec.Cluster != cfg.Cluster {
+		return nil, fmt.Errorf("neo storage: database belongs to cluster %q, not %q", rec.Cluster, cfg.Cluster)
+	}
+	n.nid.Store(int32(rec.NID))
+	ln, err := net.Listen("tcp", cfg.Bind)
+	if err != nil {
+		return nil, fmt.Errorf("neo storage: %w", err)
+	}
+	n.ln = ln
+	adv := cfg.Advertise
+	if adv == "" {
+		adv = ln.Addr().String()
+	}
+	host, port, err := net.SplitHostPort(adv)
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("neo storage: advertised address: %w", err)
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("neo storage: advertised address: %w", err)
+	}
+	n.addr = proto.Address{Host: host, Port: uint16(p)}
+	n.pt.Store(&ptState{})
+	n.bufPool.New = func() any { b := make([]byte, 0, 512); return &b }
+	n.objPool.New = func() any { return &Object{Data: make([]byte, 0, 4096)} }
+	n.reqPool.New = func() any { return new(request) }
+	return n, nil
+}
+
+// Addr is the address the node listens on.
+func (n *Node) Addr() net.Addr { return n.ln.Addr() }
+
+// NID is the node id the master gave (0 before identification).
+func (n *Node) NID() proto.NodeID { return proto.NodeID(n.nid.Load()) }
+
+// Operational tells whether the node serves clients now.
+func (n *Node) Operational() bool { return n.operational.Load() }
+
+// errShutdown: the master told us we are down.
+var errShutdown = errors.New("shut down by the master")
+
+// Run serves until ctx is done, the master declares the node down (then
+// Run returns nil), or a fatal error (a partition table this backend
+// cannot serve, a transaction it cannot validate). A lost master is
+// reconnected to. Run closes the listener when it returns; it does not
+// close the backend.
+func (n *Node) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		n.acceptLoop(ctx)
+	}()
+	go func() {
+		<-ctx.Done()
+		n.ln.Close()
+	}()
+	defer func() {
+		cancel()
+		n.ln.Close()
+		n.closePeers()
+		wg.Wait()
+	}()
+	mi := 0
+	for {
+		addr := n.cfg.Masters[mi%len(n.cfg.Masters)]
+		next, err := n.masterSession(ctx, addr)
+		n.stopOperation()
+		switch {
+		case errors.Is(err, errShutdown):
+			n.log.Printf("neo storage: %v", err)
+			return nil
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case isFatal(err):
+			n.log.Printf("neo storage: %v", err)
+			return err
+		}
+		if err != nil {
+			n.log.Printf("neo storage: master %s: %v", addr, err)
+		}
+		if next >= 0 {
+			mi = next
+			continue
+		}
+		mi++
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(n.cfg.RetryInterval):
+		}
+	}
+}
+
+// fatalError ends Run.
+type fatalError struct{ err error }
+
+func (e *fatalError) Error() string { return e.err.Error() }
+func (e *fatalError) Unwrap() error { return e.err }
+
+func fatalf(format string, args ...any) error { return &fatalError{fmt.Errorf(format, args...)} }
+
+func isFatal(err error) bool {
+	var f *fatalError
+	return errors.As(err, &f)
+}
+
+func (n *Node) stopOperation() {
+	if n.operational.Swap(false) {
+		n.log.Printf("neo storage: operation stopped")
+	}
+	n.closePeers()
+}
+
+func (n *Node) closePeers() {
+	n.peersMu.Lock()
+	ps := make([]*peer, 0, len(n.peers))
+	for p := range n.peers {
+		ps = append(ps, p)
+	}
+	n.peersMu.Unlock()
+	for _, p := range ps {
+		p.nc.Close()
+	}
+}
+
+// devPath is NEO/py's getTopologyPath: host name and st_dev of the DB.
+func (n *Node) devPath() []string {
+	if n.cfg.DevPath != nil {
+		return n.cfg.DevPath
+	}
+	host, _ := os.Hostname()
+	dev := "0"
+	if p := n.be.Path(); p != "" {
+		if fi, err := os.Stat(p); err == nil {
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				dev = strconv.FormatUint(uint64(st.Dev), 10)
+			}
+		}
+	}
+	return []string{host, dev}
+}
+
+// ---- master session ----
+
+type masterLink struct {
+	nc     net.Conn
+	r      *pktReader
+	w      *connWriter
+	nextID uint32
+	buf    []byte
+}
+
+func (m *masterLink) notify(code uint16, args []byte) error {
+	b := appendHeader(m.buf[:0], m.nextID, code)
+	m.nextID++
+	b = append(b, args...)
+	m.buf = b
+	return m.w.write(b)
+}
+
+func (m *masterLink) answer(msgID uint32, code uint16, args []byte) error {
+	b := appendHeader(m.buf[:0], msgID, code|proto.AnswerBit)
+	b = append(b, args...)
+	m.buf = b
+	return m.w.write(b)
+}
+
+func (m *masterLink) answerError(msgID uint32, code proto.ErrorCode, msg string) error {
+	m.buf = appendError(m.buf[:0], msgID, code, msg)
+	return m.w.write(m.buf)
+}
+
+func (n *Node) dial(ctx context.Context, addr string) (net.Conn, error) {
+	d := net.Dialer{Timeout: 10 * time.Second, KeepAlive: 60 * time.Second}
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if n.cfg.TLS != nil {
+		tc := tls.Client(nc, n.cfg.TLS)
+		hctx, cancel := context.WithTimeout(ctx, n.cfg.IdentifyTimeout)
+		err := tc.HandshakeContext(hctx)
+		cancel()
+		if err != nil {
+			nc.Close()
+			return nil, err
+		}
+		nc = tc
+	}
+	return nc, nil
+}
+
+// masterSession connects to addr and follows the master until the link
+// breaks. next >= 0 asks to go on with that master of the list at once
+// (NotPrimaryMaster).
+func (n *Node) masterSession(ctx context.Context, addr string) (next int, err error) {
+	next = -1
+	nc, err := n.dial(ctx, addr)
+	if err != nil {
+		return next, err
+	}
+	defer nc.Close()
+	stop := context.AfterFunc(ctx, func() { nc.Close() })
+	defer stop()
+	m := &masterLink{nc: nc, r: newPktReader(nc), w: newConnWriter(nc)}
+	defer m.w.close()
+
+	// Handshake and identification, pipelined as NEO/py does.
+	var a []byte
+	a = append(a, 0x96)
+	a = msgp.AppendEnum(a, proto.ExtNodeType, int(proto.Storage))
+	a = appendNID(a, n.NID())
+	a = appendAddr(a, n.addr)
+	a = msgp.AppendBin(a, []byte(n.cfg.Cluster))
+	a = msgp.AppendNil(a)
+	a = msgp.AppendMapHeader(a, 2)
+	a = msgp.AppendBin(a, []byte("devpath"))
+	dp := n.devPath()
+	a = msgp.AppendArrayHeader(a, len(dp))
+	for _, s := range dp {
+		a = msgp.AppendBin(a, []byte(s))
+	}
+	a = msgp.AppendBin(a, []byte("new_nid"))
+	a = msgp.AppendArrayHeader(a, 0)
+	m.w.write(proto.Handshake[:])
+	if err := m.notify(proto.CodeRequestIdentification, a); err != nil {
+		return next, err
+	}
+	nc.SetReadDeadline(time.Now().Add(n.cfg.IdentifyTimeout))
+	if err := m.r.handshake(); err != nil {
+		return next, err
+	}
+	id, code, args, err := m.r.next()
+	if err != nil {
+		return next, err
+	}
+	nc.SetReadDeadline(time.Time{})
+	var ar argReader
+	switch {
+	case id == 0 && code == proto.AnswerBit:
+		ar.start(args, 2)
+		ec, msg := ar.uint(), ar.bin()
+		if ar.end() != nil {
+			return next, badInput("master: malformed Error")
+		}
+		if proto.ErrorCode(ec) == proto.ProtocolError {
+			return next, fatalf("master %s refused the identification: %s", addr, msg)
+		}
+		return next, fmt.Errorf("identification refused (error %d): %s", ec, msg)
+	case id == 0 && code == proto.CodeRequestIdentification|proto.AnswerBit:
+		ar.start(args, 3)
+		typ := ar.enum(proto.ExtNodeType)
+		ar.nid()
+		your := ar.nid()
+		if err := ar.end(); err != nil {
+			return next, badInput("master: AcceptIdentification: %v", err)
+		}
+		if proto.NodeType(typ) != proto.Master {
+			return next, fmt.Errorf("peer at %s is not a master", addr)
+		}
+		if your != n.NID() {
+			n.log.Printf("neo storage: master %s gave node id %d", addr, your)
+		}
+		n.nid.Store(int32(your))
+	case code == proto.CodeNotPrimaryMaster:
+		return n.notPrimary(args), nil
+	default:
+		return next, badInput("master: unexpected %s in reply to the identification", proto.CodeName(code))
+	}
+	n.log.Printf("neo storage: identified by master %s as node %d", addr, n.NID())
+
+	for {
+		id, code, args, err := m.r.next()
+		if err != nil {
+			return next, err
+		}
+		nx, err := n.handleMaster(ctx, m, id, code, args)
+		if err != nil {
+			var ie *inputError
+			if errors.As(err, &ie) {
+				n.log.Printf("neo storage: master %s: %s: %v (closing the link)", addr, proto.CodeName(code), err)
+			}
+			return next, err
+		}
+		if nx >= 0 {
+			return nx, nil
+		}
+	}
+}
+
+func (n *Node) notPrimary(args []byte) int {
+	var ar argReader
+	ar.start(args, 2)
+	if ar.isNil() {
+		return -1
+	}
+	i := ar.uint()
+	if ar.err != nil {
+		return -1
+	}
+	return int(i)
+}
+
+// handleMaster handles one packet from the master.
+func (n *Node) handleMaster(ctx context.Context, m *masterLink, id uint32, code uint16, args []byte) (next int, err error) {
+	next = -1
+	var ar argReader
+	var a []byte
+	argErr := func() error {
+		if err := ar.end(); err != nil {
+			return badInput("%v", err)
+		}
+		return nil
+	}
+	switch code {
+	case proto.CodeAskRecovery:
+		if ar.start(args, 0); argErr() != nil {
+			return next, argErr()
+		}
+		rec, err := n.be.Recovery(ctx)
+		if err != nil {
+			return next, err
+		}
+		a = append(a, 0x93)
+		if rec.HasPTID {
+			a = msgp.AppendUint(a, rec.PTID)
+		} else {
+			a = msgp.AppendNil(a)
+		}
+		a = appendOptTid(a, rec.BackupTid, rec.BackupTid != 0)
+		a = appendOptTid(a, rec.TruncateTid, rec.TruncateTid != 0)
+		return next, m.answer(id, code, a)
+
+	case proto.CodeAskPartitionTable:
+		if ar.start(args, 0); argErr() != nil {
+			return next, argErr()
+		}
+		rec, err := n.be.Recovery(ctx)
+		if err != nil {
+			return next, err
+		}
+		np := 0
+		for _, c := range rec.Cells {
+			np = max(np, int(c.Partition)+1)
+		}
+		rows := make([][]proto.CellInfo, np)
+		for _, c := range rec.Cells {
+			rows[c.Partition] = append(rows[c.Partition], proto.CellInfo{NID: c.NID, State: c.State})
+		}
+		a = append(a, 0x93)
+		if rec.HasPTID {
+			a = msgp.AppendUint(a, rec.PTID)
+		} else {
+			a = msgp.AppendNil(a)
+		}
+		a = msgp.AppendUint(a, uint64(rec.NumReplicas))
+		a = appendRows(a, rows)
+		return next, m.answer(id, code, a)
+
+	case proto.CodeSendPartitionTable:
+		ar.start(args, 3)
+		var ptid uint64
+		hasPTID := !ar.isNil()
+		if hasPTID {
+			ptid = ar.uint()
+		}
+		nr := ar.uint()
+		rows := ar.rows()
+		if err := argErr(); err != nil {
+			return next, err
+		}
+		return next, n.setPT(&ptState{ptid: ptid, hasPTID: hasPTID, nr: int(nr), rows: rows})
+
+	case proto.CodeNotifyPartitionChanges:
+		ar.start(args, 3)
+		ptid := ar.uint()
+		nr := ar.uint()
+		cnt := ar.array()
+		type change struct {
+			off uint32
+			nid proto.NodeID
+			st  proto.CellState
+		}
+		var changes []change
+		for i := 0; i < cnt && ar.err == nil; i++ {
+			if ar.array() != 3 {
+				ar.fail(errors.New("cell change is not [offset, nid, state]"))
+			}
+			off := ar.uint()
+			nid := ar.nid()
+			st := ar.enum(proto.ExtCellState)
+			changes = append(changes, change{uint32(off), nid, proto.CellState(st)})
+		}
+		if err := argErr(); err != nil {
+			return next, err
+		}
+		old := n.pt.Load()
+		if !old.hasPTID || ptid != old.ptid+1 {
+			return next, badInput("NotifyPartitionChanges: ptid %d does not follow %d", ptid, old.ptid)
+		}
+		rows := make([][]proto.CellInfo, len(old.rows))
+		for i, r := range old.rows {
+			rows[i] = append([]proto.CellInfo(nil), r...)
+		}
+		for _, c := range changes {
+			if int(c.off) >= len(rows) {
+				return next, badInput("NotifyPartitionChanges: partition %d out of range", c.off)
+			}
+			r := rows[c.off][:0]
+			for _, x := range rows[c.off] {
+				if x.NID != c.nid {
+					r = append(r, x)
+				}
+			}
+			if c.st != proto.Discarded {
+				r = append(r, proto.CellInfo{NID: c.nid, State: c.st})
+			}
+			rows[c.off] = r
+		}
+		return next, n.setPT(&ptState{ptid: ptid, hasPTID: true, nr: int(nr), rows: rows})
+
+	case proto.CodeAskLockedTransactions:
+		if ar.start(args, 0); argErr() != nil {
+			return next, argErr()
+		}
+		locked, err := n.be.LockedTransactions(ctx)
+		if err != nil {
+			return next, err
+		}
+		a = append(a, 0x91)
+		a = msgp.AppendMapHeader(a, len(locked))
+		for ttid, tid := range locked {
+			a = appendTid(a, ttid)
+			a = appendOptTid(a, tid, tid != 0)
+		}
+		return next, m.answer(id, code, a)
+
+	case proto.CodeValidateTransaction:
+		ar.start(args, 2)
+		ttid, tid := ar.tid(), ar.tid()
+		if err := argErr(); err != nil {
+			return next, err
+		}
+		final, err := n.be.FinalTID(ctx, ttid)
+		if err != nil && !errors.Is(err, ErrNonReadableCell) {
+			return next, err
+		}
+		if final != tid {
+			return next, fatalf("master asks to validate transaction %s (ttid %s), which this read-only node cannot commit", tid, ttid)
+		}
+		return next, nil
+
+	case proto.CodeAskFinalTID:
+		ar.start(args, 1)
+		ttid := ar.tid()
+		if err := argErr(); err != nil {
+			return next, err
+		}
+		final, err := n.be.FinalTID(ctx, ttid)
+		if err != nil && !errors.Is(err, ErrNonReadableCell) {
+			return next, err
+		}
+		a = append(a, 0x91)
+		a = appendOptTid(a, final, final != 0)
+		return next, m.answer(id, code, a)
+
+	case proto.CodeAskLastIDs:
+		if ar.start(args, 0); argErr() != nil {
+			return next, argErr()
+		}
+		rec, err := n.be.Recovery(ctx)
+		if err != nil {
+			return next, err
+		}
+		ids, err := n.be.LastIDs(ctx)
+		if err != nil {
+			return next, err
+		}
+		if err := m.notify(proto.CodeNotifyPackCompleted, appendTid([]byte{0x91}, rec.PackID)); err != nil {
+			return next, err
+		}
+		a = append(a, 0x93)
+		a = appendOptTid(a, ids.Tid, ids.HasTid)
+		a = appendOptTid(a, zodb.Tid(ids.Oid), ids.HasOid)
+		a = appendTid(a, ids.FirstTid)
+		return next, m.answer(id, code, a)
+
+	case proto.CodeAskPackOrders:
+		ar.start(args, 1)
+		ar.tid()
+		if err := argErr(); err != nil {
+			return next, err
+		}
+		return next, m.answer(id, code, []byte{0x91, 0x90})
+
+	case proto.CodeStartOperation:
+		ar.start(args, 1)
+		backup := ar.bool()
+		if err := argErr(); err != nil {
+			return next, err
+		}
+		if backup {
+			return next, fatalf("backup mode is not supported")
+		}
+		pt := n.pt.Load()
+		if pt.np() == 0 {
+			return next, badInput("StartOperation without a partition table")
+		}
+		n.operational.Store(true)
+		n.log.Printf("neo storage: operational (ptid %d, %d partitions, readable %v)", pt.ptid, pt.np(), pt.rlist)
+		return next, m.notify(proto.CodeNotifyReady, []byte{0x90})
+
+	case proto.CodeStopOperation:
+		n.stopOperation()
+		return next, nil
+
+	case proto.CodeNotifyNodeInformation:
+		return next, n.nodeInformation(args)
+
+	case proto.CodeNotifyClusterInformation:
+		ar.start(args, 1)
+		st := ar.enum(proto.ExtClusterState)
+		if err := argErr(); err != nil {
+			return next, err
+		}
+		n.log.Printf("neo storage: cluster state %d", st)
+		return next, nil
+
+	case proto.CodePing:
+		return next, m.answer(id, code, []byte{0x90})
+
+	case proto.CodeNotPrimaryMaster:
+		return n.notPrimary(args), nil
+
+	case proto.CodeAskLockInformation:
+		return next, m.answerError(id, proto.ReadOnlyAccess, "read-only storage node")
+
+	case proto.CodeNotifyUnlockInformation, proto.CodeAbortTransaction, proto.CodeNotifyTransactionFinished,
+		proto.CodeNotifyPackSigned, proto.CodeFlushLog, proto.CodeCheckPartition, proto.CodeNotifyRepair,
+		proto.CodeTruncate, proto.CodeReplicate, proto.CodeCloseClient:
+		n.log.Printf("neo storage: master: %s ignored (read-only node)", proto.CodeName(code))
+		return next, nil
+	}
+	if code&proto.AnswerBit != 0 {
+		n.log.Printf("neo storage: master: unexpected answer %s (msg %d)", proto.CodeName(code), id)
+		return next, nil
+	}
+	if !proto.KnownCode(code) {
+		return next, badInput("unknown packet code 0x%04x", code)
+	}
+	return next, m.answerError(id, proto.ProtocolError, "unexpected "+proto.CodeName(code))
+}
+
+// setPT installs a partition table from the master after checking that the
+// backend can serve it.
+func (n *Node) setPT(pt *ptState) error {
+	np := len(pt.rows)
+	if want := n.be.NumPartitions(); want != 0 && np != 0 && np != want {
+		return fatalf("the cluster has %d partitions, but this backend holds %d (a FileStorage needs a cluster of 1 partition: neomaster -p 1 -r 0)", np, want)
+	}
+	nid := n.NID()
+	pt.readable = make([]bool, np)
+	for p, row := range pt.rows {
+		for _, c := range row {
+			if c.NID == nid && c.State.Readable() {
+				pt.readable[p] = true
+				pt.rlist = append(pt.rlist, uint32(p))
+			}
+		}
+	}
+	if pt.nr > 0 && n.be.NumPartitions() == 1 {
+		n.log.Printf("neo storage: warning: %d replicas asked; this node cannot feed another storage", pt.nr)
+	}
+	n.pt.Store(pt)
+	return nil
+}
+
+// nodeInformation handles NotifyNodeInformation [ts, [NodeInfo...]].
+func (n *Node) nodeInformation(args []byte) error {
+	var ar argReader
+	ar.start(args, 2)
+	ar.float()
+	cnt := ar.array()
+	me := n.NID()
+	down := false
+	n.nodesMu.Lock()
+	for i := 0; i < cnt && ar.err == nil; i++ {
+		if ar.array() != 5 {
+			ar.fail(errors.New("node info is not a 5-array"))
+			break
+		}
+		typ := proto.NodeType(ar.enum(proto.ExtNodeType))
+		ar.addr()
+		nid := ar.nid()
+		st := proto.NodeState(ar.enum(proto.ExtNodeState))
+		ts := proto.NoIdTime
+		if !ar.isNil() {
+			ts = ar.float()
+		}
+		if ar.err != nil {
+			break
+		}
+		if nid == me && me != proto.NoNode && (st == proto.NodeDown || st == proto.NodeUnknown) {
+			down = true
+		}
+		if st == proto.NodeUnknown || st == proto.NodeDown {
+			delete(n.nodes, nid)
+		} else {
+			n.nodes[nid] = nodeEntry{typ: typ, state: st, idTime: ts}
+		}
+	}
+	close(n.nodesChanged)
+	n.nodesChanged = make(chan struct{})
+	n.nodesMu.Unlock()
+	if err := ar.end(); err != nil {
+		return badInput("NotifyNodeInformation: %v", err)
+	}
+	if down {
+		return errShutdown
+	}
+	return nil
+}

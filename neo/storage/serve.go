@@ -1,0 +1,481 @@
+package storage
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/zodbd/zodbd/neo/msgp"
+	"github.com/zodbd/zodbd/neo/proto"
+	"github.com/zodbd/zodbd/zodb"
+)
+
+// peer is an accepted connection (a client or a storage).
+type peer struct {
+	n      *Node
+	nc     net.Conn
+	w      *connWriter
+	name   string
+	sem    chan struct{}
+	wg     sync.WaitGroup
+	closed bool // CloseClient received
+}
+
+// request is one decoded request, handed to a serving goroutine.
+type request struct {
+	msgID             uint32
+	code              uint16
+	oid               zodb.Oid
+	tid, at, before   zodb.Tid
+	min, max          zodb.Tid
+	first, last, len_ int
+	partition         uint32
+}
+
+func (n *Node) acceptLoop(ctx context.Context) {
+	for {
+		nc, err := n.ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			n.log.Printf("neo storage: accept: %v", err)
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		go n.servePeer(ctx, nc)
+	}
+}
+
+func (n *Node) servePeer(ctx context.Context, nc net.Conn) {
+	defer nc.Close()
+	name := nc.RemoteAddr().String()
+	if n.cfg.TLS != nil {
+		tc := tls.Server(nc, n.cfg.TLS)
+		hctx, cancel := context.WithTimeout(ctx, n.cfg.IdentifyTimeout)
+		err := tc.HandshakeContext(hctx)
+		cancel()
+		if err != nil {
+			n.log.Printf("neo storage: %s: TLS: %v", name, err)
+			return
+		}
+		nc = tc
+	}
+	p := &peer{n: n, nc: nc, w: newConnWriter(nc), name: name, sem: make(chan struct{}, n.cfg.MaxInflight)}
+	defer p.w.close()
+	n.peersMu.Lock()
+	n.peers[p] = struct{}{}
+	n.peersMu.Unlock()
+	defer func() {
+		n.peersMu.Lock()
+		delete(n.peers, p)
+		n.peersMu.Unlock()
+	}()
+	p.w.write(proto.Handshake[:])
+	r := newPktReader(nc)
+	nc.SetReadDeadline(time.Now().Add(n.cfg.IdentifyTimeout))
+	if err := r.handshake(); err != nil {
+		n.log.Printf("neo storage: %s: handshake: %v (closing)", name, err)
+		return
+	}
+	id, code, args, err := r.next()
+	if err != nil {
+		n.log.Printf("neo storage: %s: identification: %v (closing)", name, err)
+		return
+	}
+	if code != proto.CodeRequestIdentification {
+		n.log.Printf("neo storage: %s: %s before identification (closing)", name, proto.CodeName(code))
+		p.errorAndClose(id, proto.ProtocolError, "identification required")
+		return
+	}
+	if !p.identify(ctx, id, args) {
+		return
+	}
+	nc.SetReadDeadline(time.Time{})
+	defer p.wg.Wait()
+	for {
+		id, code, args, err := r.next()
+		if err != nil {
+			var ie *inputError
+			if errors.As(err, &ie) {
+				n.log.Printf("neo storage: %s: %v (closing)", p.name, err)
+			} else if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				n.log.Printf("neo storage: %s: %v", p.name, err)
+			}
+			return
+		}
+		if err := p.dispatch(id, code, args); err != nil {
+			n.log.Printf("neo storage: %s: %s: %v (closing)", p.name, proto.CodeName(code), err)
+			return
+		}
+		if p.closed {
+			return
+		}
+	}
+}
+
+func (p *peer) errorAndClose(id uint32, code proto.ErrorCode, msg string) {
+	b := appendError(nil, id, code, msg)
+	p.w.write(b)
+}
+
+// identify checks a RequestIdentification (neo-protocol.md §6.4) and
+// answers it; false when the link is to be closed.
+func (p *peer) identify(ctx context.Context, id uint32, args []byte) bool {
+	n := p.n
+	var ar argReader
+	ar.start(args, 6)
+	typ := proto.NodeType(ar.enum(proto.ExtNodeType))
+	nid := ar.nid()
+	ar.addr()
+	cluster := ar.bin()
+	ts, hasTS := 0.0, false
+	if !ar.isNil() {
+		ts, hasTS = ar.float(), true
+	}
+	ar.skip()
+	if err := ar.end(); err != nil {
+		n.log.Printf("neo storage: %s: RequestIdentification: %v (closing)", p.name, err)
+		p.errorAndClose(id, proto.ProtocolError, "malformed identification")
+		return false
+	}
+	p.name = fmt.Sprintf("%s (%s)", p.name, nidString(typ, nid))
+	if string(cluster) != n.cfg.Cluster {
+		n.log.Printf("neo storage: %s: wrong cluster name %q (closing)", p.name, cluster)
+		p.errorAndClose(id, proto.ProtocolError, "invalid cluster name")
+		return false
+	}
+	if typ != proto.Client && typ != proto.Storage {
+		n.log.Printf("neo storage: %s: node type %d rejected (closing)", p.name, typ)
+		p.errorAndClose(id, proto.ProtocolError, "reject non-client-or-storage node")
+		return false
+	}
+	if !n.operational.Load() {
+		p.errorAndClose(id, proto.NotReady, "Not ready")
+		return false
+	}
+	if nid == proto.NoNode {
+		if typ != proto.Storage {
+			p.errorAndClose(id, proto.ProtocolError, "client without node id")
+			return false
+		}
+	} else if !n.waitKnown(ctx, nid, typ, ts, hasTS) {
+		n.log.Printf("neo storage: %s: unknown by master (closing)", p.name)
+		p.errorAndClose(id, proto.NotReady, "unknown node")
+		return false
+	}
+	if !n.operational.Load() {
+		p.errorAndClose(id, proto.NotReady, "Not ready")
+		return false
+	}
+	b := appendHeader(nil, id, proto.CodeRequestIdentification|proto.AnswerBit)
+	b = append(b, 0x93)
+	b = msgp.AppendEnum(b, proto.ExtNodeType, int(proto.Storage))
+	if nid == proto.NoNode {
+		b = msgp.AppendNil(b)
+	} else {
+		b = appendNID(b, n.NID())
+	}
+	b = appendNID(b, nid)
+	p.w.write(b)
+	return true
+}
+
+func nidString(typ proto.NodeType, nid proto.NodeID) string {
+	if nid == proto.NoNode {
+		return "anonymous"
+	}
+	prefix := map[proto.NodeType]string{proto.Master: "M", proto.Storage: "S", proto.Client: "C", proto.Admin: "A"}[typ]
+	if prefix == "" {
+		prefix = "?"
+	}
+	return prefix + strconv.Itoa(int(nid)&0xffffff)
+}
+
+// waitKnown waits until the master has announced node nid with id
+// timestamp ts (NEO/py's NodeManager.getByUUID(nid, id_timestamp)): a
+// notification older than ts (or none yet) delays the identification; a
+// newer one means that this identity is stale.
+func (n *Node) waitKnown(ctx context.Context, nid proto.NodeID, typ proto.NodeType, ts float64, hasTS bool) bool {
+	timer := time.NewTimer(n.cfg.IdentifyTimeout)
+	defer timer.Stop()
+	for {
+		n.nodesMu.Lock()
+		e, ok := n.nodes[nid]
+		ch := n.nodesChanged
+		n.nodesMu.Unlock()
+		if ok {
+			if e.typ != typ {
+				return false
+			}
+			switch {
+			case !hasTS || e.idTime == ts:
+				return true
+			case e.idTime > ts:
+				return false
+			}
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// dispatch decodes one request and serves it on its own goroutine.
+func (p *peer) dispatch(id uint32, code uint16, args []byte) error {
+	n := p.n
+	var ar argReader
+	req := n.reqPool.Get().(*request)
+	*req = request{msgID: id, code: code}
+	switch code {
+	case proto.CodeAskObject:
+		ar.start(args, 3)
+		req.oid = zodb.Oid(ar.tid())
+		req.at, _ = ar.optTid()
+		req.before, _ = ar.optTid()
+	case proto.CodeAskTIDs:
+		ar.start(args, 3)
+		req.first = int(ar.uint())
+		req.last = int(ar.uint())
+		req.partition = uint32(ar.uint())
+	case proto.CodeAskTIDsFrom:
+		ar.start(args, 4)
+		req.min = ar.tid()
+		req.max = ar.tid()
+		req.len_ = int(ar.uint())
+		req.partition = uint32(ar.uint())
+	case proto.CodeAskTransactionInformation:
+		ar.start(args, 1)
+		req.tid = ar.tid()
+	case proto.CodeAskObjectHistory:
+		ar.start(args, 3)
+		req.oid = zodb.Oid(ar.tid())
+		req.first = int(ar.uint())
+		req.last = int(ar.uint())
+	case proto.CodeAskFinalTID:
+		ar.start(args, 1)
+		req.tid = ar.tid()
+	case proto.CodePing:
+		ar.start(args, 0)
+	case proto.CodeCloseClient:
+		n.reqPool.Put(req)
+		p.closed = true
+		return nil
+	case proto.CodeAbortTransaction, proto.CodeNotifyPackCompleted:
+		// Nothing to abort: this node never accepted a store.
+		n.reqPool.Put(req)
+		return nil
+	case proto.CodeAskStoreObject, proto.CodeAskStoreTransaction, proto.CodeAskVoteTransaction,
+		proto.CodeAskCheckCurrentSerial, proto.CodeAskRelockObject, proto.CodeAskObjectUndoSerial:
+		n.reqPool.Put(req)
+		p.w.write(appendError(nil, id, proto.ReadOnlyAccess, "read-only storage node"))
+		return nil
+	case proto.CodeAskOIDsFrom, proto.CodeAskFetchTransactions, proto.CodeAskFetchObjects,
+		proto.CodeAskCheckTIDRange, proto.CodeAskCheckSerialRange:
+		n.reqPool.Put(req)
+		p.w.write(appendError(nil, id, proto.BackendNotImplemented, proto.CodeName(code)+" is not implemented by this node"))
+		return nil
+	default:
+		n.reqPool.Put(req)
+		if code&proto.AnswerBit != 0 {
+			return badInput("unexpected answer %s", proto.CodeName(code))
+		}
+		if !proto.KnownCode(code) {
+			return badInput("unknown packet code 0x%04x", code)
+		}
+		p.errorAndClose(id, proto.ProtocolError, "unexpected "+proto.CodeName(code))
+		return badInput("unexpected %s", proto.CodeName(code))
+	}
+	if err := ar.end(); err != nil {
+		n.reqPool.Put(req)
+		return badInput("bad arguments: %v", err)
+	}
+	p.sem <- struct{}{}
+	p.wg.Add(1)
+	go p.serve(req)
+	return nil
+}
+
+// serve answers one request.
+func (p *peer) serve(req *request) {
+	n := p.n
+	defer func() {
+		n.reqPool.Put(req)
+		<-p.sem
+		p.wg.Done()
+	}()
+	bp := n.bufPool.Get().(*[]byte)
+	b := (*bp)[:0]
+	ctx := context.Background()
+	ans := req.code | proto.AnswerBit
+	pt := n.pt.Load()
+	readable := func(x uint64) bool {
+		np := uint64(pt.np())
+		return np > 0 && pt.readable[x%np]
+	}
+	switch req.code {
+	case proto.CodeAskObject:
+		if !readable(uint64(req.oid)) {
+			b = appendError(b, req.msgID, proto.NonReadableCell, "")
+			break
+		}
+		o := n.objPool.Get().(*Object)
+		err := n.be.Object(ctx, req.oid, req.at, req.before, o)
+		if err != nil {
+			b = p.appendErr(b, req, err)
+		} else {
+			b = appendHeader(b, req.msgID, ans)
+			b = append(b, 0x97)
+			b = appendTid(b, zodb.Tid(o.Oid))
+			b = appendTid(b, o.Serial)
+			b = appendOptTid(b, o.NextSerial, o.NextSerial != 0)
+			b = msgp.AppendUint(b, uint64(o.Compression))
+			b = msgp.AppendBin(b, o.Checksum[:])
+			b = msgp.AppendBinHeader(b, len(o.Data))
+			// The data goes out without an extra copy into b.
+			var tail [11]byte
+			t := appendOptTid(tail[:0], o.DataSerial, o.DataSerial != 0)
+			p.w.write(b, o.Data, t)
+			b = b[:0]
+		}
+		if cap(o.Data) > 1<<20 {
+			o.Data = make([]byte, 0, 4096)
+		}
+		n.objPool.Put(o)
+
+	case proto.CodeAskTIDs:
+		var parts []uint32
+		if req.partition == proto.InvalidPartition {
+			parts = pt.rlist
+		} else if int(req.partition) >= pt.np() || !pt.readable[req.partition] {
+			b = appendError(b, req.msgID, proto.NonReadableCell, "")
+			break
+		} else {
+			parts = []uint32{req.partition}
+		}
+		var tids []zodb.Tid
+		var err error
+		if len(parts) > 0 && req.first < req.last {
+			tids, err = n.be.TIDs(ctx, req.first, req.last, parts)
+		}
+		if err != nil {
+			b = p.appendErr(b, req, err)
+			break
+		}
+		b = appendTidList(appendHeader(b, req.msgID, ans), tids)
+
+	case proto.CodeAskTIDsFrom:
+		var parts []uint32
+		if int(req.partition) >= pt.np() || !pt.readable[req.partition] {
+			b = appendError(b, req.msgID, proto.NonReadableCell, "")
+			break
+		}
+		parts = []uint32{req.partition}
+		tids, err := n.be.TIDsFrom(ctx, req.min, req.max, req.len_, parts)
+		if err != nil {
+			b = p.appendErr(b, req, err)
+			break
+		}
+		b = appendTidList(appendHeader(b, req.msgID, ans), tids)
+
+	case proto.CodeAskTransactionInformation:
+		if !readable(uint64(req.tid)) {
+			b = appendError(b, req.msgID, proto.NonReadableCell, "")
+			break
+		}
+		t, err := n.be.TransactionInformation(ctx, req.tid)
+		if err != nil {
+			b = p.appendErr(b, req, err)
+			break
+		}
+		b = appendHeader(b, req.msgID, ans)
+		b = append(b, 0x96)
+		b = appendTid(b, t.Tid)
+		b = msgp.AppendBin(b, t.User)
+		b = msgp.AppendBin(b, t.Description)
+		b = msgp.AppendBin(b, t.Extension)
+		b = msgp.AppendBool(b, t.Packed)
+		b = msgp.AppendArrayHeader(b, len(t.Oids))
+		for _, oid := range t.Oids {
+			b = appendTid(b, zodb.Tid(oid))
+		}
+
+	case proto.CodeAskObjectHistory:
+		if !readable(uint64(req.oid)) {
+			b = appendError(b, req.msgID, proto.NonReadableCell, "")
+			break
+		}
+		h, err := n.be.ObjectHistory(ctx, req.oid, req.first, req.last)
+		if err != nil {
+			b = p.appendErr(b, req, err)
+			break
+		}
+		b = appendHeader(b, req.msgID, ans)
+		b = append(b, 0x92)
+		b = appendTid(b, zodb.Tid(req.oid))
+		b = msgp.AppendArrayHeader(b, len(h))
+		for _, e := range h {
+			b = append(b, 0x92)
+			b = appendTid(b, e.Serial)
+			b = msgp.AppendUint(b, uint64(e.Size))
+		}
+
+	case proto.CodeAskFinalTID:
+		final, err := n.be.FinalTID(ctx, req.tid)
+		if err != nil && !errors.Is(err, ErrNonReadableCell) {
+			b = p.appendErr(b, req, err)
+			break
+		}
+		b = appendHeader(b, req.msgID, ans)
+		b = append(b, 0x91)
+		b = appendOptTid(b, final, final != 0)
+
+	case proto.CodePing:
+		b = appendHeader(b, req.msgID, ans)
+		b = append(b, 0x90)
+	}
+	if len(b) > 0 {
+		p.w.write(b)
+	}
+	if cap(b) > 1<<20 {
+		b = make([]byte, 0, 512)
+	}
+	*bp = b
+	n.bufPool.Put(bp)
+}
+
+func appendTidList(b []byte, tids []zodb.Tid) []byte {
+	b = append(b, 0x91)
+	b = msgp.AppendArrayHeader(b, len(tids))
+	for _, t := range tids {
+		b = appendTid(b, t)
+	}
+	return b
+}
+
+// appendErr answers a backend error with NEO's error code.
+func (p *peer) appendErr(b []byte, req *request, err error) []byte {
+	var noObj *zodb.NoObjectError
+	switch {
+	case errors.As(err, &noObj):
+		return appendError(b, req.msgID, proto.OidDoesNotExist, zodb.Oid(req.oid).String())
+	case errors.Is(err, ErrOidNotFound):
+		return appendError(b, req.msgID, proto.OidNotFound, zodb.Oid(req.oid).String())
+	case errors.Is(err, ErrTidNotFound):
+		return appendError(b, req.msgID, proto.TidNotFound, req.tid.String())
+	case errors.Is(err, ErrNonReadableCell):
+		return appendError(b, req.msgID, proto.NonReadableCell, "")
+	}
+	p.n.log.Printf("neo storage: %s: %s: %v", p.name, proto.CodeName(req.code), err)
+	return appendError(b, req.msgID, proto.NotReady, err.Error())
+}
