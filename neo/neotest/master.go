@@ -23,6 +23,8 @@ type MasterConfig struct {
 	Replicas   int
 	TLS        *tls.Config
 	Logf       func(format string, args ...any) // nil: silent
+	// Bind is the address to listen on; default a free loopback port.
+	Bind string
 }
 
 // MasterNID is the master's node id (M1).
@@ -61,12 +63,15 @@ type cell struct {
 	state int
 }
 
-// NewMaster listens on a free loopback port.
+// NewMaster listens on cfg.Bind, by default a free loopback port.
 func NewMaster(cfg MasterConfig) (*Master, error) {
 	if cfg.Partitions <= 0 {
 		cfg.Partitions = 1
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if cfg.Bind == "" {
+		cfg.Bind = "127.0.0.1:0"
+	}
+	ln, err := net.Listen("tcp", cfg.Bind)
 	if err != nil {
 		return nil, err
 	}

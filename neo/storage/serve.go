@@ -110,7 +110,15 @@ func (n *Node) servePeer(ctx context.Context, nc net.Conn) {
 			}
 			return
 		}
-		if err := p.dispatch(id, code, args); err != nil {
+		// Replies are held while more requests are buffered, so that a
+		// pipelining client gets them in one write; they go out as soon
+		// as the reader has nothing left to handle.
+		p.w.hold()
+		err = p.dispatch(id, code, args)
+		if !r.buffered() {
+			p.w.release()
+		}
+		if err != nil {
 			n.log.Printf("neo storage: %s: %s: %v (closing)", p.name, proto.CodeName(code), err)
 			return
 		}
@@ -300,20 +308,27 @@ func (p *peer) dispatch(id uint32, code uint16, args []byte) error {
 		n.reqPool.Put(req)
 		return badInput("bad arguments: %v", err)
 	}
+	if req.code == proto.CodeAskObject {
+		// Loads are answered inline: a pread from the page cache costs
+		// less than a goroutine hop, and the reply joins the others of
+		// this batch of pipelined requests (see servePeer).
+		p.serve(req)
+		return nil
+	}
 	p.sem <- struct{}{}
 	p.wg.Add(1)
-	go p.serve(req)
-	return nil
-}
-
-// serve answers one request.
-func (p *peer) serve(req *request) {
-	n := p.n
-	defer func() {
-		n.reqPool.Put(req)
+	go func() {
+		p.serve(req)
 		<-p.sem
 		p.wg.Done()
 	}()
+	return nil
+}
+
+// serve answers one request and puts req back in its pool.
+func (p *peer) serve(req *request) {
+	n := p.n
+	defer n.reqPool.Put(req)
 	bp := n.bufPool.Get().(*[]byte)
 	b := (*bp)[:0]
 	ctx := context.Background()

@@ -1,7 +1,6 @@
 package storage
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -29,204 +28,142 @@ func badInput(format string, args ...any) error {
 	return &inputError{fmt.Errorf(format, args...)}
 }
 
-// pktReader splits a NEO stream into packets.
-type pktReader struct {
-	r          io.Reader
-	buf        []byte
-	start, end int
-}
+// pktReader splits a NEO stream into packets (proto.Reader), reporting
+// malformed input as *inputError.
+type pktReader struct{ r *proto.Reader }
 
-const readBufSize = 64 << 10
-
-func newPktReader(r io.Reader) *pktReader {
-	return &pktReader{r: r, buf: make([]byte, readBufSize)}
-}
-
-// fill reads more bytes, making room for at least need bytes of packet.
-func (r *pktReader) fill(need int) error {
-	if need > proto.MaxPacketSize+16 {
-		return badInput("packet larger than %d bytes", proto.MaxPacketSize)
-	}
-	if r.start > 0 {
-		copy(r.buf, r.buf[r.start:r.end])
-		r.end -= r.start
-		r.start = 0
-	}
-	if r.end == 0 && len(r.buf) > 4*readBufSize {
-		r.buf = make([]byte, readBufSize) // shrink after a big packet
-	}
-	if len(r.buf) < need || r.end == len(r.buf) {
-		nb := make([]byte, max(need, 2*len(r.buf)))
-		copy(nb, r.buf[:r.end])
-		r.buf = nb
-	}
-	n, err := r.r.Read(r.buf[r.end:])
-	r.end += n
-	if n > 0 {
-		return nil
-	}
-	if err == nil {
-		err = io.ErrNoProgress
-	}
-	return err
-}
+func newPktReader(r io.Reader) *pktReader { return &pktReader{proto.NewReader(r)} }
 
 // handshake reads and checks the peer's ("NEO", 5).
 func (r *pktReader) handshake() error {
-	for r.end-r.start < len(proto.Handshake) {
-		if err := r.fill(len(proto.Handshake)); err != nil {
-			return err
-		}
+	err := r.r.ReadHandshake()
+	var he *proto.HandshakeError
+	if errors.As(err, &he) {
+		return &inputError{err}
 	}
-	got := r.buf[r.start : r.start+len(proto.Handshake)]
-	r.start += len(proto.Handshake)
-	if !bytes.Equal(got, proto.Handshake[:]) {
-		if bytes.Equal(got[:5], proto.Handshake[:5]) {
-			return badInput("protocol version mismatch (peer speaks %d, we %d)", got[5], proto.Version)
-		}
-		return badInput("not a NEO peer (handshake % x)", got)
-	}
-	return nil
+	return err
 }
 
 // next returns the next packet. args (the msgpack array of arguments)
 // stays valid until the following call.
 func (r *pktReader) next() (msgID uint32, code uint16, args []byte, err error) {
-	var n int
-	for {
-		n, err = msgp.Len(r.buf[r.start:r.end])
-		if err == nil {
-			break
-		}
-		if err != msgp.ErrShort {
+	p, err := r.r.ReadPacket()
+	if err != nil {
+		var fe *proto.FrameError
+		if errors.As(err, &fe) {
 			return 0, 0, nil, &inputError{err}
 		}
-		if err := r.fill(r.end - r.start + 1); err != nil {
-			return 0, 0, nil, err
-		}
+		return 0, 0, nil, err
 	}
-	pkt := r.buf[r.start : r.start+n]
-	r.start += n
-	cnt, b, err := msgp.ReadArrayHeader(pkt)
-	if err != nil || cnt != 3 {
-		return 0, 0, nil, badInput("packet is not a 3-array")
-	}
-	id, b, err := msgp.ReadUint32(b)
-	if err != nil {
-		return 0, 0, nil, badInput("msg_id: %v", err)
-	}
-	c, b, err := msgp.ReadUint(b)
-	if err != nil || c > math.MaxUint16 {
-		return 0, 0, nil, badInput("code: bad integer")
-	}
-	if t, _ := msgp.NextType(b); t != msgp.Array {
-		return 0, 0, nil, badInput("%s: arguments are not an array", proto.CodeName(uint16(c)))
-	}
-	return id, uint16(c), b, nil
+	return p.ID, p.Code, p.Args, nil
 }
 
-// connWriter serializes the packets of a connection. write appends under a
-// mutex to a pending buffer; a flusher goroutine writes what accumulated
-// with one system call, so that replies to pipelined requests share
-// writes. Two buffers alternate: no allocation in the steady state.
+// complete tells whether a whole packet is already buffered, so that the
+// caller can hold its replies until it has handled it too.
+func (r *pktReader) buffered() bool { return r.r.Buffered() > 0 }
+
+// connWriter serializes the packets of a connection. The first writer
+// that finds no write in progress does the system call, for what it
+// queued and for whatever other goroutines append meanwhile (they return
+// at once): replies to pipelined requests share writes, no goroutine hop
+// is added, and at low load a reply costs one write. Two buffers
+// alternate: no allocation in the steady state.
 type connWriter struct {
 	nc      net.Conn
 	mu      sync.Mutex
+	idle    sync.Cond // signalled when writing ends
 	out     []byte
 	free    []byte
 	err     error
 	closed  bool
-	wake    chan struct{}
-	done    chan struct{}
-	flushed chan struct{}
+	writing bool
+	held    bool // hold: queue without writing until release
 }
 
 func newConnWriter(nc net.Conn) *connWriter {
 	w := &connWriter{
-		nc:      nc,
-		out:     make([]byte, 0, 32<<10),
-		free:    make([]byte, 0, 32<<10),
-		wake:    make(chan struct{}, 1),
-		done:    make(chan struct{}),
-		flushed: make(chan struct{}),
+		nc:   nc,
+		out:  make([]byte, 0, 32<<10),
+		free: make([]byte, 0, 32<<10),
 	}
-	go w.flusher()
+	w.idle.L = &w.mu
 	return w
 }
 
-// write queues p (copied). It returns the first write error of the
+// write queues the concatenation of p (copied) and writes it unless
+// another goroutine is writing. It returns the first write error of the
 // connection, if any.
 func (w *connWriter) write(p ...[]byte) error {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.err != nil || w.closed {
-		err := w.err
-		w.mu.Unlock()
-		if err == nil {
-			err = net.ErrClosed
+		if w.err != nil {
+			return w.err
 		}
-		return err
+		return net.ErrClosed
 	}
 	for _, b := range p {
 		w.out = append(w.out, b...)
 	}
-	w.mu.Unlock()
-	select {
-	case w.wake <- struct{}{}:
-	default:
+	if w.writing || w.held {
+		return nil
 	}
-	return nil
+	w.drainLocked()
+	return w.err
 }
 
-func (w *connWriter) flusher() {
-	defer close(w.flushed)
-	for {
-		select {
-		case <-w.wake:
-		case <-w.done:
-			w.flush()
-			return
-		}
-		if !w.flush() {
-			return
-		}
-	}
-}
-
-// flush writes what is pending; false after an error.
-func (w *connWriter) flush() bool {
+// hold makes write queue without writing, until release.
+func (w *connWriter) hold() {
 	w.mu.Lock()
-	b := w.out
-	w.out = w.free[:0]
-	w.free = nil
+	w.held = true
 	w.mu.Unlock()
-	var err error
-	if len(b) > 0 {
-		_, err = w.nc.Write(b)
-	}
-	if cap(b) > 4<<20 {
-		b = make([]byte, 0, 32<<10)
-	}
-	w.mu.Lock()
-	w.free = b[:0]
-	if err != nil && w.err == nil {
-		w.err = err
-	}
-	w.mu.Unlock()
-	return err == nil
 }
 
-// close stops accepting packets, writes what is pending and waits for it.
+// release ends hold and writes what was queued meanwhile.
+func (w *connWriter) release() {
+	w.mu.Lock()
+	w.held = false
+	if !w.writing && len(w.out) > 0 && w.err == nil {
+		w.drainLocked()
+	}
+	w.mu.Unlock()
+}
+
+// drainLocked writes until nothing is pending. Called with mu held and
+// writing false.
+func (w *connWriter) drainLocked() {
+	w.writing = true
+	for len(w.out) > 0 && w.err == nil {
+		b := w.out
+		w.out = w.free[:0]
+		w.free = nil
+		w.mu.Unlock()
+		_, err := w.nc.Write(b)
+		if cap(b) > 4<<20 {
+			b = make([]byte, 0, 32<<10)
+		}
+		w.mu.Lock()
+		w.free = b[:0]
+		if err != nil && w.err == nil {
+			w.err = err
+		}
+	}
+	w.writing = false
+	w.idle.Broadcast()
+}
+
+// close stops accepting packets and writes what is pending.
 func (w *connWriter) close() {
 	w.mu.Lock()
-	if w.closed {
-		w.mu.Unlock()
-		<-w.flushed
-		return
-	}
+	defer w.mu.Unlock()
 	w.closed = true
-	w.mu.Unlock()
-	close(w.done)
-	<-w.flushed
+	w.held = false
+	for w.writing {
+		w.idle.Wait()
+	}
+	if len(w.out) > 0 && w.err == nil {
+		w.drainLocked()
+	}
 }
 
 // ---- encoding helpers ----

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/zodbd/zodbd/neo/neotest"
+)
+
+func init() {
+	register(&command{
+		name:    "neo-master",
+		summary: "(for tests and benchmarks) run a minimal read-only NEO master for one storage node",
+		run:     runNeoMaster,
+	})
+}
+
+func runNeoMaster(args []string) int {
+	fl := flag.NewFlagSet("neo-master", flag.ContinueOnError)
+	fl.Usage = func() {
+		fmt.Fprintf(os.Stderr, "usage: zodbd neo-master --cluster NAME [--bind ADDR] [--partitions N] [--replicas N]\n\n"+
+			"Runs the minimal NEO master of the test suite (package neo/neotest): it\n"+
+			"accepts one storage node, runs it through recovery, verification and\n"+
+			"operation, then lets clients read (commits are refused). It is what\n"+
+			"`make bench` and the demos use where NEO/py's neomaster is not installed;\n"+
+			"it is not a replacement for neomaster (no elections, replication, writes).\n"+
+			"It prints its address on stdout once it listens.\n\n")
+		fl.PrintDefaults()
+	}
+	var cluster, bind string
+	var np, nr int
+	fl.StringVar(&cluster, "cluster", "", "cluster name (required)")
+	fl.StringVar(&bind, "bind", "127.0.0.1:0", "address to listen on")
+	fl.IntVar(&np, "partitions", 1, "partitions of a new partition table (FileStorage: 1)")
+	fl.IntVar(&nr, "replicas", 0, "replicas of a new partition table")
+	if err := fl.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if cluster == "" || fl.NArg() != 0 {
+		fl.Usage()
+		return 2
+	}
+	logger := log.New(os.Stderr, "", log.LstdFlags)
+	m, err := neotest.NewMaster(neotest.MasterConfig{Cluster: cluster, Partitions: np, Replicas: nr, Bind: bind, Logf: logger.Printf})
+	if err != nil {
+		return fatalf("neo-master", "%v", err)
+	}
+	fmt.Println(m.Addr())
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := m.Serve(ctx); err != nil {
+		return fatalf("neo-master", "%v", err)
+	}
+	return 0
+}
