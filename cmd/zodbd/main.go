@@ -10,6 +10,7 @@ import (
 
 	// Storage drivers for zodb.Open (URLs of hash, wrk).
 	_ "github.com/zodbd/zodbd/fs1"        // file paths, file://
+	_ "github.com/zodbd/zodbd/neo/client" // neo://, neos://
 	_ "github.com/zodbd/zodbd/neosqlite"  // sqlite:///path (NEO/py storage DB, read-only)
 	_ "github.com/zodbd/zodbd/zeo/client" // zeo://
 )
