@@ -49,9 +49,19 @@ SERVERS = {
     'runzeo-Z': ('runzeo', 'pickle'),
     'runzeo-M': ('runzeo', 'msgpack'),
     'zodbd-neo': ('zodbd-neo', 'neo'),
+    'zodbd-neo-nosha1': ('zodbd-neo', 'neo'),  # the same node; the client skips the sha1 check (?verify=0)
     'neo-py': ('neo-py', 'neo'),
 }
 BASELINE = {'pickle': 'runzeo-Z', 'msgpack': 'runzeo-M'}
+NEO_CLUSTER = 'bench'
+
+
+def client_url(variant, srv):
+    """The URL the Go tools (hash, wrk) open for a server."""
+    if variant['marshal'] == 'neo':
+        q = '?verify=0' if srv.name.endswith('-nosha1') else ''
+        return 'neo://%s@%s%s' % (NEO_CLUSTER, srv.addr, q)
+    return 'zeo://' + srv.addr
 
 
 def log(*a):
@@ -391,7 +401,12 @@ class Setup:
                 env['GOMAXPROCS'] = str(gmp)
             return taskset + [self.pingpong, 'serve', '-a', addr], env
         if impl == 'zodbd-neo':
-            return [self.a.zodbd, 'neo-storage', '-a', addr, '-f', fs], env
+            # The storage node and, in the same process, the minimal master
+            # of the test suite (not on the read path), listening on addr.
+            cmd = taskset + [self.a.zodbd, 'neo-storage', '--cluster', NEO_CLUSTER, '--with-master', addr]
+            if gmp:
+                cmd += ['--gomaxprocs', str(gmp)]
+            return cmd + [fs], env
         raise RuntimeError('no way to start %s' % name)
 
 
@@ -406,12 +421,8 @@ def server_variants(a, caps):
         if n not in SERVERS:
             die('unknown server %s (%s)' % (n, ', '.join(SERVERS)))
         impl, marshal = SERVERS[n]
-        if n == 'zodbd-neo' and not caps['neo-storage']:
-            notes.append('zodbd-neo skipped: this zodbd has no `neo-storage` command yet')
-            continue
-        if n == 'zodbd-neo':
-            notes.append('zodbd-neo skipped: `zodbd neo-storage` exists but this harness has no NEO '
-                         'client workload yet (the ZEO workloads cannot talk to it)')
+        if impl == 'zodbd-neo' and not caps['neo-storage']:
+            notes.append('%s skipped: this zodbd has no `neo-storage` command yet' % n)
             continue
         if n == 'neo-py':
             if not a.neo_py:
@@ -491,7 +502,7 @@ def w_hash(setup, variant, srv, ds, logpath, quick):
                                                 '-sizes', ds.sizes, srv.addr], logpath, 600)
         r = json.loads(out)
         return {"ns/op": r["latency_ns"].get("mean"), "objects": n}, r["histogram_ns"]
-    out, nerr, errs = run_client(setup, variant, [setup.a.zodbd, 'hash', '--crc32', 'zeo://' + srv.addr],
+    out, nerr, errs = run_client(setup, variant, [setup.a.zodbd, 'hash', '--crc32', client_url(variant, srv)],
                                  logpath, 600)
     m = re.search(r'oid=0\.\.(\d+).*?\(([\d.]+) µs / object\)', out)
     if not m:
@@ -590,7 +601,7 @@ def w_wrk(setup, variant, srv, ds, logpath, quick, clients):
         cmd = [setup.pingpong, 'load', '-c', str(clients), '-d', '%gs' % d, '-sizes', ds.sizes, srv.addr]
     else:
         cmd = [setup.a.zodbd, 'wrk', '-c', str(clients), '-d', '%gs' % d, '--cache=off', '--json',
-               'zeo://' + srv.addr]
+               client_url(variant, srv)]
     out, nerr, errs = run_client(setup, variant, cmd, logpath, 120 + 3 * d)
     parsed = parse_wrk(out)
     if not parsed or 'ops/s' not in parsed[0]:
@@ -629,6 +640,22 @@ def w_commit(setup, variant, srv, ds, logpath, quick, clients):
     return res, r['histogram_ns']
 
 
+def wait_neo_operational(srv, timeout=120):
+    """Waits until the NEO storage node says it serves (its master listens
+    earlier, and would refuse clients until then)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(srv.logpath, errors='replace') as f:
+                if 'operational' in f.read():
+                    return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError('%s: the NEO storage node did not become operational in %ds (log %s)'
+                       % (srv.name, timeout, srv.logpath))
+
+
 def check_through_server(a, srv, ds, logpath):
     """ZODB/py's hash of the dataset computed through the server (the stock
     Python client) == the reference."""
@@ -665,11 +692,13 @@ def session(setup, name, variant, ds, rnd, outdir, workloads, env, checked):
     t0, cpu0, own0 = time.monotonic(), machine.cpu_times(), own_cpu()
     try:
         srv.wait_ready()
+        if variant['marshal'] == 'neo':
+            wait_neo_operational(srv)
         # The stock Python client's view (ZODB/py's hash through the server)
         # once per server and dataset; on big datasets only without the
         # hash workload (which checks zodbd hash's checksum every run).
         nobj = len(open(ds.sizes).read().split())
-        if variant['impl'] != 'floor' and (name, ds.name) not in checked and \
+        if variant['impl'] not in ('floor', 'zodbd-neo') and (name, ds.name) not in checked and \
                 (nobj <= 10000 or 'hash' not in workloads):
             h = check_through_server(a, srv, ds, clog)
             checked.add((name, ds.name))
@@ -694,6 +723,9 @@ def session(setup, name, variant, ds, rnd, outdir, workloads, env, checked):
 
         if variant['impl'] != 'floor':
             workloads = [w for w in workloads if w not in setup.floor_only]
+        if variant['marshal'] == 'neo':
+            # The Python workloads use the stock ZEO client.
+            workloads = [w for w in workloads if w not in ('pyload', 'commit')]
         if 'hash' in workloads:
             rec('hash', 1, w_hash)
         if 'pyload' in workloads:

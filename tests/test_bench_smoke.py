@@ -23,7 +23,7 @@ def quick_run(tmp_path_factory, zodbd_bin, shared_dir):
     out = str(tmp_path_factory.mktemp('bench') / 'results')
     p = subprocess.run(
         [sys.executable, os.path.join(REPO, 'bench', 'run.py'), '--quick', '--no-benchstat', '--no-plots',
-         '--servers', 'floor,zodbd-Z,runzeo-Z', '--committers', '2', '--clients', '2', '--zodbd', zodbd_bin,
+         '--servers', 'floor,zodbd-Z,runzeo-Z,zodbd-neo', '--committers', '2', '--clients', '2', '--zodbd', zodbd_bin,
          '--shared', shared_dir, '--out', out],
         cwd=REPO, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
@@ -33,8 +33,8 @@ def quick_run(tmp_path_factory, zodbd_bin, shared_dir):
 def test_quick_run_results(quick_run):
     out, stdout = quick_run
     raw = sorted(glob.glob(os.path.join(out, 'raw', '*.txt')))
-    # one file per run: 3 servers x 2 datasets x 1 round
-    assert len(raw) == 6, raw
+    # one file per run: 4 servers x 2 datasets x 1 round
+    assert len(raw) == 8, raw
     for name in ('prod1-1024', 'wczblk1-8'):
         for srv in ('zodbd-Z', 'runzeo-Z'):
             assert '%s: ' % name in stdout and 'through %s == ZODB/py reference' % srv in stdout
@@ -48,6 +48,12 @@ def test_quick_run_results(quick_run):
         assert 'BenchmarkHash/ds=prod1-1024 ' in text
     if 'wrk workload skipped' not in stdout:
         assert 'BenchmarkWrk/ds=prod1-1024/c=2 ' in text
+    # The NEO node: hash (checksum checked against the reference) and wrk
+    # through neo://.
+    with open(os.path.join(out, 'raw', '01-wczblk1-8-zodbd-neo.txt')) as f:
+        text = f.read()
+    assert 'BenchmarkHash/ds=wczblk1-8 ' in text
+    assert 'BenchmarkWrk/ds=wczblk1-8/c=2 ' in text
     report = open(os.path.join(out, 'report.md')).read()
     assert 'vs runzeo-Z' in report and '× floor' in report and '## Summary' in report
     summary = json.load(open(os.path.join(out, 'summary.json')))

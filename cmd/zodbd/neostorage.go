@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/zodbd/zodbd/neo/neotest"
 	"github.com/zodbd/zodbd/neo/storage"
 )
 
@@ -45,11 +46,16 @@ func runNeoStorage(args []string) int {
 	fl.StringVar(&cert, "cert", "", "node certificate (PEM)")
 	fl.StringVar(&key, "key", "", "node private key (PEM)")
 	fl.IntVar(&gomaxprocs, "gomaxprocs", 0, "set GOMAXPROCS (0: Go's default)")
+	var withMaster string
+	fl.StringVar(&withMaster, "with-master", "", "for demos and benchmarks: also run `zodbd neo-master` in this process, listening on `ADDR`, and join it (then --masters is not needed)")
 	if err := fl.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
+	}
+	if withMaster != "" && masters == "" {
+		masters = withMaster
 	}
 	if clusterName == "" || masters == "" || fl.NArg() != 1 {
 		fl.Usage()
@@ -83,6 +89,15 @@ func runNeoStorage(args []string) int {
 		return fatalf("neo-storage", "%v", err)
 	}
 	defer be.Close()
+	if withMaster != "" {
+		m, err := neotest.NewMaster(neotest.MasterConfig{Cluster: clusterName, Bind: withMaster, TLS: tlsConf,
+			Logf: log.New(os.Stderr, "", log.LstdFlags|log.Lmicroseconds).Printf})
+		if err != nil {
+			return fatalf("neo-storage", "master: %v", err)
+		}
+		go m.Serve(ctx)
+		log.Printf("zodbd neo-storage: master of cluster %q on %s", clusterName, m.Addr())
+	}
 	n, err := storage.New(storage.Config{
 		Cluster:   clusterName,
 		Masters:   strings.Split(masters, ","),
