@@ -173,7 +173,14 @@ func (b *FS1Backend) Object(ctx context.Context, oid zodb.Oid, at, before zodb.T
 			o.NoData = true
 			return nil
 		}
-		o.DataSerial = src.Tid
+		// data_serial names the record the backpointer points to (one
+		// link), as ZODB/py's iterator gives data_txn and so as NEO/py's
+		// Importer stores value_tid; its data is the chain's end.
+		var bh fs1.DataHeader
+		if err := bh.Load(b.file, b.path, dh.BackPos, pos); err != nil {
+			return err
+		}
+		o.DataSerial = bh.Tid
 		o.Checksum = sha1.Sum(data)
 		return nil
 	}
