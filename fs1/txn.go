@@ -25,6 +25,16 @@ type txn struct {
 	recs []recEnt   // its data records
 }
 
+// Tid returns the tid the transaction got at Vote, or 0 before a
+// successful Vote. Files that go with the transaction (blobs) are named
+// after it before Finish.
+func (t *txn) Tid() zodb.Tid {
+	if t.state == txnVoted || t.state == txnFinished {
+		return t.tid
+	}
+	return 0
+}
+
 type txnState uint8
 
 const (

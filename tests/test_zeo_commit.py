@@ -240,3 +240,35 @@ def test_client_survives_restart(serve, zodbd_bin, tmp_path, marshal):
         db.close()
     finally:
         srv2.stop()
+
+
+def test_delete_with_stale_serial_is_a_conflict(serve, tmp_path):
+    # deleteObject (IExternalGC) with a stale serial fails the vote with a
+    # ConflictError, as with runzeo: the client cannot resolve a delete.
+    from ZODB.Connection import TransactionMetaData
+    path = str(tmp_path / 'Data.fs')
+    srv = serve(path, extra=['--create'])
+    db = ZEO.DB(srv.addr, wait_timeout=10)
+    tm = transaction.TransactionManager()
+    c = db.open(tm)
+    c.root()['x'] = PersistentMapping()
+    tm.commit()
+    oid, stale = c.root()['x']._p_oid, c.root()['x']._p_serial
+    c.root()['x']['k'] = 1
+    tm.commit()
+    st = db.storage
+    t = TransactionMetaData()
+    st.tpc_begin(t)
+    st.deleteObject(oid, stale, t)
+    with pytest.raises(ConflictError):
+        st.tpc_vote(t)
+    st.tpc_abort(t)
+    # The current serial works.
+    t = TransactionMetaData()
+    st.tpc_begin(t)
+    st.deleteObject(oid, c.root()['x']._p_serial, t)
+    st.tpc_vote(t)
+    st.tpc_finish(t)
+    db.close()
+    srv.stop()
+    fstest(path)

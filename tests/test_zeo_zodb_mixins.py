@@ -36,10 +36,11 @@ def start_zodbd(storage_conf=None, zeo_conf=None, port=None, keep=False,
                 debug=False, threaded=False, start_timeout=33, name=None,
                 log=None, show_config=False):
     """A stand-in for ZEO.tests.forker.start_zeo_server running zodbd."""
-    if blob_dir:
-        raise unittest.SkipTest('blobs are not supported by zodbd yet')
     if not storage_conf:
         storage_conf = '<filestorage>\npath %s\n</filestorage>' % path
+    if blob_dir:
+        storage_conf = ('<blobstorage>\nblob-dir %s\n%s\n</blobstorage>'
+                        % (blob_dir, storage_conf))
     if zeo_conf is None or isinstance(zeo_conf, dict):
         addr = ('127.0.0.1', port or 0) if not isinstance(port, str) else port
         z = forker.ZEOConfig(addr)
@@ -94,12 +95,17 @@ def start_zodbd(storage_conf=None, zeo_conf=None, port=None, keep=False,
 # ZEO's FileStorage classes. Not included: ClientConflictResolutionTests
 # (it serves a MappingStorage; its checks are in FileStorageTests, since
 # zodbd always lets the client resolve conflicts), FileStorageLoadDelayedTests
-# and FileStorageHexTests (they %import Python storage wrappers), the blob
-# classes (blobs are not supported yet).
+# and FileStorageHexTests (they %import Python storage wrappers). The blob
+# classes serve a <blobstorage> (blob-dir around a filestorage):
+# BlobAdaptedFileStorageTests with the client's own blob cache (blobs go
+# over the connection), BlobWritableCacheTests with a blob directory shared
+# by client and server (storeBlobShared).
 CLASSES = [
     testZEO.FileStorageTests,
     testZEO.FileStorageRecoveryTests,
     testZEO.FileStorageSSLTests,
+    testZEO.BlobAdaptedFileStorageTests,
+    testZEO.BlobWritableCacheTests,
 ]
 
 # check methods that cannot pass against zodbd, with the reason.

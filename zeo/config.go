@@ -87,50 +87,37 @@ func ParseConfig(r io.Reader) (*FileConfig, error) {
 				return nil, err
 			}
 		case "filestorage":
-			fs := FileStorageConfig{Name: s.name, PackGC: true, PackKeepOld: true}
-			if fs.Name == "" {
-				unnamed++
-				if unnamed > 1 {
-					return nil, fmt.Errorf("line %d: more than one unnamed storage section", s.line)
-				}
-				fs.Name = "1"
+			fs, err := filestorageSection(s, s.name, "")
+			if err != nil {
+				return nil, err
 			}
-			var err error
+			if err := cfg.addStorage(fs, s, &unnamed); err != nil {
+				return nil, err
+			}
+		case "blobstorage":
+			// <blobstorage NAME> blob-dir DIR <filestorage> ... </filestorage>
+			// </blobstorage>: ZODB/py's BlobStorage around one
+			// filestorage; the outer name names the storage.
+			var dir string
 			for k, vs := range s.keys {
-				v := vs[len(vs)-1]
-				switch k {
-				case "path":
-					fs.Path = v
-				case "blob-dir":
-					fs.BlobDir = v
-				case "create":
-					fs.Create, err = parseBool(v)
-				case "read-only":
-					fs.ReadOnly, err = parseBool(v)
-				case "quota":
-					fs.Quota, err = parseSize(v)
-				case "pack-gc":
-					fs.PackGC, err = parseBool(v)
-				case "pack-keep-old":
-					fs.PackKeepOld, err = parseBool(v)
-				case "packer":
-					err = fmt.Errorf("packer names a Python callable, which zodbd cannot run")
-				default:
-					err = fmt.Errorf("unknown key")
+				if k != "blob-dir" {
+					return nil, fmt.Errorf("line %d: <blobstorage %s> %s: unknown key", s.line, s.name, k)
 				}
-				if err != nil {
-					return nil, fmt.Errorf("line %d: <filestorage %s> %s: %w", s.line, s.name, k, err)
-				}
+				dir = vs[len(vs)-1]
 			}
-			if fs.Path == "" {
-				return nil, fmt.Errorf("line %d: <filestorage %s> has no path", s.line, s.name)
+			if dir == "" {
+				return nil, fmt.Errorf("line %d: <blobstorage %s> has no blob-dir", s.line, s.name)
 			}
-			for _, other := range cfg.Storages {
-				if other.Name == fs.Name {
-					return nil, fmt.Errorf("line %d: storage %q defined twice", s.line, fs.Name)
-				}
+			if len(s.subs) != 1 || s.subs[0].typ != "filestorage" {
+				return nil, fmt.Errorf("line %d: <blobstorage %s> must hold exactly one <filestorage> (zodbd serves filestorage sections)", s.line, s.name)
 			}
-			cfg.Storages = append(cfg.Storages, fs)
+			fs, err := filestorageSection(s.subs[0], s.name, dir)
+			if err != nil {
+				return nil, err
+			}
+			if err := cfg.addStorage(fs, s, &unnamed); err != nil {
+				return nil, err
+			}
 		case "eventlog":
 			if v := s.keys["level"]; len(v) > 0 {
 				cfg.LogLevel = v[len(v)-1]
@@ -378,4 +365,63 @@ func parseSize(s string) (int64, error) {
 		return 0, fmt.Errorf("%q is not a byte size", s)
 	}
 	return n * mult, nil
+}
+
+// filestorageSection parses a <filestorage> section; name is the storage's
+// name ("" when unnamed) and blobDir the blob-dir of an enclosing
+// <blobstorage>.
+func filestorageSection(s *section, name, blobDir string) (FileStorageConfig, error) {
+	fs := FileStorageConfig{Name: name, BlobDir: blobDir, PackGC: true, PackKeepOld: true}
+	var err error
+	for k, vs := range s.keys {
+		v := vs[len(vs)-1]
+		switch k {
+		case "path":
+			fs.Path = v
+		case "blob-dir":
+			if blobDir != "" {
+				err = fmt.Errorf("blob-dir given inside a <blobstorage>")
+			}
+			fs.BlobDir = v
+		case "create":
+			fs.Create, err = parseBool(v)
+		case "read-only":
+			fs.ReadOnly, err = parseBool(v)
+		case "quota":
+			fs.Quota, err = parseSize(v)
+		case "pack-gc":
+			fs.PackGC, err = parseBool(v)
+		case "pack-keep-old":
+			fs.PackKeepOld, err = parseBool(v)
+		case "packer":
+			err = fmt.Errorf("packer names a Python callable, which zodbd cannot run")
+		default:
+			err = fmt.Errorf("unknown key")
+		}
+		if err != nil {
+			return fs, fmt.Errorf("line %d: <filestorage %s> %s: %w", s.line, s.name, k, err)
+		}
+	}
+	if fs.Path == "" {
+		return fs, fmt.Errorf("line %d: <filestorage %s> has no path", s.line, s.name)
+	}
+	return fs, nil
+}
+
+// addStorage adds a parsed storage, naming an unnamed one "1".
+func (cfg *FileConfig) addStorage(fs FileStorageConfig, s *section, unnamed *int) error {
+	if fs.Name == "" {
+		*unnamed++
+		if *unnamed > 1 {
+			return fmt.Errorf("line %d: more than one unnamed storage section", s.line)
+		}
+		fs.Name = "1"
+	}
+	for _, other := range cfg.Storages {
+		if other.Name == fs.Name {
+			return fmt.Errorf("line %d: storage %q defined twice", s.line, fs.Name)
+		}
+	}
+	cfg.Storages = append(cfg.Storages, fs)
+	return nil
 }

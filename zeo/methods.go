@@ -402,7 +402,7 @@ func (c *conn) handle(m *wire.Message) bool {
 			}
 		}
 	case "sendBlob", "storeBlobStart", "storeBlobChunk", "storeBlobEnd", "storeBlobShared":
-		err = fmt.Errorf("%s: blobs are not supported by this server", m.Name)
+		err = c.blobCall(id, string(m.Name), a, oneway) // blob.go
 	default:
 		c.srv.logf("zeo: %s: unknown method %q; closing", c.peer, m.Name)
 		return false
@@ -492,6 +492,9 @@ func (c *conn) encodeInfo(e *wire.Encoder, full bool) {
 		e.Bool(iterOids)
 		e.Str("interfaces")
 		ifaces := [][2]string{}
+		if st.blobs != nil {
+			ifaces = append(ifaces, [2]string{"ZODB.interfaces", "IBlobStorageRestoreable"}, [2]string{"ZODB.interfaces", "IBlobStorage"})
+		}
 		if st.ws != nil {
 			ifaces = append(ifaces, [2]string{"ZODB.interfaces", "IStorageRestoreable"})
 		}

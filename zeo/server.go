@@ -41,6 +41,11 @@ type StorageConfig struct {
 	Storage zodb.Storage
 	// ReadOnly refuses writes even if Storage accepts them.
 	ReadOnly bool
+	// BlobDir, when not "", is the storage's blob directory (zeo.conf
+	// blob-dir): the server then supports blobs (see blob.go). It is
+	// created if needed, in ZODB/py's bushy layout unless its .layout
+	// marker says otherwise.
+	BlobDir string
 }
 
 // Config configures a Server.

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/zodbd/zodbd/blob"
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -24,6 +25,7 @@ type storage struct {
 	al       zodb.AppendLoader // nil if the storage cannot load without allocating
 	undoer   zodb.Undoer       // nil if the storage cannot undo
 	packer   zodb.Packer       // nil if the storage cannot pack
+	blobs    *blob.Dir         // nil if the storage has no blob directory
 	readOnly bool
 
 	mu      sync.Mutex
@@ -65,6 +67,9 @@ func newStorage(s *Server, sc StorageConfig) (*storage, error) {
 	st.al, _ = sc.Storage.(zodb.AppendLoader)
 	st.undoer, _ = sc.Storage.(zodb.Undoer)
 	st.packer, _ = sc.Storage.(zodb.Packer)
+	if err := st.initBlobs(sc); err != nil {
+		return nil, err
+	}
 	if st.ws == nil {
 		st.readOnly = true
 	}

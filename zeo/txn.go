@@ -44,6 +44,7 @@ type ztxn struct {
 	stxn      zodb.Txn           // the voted storage transaction
 	timer     *time.Timer        // transaction-timeout, from vote to finish
 	finishing bool
+	blobs     txnBlobs // blob uploads and the files placed at vote (blob.go)
 }
 
 func (c *conn) tpcBegin(a *args) error {
@@ -129,6 +130,16 @@ func (c *conn) vote(id *wire.Value, txnID int64) {
 
 		e := wire.Encoder{M: c.srv.cfg.Marshal}
 		var conflicts zodb.ConflictErrors
+		if errors.As(err, &conflicts) {
+			// A stale deleteObject is not resolvable by the client: as
+			// the reference server, vote fails with its ConflictError.
+			for _, ce := range conflicts {
+				if lastOpKind(t.ops, ce.Oid) == opDelete {
+					err = ce
+					break
+				}
+			}
+		}
 		c.txmu.Lock()
 		t.voting = false
 		switch {
@@ -175,6 +186,7 @@ func (c *conn) vote(id *wire.Value, txnID int64) {
 			if c.txn == t {
 				c.txn = nil
 			}
+			c.blobsAbort(t)
 			encodeError(&e, &idc, err)
 		}
 		c.txmu.Unlock()
@@ -188,6 +200,9 @@ func (c *conn) replay(ctx context.Context, t *ztxn) (zodb.Txn, []zodb.Oid, error
 	ws := c.st.ws
 	if ws == nil {
 		return nil, nil, zodb.ErrReadOnly
+	}
+	if err := c.blobsPrepare(t); err != nil {
+		return nil, nil, err
 	}
 	stxn, err := ws.Begin(ctx, t.meta)
 	if err != nil {
@@ -224,6 +239,9 @@ func (c *conn) replay(ctx context.Context, t *ztxn) (zodb.Txn, []zodb.Oid, error
 		}
 	}
 	undone, err := stxn.Vote(ctx)
+	if err == nil {
+		err = c.blobsVoted(t, stxn, undone)
+	}
 	if err != nil {
 		stxn.Abort()
 		return nil, nil, err
@@ -232,6 +250,16 @@ func (c *conn) replay(ctx context.Context, t *ztxn) (zodb.Txn, []zodb.Oid, error
 }
 
 // lastStoreData returns the data of the last store of oid in ops.
+// lastOpKind returns the kind of the last store or delete of oid.
+func lastOpKind(ops []op, oid zodb.Oid) opKind {
+	for i := len(ops) - 1; i >= 0; i-- {
+		if ops[i].oid == oid && (ops[i].kind == opStore || ops[i].kind == opDelete) {
+			return ops[i].kind
+		}
+	}
+	return opCheck
+}
+
 func lastStoreData(ops []op, oid zodb.Oid) []byte {
 	for i := len(ops) - 1; i >= 0; i-- {
 		if ops[i].oid == oid && (ops[i].kind == opStore || ops[i].kind == opDelete) {
@@ -331,6 +359,7 @@ func (c *conn) abortTxn() {
 		t.stxn = nil
 		c.st.lockReleased()
 	}
+	c.blobsAbort(t)
 	if c.txn == t {
 		c.txn = nil
 	}

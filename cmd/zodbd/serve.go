@@ -175,17 +175,24 @@ func runServe(args []string) int {
 		}
 	}()
 	for _, sc := range fc.Storages {
-		if sc.BlobDir != "" {
-			logger.Printf("zodbd serve: storage %s: blob-dir %s ignored: blobs are not supported yet", sc.Name, sc.BlobDir)
-		}
 		ro := sc.ReadOnly || fc.ReadOnly
-		st, err := openServedStorage(sc.Path, ro, sc.Create, logger.Printf)
+		if sc.BlobDir != "" && sc.Create && !ro {
+			// As ZODB/py's FileStorage(create=True, blob_dir=...): a new
+			// storage starts with an empty blob directory.
+			if err := os.RemoveAll(sc.BlobDir); err != nil {
+				return fatalf("serve", "storage %s: blob-dir: %v", sc.Name, err)
+			}
+		}
+		st, err := openServedStorage(sc, ro, logger.Printf)
 		if err != nil {
 			return fatalf("serve", "storage %s: %v", sc.Name, err)
 		}
 		opened = append(opened, st)
-		cfg.Storages = append(cfg.Storages, zeo.StorageConfig{Name: sc.Name, Storage: st, ReadOnly: ro})
+		cfg.Storages = append(cfg.Storages, zeo.StorageConfig{Name: sc.Name, Storage: st, ReadOnly: ro, BlobDir: sc.BlobDir})
 		logger.Printf("zodbd serve: storage %s: %s (%s)", sc.Name, sc.Path, map[bool]string{true: "read-only", false: "read-write"}[ro])
+		if sc.BlobDir != "" {
+			logger.Printf("zodbd serve: storage %s: blob directory %s", sc.Name, sc.BlobDir)
+		}
 	}
 	srv, err := zeo.NewServer(cfg)
 	if err != nil {
@@ -348,12 +355,14 @@ func pinCPUs(list string) error {
 
 // openServedStorage opens a FileStorage for the server: read-write (taking
 // its lock file, cutting a torn tail) unless readOnly; create truncates it.
-func openServedStorage(path string, readOnly, create bool, logf func(string, ...interface{})) (interface {
+// pack-gc and pack-keep-old become fs1's PackNoGC and PackDiscardOld.
+func openServedStorage(sc zeo.FileStorageConfig, readOnly bool, logf func(string, ...interface{})) (interface {
 	zodb.Storage
 	io.Closer
 }, error) {
-	if create && readOnly {
+	if sc.Create && readOnly {
 		return nil, errors.New("create and read-only together")
 	}
-	return fs1.Open(path, &fs1.Options{Logf: logf, ReadWrite: !readOnly, Create: create})
+	return fs1.Open(sc.Path, &fs1.Options{Logf: logf, ReadWrite: !readOnly, Create: sc.Create,
+		PackNoGC: !sc.PackGC, PackDiscardOld: !sc.PackKeepOld})
 }

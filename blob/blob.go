@@ -1,0 +1,560 @@
+// Package blob is a ZODB blob directory on disk, readable and writable by
+// ZODB/py's blob support (ZODB.blob.FilesystemHelper, BlobStorage and
+// FileStorage(blob_dir=...)) on the same directory.
+//
+// A blob directory holds one file per blob revision, named after the
+// object's oid and the revision's tid:
+//
+//	BASE/.layout                                "bushy" (or "lawn")
+//	BASE/tmp/                                   temporary files (uploads)
+//	BASE/0x00/0x00/0x00/0x00/0x00/0x00/0x00/0x2a/0x03d8a1b2c3d4e5f6.blob
+//	                                            bushy: oid 0x2a, tid 0x03d8...
+//	BASE/0x2a/0x03d8a1b2c3d4e5f6.blob           lawn (deprecated in ZODB/py)
+//
+// The oid directories of the bushy layout are the 8 bytes of the oid in
+// hex, most significant first; a file is "<tid>.blob" with the tid written
+// as ZODB's tid_repr (0x, hex without leading zero pairs). Committed blob
+// files are read-only (as ZODB/py's set_not_writable leaves them).
+//
+// Durability: a Batch moves files into place for a transaction; Sync makes
+// the files and every directory entry created for them durable (fsync of
+// the files before they are moved, then of each directory touched), so a
+// caller that syncs the batch before committing the transaction's data
+// record never has a committed record without its blob after a crash.
+package blob
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/zodbd/zodbd/zodb"
+)
+
+// LayoutMarker is the name of the file that records a directory's layout.
+const LayoutMarker = ".layout"
+
+// Suffix ends the name of every committed blob file.
+const Suffix = ".blob"
+
+// ErrNotFound is returned (wrapped) when a blob file does not exist.
+var ErrNotFound = errors.New("no blob file")
+
+// Dir is an open blob directory. Its methods are safe for concurrent use.
+type Dir struct {
+	base   string // absolute, cleaned
+	tmp    string
+	layout string // "bushy" or "lawn"
+
+	// mu orders the creation of oid directories and moves into them
+	// (read-locked, concurrent) against the removal of empty directories
+	// by GC (write-locked), so that a move never finds its directory
+	// removed under it.
+	mu sync.RWMutex
+}
+
+// Open opens (creating if needed) the blob directory at path, with its tmp
+// directory and .layout marker. layout is "bushy", "lawn" or "" for
+// ZODB/py's automatic choice: the marker's layout when there is one, bushy
+// for a new or empty directory, lawn for a directory with files but no
+// marker. A marker that names another layout than the one asked is an
+// error, as in ZODB/py.
+func Open(path, layout string) (*Dir, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	auto, err := autoLayout(abs)
+	if err != nil {
+		return nil, err
+	}
+	if layout == "" {
+		layout = auto
+	}
+	if layout != "bushy" && layout != "lawn" {
+		return nil, fmt.Errorf("blob: %s: unknown layout %q", abs, layout)
+	}
+	d := &Dir{base: abs, tmp: filepath.Join(abs, "tmp"), layout: layout}
+	if err := mkdirAllSync(abs); err != nil {
+		return nil, fmt.Errorf("blob: %w", err)
+	}
+	if err := mkdirAllSync(d.tmp); err != nil {
+		return nil, fmt.Errorf("blob: %w", err)
+	}
+	marker := filepath.Join(abs, LayoutMarker)
+	b, err := os.ReadFile(marker)
+	switch {
+	case err == nil:
+		if got := strings.TrimSpace(string(b)); got != layout {
+			return nil, fmt.Errorf("blob: directory layout `%s` selected for blob directory %s, but marker found for layout `%s`", layout, abs, got)
+		}
+	case errors.Is(err, fs.ErrNotExist):
+		if err := writeFileSync(marker, []byte(layout)); err != nil {
+			return nil, fmt.Errorf("blob: %w", err)
+		}
+	default:
+		return nil, fmt.Errorf("blob: %w", err)
+	}
+	return d, nil
+}
+
+// autoLayout is ZODB/py's auto_layout_select.
+func autoLayout(path string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(path, LayoutMarker))
+	if err == nil {
+		return strings.TrimSpace(string(b)), nil
+	}
+	ents, err := os.ReadDir(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "bushy", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("blob: %w", err)
+	}
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), ".") {
+			return "lawn", nil
+		}
+	}
+	return "bushy", nil
+}
+
+// Path returns the directory's absolute path.
+func (d *Dir) Path() string { return d.base }
+
+// Layout returns the directory's layout name.
+func (d *Dir) Layout() string { return d.layout }
+
+// TempDir returns the directory for temporary files (BASE/tmp), on the
+// same file system as the blobs so that a finished upload is renamed into
+// place.
+func (d *Dir) TempDir() string { return d.tmp }
+
+// Repr is ZODB's oid_repr / tid_repr of an 8-byte id: "0x" and the hex
+// digits without leading zero pairs ("0x00" for 0).
+func Repr(x uint64) string {
+	s := strconv.FormatUint(x, 16)
+	if len(s)%2 == 1 {
+		s = "0" + s
+	}
+	return "0x" + s
+}
+
+// OidDir returns the directory of oid's blob files.
+func (d *Dir) OidDir(oid zodb.Oid) string {
+	return filepath.Join(d.base, d.oidRel(oid))
+}
+
+func (d *Dir) oidRel(oid zodb.Oid) string {
+	if d.layout == "lawn" {
+		return Repr(uint64(oid))
+	}
+	b := oid.Bytes()
+	parts := make([]string, 8)
+	for i := range parts {
+		parts[i] = "0x" + hex.EncodeToString(b[i:i+1])
+	}
+	return filepath.Join(parts...)
+}
+
+// FilePath returns the path of the blob file of oid's revision tid.
+func (d *Dir) FilePath(oid zodb.Oid, tid zodb.Tid) string {
+	return filepath.Join(d.OidDir(oid), Repr(uint64(tid))+Suffix)
+}
+
+// parseOidRel is the inverse of oidRel (ZODB/py's path_to_oid).
+func (d *Dir) parseOidRel(rel string) (zodb.Oid, bool) {
+	parseByte := func(s string) (byte, bool) {
+		if len(s) < 3 || len(s) > 4 || s[:2] != "0x" {
+			return 0, false
+		}
+		v, err := strconv.ParseUint(s[2:], 16, 8)
+		return byte(v), err == nil && strings.ToLower(s[2:]) == s[2:]
+	}
+	if d.layout == "lawn" {
+		return parseRepr(rel)
+	}
+	parts := strings.Split(rel, string(filepath.Separator))
+	if len(parts) != 8 {
+		return 0, false
+	}
+	var x uint64
+	for _, p := range parts {
+		b, ok := parseByte(p)
+		if !ok {
+			return 0, false
+		}
+		x = x<<8 | uint64(b)
+	}
+	return zodb.Oid(x), true
+}
+
+// parseRepr parses "0x..." (ZODB's repr_to_oid for what Repr writes).
+func parseRepr(s string) (zodb.Oid, bool) {
+	if len(s) < 3 || len(s) > 18 || s[:2] != "0x" {
+		return 0, false
+	}
+	v, err := strconv.ParseUint(s[2:], 16, 64)
+	return zodb.Oid(v), err == nil
+}
+
+// Open opens the blob file of oid's revision tid for reading. A missing
+// file gives an error wrapping ErrNotFound.
+func (d *Dir) Open(oid zodb.Oid, tid zodb.Tid) (*os.File, error) {
+	p := d.FilePath(oid, tid)
+	f, err := os.Open(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w at %s", ErrNotFound, p)
+	}
+	return f, err
+}
+
+// Exists reports whether the blob file of oid's revision tid exists.
+func (d *Dir) Exists(oid zodb.Oid, tid zodb.Tid) bool {
+	fi, err := os.Stat(d.FilePath(oid, tid))
+	return err == nil && fi.Mode().IsRegular()
+}
+
+// CreateTemp creates a new temporary file in the tmp directory.
+func (d *Dir) CreateTemp() (*os.File, error) {
+	return os.CreateTemp(d.tmp, "zodbd-*.tmp")
+}
+
+// ValidSharedName reports whether name is acceptable as the file name that
+// a client of a shared blob directory gives for an uploaded blob (ZEO's
+// storeBlobShared): a bare name, no separator (nor NUL), ending in ".tmp"
+// or ".tmp" and one more character, as the reference checks. Anything else
+// could point outside the oid's directory. (A backslash is an ordinary
+// character here: the stock client writes repr() of a str serial.)
+func ValidSharedName(name string) bool {
+	if name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
+		return false
+	}
+	if filepath.Base(name) != name {
+		return false
+	}
+	return strings.HasSuffix(name, ".tmp") || strings.HasSuffix(name[:len(name)-1], ".tmp")
+}
+
+// SharedPath returns the path of a file a shared-directory client put in
+// oid's directory, or an error if name is not a valid such name.
+func (d *Dir) SharedPath(oid zodb.Oid, name string) (string, error) {
+	if !ValidSharedName(name) {
+		return "", fmt.Errorf("blob: bad file name %q for a shared blob upload", name)
+	}
+	return filepath.Join(d.OidDir(oid), name), nil
+}
+
+// SyncFile makes the contents of the regular file at path durable. It
+// refuses anything but a regular file (a symbolic link could point
+// outside the blob directory).
+func SyncFile(path string) error {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("blob: %s is not a regular file", path)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Batch places the blob files of one transaction. Move and Link put files
+// at their final names; Sync makes them durable; Undo removes them again
+// (the transaction aborted). A Batch is used by one goroutine.
+type Batch struct {
+	d      *Dir
+	placed []string
+	dirs   map[string]struct{} // directories whose entries changed
+}
+
+// NewBatch starts a batch.
+func (d *Dir) NewBatch() *Batch {
+	return &Batch{d: d, dirs: make(map[string]struct{})}
+}
+
+// Len returns the number of files placed.
+func (b *Batch) Len() int { return len(b.placed) }
+
+// Move moves the (already durable) file src to the blob file of oid's
+// revision tid, copying when a rename is not possible, and makes it
+// read-only.
+func (b *Batch) Move(src string, oid zodb.Oid, tid zodb.Tid) error {
+	dst, err := b.prepare(oid, tid)
+	if err != nil {
+		return err
+	}
+	b.d.mu.RLock()
+	defer b.d.mu.RUnlock()
+	if err := b.mkdirs(filepath.Dir(dst)); err != nil {
+		return err
+	}
+	if err := os.Rename(src, dst); err != nil {
+		if err := copyFile(src, dst); err != nil {
+			os.Remove(dst)
+			return fmt.Errorf("blob: %w", err)
+		}
+		os.Remove(src)
+	}
+	b.placed = append(b.placed, dst)
+	b.dirs[filepath.Dir(dst)] = struct{}{}
+	return setNotWritable(dst)
+}
+
+// Link makes the blob file of oid's revision from also the blob of
+// revision to (a hard link, or a copy), as an undo does. It returns false
+// when revision from has no blob file.
+func (b *Batch) Link(oid zodb.Oid, from, to zodb.Tid) (bool, error) {
+	src := b.d.FilePath(oid, from)
+	if fi, err := os.Lstat(src); err != nil || !fi.Mode().IsRegular() {
+		return false, nil
+	}
+	dst, err := b.prepare(oid, to)
+	if err != nil {
+		return false, err
+	}
+	b.d.mu.RLock()
+	defer b.d.mu.RUnlock()
+	if err := b.mkdirs(filepath.Dir(dst)); err != nil {
+		return false, err
+	}
+	if err := os.Link(src, dst); err != nil {
+		if err := copyFile(src, dst); err != nil {
+			os.Remove(dst)
+			return false, fmt.Errorf("blob: %w", err)
+		}
+		if err := setNotWritable(dst); err != nil {
+			return false, err
+		}
+	}
+	b.placed = append(b.placed, dst)
+	b.dirs[filepath.Dir(dst)] = struct{}{}
+	return true, nil
+}
+
+func (b *Batch) prepare(oid zodb.Oid, tid zodb.Tid) (string, error) {
+	dst := b.d.FilePath(oid, tid)
+	if _, err := os.Lstat(dst); err == nil {
+		// Left by a crash between a vote and its commit (the tid was
+		// never committed): replace it.
+		if err := os.Remove(dst); err != nil {
+			return "", fmt.Errorf("blob: %w", err)
+		}
+	}
+	return dst, nil
+}
+
+// mkdirs creates dir and its missing parents, remembering the parents
+// whose entries changed. Called with d.mu read-locked.
+func (b *Batch) mkdirs(dir string) error {
+	if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
+		return nil
+	}
+	parent := filepath.Dir(dir)
+	if parent != dir && len(parent) >= len(b.d.base) {
+		if err := b.mkdirs(parent); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("blob: %w", err)
+	}
+	b.dirs[parent] = struct{}{}
+	return nil
+}
+
+// Sync makes every file placed and every directory entry created durable.
+func (b *Batch) Sync() error {
+	for _, p := range b.placed {
+		if err := SyncFile(p); err != nil {
+			return fmt.Errorf("blob: %w", err)
+		}
+	}
+	for dir := range b.dirs {
+		if err := syncDir(dir); err != nil {
+			return fmt.Errorf("blob: %w", err)
+		}
+	}
+	return nil
+}
+
+// Undo removes the files placed by the batch.
+func (b *Batch) Undo() {
+	for _, p := range b.placed {
+		os.Remove(p)
+	}
+	b.placed = nil
+}
+
+// GC removes the blob files of revisions that no longer exist, after a
+// pack: every file of a revision with tid <= last for which exists says
+// false (ZODB/py's BlobStorage pack, which looks each revision up in the
+// packed storage). Files of later tids (transactions committing during the
+// GC) are left alone. Empty oid directories are removed. It returns the
+// number of files removed. If keepOld is not "", removed files are moved
+// under that directory (same relative path) instead of deleted.
+func (d *Dir) GC(last zodb.Tid, exists func(oid zodb.Oid, tid zodb.Tid) (bool, error), keepOld string) (int, error) {
+	removed := 0
+	var dirs []string
+	err := filepath.WalkDir(d.base, func(path string, e fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if path == d.base {
+			return nil
+		}
+		name := e.Name()
+		if e.IsDir() {
+			if path == d.tmp || strings.HasPrefix(name, ".") {
+				return filepath.SkipDir
+			}
+			dirs = append(dirs, path)
+			return nil
+		}
+		if !e.Type().IsRegular() || !strings.HasSuffix(name, Suffix) {
+			return nil
+		}
+		rel, _ := filepath.Rel(d.base, filepath.Dir(path))
+		oid, ok := d.parseOidRel(rel)
+		if !ok {
+			return nil
+		}
+		tid, ok := parseRepr(strings.TrimSuffix(name, Suffix))
+		if !ok || zodb.Tid(tid) > last {
+			return nil
+		}
+		keep, err := exists(oid, zodb.Tid(tid))
+		if err != nil {
+			return err
+		}
+		if keep {
+			return nil
+		}
+		if keepOld != "" {
+			dst := filepath.Join(keepOld, rel, name)
+			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+				return err
+			}
+			if err := os.Rename(path, dst); err != nil {
+				return err
+			}
+		} else if err := os.Remove(path); err != nil {
+			return err
+		}
+		removed++
+		return nil
+	})
+	// Remove empty directories, deepest first.
+	for i := len(dirs) - 1; i >= 0; i-- {
+		d.mu.Lock()
+		os.Remove(dirs[i]) // fails unless empty
+		d.mu.Unlock()
+	}
+	return removed, err
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Sync(); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// setNotWritable is ZODB/py's set_not_writable: no write permission, and
+// the read permissions of the directory.
+func setNotWritable(path string) error {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return err
+	}
+	di, err := os.Lstat(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	perm := fi.Mode().Perm()&^0o222 | di.Mode().Perm()&0o444
+	return os.Chmod(path, perm)
+}
+
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// mkdirAllSync creates dir and its missing parents, fsyncing the parent
+// of each directory it creates.
+func mkdirAllSync(dir string) error {
+	if fi, err := os.Stat(dir); err == nil {
+		if !fi.IsDir() {
+			return fmt.Errorf("%s is not a directory", dir)
+		}
+		return nil
+	}
+	parent := filepath.Dir(dir)
+	if parent != dir {
+		if err := mkdirAllSync(parent); err != nil {
+			return err
+		}
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return syncDir(parent)
+}
+
+func writeFileSync(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
