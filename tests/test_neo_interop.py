@@ -1,0 +1,153 @@
+"""Live interoperability of `zodbd neo-storage` with NEO/py (opt-in).
+
+NEO/py cannot be installed from PyPI in a current version, so these tests
+run only when a NEO/py source tree and a Python that can import it are
+given (see docs/neo.md, "Checking against NEO/py"):
+
+    NEOPY_SRC=/path/to/neoppod NEOPY_PYTHON=/path/to/venv/bin/python \
+        .venv/bin/python -m pytest tests/test_neo_interop.py
+
+A real NEO/py master (`neomaster`), admin (`neoadmin`) and `neoctl` run
+the cluster; zodbd's node is its only storage; NEO/py's client
+(`neo.client.Storage`) reads through it, and what it reads must equal
+ZODB/py's FileStorage (FileStorage backend) or what NEO/py's own storage
+served on the same SQLite database (the recorded client results)."""
+import json
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from zeoserver import free_port
+
+SRC = os.environ.get('NEOPY_SRC')
+PY = os.environ.get('NEOPY_PYTHON')
+pytestmark = pytest.mark.skipif(not (SRC and PY), reason='NEOPY_SRC and NEOPY_PYTHON not set (opt-in)')
+
+READER = r'''
+import hashlib, json, sys
+from ZODB.utils import p64
+kind, where, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if kind == 'fs':
+    from ZODB.FileStorage import FileStorage
+    st = FileStorage(where, read_only=True)
+else:
+    from neo.client.Storage import Storage
+    st = Storage(master_nodes=where, name='vectors', read_only=True)
+out = {'loads': [], 'history': [], 'iter': 0}
+for oid in range(n):
+    data, serial = st.load(p64(oid))
+    out['loads'].append([serial.hex(), hashlib.sha1(data).hexdigest(), len(data)])
+    out['history'].append([[h['tid'].hex(), h['size']] for h in st.history(p64(oid), size=100)])
+for t in st.iterator():
+    out['iter'] += sum(1 for _ in t)
+st.close()
+print(json.dumps(out))
+'''
+
+
+class Cluster:
+    def __init__(self, tmp_path, zodbd_bin, backend):
+        self.dir = tmp_path
+        self.env = dict(os.environ, PYTHONPATH=SRC)
+        self.mport, self.aport, self.sport = free_port(), free_port(), free_port()
+        self.procs = []
+        self.master = '127.0.0.1:%d' % self.mport
+        self.admin = '127.0.0.1:%d' % self.aport
+        self.spawn('master', [PY, '-c', 'import neo.scripts.neomaster as m; m.main()', '-c', 'vectors',
+                              '-b', self.master, '-m', self.master, '-p', '1', '-r', '0'])
+        self.wait_port(self.mport)
+        self.storage = self.spawn('storage', [zodbd_bin, 'neo-storage', '--cluster', 'vectors', '--masters',
+                                              self.master, '--bind', '127.0.0.1:%d' % self.sport, backend])
+        self.spawn('admin', [PY, '-c', 'import neo.scripts.neoadmin as m; m.main()', '-c', 'vectors',
+                             '-b', self.admin, '-m', self.master])
+        self.wait_port(self.aport)
+
+    def spawn(self, name, cmd):
+        log = open(str(self.dir / (name + '.log')), 'wb')
+        p = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=str(self.dir))
+        self.procs.append(p)
+        return p
+
+    def wait_port(self, port):
+        import socket
+        for _ in range(200):
+            try:
+                socket.create_connection(('127.0.0.1', port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError('port %d not listening' % port)
+
+    def ctl(self, *args):
+        p = subprocess.run([PY, '-c', 'import neo.scripts.neoctl as m; m.main()', '-a', self.admin, *args],
+                           env=self.env, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stdout + p.stderr
+        return p.stdout
+
+    def wait_running(self, start):
+        for _ in range(100):
+            if 'RUNNING' in self.ctl('print', 'cluster'):
+                return
+            if start and 'PENDING' in self.ctl('print', 'node'):
+                self.ctl('start')
+            time.sleep(0.2)
+        raise AssertionError('cluster not RUNNING: ' + self.ctl('print', 'node'))
+
+    def read(self, kind, where, n):
+        p = subprocess.run([PY, '-c', READER, kind, where, str(n)], env=self.env, capture_output=True,
+                           text=True, timeout=600)
+        assert p.returncode == 0, p.stderr[-3000:]
+        return json.loads(p.stdout)
+
+    def stop(self):
+        try:
+            self.ctl('set', 'cluster', 'STOPPING')
+            rc = self.storage.wait(20)
+        finally:
+            for p in self.procs:
+                if p.poll() is None:
+                    p.kill()
+                p.wait()
+        return rc
+
+
+def test_neopy_reads_filestorage(tmp_path, zodbd_bin):
+    src = os.path.join(os.path.dirname(__file__), '..', 'fs1', 'testdata', '1.fs')
+    path = str(tmp_path / 'Data.fs')
+    shutil.copyfile(src, path)
+    c = Cluster(tmp_path, zodbd_bin, path)
+    try:
+        c.wait_running(start=True)  # a new cluster: neoctl start
+        n = 10
+        got = c.read('neo', c.master, n)
+    finally:
+        rc = c.stop()
+    assert rc == 0  # the node exits cleanly when the master stops the cluster
+    want = c.read('fs', path, n)
+    assert got['loads'] == want['loads']
+    assert got['iter'] == want['iter']
+    # NEO's history sizes are the stored lengths; FileStorage's the
+    # record's own data (0 for a backpointer): compare the tids.
+    assert [[h[0] for h in x] for x in got['history']] == [[h[0] for h in x] for x in want['history']]
+
+
+def test_neopy_reads_neopy_sqlite(tmp_path, zodbd_bin, shared_dir):
+    db = str(tmp_path / 'storage.sqlite')
+    shutil.copyfile(os.path.join(shared_dir, 'testdata', 'neo', 'storage.sqlite'), db)
+    c = Cluster(tmp_path, zodbd_bin, 'sqlite:' + db)
+    try:
+        c.wait_running(start=False)  # the partition table is in the DB: starts by itself
+        got = c.read('neo', c.master, 5)
+    finally:
+        assert c.stop() == 0
+    # What NEO/py's client got from NEO/py's own storage on this DB.
+    rec = json.load(open(os.path.join(shared_dir, 'testdata', 'neo', 'client-results', 'p1-read.json')))
+    loads = [[e['serial'], e['sha1'], e['len']] for e in rec['events'] if e['op'] == 'load']
+    hist = [[[h['tid'], h['size']] for h in e['result']] for e in rec['events'] if e['op'] == 'history']
+    niter = [sum(len(t['records']) for t in e['transactions']) for e in rec['events'] if e['op'] == 'iterator']
+    assert got['loads'] == loads[:5]
+    assert got['history'] == hist[:5]
+    assert got['iter'] == niter[0]
