@@ -261,7 +261,9 @@ func (c *Client) askObject(ctx context.Context, req *proto.AskObject) (object, e
 				return fmt.Errorf("oid %s serial %s: zlib: %w", ans.Oid, ans.Serial, err)
 			}
 		} else {
-			data = append(make([]byte, 0, len(ans.Data)), ans.Data...)
+			// ans.Data aliases the answer's bytes, which neo/link copies
+			// out of its read buffer for this Ask alone: no second copy.
+			data = ans.Data
 		}
 		r = object{data: data, serial: ans.Serial}
 		return nil
