@@ -1,6 +1,7 @@
 package neosqlite
 
 import (
+	"io"
 	"context"
 	"database/sql"
 	"errors"
@@ -175,6 +176,8 @@ type DB struct {
 	rsql     string   // "(p1,p2,...)" for rlist; "" when empty
 
 	st stmts
+
+	lock io.Closer // the NEO/py storage lock held by OpenExclusive, or nil
 }
 
 type stmts struct {
@@ -209,6 +212,23 @@ const (
 // Errors: a missing file, a file that is not SQLite, or a database that is
 // not a NEO/py storage of schema version 4 (wrapping ErrNotNEO).
 func Open(ctx context.Context, path string) (*DB, error) {
+	return open(ctx, path, false)
+}
+
+// OpenExclusive opens the database as the storage node that owns it: it
+// takes the lock a NEO/py storage node takes on its database (on Linux,
+// the abstract Unix socket "neostorage:<st_dev>:<st_ino>"; the error wraps
+// ErrLocked if a NEO/py node or another OpenExclusive holds it), so no
+// NEO/py node writes the file while it is open, and SQLite can then read it
+// as immutable: without the file locking and change checks of every
+// statement. If the database has a journal or WAL file beside it (a node
+// stopped in the middle of a write), it is opened as Open does instead, so
+// that SQLite sees the last committed state. Close releases the lock.
+func OpenExclusive(ctx context.Context, path string) (*DB, error) {
+	return open(ctx, path, true)
+}
+
+func open(ctx context.Context, path string, exclusive bool) (*DB, error) {
 	db := &DB{path: path}
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -227,8 +247,22 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, db.wrap(fmt.Errorf("not a regular file"))
 	}
-	sdb, err := sql.Open("sqlite", dsn(abs))
+	immutable := false
+	if exclusive {
+		lock, err := lockStorage(fi)
+		switch {
+		case errors.Is(err, errors.ErrUnsupported):
+			// No such lock on this system: read as Open does.
+		case err != nil:
+			return nil, db.wrap(err)
+		default:
+			db.lock = lock
+			immutable = !exists(abs+"-journal") && !exists(abs+"-wal")
+		}
+	}
+	sdb, err := sql.Open("sqlite", dsn(abs, immutable))
 	if err != nil {
+		db.unlock()
 		return nil, db.wrap(err)
 	}
 	n := runtime.GOMAXPROCS(0)
@@ -236,13 +270,26 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	db.sql = sdb
 	if err := db.init(ctx); err != nil {
 		sdb.Close()
+		db.unlock()
 		return nil, db.wrap(err)
 	}
 	return db, nil
 }
 
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}
+
+func (db *DB) unlock() {
+	if db.lock != nil {
+		db.lock.Close()
+		db.lock = nil
+	}
+}
+
 // dsn is the SQLite URI of a read-only connection to the file at abs.
-func dsn(abs string) string {
+func dsn(abs string, immutable bool) string {
 	var b strings.Builder
 	b.WriteString("file:")
 	for i := 0; i < len(abs); i++ {
@@ -256,6 +303,12 @@ func dsn(abs string) string {
 	// mode=ro: never create nor write the file; immutable=0: other
 	// processes (a running NEO/py node) may change it, so SQLite keeps
 	// locking and change detection on. query_only is a second guard.
+	if immutable {
+		// OpenExclusive: nobody else may write the file (the NEO/py
+		// storage lock is held) and no journal is pending.
+		b.WriteString("?mode=ro&immutable=1&_query_only=1")
+		return b.String()
+	}
 	b.WriteString("?mode=ro&immutable=0&_busy_timeout=10000&_query_only=1")
 	return b.String()
 }
@@ -493,7 +546,9 @@ func (db *DB) closeStmts() {
 // Close closes the database. Operations in flight or after Close fail.
 func (db *DB) Close() error {
 	db.closeStmts()
-	return db.wrap(db.sql.Close())
+	err := db.sql.Close()
+	db.unlock()
+	return db.wrap(err)
 }
 
 // Path returns the path given to Open.

@@ -23,9 +23,12 @@ type SQLiteBackend struct {
 	own bool
 }
 
-// OpenSQLite opens the NEO/py SQLite database at path read-only.
+// OpenSQLite opens the NEO/py SQLite database at path read-only, as its
+// storage node: it takes NEO/py's storage lock on the file
+// (neosqlite.OpenExclusive), so that a NEO/py node cannot use it at the
+// same time, and reads it without SQLite's per-statement locking.
 func OpenSQLite(ctx context.Context, path string) (*SQLiteBackend, error) {
-	db, err := neosqlite.Open(ctx, path)
+	db, err := neosqlite.OpenExclusive(ctx, path)
 	if err != nil {
 		return nil, err
 	}
