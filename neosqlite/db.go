@@ -1,11 +1,11 @@
 package neosqlite
 
 import (
-	"io"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"path/filepath"
