@@ -60,6 +60,7 @@ import (
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/zodb"
 	"github.com/zodbd/zodbd/zodb/cache"
+	"github.com/zodbd/zodbd/zodb/watch"
 )
 
 // DefaultCacheSize is the byte budget of the client cache when
@@ -167,7 +168,7 @@ type Client struct {
 	hmu    sync.Mutex
 	headCh chan struct{}
 
-	watch watchers
+	watch watch.Hub
 
 	errMu     sync.Mutex
 	err       error         // why the client is unusable
@@ -369,7 +370,7 @@ func (c *Client) fail(err error) {
 		}
 		n.cmu.Unlock()
 	}
-	c.watch.stopAll()
+	c.watch.Stop()
 }
 
 // masterLoop handles what the master sends, in order, until the

@@ -218,7 +218,7 @@ func (c *Client) invalidate(tid zodb.Tid, oids []zodb.Oid) {
 	close(c.headCh)
 	c.headCh = make(chan struct{})
 	c.hmu.Unlock()
-	c.watch.notify(zodb.CommitEvent{Tid: tid, Oids: oids})
+	c.watch.Notify(zodb.CommitEvent{Tid: tid, Oids: oids})
 }
 
 // object is a decoded, checked and decompressed AnswerObject.

@@ -52,6 +52,7 @@ import (
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zodb"
 	"github.com/zodbd/zodbd/zodb/cache"
+	"github.com/zodbd/zodbd/zodb/watch"
 )
 
 // DefaultCacheSize is the byte budget of the client cache when
@@ -137,7 +138,7 @@ type Client struct {
 	loads  map[loadKey]*loadCall
 	err    error // why the connection is unusable; nil while it works
 
-	watch watchers
+	watch watch.Hub
 
 	commitSem chan struct{} // one transaction at a time (the server allows one per connection)
 	txnSeq    atomic.Int64
@@ -423,7 +424,7 @@ func (c *Client) fail(err error) {
 	}
 	c.wmu.Unlock()
 	c.nc.Close()
-	c.watch.stopAll()
+	c.watch.Stop()
 }
 
 // dispatch handles one message on the reading goroutine. Its values alias
@@ -476,7 +477,7 @@ func (c *Client) dispatch(m *wire.Message) {
 			oids = append(oids, zodb.Oid(oid))
 		}
 		c.cache.Invalidate(tid, oids)
-		c.watch.notify(zodb.CommitEvent{Tid: tid, Oids: oids})
+		c.watch.Notify(zodb.CommitEvent{Tid: tid, Oids: oids})
 	case "info":
 		if m.Args.Len() == 1 {
 			i := parseInfo(&m.Args.Items[0])

@@ -287,7 +287,7 @@ func (t *txn) Finish(ctx context.Context, onCommit func(tid zodb.Tid, oids []zod
 		}
 		tid = tt
 		c.cache.Invalidate(tid, oids)
-		c.watch.notify(zodb.CommitEvent{Tid: tid, Oids: oids})
+		c.watch.Notify(zodb.CommitEvent{Tid: tid, Oids: oids})
 		return nil
 	})
 	if err != nil {
