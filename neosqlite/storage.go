@@ -1,16 +1,14 @@
 package neosqlite
 
 import (
-	"bytes"
-	"compress/zlib"
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"sync"
 
+	"github.com/zodbd/zodbd/internal/zlibx"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -122,59 +120,13 @@ func (r *objRow) decode(dst []byte) ([]byte, error) {
 	case 0:
 		return append(dst, r.value...), nil
 	case 1:
-		out, err := inflate(dst, r.value)
+		out, err := zlibx.AppendInflate(dst, r.value)
 		if err != nil {
 			return dst, corruptf("%s: data_id %d: zlib: %w", r.where(), r.dataID, err)
 		}
 		return out, nil
 	}
 	return dst, corruptf("%s: data_id %d: unknown compression %d", r.where(), r.dataID, r.compression)
-}
-
-type inflater struct {
-	src bytes.Reader
-	zr  io.ReadCloser // implements zlib.Resetter
-}
-
-var inflaters sync.Pool
-
-// inflate appends the zlib decompression of src to dst.
-func inflate(dst, src []byte) ([]byte, error) {
-	f, _ := inflaters.Get().(*inflater)
-	if f == nil {
-		f = new(inflater)
-		f.src.Reset(src)
-		zr, err := zlib.NewReader(&f.src)
-		if err != nil {
-			return dst, err
-		}
-		f.zr = zr
-	} else {
-		f.src.Reset(src)
-		if err := f.zr.(zlib.Resetter).Reset(&f.src, nil); err != nil {
-			return dst, err
-		}
-	}
-	n0 := len(dst)
-	if cap(dst)-n0 < 4*len(src) {
-		dst = append(dst[:n0:n0], make([]byte, 4*len(src)+512)...)[:n0]
-	}
-	for {
-		if len(dst) == cap(dst) {
-			dst = append(dst, 0)[:len(dst)]
-		}
-		n, err := f.zr.Read(dst[len(dst):cap(dst)])
-		dst = dst[:len(dst)+n]
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return dst[:n0], err
-		}
-	}
-	f.src.Reset(nil)
-	inflaters.Put(f)
-	return dst, nil
 }
 
 // History implements zodb.Storage: up to size revisions of oid, newest

@@ -1,17 +1,14 @@
 package client
 
 import (
-	"bytes"
-	"compress/zlib"
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"sync"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/zlibx"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -257,7 +254,7 @@ func (c *Client) askObject(ctx context.Context, req *proto.AskObject) (object, e
 		var data []byte
 		if ans.Compression == 1 {
 			var err error
-			if data, err = inflate(ans.Data); err != nil {
+			if data, err = zlibx.AppendInflate(nil, ans.Data); err != nil {
 				return fmt.Errorf("oid %s serial %s: zlib: %w", ans.Oid, ans.Serial, err)
 			}
 		} else {
@@ -314,46 +311,6 @@ func (c *Client) missing(ctx context.Context, oid zodb.Oid) error {
 		return &zodb.NoDataError{Oid: oid}
 	}
 	return err
-}
-
-type inflater struct {
-	src bytes.Reader
-	zr  io.ReadCloser // implements zlib.Resetter
-	out bytes.Buffer
-}
-
-var inflaters sync.Pool
-
-// inflate returns the zlib decompression of src in a new slice of exactly
-// its length (the reader and its scratch buffer are pooled).
-func inflate(src []byte) ([]byte, error) {
-	f, _ := inflaters.Get().(*inflater)
-	if f == nil {
-		f = new(inflater)
-		f.src.Reset(src)
-		zr, err := zlib.NewReader(&f.src)
-		if err != nil {
-			return nil, err
-		}
-		f.zr = zr
-	} else {
-		f.src.Reset(src)
-		if err := f.zr.(zlib.Resetter).Reset(&f.src, nil); err != nil {
-			return nil, err
-		}
-	}
-	f.out.Reset()
-	_, err := f.out.ReadFrom(f.zr)
-	if err != nil {
-		return nil, err
-	}
-	data := append([]byte(nil), f.out.Bytes()...)
-	f.src.Reset(nil)
-	if f.out.Cap() > 4<<20 {
-		f.out = bytes.Buffer{}
-	}
-	inflaters.Put(f)
-	return data, nil
 }
 
 // LastTid returns the newest transaction this client knows of: the
