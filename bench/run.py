@@ -50,8 +50,10 @@ SERVERS = {
     'runzeo-M': ('runzeo', 'msgpack'),
     'zodbd-neo': ('zodbd-neo', 'neo'),
     'zodbd-neo-nosha1': ('zodbd-neo', 'neo'),  # the same node; the client skips the sha1 check (?verify=0)
-    'neo-py': ('neo-py', 'neo'),
+    'neo-py': ('neo-py', 'neo'),  # NEO/py's master + SQLite storage (--neo-py), on the dataset imported by NEO/py
+    'zodbd-neo-sqlite': ('zodbd-neo-sqlite', 'neo'),  # zodbd neo-storage on that same imported database
 }
+SQLITE_IMPLS = ('neo-py', 'zodbd-neo-sqlite')
 BASELINE = {'pickle': 'runzeo-Z', 'msgpack': 'runzeo-M'}
 NEO_CLUSTER = 'bench'
 
@@ -140,7 +142,10 @@ def parse_args(argv):
                     help='root: performance governor, C-states deeper than C1 off during the run; restored after')
     ap.add_argument('--sched', action='store_true',
                     help='scheduling study: zodbd-Z bound/unbound × GOMAXPROCS variants (docs/scheduling.md)')
-    ap.add_argument('--neo-py', metavar='DIR', help='a NEO/py installation to include (skipped if absent)')
+    ap.add_argument('--neo-py', metavar='DIR', help='a NEO/py source tree (neoppod) to include: servers neo-py '
+                    'and zodbd-neo-sqlite on the dataset imported by NEO/py (skipped if absent; docs/neo.md)')
+    ap.add_argument('--neo-py-python', metavar='PY', help='a Python with NEO/py\'s dependencies (msgpack, ZODB, '
+                    'six, python-dateutil); default: the harness\'s')
     ap.add_argument('--out', help='results folder (default data/bench/<timestamp>)')
     ap.add_argument('--report', metavar='DIR', help='only redo the report, benchstat and plots of DIR')
     ap.add_argument('--no-plots', action='store_true')
@@ -370,6 +375,26 @@ class Setup:
             log('--pin: server on CPUs %s, load generator on CPUs %s' % (
                 machine.format_cpulist(self.srv_cpus), machine.format_cpulist(self.load_cpus)))
 
+    def neo_python(self):
+        return self.a.neo_py_python or sys.executable
+
+    def neo_db(self, ds):
+        """The dataset imported into a NEO/py SQLite database by NEO/py's
+        Importer backend (once; cached in data/bench/neo-import/)."""
+        d = os.path.join(REPO, 'data', 'bench', 'neo-import')
+        os.makedirs(d, exist_ok=True)
+        db = os.path.join(d, ds.name + '.sqlite')
+        if not os.path.exists(db):
+            log('    importing %s into NEO/py (Importer backend)' % ds.name)
+            tmp = db + '.tmp'
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            subprocess.run([sys.executable, os.path.join(HERE, 'neopy.py'), 'import', '--src', self.a.neo_py,
+                            '--python', self.neo_python(), '--cluster', NEO_CLUSTER, ds.path, tmp],
+                           check=True, stdout=subprocess.DEVNULL, timeout=3600)
+            os.rename(tmp, db)
+        return db
+
     def load_prefix(self, variant):
         cpus = variant.get('load_cpus', self.load_cpus)
         return ['taskset', '-c', machine.format_cpulist(cpus)] if cpus else []
@@ -400,6 +425,14 @@ class Setup:
             if gmp:
                 env['GOMAXPROCS'] = str(gmp)
             return taskset + [self.pingpong, 'serve', '-a', addr], env
+        if impl == 'neo-py':
+            return [sys.executable, os.path.join(HERE, 'neopy.py'), 'serve', '--src', self.a.neo_py,
+                    '--python', self.neo_python(), '--addr', addr, '--cluster', NEO_CLUSTER, fs], env
+        if impl == 'zodbd-neo-sqlite':
+            cmd = taskset + [self.a.zodbd, 'neo-storage', '--cluster', NEO_CLUSTER, '--with-master', addr]
+            if gmp:
+                cmd += ['--gomaxprocs', str(gmp)]
+            return cmd + ['sqlite:' + fs], env
         if impl == 'zodbd-neo':
             # The storage node and, in the same process, the minimal master
             # of the test suite (not on the read path), listening on addr.
@@ -424,17 +457,17 @@ def server_variants(a, caps):
         if impl == 'zodbd-neo' and not caps['neo-storage']:
             notes.append('%s skipped: this zodbd has no `neo-storage` command yet' % n)
             continue
-        if n == 'neo-py':
+        if impl in SQLITE_IMPLS:
             if not a.neo_py:
                 if a.servers:
-                    notes.append('neo-py skipped: no --neo-py DIR given')
+                    notes.append('%s skipped: no --neo-py DIR given' % n)
                 continue
-            if not os.path.isdir(a.neo_py):
-                notes.append('neo-py skipped: %s is not a directory' % a.neo_py)
+            if not os.path.isdir(os.path.join(a.neo_py, 'neo')):
+                notes.append('%s skipped: %s is not a NEO/py source tree' % (n, a.neo_py))
                 continue
-            notes.append('neo-py skipped: starting a NEO/py cluster (master, storage with the Importer '
-                         'backend on the dataset, admin) is not implemented in this harness yet')
-            continue
+            if impl == 'zodbd-neo-sqlite' and not caps['neo-storage']:
+                notes.append('%s skipped: this zodbd has no `neo-storage` command' % n)
+                continue
         if impl == 'runzeo' and not os.path.exists(os.path.join(os.path.dirname(sys.executable), 'runzeo')):
             notes.append('%s skipped: no runzeo beside %s' % (n, sys.executable))
             continue
@@ -681,8 +714,12 @@ def session(setup, name, variant, ds, rnd, outdir, workloads, env, checked):
     os.makedirs(work, exist_ok=True)
     logs = os.path.join(outdir, 'logs')
     os.makedirs(logs, exist_ok=True)
-    fs = os.path.join(work, tag + '.fs')
-    if variant['impl'] != 'floor':
+    if variant['impl'] in SQLITE_IMPLS:
+        fs = os.path.join(work, tag + '.sqlite')
+        shutil.copyfile(setup.neo_db(ds), fs)
+    else:
+        fs = os.path.join(work, tag + '.fs')
+    if variant['impl'] not in ('floor',) + SQLITE_IMPLS:
         shutil.copyfile(ds.path, fs)
     port = free_port()
     cmd, senv = setup.server_cmd(name, variant, fs, port)
@@ -698,7 +735,7 @@ def session(setup, name, variant, ds, rnd, outdir, workloads, env, checked):
         # once per server and dataset; on big datasets only without the
         # hash workload (which checks zodbd hash's checksum every run).
         nobj = len(open(ds.sizes).read().split())
-        if variant['impl'] not in ('floor', 'zodbd-neo') and (name, ds.name) not in checked and \
+        if variant['impl'] != 'floor' and variant['marshal'] != 'neo' and (name, ds.name) not in checked and \
                 (nobj <= 10000 or 'hash' not in workloads):
             h = check_through_server(a, srv, ds, clog)
             checked.add((name, ds.name))
@@ -739,7 +776,7 @@ def session(setup, name, variant, ds, rnd, outdir, workloads, env, checked):
                 rec('commit', c, w_commit, c)
     finally:
         rc = srv.stop()
-        for suffix in ('', '.index', '.lock', '.tmp', '.old'):
+        for suffix in ('', '.index', '.lock', '.tmp', '.old', '-journal'):
             if os.path.exists(fs + suffix):
                 os.remove(fs + suffix)
     if rc not in (0, -signal.SIGTERM):
