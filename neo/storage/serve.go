@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"strconv"
 	"sync"
@@ -137,22 +138,14 @@ func (p *peer) errorAndClose(id uint32, code proto.ErrorCode, msg string) {
 // answers it; false when the link is to be closed.
 func (p *peer) identify(ctx context.Context, id uint32, args []byte) bool {
 	n := p.n
-	var ar argReader
-	ar.start(args, 6)
-	typ := proto.NodeType(ar.enum(proto.ExtNodeType))
-	nid := ar.nid()
-	ar.addr()
-	cluster := ar.bin()
-	ts, hasTS := 0.0, false
-	if !ar.isNil() {
-		ts, hasTS = ar.float(), true
-	}
-	ar.skip()
-	if err := ar.end(); err != nil {
+	var m proto.RequestIdentification
+	if err := m.DecodeArgs(args); err != nil {
 		n.log.Printf("neo storage: %s: RequestIdentification: %v (closing)", p.name, err)
 		p.errorAndClose(id, proto.ProtocolError, "malformed identification")
 		return false
 	}
+	typ, nid, cluster := m.NodeType, m.NID, m.ClusterName
+	ts, hasTS := m.IdTime, m.IdTime != proto.NoIdTime
 	p.name = fmt.Sprintf("%s (%s)", p.name, nidString(typ, nid))
 	if string(cluster) != n.cfg.Cluster {
 		n.log.Printf("neo storage: %s: wrong cluster name %q (closing)", p.name, cluster)
@@ -242,39 +235,37 @@ func (n *Node) waitKnown(ctx context.Context, nid proto.NodeID, typ proto.NodeTy
 // dispatch decodes one request and serves it on its own goroutine.
 func (p *peer) dispatch(id uint32, code uint16, args []byte) error {
 	n := p.n
-	var ar argReader
 	req := n.reqPool.Get().(*request)
 	*req = request{msgID: id, code: code}
+	var err error
 	switch code {
 	case proto.CodeAskObject:
-		ar.start(args, 3)
-		req.oid = zodb.Oid(ar.tid())
-		req.at, _ = ar.optTid()
-		req.before, _ = ar.optTid()
+		var m proto.AskObject
+		err = m.DecodeArgs(args)
+		req.oid, req.at, req.before = m.Oid, optTid(m.At), optTid(m.Before)
 	case proto.CodeAskTIDs:
-		ar.start(args, 3)
-		req.first = int(ar.uint())
-		req.last = int(ar.uint())
-		req.partition = uint32(ar.uint())
+		var m proto.AskTIDs
+		err = m.DecodeArgs(args)
+		req.first, req.last, req.partition = clampInt(m.First), clampInt(m.Last), m.Partition
 	case proto.CodeAskTIDsFrom:
-		ar.start(args, 4)
-		req.min = ar.tid()
-		req.max = ar.tid()
-		req.len_ = int(ar.uint())
-		req.partition = uint32(ar.uint())
+		var m proto.AskTIDsFrom
+		err = m.DecodeArgs(args)
+		req.min, req.max, req.len_, req.partition = m.MinTid, m.MaxTid, clampInt(uint64(m.Length)), m.Partition
 	case proto.CodeAskTransactionInformation:
-		ar.start(args, 1)
-		req.tid = ar.tid()
+		var m proto.AskTransactionInformation
+		err = m.DecodeArgs(args)
+		req.tid = m.Tid
 	case proto.CodeAskObjectHistory:
-		ar.start(args, 3)
-		req.oid = zodb.Oid(ar.tid())
-		req.first = int(ar.uint())
-		req.last = int(ar.uint())
+		var m proto.AskObjectHistory
+		err = m.DecodeArgs(args)
+		req.oid, req.first, req.last = m.Oid, clampInt(m.First), clampInt(m.Last)
 	case proto.CodeAskFinalTID:
-		ar.start(args, 1)
-		req.tid = ar.tid()
+		var m proto.AskFinalTID
+		err = m.DecodeArgs(args)
+		req.tid = m.TTid
 	case proto.CodePing:
-		ar.start(args, 0)
+		var m proto.Ping
+		err = m.DecodeArgs(args)
 	case proto.CodeCloseClient:
 		n.reqPool.Put(req)
 		p.closed = true
@@ -304,7 +295,7 @@ func (p *peer) dispatch(id uint32, code uint16, args []byte) error {
 		p.errorAndClose(id, proto.ProtocolError, "unexpected "+proto.CodeName(code))
 		return badInput("unexpected %s", proto.CodeName(code))
 	}
-	if err := ar.end(); err != nil {
+	if err != nil {
 		n.reqPool.Put(req)
 		return badInput("bad arguments: %v", err)
 	}
@@ -323,6 +314,19 @@ func (p *peer) dispatch(id uint32, code uint16, args []byte) error {
 		p.wg.Done()
 	}()
 	return nil
+}
+
+// optTid maps NEO's nil tid (proto.InvalidTid) to 0, "not given".
+func optTid(t zodb.Tid) zodb.Tid {
+	if t == proto.InvalidTid {
+		return 0
+	}
+	return t
+}
+
+// clampInt converts a count or index from the wire to an int.
+func clampInt(v uint64) int {
+	return int(min(v, math.MaxInt32))
 }
 
 // serve answers one request and puts req back in its pool.
