@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/zodbd/zodbd/neo/link"
 	"github.com/zodbd/zodbd/neo/neotest"
 	"github.com/zodbd/zodbd/neo/storage"
 )
@@ -70,7 +70,7 @@ func runNeoStorage(args []string) int {
 			return fatalf("neo-storage", "TLS needs --ca, --cert and --key together")
 		}
 		var err error
-		if tlsConf, err = neoTLS(ca, cert, key); err != nil {
+		if tlsConf, err = link.NodeTLSConfig(ca, cert, key); err != nil {
 			return fatalf("neo-storage", "%v", err)
 		}
 	}
@@ -115,48 +115,4 @@ func runNeoStorage(args []string) int {
 		return fatalf("neo-storage", "%v", err)
 	}
 	return 0
-}
-
-// neoTLS builds NEO's mutual TLS: both sides present a certificate signed
-// by the CA; no host name check (as NEO/py).
-func neoTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
-	pem, err := os.ReadFile(caFile)
-	if err != nil {
-		return nil, err
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("%s: no certificate", caFile)
-	}
-	kp, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		return nil, err
-	}
-	return &tls.Config{
-		Certificates: []tls.Certificate{kp},
-		ClientCAs:    pool,
-		ClientAuth:   tls.RequireAndVerifyClientCert,
-		MinVersion:   tls.VersionTLS12,
-		// Client side: verify the chain against the CA, not the host name.
-		InsecureSkipVerify: true,
-		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
-			if len(raw) == 0 {
-				return errors.New("no peer certificate")
-			}
-			certs := make([]*x509.Certificate, len(raw))
-			for i, r := range raw {
-				c, err := x509.ParseCertificate(r)
-				if err != nil {
-					return err
-				}
-				certs[i] = c
-			}
-			inter := x509.NewCertPool()
-			for _, c := range certs[1:] {
-				inter.AddCert(c)
-			}
-			_, err := certs[0].Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
-			return err
-		},
-	}, nil
 }

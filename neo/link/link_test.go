@@ -9,11 +9,14 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"math/big"
 	mrand "math/rand/v2"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -470,6 +473,25 @@ func newPKI(t testing.TB) *pki {
 	return &pki{ca, key, pool}
 }
 
+// files writes the CA and a new certificate and key as PEM files in dir
+// (what NEO/py's --ca, --cert, --key name) and returns their paths.
+func (p *pki) files(t testing.TB, dir, name string, serial int64) (ca, cert, key string) {
+	c := p.cert(t, name, serial)
+	kder, err := x509.MarshalPKCS8PrivateKey(c.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(file, typ string, der []byte) string {
+		path := filepath.Join(dir, file)
+		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	return write("ca.pem", "CERTIFICATE", p.ca.Raw), write(name+".pem", "CERTIFICATE", c.Certificate[0]),
+		write(name+".key", "PRIVATE KEY", kder)
+}
+
 func (p *pki) cert(t testing.TB, name string, serial int64) tls.Certificate {
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	tmpl := &x509.Certificate{
@@ -532,6 +554,46 @@ func TestTLS(t *testing.T) {
 	serve(t, ln2, &Options{HandshakeTimeout: time.Second}, objectServer(false))
 	if _, err := DialOptions(context.Background(), "tcp", ln2.Addr().String(), &Options{TLS: cliConf, HandshakeTimeout: time.Second}); err == nil {
 		t.Fatal("TLS client accepted by a clear server")
+	}
+}
+
+// A node's single configuration (NodeTLSConfig) serves both ends.
+func TestNodeTLSConfig(t *testing.T) {
+	p := newPKI(t)
+	dir := t.TempDir()
+	ca, cert, key := p.files(t, dir, "storage", 5)
+	conf, err := NodeTLSConfig(ca, cert, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := listen(t)
+	serve(t, ln, &Options{TLS: conf, HandshakeTimeout: time.Second}, objectServer(true))
+	c, err := Dial(context.Background(), "tcp", ln.Addr().String(), conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var a proto.AnswerObject
+	if err := c.Ask(context.Background(), &proto.AskObject{Oid: 7, Before: 9, At: proto.InvalidTid}, &a); err != nil || a.Oid != 7 {
+		t.Fatal(err, a.Oid)
+	}
+	// A peer of another CA is rejected by it as a server and as a client.
+	other := newPKI(t)
+	badConf := NewTLSConfig(p.caPool, other.cert(t, "intruder", 6), false)
+	if c, err := DialOptions(context.Background(), "tcp", ln.Addr().String(), &Options{TLS: badConf, HandshakeTimeout: time.Second}); err == nil {
+		if err := c.Ask(context.Background(), &proto.AskObject{Oid: 7, Before: 9, At: proto.InvalidTid}, &proto.AnswerObject{}); err == nil {
+			t.Fatal("foreign certificate accepted by the node")
+		}
+	}
+	ln2 := listen(t)
+	serve(t, ln2, &Options{TLS: NewTLSConfig(other.caPool, other.cert(t, "fake-master", 7), true), HandshakeTimeout: time.Second}, objectServer(true))
+	if c, err := DialOptions(context.Background(), "tcp", ln2.Addr().String(), &Options{TLS: conf, HandshakeTimeout: time.Second}); err == nil {
+		if err := c.Ask(context.Background(), &proto.AskObject{Oid: 7, Before: 9, At: proto.InvalidTid}, &proto.AnswerObject{}); err == nil {
+			t.Fatal("the node accepted a server of another CA")
+		}
+	}
+	if _, err := NodeTLSConfig(ca, cert, dir+"/missing.pem"); err == nil {
+		t.Fatal("missing key accepted")
 	}
 }
 

@@ -45,6 +45,21 @@ func TLSConfig(caFile, certFile, keyFile string, server bool) (*tls.Config, erro
 	return NewTLSConfig(pool, cert, server), nil
 }
 
+// NodeTLSConfig is TLSConfig for a node that both accepts connections and
+// dials its peers with one configuration (a storage node: clients connect
+// to it, it connects to the master): the server-side and client-side
+// settings of TLSConfig together, which do not interfere (each side of a
+// handshake reads only its own).
+func NodeTLSConfig(caFile, certFile, keyFile string) (*tls.Config, error) {
+	conf, err := TLSConfig(caFile, certFile, keyFile, true)
+	if err != nil {
+		return nil, err
+	}
+	conf.RootCAs = conf.ClientCAs
+	conf.InsecureSkipVerify = true // no host name check; chain verified by VerifyConnection
+	return conf, nil
+}
+
 // NewTLSConfig is TLSConfig from an already loaded CA pool and key pair.
 func NewTLSConfig(ca *x509.CertPool, cert tls.Certificate, server bool) *tls.Config {
 	verify := func(cs tls.ConnectionState) error {
