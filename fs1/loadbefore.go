@@ -28,13 +28,53 @@ func (fs *FileStorage) LoadBefore(ctx context.Context, oid zodb.Oid, before zodb
 	return data, serial, next, err
 }
 
+// Revision describes the record LoadRevision found.
+type Revision struct {
+	Serial zodb.Tid // the record's tid
+	Next   zodb.Tid // the serial of the revision that replaced it; 0 if none
+	Pos    int64    // the record's position
+	// BackPos is the position the record's backpointer names (an undo
+	// record; its data is the data of the end of that chain), 0 for a
+	// record with its own data.
+	BackPos int64
+	// NoData: the revision has no data (a deletion or an undone creation).
+	NoData bool
+}
+
+// LoadRevision is LoadBefore for storage servers that must describe the
+// record itself (NEO's AnswerObject): it appends the data of the revision of
+// oid with the greatest serial < before to dst and returns the record's
+// Revision. A revision without data is not an error here (Revision.NoData,
+// nothing appended). Errors: *zodb.NoObjectError when oid was never stored,
+// *zodb.NoDataError{DeletedAt: 0} when it has no revision before `before`.
+func (fs *FileStorage) LoadRevision(ctx context.Context, oid zodb.Oid, before zodb.Tid, dst []byte) ([]byte, Revision, error) {
+	data, rev, err := fs.loadRevision(oid, before, dst)
+	if err != nil {
+		err = fs.loadBeforeErr(oid, before, err)
+	}
+	return data, rev, err
+}
+
 // loadBefore is LoadBefore (and LoadAppend) without the OpError wrapping.
 func (fs *FileStorage) loadBefore(oid zodb.Oid, before zodb.Tid, dst []byte) (data []byte, serial, next zodb.Tid, err error) {
+	data, rev, err := fs.loadRevision(oid, before, dst)
+	if err != nil {
+		return data, 0, 0, err
+	}
+	if rev.NoData {
+		return data, 0, 0, &zodb.NoDataError{Oid: oid, DeletedAt: rev.Serial}
+	}
+	return data, rev.Serial, rev.Next, nil
+}
+
+// loadRevision is LoadRevision without the OpError wrapping.
+func (fs *FileStorage) loadRevision(oid zodb.Oid, before zodb.Tid, dst []byte) (data []byte, rev Revision, err error) {
 	s := fs.state.Load()
 	pos, ok := s.index.Get(oid)
 	if !ok {
-		return dst, 0, 0, &zodb.NoObjectError{Oid: oid}
+		return dst, rev, &zodb.NoObjectError{Oid: oid}
 	}
+	var next zodb.Tid
 	n0 := len(dst)
 	if cap(dst)-n0 < DataHeaderSize+8 {
 		dst = append(dst, make([]byte, DataHeaderSize+8)...)[:n0]
@@ -52,34 +92,36 @@ func (fs *FileStorage) loadBefore(oid zodb.Oid, before zodb.Tid, dst []byte) (da
 			if err == nil || err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
-			return dst[:n0], 0, 0, &Error{fs.path, pos, "data record", fmt.Errorf("read: %w", err)}
+			return dst[:n0], rev, &Error{fs.path, pos, "data record", fmt.Errorf("read: %w", err)}
 		}
 		got = got[:m]
 		if err := dh.decode(got, fs.path, pos, s.end); err != nil {
-			return dst[:n0], 0, 0, err
+			return dst[:n0], rev, err
 		}
 		if dh.Oid != oid {
-			return dst[:n0], 0, 0, &Error{fs.path, pos, "data record", fmt.Errorf("oid %s, expected %s (index or previous pointer corrupt)", dh.Oid, oid)}
+			return dst[:n0], rev, &Error{fs.path, pos, "data record", fmt.Errorf("oid %s, expected %s (index or previous pointer corrupt)", dh.Oid, oid)}
 		}
 		if dh.Tid < before {
 			break
 		}
 		if dh.PrevRevPos == 0 {
-			return dst[:n0], 0, 0, &zodb.NoDataError{Oid: oid}
+			return dst[:n0], rev, &zodb.NoDataError{Oid: oid}
 		}
 		next = dh.Tid
 		pos = dh.PrevRevPos
 	}
+	rev = Revision{Serial: dh.Tid, Next: next, Pos: pos, BackPos: dh.BackPos}
 	if dh.DataLen == 0 {
 		// Backpointer: follow the chain to the record with the data.
 		data, src, err := dh.LoadData(s.file, fs.path, dst[:n0])
 		if err != nil {
-			return dst[:n0], 0, 0, err
+			return dst[:n0], Revision{}, err
 		}
 		if src.DataLen == 0 {
-			return dst[:n0], 0, 0, &zodb.NoDataError{Oid: oid, DeletedAt: dh.Tid}
+			rev.NoData = true
+			return dst[:n0], rev, nil
 		}
-		return data, dh.Tid, next, nil
+		return data, rev, nil
 	}
 	// Move the data already read to its place, then read what is missing.
 	have := min(int64(len(got)-DataHeaderSize), dh.DataLen)
@@ -94,10 +136,10 @@ func (fs *FileStorage) loadBefore(oid zodb.Oid, before zodb.Tid, dst []byte) (da
 	dst = dst[:n0+int(dh.DataLen)]
 	if have < dh.DataLen {
 		if _, err := s.file.ReadAt(dst[n0+int(have):], pos+DataHeaderSize+have); err != nil {
-			return dst[:n0], 0, 0, &Error{fs.path, pos, "data record", fmt.Errorf("read data: %w", err)}
+			return dst[:n0], rev, &Error{fs.path, pos, "data record", fmt.Errorf("read data: %w", err)}
 		}
 	}
-	return dst, dh.Tid, next, nil
+	return dst, rev, nil
 }
 
 func (fs *FileStorage) loadBeforeErr(oid zodb.Oid, before zodb.Tid, err error) error {

@@ -311,3 +311,36 @@ func TestRestoreBackpointers(t *testing.T) {
 	checkScan(t, fs.path)
 	os.Remove(fs.path + ".index")
 }
+
+// LoadRevision describes the record: an undo record's backpointer, a
+// revision without data, the next serial.
+func TestLoadRevision(t *testing.T) {
+	fs := createStorage(t, nil)
+	defer fs.Close()
+	t1 := commit(t, fs, nil, map[zodb.Oid]string{1: "a1", 2: "b1"})
+	p1, _ := fs.Index().Get(1)
+	t2 := commit(t, fs, map[zodb.Oid]zodb.Tid{1: t1}, map[zodb.Oid]string{1: "a2"})
+	u, _ := mustUndo(t, fs, t2)
+	u2, _ := mustUndo(t, fs, t1) // undoes the creation of 2 (and of 1)
+
+	data, rev, err := fs.LoadRevision(bg, 1, u2, nil)
+	if err != nil || string(data) != "a1" || rev.Serial != u || rev.Next != u2 || rev.BackPos != p1 || rev.NoData {
+		t.Fatalf("undo record: %q %+v %v (backpointer want %d)", data, rev, err, p1)
+	}
+	data, rev, err = fs.LoadRevision(bg, 1, u, nil)
+	if err != nil || string(data) != "a2" || rev.Serial != t2 || rev.Next != u || rev.BackPos != 0 {
+		t.Fatalf("own data: %q %+v %v", data, rev, err)
+	}
+	data, rev, err = fs.LoadRevision(bg, 2, zodb.TidMax, []byte("x"))
+	if err != nil || string(data) != "x" || !rev.NoData || rev.Serial != u2 || rev.Next != 0 {
+		t.Fatalf("no data: %q %+v %v", data, rev, err)
+	}
+	var nd *zodb.NoDataError
+	if _, _, err := fs.LoadRevision(bg, 1, t1, nil); !errors.As(err, &nd) || nd.DeletedAt != 0 {
+		t.Fatalf("before the first revision: %v", err)
+	}
+	var no *zodb.NoObjectError
+	if _, _, err := fs.LoadRevision(bg, 9, zodb.TidMax, nil); !errors.As(err, &no) {
+		t.Fatalf("unknown oid: %v", err)
+	}
+}

@@ -39,6 +39,7 @@ type FS1Backend struct {
 	file  io.ReaderAt
 	index *fs1.Index
 	end   int64
+	last  zodb.Tid // the last tid of the state served
 	txns  []txnPos // ascending tid
 	own   bool     // Close closes fs
 }
@@ -80,6 +81,7 @@ func NewFS1(fs *fs1.FileStorage) (*FS1Backend, error) {
 			continue
 		}
 		b.txns = append(b.txns, txnPos{th.Tid, pos})
+		b.last = th.Tid
 	}
 	return b, nil
 }
@@ -103,109 +105,46 @@ func (b *FS1Backend) Recovery(ctx context.Context) (RecoveryInfo, error) {
 	return RecoveryInfo{}, nil
 }
 
-// fs1Speculative is how much of a record Object reads with its header.
-const fs1Speculative = 4096
-
-// Object implements Backend. With a buffer of enough capacity in o.Data it
-// makes no allocation: one pread for a record of up to a few KiB (plus one
-// per older revision walked and per backpointer followed).
+// Object implements Backend with fs1's LoadRevision (with a buffer of
+// enough capacity in o.Data it makes no allocation; one pread for a record
+// of up to a few KiB), bounded by the state the backend was opened on.
 func (b *FS1Backend) Object(ctx context.Context, oid zodb.Oid, at, before zodb.Tid, o *Object) error {
-	pos, ok := b.index.Get(oid)
-	if !ok {
-		return &zodb.NoObjectError{Oid: oid}
+	bound := b.last + 1 // latest, as of the state served
+	switch {
+	case at != 0:
+		bound = min(at+1, bound)
+	case before != 0:
+		bound = min(before, bound)
 	}
-	buf := o.Data[:0]
-	if cap(buf) < fs1.DataHeaderSize+8 {
-		buf = make([]byte, 0, fs1Speculative)
+	data, rev, err := b.fs.LoadRevision(ctx, oid, bound, o.Data[:0])
+	var nd *zodb.NoDataError
+	switch {
+	case errors.As(err, &nd):
+		return fmt.Errorf("oid %s: %w", oid, ErrOidNotFound) // no revision before bound
+	case err != nil:
+		return err
+	case at != 0 && rev.Serial != at:
+		return fmt.Errorf("oid %s @%s: %w", oid, at, ErrOidNotFound)
 	}
-	var next zodb.Tid
-	var h fs1.DataHeaderRaw
-	var got []byte
-	for {
-		want := min(int64(cap(buf)), fs1Speculative, b.end-pos)
-		if want < fs1.DataHeaderSize {
-			return b.corrupt(pos, "record header past the end")
-		}
-		got = buf[:want]
-		n, err := b.file.ReadAt(got, pos)
-		if n < fs1.DataHeaderSize || (n < len(got) && err != nil && err != io.EOF) {
-			return b.corrupt(pos, fmt.Sprintf("read: %v", err))
-		}
-		got = got[:n]
-		h = fs1.DecodeDataHeaderRaw(got)
-		if h.Oid != oid || h.VerLen != 0 || h.Prev >= uint64(pos) || h.DataLen > uint64(b.end-pos-fs1.DataHeaderSize) {
-			return b.corrupt(pos, "bad data record header")
-		}
-		var match bool
-		switch {
-		case at != 0:
-			if h.Tid < at {
-				return fmt.Errorf("oid %s @%s: %w", oid, at, ErrOidNotFound)
-			}
-			match = h.Tid == at
-		case before != 0:
-			match = h.Tid < before
-		default:
-			match = true
-		}
-		if match {
-			break
-		}
-		if h.Prev == 0 {
-			return fmt.Errorf("oid %s: %w", oid, ErrOidNotFound)
-		}
-		next = h.Tid
-		pos = int64(h.Prev)
+	if rev.Next > b.last {
+		rev.Next = 0 // committed after the state served
 	}
-	*o = Object{Oid: oid, Serial: h.Tid, NextSerial: next}
-	if h.DataLen == 0 {
-		// Backpointer (or none): the data of the record it names.
-		var dh fs1.DataHeader
-		if err := dh.Load(b.file, b.path, pos, b.end); err != nil {
-			return err
-		}
-		data, src, err := dh.LoadData(b.file, b.path, buf[:0])
-		if err != nil {
-			return err
-		}
-		o.Data = data
-		if src.DataLen == 0 {
-			o.NoData = true
-			return nil
-		}
+	*o = Object{Oid: oid, Serial: rev.Serial, NextSerial: rev.Next, Data: data, NoData: rev.NoData}
+	if rev.NoData {
+		return nil
+	}
+	if rev.BackPos != 0 {
 		// data_serial names the record the backpointer points to (one
 		// link), as ZODB/py's iterator gives data_txn and so as NEO/py's
-		// Importer stores value_tid; its data is the chain's end.
+		// Importer stores value_tid; the data is the chain's end.
 		var bh fs1.DataHeader
-		if err := bh.Load(b.file, b.path, dh.BackPos, pos); err != nil {
+		if err := bh.Load(b.file, b.path, rev.BackPos, rev.Pos); err != nil {
 			return err
 		}
 		o.DataSerial = bh.Tid
-		o.Checksum = sha1.Sum(data)
-		return nil
 	}
-	dlen := int64(h.DataLen)
-	have := min(int64(len(got)-fs1.DataHeaderSize), dlen)
-	if int64(cap(buf)) < dlen {
-		grown := make([]byte, dlen)
-		copy(grown, got[fs1.DataHeaderSize:fs1.DataHeaderSize+have])
-		buf = grown
-	} else {
-		buf = buf[:dlen]
-		copy(buf, got[fs1.DataHeaderSize:fs1.DataHeaderSize+have])
-	}
-	if have < dlen {
-		if _, err := b.file.ReadAt(buf[have:], pos+fs1.DataHeaderSize+have); err != nil {
-			return b.corrupt(pos, fmt.Sprintf("read data: %v", err))
-		}
-	}
-	o.Data = buf
-	o.Checksum = sha1.Sum(buf)
+	o.Checksum = sha1.Sum(data)
 	return nil
-}
-
-func (b *FS1Backend) corrupt(pos int64, what string) error {
-	return &fs1.Error{Path: b.path, Pos: pos, Record: "data record", Err: errors.New(what)}
 }
 
 // LastIDs implements Backend.
