@@ -95,21 +95,74 @@ func FreePort(tb testing.TB) int {
 func StartRunzeo(tb testing.TB, path string, msgpack bool) string {
 	tb.Helper()
 	bin := VenvBin(tb)
-	var addr string
-	var cmd *exec.Cmd
+	env := []string{}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "ZEO_MSGPACK=") {
+			env = append(env, kv)
+		}
+	}
+	if msgpack {
+		env = append(env, "ZEO_MSGPACK=1")
+	}
+	return startProcess(tb, "runzeo", env, func(addr string) []string {
+		return []string{filepath.Join(bin, "runzeo"), "-a", addr, "-f", path}
+	})
+}
+
+// StartZodbdProcess runs `zodbd serve -a 127.0.0.1:PORT -f path`
+// (--msgpack for msgpack) in its own process until the test ends, for
+// measurements that must not share the test's Go runtime with the server.
+// The binary is built from this checkout once per test binary.
+func StartZodbdProcess(tb testing.TB, path string, msgpack bool) string {
+	tb.Helper()
+	zodbd := zodbdBinary(tb)
+	return startProcess(tb, "zodbd serve", os.Environ(), func(addr string) []string {
+		args := []string{zodbd, "serve", "-a", addr, "-f", path}
+		if msgpack {
+			args = append(args, "--msgpack")
+		}
+		return args
+	})
+}
+
+var zodbdBin struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// zodbdBinary builds cmd/zodbd into a temporary directory, once.
+func zodbdBinary(tb testing.TB) string {
+	tb.Helper()
+	root := RepoRoot(tb)
+	zodbdBin.once.Do(func() {
+		dir, err := os.MkdirTemp("", "zeotest-zodbd")
+		if err != nil {
+			zodbdBin.err = err
+			return
+		}
+		zodbdBin.path = filepath.Join(dir, "zodbd")
+		out, err := exec.Command("go", "build", "-C", root, "-o", zodbdBin.path, "./cmd/zodbd").CombinedOutput()
+		if err != nil {
+			zodbdBin.err = fmt.Errorf("go build ./cmd/zodbd: %v\n%s", err, out)
+		}
+	})
+	if zodbdBin.err != nil {
+		tb.Fatal(zodbdBin.err)
+	}
+	return zodbdBin.path
+}
+
+// startProcess runs the server argv(addr) on a free port of 127.0.0.1
+// until the test ends and returns the address, once it accepts
+// connections.
+func startProcess(tb testing.TB, name string, env []string, argv func(addr string) []string) string {
+	tb.Helper()
 	var log bytes.Buffer
 	for try := 0; ; try++ {
-		addr = fmt.Sprintf("127.0.0.1:%d", FreePort(tb))
-		cmd = exec.Command(filepath.Join(bin, "runzeo"), "-a", addr, "-f", path)
-		env := []string{}
-		for _, kv := range os.Environ() {
-			if !strings.HasPrefix(kv, "ZEO_MSGPACK=") {
-				env = append(env, kv)
-			}
-		}
-		if msgpack {
-			env = append(env, "ZEO_MSGPACK=1")
-		}
+		addr := fmt.Sprintf("127.0.0.1:%d", FreePort(tb))
+		args := argv(addr)
+		cmd := exec.Command(args[0], args[1:]...)
 		cmd.Env = env
 		log.Reset()
 		cmd.Stdout = &syncWriter{w: &log}
@@ -124,7 +177,7 @@ func StartRunzeo(tb testing.TB, path string, msgpack bool) string {
 			if try < 2 && strings.Contains(log.String(), "in use") {
 				continue
 			}
-			tb.Fatalf("runzeo %s: %v\n%s", path, err, log.String())
+			tb.Fatalf("%s %v: %v\n%s", name, args[1:], err, log.String())
 		}
 		tb.Cleanup(func() {
 			cmd.Process.Signal(syscall.SIGTERM)

@@ -13,8 +13,11 @@
 // One Client is one connection, shared by any number of goroutines.
 // Requests are pipelined: a caller encodes its request into the
 // connection's output buffer and, unless another goroutine is already
-// writing, writes everything buffered with one write; replies are matched
-// to waiting callers by msgid on the goroutine that reads the connection.
+// writing, writes everything buffered with one write. There is no
+// reading goroutine: a caller waiting for its reply reads the connection
+// itself when nobody else does, dispatching the messages before its reply
+// to their callers by msgid (see reader.go), so that a lone request costs
+// no goroutine switch.
 // loadBefore uses the (oid, tid) tuple as its msgid, as ZODB's client
 // does, so concurrent loads of the same revision share one request.
 //
@@ -22,7 +25,7 @@
 //
 // Loads go through a client cache (package zodb/cache) of revisions with
 // validity ranges: Load(oid, at) hits when at lies in a cached [serial,
-// next) range. The reading goroutine inserts every loadBefore answer into
+// next) range. Whoever reads inserts every loadBefore answer into
 // the cache and applies every invalidateTransaction message, in the order
 // the server sent them; the server sends the invalidation of a transaction
 // before any reply that exposes it, which keeps the cache coherent.
@@ -145,10 +148,16 @@ type Client struct {
 
 	length, size atomic.Int64 // from info messages
 
-	closing    atomic.Bool
-	closeOnce  sync.Once
-	readerDone chan struct{}
-	hbStop     chan struct{}
+	// Read side (reader.go): the token is held by whoever reads; taken
+	// counts the waiters that took it, for the idle reader.
+	token    chan *readState
+	taken    atomic.Uint64
+	failed   chan struct{} // closed by the first fail
+	idleDone chan struct{}
+
+	closing   atomic.Bool
+	closeOnce sync.Once
+	hbStop    chan struct{}
 }
 
 // call is an outstanding request other than loadBefore.
@@ -207,18 +216,20 @@ func Dial(ctx context.Context, network, addr string, opt *Options) (*Client, err
 
 func newClient(ctx context.Context, nc net.Conn, urlStr, addr string, opt *Options) (*Client, error) {
 	c := &Client{
-		url:        urlStr,
-		addr:       addr,
-		storage:    opt.Storage,
-		readOnly:   !opt.ReadWrite,
-		nc:         nc,
-		maxFrame:   opt.MaxFrame,
-		logf:       opt.Logf,
-		calls:      make(map[int64]*call),
-		loads:      make(map[loadKey]*loadCall),
-		commitSem:  make(chan struct{}, 1),
-		readerDone: make(chan struct{}),
-		hbStop:     make(chan struct{}),
+		url:       urlStr,
+		addr:      addr,
+		storage:   opt.Storage,
+		readOnly:  !opt.ReadWrite,
+		nc:        nc,
+		maxFrame:  opt.MaxFrame,
+		logf:      opt.Logf,
+		calls:     make(map[int64]*call),
+		loads:     make(map[loadKey]*loadCall),
+		commitSem: make(chan struct{}, 1),
+		token:     make(chan *readState, 1),
+		failed:    make(chan struct{}),
+		idleDone:  make(chan struct{}),
+		hbStop:    make(chan struct{}),
 	}
 	if c.storage == "" {
 		c.storage = "1"
@@ -273,7 +284,8 @@ func newClient(ctx context.Context, nc net.Conn, urlStr, addr string, opt *Optio
 	c.enc.Buf = c.enc.Buf[:0]
 	nc.SetDeadline(time.Time{})
 
-	go c.readLoop(br)
+	c.token <- &readState{br: br, dec: wire.NewDecoder(c.marshal)}
+	go c.idleReader()
 	ok := false
 	defer func() {
 		if !ok {
@@ -356,7 +368,12 @@ func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		c.closing.Store(true)
 		c.nc.Close()
-		<-c.readerDone
+		// Whoever reads sees the closed connection and gives the token
+		// back; holding it, fail every outstanding call.
+		rs := <-c.token
+		c.fail(net.ErrClosed)
+		c.token <- rs
+		<-c.idleDone
 		select {
 		case <-c.hbStop:
 		default:
@@ -364,34 +381,6 @@ func (c *Client) Close() error {
 		}
 	})
 	return nil
-}
-
-// readLoop reads and dispatches every message from the server until the
-// connection fails or is closed.
-func (c *Client) readLoop(br *bufio.Reader) {
-	defer close(c.readerDone)
-	dec := wire.NewDecoder(c.marshal)
-	var buf []byte
-	msg := new(wire.Message) // reused: dispatch's callees keep pointers into it
-	for {
-		f, err := wire.ReadFrame(br, buf, c.maxFrame)
-		if err != nil {
-			c.fail(err)
-			return
-		}
-		if cap(f) <= 1<<20 {
-			buf = f[:0]
-		} else {
-			buf = nil
-		}
-		*msg, err = dec.DecodeMessage(f)
-		if err != nil {
-			c.fail(fmt.Errorf("undecodable message from server: %w", err))
-			c.nc.Close()
-			return
-		}
-		c.dispatch(msg)
-	}
 }
 
 // fail makes the connection unusable with cause err and fails every
@@ -405,6 +394,7 @@ func (c *Client) fail(err error) {
 	c.pmu.Lock()
 	if c.err == nil {
 		c.err = err
+		close(c.failed)
 	}
 	err = c.err
 	calls, loads := c.calls, c.loads
@@ -554,12 +544,10 @@ func (c *Client) call(ctx context.Context, name string, nargs int, args func(e *
 	if err != nil {
 		return err
 	}
-	select {
-	case <-cl.done:
-		return cl.err
-	case <-ctx.Done():
-		return ctx.Err()
+	if err := c.wait(ctx, cl.done); err != nil {
+		return err
 	}
+	return cl.err
 }
 
 // callAsync sends a request and returns without waiting for the reply.
@@ -582,7 +570,7 @@ func (c *Client) callAsync(name string, nargs int, args func(e *wire.Encoder), h
 	if err != nil {
 		// The reader fails the call; wait for that so that the error is
 		// the connection's.
-		<-cl.done
+		c.wait(context.Background(), cl.done)
 		return nil, cl.err
 	}
 	return cl, nil

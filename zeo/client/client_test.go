@@ -780,3 +780,140 @@ func TestOpenURL(t *testing.T) {
 		t.Error("unknown URL parameter accepted")
 	}
 }
+
+// gate is a proxy whose server-to-client direction forwards only as many
+// bytes as it is allowed to (all when the budget is negative).
+type gate struct {
+	addr   string
+	mu     sync.Mutex
+	cond   *sync.Cond
+	budget int
+}
+
+func startGate(tb testing.TB, target string) *gate {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ln.Close() })
+	g := &gate{addr: ln.Addr().String(), budget: -1}
+	g.cond = sync.NewCond(&g.mu)
+	go func() {
+		a, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		b, err := net.Dial("tcp", target)
+		if err != nil {
+			a.Close()
+			return
+		}
+		tb.Cleanup(func() { a.Close(); b.Close() })
+		go func() { io.Copy(b, a); b.Close() }()
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := b.Read(buf)
+			for p := buf[:n]; len(p) > 0; {
+				g.mu.Lock()
+				for g.budget == 0 {
+					g.cond.Wait()
+				}
+				k := len(p)
+				if g.budget > 0 {
+					k = min(k, g.budget)
+					g.budget -= k
+				}
+				g.mu.Unlock()
+				if _, err := a.Write(p[:k]); err != nil {
+					return
+				}
+				p = p[k:]
+			}
+			if err != nil {
+				a.Close()
+				return
+			}
+		}
+	}()
+	return g
+}
+
+// allow lets n more bytes through (n < 0: everything from now on).
+func (g *gate) allow(n int) {
+	g.mu.Lock()
+	g.budget = n
+	g.cond.Broadcast()
+	g.mu.Unlock()
+}
+
+// TestLoadCancel cancels loads while their caller is the one reading the
+// connection, between frames and inside a frame, and checks that the
+// client stays in step with the stream: the late replies are dispatched,
+// later loads get the right data.
+func TestLoadCancel(t *testing.T) {
+	fs := openFixtureFS(t)
+	addr := zeotest.StartZodbd(t, zeotest.Fixture(t, "1"), false)
+	g := startGate(t, addr)
+	c := dial(t, g.addr, &client.Options{CacheSize: -1})
+	bg := context.Background()
+	head, _ := c.LastTid(bg)
+	check := func(oid zodb.Oid, data []byte, serial zodb.Tid, err error) {
+		t.Helper()
+		want, wserial, werr := fs.Load(bg, zodb.Xid{Oid: oid, At: head})
+		if errClass(err) != errClass(werr) || !bytes.Equal(data, want) || serial != wserial {
+			t.Errorf("load %s: %q %s %v, want %q %s %v", oid, data, serial, err, want, wserial, werr)
+		}
+	}
+
+	// Between frames: nothing comes, the load gives up.
+	g.allow(0)
+	ctx, cancel := context.WithTimeout(bg, 100*time.Millisecond)
+	_, _, err := c.Load(ctx, zodb.Xid{Oid: 0, At: head})
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("load with nothing coming: %v, want DeadlineExceeded", err)
+	}
+
+	// Inside a frame: the 4-byte header and 2 bytes of loadBefore(0)'s
+	// late reply come, then nothing. The cancelled load must not leave
+	// the stream in the middle of a frame: it reads on once the rest is
+	// let through, and ends with its own reply.
+	g.allow(6)
+	ctx, cancel = context.WithTimeout(bg, 100*time.Millisecond)
+	type result struct {
+		data   []byte
+		serial zodb.Tid
+		err    error
+	}
+	res := make(chan result, 1)
+	go func() {
+		data, serial, err := c.Load(ctx, zodb.Xid{Oid: 1, At: head})
+		res <- result{data, serial, err}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case r := <-res:
+		t.Fatalf("load returned inside a frame: %q %v", r.data, r.err)
+	default:
+	}
+	g.allow(-1)
+	r := <-res
+	cancel()
+	if r.err != nil && !errors.Is(r.err, context.DeadlineExceeded) {
+		t.Errorf("load of oid 1: %v", r.err)
+	} else if r.err == nil {
+		check(1, r.data, r.serial, nil)
+	}
+
+	// In step: every load, concurrent ones included, gets its object.
+	var wg sync.WaitGroup
+	for oid := zodb.Oid(0); oid < 8; oid++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			data, serial, err := c.Load(bg, zodb.Xid{Oid: oid, At: head})
+			check(oid, data, serial, err)
+		}()
+	}
+	wg.Wait()
+}

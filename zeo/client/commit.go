@@ -294,12 +294,10 @@ func (t *txn) Finish(ctx context.Context, onCommit func(tid zodb.Tid, oids []zod
 		<-c.commitSem
 		return 0, c.opErr("finish", nil, err)
 	}
-	select {
-	case <-cl.done:
-	case <-ctx.Done():
+	if err := c.wait(ctx, cl.done); err != nil {
 		// The commit may still happen; the next Begin waits for the reply.
-		go func() { <-cl.done; <-c.commitSem }()
-		return 0, c.opErr("finish", nil, ctx.Err())
+		go func() { c.wait(context.Background(), cl.done); <-c.commitSem }()
+		return 0, c.opErr("finish", nil, err)
 	}
 	defer func() { <-c.commitSem }()
 	if cl.err != nil {

@@ -35,10 +35,8 @@ func (c *Client) LoadAppend(ctx context.Context, xid zodb.Xid, dst []byte) ([]by
 	if err != nil {
 		return dst, 0, c.opErr("load", xid, err)
 	}
-	select {
-	case <-lc.done:
-	case <-ctx.Done():
-		return dst, 0, c.opErr("load", xid, ctx.Err())
+	if err := c.wait(ctx, lc.done); err != nil {
+		return dst, 0, c.opErr("load", xid, err)
 	}
 	switch {
 	case lc.err != nil:

@@ -1,0 +1,248 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"os"
+	"time"
+
+	"github.com/zodbd/zodbd/zeo/wire"
+)
+
+// The read side of the connection.
+//
+// There is no goroutine dedicated to reading. The read side (the buffered
+// reader, the decoder, their buffers) is a token, held in c.token, that one
+// goroutine at a time takes to read and dispatch messages. A goroutine that
+// waits for a reply (wait) takes the token if it is free and reads until
+// its own reply has been dispatched, dispatching every message before it
+// (other callers' replies, invalidations) as the reader goroutine of a
+// classic client would; then it puts the token back, where the next waiter
+// finds it. With one request in flight, a load is therefore what a bare
+// client does (write, read, decode on the calling goroutine): the reply
+// does not go through a second goroutine, whose wake-up on another CPU
+// costs more than the rest of the client together. With many requests in
+// flight, whoever holds the token reads the replies of all, and the others
+// are woken by their done channels, as before.
+//
+// Messages that no waiter asks for (invalidations while the client is
+// idle, replies to Prefetch) are read by the idle reader: a goroutine that
+// checks periodically whether the token has been taken since its last
+// check, and if not, takes it and reads until the next reply, then gives it
+// back. Its period starts at minIdleDelay and doubles, up to maxIdleDelay,
+// while the connection stays busy, so that a busy connection pays for few
+// timer wake-ups (each one is a thread wake-up that competes with the
+// server for a CPU). Invalidations therefore reach the cache and watchers
+// at once on a busy connection (they come before the replies that follow
+// them), and within 2×maxIdleDelay of the connection going quiet.
+
+// The idle reader's period (see above).
+const (
+	minIdleDelay = time.Millisecond
+	maxIdleDelay = 8 * time.Millisecond
+)
+
+// readState is the read side of the connection: whoever holds it may read.
+type readState struct {
+	br  *bufio.Reader
+	dec *wire.Decoder
+	buf []byte
+	msg wire.Message // reused: dispatch's callees keep pointers into it
+}
+
+// errInterrupted is returned by readFrame when a context cancellation
+// interrupted the read between two frames.
+var errInterrupted = errors.New("read interrupted")
+
+// wait returns when done is closed (nil), reading the connection in the
+// meantime when nobody else does, or when ctx is done (ctx.Err()).
+func (c *Client) wait(ctx context.Context, done <-chan struct{}) error {
+	for {
+		select {
+		case <-done:
+			return nil
+		default:
+		}
+		select {
+		case <-done:
+			return nil
+		case rs := <-c.token:
+			c.taken.Add(1)
+			err := c.readUntil(ctx, rs, done)
+			c.token <- rs
+			if err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// readUntil reads and dispatches messages until done is closed, the
+// connection fails (which closes every done channel) or ctx is done.
+func (c *Client) readUntil(ctx context.Context, rs *readState, done <-chan struct{}) error {
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, c.interruptRead)
+		defer stop()
+	}
+	for {
+		select {
+		case <-done:
+			// Dispatch the messages already buffered, which costs no
+			// system call, rather than leave them to the next waiter:
+			// their waiters are woken without having to read.
+			for c.frameBuffered(rs) {
+				if err := c.readOne(rs); err != nil {
+					c.fail(err)
+					break
+				}
+			}
+			return nil
+		default:
+		}
+		if err := c.readOne(rs); err != nil {
+			if err == errInterrupted {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				continue // another waiter's cancellation, meant for its read
+			}
+			c.fail(err)
+			return nil
+		}
+	}
+}
+
+// frameBuffered reports whether a whole frame is buffered in rs.
+func (c *Client) frameBuffered(rs *readState) bool {
+	n := rs.br.Buffered()
+	if n < 4 {
+		return false
+	}
+	hdr, _ := rs.br.Peek(4)
+	return uint64(binary.BigEndian.Uint32(hdr))+4 <= uint64(n)
+}
+
+// interruptRead makes the current read return (see readFrame).
+func (c *Client) interruptRead() {
+	c.nc.SetReadDeadline(time.Unix(1, 0))
+}
+
+// readOne reads and dispatches one message.
+func (c *Client) readOne(rs *readState) error {
+	f, err := c.readFrame(rs)
+	if err != nil {
+		return err
+	}
+	if cap(f) <= 1<<20 {
+		rs.buf = f[:0]
+	} else {
+		rs.buf = nil
+	}
+	rs.msg, err = rs.dec.DecodeMessage(f)
+	if err != nil {
+		c.nc.Close()
+		return &decodeError{err}
+	}
+	c.dispatch(&rs.msg)
+	return nil
+}
+
+type decodeError struct{ err error }
+
+func (e *decodeError) Error() string { return "undecodable message from server: " + e.err.Error() }
+func (e *decodeError) Unwrap() error { return e.err }
+
+// readFrame reads one frame, like wire.ReadFrame. A read deadline (set by
+// interruptRead) that expires before any byte of the frame was consumed
+// gives errInterrupted, with the read side intact; one that expires inside
+// a frame is cleared and the frame read to its end, so that the stream
+// stays in step.
+func (c *Client) readFrame(rs *readState) ([]byte, error) {
+	hdr, err := rs.br.Peek(4)
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			c.nc.SetReadDeadline(time.Time{})
+			return nil, errInterrupted
+		}
+		if err == io.EOF && len(hdr) > 0 {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr)
+	if uint64(n) > uint64(c.maxFrame) {
+		return nil, &wire.FrameTooBigError{Size: uint64(n), Max: uint64(c.maxFrame)}
+	}
+	rs.br.Discard(4)
+	buf := rs.buf
+	if cap(buf) < int(n) {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	for k := 0; k < len(buf); {
+		m, err := rs.br.Read(buf[k:])
+		k += m
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				c.nc.SetReadDeadline(time.Time{})
+				continue
+			}
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+	}
+	return buf, nil
+}
+
+// idleReader reads what arrives while no waiter holds the token (see the
+// comment at the top of this file). It returns when the connection fails.
+func (c *Client) idleReader() {
+	defer close(c.idleDone)
+	delay := minIdleDelay
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	seen := c.taken.Load()
+	for {
+		select {
+		case <-c.failed:
+			return
+		case <-t.C:
+		}
+		if n := c.taken.Load(); n != seen {
+			seen = n
+			delay = min(2*delay, maxIdleDelay)
+			t.Reset(delay)
+			continue
+		}
+		delay = minIdleDelay
+		t.Reset(delay)
+		var rs *readState
+		select {
+		case rs = <-c.token:
+		default:
+			continue // a waiter is reading
+		}
+		for {
+			rs.msg.Name = nil
+			if err := c.readOne(rs); err != nil {
+				if err == errInterrupted {
+					continue
+				}
+				c.fail(err)
+				break
+			}
+			if string(rs.msg.Name) == ".reply" {
+				break // a waiter is active: let it read
+			}
+		}
+		c.token <- rs
+		seen = c.taken.Load()
+	}
+}
