@@ -277,13 +277,15 @@ func Dial(ctx context.Context, opt *Options) (*Client, error) {
 }
 
 // dial connects to a node (TLS if configured) and exchanges the handshake.
-func (c *Client) dial(ctx context.Context, addr string) (*link.Conn, error) {
-	return link.DialOptions(ctx, "tcp", addr, &link.Options{TLS: c.opt.TLS, Logf: c.logf})
+// handler, if not nil, receives the node's requests and notifications
+// (link.Options.Handler); else they are for Recv.
+func (c *Client) dial(ctx context.Context, addr string, handler func(*link.Conn, *link.Request)) (*link.Conn, error) {
+	return link.DialOptions(ctx, "tcp", addr, &link.Options{TLS: c.opt.TLS, Logf: c.logf, Handler: handler})
 }
 
 // joinMaster connects to addr and identifies; on success c.master is set.
 func (c *Client) joinMaster(ctx context.Context, addr string) error {
-	conn, err := c.dial(ctx, addr)
+	conn, err := c.dial(ctx, addr, nil)
 	if err != nil {
 		return err
 	}
@@ -665,7 +667,7 @@ func (c *Client) storageConn(ctx context.Context, n *node) (*link.Conn, error) {
 		// The dial is shared: it is bounded by the timeout, not by
 		// the context of the goroutine that happened to start it.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
-		conn, err := c.dialStorage(dctx, n.nid, addr)
+		conn, err := c.dialStorage(dctx, n, addr)
 		cancel()
 		n.cmu.Lock()
 		n.dialing, n.dialErr = nil, err
@@ -686,18 +688,22 @@ func (c *Client) storageConn(ctx context.Context, n *node) (*link.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		go c.storageLoop(n, conn)
+		go func() {
+			<-conn.Done()
+			c.dropConn(n, conn)
+		}()
 		return conn, nil
 	}
 }
 
 // dialStorage connects to a storage and identifies as this client.
-func (c *Client) dialStorage(ctx context.Context, nid proto.NodeID, addr proto.Address) (*link.Conn, error) {
+func (c *Client) dialStorage(ctx context.Context, n *node, addr proto.Address) (*link.Conn, error) {
+	nid := n.nid
 	hostport := joinHostPort(addr)
 	if addr.Host == "" {
 		return nil, fmt.Errorf("storage %v: no address", nid)
 	}
-	conn, err := c.dial(ctx, hostport)
+	conn, err := c.dial(ctx, hostport, func(conn *link.Conn, req *link.Request) { c.storageRequest(n, conn, req) })
 	if err != nil {
 		return nil, fmt.Errorf("storage %v at %s: %w", nid, hostport, err)
 	}
@@ -720,26 +726,20 @@ func (c *Client) dialStorage(ctx context.Context, nid proto.NodeID, addr proto.A
 	return conn, nil
 }
 
-// storageLoop reads what a storage sends besides answers (nothing a reader
-// expects) until the connection ends, then forgets the connection.
-func (c *Client) storageLoop(n *node, conn *link.Conn) {
-	for {
-		req, err := conn.Recv()
-		if err != nil {
-			break
-		}
-		code := req.Code
-		if code == proto.CodePing {
-			conn.Reply(req.ID, &proto.Pong{})
-		} else if code == proto.CodeCloseClient {
-			req.Release()
-			break
-		} else if isRequest(code) {
-			conn.ReplyError(req.ID, proto.ProtocolError, "unexpected "+proto.CodeName(code)+" for a client")
-		}
-		req.Release()
+// storageRequest handles what a storage sends besides answers (nothing a
+// reader expects), on the goroutine reading its connection: Ping is
+// answered, CloseClient closes the connection, other requests are refused.
+func (c *Client) storageRequest(n *node, conn *link.Conn, req *link.Request) {
+	id, code := req.ID, req.Code
+	req.Release()
+	switch {
+	case code == proto.CodePing:
+		conn.Reply(id, &proto.Pong{})
+	case code == proto.CodeCloseClient:
+		go c.dropConn(n, conn)
+	case isRequest(code):
+		conn.ReplyError(id, proto.ProtocolError, "unexpected "+proto.CodeName(code)+" for a client")
 	}
-	c.dropConn(n, conn)
 }
 
 // dropConn closes conn and forgets it if it is still n's connection.

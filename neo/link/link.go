@@ -3,9 +3,11 @@
 //
 // Each side numbers the packets it originates (requests and notifications)
 // with its own counter from 0; an answer carries the id of its request.
-// A Conn's reader goroutine routes answers (code & 0x8000, including Error)
-// to the Ask waiting for that id, and queues every other packet (requests
-// and notifications from the peer) for Recv. Writes from many goroutines
+// Answers (code & 0x8000, including Error) are routed to the Ask waiting
+// for that id, every other packet (requests and notifications from the
+// peer) is queued for Recv or given to Options.Handler. There is no
+// reader goroutine per connection: an Ask waiting for its answer reads the
+// connection itself when nobody else does (see reader.go). Writes from many goroutines
 // are coalesced: a goroutine that finds a write in progress only appends
 // its packet to the pending buffer, which the writing goroutine sends with
 // its next write syscall.
@@ -16,11 +18,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"log"
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/zodbd/zodbd/neo/proto"
@@ -48,15 +50,25 @@ type Options struct {
 	MaxPacketSize    int           // proto.MaxPacketSize when 0
 	// Logf logs dropped answers; log.Printf when nil.
 	Logf func(format string, args ...any)
+	// Handler, when set, receives the peer's requests and notifications
+	// instead of Recv. It runs on the goroutine that reads the connection
+	// and must return quickly: it may Reply or Send, and must not Ask or
+	// Recv on this connection; it owns r (Release).
+	Handler func(c *Conn, r *Request)
 }
 
 // Conn is one NEO connection: it multiplexes concurrent requests, matching
 // each answer to its request by msg_id; notifications and requests from
 // the peer are delivered by Recv.
 type Conn struct {
-	nc   net.Conn
-	rd   *proto.Reader
-	logf func(string, ...any)
+	nc      net.Conn
+	logf    func(string, ...any)
+	handler func(*Conn, *Request)
+
+	// read side (reader.go): the packet reader is held by whoever reads
+	token       chan *proto.Reader // capacity 1
+	taken       atomic.Uint64      // times an Ask took the token
+	recvWaiters atomic.Int32       // goroutines blocked in Recv
 
 	nextID atomic.Uint32 // msg_id of the next packet we originate
 
@@ -235,8 +247,9 @@ func handshake(ctx context.Context, nc net.Conn, opt *Options, server bool) (*Co
 	nc.SetDeadline(time.Time{})
 	c := &Conn{
 		nc:      nc,
-		rd:      rd,
 		logf:    opt.Logf,
+		handler: opt.Handler,
+		token:   make(chan *proto.Reader, 1),
 		pending: make(map[uint32]*call),
 		qready:  make(chan struct{}, 1),
 		done:    make(chan struct{}),
@@ -245,7 +258,8 @@ func handshake(ctx context.Context, nc net.Conn, opt *Options, server bool) (*Co
 		c.logf = log.Printf
 	}
 	c.wcond.L = &c.wmu
-	go c.readLoop()
+	c.token <- rd
+	go c.idleReader()
 	return c, nil
 }
 
@@ -328,7 +342,11 @@ func (c *Conn) write(id uint32, m proto.Msg) error {
 			c.spare = buf[:0]
 		}
 		if err != nil && c.werr == nil {
-			c.werr = fmt.Errorf("link: write to %v: %w", c.nc.RemoteAddr(), err)
+			if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
+				c.werr = fmt.Errorf("link: %v closed the connection: %w", c.nc.RemoteAddr(), err)
+			} else {
+				c.werr = fmt.Errorf("link: write to %v: %w", c.nc.RemoteAddr(), err)
+			}
 		}
 		c.wcond.Broadcast()
 	}
@@ -380,10 +398,8 @@ func (c *Conn) Ask(ctx context.Context, req, answer proto.Msg) error {
 		c.abandon(id, cl)
 		return err
 	}
-	var r result
-	select {
-	case r = <-cl.ch:
-	case <-ctx.Done():
+	r, ok := c.waitAnswer(ctx, cl)
+	if !ok {
 		if c.abandon(id, cl) {
 			callPool.Put(cl)
 			return ctx.Err()
@@ -427,9 +443,12 @@ func (c *Conn) Recv() (*Request, error) {
 			return r, nil
 		}
 		c.qmu.Unlock()
+		c.recvWaiters.Add(1)
 		select {
 		case <-c.qready:
+			c.recvWaiters.Add(-1)
 		case <-c.done:
+			c.recvWaiters.Add(-1)
 			select {
 			case <-c.qready:
 				continue
@@ -441,49 +460,6 @@ func (c *Conn) Recv() (*Request, error) {
 			if empty {
 				return nil, c.Err()
 			}
-		}
-	}
-}
-
-func (c *Conn) readLoop() {
-	for {
-		p, err := c.rd.ReadPacket()
-		if err != nil {
-			var fe *proto.FrameError
-			switch {
-			case c.Err() != nil: // closed by us
-			case errors.As(err, &fe):
-				err = fmt.Errorf("link: from %v: %w", c.nc.RemoteAddr(), err)
-			case errors.Is(err, io.EOF):
-				err = fmt.Errorf("link: %v closed the connection: %w", c.nc.RemoteAddr(), err)
-			default:
-				err = fmt.Errorf("link: read from %v at offset %d: %w", c.nc.RemoteAddr(), c.rd.Offset(), err)
-			}
-			c.shutdown(err)
-			return
-		}
-		if p.Code&proto.AnswerBit != 0 {
-			c.pmu.Lock()
-			cl := c.pending[p.ID]
-			if cl != nil {
-				delete(c.pending, p.ID)
-				cl.ch <- result{code: p.Code, args: append([]byte(nil), p.Args...)}
-			}
-			c.pmu.Unlock()
-			if cl == nil {
-				c.logf("link: %v: dropping %s with unexpected msg_id %d", c.nc.RemoteAddr(), proto.CodeName(p.Code), p.ID)
-			}
-			continue
-		}
-		r := requestPool.Get().(*Request)
-		r.ID, r.Code = p.ID, p.Code
-		r.Args = append(r.Args[:0], p.Args...)
-		c.qmu.Lock()
-		c.queue = append(c.queue, r)
-		c.qmu.Unlock()
-		select {
-		case c.qready <- struct{}{}:
-		default:
 		}
 	}
 }

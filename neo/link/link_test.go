@@ -635,3 +635,122 @@ func BenchmarkAskObject(b *testing.B) {
 		})
 	})
 }
+
+// TestAskReads drives a connection whose Asks read the connection
+// themselves (see reader.go) against a raw peer that controls when each
+// byte comes: an Ask cancelled while nothing comes, one cancelled in the
+// middle of a packet, late answers dropped, a request from the peer handed
+// to Options.Handler between answers, and the stream still in step.
+func TestAskReads(t *testing.T) {
+	ln := listen(t)
+	type step struct {
+		write []byte
+		pause time.Duration
+	}
+	steps := make(chan step, 16)
+	got := make(chan proto.Packet, 16)
+	go func() {
+		nc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer nc.Close()
+		nc.Write(proto.Handshake[:])
+		rd := proto.NewReader(nc)
+		if rd.ReadHandshake() != nil {
+			return
+		}
+		go func() {
+			for {
+				p, err := rd.ReadPacket()
+				if err != nil {
+					close(got)
+					return
+				}
+				got <- proto.Packet{ID: p.ID, Code: p.Code}
+			}
+		}()
+		for s := range steps {
+			if _, err := nc.Write(s.write); err != nil {
+				return
+			}
+			time.Sleep(s.pause)
+		}
+	}()
+	pings := make(chan uint32, 1)
+	c, err := DialOptions(context.Background(), "tcp", ln.Addr().String(), &Options{
+		Logf: t.Logf,
+		Handler: func(c *Conn, r *Request) {
+			if r.Code == proto.CodePing {
+				pings <- r.ID
+				c.Reply(r.ID, &proto.Pong{})
+			}
+			r.Release()
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	answer := func(id uint32, tid zodb.Tid) []byte {
+		return proto.AppendPacket(nil, id, &proto.AnswerLastTransaction{Tid: tid})
+	}
+	var a proto.AnswerLastTransaction
+
+	// Ask 0, answered.
+	steps <- step{write: answer(0, 100)}
+	if err := c.Ask(context.Background(), &proto.AskLastTransaction{}, &a); err != nil || a.Tid != 100 {
+		t.Fatalf("ask 0: %v %v", a.Tid, err)
+	}
+	// Ask 1: nothing comes.
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	err = c.Ask(ctx, &proto.AskLastTransaction{}, &a)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("ask 1: %v, want DeadlineExceeded", err)
+	}
+	// Ask 2: half of ask 1's late answer comes, then nothing.
+	late := answer(1, 101)
+	steps <- step{write: late[:len(late)/2], pause: 300 * time.Millisecond}
+	ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
+	err = c.Ask(ctx, &proto.AskLastTransaction{}, &a)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("ask 2: %v, want DeadlineExceeded", err)
+	}
+	// The rest of it, a Ping from the peer, ask 2's late answer, then
+	// ask 3's answer.
+	rest := append([]byte(nil), late[len(late)/2:]...)
+	rest = proto.AppendPacket(rest, 7, &proto.Ping{})
+	rest = append(rest, answer(2, 102)...)
+	rest = append(rest, answer(3, 103)...)
+	steps <- step{write: rest}
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Ask(ctx, &proto.AskLastTransaction{}, &a); err != nil || a.Tid != 103 {
+		t.Fatalf("ask 3: %v %v, want 103", a.Tid, err)
+	}
+	select {
+	case id := <-pings:
+		if id != 7 {
+			t.Errorf("ping id %d", id)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the Ping did not reach the handler")
+	}
+	// The peer got asks 0-3 and the Pong.
+	defer close(steps)
+	var codes []string
+	timeout := time.After(5 * time.Second)
+	for len(codes) < 5 {
+		select {
+		case p := <-got:
+			codes = append(codes, fmt.Sprintf("%d:%s", p.ID, proto.CodeName(p.Code)))
+		case <-timeout:
+			t.Fatalf("peer got %v", codes)
+		}
+	}
+	if want := "0:AskLastTransaction 1:AskLastTransaction 2:AskLastTransaction 3:AskLastTransaction 7:Pong"; strings.Join(codes, " ") != want {
+		t.Errorf("peer got %v, want %s", codes, want)
+	}
+}

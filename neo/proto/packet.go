@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 
 	"github.com/zodbd/zodbd/neo/msgp"
 )
@@ -119,6 +120,17 @@ func (r *Reader) Offset() int64 { return r.off }
 // yet.
 func (r *Reader) Buffered() int { return r.end - r.start }
 
+// PacketBuffered reports whether a whole packet is buffered: whether the
+// next ReadPacket returns without reading from the stream.
+func (r *Reader) PacketBuffered() bool {
+	data := r.buf[r.start:r.end]
+	if len(data) == 0 {
+		return false
+	}
+	n, err := msgp.Len(data)
+	return err != msgp.ErrShort && n <= len(data)
+}
+
 // fill reads more bytes, making room for at least one more byte. The
 // previous packet's bytes may be moved.
 func (r *Reader) fill() error {
@@ -143,9 +155,14 @@ func (r *Reader) fill() error {
 		n, err := r.r.Read(r.buf[r.end:])
 		r.end += n
 		if err != nil {
-			r.err = err
 			if n > 0 {
+				if !isTimeout(err) {
+					r.err = err
+				}
 				return nil
+			}
+			if !isTimeout(err) {
+				r.err = err
 			}
 			return err
 		}
@@ -156,6 +173,11 @@ func (r *Reader) fill() error {
 	r.err = io.ErrNoProgress
 	return r.err
 }
+
+// isTimeout reports an expired deadline. It is not sticky: the stream is
+// intact (a Reader never consumes part of a packet), and reading may go on
+// once the deadline is moved.
+func isTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
 
 // ReadHandshake reads the peer's 6-byte handshake and checks it.
 func (r *Reader) ReadHandshake() error {
@@ -184,7 +206,9 @@ func (r *Reader) ReadHandshake() error {
 // ReadPacket reads the next packet. The returned Args aliases the Reader's
 // buffer until the next call. Errors: io.EOF at a clean end of stream,
 // io.ErrUnexpectedEOF inside a packet, *FrameError for malformed input, or
-// the underlying reader's error.
+// the underlying reader's error. An expired read deadline
+// (os.ErrDeadlineExceeded) leaves the Reader as it was: a later call
+// resumes where this one stopped, even inside a packet.
 func (r *Reader) ReadPacket() (Packet, error) {
 	maxSize := r.MaxSize
 	if maxSize <= 0 {
