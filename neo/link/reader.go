@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/zodbd/zodbd/neo/proto"
@@ -129,7 +130,7 @@ func (c *Conn) readOne(rd *proto.Reader, buffered bool) (answer bool, err error)
 		case c.Err() != nil: // closed by us
 		case errors.As(err, &fe):
 			err = fmt.Errorf("link: from %v: %w", c.nc.RemoteAddr(), err)
-		case errors.Is(err, io.EOF):
+		case errors.Is(err, io.EOF), errors.Is(err, syscall.ECONNRESET):
 			err = fmt.Errorf("link: %v closed the connection: %w", c.nc.RemoteAddr(), err)
 		default:
 			err = fmt.Errorf("link: read from %v at offset %d: %w", c.nc.RemoteAddr(), rd.Offset(), err)
