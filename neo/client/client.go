@@ -149,10 +149,13 @@ type Client struct {
 	idTime     atomic.Uint64 // math.Float64bits of our id_timestamp; set once ready
 
 	// The cluster's view, from the master.
-	mu        sync.RWMutex
-	ptid      uint64
-	havePT    bool
-	rows      [][]proto.CellInfo // partition -> cells
+	mu     sync.RWMutex
+	ptid   uint64
+	havePT bool
+	rows   [][]proto.CellInfo // partition -> cells
+	// route is what reads need of rows and nodes, published for
+	// lock-free reads whenever either changes (c.mu held).
+	route     atomic.Pointer[routing]
 	nodes     map[proto.NodeID]*node
 	haveSelf  bool
 	ready     chan struct{} // closed when our nid's id_timestamp and the PT are known
@@ -163,6 +166,7 @@ type Client struct {
 	lmu     sync.Mutex
 	loads   map[loadKey]*loadCall
 	loading map[zodb.Oid]*oidLoading
+	freeOL  []*oidLoading // reusable oidLoading records
 
 	// head notification for Sync.
 	hmu    sync.Mutex
@@ -484,6 +488,7 @@ func (c *Client) updateNodes(infos []proto.NodeInfo) error {
 		}
 		n.addr, n.state, n.idTime = ni.Addr, ni.State, ni.IdTime
 	}
+	c.publishRouting()
 	c.checkReady()
 	c.mu.Unlock()
 	for _, n := range drop {
@@ -516,6 +521,7 @@ func (c *Client) setPT(m *proto.SendPartitionTable) error {
 	}
 	c.mu.Lock()
 	c.ptid, c.rows, c.havePT = uint64(m.PTid), rows, true
+	c.publishRouting()
 	c.checkReady()
 	c.mu.Unlock()
 	return nil
@@ -556,27 +562,45 @@ func (c *Client) changePT(m *proto.NotifyPartitionChanges) error {
 		rows[ch.Offset] = row
 	}
 	c.ptid, c.rows = uint64(m.PTid), rows
+	c.publishRouting()
 	return nil
 }
 
-// readableNodes returns the storages that hold a readable cell of
-// partition p, in random order, those that failed recently last. It
-// returns the number of partitions too.
-func (c *Client) readableNodes(p int) []*node {
-	c.mu.RLock()
-	var ns []*node
-	if p < len(c.rows) {
-		for _, cell := range c.rows[p] {
+// routing is an immutable snapshot of what reads need: for each
+// partition, the running storages that hold a readable cell of it.
+type routing struct {
+	readable [][]*node
+}
+
+// publishRouting publishes the routing of the current rows and nodes
+// (c.mu held).
+func (c *Client) publishRouting() {
+	rt := &routing{readable: make([][]*node, len(c.rows))}
+	for p, row := range c.rows {
+		for _, cell := range row {
 			if !cell.State.Readable() {
 				continue
 			}
 			if n := c.nodes[cell.NID]; n != nil && n.state == proto.NodeRunning {
-				ns = append(ns, n)
+				rt.readable[p] = append(rt.readable[p], n)
 			}
 		}
 	}
-	c.mu.RUnlock()
+	c.route.Store(rt)
+}
+
+// readableNodes returns the storages that hold a readable cell of
+// partition p, in random order, those that failed recently last. The
+// slice may be shared: the caller must not modify it. It takes no lock
+// when the partition has one readable cell.
+func (c *Client) readableNodes(p int) []*node {
+	rt := c.route.Load()
+	if rt == nil || p >= len(rt.readable) {
+		return nil
+	}
+	ns := rt.readable[p]
 	if len(ns) > 1 {
+		ns = append([]*node(nil), ns...)
 		rand.Shuffle(len(ns), func(i, j int) { ns[i], ns[j] = ns[j], ns[i] })
 		now := time.Now()
 		recent := func(n *node) bool {
@@ -598,11 +622,12 @@ func (c *Client) readableNodes(p int) []*node {
 	return ns
 }
 
-// numPartitions returns np.
+// numPartitions returns np (0 before the partition table came).
 func (c *Client) numPartitions() int {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return len(c.rows)
+	if rt := c.route.Load(); rt != nil {
+		return len(rt.readable)
+	}
+	return 0
 }
 
 // storageNodes returns every storage that holds a readable cell of some

@@ -117,7 +117,7 @@ func (d *dataIter) NextData(ctx context.Context) (*zodb.DataInfo, error) {
 	for len(d.oids) > 0 {
 		oid := d.oids[0]
 		d.oids = d.oids[1:]
-		r, err := c.askObject(ctx, &proto.AskObject{Oid: oid, At: d.tid, Before: proto.InvalidTid})
+		r, err := c.askObject(ctx, &proto.AskObject{Oid: oid, At: d.tid, Before: proto.InvalidTid}, new(proto.AnswerObject))
 		var nd *zodb.NoDataError
 		switch {
 		case err == nil:

@@ -38,6 +38,11 @@ type loadCall struct {
 	serial zodb.Tid
 	next   zodb.Tid
 	err    error // a zodb error, *proto.Error, or why the request failed
+
+	// The request and its answer, here rather than in allocations of
+	// their own (the link takes them as interfaces).
+	req proto.AskObject
+	ans proto.AnswerObject
 }
 
 // oidLoading counts the loads of one oid in flight and collects the tids
@@ -87,7 +92,7 @@ func (c *Client) LoadBefore(ctx context.Context, oid zodb.Oid, before zodb.Tid, 
 // *zodb.NoDataError (DeletedAt 0), an unknown oid *zodb.NoObjectError, a
 // revision without data *zodb.NoDataError with DeletedAt = serial.
 func (c *Client) LoadSerial(ctx context.Context, oid zodb.Oid, serial zodb.Tid) (data []byte, next zodb.Tid, err error) {
-	r, err := c.askObject(ctx, &proto.AskObject{Oid: oid, At: serial, Before: proto.InvalidTid})
+	r, err := c.askObject(ctx, &proto.AskObject{Oid: oid, At: serial, Before: proto.InvalidTid}, new(proto.AnswerObject))
 	if err != nil {
 		return nil, 0, c.opErr("loadSerial", zodb.Xid{Oid: oid, At: serial}, err)
 	}
@@ -157,7 +162,11 @@ func (c *Client) startLoad(oid zodb.Oid, before zodb.Tid) (lc *loadCall, leader 
 	c.loads[key] = lc
 	ol := c.loading[oid]
 	if ol == nil {
-		ol = &oidLoading{}
+		if k := len(c.freeOL); k > 0 {
+			ol, c.freeOL = c.freeOL[k-1], c.freeOL[:k-1]
+		} else {
+			ol = &oidLoading{}
+		}
 		c.loading[oid] = ol
 	}
 	ol.n++
@@ -168,7 +177,9 @@ func (c *Client) startLoad(oid zodb.Oid, before zodb.Tid) (lc *loadCall, leader 
 // cache, with its range closed by any invalidation of the oid that arrived
 // while it was in flight.
 func (c *Client) runLoad(ctx context.Context, oid zodb.Oid, before zodb.Tid, lc *loadCall) {
-	r, err := c.askObject(ctx, &proto.AskObject{Oid: oid, At: proto.InvalidTid, Before: before})
+	lc.req = proto.AskObject{Oid: oid, At: proto.InvalidTid, Before: before}
+	r, err := c.askObject(ctx, &lc.req, &lc.ans)
+	lc.ans = proto.AnswerObject{} // r.data may alias lc.ans.Data; drop the rest
 	if err == nil {
 		lc.data, lc.serial, lc.next = r.data, r.serial, r.next
 	} else {
@@ -190,6 +201,10 @@ func (c *Client) runLoad(ctx context.Context, oid zodb.Oid, before zodb.Tid, lc 
 	if ol != nil {
 		if ol.n--; ol.n == 0 {
 			delete(c.loading, oid)
+			if len(c.freeOL) < 1024 {
+				*ol = oidLoading{invals: ol.invals[:0]}
+				c.freeOL = append(c.freeOL, ol)
+			}
 		}
 	}
 	key := loadKey{oid, before}
@@ -230,8 +245,7 @@ type object struct {
 // checks and decodes the answer. Errors: *zodb.NoObjectError,
 // *zodb.NoDataError (OID_NOT_FOUND: DeletedAt 0; a record without data:
 // DeletedAt = its serial), checksum and protocol errors.
-func (c *Client) askObject(ctx context.Context, req *proto.AskObject) (object, error) {
-	var ans proto.AnswerObject
+func (c *Client) askObject(ctx context.Context, req *proto.AskObject, ans *proto.AnswerObject) (object, error) {
 	var r object
 	check := func() error {
 		if ans.Oid != req.Oid {
@@ -265,7 +279,7 @@ func (c *Client) askObject(ctx context.Context, req *proto.AskObject) (object, e
 		r = object{data: data, serial: ans.Serial}
 		return nil
 	}
-	err := c.askRead(ctx, c.partition(uint64(req.Oid)), req, &ans, check)
+	err := c.askRead(ctx, c.partition(uint64(req.Oid)), req, ans, check)
 	if err != nil {
 		var pe *proto.Error
 		if errors.As(err, &pe) {
