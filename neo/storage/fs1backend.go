@@ -2,7 +2,6 @@ package storage
 
 import (
 	"context"
-	"crypto/sha1"
 	"errors"
 	"fmt"
 	"io"
@@ -24,7 +23,8 @@ import (
 // --autostart) each time it starts with this node.
 //
 // Records are served as stored: uncompressed (compression 0), with the
-// checksum computed on load (sha1 of the data, no allocation); an undo
+// checksum computed on the first load of a record and remembered (by
+// position, in a direct-mapped table of 64 Ki entries); an undo
 // record (a backpointer) is served with the data it points to and
 // data_serial = the tid of the record holding that data; a record without
 // data (deletion, undone creation) as NEO's "no data" (empty data, zero
@@ -42,6 +42,7 @@ type FS1Backend struct {
 	last  zodb.Tid // the last tid of the state served
 	txns  []txnPos // ascending tid
 	own   bool     // Close closes fs
+	sums  sumCache // checksums of records served, by position
 }
 
 type txnPos struct {
@@ -143,7 +144,7 @@ func (b *FS1Backend) Object(ctx context.Context, oid zodb.Oid, at, before zodb.T
 		}
 		o.DataSerial = bh.Tid
 	}
-	o.Checksum = sha1.Sum(data)
+	o.Checksum = b.sums.sum(rev.Pos, data)
 	return nil
 }
 

@@ -1,0 +1,36 @@
+package storage
+
+import (
+	"crypto/sha1"
+	"sync/atomic"
+)
+
+// sumCache remembers the sha1 of data records the FileStorage backend
+// served, so that a record loaded again is not hashed again (NEO/py's
+// storage keeps the checksum in its database; a FileStorage has none). It
+// is direct-mapped by record position: a slot holds the last record that
+// hashed to it. Lookups and hits write nothing shared; a miss publishes a
+// new entry with one atomic store.
+type sumCache struct {
+	slots [sumCacheSlots]atomic.Pointer[sumEntry]
+}
+
+// sumCacheSlots is the number of slots (a power of two): 64 Ki slots,
+// 512 KiB of pointers plus 32 bytes per entry filled.
+const sumCacheSlots = 1 << 16
+
+type sumEntry struct {
+	pos int64
+	sum [20]byte
+}
+
+// sum returns the sha1 of data, the data of the record at pos.
+func (c *sumCache) sum(pos int64, data []byte) [20]byte {
+	slot := &c.slots[uint64(pos)*0x9E3779B97F4A7C15>>48] // Fibonacci hashing: 16 bits
+	if e := slot.Load(); e != nil && e.pos == pos {
+		return e.sum
+	}
+	e := &sumEntry{pos: pos, sum: sha1.Sum(data)}
+	slot.Store(e)
+	return e.sum
+}
