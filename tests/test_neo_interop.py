@@ -30,12 +30,13 @@ READER = r'''
 import hashlib, json, sys
 from ZODB.utils import p64
 kind, where, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+tls = dict(zip(('ca', 'cert', 'key'), sys.argv[4:7]))
 if kind == 'fs':
     from ZODB.FileStorage import FileStorage
     st = FileStorage(where, read_only=True)
 else:
     from neo.client.Storage import Storage
-    st = Storage(master_nodes=where, name='vectors', read_only=True)
+    st = Storage(master_nodes=where, name='vectors', read_only=True, **tls)
 out = {'loads': [], 'history': [], 'iter': 0}
 for oid in range(n):
     data, serial = st.load(p64(oid))
@@ -48,8 +49,17 @@ print(json.dumps(out))
 '''
 
 
+def neopy_tls():
+    """NEO/py's test certificates (one CA, one certificate for every node
+    and client): the --ca, --cert, --key arguments."""
+    d = os.path.join(SRC, 'neo', 'tests')
+    return ['--ca', os.path.join(d, 'ca.crt'), '--cert', os.path.join(d, 'node.crt'),
+            '--key', os.path.join(d, 'node.key')]
+
+
 class Cluster:
-    def __init__(self, tmp_path, zodbd_bin, backend):
+    def __init__(self, tmp_path, zodbd_bin, backend, tls=False):
+        self.tls = neopy_tls() if tls else []
         self.dir = tmp_path
         self.env = dict(os.environ, PYTHONPATH=SRC)
         self.mport, self.aport, self.sport = free_port(), free_port(), free_port()
@@ -57,12 +67,13 @@ class Cluster:
         self.master = '127.0.0.1:%d' % self.mport
         self.admin = '127.0.0.1:%d' % self.aport
         self.spawn('master', [PY, '-c', 'import neo.scripts.neomaster as m; m.main()', '-c', 'vectors',
-                              '-b', self.master, '-m', self.master, '-p', '1', '-r', '0'])
+                              '-b', self.master, '-m', self.master, '-p', '1', '-r', '0'] + self.tls)
         self.wait_port(self.mport)
         self.storage = self.spawn('storage', [zodbd_bin, 'neo-storage', '--cluster', 'vectors', '--masters',
-                                              self.master, '--bind', '127.0.0.1:%d' % self.sport, backend])
+                                              self.master, '--bind', '127.0.0.1:%d' % self.sport]
+                                   + self.tls + [backend])
         self.spawn('admin', [PY, '-c', 'import neo.scripts.neoadmin as m; m.main()', '-c', 'vectors',
-                             '-b', self.admin, '-m', self.master])
+                             '-b', self.admin, '-m', self.master] + self.tls)
         self.wait_port(self.aport)
 
     def spawn(self, name, cmd):
@@ -82,7 +93,7 @@ class Cluster:
         raise AssertionError('port %d not listening' % port)
 
     def ctl(self, *args):
-        p = subprocess.run([PY, '-c', 'import neo.scripts.neoctl as m; m.main()', '-a', self.admin, *args],
+        p = subprocess.run([PY, '-c', 'import neo.scripts.neoctl as m; m.main()', '-a', self.admin, *self.tls, *args],
                            env=self.env, capture_output=True, text=True, timeout=60)
         assert p.returncode == 0, p.stdout + p.stderr
         return p.stdout
@@ -97,7 +108,8 @@ class Cluster:
         raise AssertionError('cluster not RUNNING: ' + self.ctl('print', 'node'))
 
     def read(self, kind, where, n):
-        p = subprocess.run([PY, '-c', READER, kind, where, str(n)], env=self.env, capture_output=True,
+        tls = self.tls[1::2] if kind == 'neo' else []
+        p = subprocess.run([PY, '-c', READER, kind, where, str(n), *tls], env=self.env, capture_output=True,
                            text=True, timeout=600)
         assert p.returncode == 0, p.stderr[-3000:]
         return json.loads(p.stdout)
@@ -151,3 +163,33 @@ def test_neopy_reads_neopy_sqlite(tmp_path, zodbd_bin, shared_dir):
     assert got['loads'] == loads[:5]
     assert got['history'] == hist[:5]
     assert got['iter'] == niter[0]
+
+
+def test_neopy_tls(tmp_path, zodbd_bin):
+    """The whole cluster with NEO/py's TLS (mutual, its test certificates):
+    NEO/py's master, admin, neoctl and client, zodbd's node; then zodbd's
+    own client (neos://) through NEO/py's master."""
+    src = os.path.join(os.path.dirname(__file__), '..', 'fs1', 'testdata', '1.fs')
+    path = str(tmp_path / 'Data.fs')
+    shutil.copyfile(src, path)
+    c = Cluster(tmp_path, zodbd_bin, path, tls=True)
+    try:
+        c.wait_running(start=True)
+        n = 10
+        got = c.read('neo', c.master, n)
+        ca, cert, key = c.tls[1::2]
+        url = 'neos://vectors@%s?ca=%s&cert=%s&key=%s' % (c.master, ca, cert, key)
+        gohash = subprocess.run([zodbd_bin, 'hash', '--sha1', url], capture_output=True, text=True, timeout=120)
+        nottls = subprocess.run([zodbd_bin, 'hash', 'neo://vectors@' + c.master], capture_output=True,
+                                text=True, timeout=120)
+    finally:
+        rc = c.stop()
+    assert rc == 0
+    want = c.read('fs', path, n)
+    assert got['loads'] == want['loads']
+    assert got['iter'] == want['iter']
+    assert gohash.returncode == 0, gohash.stderr
+    fshash = subprocess.run([zodbd_bin, 'hash', '--sha1', path], capture_output=True, text=True, timeout=120)
+    assert gohash.stdout.split()[0] == fshash.stdout.split()[0]
+    # Without TLS, the master does not let the client in.
+    assert nottls.returncode != 0
