@@ -698,22 +698,38 @@ func (t tee) Write(b []byte) (int, error) {
 	return t.w.Write(b)
 }
 
-func startProxy(tb testing.TB, target string) *proxy {
+// listenLocal listens on a free port of 127.0.0.1 until the test ends.
+func listenLocal(tb testing.TB) net.Listener {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+// acceptPair accepts a connection on ln and dials target for it: the two
+// ends of a proxied connection (ok false when either fails).
+func acceptPair(ln net.Listener, target string) (a, b net.Conn, ok bool) {
+	a, err := ln.Accept()
+	if err != nil {
+		return nil, nil, false
+	}
+	b, err = net.Dial("tcp", target)
+	if err != nil {
+		a.Close()
+		return nil, nil, false
+	}
+	return a, b, true
+}
+
+func startProxy(tb testing.TB, target string) *proxy {
+	ln := listenLocal(tb)
 	p := &proxy{addr: ln.Addr().String()}
 	go func() {
 		for {
-			a, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			b, err := net.Dial("tcp", target)
-			if err != nil {
-				a.Close()
+			a, b, ok := acceptPair(ln, target)
+			if !ok {
 				return
 			}
 			p.mu.Lock()
@@ -791,21 +807,12 @@ type gate struct {
 }
 
 func startGate(tb testing.TB, target string) *gate {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { ln.Close() })
+	ln := listenLocal(tb)
 	g := &gate{addr: ln.Addr().String(), budget: -1}
 	g.cond = sync.NewCond(&g.mu)
 	go func() {
-		a, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		b, err := net.Dial("tcp", target)
-		if err != nil {
-			a.Close()
+		a, b, ok := acceptPair(ln, target)
+		if !ok {
 			return
 		}
 		tb.Cleanup(func() { a.Close(); b.Close() })
