@@ -14,6 +14,7 @@ ZODB/py's FileStorage (FileStorage backend) or what NEO/py's own storage
 served on the same SQLite database (the recorded client results)."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -58,19 +59,25 @@ def neopy_tls():
 
 
 class Cluster:
-    def __init__(self, tmp_path, zodbd_bin, backend, tls=False):
+    def __init__(self, tmp_path, zodbd_bin, backend, tls=False, masters=1):
         self.tls = neopy_tls() if tls else []
         self.dir = tmp_path
         self.env = dict(os.environ, PYTHONPATH=SRC)
-        self.mport, self.aport, self.sport = free_port(), free_port(), free_port()
+        mports = [free_port() for _ in range(masters)]
+        self.aport, self.sport = free_port(), free_port()
         self.procs = []
-        self.master = '127.0.0.1:%d' % self.mport
+        self.masters = ['127.0.0.1:%d' % p for p in mports]
+        self.master = ' '.join(self.masters)  # NEO/py's syntax for a list
         self.admin = '127.0.0.1:%d' % self.aport
-        self.spawn('master', [PY, '-c', 'import neo.scripts.neomaster as m; m.main()', '-c', 'vectors',
-                              '-b', self.master, '-m', self.master, '-p', '1', '-r', '0'] + self.tls)
-        self.wait_port(self.mport)
+        self.mprocs = {}
+        for addr in self.masters:
+            self.mprocs[addr] = self.spawn('master-' + addr.split(':')[1], [
+                PY, '-c', 'import neo.scripts.neomaster as m; m.main()', '-c', 'vectors',
+                '-b', addr, '-m', self.master, '-p', '1', '-r', '0'] + self.tls)
+        for p in mports:
+            self.wait_port(p)
         self.storage = self.spawn('storage', [zodbd_bin, 'neo-storage', '--cluster', 'vectors', '--masters',
-                                              self.master, '--bind', '127.0.0.1:%d' % self.sport]
+                                              ','.join(self.masters), '--bind', '127.0.0.1:%d' % self.sport]
                                    + self.tls + [backend])
         self.spawn('admin', [PY, '-c', 'import neo.scripts.neoadmin as m; m.main()', '-c', 'vectors',
                              '-b', self.admin, '-m', self.master] + self.tls)
@@ -193,3 +200,52 @@ def test_neopy_tls(tmp_path, zodbd_bin):
     assert gohash.stdout.split()[0] == fshash.stdout.split()[0]
     # Without TLS, the master does not let the client in.
     assert nottls.returncode != 0
+
+
+def test_neopy_two_masters(tmp_path, zodbd_bin):
+    """Two NEO/py masters: our node finds the primary among them (given in
+    any order), NEO/py's client and ours read through the list; when the
+    primary dies, our node identifies to the new primary and serves again
+    once the cluster is started (a FileStorage backend keeps no partition
+    table, so the new primary makes one, as at a first start)."""
+    src = os.path.join(os.path.dirname(__file__), '..', 'fs1', 'testdata', '1.fs')
+    path = str(tmp_path / 'Data.fs')
+    shutil.copyfile(src, path)
+    fshash = subprocess.run([zodbd_bin, 'hash', '--sha1', path], capture_output=True, text=True, timeout=120)
+    c = Cluster(tmp_path, zodbd_bin, path, masters=2)
+    log = tmp_path / 'storage.log'
+
+    def primary():
+        for _ in range(200):
+            found = re.findall(r'identified by master (\S+) as node', log.read_text())
+            if found:
+                return found[-1]
+            time.sleep(0.05)
+        raise AssertionError('node not identified: ' + log.read_text())
+
+    def gohash():
+        url = 'neo://vectors@' + ','.join(c.masters)
+        p = subprocess.run([zodbd_bin, 'hash', '--sha1', url], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        return p.stdout.split()[0]
+
+    try:
+        c.wait_running(start=True)
+        got = c.read('neo', c.master, 10)
+        before = gohash()
+        first = primary()
+        c.mprocs[first].kill()
+        for _ in range(200):
+            if primary() != first:
+                break
+            time.sleep(0.1)
+        second = primary()
+        c.wait_running(start=True)
+        after = gohash()
+    finally:
+        rc = c.stop()
+    assert rc == 0
+    assert second != first and second in c.masters
+    want = c.read('fs', path, 10)
+    assert got['loads'] == want['loads']
+    assert before == after == fshash.stdout.split()[0]

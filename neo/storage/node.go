@@ -117,6 +117,7 @@ func New(cfg Config) (*Node, error) {
 	if len(cfg.Masters) == 0 {
 		return nil, errors.New("neo storage: no master address")
 	}
+	cfg.Masters = append([]string(nil), cfg.Masters...) // notPrimary may add one
 	if cfg.Backend == nil {
 		return nil, errors.New("neo storage: no backend")
 	}
@@ -414,7 +415,7 @@ func (n *Node) masterSession(ctx context.Context, addr string) (next int, err er
 		}
 		n.nid.Store(int32(your))
 	case code == proto.CodeNotPrimaryMaster:
-		return n.notPrimary(args), nil
+		return n.notPrimary(addr, args), nil
 	default:
 		return next, badInput("master: unexpected %s in reply to the identification", proto.CodeName(code))
 	}
@@ -439,17 +440,31 @@ func (n *Node) masterSession(ctx context.Context, addr string) (next int, err er
 	}
 }
 
-func (n *Node) notPrimary(args []byte) int {
-	var ar argReader
-	ar.start(args, 2)
-	if ar.isNil() {
+// notPrimary handles NotPrimaryMaster(primary, known_masters), whose
+// primary is an index into the master's own list of masters: it returns
+// the index of that address in our list of masters (appending it when the
+// master knows the primary under an address we were not given), or -1
+// when no primary is named (an election is going on: the caller waits
+// before trying the next master, which NEO/py's masters rely on).
+func (n *Node) notPrimary(addr string, args []byte) int {
+	var m proto.NotPrimaryMaster
+	if err := proto.DecodeMsg(proto.CodeNotPrimaryMaster, args, &m); err != nil {
+		n.log.Printf("neo storage: master %s: malformed NotPrimaryMaster: %v", addr, err)
 		return -1
 	}
-	i := ar.uint()
-	if ar.err != nil {
+	if m.Primary < 0 || m.Primary >= len(m.KnownMasters) {
+		n.log.Printf("neo storage: master %s is not the primary and knows of none yet", addr)
 		return -1
 	}
-	return int(i)
+	primary := m.KnownMasters[m.Primary].String()
+	n.log.Printf("neo storage: master %s is not the primary; the primary is %s", addr, primary)
+	for i, a := range n.cfg.Masters {
+		if a == primary {
+			return i
+		}
+	}
+	n.cfg.Masters = append(n.cfg.Masters, primary)
+	return len(n.cfg.Masters) - 1
 }
 
 // handleMaster handles one packet from the master.
@@ -681,7 +696,7 @@ func (n *Node) handleMaster(ctx context.Context, m *masterLink, id uint32, code 
 		return next, m.answer(id, code, []byte{0x90})
 
 	case proto.CodeNotPrimaryMaster:
-		return n.notPrimary(args), nil
+		return n.notPrimary(m.nc.RemoteAddr().String(), args), nil
 
 	case proto.CodeAskLockInformation:
 		return next, m.answerError(id, proto.ReadOnlyAccess, "read-only storage node")
