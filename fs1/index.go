@@ -213,8 +213,13 @@ func (x *Index) MaxOid() zodb.Oid { return x.maxOid }
 // chunks calls f for every chunk, in ascending oid order, with its high
 // bits (oid>>16).
 func (x *Index) chunks(f func(hi uint64, c *ixChunk) bool) {
-	for hi, c := range x.dense {
-		if c != nil && !f(uint64(hi), c) {
+	x.chunksFrom(0, f)
+}
+
+// chunksFrom is chunks from the chunk with high bits minHi on.
+func (x *Index) chunksFrom(minHi uint64, f func(hi uint64, c *ixChunk) bool) {
+	for hi := minHi; hi < uint64(len(x.dense)); hi++ {
+		if c := x.dense[hi]; c != nil && !f(hi, c) {
 			return
 		}
 	}
@@ -223,7 +228,9 @@ func (x *Index) chunks(f func(hi uint64, c *ixChunk) bool) {
 	}
 	his := make([]uint64, 0, len(x.sparse))
 	for hi := range x.sparse {
-		his = append(his, hi)
+		if hi >= minHi {
+			his = append(his, hi)
+		}
 	}
 	slices.Sort(his)
 	for _, hi := range his {
@@ -236,13 +243,19 @@ func (x *Index) chunks(f func(hi uint64, c *ixChunk) bool) {
 // All calls f for every oid of the index and its position, in ascending oid
 // order, until f returns false.
 func (x *Index) All(f func(oid zodb.Oid, pos int64) bool) {
-	x.chunks(func(hi uint64, c *ixChunk) bool {
-		return c.each(hi, f)
+	x.AllFrom(0, f)
+}
+
+// AllFrom is All for the oids >= min: it starts at min's chunk, without
+// visiting the oids before it.
+func (x *Index) AllFrom(min zodb.Oid, f func(oid zodb.Oid, pos int64) bool) {
+	x.chunksFrom(uint64(min)>>chunkBits, func(hi uint64, c *ixChunk) bool {
+		return c.each(hi, min, f)
 	})
 }
 
-// each calls f for the entries of chunk hi in ascending oid order.
-func (c *ixChunk) each(hi uint64, f func(oid zodb.Oid, pos int64) bool) bool {
+// each calls f for the entries >= min of chunk hi in ascending oid order.
+func (c *ixChunk) each(hi uint64, min zodb.Oid, f func(oid zodb.Oid, pos int64) bool) bool {
 	for i, m := range c.kids {
 		if m == nil {
 			continue
@@ -252,8 +265,11 @@ func (c *ixChunk) each(hi uint64, f func(oid zodb.Oid, pos int64) bool) bool {
 				continue
 			}
 			base := zodb.Oid(hi<<chunkBits | uint64(i)<<(leafBits+midBits) | uint64(j)<<leafBits)
+			if base|(1<<leafBits-1) < min {
+				continue
+			}
 			for k, p := range l.pos {
-				if p != 0 && !f(base|zodb.Oid(k), p) {
+				if oid := base | zodb.Oid(k); p != 0 && oid >= min && !f(oid, p) {
 					return false
 				}
 			}

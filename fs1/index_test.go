@@ -29,6 +29,26 @@ func checkIndex(t *testing.T, what string, x *Index, m map[zodb.Oid]int64) {
 	if got := x.Oids(); !slices.Equal(got, want) {
 		t.Fatalf("%s: Oids differ (%d vs %d)", what, len(got), len(want))
 	}
+	// AllFrom from a few starting points: an oid of the index, the one
+	// after it, 0, past the end.
+	starts := []zodb.Oid{0, maxOid + 1}
+	for i := 0; i < len(want); i += 1 + len(want)/7 {
+		starts = append(starts, want[i], want[i]+1)
+	}
+	for _, from := range starts {
+		i, _ := slices.BinarySearch(want, from)
+		var got []zodb.Oid
+		x.AllFrom(from, func(oid zodb.Oid, pos int64) bool {
+			if pos != m[oid] {
+				t.Fatalf("%s: AllFrom(%s): %s at %d, want %d", what, from, oid, pos, m[oid])
+			}
+			got = append(got, oid)
+			return len(got) < 50
+		})
+		if w := want[i:min(i+50, len(want))]; !slices.Equal(got, w) {
+			t.Fatalf("%s: AllFrom(%s) = %v, want %v", what, from, got, w)
+		}
+	}
 }
 
 func randOid(rng *rand.Rand) zodb.Oid {

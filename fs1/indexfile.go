@@ -279,7 +279,7 @@ func (x *Index) writeIndex(w io.Writer, topPos int64) error {
 	var err error
 	x.chunks(func(hi uint64, c *ixChunk) bool {
 		ents = ents[:0]
-		c.each(hi, func(oid zodb.Oid, pos int64) bool {
+		c.each(hi, 0, func(oid zodb.Oid, pos int64) bool {
 			if pos < 0 || pos > maxIndexPos {
 				err = fmt.Errorf("oid %s: position %d does not fit in 6 bytes", oid, pos)
 				return false

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -268,6 +269,17 @@ func TestNoData(t *testing.T) {
 	}
 	if ft, err := db.FinalTID(ctx, del-5); err != nil || ft != del {
 		t.Errorf("FinalTID %s %v", ft, err)
+	}
+	// AskOIDsFrom: the deleted oid is examined but not listed; before the
+	// deletion it is listed.
+	if oids, next, more, err := db.OIDsFrom(ctx, 0, 1, 2, zodb.TidMax); err != nil || len(oids) != 0 || !more || next != 3 {
+		t.Errorf("OIDsFrom at the deletion: %v next %s more %v %v", oids, next, more, err)
+	}
+	if oids, _, _, err := db.OIDsFrom(ctx, 0, 10, 0, del-1); err != nil || !slices.Contains(oids, 2) {
+		t.Errorf("OIDsFrom before the deletion: %v %v", oids, err)
+	}
+	if oids, _, _, err := db.OIDsFrom(ctx, 0, 10, 0, del); err != nil || slices.Contains(oids, 2) || len(oids) == 0 {
+		t.Errorf("OIDsFrom after the deletion: %v %v", oids, err)
 	}
 }
 

@@ -45,6 +45,18 @@ for oid in range(n):
     out['history'].append([[h['tid'].hex(), h['size']] for h in st.history(p64(oid), size=100)])
 for t in st.iterator():
     out['iter'] += sum(1 for _ in t)
+from ZODB.utils import u64
+from ZODB.POSException import POSKeyError
+if kind == 'fs':
+    def alive(oid):
+        try:
+            st.load(oid)
+            return True
+        except POSKeyError:
+            return False
+    out['oids'] = [u64(o) for o in sorted(st._index.keys()) if alive(o)]
+else:
+    out['oids'] = [u64(o) for o in st.app.oids()]  # AskOIDsFrom on every partition
 st.close()
 print(json.dumps(out))
 '''
@@ -148,6 +160,7 @@ def test_neopy_reads_filestorage(tmp_path, zodbd_bin):
     want = c.read('fs', path, n)
     assert got['loads'] == want['loads']
     assert got['iter'] == want['iter']
+    assert got['oids'] == want['oids'] and got['oids']
     # NEO's history sizes are the stored lengths; FileStorage's the
     # record's own data (0 for a backpointer): compare the tids.
     assert [[h[0] for h in x] for x in got['history']] == [[h[0] for h in x] for x in want['history']]

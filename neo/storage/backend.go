@@ -64,6 +64,15 @@ type Backend interface {
 	// length of them.
 	TIDsFrom(ctx context.Context, min, max zodb.Tid, length int, partitions []uint32) ([]zodb.Tid, error)
 
+	// OIDsFrom answers AskOIDsFrom: the oids of partition p (readable
+	// here, else ErrNonReadableCell) from minOid up that have a revision
+	// at or before tid, at most length of them examined; those whose
+	// revision current at tid has data are returned, ascending. When
+	// length oids were examined, more is true and next is the minOid to
+	// ask next (the last oid examined plus the number of partitions, as
+	// NEO/py answers); otherwise the partition has no more.
+	OIDsFrom(ctx context.Context, p uint32, length int, minOid zodb.Oid, tid zodb.Tid) (oids []zodb.Oid, next zodb.Oid, more bool, err error)
+
 	// TransactionInformation returns the metadata of the committed
 	// transaction tid (ErrTidNotFound if there is none).
 	TransactionInformation(ctx context.Context, tid zodb.Tid) (*TxnInfo, error)

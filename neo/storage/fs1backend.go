@@ -148,6 +148,46 @@ func (b *FS1Backend) Object(ctx context.Context, oid zodb.Oid, at, before zodb.T
 	return nil
 }
 
+// OIDsFrom implements Backend: the FileStorage's index from minOid up, each
+// oid checked at tid with LoadRevision (one partition: next is the last
+// oid examined plus one).
+func (b *FS1Backend) OIDsFrom(ctx context.Context, p uint32, length int, minOid zodb.Oid, tid zodb.Tid) (oids []zodb.Oid, next zodb.Oid, more bool, err error) {
+	if p != 0 {
+		return nil, 0, false, fmt.Errorf("partition %d: %w", p, ErrNonReadableCell)
+	}
+	if length <= 0 {
+		return nil, minOid, true, nil
+	}
+	bound := min(tid, b.last) + 1
+	var buf []byte
+	examined := 0
+	b.index.AllFrom(minOid, func(oid zodb.Oid, _ int64) bool {
+		var rev fs1.Revision
+		buf, rev, err = b.fs.LoadRevision(ctx, oid, bound, buf[:0])
+		var nd *zodb.NoDataError
+		switch {
+		case errors.As(err, &nd):
+			err = nil
+			return true // created after tid: not a row of the partition at tid
+		case err != nil:
+			return false
+		}
+		examined++
+		if !rev.NoData {
+			oids = append(oids, oid)
+		}
+		if examined == length {
+			next, more = oid+1, true
+			return false
+		}
+		return true
+	})
+	if err != nil {
+		return nil, 0, false, err
+	}
+	return oids, next, more, nil
+}
+
 // LastIDs implements Backend.
 func (b *FS1Backend) LastIDs(ctx context.Context) (LastIDs, error) {
 	r := LastIDs{FirstTid: proto.MaxTid}

@@ -251,6 +251,10 @@ func (p *peer) dispatch(id uint32, code uint16, args []byte) error {
 		var m proto.AskTIDsFrom
 		err = m.DecodeArgs(args)
 		req.min, req.max, req.len_, req.partition = m.MinTid, m.MaxTid, clampInt(uint64(m.Length)), m.Partition
+	case proto.CodeAskOIDsFrom:
+		var m proto.AskOIDsFrom
+		err = m.DecodeArgs(args)
+		req.partition, req.len_, req.oid, req.tid = m.Partition, clampInt(uint64(m.Length)), m.MinOid, m.Tid
 	case proto.CodeAskTransactionInformation:
 		var m proto.AskTransactionInformation
 		err = m.DecodeArgs(args)
@@ -279,7 +283,7 @@ func (p *peer) dispatch(id uint32, code uint16, args []byte) error {
 		n.reqPool.Put(req)
 		p.w.write(appendError(nil, id, proto.ReadOnlyAccess, "read-only storage node"))
 		return nil
-	case proto.CodeAskOIDsFrom, proto.CodeAskFetchTransactions, proto.CodeAskFetchObjects,
+	case proto.CodeAskFetchTransactions, proto.CodeAskFetchObjects,
 		proto.CodeAskCheckTIDRange, proto.CodeAskCheckSerialRange:
 		n.reqPool.Put(req)
 		p.w.write(appendError(nil, id, proto.BackendNotImplemented, proto.CodeName(code)+" is not implemented by this node"))
@@ -406,6 +410,22 @@ func (p *peer) serve(req *request) {
 			break
 		}
 		b = appendTidList(appendHeader(b, req.msgID, ans), tids)
+
+	case proto.CodeAskOIDsFrom:
+		if int(req.partition) >= pt.np() || !pt.readable[req.partition] {
+			b = appendError(b, req.msgID, proto.NonReadableCell, "")
+			break
+		}
+		oids, next, more, err := n.be.OIDsFrom(ctx, req.partition, req.len_, req.oid, req.tid)
+		if err != nil {
+			b = p.appendErr(b, req, err)
+			break
+		}
+		a := proto.AnswerOIDsFrom{NextOid: proto.InvalidOid, Oids: oids}
+		if more {
+			a.NextOid = next
+		}
+		b = a.AppendArgs(appendHeader(b, req.msgID, ans))
 
 	case proto.CodeAskTransactionInformation:
 		if !readable(uint64(req.tid)) {

@@ -116,6 +116,12 @@ func (b *SQLiteBackend) Object(ctx context.Context, oid zodb.Oid, at, before zod
 	return nil
 }
 
+// OIDsFrom implements Backend with neosqlite.
+func (b *SQLiteBackend) OIDsFrom(ctx context.Context, p uint32, length int, minOid zodb.Oid, tid zodb.Tid) ([]zodb.Oid, zodb.Oid, bool, error) {
+	oids, next, more, err := b.db.OIDsFrom(ctx, p, length, minOid, tid)
+	return oids, next, more, mapErr(err)
+}
+
 // LastIDs implements Backend.
 func (b *SQLiteBackend) LastIDs(ctx context.Context) (LastIDs, error) {
 	r, err := b.db.LastIDsFull(ctx, nil)
