@@ -118,12 +118,16 @@ func (b *FS1Backend) Object(ctx context.Context, oid zodb.Oid, at, before zodb.T
 		bound = min(before, bound)
 	}
 	data, rev, err := b.fs.LoadRevision(ctx, oid, bound, o.Data[:0])
-	var nd *zodb.NoDataError
-	switch {
-	case errors.As(err, &nd):
-		return fmt.Errorf("oid %s: %w", oid, ErrOidNotFound) // no revision before bound
-	case err != nil:
+	if err != nil {
+		// (nd is declared here, on the error path only: it escapes to
+		// errors.As, and would cost an allocation per load.)
+		var nd *zodb.NoDataError
+		if errors.As(err, &nd) {
+			return fmt.Errorf("oid %s: %w", oid, ErrOidNotFound) // no revision before bound
+		}
 		return err
+	}
+	switch {
 	case at != 0 && rev.Serial != at:
 		return fmt.Errorf("oid %s @%s: %w", oid, at, ErrOidNotFound)
 	}
