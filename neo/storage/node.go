@@ -302,19 +302,18 @@ type masterLink struct {
 	buf    []byte
 }
 
-func (m *masterLink) notify(code uint16, args []byte) error {
-	b := appendHeader(m.buf[:0], m.nextID, code)
+// send sends msg with the next msg_id of ours (a notification, or a
+// request whose answer is not awaited).
+func (m *masterLink) send(msg proto.Msg) error {
+	m.buf = proto.AppendPacket(m.buf[:0], m.nextID, msg)
 	m.nextID++
-	b = append(b, args...)
-	m.buf = b
-	return m.w.write(b)
+	return m.w.write(m.buf)
 }
 
-func (m *masterLink) answer(msgID uint32, code uint16, args []byte) error {
-	b := appendHeader(m.buf[:0], msgID, code|proto.AnswerBit)
-	b = append(b, args...)
-	m.buf = b
-	return m.w.write(b)
+// reply answers the master's request msgID with msg.
+func (m *masterLink) reply(msgID uint32, msg proto.Msg) error {
+	m.buf = proto.AppendPacket(m.buf[:0], msgID, msg)
+	return m.w.write(m.buf)
 }
 
 func (m *masterLink) answerError(msgID uint32, code proto.ErrorCode, msg string) error {
@@ -358,24 +357,23 @@ func (n *Node) masterSession(ctx context.Context, addr string) (next int, err er
 	defer m.w.close()
 
 	// Handshake and identification, pipelined as NEO/py does.
-	var a []byte
-	a = append(a, 0x96)
-	a = msgp.AppendEnum(a, proto.ExtNodeType, int(proto.Storage))
-	a = appendNID(a, n.NID())
-	a = appendAddr(a, n.addr)
-	a = msgp.AppendBin(a, []byte(n.cfg.Cluster))
-	a = msgp.AppendNil(a)
-	a = msgp.AppendMapHeader(a, 2)
-	a = msgp.AppendBin(a, []byte("devpath"))
-	dp := n.devPath()
-	a = msgp.AppendArrayHeader(a, len(dp))
-	for _, s := range dp {
-		a = msgp.AppendBin(a, []byte(s))
+	dp := msgp.AppendArrayHeader(nil, len(n.devPath()))
+	for _, s := range n.devPath() {
+		dp = msgp.AppendBin(dp, []byte(s))
 	}
-	a = msgp.AppendBin(a, []byte("new_nid"))
-	a = msgp.AppendArrayHeader(a, 0)
+	req := proto.RequestIdentification{
+		NodeType:    proto.Storage,
+		NID:         n.NID(),
+		Addr:        n.addr,
+		ClusterName: n.cfg.Cluster,
+		IdTime:      proto.NoIdTime,
+		Extra: []proto.RawPair{
+			proto.BinPair("devpath", dp),
+			proto.BinPair("new_nid", msgp.AppendArrayHeader(nil, 0)),
+		},
+	}
 	m.w.write(proto.Handshake[:])
-	if err := m.notify(proto.CodeRequestIdentification, a); err != nil {
+	if err := m.send(&req); err != nil {
 		return next, err
 	}
 	nc.SetReadDeadline(time.Now().Add(n.cfg.IdentifyTimeout))
@@ -387,33 +385,28 @@ func (n *Node) masterSession(ctx context.Context, addr string) (next int, err er
 		return next, err
 	}
 	nc.SetReadDeadline(time.Time{})
-	var ar argReader
 	switch {
 	case id == 0 && code == proto.AnswerBit:
-		ar.start(args, 2)
-		ec, msg := ar.uint(), ar.bin()
-		if ar.end() != nil {
-			return next, badInput("master: malformed Error")
+		var e proto.Error
+		if err := e.DecodeArgs(args); err != nil {
+			return next, badInput("master: %v", err)
 		}
-		if proto.ErrorCode(ec) == proto.ProtocolError {
-			return next, fatalf("master %s refused the identification: %s", addr, msg)
+		if e.ErrCode == proto.ProtocolError {
+			return next, fatalf("master %s refused the identification: %s", addr, e.Message)
 		}
-		return next, fmt.Errorf("identification refused (error %d): %s", ec, msg)
+		return next, fmt.Errorf("identification refused (error %d): %s", e.ErrCode, e.Message)
 	case id == 0 && code == proto.CodeRequestIdentification|proto.AnswerBit:
-		ar.start(args, 3)
-		typ := ar.enum(proto.ExtNodeType)
-		ar.nid()
-		your := ar.nid()
-		if err := ar.end(); err != nil {
-			return next, badInput("master: AcceptIdentification: %v", err)
+		var acc proto.AcceptIdentification
+		if err := acc.DecodeArgs(args); err != nil {
+			return next, badInput("master: %v", err)
 		}
-		if proto.NodeType(typ) != proto.Master {
+		if acc.NodeType != proto.Master {
 			return next, fmt.Errorf("peer at %s is not a master", addr)
 		}
-		if your != n.NID() {
-			n.log.Printf("neo storage: master %s gave node id %d", addr, your)
+		if acc.YourNID != n.NID() {
+			n.log.Printf("neo storage: master %s gave node id %d", addr, acc.YourNID)
 		}
-		n.nid.Store(int32(your))
+		n.nid.Store(int32(acc.YourNID))
 	case code == proto.CodeNotPrimaryMaster:
 		return n.notPrimary(addr, args), nil
 	default:
@@ -467,39 +460,41 @@ func (n *Node) notPrimary(addr string, args []byte) int {
 	return len(n.cfg.Masters) - 1
 }
 
-// handleMaster handles one packet from the master.
+// handleMaster handles one packet from the master. Requests and
+// notifications are decoded, and answers encoded, with neo/proto's packet
+// structs.
 func (n *Node) handleMaster(ctx context.Context, m *masterLink, id uint32, code uint16, args []byte) (next int, err error) {
 	next = -1
-	var ar argReader
-	var a []byte
-	argErr := func() error {
-		if err := ar.end(); err != nil {
+	decode := func(msg proto.Msg) error {
+		if err := msg.DecodeArgs(args); err != nil {
 			return badInput("%v", err)
 		}
 		return nil
 	}
+	optTidArg := func(t zodb.Tid) zodb.Tid { // 0 (none) is nil on the wire
+		if t == 0 {
+			return proto.InvalidTid
+		}
+		return t
+	}
 	switch code {
 	case proto.CodeAskRecovery:
-		if ar.start(args, 0); argErr() != nil {
-			return next, argErr()
+		if err := decode(&proto.AskRecovery{}); err != nil {
+			return next, err
 		}
 		rec, err := n.be.Recovery(ctx)
 		if err != nil {
 			return next, err
 		}
-		a = append(a, 0x93)
+		a := proto.AnswerRecovery{PTid: proto.NoPTid, BackupTid: optTidArg(rec.BackupTid), TruncateTid: optTidArg(rec.TruncateTid)}
 		if rec.HasPTID {
-			a = msgp.AppendUint(a, rec.PTID)
-		} else {
-			a = msgp.AppendNil(a)
+			a.PTid = rec.PTID
 		}
-		a = appendOptTid(a, rec.BackupTid, rec.BackupTid != 0)
-		a = appendOptTid(a, rec.TruncateTid, rec.TruncateTid != 0)
-		return next, m.answer(id, code, a)
+		return next, m.reply(id, &a)
 
 	case proto.CodeAskPartitionTable:
-		if ar.start(args, 0); argErr() != nil {
-			return next, argErr()
+		if err := decode(&proto.AskPartitionTable{}); err != nil {
+			return next, err
 		}
 		rec, err := n.be.Recovery(ctx)
 		if err != nil {
@@ -513,126 +508,95 @@ func (n *Node) handleMaster(ctx context.Context, m *masterLink, id uint32, code 
 		for _, c := range rec.Cells {
 			rows[c.Partition] = append(rows[c.Partition], proto.CellInfo{NID: c.NID, State: c.State})
 		}
-		a = append(a, 0x93)
+		a := proto.AnswerPartitionTable{PTid: proto.NoPTid, NumReplicas: uint32(rec.NumReplicas), Rows: rows}
 		if rec.HasPTID {
-			a = msgp.AppendUint(a, rec.PTID)
-		} else {
-			a = msgp.AppendNil(a)
+			a.PTid = rec.PTID
 		}
-		a = msgp.AppendUint(a, uint64(rec.NumReplicas))
-		a = appendRows(a, rows)
-		return next, m.answer(id, code, a)
+		return next, m.reply(id, &a)
 
 	case proto.CodeSendPartitionTable:
-		ar.start(args, 3)
-		var ptid uint64
-		hasPTID := !ar.isNil()
-		if hasPTID {
-			ptid = ar.uint()
-		}
-		nr := ar.uint()
-		rows := ar.rows()
-		if err := argErr(); err != nil {
+		var msg proto.SendPartitionTable
+		if err := decode(&msg); err != nil {
 			return next, err
 		}
-		return next, n.setPT(&ptState{ptid: ptid, hasPTID: hasPTID, nr: int(nr), rows: rows})
+		pt := &ptState{ptid: msg.PTid, hasPTID: msg.PTid != proto.NoPTid, nr: int(msg.NumReplicas), rows: msg.Rows}
+		if !pt.hasPTID {
+			pt.ptid = 0
+		}
+		return next, n.setPT(pt)
 
 	case proto.CodeNotifyPartitionChanges:
-		ar.start(args, 3)
-		ptid := ar.uint()
-		nr := ar.uint()
-		cnt := ar.array()
-		type change struct {
-			off uint32
-			nid proto.NodeID
-			st  proto.CellState
-		}
-		var changes []change
-		for i := 0; i < cnt && ar.err == nil; i++ {
-			if ar.array() != 3 {
-				ar.fail(errors.New("cell change is not [offset, nid, state]"))
-			}
-			off := ar.uint()
-			nid := ar.nid()
-			st := ar.enum(proto.ExtCellState)
-			changes = append(changes, change{uint32(off), nid, proto.CellState(st)})
-		}
-		if err := argErr(); err != nil {
+		var msg proto.NotifyPartitionChanges
+		if err := decode(&msg); err != nil {
 			return next, err
 		}
 		old := n.pt.Load()
-		if !old.hasPTID || ptid != old.ptid+1 {
-			return next, badInput("NotifyPartitionChanges: ptid %d does not follow %d", ptid, old.ptid)
+		if !old.hasPTID || msg.PTid == proto.NoPTid || msg.PTid != old.ptid+1 {
+			return next, badInput("NotifyPartitionChanges: ptid %d does not follow %d", int64(msg.PTid), old.ptid)
 		}
 		rows := make([][]proto.CellInfo, len(old.rows))
 		for i, r := range old.rows {
 			rows[i] = append([]proto.CellInfo(nil), r...)
 		}
-		for _, c := range changes {
-			if int(c.off) >= len(rows) {
-				return next, badInput("NotifyPartitionChanges: partition %d out of range", c.off)
+		for _, c := range msg.Changes {
+			if int(c.Offset) >= len(rows) {
+				return next, badInput("NotifyPartitionChanges: partition %d out of range", c.Offset)
 			}
-			r := rows[c.off][:0]
-			for _, x := range rows[c.off] {
-				if x.NID != c.nid {
+			r := rows[c.Offset][:0]
+			for _, x := range rows[c.Offset] {
+				if x.NID != c.NID {
 					r = append(r, x)
 				}
 			}
-			if c.st != proto.Discarded {
-				r = append(r, proto.CellInfo{NID: c.nid, State: c.st})
+			if c.State != proto.Discarded {
+				r = append(r, proto.CellInfo{NID: c.NID, State: c.State})
 			}
-			rows[c.off] = r
+			rows[c.Offset] = r
 		}
-		return next, n.setPT(&ptState{ptid: ptid, hasPTID: true, nr: int(nr), rows: rows})
+		return next, n.setPT(&ptState{ptid: msg.PTid, hasPTID: true, nr: int(msg.NumReplicas), rows: rows})
 
 	case proto.CodeAskLockedTransactions:
-		if ar.start(args, 0); argErr() != nil {
-			return next, argErr()
+		if err := decode(&proto.AskLockedTransactions{}); err != nil {
+			return next, err
 		}
 		locked, err := n.be.LockedTransactions(ctx)
 		if err != nil {
 			return next, err
 		}
-		a = append(a, 0x91)
-		a = msgp.AppendMapHeader(a, len(locked))
+		var a proto.AnswerLockedTransactions
 		for ttid, tid := range locked {
-			a = appendTid(a, ttid)
-			a = appendOptTid(a, tid, tid != 0)
+			a.TidDict = append(a.TidDict, proto.LockedTxn{TTid: ttid, Tid: optTidArg(tid)})
 		}
-		return next, m.answer(id, code, a)
+		return next, m.reply(id, &a)
 
 	case proto.CodeValidateTransaction:
-		ar.start(args, 2)
-		ttid, tid := ar.tid(), ar.tid()
-		if err := argErr(); err != nil {
+		var msg proto.ValidateTransaction
+		if err := decode(&msg); err != nil {
 			return next, err
 		}
-		final, err := n.be.FinalTID(ctx, ttid)
+		final, err := n.be.FinalTID(ctx, msg.TTid)
 		if err != nil && !errors.Is(err, ErrNonReadableCell) {
 			return next, err
 		}
-		if final != tid {
-			return next, fatalf("master asks to validate transaction %s (ttid %s), which this read-only node cannot commit", tid, ttid)
+		if final != msg.Tid {
+			return next, fatalf("master asks to validate transaction %s (ttid %s), which this read-only node cannot commit", msg.Tid, msg.TTid)
 		}
 		return next, nil
 
 	case proto.CodeAskFinalTID:
-		ar.start(args, 1)
-		ttid := ar.tid()
-		if err := argErr(); err != nil {
+		var msg proto.AskFinalTID
+		if err := decode(&msg); err != nil {
 			return next, err
 		}
-		final, err := n.be.FinalTID(ctx, ttid)
+		final, err := n.be.FinalTID(ctx, msg.TTid)
 		if err != nil && !errors.Is(err, ErrNonReadableCell) {
 			return next, err
 		}
-		a = append(a, 0x91)
-		a = appendOptTid(a, final, final != 0)
-		return next, m.answer(id, code, a)
+		return next, m.reply(id, &proto.AnswerFinalTID{Tid: optTidArg(final)})
 
 	case proto.CodeAskLastIDs:
-		if ar.start(args, 0); argErr() != nil {
-			return next, argErr()
+		if err := decode(&proto.AskLastIDs{}); err != nil {
+			return next, err
 		}
 		rec, err := n.be.Recovery(ctx)
 		if err != nil {
@@ -642,30 +606,31 @@ func (n *Node) handleMaster(ctx context.Context, m *masterLink, id uint32, code 
 		if err != nil {
 			return next, err
 		}
-		if err := m.notify(proto.CodeNotifyPackCompleted, appendTid([]byte{0x91}, rec.PackID)); err != nil {
+		if err := m.send(&proto.NotifyPackCompleted{PackID: rec.PackID}); err != nil {
 			return next, err
 		}
-		a = append(a, 0x93)
-		a = appendOptTid(a, ids.Tid, ids.HasTid)
-		a = appendOptTid(a, zodb.Tid(ids.Oid), ids.HasOid)
-		a = appendTid(a, ids.FirstTid)
-		return next, m.answer(id, code, a)
+		a := proto.AnswerLastIDs{LastTid: proto.InvalidTid, LastOid: proto.InvalidOid, FirstTid: ids.FirstTid}
+		if ids.HasTid {
+			a.LastTid = ids.Tid
+		}
+		if ids.HasOid {
+			a.LastOid = ids.Oid
+		}
+		return next, m.reply(id, &a)
 
 	case proto.CodeAskPackOrders:
-		ar.start(args, 1)
-		ar.tid()
-		if err := argErr(); err != nil {
+		if err := decode(&proto.AskPackOrders{}); err != nil {
 			return next, err
 		}
-		return next, m.answer(id, code, []byte{0x91, 0x90})
+		// A read-only node packs nothing: no order is pending here.
+		return next, m.reply(id, &proto.AnswerPackOrders{})
 
 	case proto.CodeStartOperation:
-		ar.start(args, 1)
-		backup := ar.bool()
-		if err := argErr(); err != nil {
+		var msg proto.StartOperation
+		if err := decode(&msg); err != nil {
 			return next, err
 		}
-		if backup {
+		if msg.Backup {
 			return next, fatalf("backup mode is not supported")
 		}
 		pt := n.pt.Load()
@@ -674,7 +639,7 @@ func (n *Node) handleMaster(ctx context.Context, m *masterLink, id uint32, code 
 		}
 		n.operational.Store(true)
 		n.log.Printf("neo storage: operational (ptid %d, %d partitions, readable %v)", pt.ptid, pt.np(), pt.rlist)
-		return next, m.notify(proto.CodeNotifyReady, []byte{0x90})
+		return next, m.send(&proto.NotifyReady{})
 
 	case proto.CodeStopOperation:
 		n.stopOperation()
@@ -684,16 +649,15 @@ func (n *Node) handleMaster(ctx context.Context, m *masterLink, id uint32, code 
 		return next, n.nodeInformation(args)
 
 	case proto.CodeNotifyClusterInformation:
-		ar.start(args, 1)
-		st := ar.enum(proto.ExtClusterState)
-		if err := argErr(); err != nil {
+		var msg proto.NotifyClusterInformation
+		if err := decode(&msg); err != nil {
 			return next, err
 		}
-		n.log.Printf("neo storage: cluster state %d", st)
+		n.log.Printf("neo storage: cluster state %v", msg.State)
 		return next, nil
 
 	case proto.CodePing:
-		return next, m.answer(id, code, []byte{0x90})
+		return next, m.reply(id, &proto.Pong{})
 
 	case proto.CodeNotPrimaryMaster:
 		return n.notPrimary(m.nc.RemoteAddr().String(), args), nil
@@ -743,44 +707,26 @@ func (n *Node) setPT(pt *ptState) error {
 
 // nodeInformation handles NotifyNodeInformation [ts, [NodeInfo...]].
 func (n *Node) nodeInformation(args []byte) error {
-	var ar argReader
-	ar.start(args, 2)
-	ar.float()
-	cnt := ar.array()
+	var msg proto.NotifyNodeInformation
+	if err := msg.DecodeArgs(args); err != nil {
+		return badInput("NotifyNodeInformation: %v", err)
+	}
 	me := n.NID()
 	down := false
 	n.nodesMu.Lock()
-	for i := 0; i < cnt && ar.err == nil; i++ {
-		if ar.array() != 5 {
-			ar.fail(errors.New("node info is not a 5-array"))
-			break
-		}
-		typ := proto.NodeType(ar.enum(proto.ExtNodeType))
-		ar.addr()
-		nid := ar.nid()
-		st := proto.NodeState(ar.enum(proto.ExtNodeState))
-		ts := proto.NoIdTime
-		if !ar.isNil() {
-			ts = ar.float()
-		}
-		if ar.err != nil {
-			break
-		}
-		if nid == me && me != proto.NoNode && (st == proto.NodeDown || st == proto.NodeUnknown) {
+	for _, ni := range msg.Nodes {
+		if ni.NID == me && me != proto.NoNode && (ni.State == proto.NodeDown || ni.State == proto.NodeUnknown) {
 			down = true
 		}
-		if st == proto.NodeUnknown || st == proto.NodeDown {
-			delete(n.nodes, nid)
+		if ni.State == proto.NodeUnknown || ni.State == proto.NodeDown {
+			delete(n.nodes, ni.NID)
 		} else {
-			n.nodes[nid] = nodeEntry{typ: typ, state: st, idTime: ts}
+			n.nodes[ni.NID] = nodeEntry{typ: ni.Type, state: ni.State, idTime: ni.IdTime}
 		}
 	}
 	close(n.nodesChanged)
 	n.nodesChanged = make(chan struct{})
 	n.nodesMu.Unlock()
-	if err := ar.end(); err != nil {
-		return badInput("NotifyNodeInformation: %v", err)
-	}
 	if down {
 		return errShutdown
 	}
