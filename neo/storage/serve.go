@@ -175,16 +175,11 @@ func (p *peer) identify(ctx context.Context, id uint32, args []byte) bool {
 		p.errorAndClose(id, proto.NotReady, "Not ready")
 		return false
 	}
-	b := appendHeader(nil, id, proto.CodeRequestIdentification|proto.AnswerBit)
-	b = append(b, 0x93)
-	b = msgp.AppendEnum(b, proto.ExtNodeType, int(proto.Storage))
-	if nid == proto.NoNode {
-		b = msgp.AppendNil(b)
-	} else {
-		b = appendNID(b, n.NID())
+	acc := proto.AcceptIdentification{NodeType: proto.Storage, YourNID: nid}
+	if nid != proto.NoNode {
+		acc.MyNID = n.NID()
 	}
-	b = appendNID(b, nid)
-	p.w.write(b)
+	p.w.write(proto.AppendPacket(nil, id, &acc))
 	return true
 }
 
@@ -395,7 +390,7 @@ func (p *peer) serve(req *request) {
 			b = p.appendErr(b, req, err)
 			break
 		}
-		b = appendTidList(appendHeader(b, req.msgID, ans), tids)
+		b = (&proto.AnswerTIDs{Tids: tids}).AppendArgs(appendHeader(b, req.msgID, ans))
 
 	case proto.CodeAskTIDsFrom:
 		var parts []uint32
@@ -409,7 +404,7 @@ func (p *peer) serve(req *request) {
 			b = p.appendErr(b, req, err)
 			break
 		}
-		b = appendTidList(appendHeader(b, req.msgID, ans), tids)
+		b = (&proto.AnswerTIDsFrom{Tids: tids}).AppendArgs(appendHeader(b, req.msgID, ans))
 
 	case proto.CodeAskOIDsFrom:
 		if int(req.partition) >= pt.np() || !pt.readable[req.partition] {
@@ -437,17 +432,9 @@ func (p *peer) serve(req *request) {
 			b = p.appendErr(b, req, err)
 			break
 		}
-		b = appendHeader(b, req.msgID, ans)
-		b = append(b, 0x96)
-		b = appendTid(b, t.Tid)
-		b = msgp.AppendBin(b, t.User)
-		b = msgp.AppendBin(b, t.Description)
-		b = msgp.AppendBin(b, t.Extension)
-		b = msgp.AppendBool(b, t.Packed)
-		b = msgp.AppendArrayHeader(b, len(t.Oids))
-		for _, oid := range t.Oids {
-			b = appendTid(b, zodb.Tid(oid))
-		}
+		a := proto.AnswerTransactionInformation{Tid: t.Tid, User: t.User, Description: t.Description,
+			Extension: t.Extension, Packed: t.Packed, Oids: t.Oids}
+		b = a.AppendArgs(appendHeader(b, req.msgID, ans))
 
 	case proto.CodeAskObjectHistory:
 		if !readable(uint64(req.oid)) {
@@ -459,15 +446,11 @@ func (p *peer) serve(req *request) {
 			b = p.appendErr(b, req, err)
 			break
 		}
-		b = appendHeader(b, req.msgID, ans)
-		b = append(b, 0x92)
-		b = appendTid(b, zodb.Tid(req.oid))
-		b = msgp.AppendArrayHeader(b, len(h))
-		for _, e := range h {
-			b = append(b, 0x92)
-			b = appendTid(b, e.Serial)
-			b = msgp.AppendUint(b, uint64(e.Size))
+		a := proto.AnswerObjectHistory{Oid: req.oid, History: make([]proto.HistoryEntry, len(h))}
+		for i, e := range h {
+			a.History[i] = proto.HistoryEntry{Serial: e.Serial, Size: uint64(e.Size)}
 		}
+		b = a.AppendArgs(appendHeader(b, req.msgID, ans))
 
 	case proto.CodeAskFinalTID:
 		final, err := n.be.FinalTID(ctx, req.tid)
@@ -475,13 +458,14 @@ func (p *peer) serve(req *request) {
 			b = p.appendErr(b, req, err)
 			break
 		}
-		b = appendHeader(b, req.msgID, ans)
-		b = append(b, 0x91)
-		b = appendOptTid(b, final, final != 0)
+		a := proto.AnswerFinalTID{Tid: proto.InvalidTid}
+		if final != 0 {
+			a.Tid = final
+		}
+		b = a.AppendArgs(appendHeader(b, req.msgID, ans))
 
 	case proto.CodePing:
-		b = appendHeader(b, req.msgID, ans)
-		b = append(b, 0x90)
+		b = (&proto.Pong{}).AppendArgs(appendHeader(b, req.msgID, ans))
 	}
 	if len(b) > 0 {
 		p.w.write(b)
@@ -491,15 +475,6 @@ func (p *peer) serve(req *request) {
 	}
 	*bp = b
 	n.bufPool.Put(bp)
-}
-
-func appendTidList(b []byte, tids []zodb.Tid) []byte {
-	b = append(b, 0x91)
-	b = msgp.AppendArrayHeader(b, len(tids))
-	for _, t := range tids {
-		b = appendTid(b, t)
-	}
-	return b
 }
 
 // appendErr answers a backend error with NEO's error code.

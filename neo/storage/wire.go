@@ -183,13 +183,6 @@ func appendOptTid(b []byte, t zodb.Tid, ok bool) []byte {
 	return msgp.AppendBin64(b, uint64(t))
 }
 
-func appendNID(b []byte, nid proto.NodeID) []byte {
-	if nid == proto.NoNode {
-		return msgp.AppendNil(b)
-	}
-	return msgp.AppendInt(b, int64(nid))
-}
-
 func appendError(b []byte, msgID uint32, code proto.ErrorCode, msg string) []byte {
 	b = appendHeader(b, msgID, proto.AnswerBit)
 	b = append(b, 0x92)
