@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/idleread"
 	"github.com/zodbd/zodbd/neo/proto"
 )
 
@@ -30,18 +31,11 @@ import (
 //     whenever a goroutine is blocked in Recv: such a connection is driven
 //     by the peer's requests, and the idle reader keeps reading, as a
 //     dedicated reader goroutine would;
-//   - on a quiet connection: it checks periodically whether an Ask took the
-//     token since its last check, and if not, takes it and reads until the
-//     next answer. Its period starts at minIdleDelay and doubles, up to
-//     maxIdleDelay, while the connection stays busy. A notification sent
-//     to a connection nobody Recv's on, on which Asks just stopped, is
-//     therefore handled within 2×maxIdleDelay.
-
-// The idle reader's period (see above).
-const (
-	minIdleDelay = time.Millisecond
-	maxIdleDelay = 8 * time.Millisecond
-)
+//   - on a quiet connection: it checks periodically (package
+//     internal/idleread) whether an Ask took the token since its last
+//     check, and if not, takes it and reads until the next answer. A
+//     notification sent to a connection nobody Recv's on, on which Asks
+//     just stopped, is therefore handled within 2×idleread.MaxDelay.
 
 // waitAnswer waits for cl's result, reading the connection meanwhile when
 // nobody else does. ok is false when ctx was done first.
@@ -177,42 +171,28 @@ func (c *Conn) dispatch(p proto.Packet) {
 // idleReader reads when no Ask does (see the comment at the top of this
 // file), until the connection is closed.
 func (c *Conn) idleReader() {
-	rd := <-c.token // the start of the connection: read until an answer
-	delay := minIdleDelay
-	t := time.NewTimer(delay)
-	defer t.Stop()
-	for {
-		if rd != nil {
-			for {
-				answer, err := c.readOne(rd, false)
-				if err == nil && answer && c.recvWaiters.Load() == 0 {
-					break // an Ask is active: let it read
-				}
-				if err != nil && c.Err() != nil {
-					break
-				}
-			}
-			c.token <- rd
-			rd = nil
-			delay = minIdleDelay
-			t.Reset(delay)
-		}
-		seen := c.taken.Load()
+	c.readIdle(<-c.token) // the start of the connection: read until an answer
+	idleread.Run(c.done, &c.taken, func() {
 		select {
-		case <-c.done:
-			return
-		case <-t.C:
-		}
-		if c.taken.Load() != seen {
-			delay = min(2*delay, maxIdleDelay)
-			t.Reset(delay)
-			continue
-		}
-		select {
-		case rd = <-c.token:
+		case rd := <-c.token:
+			c.readIdle(rd)
 		default: // an Ask is reading
-			delay = minIdleDelay
-			t.Reset(delay)
+		}
+	})
+}
+
+// readIdle reads with the token rd until an answer comes while nobody
+// waits in Recv (an Ask is then active: let it read) or the connection
+// fails, and puts the token back.
+func (c *Conn) readIdle(rd *proto.Reader) {
+	for {
+		answer, err := c.readOne(rd, false)
+		if err == nil && answer && c.recvWaiters.Load() == 0 {
+			break
+		}
+		if err != nil && c.Err() != nil {
+			break
 		}
 	}
+	c.token <- rd
 }

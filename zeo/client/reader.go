@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/idleread"
 	"github.com/zodbd/zodbd/zeo/wire"
 )
 
@@ -30,20 +31,12 @@ import (
 //
 // Messages that no waiter asks for (invalidations while the client is
 // idle, replies to Prefetch) are read by the idle reader: a goroutine that
-// checks periodically whether the token has been taken since its last
-// check, and if not, takes it and reads until the next reply, then gives it
-// back. Its period starts at minIdleDelay and doubles, up to maxIdleDelay,
-// while the connection stays busy, so that a busy connection pays for few
-// timer wake-ups (each one is a thread wake-up that competes with the
-// server for a CPU). Invalidations therefore reach the cache and watchers
-// at once on a busy connection (they come before the replies that follow
-// them), and within 2×maxIdleDelay of the connection going quiet.
-
-// The idle reader's period (see above).
-const (
-	minIdleDelay = time.Millisecond
-	maxIdleDelay = 8 * time.Millisecond
-)
+// checks periodically (package internal/idleread) whether the token has
+// been taken since its last check, and if not, takes it and reads until the
+// next reply, then gives it back. Invalidations therefore reach the cache
+// and watchers at once on a busy connection (they come before the replies
+// that follow them), and within 2×idleread.MaxDelay of the connection going
+// quiet.
 
 // readState is the read side of the connection: whoever holds it may read.
 type readState struct {
@@ -205,32 +198,14 @@ func (c *Client) readFrame(rs *readState) ([]byte, error) {
 // comment at the top of this file). It returns when the connection fails.
 func (c *Client) idleReader() {
 	defer close(c.idleDone)
-	delay := minIdleDelay
-	t := time.NewTimer(delay)
-	defer t.Stop()
-	seen := c.taken.Load()
-	for {
-		select {
-		case <-c.failed:
-			return
-		case <-t.C:
-		}
-		if n := c.taken.Load(); n != seen {
-			seen = n
-			delay = min(2*delay, maxIdleDelay)
-			t.Reset(delay)
-			continue
-		}
-		delay = minIdleDelay
-		t.Reset(delay)
+	idleread.Run(c.failed, &c.taken, func() {
 		var rs *readState
 		select {
 		case rs = <-c.token:
 		default:
-			continue // a waiter is reading
+			return // a waiter is reading
 		}
 		for {
-			rs.msg.Name = nil
 			if err := c.readOne(rs); err != nil {
 				if err == errInterrupted {
 					continue
@@ -243,6 +218,5 @@ func (c *Client) idleReader() {
 			}
 		}
 		c.token <- rs
-		seen = c.taken.Load()
-	}
+	})
 }
