@@ -129,11 +129,10 @@ type TxnInfo struct {
 	Oids        []zodb.Oid
 }
 
-// HistoryEntry is one revision in AnswerObjectHistory.
-type HistoryEntry struct {
-	Serial zodb.Tid
-	Size   int
-}
+// HistoryEntry is one revision in AnswerObjectHistory: its serial and the
+// length of its stored data. It is the packet's own type, so that the node
+// answers with what the backend returns.
+type HistoryEntry = proto.HistoryEntry
 
 // Cell is one cell of a partition table.
 type Cell struct {

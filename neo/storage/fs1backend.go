@@ -168,12 +168,12 @@ func (b *FS1Backend) OIDsFrom(ctx context.Context, p uint32, length int, minOid 
 	b.index.AllFrom(minOid, func(oid zodb.Oid, _ int64) bool {
 		var rev fs1.Revision
 		buf, rev, err = b.fs.LoadRevision(ctx, oid, bound, buf[:0])
-		var nd *zodb.NoDataError
-		switch {
-		case errors.As(err, &nd):
-			err = nil
-			return true // created after tid: not a row of the partition at tid
-		case err != nil:
+		if err != nil {
+			var nd *zodb.NoDataError // (declared on the error path: it escapes)
+			if errors.As(err, &nd) {
+				err = nil
+				return true // created after tid: not a row of the partition at tid
+			}
 			return false
 		}
 		examined++
@@ -307,7 +307,7 @@ func (b *FS1Backend) ObjectHistory(ctx context.Context, oid zodb.Oid, first, las
 				}
 				size = back.DataLen
 			}
-			h = append(h, HistoryEntry{Serial: dh.Tid, Size: int(size)})
+			h = append(h, HistoryEntry{Serial: dh.Tid, Size: uint64(size)})
 		}
 		pos = dh.PrevRevPos
 	}

@@ -446,10 +446,7 @@ func (p *peer) serve(req *request) {
 			b = p.appendErr(b, req, err)
 			break
 		}
-		a := proto.AnswerObjectHistory{Oid: req.oid, History: make([]proto.HistoryEntry, len(h))}
-		for i, e := range h {
-			a.History[i] = proto.HistoryEntry{Serial: e.Serial, Size: uint64(e.Size)}
-		}
+		a := proto.AnswerObjectHistory{Oid: req.oid, History: h}
 		b = a.AppendArgs(appendHeader(b, req.msgID, ans))
 
 	case proto.CodeAskFinalTID:

@@ -164,7 +164,7 @@ func (b *SQLiteBackend) ObjectHistory(ctx context.Context, oid zodb.Oid, first, 
 	}
 	r := make([]HistoryEntry, len(h))
 	for i, e := range h {
-		r[i] = HistoryEntry{Serial: e.Serial, Size: e.Size}
+		r[i] = HistoryEntry{Serial: e.Serial, Size: uint64(e.Size)}
 	}
 	return r, nil
 }
