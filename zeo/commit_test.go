@@ -125,3 +125,40 @@ func dialRawRW(tb testing.TB, addr string, m wire.Marshal) *rawClient {
 	c.call(tb, 1, "register", func(e *wire.Encoder) { e.Str("1"); e.Bool(false) }, 2)
 	return c
 }
+
+// TestCloseAfterFinish closes connections right after their tpc_finish
+// reply arrives, while the goroutine that finished the commit may still be
+// waking the connection's writer: the kick must not race the close of the
+// writer's channel (a send on a closed channel panics the server). The
+// window is narrow; many clients at once widen it, and the race detector
+// reports the unordered pair even when the timing misses.
+func TestCloseAfterFinish(t *testing.T) {
+	stor := openWritable(t)
+	addr := startServer(t, Config{Storages: []StorageConfig{{Name: "1", Storage: stor}}, Marshal: wire.Pickle})
+	watcher := dialRaw(t, addr, wire.Pickle) // receives every invalidation
+	defer watcher.nc.Close()
+	const clients, commits = 8, 40
+	var wg sync.WaitGroup
+	for g := 0; g < clients; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			oid := zodb.Oid(100 + g) // one object per client: no conflicts
+			var serial zodb.Tid
+			for i := 0; i < commits; i++ {
+				c := dialRawRW(t, addr, wire.Pickle)
+				var id int64 = 10
+				serial = commitRaw(t, c, &id, oid, serial, []byte{'v', byte(i)})
+				c.nc.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	// The server is still up and serving.
+	c := dialRaw(t, addr, wire.Pickle)
+	defer c.nc.Close()
+	r := c.call(t, 2, "lastTransaction", func(e *wire.Encoder) {}, 0)
+	if len(r.B) != 8 {
+		t.Fatalf("lastTransaction: %v", r)
+	}
+}

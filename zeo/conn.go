@@ -343,14 +343,17 @@ func (q *outq) invalidate(b []byte, tid zodb.Tid) {
 	if tid > q.lastInv {
 		q.lastInv = tid
 	}
-	writing := q.writing
+	q.wakeLocked()
 	q.mu.Unlock()
-	if !writing {
-		q.wake()
-	}
 }
 
-func (q *outq) wake() {
+// wakeLocked kicks the writer goroutine unless someone is writing or the
+// queue is closed. q.mu must be held: close closes q.kick under it, so a
+// kick decided outside the lock could send on a closed channel.
+func (q *outq) wakeLocked() {
+	if q.writing || q.closed {
+		return
+	}
 	select {
 	case q.kick <- struct{}{}:
 	default:
@@ -377,11 +380,8 @@ func (q *outq) ownCommitted() {
 			q.lastInv = q.deferredInv
 		}
 	}
-	writing := q.writing
+	q.wakeLocked()
 	q.mu.Unlock()
-	if !writing {
-		q.wake()
-	}
 }
 
 // release queues b (the tpc_finish reply) and then the invalidations held
@@ -399,11 +399,8 @@ func (q *outq) release(b []byte) {
 			}
 		}
 	}
-	writing := q.writing
+	q.wakeLocked()
 	q.mu.Unlock()
-	if !writing {
-		q.wake()
-	}
 }
 
 // writer writes what was queued while nobody was writing.
