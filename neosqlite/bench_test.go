@@ -2,6 +2,8 @@ package neosqlite
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/zodbd/zodbd/zodb"
@@ -10,9 +12,36 @@ import (
 // BenchmarkObject measures the raw Object call (NEO's AskObject) on
 // storage.sqlite: the latest revision of a small object (oid 1, 69 bytes
 // stored), an exact serial, and the 100 KiB object (oid 3).
+// "shared" opens the file as Open does (SQLite locks and checks the file
+// on every statement), "exclusive" as OpenExclusive does, which is how
+// `zodbd neo-storage` opens it (immutable).
 func BenchmarkObject(b *testing.B) {
+	b.Run("shared", func(b *testing.B) { benchObject(b, openT(b, "testdata/storage.sqlite")) })
+	b.Run("exclusive", func(b *testing.B) { benchObject(b, openExclusiveCopy(b, "testdata/storage.sqlite")) })
+}
+
+// openExclusiveCopy opens a copy of the database at path with
+// OpenExclusive (a copy: the NEO/py storage lock is per file).
+func openExclusiveCopy(t testing.TB, path string) *DB {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := filepath.Join(t.TempDir(), filepath.Base(path))
+	if err := os.WriteFile(cp, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	db, err := OpenExclusive(context.Background(), cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func benchObject(b *testing.B, db *DB) {
 	ctx := context.Background()
-	db := openT(b, "testdata/storage.sqlite")
 	for _, c := range []struct {
 		name       string
 		oid        zodb.Oid

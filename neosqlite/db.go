@@ -175,7 +175,8 @@ type DB struct {
 	rlist    []uint32 // readable partitions, ascending
 	rsql     string   // "(p1,p2,...)" for rlist; "" when empty
 
-	st stmts
+	st  stmts
+	raw rawPool // the object lookups (rawconn.go)
 
 	lock io.Closer // the NEO/py storage lock held by OpenExclusive, or nil
 }
@@ -260,6 +261,10 @@ func open(ctx context.Context, path string, exclusive bool) (*DB, error) {
 			immutable = !exists(abs+"-journal") && !exists(abs+"-wal")
 		}
 	}
+	db.raw.uri = dsn(abs, immutable)
+	if !immutable {
+		db.raw.busyMS = busyTimeoutMS
+	}
 	sdb, err := sql.Open("sqlite", dsn(abs, immutable))
 	if err != nil {
 		db.unlock()
@@ -288,6 +293,10 @@ func (db *DB) unlock() {
 	}
 }
 
+// busyTimeoutMS is how long a statement waits for a NEO/py node's write
+// to end, when the file is not opened as immutable.
+const busyTimeoutMS = 10000
+
 // dsn is the SQLite URI of a read-only connection to the file at abs.
 func dsn(abs string, immutable bool) string {
 	var b strings.Builder
@@ -309,7 +318,7 @@ func dsn(abs string, immutable bool) string {
 		b.WriteString("?mode=ro&immutable=1&_query_only=1")
 		return b.String()
 	}
-	b.WriteString("?mode=ro&immutable=0&_busy_timeout=10000&_query_only=1")
+	fmt.Fprintf(&b, "?mode=ro&immutable=0&_busy_timeout=%d&_query_only=1", busyTimeoutMS)
 	return b.String()
 }
 
@@ -545,6 +554,7 @@ func (db *DB) closeStmts() {
 
 // Close closes the database. Operations in flight or after Close fail.
 func (db *DB) Close() error {
+	db.raw.close()
 	db.closeStmts()
 	err := db.sql.Close()
 	db.unlock()

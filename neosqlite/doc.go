@@ -26,6 +26,12 @@
 //     fs1 reports them. The driver registered for the URL scheme "sqlite"
 //     (sqlite:///abs/path) lets zodb.Open and the zodbd tools use it.
 //
+// The object lookups (Object, Load and what is built on them) bypass
+// database/sql: they run prepared statements on connections of the SQLite
+// library itself (modernc.org/sqlite/lib), kept in a sync.Pool, with no
+// allocation and one copy of the stored bytes (rawconn.go). The other
+// queries go through database/sql.
+//
 // Layout facts (neo-protocol.md §8): the partition of an oid or tid is its
 // value modulo the number of partitions, which is 1 + the greatest
 // partition of the pt table; this node's readable partitions are those of

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 
+	sqlite3 "modernc.org/sqlite/lib"
+
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -83,67 +85,90 @@ func (db *DB) lookup(ctx context.Context, oid zodb.Oid, mode objMode, arg zodb.T
 			mode = modeLatest
 		}
 	}
-	var st *sql.Stmt
-	args := []any{int64(part), int64(oid)}
-	switch mode {
-	case modeLatest:
-		st = db.st.objLatest
-	case modeAt:
-		st = db.st.objAt
-	case modeBefore:
-		st = db.st.objBefore
-	case modeAtOrBefore:
-		st = db.st.objAtOrBefore
+	if err := ctx.Err(); err != nil {
+		return err
 	}
-	if mode != modeLatest {
-		args = append(args, int64(arg))
-	}
-	rows, err := st.QueryContext(ctx, args...)
+	ref, err := db.raw.get()
 	if err != nil {
 		return err
 	}
-	defer rows.Close()
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return err
+	c := ref.c
+	st := c.obj[mode]
+	sqlite3.Xsqlite3_bind_int64(c.tls, st, 1, int64(part))
+	sqlite3.Xsqlite3_bind_int64(c.tls, st, 2, int64(oid))
+	if mode != modeLatest {
+		sqlite3.Xsqlite3_bind_int64(c.tls, st, 3, int64(arg))
+	}
+	found := false
+	switch rc := sqlite3.Xsqlite3_step(c.tls, st); rc {
+	case sqlite3.SQLITE_ROW:
+		found = true
+		r := &c.row // not on the stack: fn would make it escape
+		*r = objRow{partition: part, oid: oid}
+		if err = r.scan(c, st); err == nil {
+			err = fn(r)
 		}
-		rows.Close()
-		return db.notFound(ctx, part, oid, mode, arg)
+		r.value = nil
+	case sqlite3.SQLITE_DONE:
+	default:
+		err = c.errorf(rc, "obj lookup")
 	}
-	var (
-		tid                   int64
-		dataID, valueTid, dID sql.NullInt64
-		compression, next     sql.NullInt64
-		hash, value           sql.RawBytes
-		r                     = objRow{partition: part, oid: oid}
-	)
-	if err := rows.Scan(&tid, &dataID, &valueTid, &dID, &compression, &hash, &value, &next); err != nil {
-		return fmt.Errorf("obj row (partition %d, oid %s): %w", part, oid, err)
+	// The reset ends the statement's read transaction.
+	sqlite3.Xsqlite3_reset(c.tls, st)
+	db.raw.put(ref)
+	if err == nil && !found {
+		err = db.notFound(ctx, part, oid, mode, arg)
 	}
-	r.serial = zodb.Tid(tid)
-	if next.Valid {
-		r.next = zodb.Tid(next.Int64)
-	}
-	if valueTid.Valid {
-		r.valueTid = zodb.Tid(valueTid.Int64)
-	}
-	if dataID.Valid {
-		r.hasData = true
-		r.dataID = dataID.Int64
-		if !dID.Valid {
-			return corruptf("%s: data_id %d missing", r.where(), r.dataID)
+	return err
+}
+
+// objColumns names the columns of objSelect.
+var objColumns = [8]string{"o.tid", "o.data_id", "o.value_tid", "d.id", "d.compression", "d.hash", "d.value", "next tid"}
+
+// scan reads the columns of objSelect from the row st is on. r.value
+// points into SQLite's memory, valid until st is reset.
+func (r *objRow) scan(c *rawConn, st uintptr) error {
+	var ints [8]int64
+	var null [8]bool
+	for _, i := range [...]int32{0, 1, 2, 3, 4, 7} {
+		switch t := c.colType(st, i); t {
+		case sqlite3.SQLITE_INTEGER:
+			ints[i] = c.int64(st, i)
+		case sqlite3.SQLITE_NULL:
+			null[i] = true
+		default:
+			return corruptf("%s: %s is of SQLite type %d, not an integer", r.where(), objColumns[i], t)
 		}
-		if !compression.Valid || compression.Int64 < 0 || compression.Int64 > 255 {
-			return corruptf("%s: data_id %d: compression %v", r.where(), r.dataID, compression.Int64)
-		}
-		r.compression = uint8(compression.Int64)
-		if len(hash) != len(r.hash) {
-			return corruptf("%s: data_id %d: hash of %d bytes", r.where(), r.dataID, len(hash))
-		}
-		copy(r.hash[:], hash)
-		r.value = value
 	}
-	return fn(&r)
+	if null[0] {
+		return corruptf("%s: tid is NULL", r.where())
+	}
+	r.serial = zodb.Tid(ints[0])
+	if !null[7] {
+		r.next = zodb.Tid(ints[7])
+	}
+	if !null[2] {
+		r.valueTid = zodb.Tid(ints[2])
+	}
+	if null[1] {
+		return nil
+	}
+	r.hasData = true
+	r.dataID = ints[1]
+	if null[3] {
+		return corruptf("%s: data_id %d missing", r.where(), r.dataID)
+	}
+	if null[4] || ints[4] < 0 || ints[4] > 255 {
+		return corruptf("%s: data_id %d: compression %v", r.where(), r.dataID, ints[4])
+	}
+	r.compression = uint8(ints[4])
+	hash := c.blob(st, 5)
+	if len(hash) != len(r.hash) {
+		return corruptf("%s: data_id %d: hash of %d bytes", r.where(), r.dataID, len(hash))
+	}
+	copy(r.hash[:], hash)
+	r.value = c.blob(st, 6)
+	return nil
 }
 
 // notFound tells *zodb.NoObjectError from *OidNotFoundError for a lookup

@@ -1,0 +1,251 @@
+package neosqlite
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"modernc.org/libc"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// This file holds the object-lookup fast path: SQLite connections used
+// through the SQLite library itself (modernc.org/sqlite/lib) instead of
+// database/sql. A lookup through database/sql costs about 40 allocations
+// (column names and types, driver.Value boxing, a copy of every blob) and
+// two shared mutexes (the pool's and the connection's); here it is a bind,
+// a step, reads of the columns in place, and a reset: no allocation, and
+// the stored data is copied once, straight into the caller's buffer.
+//
+// Connections are kept in a sync.Pool, so that a goroutine mostly gets the
+// one its P used last and no lock is shared by all lookups. The garbage
+// collector may drop pool entries: each entry (rawRef) carries a cleanup
+// that hands its connection to the spare list instead of leaking it, and
+// the next miss of the pool takes a spare before opening a new connection.
+// Every connection is in rawPool.all, touched only when one is opened, so
+// that Close can close them all.
+
+// rawConn is one SQLite connection with the object lookups prepared on it.
+// It is used by one goroutine at a time (it holds a libc.TLS); mu only
+// guards against Close, so it is never contended in normal operation.
+type rawConn struct {
+	mu     sync.Mutex
+	tls    *libc.TLS
+	db     uintptr    // sqlite3*
+	obj    [4]uintptr // sqlite3_stmt* by objMode
+	closed bool
+	row    objRow // the row of the current lookup
+}
+
+// rawRef is what the sync.Pool holds; see the file comment.
+type rawRef struct{ c *rawConn }
+
+// rawPool is the set of raw connections of one DB.
+type rawPool struct {
+	uri    string // SQLite URI of the file, as dsn makes it
+	busyMS int32  // busy timeout; 0 for an immutable file
+
+	pool sync.Pool // *rawRef
+
+	mu     sync.Mutex
+	spare  []*rawConn
+	all    []*rawConn
+	closed bool
+}
+
+var errRawClosed = errors.New("database is closed")
+
+// get returns a connection for the caller's exclusive use, locked; release
+// it with put.
+func (p *rawPool) get() (*rawRef, error) {
+	r, _ := p.pool.Get().(*rawRef)
+	if r == nil {
+		var err error
+		if r, err = p.newRef(); err != nil {
+			return nil, err
+		}
+	}
+	r.c.mu.Lock()
+	if r.c.closed {
+		r.c.mu.Unlock()
+		return nil, errRawClosed
+	}
+	return r, nil
+}
+
+// put unlocks r and returns it to the pool.
+func (p *rawPool) put(r *rawRef) {
+	r.c.mu.Unlock()
+	p.pool.Put(r)
+}
+
+func (p *rawPool) newRef() (*rawRef, error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, errRawClosed
+	}
+	var c *rawConn
+	if n := len(p.spare); n > 0 {
+		c = p.spare[n-1]
+		p.spare = p.spare[:n-1]
+	}
+	p.mu.Unlock()
+	if c == nil {
+		var err error
+		if c, err = p.open(); err != nil {
+			return nil, err
+		}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			c.close()
+			return nil, errRawClosed
+		}
+		p.all = append(p.all, c)
+		p.mu.Unlock()
+	}
+	r := &rawRef{c: c}
+	runtime.AddCleanup(r, p.recycle, c)
+	return r, nil
+}
+
+// recycle keeps c, whose pool entry the garbage collector dropped, for the
+// next miss of the pool.
+func (p *rawPool) recycle(c *rawConn) {
+	p.mu.Lock()
+	if !p.closed {
+		p.spare = append(p.spare, c)
+	}
+	p.mu.Unlock()
+}
+
+// close closes every connection; lookups in flight finish first, later
+// ones fail.
+func (p *rawPool) close() {
+	p.mu.Lock()
+	p.closed = true
+	all := p.all
+	p.all, p.spare = nil, nil
+	p.mu.Unlock()
+	for _, c := range all {
+		c.mu.Lock()
+		c.close()
+		c.mu.Unlock()
+	}
+}
+
+// objSQL are the statements of the lookups, by objMode.
+var objSQL = [4]string{
+	modeLatest:     objSelect + " ORDER BY o.tid DESC LIMIT 1",
+	modeAt:         objSelect + " AND o.tid=?",
+	modeBefore:     objSelect + " AND o.tid<? ORDER BY o.tid DESC LIMIT 1",
+	modeAtOrBefore: objSelect + " AND o.tid<=? ORDER BY o.tid DESC LIMIT 1",
+}
+
+// open opens a read-only connection to the file and prepares the lookups.
+func (p *rawPool) open() (*rawConn, error) {
+	c := &rawConn{tls: libc.NewTLS()}
+	curi, err := libc.CString(p.uri)
+	if err != nil {
+		c.tls.Close()
+		return nil, err
+	}
+	pdb := c.tls.Alloc(int(unsafe.Sizeof(uintptr(0))))
+	*(*uintptr)(cmem(pdb)) = 0
+	rc := sqlite3.Xsqlite3_open_v2(c.tls, curi,
+		pdb, sqlite3.SQLITE_OPEN_READONLY|sqlite3.SQLITE_OPEN_URI|sqlite3.SQLITE_OPEN_NOMUTEX, 0)
+	c.db = *(*uintptr)(cmem(pdb))
+	c.tls.Free(int(unsafe.Sizeof(uintptr(0))))
+	libc.Xfree(c.tls, curi)
+	if rc != sqlite3.SQLITE_OK {
+		err := c.errorf(rc, "open")
+		c.close()
+		return nil, err
+	}
+	if p.busyMS > 0 {
+		sqlite3.Xsqlite3_busy_timeout(c.tls, c.db, p.busyMS)
+	}
+	for m, q := range objSQL {
+		if c.obj[m], err = c.prepare(q); err != nil {
+			c.close()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+func (c *rawConn) prepare(q string) (uintptr, error) {
+	cq, err := libc.CString(q)
+	if err != nil {
+		return 0, err
+	}
+	defer libc.Xfree(c.tls, cq)
+	pst := c.tls.Alloc(int(unsafe.Sizeof(uintptr(0))))
+	defer c.tls.Free(int(unsafe.Sizeof(uintptr(0))))
+	*(*uintptr)(cmem(pst)) = 0
+	if rc := sqlite3.Xsqlite3_prepare_v2(c.tls, c.db, cq, -1, pst, 0); rc != sqlite3.SQLITE_OK {
+		return 0, c.errorf(rc, "prepare")
+	}
+	return *(*uintptr)(cmem(pst)), nil
+}
+
+// close finalizes the statements and closes the connection; c.mu is held
+// or c is not shared yet.
+func (c *rawConn) close() {
+	if c.closed {
+		return
+	}
+	c.closed = true
+	for i, st := range c.obj {
+		if st != 0 {
+			sqlite3.Xsqlite3_finalize(c.tls, st)
+			c.obj[i] = 0
+		}
+	}
+	if c.db != 0 {
+		sqlite3.Xsqlite3_close_v2(c.tls, c.db)
+		c.db = 0
+	}
+	c.tls.Close()
+}
+
+// errorf is the error of result code rc of op, with SQLite's message.
+func (c *rawConn) errorf(rc int32, op string) error {
+	msg := ""
+	if c.db != 0 {
+		msg = libc.GoString(sqlite3.Xsqlite3_errmsg(c.tls, c.db))
+	}
+	if msg == "" {
+		msg = libc.GoString(sqlite3.Xsqlite3_errstr(c.tls, rc))
+	}
+	return fmt.Errorf("sqlite: %s: %s (%d)", op, msg, rc)
+}
+
+// Column access on a statement positioned on a row. The slices returned
+// by blob point into SQLite's memory: valid until the next step or reset
+// of the statement.
+
+func (c *rawConn) colType(st uintptr, i int32) int32 {
+	return sqlite3.Xsqlite3_column_type(c.tls, st, i)
+}
+
+func (c *rawConn) int64(st uintptr, i int32) int64 {
+	return sqlite3.Xsqlite3_column_int64(c.tls, st, i)
+}
+
+func (c *rawConn) blob(st uintptr, i int32) []byte {
+	p := sqlite3.Xsqlite3_column_blob(c.tls, st, i)
+	n := sqlite3.Xsqlite3_column_bytes(c.tls, st, i)
+	if p == 0 || n <= 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(cmem(p)), n)
+}
+
+// cmem is the pointer to address p of the SQLite library's memory (its
+// own allocator's, outside the Go heap, so that the garbage collector
+// neither moves nor frees it).
+func cmem(p uintptr) unsafe.Pointer { return unsafe.Add(unsafe.Pointer(nil), p) }

@@ -1,0 +1,106 @@
+package neosqlite
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"testing"
+	"time"
+)
+
+// TestObjectColumnType checks that a column of the wrong SQLite type is
+// reported as corruption naming the column, not converted.
+func TestObjectColumnType(t *testing.T) {
+	ctx := context.Background()
+	db := openT(t, copyDB(t, "testdata/storage.sqlite", "UPDATE data SET compression='zlib' WHERE id=6"))
+	_, err := db.Object(ctx, 4, 0, 0, nil)
+	wantErr(t, err, ErrCorrupt, "oid 0000000000000004", "d.compression", "not an integer")
+	if _, err := db.Object(ctx, 1, 0, 0, nil); err != nil {
+		t.Errorf("another object: %v", err)
+	}
+}
+
+// TestRawClose checks that lookups after Close fail with an error (and do
+// not touch the closed connections), from the pool and from a new one.
+func TestRawClose(t *testing.T) {
+	ctx := context.Background()
+	for _, exclusive := range []bool{false, true} {
+		var db *DB
+		if exclusive {
+			db = openExclusiveCopy(t, "testdata/storage.sqlite")
+		} else {
+			db = openT(t, "testdata/storage.sqlite")
+		}
+		if _, err := db.Object(ctx, 1, 0, 0, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		// The pooled connection, closed.
+		if _, err := db.Object(ctx, 1, 0, 0, nil); !errors.Is(err, errRawClosed) {
+			t.Errorf("exclusive=%v: Object after Close: %v", exclusive, err)
+		}
+		// A new one is not opened.
+		if _, err := db.raw.newRef(); !errors.Is(err, errRawClosed) {
+			t.Errorf("exclusive=%v: new connection after Close: %v", exclusive, err)
+		}
+	}
+}
+
+// TestRawRecycle checks that the connections whose pool entries the
+// garbage collector drops are reused, not leaked nor reopened.
+func TestRawRecycle(t *testing.T) {
+	ctx := context.Background()
+	db := openT(t, "testdata/storage.sqlite")
+	// Hold several connections at once so that the pool makes them.
+	const n = 4
+	refs := make([]*rawRef, n)
+	for i := range refs {
+		r, err := db.raw.get()
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs[i] = r
+	}
+	for _, r := range refs {
+		db.raw.put(r)
+	}
+	refs = nil
+	opened := func() (all, spare int) {
+		db.raw.mu.Lock()
+		defer db.raw.mu.Unlock()
+		return len(db.raw.all), len(db.raw.spare)
+	}
+	if all, _ := opened(); all != n {
+		t.Fatalf("%d connections opened, want %d", all, n)
+	}
+	// Two collections empty a sync.Pool; the cleanups then run.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		runtime.GC()
+		if _, spare := opened(); spare == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			all, spare := opened()
+			t.Fatalf("after GC: %d spare of %d connections, want %d", spare, all, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The next misses of the pool take the spares.
+	for range n {
+		r, err := db.raw.get()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.raw.put(r)
+		if _, err := db.Object(ctx, 1, 0, 0, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if all, spare := opened(); all != n+1 || spare != 0 {
+		// n held here, and one more for the Object calls.
+		t.Errorf("%d connections opened, %d spare; want %d and 0", all, spare, n+1)
+	}
+}
