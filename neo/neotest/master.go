@@ -9,20 +9,26 @@ import (
 	"sync"
 	"time"
 
-	"github.com/zodbd/zodbd/neo/msgp"
+	"github.com/zodbd/zodbd/neo/link"
 	"github.com/zodbd/zodbd/neo/proto"
+	"github.com/zodbd/zodbd/zodb"
 )
 
 // MasterConfig configures a Master.
 type MasterConfig struct {
+	// Cluster is the cluster name; nodes identifying with another are
+	// refused.
 	Cluster string
 	// Partitions and Replicas of the partition table the master creates
 	// when the storage brings none (an empty database, a FileStorage);
 	// default 1 and 0.
 	Partitions int
 	Replicas   int
-	TLS        *tls.Config
-	Logf       func(format string, args ...any) // nil: silent
+	// TLS, when set, makes every connection TLS first (server side), then
+	// NEO inside.
+	TLS *tls.Config
+	// Logf logs why a storage node's session ended; nil: silent.
+	Logf func(format string, args ...any)
 	// Bind is the address to listen on; default a free loopback port.
 	Bind string
 }
@@ -30,37 +36,37 @@ type MasterConfig struct {
 // MasterNID is the master's node id (M1).
 const MasterNID proto.NodeID = -0x10000000 + 1
 
+// firstClientNID is the node id of the first client (C1); the next ones
+// follow.
+const firstClientNID proto.NodeID = -0x20000000 + 1
+
 // Master is a minimal NEO master for tests. It accepts one storage node,
 // runs it through recovery, verification and operation as NEO/py's master
 // does (AskRecovery, AskPartitionTable or a new table, SendPartitionTable,
 // AskLockedTransactions + ValidateTransaction, AskLastIDs, AskPackOrders,
 // StartOperation), then accepts clients: it announces them to the storage
 // with their id timestamps, sends them the node list and the partition
-// table, and answers AskLastTransaction, Ping and AskFinalTID; commits
-// (AskBeginTransaction, AskNewOIDs, AskFinishTransaction) are refused with
+// table, and answers AskLastTransaction, Ping, AskFinalTID (nil: nothing
+// was committed) and AskPackOrders (none); commits (AskBeginTransaction,
+// AskNewOIDs, AskFinishTransaction, FailedVote) are refused with
 // READ_ONLY_ACCESS.
 type Master struct {
 	cfg MasterConfig
 	ln  net.Listener
 
 	mu       sync.Mutex
-	storage  *Link
+	storage  *link.Conn // the storage node's connection, nil if none
 	snid     proto.NodeID
 	saddr    proto.Address
 	ptid     uint64
-	nr       int
-	rows     [][]cell
-	lastTid  uint64
+	replicas uint32
+	rows     [][]proto.CellInfo // rows are replaced, never modified
+	lastTid  zodb.Tid
 	ts       float64
 	nclients int
-	links    map[*Link]bool
+	conns    map[*link.Conn]bool
 	running  chan struct{}
 	runOnce  sync.Once
-}
-
-type cell struct {
-	nid   proto.NodeID
-	state int
 }
 
 // NewMaster listens on cfg.Bind, by default a free loopback port.
@@ -75,7 +81,7 @@ func NewMaster(cfg MasterConfig) (*Master, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Master{cfg: cfg, ln: ln, links: map[*Link]bool{}, running: make(chan struct{})}, nil
+	return &Master{cfg: cfg, ln: ln, conns: map[*link.Conn]bool{}, running: make(chan struct{})}, nil
 }
 
 // Addr is the master's address.
@@ -88,7 +94,7 @@ func (m *Master) Running() <-chan struct{} { return m.running }
 func (m *Master) LastTid() uint64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.lastTid
+	return uint64(m.lastTid)
 }
 
 // NumPartitions is the size of the partition table in use.
@@ -114,6 +120,12 @@ func (m *Master) now() float64 {
 	return t
 }
 
+// partitionTable returns the partition table in use as the packet that
+// sends it. Called with m.mu held.
+func (m *Master) partitionTable() *proto.SendPartitionTable {
+	return &proto.SendPartitionTable{PTid: m.ptid, NumReplicas: m.replicas, Rows: m.rows}
+}
+
 // Serve accepts nodes until ctx is done or Close.
 func (m *Master) Serve(ctx context.Context) error {
 	go func() {
@@ -132,12 +144,12 @@ func (m *Master) Serve(ctx context.Context) error {
 	}
 }
 
-// Close closes the master and every link.
+// Close closes the master and every connection.
 func (m *Master) Close() {
 	m.ln.Close()
 	m.mu.Lock()
-	for l := range m.links {
-		l.Close()
+	for c := range m.conns {
+		c.Close()
 	}
 	m.mu.Unlock()
 }
@@ -152,61 +164,26 @@ func (m *Master) Stop() {
 	if s == nil {
 		return
 	}
-	s.Send(proto.CodeNotifyClusterInformation, msgp.AppendEnum([]byte{0x91}, proto.ExtClusterState, int(proto.Stopping)))
-	s.Send(proto.CodeNotifyNodeInformation, nodeInfoArgs(ts, nodeInfo{proto.Storage, addr, nid, proto.NodeDown, 0, false}))
+	s.Send(&proto.NotifyClusterInformation{State: proto.Stopping})
+	s.Send(notifyNodes(ts, nodeInfo(proto.Storage, addr, nid, proto.NodeDown, proto.NoIdTime)))
 }
 
-type nodeInfo struct {
-	typ    proto.NodeType
-	addr   proto.Address
-	nid    proto.NodeID
-	state  proto.NodeState
-	idTime float64
-	hasTS  bool
+func nodeInfo(typ proto.NodeType, addr proto.Address, nid proto.NodeID, state proto.NodeState, idTime float64) proto.NodeInfo {
+	return proto.NodeInfo{Type: typ, Addr: addr, NID: nid, State: state, IdTime: idTime}
 }
 
-func nodeInfoArgs(ts float64, nodes ...nodeInfo) []byte {
-	b := []byte{0x92}
-	b = msgp.AppendFloat64(b, ts)
-	b = msgp.AppendArrayHeader(b, len(nodes))
-	for _, n := range nodes {
-		b = append(b, 0x95)
-		b = msgp.AppendEnum(b, proto.ExtNodeType, int(n.typ))
-		if n.addr.Host == "" {
-			b = msgp.AppendNil(b)
-		} else {
-			b = append(b, 0x92)
-			b = msgp.AppendBin(b, []byte(n.addr.Host))
-			b = msgp.AppendUint(b, uint64(n.addr.Port))
-		}
-		b = msgp.AppendInt(b, int64(n.nid))
-		b = msgp.AppendEnum(b, proto.ExtNodeState, int(n.state))
-		if n.hasTS {
-			b = msgp.AppendFloat64(b, n.idTime)
-		} else {
-			b = msgp.AppendNil(b)
-		}
-	}
-	return b
+func notifyNodes(ts float64, nodes ...proto.NodeInfo) *proto.NotifyNodeInformation {
+	return &proto.NotifyNodeInformation{IdTime: ts, Nodes: nodes}
 }
 
-func (m *Master) ptArgs() []byte {
-	b := []byte{0x93}
-	b = msgp.AppendUint(b, m.ptid)
-	b = msgp.AppendUint(b, uint64(m.nr))
-	b = msgp.AppendArrayHeader(b, len(m.rows))
-	for _, row := range m.rows {
-		b = msgp.AppendArrayHeader(b, len(row))
-		for _, c := range row {
-			b = append(b, 0x92)
-			b = msgp.AppendInt(b, int64(c.nid))
-			b = msgp.AppendEnum(b, proto.ExtCellState, c.state)
-		}
-	}
-	return b
-}
+// quiet discards link's log of answers nobody waits for: the master drops
+// them silently.
+func quiet(string, ...any) {}
 
 func (m *Master) serveConn(nc net.Conn) {
+	// TLS is set up here, not by link.AcceptOptions, so that only the NEO
+	// handshake is bounded by link.DefaultHandshakeTimeout, as it always
+	// was for this master.
 	if m.cfg.TLS != nil {
 		tc := tls.Server(nc, m.cfg.TLS)
 		if err := tc.Handshake(); err != nil {
@@ -215,55 +192,44 @@ func (m *Master) serveConn(nc net.Conn) {
 		}
 		nc = tc
 	}
-	l, err := NewLink(nc)
+	c, err := link.NewConnOptions(nc, &link.Options{Logf: quiet})
 	if err != nil {
 		return
 	}
 	m.mu.Lock()
-	m.links[l] = true
+	m.conns[c] = true
 	m.mu.Unlock()
 	defer func() {
-		l.Close()
+		c.Close()
 		m.mu.Lock()
-		delete(m.links, l)
+		delete(m.conns, c)
 		m.mu.Unlock()
 	}()
-	p, err := l.Recv()
-	if err != nil || p.Code != proto.CodeRequestIdentification {
+	r, err := c.Recv()
+	if err != nil {
 		return
 	}
-	v, err := Decode(p.Args)
-	a, ok := v.([]any)
-	if err != nil || !ok || len(a) != 6 {
-		l.Write(Encode(p.ID, proto.AnswerBit, errArgs(proto.ProtocolError, "malformed identification")))
+	defer r.Release()
+	if r.Code != proto.CodeRequestIdentification {
 		return
 	}
-	typ, _ := a[0].(Ext)
-	if name, _ := a[3].([]byte); string(name) != m.cfg.Cluster {
-		l.Write(Encode(p.ID, proto.AnswerBit, errArgs(proto.ProtocolError, "invalid cluster name")))
+	var req proto.RequestIdentification
+	if err := r.Decode(&req); err != nil {
+		c.ReplyError(r.ID, proto.ProtocolError, "malformed identification")
 		return
 	}
-	switch proto.NodeType(typ.Value) {
+	if req.ClusterName != m.cfg.Cluster {
+		c.ReplyError(r.ID, proto.ProtocolError, "invalid cluster name")
+		return
+	}
+	switch req.NodeType {
 	case proto.Storage:
-		m.serveStorage(l, p.ID, a)
+		m.serveStorage(c, r.ID, &req)
 	case proto.Client:
-		m.serveClient(l, p.ID)
+		m.serveClient(c, r.ID)
 	default:
-		l.Write(Encode(p.ID, proto.AnswerBit, errArgs(proto.ProtocolError, "unsupported node type")))
+		c.ReplyError(r.ID, proto.ProtocolError, "unsupported node type")
 	}
-}
-
-func errArgs(code proto.ErrorCode, msg string) []byte {
-	b := []byte{0x92}
-	b = msgp.AppendUint(b, uint64(code))
-	return msgp.AppendBin(b, []byte(msg))
-}
-
-func acceptArgs(your proto.NodeID) []byte {
-	b := []byte{0x93}
-	b = msgp.AppendEnum(b, proto.ExtNodeType, int(proto.Master))
-	b = msgp.AppendInt(b, int64(MasterNID))
-	return msgp.AppendInt(b, int64(your))
 }
 
 func (m *Master) masterAddr() proto.Address {
@@ -271,24 +237,19 @@ func (m *Master) masterAddr() proto.Address {
 	return proto.Address{Host: a.IP.String(), Port: uint16(a.Port)}
 }
 
-func (m *Master) serveStorage(l *Link, id uint32, a []any) {
+func (m *Master) serveStorage(c *link.Conn, id uint32, req *proto.RequestIdentification) {
 	m.mu.Lock()
 	if m.storage != nil {
 		m.mu.Unlock()
-		l.Write(Encode(id, proto.AnswerBit, errArgs(proto.NotReady, "this test master takes one storage")))
+		c.ReplyError(id, proto.NotReady, "this test master takes one storage")
 		return
 	}
 	nid := proto.NodeID(1)
-	if v, ok := a[1].(int64); ok {
-		nid = proto.NodeID(v)
+	if req.NID != proto.NoNode {
+		nid = req.NID
 	}
-	var addr proto.Address
-	if aa, ok := a[2].([]any); ok && len(aa) == 2 {
-		h, _ := aa[0].([]byte)
-		p, _ := aa[1].(int64)
-		addr = proto.Address{Host: string(h), Port: uint16(p)}
-	}
-	m.storage, m.snid, m.saddr = l, nid, addr
+	addr := req.Addr
+	m.storage, m.snid, m.saddr = c, nid, addr
 	idts := m.now()
 	ts := m.now()
 	m.mu.Unlock()
@@ -297,185 +258,140 @@ func (m *Master) serveStorage(l *Link, id uint32, a []any) {
 		m.storage = nil
 		m.mu.Unlock()
 	}()
-	l.Write(Encode(id, proto.CodeRequestIdentification|proto.AnswerBit, acceptArgs(nid)))
-	l.Send(proto.CodeNotifyNodeInformation, nodeInfoArgs(ts,
-		nodeInfo{proto.Storage, addr, nid, proto.NodePending, idts, true},
-		nodeInfo{proto.Master, m.masterAddr(), MasterNID, proto.NodeRunning, 0, false}))
-	if err := m.runStorage(l, nid, addr, idts); err != nil {
+	c.Reply(id, &proto.AcceptIdentification{NodeType: proto.Master, MyNID: MasterNID, YourNID: nid})
+	c.Send(notifyNodes(ts,
+		nodeInfo(proto.Storage, addr, nid, proto.NodePending, idts),
+		nodeInfo(proto.Master, m.masterAddr(), MasterNID, proto.NodeRunning, proto.NoIdTime)))
+	if err := m.runStorage(c, nid, addr, idts); err != nil {
 		m.logf("storage: %v", err)
 		return
 	}
 	m.runOnce.Do(func() { close(m.running) })
 	for {
-		p, err := l.Recv()
+		r, err := c.Recv()
 		if err != nil {
 			return
 		}
-		switch p.Code {
-		case proto.CodePing:
-			l.Answer(p.ID, p.Code, []byte{0x90})
+		if r.Code == proto.CodePing {
+			c.Reply(r.ID, &proto.Pong{})
 		}
+		r.Release()
 	}
 }
 
-// ask sends a request and waits for its answer; NotifyReady and other
-// notifications in between are dropped.
-func ask(l *Link, code uint16, args []byte) ([]any, error) {
-	p, err := l.Ask(code, args)
-	if err != nil {
-		return nil, err
+// ask sends the request req to the storage and decodes its answer into
+// answer; an Error answer is returned as an error naming req. The
+// storage's requests and notifications that come meanwhile wait for
+// c.Recv.
+func ask(c *link.Conn, req, answer proto.Msg) error {
+	err := c.Ask(context.Background(), req, answer)
+	if e, ok := errors.AsType[*proto.Error](err); ok {
+		return fmt.Errorf("%s: error %d: %s", proto.CodeName(req.Code()), e.ErrCode, e.Message)
 	}
-	if p.Code == proto.AnswerBit {
-		c, msg, _ := ErrorArgs(p.Args)
-		return nil, fmt.Errorf("%s: error %d: %s", proto.CodeName(code), c, msg)
-	}
-	if p.Code != code|proto.AnswerBit {
-		return nil, fmt.Errorf("%s: answered by %s", proto.CodeName(code), proto.CodeName(p.Code))
-	}
-	v, err := Decode(p.Args)
-	if err != nil {
-		return nil, err
-	}
-	a, _ := v.([]any)
-	return a, nil
+	return err
 }
 
-func (m *Master) runStorage(l *Link, nid proto.NodeID, addr proto.Address, idts float64) error {
+func (m *Master) runStorage(c *link.Conn, nid proto.NodeID, addr proto.Address, idts float64) error {
 	// Recovery.
-	rec, err := ask(l, proto.CodeAskRecovery, []byte{0x90})
-	if err != nil {
+	var rec proto.AnswerRecovery
+	if err := ask(c, &proto.AskRecovery{}, &rec); err != nil {
 		return err
-	}
-	if len(rec) != 3 {
-		return errors.New("malformed AnswerRecovery")
 	}
 	m.mu.Lock()
 	m.rows = nil
 	m.mu.Unlock()
-	if ptid, ok := rec[0].(int64); ok {
-		pt, err := ask(l, proto.CodeAskPartitionTable, []byte{0x90})
-		if err != nil {
+	if rec.PTid != proto.NoPTid {
+		var pt proto.AnswerPartitionTable
+		if err := ask(c, &proto.AskPartitionTable{}, &pt); err != nil {
 			return err
 		}
-		if len(pt) != 3 {
-			return errors.New("malformed AnswerPartitionTable")
-		}
-		nr, _ := pt[1].(int64)
-		rowsV, _ := pt[2].([]any)
-		var rows [][]cell
-		for _, r := range rowsV {
-			var row []cell
-			cells, _ := r.([]any)
-			for _, c := range cells {
-				cc, _ := c.([]any)
-				if len(cc) != 2 {
-					return errors.New("malformed cell")
-				}
-				cn, _ := cc[0].(int64)
-				st, _ := cc[1].(Ext)
-				row = append(row, cell{proto.NodeID(cn), int(st.Value)})
-			}
-			rows = append(rows, row)
-		}
 		m.mu.Lock()
-		m.ptid, m.nr, m.rows = uint64(ptid), int(nr), rows
+		m.ptid, m.replicas, m.rows = rec.PTid, pt.NumReplicas, pt.Rows
 		m.mu.Unlock()
 	}
 	m.mu.Lock()
 	if len(m.rows) == 0 {
-		m.ptid, m.nr = 1, m.cfg.Replicas
-		m.rows = make([][]cell, m.cfg.Partitions)
-		for i := range m.rows {
-			m.rows[i] = []cell{{nid, int(proto.UpToDate)}}
+		m.ptid, m.replicas = 1, uint32(m.cfg.Replicas)
+		rows := make([][]proto.CellInfo, m.cfg.Partitions)
+		for i := range rows {
+			rows[i] = []proto.CellInfo{{NID: nid, State: proto.UpToDate}}
 		}
+		m.rows = rows
 	}
 	ts := m.now()
-	ptArgs := m.ptArgs()
+	pt := m.partitionTable()
 	m.mu.Unlock()
 
 	// Verification.
-	l.Send(proto.CodeNotifyNodeInformation, nodeInfoArgs(ts, nodeInfo{proto.Storage, addr, nid, proto.NodeRunning, idts, true}))
-	l.Send(proto.CodeNotifyClusterInformation, msgp.AppendEnum([]byte{0x91}, proto.ExtClusterState, int(proto.Verifying)))
-	l.Send(proto.CodeSendPartitionTable, ptArgs)
-	locked, err := ask(l, proto.CodeAskLockedTransactions, []byte{0x90})
-	if err != nil {
+	c.Send(notifyNodes(ts, nodeInfo(proto.Storage, addr, nid, proto.NodeRunning, idts)))
+	c.Send(&proto.NotifyClusterInformation{State: proto.Verifying})
+	c.Send(pt)
+	var locked proto.AnswerLockedTransactions
+	if err := ask(c, &proto.AskLockedTransactions{}, &locked); err != nil {
 		return err
 	}
-	if len(locked) == 1 {
-		if mp, ok := locked[0].(Map); ok {
-			for _, kv := range mp {
-				ttid, _ := kv[0].([]byte)
-				tid, _ := kv[1].([]byte)
-				if len(ttid) == 8 && len(tid) == 8 {
-					b := []byte{0x92}
-					b = msgp.AppendBin(b, ttid)
-					b = msgp.AppendBin(b, tid)
-					l.Send(proto.CodeValidateTransaction, b)
-				}
-			}
+	for _, t := range locked.TidDict {
+		if t.TTid != proto.InvalidTid && t.Tid != proto.InvalidTid { // only voted: nothing to validate
+			c.Send(&proto.ValidateTransaction{TTid: t.TTid, Tid: t.Tid})
 		}
 	}
-	ids, err := ask(l, proto.CodeAskLastIDs, []byte{0x90})
-	if err != nil {
+	var ids proto.AnswerLastIDs
+	if err := ask(c, &proto.AskLastIDs{}, &ids); err != nil {
 		return err
 	}
-	if len(ids) == 3 {
-		if t, ok := ids[0].([]byte); ok && len(t) == 8 {
-			var v uint64
-			for _, c := range t {
-				v = v<<8 | uint64(c)
-			}
-			m.mu.Lock()
-			m.lastTid = v
-			m.mu.Unlock()
-		}
+	if ids.LastTid != proto.InvalidTid {
+		m.mu.Lock()
+		m.lastTid = ids.LastTid
+		m.mu.Unlock()
 	}
-	if _, err := ask(l, proto.CodeAskPackOrders, Tid([]byte{0x91}, 1)); err != nil {
+	if err := ask(c, &proto.AskPackOrders{MinPackID: 1}, &proto.AnswerPackOrders{}); err != nil {
 		return err
 	}
 	// Running.
-	l.Send(proto.CodeNotifyClusterInformation, msgp.AppendEnum([]byte{0x91}, proto.ExtClusterState, int(proto.Running)))
-	l.Send(proto.CodeStartOperation, []byte{0x91, 0xc2})
+	c.Send(&proto.NotifyClusterInformation{State: proto.Running})
+	c.Send(&proto.StartOperation{Backup: false})
 	for {
-		p, err := l.Recv()
+		r, err := c.Recv()
 		if err != nil {
 			return err
 		}
-		if p.Code == proto.CodeNotifyReady {
-			return nil
+		code := r.Code
+		if code == proto.CodePing {
+			c.Reply(r.ID, &proto.Pong{})
 		}
-		if p.Code == proto.CodePing {
-			l.Answer(p.ID, p.Code, []byte{0x90})
+		r.Release()
+		if code == proto.CodeNotifyReady {
+			return nil
 		}
 	}
 }
 
-func (m *Master) serveClient(l *Link, id uint32) {
+func (m *Master) serveClient(c *link.Conn, id uint32) {
 	select {
 	case <-m.running:
 	default:
-		l.Write(Encode(id, proto.AnswerBit, errArgs(proto.NotReady, "cluster not operational")))
+		c.ReplyError(id, proto.NotReady, "cluster not operational")
 		return
 	}
 	m.mu.Lock()
 	m.nclients++
-	cnid := proto.NodeID(-0x20000000 + m.nclients)
+	cnid := firstClientNID + proto.NodeID(m.nclients-1)
 	idts := m.now()
 	ts := m.now()
 	s, snid, saddr := m.storage, m.snid, m.saddr
-	ptArgs := m.ptArgs()
+	pt := m.partitionTable()
 	m.mu.Unlock()
-	me := nodeInfo{proto.Client, proto.Address{}, cnid, proto.NodeRunning, idts, true}
+	me := nodeInfo(proto.Client, proto.Address{}, cnid, proto.NodeRunning, idts)
 	if s != nil {
-		s.Send(proto.CodeNotifyNodeInformation, nodeInfoArgs(ts, me))
+		s.Send(notifyNodes(ts, me))
 	}
-	l.Write(Encode(id, proto.CodeRequestIdentification|proto.AnswerBit, acceptArgs(cnid)))
-	nodes := []nodeInfo{me, {proto.Master, m.masterAddr(), MasterNID, proto.NodeRunning, 0, false}}
+	c.Reply(id, &proto.AcceptIdentification{NodeType: proto.Master, MyNID: MasterNID, YourNID: cnid})
+	nodes := []proto.NodeInfo{me, nodeInfo(proto.Master, m.masterAddr(), MasterNID, proto.NodeRunning, proto.NoIdTime)}
 	if s != nil {
-		nodes = append(nodes, nodeInfo{proto.Storage, saddr, snid, proto.NodeRunning, 0, false})
+		nodes = append(nodes, nodeInfo(proto.Storage, saddr, snid, proto.NodeRunning, proto.NoIdTime))
 	}
-	l.Send(proto.CodeNotifyNodeInformation, nodeInfoArgs(ts, nodes...))
-	l.Send(proto.CodeSendPartitionTable, ptArgs)
+	c.Send(notifyNodes(ts, nodes...))
+	c.Send(pt)
 	defer func() {
 		m.mu.Lock()
 		s := m.storage
@@ -483,32 +399,32 @@ func (m *Master) serveClient(l *Link, id uint32) {
 		m.mu.Unlock()
 		if s != nil {
 			gone := me
-			gone.state = proto.NodeUnknown
-			s.Send(proto.CodeNotifyNodeInformation, nodeInfoArgs(ts, gone))
+			gone.State = proto.NodeUnknown
+			s.Send(notifyNodes(ts, gone))
 		}
 	}()
+	// Recv returns requests and notifications only: link drops answers,
+	// which a client does not send to the master.
 	for {
-		p, err := l.Recv()
+		r, err := c.Recv()
 		if err != nil {
 			return
 		}
-		if p.Code&proto.AnswerBit != 0 {
-			continue
-		}
-		switch p.Code {
+		switch r.Code {
 		case proto.CodeAskLastTransaction:
-			l.Answer(p.ID, p.Code, Tid([]byte{0x91}, m.LastTid()))
+			c.Reply(r.ID, &proto.AnswerLastTransaction{Tid: zodb.Tid(m.LastTid())})
 		case proto.CodePing:
-			l.Answer(p.ID, p.Code, []byte{0x90})
+			c.Reply(r.ID, &proto.Pong{})
 		case proto.CodeAskFinalTID:
-			l.Answer(p.ID, p.Code, []byte{0x91, 0xc0})
+			c.Reply(r.ID, &proto.AnswerFinalTID{Tid: proto.InvalidTid})
 		case proto.CodeAskPackOrders:
-			l.Answer(p.ID, p.Code, []byte{0x91, 0x90})
+			c.Reply(r.ID, &proto.AnswerPackOrders{})
 		case proto.CodeAskBeginTransaction, proto.CodeAskNewOIDs, proto.CodeAskFinishTransaction, proto.CodeFailedVote:
-			l.Write(Encode(p.ID, proto.AnswerBit, errArgs(proto.ReadOnlyAccess, "read-only cluster")))
+			c.ReplyError(r.ID, proto.ReadOnlyAccess, "read-only cluster")
 		case proto.CodeAbortTransaction, proto.CodeCloseClient:
 		default:
-			l.Write(Encode(p.ID, proto.AnswerBit, errArgs(proto.ProtocolError, "unexpected "+proto.CodeName(p.Code))))
+			c.ReplyError(r.ID, proto.ProtocolError, "unexpected "+r.Name())
 		}
+		r.Release()
 	}
 }

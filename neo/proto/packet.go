@@ -48,10 +48,23 @@ func DecodeMsg(code uint16, args []byte, m Msg) error {
 
 // AppendPacket appends the encoding of packet [id, m.Code(), m's args].
 func AppendPacket(b []byte, id uint32, m Msg) []byte {
-	b = append(b, 0x93)
+	return m.AppendArgs(appendPacketHeader(b, id, m.Code()))
+}
+
+// AppendRawPacket appends the encoding of packet [id, code, args] whose
+// arguments are already encoded: args is appended as is. Neither code nor
+// args is checked, so that tests can forge malformed packets with it; a
+// well-formed packet has a known code and args that are one msgpack array.
+func AppendRawPacket(b []byte, id uint32, code uint16, args []byte) []byte {
+	return append(appendPacketHeader(b, id, code), args...)
+}
+
+// appendPacketHeader appends the 3-array header of a packet, its msg_id and
+// code: what precedes its arguments.
+func appendPacketHeader(b []byte, id uint32, code uint16) []byte {
+	b = append(b, 0x93) // fixarray of 3
 	b = msgp.AppendUint(b, uint64(id))
-	b = msgp.AppendUint(b, uint64(m.Code()))
-	return m.AppendArgs(b)
+	return msgp.AppendUint(b, uint64(code))
 }
 
 // AppendHandshake appends the handshake ("NEO", Version).

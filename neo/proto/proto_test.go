@@ -188,6 +188,32 @@ func TestDecodeAllocs(t *testing.T) {
 	}
 }
 
+func TestAppendRawPacket(t *testing.T) {
+	// Pre-encoded args give the bytes of AppendPacket, after what b holds.
+	for _, m := range []Msg{
+		&Ping{},
+		&AskObject{Oid: 1, At: InvalidTid, Before: 7},
+		&Error{ErrCode: NotReady, Message: "x"},
+	} {
+		for _, id := range []uint32{0, 200, 1 << 31} {
+			want := AppendPacket([]byte("pre"), id, m)
+			got := AppendRawPacket([]byte("pre"), id, m.Code(), m.AppendArgs(nil))
+			if !bytes.Equal(got, want) {
+				t.Errorf("%s id %d: % x, want % x", CodeName(m.Code()), id, got, want)
+			}
+			p, err := ParsePacket(got[3:])
+			if err != nil || p.ID != id || p.Code != m.Code() {
+				t.Errorf("%s id %d: parsed %+v %v", CodeName(m.Code()), id, p, err)
+			}
+		}
+	}
+	// Neither code nor args is checked.
+	got := AppendRawPacket(nil, 1, 0x7777, []byte{0xc1, 0x05})
+	if want := []byte{0x93, 0x01, 0xcd, 0x77, 0x77, 0xc1, 0x05}; !bytes.Equal(got, want) {
+		t.Errorf("% x, want % x", got, want)
+	}
+}
+
 func TestReaderErrors(t *testing.T) {
 	hs := Handshake[:]
 	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zodbd/zodbd/neo/neotest"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
 )
@@ -56,7 +55,12 @@ func TestBadInput(t *testing.T) {
 		return nc
 	}
 	hs := proto.Handshake[:]
-	ident := neotest.Encode(0, proto.CodeRequestIdentification, neotest.IdentifyArgs(proto.Storage, proto.NoNode, proto.Address{}, cluster, 0, false))
+	pkt := func(id uint32, m proto.Msg) []byte { return proto.AppendPacket(nil, id, m) }
+	identify := func(typ proto.NodeType, nid proto.NodeID, cluster string, idTime float64) []byte {
+		return pkt(0, &proto.RequestIdentification{NodeType: typ, NID: nid, ClusterName: cluster, IdTime: idTime})
+	}
+	ident := identify(proto.Storage, proto.NoNode, cluster, proto.NoIdTime)
+	askObject0 := &proto.AskObject{Oid: 0, At: proto.InvalidTid, Before: proto.InvalidTid}
 	cases := []struct {
 		name string
 		send [][]byte
@@ -64,27 +68,30 @@ func TestBadInput(t *testing.T) {
 		{"garbage", [][]byte{[]byte("GET / HTTP/1.0\r\n\r\n")}},
 		{"version mismatch", [][]byte{{0x92, 0xa3, 'N', 'E', 'O', 4}}},
 		{"silence after handshake", [][]byte{hs}},
-		{"request before identification", [][]byte{hs, neotest.Encode(0, proto.CodeAskObject, neotest.AskObjectArgs(0, 0, 0))}},
-		{"wrong cluster", [][]byte{hs, neotest.Encode(0, proto.CodeRequestIdentification, neotest.IdentifyArgs(proto.Storage, proto.NoNode, proto.Address{}, "other", 0, false))}},
-		{"identification args", [][]byte{hs, neotest.Encode(0, proto.CodeRequestIdentification, []byte{0x91, 0x01})}},
-		{"unknown client", [][]byte{hs, neotest.Encode(0, proto.CodeRequestIdentification, neotest.IdentifyArgs(proto.Client, -0x20000000+77, proto.Address{}, cluster, 1, true))}},
-		{"master type", [][]byte{hs, neotest.Encode(0, proto.CodeRequestIdentification, neotest.IdentifyArgs(proto.Master, proto.NoNode, proto.Address{}, cluster, 0, false))}},
+		{"request before identification", [][]byte{hs, pkt(0, askObject0)}},
+		{"wrong cluster", [][]byte{hs, identify(proto.Storage, proto.NoNode, "other", proto.NoIdTime)}},
+		{"identification args", [][]byte{hs, proto.AppendRawPacket(nil, 0, proto.CodeRequestIdentification, []byte{0x91, 0x01})}},
+		{"unknown client", [][]byte{hs, identify(proto.Client, -0x20000000+77, cluster, 1)}},
+		{"master type", [][]byte{hs, identify(proto.Master, proto.NoNode, cluster, proto.NoIdTime)}},
 		{"malformed msgpack", [][]byte{hs, ident, {0xc1, 0xc1, 0xc1}}},
 		{"not an array", [][]byte{hs, ident, {0x05}}},
-		{"unknown code", [][]byte{hs, ident, neotest.Encode(1, 0x7777, []byte{0x90})}},
-		{"wrong arg count", [][]byte{hs, ident, neotest.Encode(1, proto.CodeAskObject, []byte{0x91, 0x01})}},
-		{"wrong arg type", [][]byte{hs, ident, neotest.Encode(1, proto.CodeAskObject, []byte{0x93, 0x01, 0xc0, 0xc0})}},
-		{"args not an array", [][]byte{hs, ident, neotest.Encode(1, proto.CodeAskTIDs, []byte{0x01})}},
-		{"unexpected answer", [][]byte{hs, ident, neotest.Encode(1, proto.CodePing|proto.AnswerBit, []byte{0x90})}},
+		{"unknown code", [][]byte{hs, ident, proto.AppendRawPacket(nil, 1, 0x7777, []byte{0x90})}},
+		{"wrong arg count", [][]byte{hs, ident, proto.AppendRawPacket(nil, 1, proto.CodeAskObject, []byte{0x91, 0x01})}},
+		{"wrong arg type", [][]byte{hs, ident, proto.AppendRawPacket(nil, 1, proto.CodeAskObject, []byte{0x93, 0x01, 0xc0, 0xc0})}},
+		{"args not an array", [][]byte{hs, ident, proto.AppendRawPacket(nil, 1, proto.CodeAskTIDs, []byte{0x01})}},
+		{"unexpected answer", [][]byte{hs, ident, pkt(1, &proto.Pong{})}},
 	}
 	for _, tc := range cases {
 		nc := raw(tc.send...)
 		expectClosed(t, nc, tc.name)
 		nc.Close()
 		// The node is still in the cluster and serves.
-		p, err := good.Ask(proto.CodeAskObject, neotest.AskObjectArgs(0, 0, 0))
-		if err != nil || p.Code != proto.CodeAskObject|proto.AnswerBit {
-			t.Fatalf("after %s: %v %v", tc.name, p, err)
+		p, err := good.Ask(askObject0)
+		if err == nil {
+			err = p.Decode(&proto.AnswerObject{})
+		}
+		if err != nil {
+			t.Fatalf("after %s: %v", tc.name, err)
 		}
 	}
 	if !c.node.Operational() {
@@ -92,7 +99,11 @@ func TestBadInput(t *testing.T) {
 	}
 	// A new client is still accepted.
 	l := c.client(t)
-	if p, err := l.Ask(proto.CodePing, []byte{0x90}); err != nil || p.Code != proto.CodePing|proto.AnswerBit {
-		t.Errorf("ping: %v %v", p, err)
+	p, err := l.Ask(&proto.Ping{})
+	if err == nil {
+		err = p.Decode(&proto.Pong{})
+	}
+	if err != nil {
+		t.Errorf("ping: %v", err)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/zodbd/zodbd/neo/neotest"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
 )
@@ -20,7 +19,7 @@ func BenchmarkAskObject(b *testing.B) {
 	}
 	defer be.Close()
 	c := startCluster(b, be)
-	req := neotest.AskObjectArgs(0, 0, 0)
+	req := &proto.AskObject{Oid: 0, At: proto.InvalidTid, Before: proto.InvalidTid}
 	b.ReportAllocs()
 	b.SetParallelism(4)
 	b.RunParallel(func(pb *testing.PB) {
@@ -28,14 +27,14 @@ func BenchmarkAskObject(b *testing.B) {
 		const depth = 16
 		inflight := 0
 		for pb.Next() {
-			if _, err := l.Send(proto.CodeAskObject, req); err != nil {
+			if _, err := l.Send(req); err != nil {
 				b.Error(err)
 				return
 			}
 			inflight++
 			if inflight == depth {
 				for ; inflight > depth/2; inflight-- {
-					if p, err := l.Recv(); err != nil || p.Code != proto.CodeAskObject|proto.AnswerBit {
+					if p, err := l.Recv(); err != nil || p.Code != proto.CodeAnswerObject {
 						b.Errorf("%v %v", p, err)
 						return
 					}

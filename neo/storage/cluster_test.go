@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha1"
-	"encoding/binary"
 	"errors"
 	"io"
 	"log"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/neo/link"
 	"github.com/zodbd/zodbd/neo/neotest"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
@@ -96,99 +96,104 @@ func startCluster(t testing.TB, be storage.Backend) *testCluster {
 	return c
 }
 
-// client connects to the master as a client, then to the storage node.
+// client connects to the master as a client, then to the storage node;
+// it returns the link to the storage node.
 func (c *testCluster) client(t testing.TB) *neotest.Link {
 	t.Helper()
-	ml, err := neotest.Dial(c.master.Addr(), nil)
+	ctx := context.Background()
+	ml, err := link.Dial(ctx, "tcp", c.master.Addr(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ml.Close() })
-	p, err := ml.Ask(proto.CodeRequestIdentification, neotest.IdentifyArgs(proto.Client, proto.NoNode, proto.Address{}, cluster, 0, false))
-	if err != nil || p.Code != proto.CodeRequestIdentification|proto.AnswerBit {
-		t.Fatalf("identification by master: %v %v", p, err)
+	var acc proto.AcceptIdentification
+	err = ml.Ask(ctx, &proto.RequestIdentification{NodeType: proto.Client, NID: proto.NoNode, ClusterName: cluster, IdTime: proto.NoIdTime}, &acc)
+	if err != nil {
+		t.Fatalf("identification by master: %v", err)
 	}
-	v, _ := neotest.Decode(p.Args)
-	cnid := proto.NodeID(v.([]any)[2].(int64))
+	cnid := acc.YourNID
 	// The first NotifyNodeInformation holds our own entry first.
 	var idts float64
 	for {
-		p, err := ml.Recv()
+		r, err := ml.Recv()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p.Code == proto.CodeNotifyNodeInformation {
-			v, _ := neotest.Decode(p.Args)
-			idts = v.([]any)[1].([]any)[0].([]any)[4].(float64)
+		if r.Code == proto.CodeNotifyNodeInformation {
+			var ni proto.NotifyNodeInformation
+			if err := r.Decode(&ni); err != nil {
+				t.Fatal(err)
+			}
+			if len(ni.Nodes) == 0 || ni.Nodes[0].NID != cnid || ni.Nodes[0].IdTime == proto.NoIdTime {
+				t.Fatalf("NotifyNodeInformation without our id timestamp first: %+v", ni.Nodes)
+			}
+			idts = ni.Nodes[0].IdTime
+			r.Release()
 			break
 		}
+		r.Release()
 	}
 	sl, err := neotest.Dial(c.node.Addr().String(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sl.Close() })
-	p, err = sl.Ask(proto.CodeRequestIdentification, neotest.IdentifyArgs(proto.Client, cnid, proto.Address{}, cluster, idts, true))
-	if err != nil || p.Code != proto.CodeRequestIdentification|proto.AnswerBit {
-		c, m, _ := neotest.ErrorArgs(p.Args)
-		t.Fatalf("identification by storage: %v %v (%d %s)", p, err, c, m)
+	p, err := sl.Ask(&proto.RequestIdentification{NodeType: proto.Client, NID: cnid, ClusterName: cluster, IdTime: idts})
+	if err == nil {
+		err = p.Decode(&proto.AcceptIdentification{})
+	}
+	if err != nil {
+		t.Fatalf("identification by storage: %v", err)
 	}
 	return sl
 }
 
-// answerObject is a decoded AnswerObject.
-type answerObject struct {
-	oid, serial, next uint64
-	compression       int64
-	checksum, data    []byte
-	dataSerial        uint64
-}
-
-func u64(v any) uint64 {
-	b, ok := v.([]byte)
-	if !ok || len(b) != 8 {
-		return 0
+// noneTid is how a tid of the database, 0 for none, is sent: nil.
+func noneTid(t zodb.Tid) zodb.Tid {
+	if t == 0 {
+		return proto.InvalidTid
 	}
-	return binary.BigEndian.Uint64(b)
+	return t
 }
 
-func decodeAnswerObject(t testing.TB, p neotest.Packet) (*answerObject, proto.ErrorCode) {
+// decodeAnswerObject decodes the answer to AskObject: an AnswerObject, or
+// the code of an Error.
+func decodeAnswerObject(t testing.TB, p proto.Packet) (*proto.AnswerObject, proto.ErrorCode) {
 	t.Helper()
-	if p.Code == proto.AnswerBit {
-		c, _, err := neotest.ErrorArgs(p.Args)
-		if err != nil {
-			t.Fatal(err)
-		}
+	a := new(proto.AnswerObject)
+	err := p.Decode(a)
+	if c, ok := proto.ErrorCodeOf(err); ok {
 		return nil, c
 	}
-	if p.Code != proto.CodeAskObject|proto.AnswerBit {
-		t.Fatalf("got %s", proto.CodeName(p.Code))
-	}
-	v, err := neotest.Decode(p.Args)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := v.([]any)
-	return &answerObject{u64(a[0]), u64(a[1]), u64(a[2]), a[3].(int64), a[4].([]byte), a[5].([]byte), u64(a[6])}, 0
+	return a, 0
+}
+
+// askObject is AskObject for oid at the exact serial at or, with at 0,
+// before before (0: no bound).
+func askObject(oid zodb.Oid, at, before zodb.Tid) *proto.AskObject {
+	return &proto.AskObject{Oid: oid, At: noneTid(at), Before: noneTid(before)}
 }
 
 // askPipelined sends every request at once and returns the answers by
 // request (the node may answer out of order).
-func askPipelined(t testing.TB, l *neotest.Link, code uint16, reqs [][]byte) []neotest.Packet {
+func askPipelined(t testing.TB, l *neotest.Link, reqs []proto.Msg) []proto.Packet {
 	t.Helper()
 	ids := make([]uint32, len(reqs))
 	sent := make(chan struct{})
 	go func() {
 		defer close(sent)
 		for i, r := range reqs {
-			id, err := l.Send(code, r)
+			id, err := l.Send(r)
 			if err != nil {
 				return
 			}
 			ids[i] = id
 		}
 	}()
-	got := map[uint32]neotest.Packet{}
+	got := map[uint32]proto.Packet{}
 	for len(got) < len(reqs) {
 		p, err := l.Recv()
 		if err != nil {
@@ -197,7 +202,7 @@ func askPipelined(t testing.TB, l *neotest.Link, code uint16, reqs [][]byte) []n
 		got[p.ID] = p
 	}
 	<-sent
-	res := make([]neotest.Packet, len(reqs))
+	res := make([]proto.Packet, len(reqs))
 	for i, id := range ids {
 		res[i] = got[id]
 	}
@@ -228,13 +233,13 @@ func TestClusterFileStorage(t *testing.T) {
 		serial zodb.Tid
 		err    error
 	}
-	var reqs [][]byte
+	var reqs []proto.Msg
 	var wants []want
 	last, _ := fs.LastTid(ctx)
 	for _, oid := range fs.Oids() {
 		// Current revision, as the NEO client asks it (before last+1).
 		data, serial, err := fs.Load(ctx, zodb.Xid{Oid: oid, At: last})
-		reqs = append(reqs, neotest.AskObjectArgs(uint64(oid), 0, uint64(last)+1))
+		reqs = append(reqs, askObject(oid, 0, last+1))
 		wants = append(wants, want{oid, 0, data, serial, err})
 		hist, err := fs.History(ctx, oid, 1000)
 		if err != nil {
@@ -242,20 +247,20 @@ func TestClusterFileStorage(t *testing.T) {
 		}
 		for _, h := range hist {
 			data, serial, err := fs.Load(ctx, zodb.Xid{Oid: oid, At: h.Tid})
-			reqs = append(reqs, neotest.AskObjectArgs(uint64(oid), uint64(h.Tid), 0))
+			reqs = append(reqs, askObject(oid, h.Tid, 0))
 			wants = append(wants, want{oid, h.Tid, data, serial, err})
 		}
 	}
 	if len(reqs) == 0 {
 		t.Fatal("no object")
 	}
-	got := askPipelined(t, l, proto.CodeAskObject, reqs)
+	got := askPipelined(t, l, reqs)
 	nodata := 0
 	for i, w := range wants {
 		a, ec := decodeAnswerObject(t, got[i])
 		var nd *zodb.NoDataError
 		if errors.As(w.err, &nd) {
-			if a == nil || len(a.data) != 0 || !bytes.Equal(a.checksum, make([]byte, 20)) {
+			if a == nil || len(a.Data) != 0 || a.Checksum != [20]byte{} {
 				t.Errorf("oid %s @%s: want no data, got %+v (error %d)", w.oid, w.at, a, ec)
 			}
 			nodata++
@@ -269,42 +274,42 @@ func TestClusterFileStorage(t *testing.T) {
 			continue
 		}
 		sum := sha1.Sum(w.data)
-		if !bytes.Equal(a.data, w.data) || a.compression != 0 || !bytes.Equal(a.checksum, sum[:]) || a.oid != uint64(w.oid) {
+		if !bytes.Equal(a.Data, w.data) || a.Compression != 0 || a.Checksum != sum || a.Oid != w.oid {
 			t.Errorf("oid %s @%s: data differs", w.oid, w.at)
 		}
-		if w.at != 0 && a.serial != uint64(w.at) {
-			t.Errorf("oid %s @%s: serial %x", w.oid, w.at, a.serial)
+		if w.at != 0 && a.Serial != w.at {
+			t.Errorf("oid %s @%s: serial %s", w.oid, w.at, a.Serial)
 		}
-		if w.at == 0 && a.serial != uint64(w.serial) {
-			t.Errorf("oid %s: serial %x, want %s", w.oid, a.serial, w.serial)
+		if w.at == 0 && a.Serial != w.serial {
+			t.Errorf("oid %s: serial %s, want %s", w.oid, a.Serial, w.serial)
 		}
 	}
 	t.Logf("%d loads (%d without data)", len(wants), nodata)
 
 	// Errors: unknown oid, oid known but not at that serial.
-	p, _ := l.Ask(proto.CodeAskObject, neotest.AskObjectArgs(1<<40, 0, 0))
+	p, _ := l.Ask(askObject(1<<40, 0, 0))
 	if _, ec := decodeAnswerObject(t, p); ec != proto.OidDoesNotExist {
 		t.Errorf("unknown oid: error %d", ec)
 	}
-	if c, msg, _ := neotest.ErrorArgs(p.Args); c != proto.OidDoesNotExist || msg != "0000010000000000" {
-		t.Errorf("unknown oid: %d %q", c, msg)
+	if err := p.Decode(&proto.AnswerObject{}); !errors.Is(err, &proto.Error{ErrCode: proto.OidDoesNotExist, Message: "0000010000000000"}) {
+		t.Errorf("unknown oid: %v", err)
 	}
-	p, _ = l.Ask(proto.CodeAskObject, neotest.AskObjectArgs(0, 1, 0))
+	p, _ = l.Ask(askObject(0, 1, 0))
 	if _, ec := decodeAnswerObject(t, p); ec != proto.OidNotFound {
 		t.Errorf("oid 0 @1: error %d", ec)
 	}
 	// A write is refused.
-	p, _ = l.Ask(proto.CodeAskVoteTransaction, neotest.Tid([]byte{0x91}, 1))
-	if c, _, _ := neotest.ErrorArgs(p.Args); p.Code != proto.AnswerBit || c != proto.ReadOnlyAccess {
-		t.Errorf("vote: %v %d", p, c)
+	p, _ = l.Ask(&proto.AskVoteTransaction{TTid: 1})
+	if err := p.Decode(&proto.AnswerVoteTransaction{}); !errors.Is(err, &proto.Error{ErrCode: proto.ReadOnlyAccess}) {
+		t.Errorf("vote: %v", err)
 	}
 	// Transactions: every tid, ascending, and their metadata.
-	p, _ = l.Ask(proto.CodeAskTIDsFrom, append(neotest.Tid(neotest.Tid([]byte{0x94}, 0), uint64(last)), 0xcd, 0x03, 0xe8, 0))
-	v, err := neotest.Decode(p.Args)
-	if err != nil || p.Code != proto.CodeAskTIDsFrom|proto.AnswerBit {
-		t.Fatalf("AskTIDsFrom: %v %v", p, err)
+	p, _ = l.Ask(&proto.AskTIDsFrom{MinTid: 0, MaxTid: last, Length: 1000, Partition: 0})
+	var tidsFrom proto.AnswerTIDsFrom
+	if err := p.Decode(&tidsFrom); err != nil {
+		t.Fatalf("AskTIDsFrom: %v", err)
 	}
-	tids := v.([]any)[0].([]any)
+	tids := tidsFrom.Tids
 	it := fs.Iterate(ctx, 0, zodb.TidMax)
 	i := 0
 	for {
@@ -315,14 +320,16 @@ func TestClusterFileStorage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if i >= len(tids) || u64(tids[i]) != uint64(txn.Tid) {
+		if i >= len(tids) || tids[i] != txn.Tid {
 			t.Fatalf("tid %d: got %v, want %s", i, tids, txn.Tid)
 		}
-		p, _ := l.Ask(proto.CodeAskTransactionInformation, neotest.Tid([]byte{0x91}, uint64(txn.Tid)))
-		v, _ := neotest.Decode(p.Args)
-		a := v.([]any)
-		if u64(a[0]) != uint64(txn.Tid) || !bytes.Equal(a[1].([]byte), txn.User) || !bytes.Equal(a[2].([]byte), txn.Description) {
-			t.Errorf("txn %s: %v", txn.Tid, a)
+		p, _ := l.Ask(&proto.AskTransactionInformation{Tid: txn.Tid})
+		var a proto.AnswerTransactionInformation
+		if err := p.Decode(&a); err != nil {
+			t.Fatalf("txn %s: %v", txn.Tid, err)
+		}
+		if a.Tid != txn.Tid || !bytes.Equal(a.User, txn.User) || !bytes.Equal(a.Description, txn.Description) {
+			t.Errorf("txn %s: %+v", txn.Tid, a)
 		}
 		i++
 	}
@@ -345,7 +352,7 @@ func TestClusterSQLite(t *testing.T) {
 	}
 	l := c.client(t)
 	last, _ := db.LastTid(ctx)
-	var reqs [][]byte
+	var reqs []proto.Msg
 	type want struct {
 		o   *neosqlite.Object
 		err error
@@ -353,16 +360,16 @@ func TestClusterSQLite(t *testing.T) {
 	var wants []want
 	for oid := zodb.Oid(0); oid < 6; oid++ {
 		o, err := db.Object(ctx, oid, 0, last+1, nil)
-		reqs = append(reqs, neotest.AskObjectArgs(uint64(oid), 0, uint64(last)+1))
+		reqs = append(reqs, askObject(oid, 0, last+1))
 		wants = append(wants, want{o, err})
 		h, _ := db.ObjectHistory(ctx, oid, 0, 100)
 		for _, e := range h {
 			o, err := db.Object(ctx, oid, e.Serial, 0, nil)
-			reqs = append(reqs, neotest.AskObjectArgs(uint64(oid), uint64(e.Serial), 0))
+			reqs = append(reqs, askObject(oid, e.Serial, 0))
 			wants = append(wants, want{o, err})
 		}
 	}
-	got := askPipelined(t, l, proto.CodeAskObject, reqs)
+	got := askPipelined(t, l, reqs)
 	for i, w := range wants {
 		a, ec := decodeAnswerObject(t, got[i])
 		if w.err != nil {
@@ -377,9 +384,9 @@ func TestClusterSQLite(t *testing.T) {
 			continue
 		}
 		o := w.o
-		if a.oid != uint64(o.Oid) || a.serial != uint64(o.Serial) || a.next != uint64(o.NextSerial) ||
-			a.compression != int64(o.Compression) || !bytes.Equal(a.checksum, o.Checksum[:]) ||
-			!bytes.Equal(a.data, o.Data) || a.dataSerial != uint64(o.DataSerial) {
+		if a.Oid != o.Oid || a.Serial != o.Serial || a.NextSerial != noneTid(o.NextSerial) ||
+			a.Compression != o.Compression || a.Checksum != o.Checksum ||
+			!bytes.Equal(a.Data, o.Data) || a.DataSerial != noneTid(o.DataSerial) {
 			t.Errorf("request %d: oid %s serial %s differs", i, o.Oid, o.Serial)
 		}
 	}

@@ -131,13 +131,13 @@ func TestServeOIDsFrom(t *testing.T) {
 	from := zodb.Oid(0)
 	for pages := 0; pages < 100; pages++ {
 		req := &proto.AskOIDsFrom{Partition: 0, Length: 4, MinOid: from, Tid: zodb.TidMax}
-		p, err := l.Ask(proto.CodeAskOIDsFrom, req.AppendArgs(nil))
-		if err != nil || p.Code != proto.CodeAskOIDsFrom|proto.AnswerBit {
-			t.Fatalf("AskOIDsFrom: %v %v", p, err)
+		p, err := l.Ask(req)
+		if err != nil {
+			t.Fatalf("AskOIDsFrom: %v", err)
 		}
 		var a proto.AnswerOIDsFrom
-		if err := a.DecodeArgs(p.Args); err != nil {
-			t.Fatal(err)
+		if err := p.Decode(&a); err != nil {
+			t.Fatalf("AskOIDsFrom: %v", err)
 		}
 		got = append(got, a.Oids...)
 		if a.NextOid == proto.InvalidOid {
@@ -149,12 +149,11 @@ func TestServeOIDsFrom(t *testing.T) {
 		t.Errorf("over the wire %v, want %v", got, want)
 	}
 	req := &proto.AskOIDsFrom{Partition: 1, Length: 4, Tid: zodb.TidMax}
-	p, err := l.Ask(proto.CodeAskOIDsFrom, req.AppendArgs(nil))
-	if err != nil || p.Code != proto.AnswerBit {
-		t.Fatalf("partition 1: %v %v", p, err)
+	p, err := l.Ask(req)
+	if err != nil {
+		t.Fatalf("partition 1: %v", err)
 	}
-	var e proto.Error
-	if err := e.DecodeArgs(p.Args); err != nil || e.ErrCode != proto.NonReadableCell {
-		t.Errorf("partition 1: %+v %v", e, err)
+	if err := p.Decode(&proto.AnswerOIDsFrom{}); !errors.Is(err, &proto.Error{ErrCode: proto.NonReadableCell}) {
+		t.Errorf("partition 1: %v", err)
 	}
 }
