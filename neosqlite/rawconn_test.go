@@ -88,19 +88,19 @@ func TestRawRecycle(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	// The next misses of the pool take the spares.
+	// The next misses of the pool take the spares. (Not through get: under
+	// the race detector sync.Pool drops entries at random.)
 	for range n {
-		r, err := db.raw.get()
+		r, err := db.raw.newRef()
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer db.raw.put(r)
-		if _, err := db.Object(ctx, 1, 0, 0, nil); err != nil {
-			t.Fatal(err)
-		}
+		defer runtime.KeepAlive(r)
 	}
-	if all, spare := opened(); all != n+1 || spare != 0 {
-		// n held here, and one more for the Object calls.
-		t.Errorf("%d connections opened, %d spare; want %d and 0", all, spare, n+1)
+	if all, spare := opened(); all != n || spare != 0 {
+		t.Errorf("%d connections opened, %d spare; want %d and 0", all, spare, n)
+	}
+	if _, err := db.Object(ctx, 1, 0, 0, nil); err != nil {
+		t.Fatal(err)
 	}
 }
