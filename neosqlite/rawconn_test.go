@@ -104,3 +104,36 @@ func TestRawRecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSeesCommits checks that a database opened with Open (not immutable)
+// sees what another process commits after it was opened, on the
+// connection its lookups already used: the pooled connections keep no
+// stale state between lookups.
+func TestSeesCommits(t *testing.T) {
+	ctx := context.Background()
+	path := copyDB(t, "testdata/storage.sqlite")
+	db := openT(t, path)
+	o, err := db.Object(ctx, 1, 0, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := o.Serial
+	next := last + 1
+	// Another writer commits a new revision of oid 1 (partition 0 of a
+	// 1-partition table) reusing data row 3.
+	exec(t, path, "INSERT INTO obj (partition, oid, tid, data_id, value_tid) VALUES (0, 1, "+itoa(next)+", 3, NULL)")
+	o, err = db.Object(ctx, 1, 0, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Serial != next || o.NextSerial != 0 {
+		t.Errorf("latest after a commit: serial %s next %s, want %s and none", o.Serial, o.NextSerial, next)
+	}
+	o, err = db.Object(ctx, 1, last, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.NextSerial != next {
+		t.Errorf("at %s after a commit: next serial %s, want %s", last, o.NextSerial, next)
+	}
+}
