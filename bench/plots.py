@@ -152,7 +152,9 @@ def plot_hists(outdir, meta, recs, order, made):
     for w, clients, label in (('pyload', None, 'Python client loadBefore (serial)'),
                               ('wrk', 1, 'wrk -c 1 (Go client, serial)'),
                               ('commit', 16, 'commit latency, 16 committers'),
-                              ('commit', 1, 'commit latency, 1 committer')):
+                              ('commit', 1, 'commit latency, 1 committer'),
+                              ('gocommit', 16, 'commit latency, 16 Go committers'),
+                              ('gocommit', 1, 'commit latency, 1 Go committer')):
         for ds in meta['datasets']:
             servers = [s for s in order if merged_hist(recs, w, ds, s, clients)]
             if not servers or servers == ['floor']:
@@ -197,7 +199,9 @@ def plot_hists(outdir, meta, recs, order, made):
 def plot_bars(outdir, meta, recs, order, made):
     for w, metric, ylabel, fmt in (('pyload', 'ns/op', 'time per object (lower is better)', fmt_time),
                                    ('hash', 'ns/op', 'time per object (lower is better)', fmt_time),
-                                   ('commit', 'commits/s', 'commits per second (higher is better)', fmt_rate)):
+                                   ('commit', 'commits/s', 'commits per second (higher is better)', fmt_rate),
+                                   ('gocommit', 'commits/s', 'commits per second, Go committers (higher is better)',
+                                    fmt_rate)):
         groups = []
         for ds in meta['datasets']:
             for c in sorted({r['clients'] for r in recs if r['workload'] == w and r['dataset'] == ds}):
@@ -224,7 +228,7 @@ def plot_bars(outdir, meta, recs, order, made):
                 ax.annotate(fmt(y), (b.get_x() + b.get_width() / 2, y + h), fontsize=7, ha='center',
                             va='bottom', xytext=(0, 2), textcoords='offset points')
         ax.set_xticks(range(len(groups)))
-        ax.set_xticklabels(['%s\n%s' % (ds, ('%d committers' % c) if w == 'commit' else '') for ds, c in groups],
+        ax.set_xticklabels(['%s\n%s' % (ds, ('%d committers' % c) if w in ('commit', 'gocommit') else '') for ds, c in groups],
                            fontsize=8)
         ax.set_ylabel(ylabel)
         ax.set_ylim(0, ax.get_ylim()[1] * 1.08)
@@ -244,7 +248,7 @@ def plot_ratios(outdir, meta, recs, order, variants, made):
     for r in recs:
         rr.setdefault((r['workload'], r['dataset'], r['clients'], r['server']), {})[r['round']] = r['metrics']
     metric_of = {'hash': ('ns/op', False), 'pyload': ('ns/op', False), 'wrk': ('ops/s', True),
-                 'commit': ('commits/s', True)}
+                 'commit': ('commits/s', True), 'gocommit': ('commits/s', True)}
     for (w, ds, c, s), byr in sorted(rr.items(), key=lambda kv: (list(metric_of).index(kv[0][0]), kv[0][1], kv[0][2])):
         ref = baseline_of(s, variants, meta.get('sched'), order)
         if not ref or ref == s or (w, ds, c, ref) not in rr:
@@ -254,7 +258,7 @@ def plot_ratios(outdir, meta, recs, order, variants, made):
         vals = [(byr[k][m] / refr[k][m]) if higher else (refr[k][m] / byr[k][m])
                 for k in sorted(set(byr) & set(refr)) if byr[k].get(m) and refr[k].get(m)]
         if vals:
-            rows.append(('%s %s%s — %s vs %s' % (w, ds, ' c=%d' % c if w in ('wrk', 'commit') else '', s, ref),
+            rows.append(('%s %s%s — %s vs %s' % (w, ds, ' c=%d' % c if w in ('wrk', 'commit', 'gocommit') else '', s, ref),
                          s, vals))
     if not rows:
         return

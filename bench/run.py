@@ -31,15 +31,18 @@ import machine  # noqa: E402
 
 BENCHSTAT = 'golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da'
 SMALL_DATASETS = ['prod1-1024', 'wczblk1-8']
-WORKLOADS = ['hash', 'pyload', 'wrk', 'commit']
+WORKLOADS = ['hash', 'pyload', 'wrk', 'commit', 'gocommit']
+COMMIT_WORKLOADS = ('commit', 'gocommit')
 # What each workload measures, for the report.
 WORKLOAD_DOC = {
     'hash': 'serial `zodbd hash zeo://…`: every object once, one request in flight (Go client); time per object',
     'pyload': 'serial loadBefore loop through the stock Python client (`ZEO.ClientStorage`, cache off); time per object',
     'wrk': '`zodbd wrk -c N`: N connections, one request in flight each, random objects (Go client)',
     'commit': 'N Python committers (`ZEO.DB`, one process each), small transactions on their own objects',
+    'gocommit': 'N Go committers (`zodbd wrk --commit -c N`: one process, a connection each), '
+                'transactions of 1–3 of their own objects; the server\'s commit path without the Python clients\' CPU',
 }
-BENCH_NAME = {'hash': 'Hash', 'pyload': 'PyLoad', 'wrk': 'Wrk', 'commit': 'Commit'}
+BENCH_NAME = {'hash': 'Hash', 'pyload': 'PyLoad', 'wrk': 'Wrk', 'commit': 'Commit', 'gocommit': 'GoCommit'}
 
 # name: (implementation, marshalling)
 SERVERS = {
@@ -673,6 +676,25 @@ def w_commit(setup, variant, srv, ds, logpath, quick, clients):
     return res, r['histogram_ns']
 
 
+def w_gocommit(setup, variant, srv, ds, logpath, quick, clients):
+    d = setup.a.commit_duration
+    cmd = [setup.a.zodbd, 'wrk', '--commit', '-c', str(clients), '-d', '%gs' % d, '--json', client_url(variant, srv)]
+    out, nerr, errs = run_client(setup, variant, cmd, logpath, 120 + 3 * d)
+    try:
+        j = json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError) as e:
+        raise RuntimeError('cannot read the output of %s: %r' % (shlex.join(cmd), out[:300])) from e
+    lat = j['latency_ns']
+    res = {'commits/s': j['ops_per_s'], 'ns/op': 1e9 / j['ops_per_s'] if j['ops_per_s'] else None,
+           'p50-ns': lat.get('p50'), 'p99-ns': lat.get('p99'), 'errors': nerr + int(j.get('errors') or 0),
+           'ops': j.get('ops')}
+    if j.get('errors'):
+        res['error-sample'] = 'zodbd wrk --commit: %s failed commits, first: %s' % (j['errors'], j.get('first_error'))
+    elif nerr:
+        res['error-sample'] = first_error(errs)
+    return res, j['histogram_ns']
+
+
 def wait_neo_operational(srv, timeout=120):
     """Waits until the NEO storage node says it serves (its master listens
     earlier, and would refuse clients until then)."""
@@ -761,8 +783,9 @@ def session(setup, name, variant, ds, rnd, outdir, workloads, env, checked):
         if variant['impl'] != 'floor':
             workloads = [w for w in workloads if w not in setup.floor_only]
         if variant['marshal'] == 'neo':
-            # The Python workloads use the stock ZEO client.
-            workloads = [w for w in workloads if w not in ('pyload', 'commit')]
+            # The Python workloads use the stock ZEO client; the NEO
+            # client is read-only.
+            workloads = [w for w in workloads if w not in ('pyload',) + COMMIT_WORKLOADS]
         if 'hash' in workloads:
             rec('hash', 1, w_hash)
         if 'pyload' in workloads:
@@ -774,6 +797,9 @@ def session(setup, name, variant, ds, rnd, outdir, workloads, env, checked):
         if 'commit' in workloads and variant['impl'] != 'floor' and ds.name in csv(a.commit_datasets):
             for c in csv(a.committers, int):
                 rec('commit', c, w_commit, c)
+        if 'gocommit' in workloads and variant['impl'] != 'floor' and ds.name in csv(a.commit_datasets):
+            for c in csv(a.committers, int):
+                rec('gocommit', c, w_gocommit, c)
     finally:
         rc = srv.stop()
         for suffix in ('', '.index', '.lock', '.tmp', '.old', '-journal'):
@@ -810,8 +836,8 @@ def brief(records):
             out.append('%s %s/obj' % (r['workload'], fmt_ns(m.get('ns/op'))))
         elif r['workload'] == 'wrk' and r['clients'] in (1, 16):
             out.append('wrk%d %s/s' % (r['clients'], fmt_num(m.get('ops/s'))))
-        elif r['workload'] == 'commit':
-            out.append('commit%d %s/s' % (r['clients'], fmt_num(m.get('commits/s'))))
+        elif r['workload'] in COMMIT_WORKLOADS:
+            out.append('%s%d %s/s' % (r['workload'], r['clients'], fmt_num(m.get('commits/s'))))
     return ', '.join(out)
 
 
@@ -820,7 +846,7 @@ UNITS = [('ns/op', 1), ('ops/s', 1), ('commits/s', 1), ('p50-ns', 1), ('p99-ns',
 
 def bench_line(r):
     name = 'Benchmark%s/ds=%s' % (BENCH_NAME[r['workload']], r['dataset'])
-    if r['workload'] in ('wrk', 'commit'):
+    if r['workload'] in ('wrk',) + COMMIT_WORKLOADS:
         name += '/c=%d' % r['clients']
     m = r['metrics']
     n = int(m.get('objects') or m.get('ops') or max(1, round((m.get('ops/s') or m.get('commits/s') or 1))))
@@ -978,7 +1004,7 @@ def make_report(outdir, meta, bs):
     # Summary: every server's speed relative to its reference and its time
     # relative to the floor, one row per workload point.
     metric_of = {'hash': ('ns/op', False), 'pyload': ('ns/op', False), 'wrk': ('ops/s', True),
-                 'commit': ('commits/s', True)}
+                 'commit': ('commits/s', True), 'gocommit': ('commits/s', True)}
     vs_cols = [s for s in servers if ref_name(s) and ref_name(s) != s and ref_name(s) in servers]
     fl_cols = [s for s in servers if s != 'floor'] if 'floor' in servers else []
     if vs_cols or fl_cols:
@@ -1009,11 +1035,12 @@ def make_report(outdir, meta, bs):
         L.append('## %s\n' % w)
         L.append(WORKLOAD_DOC[w] + '\n')
         main, label, f = {'hash': ('ns/op', 'time/object', fmt_ns), 'pyload': ('ns/op', 'time/object', fmt_ns),
-                          'wrk': ('ops/s', 'loads/s', fmt_num), 'commit': ('commits/s', 'commits/s', fmt_num)}[w]
+                          'wrk': ('ops/s', 'loads/s', fmt_num), 'commit': ('commits/s', 'commits/s', fmt_num),
+                          'gocommit': ('commits/s', 'commits/s', fmt_num)}[w]
         higher = main.endswith('/s')
         extra = [m for m in ('p50-ns', 'p99-ns') if any(m in agg.get((w, d, c, s), {})
                                                           for (_, d, c) in wkeys for s in servers)]
-        head = ['dataset', 'N' if w in ('wrk', 'commit') else 'objects', 'server', label + ' median (min–max)',
+        head = ['dataset', 'N' if w in ('wrk',) + COMMIT_WORKLOADS else 'objects', 'server', label + ' median (min–max)',
                 'n', 'vs reference', '× floor'] + [m[:3] for m in extra]
         L.append('| ' + ' | '.join(head) + ' |')
         L.append('|' + '---|' * len(head))
@@ -1034,7 +1061,7 @@ def make_report(outdir, meta, bs):
                     vf = ratio_cell(paired_ratios(num, den, main, rr))
                 elif s == 'floor':
                     vf = '1'
-                n_obj = str(c) if w in ('wrk', 'commit') else '%d' % med(a.get('objects', [0]))
+                n_obj = str(c) if w in ('wrk',) + COMMIT_WORKLOADS else '%d' % med(a.get('objects', [0]))
                 row = [d, n_obj, s, cell, str(len(v)), vr, vf] + \
                     [fmt_ns(med(a[m])) if a.get(m) else '—' for m in extra]
                 L.append('| ' + ' | '.join(row) + ' |')

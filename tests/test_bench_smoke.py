@@ -44,6 +44,7 @@ def test_quick_run_results(quick_run):
         assert key in text, key
     assert 'BenchmarkPyLoad/ds=prod1-1024 ' in text
     assert 'BenchmarkCommit/ds=prod1-1024/c=2 ' in text
+    assert 'BenchmarkGoCommit/ds=prod1-1024/c=2 ' in text
     if 'hash workload skipped' not in stdout:  # zodbd hash zeo://...: checksum checked
         assert 'BenchmarkHash/ds=prod1-1024 ' in text
     if 'wrk workload skipped' not in stdout:
@@ -60,6 +61,7 @@ def test_quick_run_results(quick_run):
     got = {(a['workload'], a['server']) for a in summary['aggregate']}
     assert ('pyload', 'zodbd-Z') in got and ('pyload', 'runzeo-Z') in got and ('pyload', 'floor') in got
     assert ('commit', 'zodbd-Z') in got and ('commit', 'runzeo-Z') in got
+    assert ('gocommit', 'zodbd-Z') in got and ('gocommit', 'runzeo-Z') in got
     # every server was stopped
     for log in glob.glob(os.path.join(out, 'logs', '*.server.log')):
         assert 'Traceback' not in open(log, errors='replace').read(), log

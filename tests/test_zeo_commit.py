@@ -272,3 +272,42 @@ def test_delete_with_stale_serial_is_a_conflict(serve, tmp_path):
     db.close()
     srv.stop()
     fstest(path)
+
+
+def test_go_committers(serve, tmp_path, zodbd_bin, marshal):
+    """`zodbd wrk --commit` (the Go client's commit path) against zodbd
+    serve: no failed commit, and ZODB/py reads every object it wrote."""
+    import json
+    import subprocess
+    import ZODB
+    path = str(tmp_path / 'Data.fs')
+    srv = serve(path, extra=['--create'])
+    db = ZEO.DB(srv.addr, wait_timeout=10)  # creates the root
+    db.close()
+    url = 'zeo://%s:%d' % srv.addr
+    p = subprocess.run([zodbd_bin, 'wrk', '--commit', '-c', '4', '-d', '0.5s', '--objects', '5',
+                        '--size', '64', '--json', url], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    r = json.loads(p.stdout)
+    assert r['workload'] == 'commits' and r['errors'] == 0 and r['ops'] > 0, r
+    assert r['benchfmt'].startswith('BenchmarkZwrkCommit/zeo/c=4\t')
+    assert srv.stop() == 0
+    fstest(path)
+    fs = FileStorage(path, read_only=True)
+    db = ZODB.DB(fs)
+    try:
+        conn = db.open()
+        written, txns = set(), 0
+        for i, t in enumerate(fs.iterator()):
+            if i == 0:
+                continue  # the root's creation
+            txns += 1
+            for rec in t:
+                written.add(rec.oid)
+        assert txns == 4 + r['ops']  # one setup transaction per committer
+        assert len(written) == 4 * 5
+        for oid in written:
+            m = conn.get(oid)
+            assert isinstance(m, PersistentMapping) and len(m['v']) == 64
+    finally:
+        db.close()

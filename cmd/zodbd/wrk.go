@@ -26,13 +26,19 @@ func init() {
 func runWrk(args []string) int {
 	fl := flag.NewFlagSet("wrk", flag.ContinueOnError)
 	fl.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: zodbd wrk [-c N] [-d DURATION] [--cache=off|on|SIZE] [--json] [--topic NAME] URL\n\n"+
+		fmt.Fprintf(os.Stderr, "usage: zodbd wrk [-c N] [-d DURATION] [--cache=off|on|SIZE] [--json] [--topic NAME] URL\n"+
+			"       zodbd wrk --commit [--objects K] [--size BYTES] [-c N] [-d DURATION] ... URL\n\n"+
 			"Opens N connections to the storage at URL (zeo://host:port, a file path, ...),\n"+
 			"reads every object once (oids 0, 1, 2, ... at the head) to record its checksum,\n"+
 			"then for DURATION each client loads the objects in its own random order, one\n"+
 			"request in flight, checking every answer. Prints the environment, a summary and\n"+
 			"a Go benchmark-format line (benchstat); --json prints one JSON object instead\n"+
-			"(the summary then goes to stderr).\n\n")
+			"(the summary then goes to stderr).\n\n"+
+			"With --commit, each of the N clients instead creates K new objects of its own\n"+
+			"and then commits, for DURATION, transactions that each store 1 to 3 of them\n"+
+			"(BYTES of random data in a PersistentMapping record), one at a time: commits/s\n"+
+			"and commit latency (store, vote, finish). It writes to the storage: use a\n"+
+			"scratch copy.\n\n")
 		fl.PrintDefaults()
 	}
 	nclients := fl.Int("c", 1, "number of `clients` (connections)")
@@ -40,11 +46,14 @@ func runWrk(args []string) int {
 	cacheFlag := fl.String("cache", "on", "client cache: on (driver default), off, or a byte `size` (64M, 1G)")
 	asJSON := fl.Bool("json", false, "print the result as one JSON object")
 	topic := fl.String("topic", "", "`name` in the benchmark line (default: the URL's scheme, -nocache when off)")
+	commit := fl.Bool("commit", false, "the commit workload instead of loads (writes to the storage)")
+	objects := fl.Int("objects", wrk.DefaultCommitObjects, "--commit: objects per client")
+	size := fl.Int("size", wrk.DefaultCommitSize, "--commit: `bytes` of data per object stored")
 	pos, err := parseInterleaved(fl, args)
 	if err != nil {
 		return 2
 	}
-	if len(pos) != 1 || *nclients < 1 || *dur <= 0 {
+	if len(pos) != 1 || *nclients < 1 || *dur <= 0 || *objects < 1 || *size < 0 {
 		fl.Usage()
 		return 2
 	}
@@ -71,6 +80,9 @@ func runWrk(args []string) int {
 		Duration:  *dur,
 		CacheSize: cacheSize,
 		Logf:      log.New(os.Stderr, "", 0).Printf,
+		Commit:    *commit,
+		Objects:   *objects,
+		Size:      *size,
 	}
 	if isTerminal(os.Stderr) {
 		cfg.Progress = os.Stderr
@@ -93,6 +105,9 @@ func runWrk(args []string) int {
 		return fatalf("wrk", "%v", err)
 	}
 	if res.Errors > 0 {
+		if *commit {
+			return fatalf("wrk", "%d commits failed; first: %v", res.Errors, res.FirstErr)
+		}
 		return fatalf("wrk", "%d loads failed or returned wrong data; first: %v", res.Errors, res.FirstErr)
 	}
 	return 0

@@ -26,7 +26,15 @@ func Topic(rawurl string, cacheOff bool) string {
 
 func us(d time.Duration) float64 { return float64(d) / 1e3 }
 
-// LoadsPerSec returns the throughput.
+// noun is what an operation of the run is: "loads" or "commits".
+func (r *Result) noun() string {
+	if r.Commit {
+		return "commits"
+	}
+	return "loads"
+}
+
+// LoadsPerSec returns the throughput: loads, or commits, per second.
 func (r *Result) LoadsPerSec() float64 {
 	if r.Elapsed <= 0 {
 		return 0
@@ -49,10 +57,16 @@ func (r *Result) WriteTable(w io.Writer) error {
 		cache = "off"
 	}
 	h := &r.Latency
+	noun := r.noun()
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "%s: %d clients, %.2fs, cache %s, %d objects (%d bytes) at %s\n",
-		r.URL, r.Clients, r.Elapsed.Seconds(), cache, r.Objects, r.Bytes, r.At)
-	fmt.Fprintf(&sb, "  loads        %d (%.0f loads/s)\n", r.Ops, r.LoadsPerSec())
+	if r.Commit {
+		fmt.Fprintf(&sb, "%s: %d committers, %.2fs, cache %s, %d objects of %d bytes\n",
+			r.URL, r.Clients, r.Elapsed.Seconds(), cache, r.Objects, r.Bytes)
+	} else {
+		fmt.Fprintf(&sb, "%s: %d clients, %.2fs, cache %s, %d objects (%d bytes) at %s\n",
+			r.URL, r.Clients, r.Elapsed.Seconds(), cache, r.Objects, r.Bytes, r.At)
+	}
+	fmt.Fprintf(&sb, "  %-12s %d (%.0f %s/s)\n", noun, r.Ops, r.LoadsPerSec(), noun)
 	fmt.Fprintf(&sb, "  errors       %d", r.Errors)
 	if r.FirstErr != nil {
 		fmt.Fprintf(&sb, " (first: %v)", r.FirstErr)
@@ -60,14 +74,14 @@ func (r *Result) WriteTable(w io.Writer) error {
 	sb.WriteString("\n")
 	fmt.Fprintf(&sb, "  latency µs   mean %.1f  p50 %.1f  p90 %.1f  p99 %.1f  p99.9 %.1f  max %.1f\n",
 		us(h.Mean()), us(h.Quantile(.50)), us(h.Quantile(.90)), us(h.Quantile(.99)), us(h.Quantile(.999)), us(h.Max()))
-	fmt.Fprintf(&sb, "  client CPU   %.2fs (%.2f cores, %.2f µs/load)\n",
-		r.CPU.Seconds(), r.CPU.Seconds()/max(r.Elapsed.Seconds(), 1e-9), us(r.cpuPerOp()))
+	fmt.Fprintf(&sb, "  client CPU   %.2fs (%.2f cores, %.2f µs/%s)\n",
+		r.CPU.Seconds(), r.CPU.Seconds()/max(r.Elapsed.Seconds(), 1e-9), us(r.cpuPerOp()), strings.TrimSuffix(noun, "s"))
 	if r.Clients > 1 {
 		lo, hi := r.PerClient[0], r.PerClient[0]
 		for _, n := range r.PerClient {
 			lo, hi = min(lo, n), max(hi, n)
 		}
-		fmt.Fprintf(&sb, "  per client   %d..%d loads\n", lo, hi)
+		fmt.Fprintf(&sb, "  per client   %d..%d %s\n", lo, hi, noun)
 	}
 	_, err := io.WriteString(w, sb.String())
 	return err
@@ -80,15 +94,20 @@ func (r *Result) WriteTable(w io.Writer) error {
 //
 // ns/op is wall time per load (the inverse of the throughput); the
 // latency quantiles are per load; cpu-µs/op is this process's CPU time
-// per load.
+// per load. The commit workload's line is BenchmarkZwrkCommit, with
+// commits/s, and its quantiles are those of whole commits.
 func (r *Result) BenchLine(topic string) string {
 	h := &r.Latency
 	nsop := 0.0
 	if r.Ops > 0 {
 		nsop = float64(r.Elapsed.Nanoseconds()) / float64(r.Ops)
 	}
-	return fmt.Sprintf("BenchmarkZwrk/%s/c=%d\t%d\t%.1f ns/op\t%.0f loads/s\t%s p50-µs\t%s p90-µs\t%s p99-µs\t%s p99.9-µs\t%s max-µs\t%s cpu-µs/op\t%d errors",
-		topic, r.Clients, r.Ops, nsop, r.LoadsPerSec(),
+	name := "Zwrk"
+	if r.Commit {
+		name = "ZwrkCommit"
+	}
+	return fmt.Sprintf("Benchmark%s/%s/c=%d\t%d\t%.1f ns/op\t%.0f %s/s\t%s p50-µs\t%s p90-µs\t%s p99-µs\t%s p99.9-µs\t%s max-µs\t%s cpu-µs/op\t%d errors",
+		name, topic, r.Clients, r.Ops, nsop, r.LoadsPerSec(), r.noun(),
 		num(us(h.Quantile(.50))), num(us(h.Quantile(.90))), num(us(h.Quantile(.99))), num(us(h.Quantile(.999))), num(us(h.Max())),
 		num(us(r.cpuPerOp())), r.Errors)
 }
@@ -117,6 +136,7 @@ func (r *Result) WriteBench(w io.Writer, topic, cpu string) error {
 // (ops_per_s, latency_ns, histogram_ns), so that scripts read both.
 type jsonResult struct {
 	Tool         string      `json:"tool"`
+	Workload     string      `json:"workload"` // "loads" or "commits"
 	URL          string      `json:"url"`
 	Clients      int         `json:"clients"`
 	Cache        string      `json:"cache"`
@@ -156,7 +176,7 @@ func (r *Result) JSON(topic string, env interface{}) ([]byte, error) {
 		cache = "off"
 	}
 	j := jsonResult{
-		Tool: "zodbd wrk", URL: r.URL, Clients: r.Clients, Cache: cache, At: r.At.String(),
+		Tool: "zodbd wrk", Workload: r.noun(), URL: r.URL, Clients: r.Clients, Cache: cache, At: r.At.String(),
 		Objects: r.Objects, Bytes: r.Bytes, DurationS: r.Elapsed.Seconds(),
 		Ops: r.Ops, OpsPerS: r.LoadsPerSec(), Errors: r.Errors,
 		CPUS: r.CPU.Seconds(), CPUNsPerOp: float64(r.cpuPerOp()),

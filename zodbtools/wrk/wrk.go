@@ -39,19 +39,30 @@ type Config struct {
 	Progress io.Writer
 	// Logf receives the drivers' warnings.
 	Logf func(format string, args ...interface{})
+
+	// Commit selects the commit workload instead of loads (commit.go):
+	// each client commits transactions of 1 to 3 of its own Objects
+	// (DefaultCommitObjects when 0) of Size bytes (DefaultCommitSize when
+	// 0). The storage must be writable; run it on a scratch copy.
+	Commit  bool
+	Objects int
+	Size    int
 }
 
 // Result is the outcome of Run.
 type Result struct {
-	URL       string
-	Clients   int
-	CacheOff  bool
-	At        zodb.Tid      // the state every load was made at
-	Objects   int           // objects in the first pass
-	Bytes     int64         // their total size
+	URL      string
+	Clients  int
+	CacheOff bool
+	Commit   bool     // the commit workload: Ops are commits
+	At       zodb.Tid // the state every load was made at (loads only)
+	// Objects is the number of objects of the first pass (loads), or
+	// of objects written by all the clients (commits).
+	Objects   int
+	Bytes     int64         // their total size (loads); bytes per object stored (commits)
 	Elapsed   time.Duration // measured wall time
-	Ops       uint64        // loads completed in Elapsed
-	Errors    uint64        // failed loads and loads with wrong data
+	Ops       uint64        // loads (or commits) completed in Elapsed
+	Errors    uint64        // failed loads and loads with wrong data; failed commits
 	FirstErr  error         // the first of them
 	CPU       time.Duration // user+system CPU time of this process during the run
 	Latency   Histogram     // all clients merged
@@ -81,8 +92,16 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.Clients < 1 {
 		return nil, fmt.Errorf("wrk: need at least 1 client")
 	}
-	opt := &zodb.OpenOptions{CacheSize: cfg.CacheSize, Logf: cfg.Logf}
-	res := &Result{URL: cfg.URL, Clients: cfg.Clients, CacheOff: cfg.CacheSize < 0}
+	opt := &zodb.OpenOptions{CacheSize: cfg.CacheSize, Logf: cfg.Logf, ReadWrite: cfg.Commit}
+	res := &Result{URL: cfg.URL, Clients: cfg.Clients, CacheOff: cfg.CacheSize < 0, Commit: cfg.Commit}
+	if cfg.Commit {
+		if cfg.Objects <= 0 {
+			cfg.Objects = DefaultCommitObjects
+		}
+		if cfg.Size <= 0 {
+			cfg.Size = DefaultCommitSize
+		}
+	}
 
 	// Connections first, so that connecting is not measured.
 	clients := make([]*client, cfg.Clients)
@@ -101,8 +120,97 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		clients[i] = &client{stor: stor}
 	}
 
-	// First pass, on the first client's connection, with a reference
-	// checksum of every object.
+	var refs []ref
+	var committers []*committer
+	if cfg.Commit {
+		for i, c := range clients {
+			cm, err := c.setupCommitter(ctx, &cfg, int64(i)+1)
+			if err != nil {
+				return nil, fmt.Errorf("wrk: client %d: commit workload setup: %w", i, err)
+			}
+			committers = append(committers, cm)
+		}
+		res.Objects, res.Bytes = cfg.Clients*cfg.Objects, int64(cfg.Size)
+	} else {
+		var err error
+		if refs, err = firstPass(ctx, clients, res); err != nil {
+			return nil, err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+
+	cpu0 := processCPU()
+	start := time.Now()
+	deadline := start.Add(cfg.Duration)
+	var wg sync.WaitGroup
+	for i, c := range clients {
+		wg.Add(1)
+		go func(seed int64) {
+			defer wg.Done()
+			if cfg.Commit {
+				c.runCommits(ctx, committers[i], deadline, seed)
+			} else {
+				c.run(ctx, refs, res.At, deadline, seed)
+			}
+		}(int64(i) + 1)
+	}
+	noun := "loads"
+	if cfg.Commit {
+		noun = "commits"
+	}
+	var progressDone chan struct{}
+	if cfg.Progress != nil {
+		progressDone = make(chan struct{})
+		stop := make(chan struct{})
+		go func() {
+			defer close(progressDone)
+			t := time.NewTicker(time.Second)
+			defer t.Stop()
+			var last uint64
+			lastT := start
+			for {
+				select {
+				case <-stop:
+					fmt.Fprintf(cfg.Progress, "\r\033[K")
+					return
+				case now := <-t.C:
+					var n uint64
+					for _, c := range clients {
+						n += c.done.Load()
+					}
+					fmt.Fprintf(cfg.Progress, "\r\033[K%5.1fs %10d %s %10.0f %s/s",
+						now.Sub(start).Seconds(), n, noun, float64(n-last)/now.Sub(lastT).Seconds(), noun)
+					last, lastT = n, now
+				}
+			}
+		}()
+		defer func() { close(stop); <-progressDone }()
+	}
+	wg.Wait()
+	res.Elapsed = time.Since(start)
+	res.CPU = processCPU() - cpu0
+
+	for _, c := range clients {
+		res.Latency.Merge(&c.hist)
+		res.Errors += c.errors
+		if res.FirstErr == nil {
+			res.FirstErr = c.firstErr
+		}
+		res.PerClient = append(res.PerClient, c.hist.Count())
+	}
+	res.Ops = res.Latency.Count()
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
+	return res, nil
+}
+
+// firstPass loads every object on the first client's connection, with a
+// reference checksum of each, at the storage's head, to which it brings
+// every client's view; it sets res.At, Objects and Bytes.
+func firstPass(ctx context.Context, clients []*client, res *Result) ([]ref, error) {
 	stor := clients[0].stor
 	var at zodb.Tid
 	var err error
@@ -142,65 +250,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res.Objects = len(refs)
 	if len(refs) == 0 {
-		return nil, fmt.Errorf("wrk: %s: no object at oid 0", cfg.URL)
+		return nil, fmt.Errorf("wrk: %s: no object at oid 0", res.URL)
 	}
-
-	cpu0 := processCPU()
-	start := time.Now()
-	deadline := start.Add(cfg.Duration)
-	var wg sync.WaitGroup
-	for i, c := range clients {
-		wg.Add(1)
-		go func(seed int64) {
-			defer wg.Done()
-			c.run(ctx, refs, at, deadline, seed)
-		}(int64(i) + 1)
-	}
-	var progressDone chan struct{}
-	if cfg.Progress != nil {
-		progressDone = make(chan struct{})
-		stop := make(chan struct{})
-		go func() {
-			defer close(progressDone)
-			t := time.NewTicker(time.Second)
-			defer t.Stop()
-			var last uint64
-			lastT := start
-			for {
-				select {
-				case <-stop:
-					fmt.Fprintf(cfg.Progress, "\r\033[K")
-					return
-				case now := <-t.C:
-					var n uint64
-					for _, c := range clients {
-						n += c.done.Load()
-					}
-					fmt.Fprintf(cfg.Progress, "\r\033[K%5.1fs %10d loads %10.0f loads/s",
-						now.Sub(start).Seconds(), n, float64(n-last)/now.Sub(lastT).Seconds())
-					last, lastT = n, now
-				}
-			}
-		}()
-		defer func() { close(stop); <-progressDone }()
-	}
-	wg.Wait()
-	res.Elapsed = time.Since(start)
-	res.CPU = processCPU() - cpu0
-
-	for _, c := range clients {
-		res.Latency.Merge(&c.hist)
-		res.Errors += c.errors
-		if res.FirstErr == nil {
-			res.FirstErr = c.firstErr
-		}
-		res.PerClient = append(res.PerClient, c.hist.Count())
-	}
-	res.Ops = res.Latency.Count()
-	if err := ctx.Err(); err != nil {
-		return res, err
-	}
-	return res, nil
+	return refs, nil
 }
 
 func load(ctx context.Context, stor zodb.Storage, xid zodb.Xid, buf []byte) ([]byte, zodb.Tid, error) {

@@ -1,8 +1,10 @@
 package wrk_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	_ "github.com/zodbd/zodbd/fs1"
 	"github.com/zodbd/zodbd/internal/zeotest"
 	_ "github.com/zodbd/zodbd/zeo/client"
+	"github.com/zodbd/zodbd/zodb"
 	"github.com/zodbd/zodbd/zodbtools/wrk"
 )
 
@@ -55,5 +58,107 @@ func TestWrkFile(t *testing.T) {
 	}
 	if res.Errors != 0 || res.Ops == 0 {
 		t.Errorf("errors %d (%v), %d loads", res.Errors, res.FirstErr, res.Ops)
+	}
+}
+
+// TestWrkCommit runs the commit workload with 3 committers against zodbd's
+// ZEO server and against runzeo, then reads every transaction it wrote
+// back through a new client: each stores 1 to 3 PersistentMapping records
+// of the configured size, with no failed commit.
+func TestWrkCommit(t *testing.T) {
+	for _, srv := range []struct {
+		name  string
+		start func(testing.TB, string, bool) string
+	}{{"zodbd", zeotest.StartZodbd}, {"runzeo", zeotest.StartRunzeo}} {
+		t.Run(srv.name, func(t *testing.T) {
+			ctx := context.Background()
+			url := "zeo://" + srv.start(t, zeotest.Fixture(t, "1"), false)
+			before := lastTid(t, url)
+			const clients, size = 3, 100
+			res, err := wrk.Run(ctx, wrk.Config{URL: url, Clients: clients, Duration: 300 * time.Millisecond, Commit: true, Size: size})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Errors != 0 || res.Ops == 0 || len(res.PerClient) != clients || res.Objects != clients*wrk.DefaultCommitObjects {
+				t.Fatalf("errors %d (%v), %d commits, per client %v, %d objects", res.Errors, res.FirstErr, res.Ops, res.PerClient, res.Objects)
+			}
+			for _, n := range res.PerClient {
+				if n == 0 {
+					t.Errorf("a client made no commit: %v", res.PerClient)
+				}
+			}
+			if line := res.BenchLine("zeo"); !strings.HasPrefix(line, "BenchmarkZwrkCommit/zeo/c=3\t") || !strings.Contains(line, " commits/s\t") {
+				t.Errorf("bench line %q", line)
+			}
+
+			// Every transaction after before: the setup ones (one per
+			// client, 8 new objects each), then the measured commits.
+			stor, err := zodb.Open(ctx, url, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stor.Close()
+			it := stor.Iterate(ctx, before+1, zodb.TidMax)
+			ntxn, nsetup := 0, 0
+			for {
+				_, dit, err := it.NextTxn(ctx)
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				n := 0
+				for {
+					d, err := dit.NextData(ctx)
+					if err == io.EOF {
+						break
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					n++
+					want := wrk.AppendMappingRecord(nil, make([]byte, size))
+					if len(d.Data) != len(want) || !bytes.HasPrefix(d.Data, want[:60]) || !bytes.HasSuffix(d.Data, []byte("ss.")) {
+						t.Fatalf("%s@%s: not a PersistentMapping record of %d bytes: %q", d.Oid, d.Tid, size, d.Data)
+					}
+				}
+				switch {
+				case n == wrk.DefaultCommitObjects && nsetup < clients:
+					nsetup++
+				case n < 1 || n > 3:
+					t.Errorf("a transaction of %d records", n)
+				}
+				ntxn++
+			}
+			if nsetup != clients || uint64(ntxn-nsetup) != res.Ops {
+				t.Errorf("%d setup transactions and %d others; want %d and %d", nsetup, ntxn-nsetup, clients, res.Ops)
+			}
+		})
+	}
+}
+
+func lastTid(t *testing.T, url string) zodb.Tid {
+	t.Helper()
+	stor, err := zodb.Open(context.Background(), url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stor.Close()
+	tid, err := stor.LastTid(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tid
+}
+
+// TestAppendMappingRecord checks the record against ZODB/py's pickle
+// layout: the class pickle, then the state {'data': {'v': payload}}.
+func TestAppendMappingRecord(t *testing.T) {
+	got := wrk.AppendMappingRecord([]byte("x"), []byte("ab"))
+	want := "x" + "\x80\x03cpersistent.mapping\nPersistentMapping\nq\x00." +
+		"\x80\x03}q\x01X\x04\x00\x00\x00dataq\x02}q\x03X\x01\x00\x00\x00vq\x04B\x02\x00\x00\x00abq\x05ss."
+	if string(got) != want {
+		t.Errorf("got %q\nwant %q", got, want)
 	}
 }
