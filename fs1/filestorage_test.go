@@ -7,12 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/zodbd/zodbd/internal/storagetest"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -229,18 +229,8 @@ func TestIterateMatchesZODBpy(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			e := readExpect(t, name)
 			fs := openFixture(t, name)
-			it := fs.Iterate(ctx, 0, zodb.TidMax)
-			for i := 0; ; i++ {
-				txn, dit, err := it.NextTxn(ctx)
-				if err == io.EOF {
-					if i != len(e.Txns) {
-						t.Errorf("iteration ended after %d transactions, want %d", i, len(e.Txns))
-					}
-					break
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
+			i := 0
+			storagetest.Walk(t, ctx, fs.Iterate(ctx, 0, zodb.TidMax), func(txn *zodb.TxnInfo, recs []zodb.DataInfo) {
 				if i >= len(e.Txns) {
 					t.Fatalf("extra transaction %s", txn.Tid)
 				}
@@ -254,18 +244,11 @@ func TestIterateMatchesZODBpy(t *testing.T) {
 				if got := txn.Tid.TimeStamp().String(); got != w.Time {
 					t.Errorf("txn %s: time %q, want %q", txn.Tid, got, w.Time)
 				}
-				for j := 0; ; j++ {
-					d, err := dit.NextData(ctx)
-					if err == io.EOF {
-						if j != len(w.Records) {
-							t.Errorf("txn %s: %d records, want %d", w.Tid, j, len(w.Records))
-						}
-						break
-					}
-					if err != nil {
-						t.Fatal(err)
-					}
-					r := w.Records[j]
+				if len(recs) != len(w.Records) {
+					t.Errorf("txn %s: %d records, want %d", w.Tid, len(recs), len(w.Records))
+				}
+				for j := range min(len(recs), len(w.Records)) {
+					d, r := recs[j], w.Records[j]
 					if d.Oid.String() != r.Oid || d.Tid.String() != w.Tid {
 						t.Errorf("txn %s rec %d: oid %s tid %s, want %s", w.Tid, j, d.Oid, d.Tid, r.Oid)
 					}
@@ -287,6 +270,10 @@ func TestIterateMatchesZODBpy(t *testing.T) {
 						t.Errorf("txn %s rec %d: DataTid %s, want %s", w.Tid, j, d.DataTid, wantDataTid)
 					}
 				}
+				i++
+			})
+			if i != len(e.Txns) {
+				t.Errorf("iteration ended after %d transactions, want %d", i, len(e.Txns))
 			}
 		})
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/zodbd/zodbd/internal/storagetest"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -92,25 +93,16 @@ func TestLoadBeforeNoAlloc(t *testing.T) {
 func TestRecentChanges(t *testing.T) {
 	fs := openFixture(t, "1")
 	ctx := context.Background()
-	it := fs.Iterate(ctx, 0, zodb.TidMax)
 	var all []zodb.Tid
 	var allOids [][]zodb.Oid
-	for {
-		txn, di, err := it.NextTxn(ctx)
-		if err != nil {
-			break
-		}
+	storagetest.Walk(t, ctx, fs.Iterate(ctx, 0, zodb.TidMax), func(txn *zodb.TxnInfo, recs []zodb.DataInfo) {
 		all = append(all, txn.Tid)
 		var oids []zodb.Oid
-		for {
-			d, err := di.NextData(ctx)
-			if err != nil {
-				break
-			}
+		for _, d := range recs {
 			oids = append(oids, d.Oid)
 		}
 		allOids = append(allOids, oids)
-	}
+	})
 	for _, n := range []int{1, 5, len(all), len(all) + 10} {
 		tids, oids, err := fs.RecentChanges(ctx, n)
 		if err != nil {

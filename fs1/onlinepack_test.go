@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -13,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/zodbd/zodbd/internal/storagetest"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -257,23 +257,7 @@ func TestOnlinePackIteratorAcrossSwap(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := 0
-	for {
-		_, di, err := it.NextTxn(bg)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		for {
-			if _, err := di.NextData(bg); err == io.EOF {
-				break
-			} else if err != nil {
-				t.Fatal(err)
-			}
-		}
-		n++
-	}
+	storagetest.Walk(t, bg, it, func(*zodb.TxnInfo, []zodb.DataInfo) { n++ })
 	if n != len(tids) {
 		t.Fatalf("iterated %d transactions, want %d", n, len(tids))
 	}

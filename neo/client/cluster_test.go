@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/internal/storagetest"
 	"github.com/zodbd/zodbd/neo/client"
 	"github.com/zodbd/zodbd/neo/neotest"
 	"github.com/zodbd/zodbd/neo/storage"
@@ -302,28 +303,11 @@ func compareIter(t *testing.T, got, want zodb.Iterator) {
 		// Records: NEO lists a transaction's oids in its own order;
 		// compare as sets.
 		wrecs := map[zodb.Oid]zodb.DataInfo{}
-		for {
-			r, err := wd.NextData(ctx)
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			rr := *r
-			rr.Data = append([]byte(nil), r.Data...)
-			wrecs[r.Oid] = rr
+		for _, r := range storagetest.Records(t, ctx, wd) {
+			wrecs[r.Oid] = r
 		}
-		n := 0
-		for {
-			r, err := gd.NextData(ctx)
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatalf("iterate txn %s: %v", gt.Tid, err)
-			}
-			n++
+		grecs := storagetest.Records(t, ctx, gd)
+		for _, r := range grecs {
 			w, ok := wrecs[r.Oid]
 			if !ok {
 				t.Errorf("iterate txn %s: extra record %s", gt.Tid, r.Oid)
@@ -335,8 +319,8 @@ func compareIter(t *testing.T, got, want zodb.Iterator) {
 				t.Errorf("iterate txn %s record %s: %d bytes data_tid %s, want %d bytes data_tid %s", gt.Tid, r.Oid, len(r.Data), r.DataTid, len(w.Data), w.DataTid)
 			}
 		}
-		if n != len(wrecs) {
-			t.Errorf("iterate txn %s: %d records, want %d", gt.Tid, n, len(wrecs))
+		if len(grecs) != len(wrecs) {
+			t.Errorf("iterate txn %s: %d records, want %d", gt.Tid, len(grecs), len(wrecs))
 		}
 	}
 }

@@ -6,12 +6,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/storagetest"
 	"github.com/zodbd/zodbd/neo/client"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/zodb"
@@ -250,18 +250,8 @@ func checkResults(t *testing.T, c *client.Client) {
 
 func checkIterator(t *testing.T, c *client.Client, ev resultEvent) {
 	ctx := context.Background()
-	it := c.Iterate(ctx, 0, zodb.TidMax)
-	for i := 0; ; i++ {
-		txn, di, err := it.NextTxn(ctx)
-		if err == io.EOF {
-			if i != len(ev.Transaction) {
-				t.Errorf("iterator: %d transactions; want %d", i, len(ev.Transaction))
-			}
-			return
-		}
-		if err != nil {
-			t.Fatalf("iterator: %v", err)
-		}
+	i := 0
+	storagetest.Walk(t, ctx, c.Iterate(ctx, 0, zodb.TidMax), func(txn *zodb.TxnInfo, recs []zodb.DataInfo) {
 		if i >= len(ev.Transaction) {
 			t.Fatalf("iterator: extra transaction %s", txn.Tid)
 		}
@@ -270,17 +260,10 @@ func checkIterator(t *testing.T, c *client.Client, ev resultEvent) {
 			string(txn.Description) != w.Description || len(txn.Extension) != w.ExtensionLen {
 			t.Errorf("iterator txn %d: %s %q %q %q ext %d; want %+v", i, txn.Tid, txn.Status, txn.User, txn.Description, len(txn.Extension), w)
 		}
-		for j := 0; ; j++ {
-			rec, err := di.NextData(ctx)
-			if err == io.EOF {
-				if j != len(w.Records) {
-					t.Errorf("iterator txn %s: %d records; want %d", txn.Tid, j, len(w.Records))
-				}
-				break
-			}
-			if err != nil {
-				t.Fatalf("iterator txn %s: %v", txn.Tid, err)
-			}
+		if len(recs) != len(w.Records) {
+			t.Errorf("iterator txn %s: %d records; want %d", txn.Tid, len(recs), len(w.Records))
+		}
+		for j, rec := range recs {
 			if j >= len(w.Records) {
 				t.Errorf("iterator txn %s: extra record %s", txn.Tid, rec.Oid)
 				continue
@@ -296,6 +279,10 @@ func checkIterator(t *testing.T, c *client.Client, ev resultEvent) {
 					txn.Tid, j, rec.Oid, rec.Tid, len(rec.Data), sha1hex(rec.Data), rec.DataTid, wr)
 			}
 		}
+		i++
+	})
+	if i != len(ev.Transaction) {
+		t.Errorf("iterator: %d transactions; want %d", i, len(ev.Transaction))
 	}
 }
 

@@ -3,12 +3,12 @@ package storage_test
 import (
 	"context"
 	"errors"
-	"io"
 	"path/filepath"
 	"slices"
 	"testing"
 
 	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/internal/storagetest"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
 	"github.com/zodbd/zodbd/zodb"
@@ -41,27 +41,12 @@ func TestFS1OIDsFrom(t *testing.T) {
 			}
 			var states []state
 			cur := map[zodb.Oid]bool{}
-			it := fs.Iterate(ctx, 0, zodb.TidMax)
-			for {
-				txn, dit, err := it.NextTxn(ctx)
-				if err == io.EOF {
-					break
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				for {
-					d, err := dit.NextData(ctx)
-					if err == io.EOF {
-						break
-					}
-					if err != nil {
-						t.Fatal(err)
-					}
+			storagetest.Walk(t, ctx, fs.Iterate(ctx, 0, zodb.TidMax), func(txn *zodb.TxnInfo, recs []zodb.DataInfo) {
+				for _, d := range recs {
 					cur[d.Oid] = d.Data != nil
 				}
 				states = append(states, state{txn.Tid, cloneMap(cur)})
-			}
+			})
 			deleted := false
 			for _, st := range states {
 				var want []zodb.Oid

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/internal/storagetest"
 	"github.com/zodbd/zodbd/internal/zeotest"
 	"github.com/zodbd/zodbd/zeo/client"
 	"github.com/zodbd/zodbd/zeo/wire"
@@ -219,27 +220,12 @@ func extString(tb testing.TB, ext []byte) string {
 func dumpIter(tb testing.TB, stor zodb.Storage, min, max zodb.Tid) string {
 	ctx := context.Background()
 	var sb strings.Builder
-	it := stor.Iterate(ctx, min, max)
-	for {
-		txn, data, err := it.NextTxn(ctx)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			tb.Fatal(err)
-		}
+	storagetest.Walk(tb, ctx, stor.Iterate(ctx, min, max), func(txn *zodb.TxnInfo, recs []zodb.DataInfo) {
 		fmt.Fprintf(&sb, "txn %s %q %q %q %s\n", txn.Tid, txn.Status, txn.User, txn.Description, extString(tb, txn.Extension))
-		for {
-			d, err := data.NextData(ctx)
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				tb.Fatal(err)
-			}
+		for _, d := range recs {
 			fmt.Fprintf(&sb, "  %s %s nil=%v len=%d %x datatid=%s\n", d.Oid, d.Tid, d.Data == nil, len(d.Data), sum(d.Data), d.DataTid)
 		}
-	}
+	})
 	return sb.String()
 }
 

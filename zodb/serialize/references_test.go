@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/internal/storagetest"
 	"github.com/zodbd/zodbd/zodb"
 	"github.com/zodbd/zodbd/zodb/serialize"
 )
@@ -214,29 +215,14 @@ func fileRecords(t testing.TB, path string) [][]byte {
 	}
 	defer st.Close()
 	ctx := context.Background()
-	it := st.Iterate(ctx, 0, zodb.TidMax)
 	var recs [][]byte
-	for {
-		_, dit, err := it.NextTxn(ctx)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		for {
-			d, err := dit.NextData(ctx)
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+	storagetest.Walk(t, ctx, st.Iterate(ctx, 0, zodb.TidMax), func(_ *zodb.TxnInfo, txnRecs []zodb.DataInfo) {
+		for _, d := range txnRecs {
 			if d.Data != nil {
-				recs = append(recs, bytes.Clone(d.Data))
+				recs = append(recs, d.Data)
 			}
 		}
-	}
+	})
 	return recs
 }
 

@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"strings"
 	"testing"
 	"time"
 
 	_ "github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/internal/storagetest"
 	"github.com/zodbd/zodbd/internal/zeotest"
 	_ "github.com/zodbd/zodbd/zeo/client"
 	"github.com/zodbd/zodbd/zodb"
@@ -98,39 +98,22 @@ func TestWrkCommit(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer stor.Close()
-			it := stor.Iterate(ctx, before+1, zodb.TidMax)
 			ntxn, nsetup := 0, 0
-			for {
-				_, dit, err := it.NextTxn(ctx)
-				if err == io.EOF {
-					break
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-				n := 0
-				for {
-					d, err := dit.NextData(ctx)
-					if err == io.EOF {
-						break
-					}
-					if err != nil {
-						t.Fatal(err)
-					}
-					n++
+			storagetest.Walk(t, ctx, stor.Iterate(ctx, before+1, zodb.TidMax), func(_ *zodb.TxnInfo, recs []zodb.DataInfo) {
+				for _, d := range recs {
 					want := wrk.AppendMappingRecord(nil, make([]byte, size))
 					if len(d.Data) != len(want) || !bytes.HasPrefix(d.Data, want[:60]) || !bytes.HasSuffix(d.Data, []byte("ss.")) {
 						t.Fatalf("%s@%s: not a PersistentMapping record of %d bytes: %q", d.Oid, d.Tid, size, d.Data)
 					}
 				}
-				switch {
+				switch n := len(recs); {
 				case n == wrk.DefaultCommitObjects && nsetup < clients:
 					nsetup++
 				case n < 1 || n > 3:
 					t.Errorf("a transaction of %d records", n)
 				}
 				ntxn++
-			}
+			})
 			if nsetup != clients || uint64(ntxn-nsetup) != res.Ops {
 				t.Errorf("%d setup transactions and %d others; want %d and %d", nsetup, ntxn-nsetup, clients, res.Ops)
 			}

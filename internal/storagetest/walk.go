@@ -1,0 +1,89 @@
+// Package storagetest holds helpers for tests that read a ZODB storage
+// through the zodb interfaces.
+//
+// It imports only package zodb (and the standard library), so that the tests
+// of every other package, fs1 and zodb/serialize included, can use it.
+package storagetest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"testing"
+
+	"github.com/zodbd/zodbd/zodb"
+)
+
+// Walk reads it to the end and calls fn once for every transaction, in the
+// iterator's order, with all the data records of that transaction in the
+// order NextData returned them. A transaction without records is reported
+// too, with an empty recs.
+//
+// txn is valid only during the call to fn; recs (and the Data of each
+// record) are copies that belong to fn. A nil Data stays nil, so records
+// without data can be told from records with empty data.
+//
+// Any error from NextTxn or NextData other than io.EOF fails the test with
+// t.Fatalf, naming where it happened: after which transaction (and how many
+// transactions), or in which transaction after how many records. fn is not
+// called for a transaction whose records could not all be read. Walk must
+// therefore be called from the goroutine running the test, like t.Fatalf.
+func Walk(t testing.TB, ctx context.Context, it zodb.Iterator, fn func(txn *zodb.TxnInfo, recs []zodb.DataInfo)) {
+	t.Helper()
+	var last zodb.Tid
+	for n := 0; ; n++ {
+		txn, dit, err := it.NextTxn(ctx)
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			if n == 0 {
+				t.Fatalf("storagetest.Walk: NextTxn, at the first transaction: %v", err)
+			}
+			t.Fatalf("storagetest.Walk: NextTxn after transaction %s (%d read): %v", last, n, err)
+		}
+		recs, err := records(ctx, dit)
+		if err != nil {
+			t.Fatalf("storagetest.Walk: transaction %s: %v", txn.Tid, err)
+		}
+		last = txn.Tid
+		fn(txn, recs)
+	}
+}
+
+// Records reads dit to the end and returns copies of all its data records,
+// in the order NextData returned them (an empty slice, not nil, when there
+// are none). A nil Data stays nil.
+//
+// Any error from NextData other than io.EOF fails the test with t.Fatalf,
+// naming how many records were read before it. Records must be called from
+// the goroutine running the test.
+func Records(t testing.TB, ctx context.Context, dit zodb.DataIterator) []zodb.DataInfo {
+	t.Helper()
+	recs, err := records(ctx, dit)
+	if err != nil {
+		t.Fatalf("storagetest.Records: %v", err)
+	}
+	return recs
+}
+
+// records reads dit to the end; its error names the position.
+func records(ctx context.Context, dit zodb.DataIterator) ([]zodb.DataInfo, error) {
+	recs := []zodb.DataInfo{}
+	for {
+		d, err := dit.NextData(ctx)
+		if err == io.EOF {
+			return recs, nil
+		}
+		if err != nil {
+			if len(recs) == 0 {
+				return nil, fmt.Errorf("NextData, at the first record: %w", err)
+			}
+			return nil, fmt.Errorf("NextData after %d records (the last %s): %w", len(recs), recs[len(recs)-1].Oid, err)
+		}
+		r := *d
+		r.Data = bytes.Clone(d.Data)
+		recs = append(recs, r)
+	}
+}
