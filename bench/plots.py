@@ -25,8 +25,10 @@ import latency  # noqa: E402
 
 COLORS = {'zodbd-Z': '#1f4e9c', 'zodbd-M': '#6fa0e8', 'runzeo-Z': '#d2691e',
           'runzeo-M': '#f4b183', 'floor': '#7f7f7f', 'floor-bound': '#3d3d3d', 'zodbd-neo': '#2e8b57',
-          'neo-py': '#8fbc8f'}
-PALETTE = ['#1f4e9c', '#d2691e', '#2e8b57', '#9b2d9b', '#c0392b', '#6fa0e8', '#f4b183', '#8c564b']
+          'zodbd-neo-nosha1': '#9acd32', 'neo-py': '#8fbc8f', 'zodbd-neo-sqlite': '#9b2d9b'}
+# For servers without a colour of their own: none of COLORS' colours, so
+# that no two servers of a plot share one.
+PALETTE = ['#c0392b', '#8c564b', '#e377c2', '#17becf', '#bcbd22', '#ff7f0e']
 
 
 def color(server, order):
@@ -281,11 +283,93 @@ def plot_ratios(outdir, meta, recs, order, variants, made):
     save(fig, outdir, 'ratios', made)
 
 
+# The targets of the issues (docs: BENCHMARKS.md): speed-ups against
+# runzeo with the same marshalling (at least), and serial loads against
+# the bare ping-pong floor (at most).
+TARGET_SPEEDUPS = [('pyload', None, 1.4, 'Python client, serial'), ('wrk', 16, 3.0, '16 connections'),
+                   ('gocommit', 16, 3.0, '16 committers')]
+TARGET_FLOOR = 1.3
+
+
+def per_round(rr, key, ref, metric, higher):
+    """Per-round ratios of rr[key] against rr[ref] (>1: key is faster)."""
+    a, b = rr.get(key, {}), rr.get(ref, {})
+    return [(a[k][metric] / b[k][metric]) if higher else (b[k][metric] / a[k][metric])
+            for k in sorted(set(a) & set(b)) if a[k].get(metric) and b[k].get(metric)]
+
+
+def plot_targets(outdir, meta, recs, order, made):
+    """targets: the figures the issues set targets for, beside the targets:
+    zodbd-Z's speed-up over runzeo-Z (left) and the serial load's time
+    against the floor (right)."""
+    rr = {}
+    for r in recs:
+        rr.setdefault((r['workload'], r['dataset'], r['clients'], r['server']), {})[r['round']] = r['metrics']
+    datasets = sorted({k[1] for k in rr}, key=lambda d: (not d.startswith('prod1-1024'), d))
+    left = []
+    for w, c, target, what in TARGET_SPEEDUPS:
+        m = 'ns/op' if w == 'pyload' else ('ops/s' if w == 'wrk' else 'commits/s')
+        for ds in datasets:
+            keys = [k for k in rr if k[0] == w and k[1] == ds and k[3] == 'zodbd-Z' and (c is None or k[2] == c)]
+            for k in keys:
+                vals = per_round(rr, k, k[:3] + ('runzeo-Z',), m, m != 'ns/op')
+                if vals:
+                    left.append(('%s, %s' % (what, ds), vals, target))
+    right = []
+    for ds in datasets:
+        for s in ('zodbd-Z', 'zodbd-neo', 'runzeo-Z'):
+            k = ('hash', ds, 1, s)
+            if k not in rr:
+                k = next((x for x in rr if x[0] == 'hash' and x[1] == ds and x[3] == s), None)
+            if k is None:
+                continue
+            vals = per_round(rr, k[:3] + ('floor',), k, 'ns/op', False)
+            if vals:
+                right.append(('%s, %s' % (s, ds), s, vals))
+    if not left and not right:
+        return
+    n = max(len(left), len(right), 1)
+    fig, axs = plt.subplots(1, 2, figsize=(11, 0.34 * n + 1.8), layout='constrained')
+    ax = axs[0]
+    ys = range(len(left))[::-1]
+    for y, (label, vals, target) in zip(ys, left):
+        m, a, b = whisker(vals)
+        # "met" only when every round reached the target, not just the median
+        ok = min(vals) >= target
+        ax.barh(y, m, xerr=[[a], [b]], capsize=3, color=color('zodbd-Z', order), height=0.65)
+        ax.plot([target, target], [y - 0.42, y + 0.42], color='#c0392b', linewidth=2)
+        ax.annotate('%.2f× (target %.1f×: %s)' % (m, target, 'met' if ok else 'not in every round'), (m + b, y),
+                    fontsize=7,
+                    va='center', xytext=(4, 0), textcoords='offset points')
+    ax.axvline(1.0, color='black', linewidth=0.8)
+    ax.set_yticks(list(ys))
+    ax.set_yticklabels([r[0] for r in left], fontsize=8)
+    ax.set_xlim(0, max([whisker(v)[0] + whisker(v)[2] for _, v, _ in left] + [3.5]) * 1.25)
+    ax.set_xlabel('zodbd-Z vs runzeo-Z, times faster\n(bar: median; whiskers: min–max; red: target)', fontsize=8)
+    ax.grid(True, axis='x', alpha=0.3)
+    ax = axs[1]
+    ys = range(len(right))[::-1]
+    for y, (label, s, vals) in zip(ys, right):
+        m, a, b = whisker(vals)
+        ax.barh(y, m, xerr=[[a], [b]], capsize=3, color=color(s, order), height=0.65)
+        ax.annotate('%.2f×' % m, (m + b, y), fontsize=7, va='center', xytext=(4, 0), textcoords='offset points')
+    ax.axvline(1.0, color='black', linewidth=0.8)
+    ax.axvline(TARGET_FLOOR, color='#c0392b', linewidth=1.5, linestyle='--')
+    ax.set_yticks(list(ys))
+    ax.set_yticklabels([r[0] for r in right], fontsize=8)
+    ax.set_xlabel('serial load (Go client) time × bare TCP ping-pong\n(lower is better; dashed: target %.1f×)'
+                  % TARGET_FLOOR, fontsize=8)
+    ax.grid(True, axis='x', alpha=0.3)
+    fig.suptitle('Against the targets\n%s' % subtitle(meta), fontsize=10)
+    save(fig, outdir, 'targets', made)
+
+
 def make_all(outdir, meta, recs, variants):
     order = [s for s in meta['servers'] if s in variants]
     made = []
     plot_bars(outdir, meta, recs, order, made)
     plot_ratios(outdir, meta, recs, order, variants, made)
+    plot_targets(outdir, meta, recs, order, made)
     plot_clients(outdir, meta, recs, order, made)
     plot_hists(outdir, meta, recs, order, made)
     return made
