@@ -139,7 +139,9 @@ type Client struct {
 	nextID int64
 	calls  map[int64]*call
 	loads  map[loadKey]*loadCall
-	err    error // why the connection is unusable; nil while it works
+	err    error           // why the connection is unusable; nil while it works
+	freeLC []*loadCall     // finished loadCalls for reuse (loadcall.go)
+	freeCh []chan struct{} // waiters' signal channels for reuse
 
 	watch watch.Hub
 
@@ -174,17 +176,6 @@ type call struct {
 type loadKey struct {
 	oid    zodb.Oid
 	before zodb.Tid
-}
-
-// loadCall is an outstanding loadBefore, shared by every caller that
-// loads the same (oid, before) while it is in flight.
-type loadCall struct {
-	done   chan struct{}
-	data   []byte // immutable once done (also held by the cache)
-	serial zodb.Tid
-	next   zodb.Tid
-	none   bool // the server answered None: not yet created before `before`
-	err    error
 }
 
 // Dial connects to the ZEO server at addr (network "tcp" or "unix"), does
@@ -397,16 +388,19 @@ func (c *Client) fail(err error) {
 		close(c.failed)
 	}
 	err = c.err
-	calls, loads := c.calls, c.loads
-	c.calls, c.loads = make(map[int64]*call), make(map[loadKey]*loadCall)
+	calls := c.calls
+	c.calls = make(map[int64]*call)
+	for key, lc := range c.loads {
+		delete(c.loads, key)
+		if !lc.replying { // else loadReply finishes it
+			lc.err = err
+			c.finishLocked(lc)
+		}
+	}
 	c.pmu.Unlock()
 	for _, cl := range calls {
 		cl.err = err
 		close(cl.done)
-	}
-	for _, lc := range loads {
-		lc.err = err
-		close(lc.done)
 	}
 	c.wmu.Lock()
 	if c.werr == nil {

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -909,4 +910,84 @@ func TestLoadCancel(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestLoadReuse stresses the reuse of finished loads (loadcall.go): 16
+// goroutines load a few revisions over and over with the cache off, so
+// that most loads join one in flight; every third load has a deadline
+// that may expire while it waits, with or without the token. Every answer
+// must be the revision's data: a call or buffer reused while a waiter
+// still copied from it would show here, or to the race detector. Then the
+// connection is cut under the same load: every waiter must return.
+func TestLoadReuse(t *testing.T) {
+	fs := openFixtureFS(t)
+	bg := context.Background()
+	addr := zeotest.StartZodbd(t, zeotest.Fixture(t, "1"), false)
+	px := startProxy(t, addr)
+	c := dial(t, px.addr, &client.Options{CacheSize: -1})
+	head, _ := c.LastTid(bg)
+	const nOid = 4
+	want := make([][]byte, nOid)
+	for oid := range want {
+		data, _, err := fs.Load(bg, zodb.Xid{Oid: zodb.Oid(oid), At: head})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[oid] = data
+	}
+	run := func(d time.Duration, cut bool) {
+		var wg sync.WaitGroup
+		var loads, cancelled, failed atomic.Int64
+		stop := time.Now().Add(d)
+		for g := 0; g < 16; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				buf := make([]byte, 0, 4096)
+				for i := 0; time.Now().Before(stop); i++ {
+					oid := (g + i) % nOid
+					ctx, cancel := bg, context.CancelFunc(func() {})
+					if i%3 == 0 {
+						ctx, cancel = context.WithTimeout(bg, time.Duration(i%50)*time.Microsecond)
+					}
+					data, _, err := c.LoadAppend(ctx, zodb.Xid{Oid: zodb.Oid(oid), At: head}, buf[:0])
+					cancel()
+					var de *client.DisconnectedError
+					switch {
+					case err == nil:
+						loads.Add(1)
+						if !bytes.Equal(data, want[oid]) {
+							t.Errorf("oid %d: got %d bytes %x…, want %d bytes", oid, len(data), data[:min(8, len(data))], len(want[oid]))
+							return
+						}
+					case errors.Is(err, context.DeadlineExceeded):
+						cancelled.Add(1)
+					case cut && errors.As(err, &de):
+						failed.Add(1)
+						return
+					default:
+						t.Errorf("oid %d: %v", oid, err)
+						return
+					}
+				}
+			}()
+		}
+		if cut {
+			time.Sleep(d / 2)
+			px.cut()
+		}
+		finished := make(chan struct{})
+		go func() { wg.Wait(); close(finished) }()
+		select {
+		case <-finished:
+		case <-time.After(d + 20*time.Second):
+			t.Fatalf("loads still waiting %v after the end (a lost wake-up)", 20*time.Second)
+		}
+		t.Logf("%d loads, %d cancelled, %d failed by the cut", loads.Load(), cancelled.Load(), failed.Load())
+		if loads.Load() == 0 || (!cut && cancelled.Load() == 0) || (cut && failed.Load() == 0) {
+			t.Errorf("the stress did not stress: %d loads, %d cancelled, %d failed", loads.Load(), cancelled.Load(), failed.Load())
+		}
+	}
+	run(time.Second, false)
+	run(2*time.Second, true) // cut after 1 s
 }

@@ -31,24 +31,31 @@ func (c *Client) LoadAppend(ctx context.Context, xid zodb.Xid, dst []byte) ([]by
 	if data, serial, ok := c.cache.Load(xid.Oid, xid.At, dst); ok {
 		return data, serial, nil
 	}
-	lc, err := c.startLoad(xid.Oid, before(xid.At))
+	lc, done, err := c.startLoad(xid.Oid, before(xid.At), true)
 	if err != nil {
 		return dst, 0, c.opErr("load", xid, err)
 	}
-	if err := c.wait(ctx, lc.done); err != nil {
+	if err := c.wait(ctx, done); err != nil {
+		c.releaseLoad(lc, done, false)
 		return dst, 0, c.opErr("load", xid, err)
 	}
+	// The result is lc's until releaseLoad: copy out what is needed.
+	lerr, none, serial := lc.err, lc.none, lc.serial
+	if lerr == nil && !none {
+		dst = append(dst, lc.data...)
+	}
+	c.releaseLoad(lc, done, true)
 	switch {
-	case lc.err != nil:
+	case lerr != nil:
 		var pk *posKeyError
-		if errors.As(lc.err, &pk) {
+		if errors.As(lerr, &pk) {
 			return dst, 0, c.opErr("load", xid, c.missing(ctx, xid))
 		}
-		return dst, 0, c.opErr("load", xid, lc.err)
-	case lc.none:
+		return dst, 0, c.opErr("load", xid, lerr)
+	case none:
 		return dst, 0, c.opErr("load", xid, &zodb.NoDataError{Oid: xid.Oid})
 	}
-	return append(dst, lc.data...), lc.serial, nil
+	return dst, serial, nil
 }
 
 // Prefetch implements zodb.Prefetcher: it sends loadBefore for xid unless
@@ -59,7 +66,7 @@ func (c *Client) Prefetch(ctx context.Context, xid zodb.Xid) {
 	if _, _, ok := c.cache.Load(xid.Oid, xid.At, nil); ok {
 		return
 	}
-	c.startLoad(xid.Oid, before(xid.At))
+	c.startLoad(xid.Oid, before(xid.At), false)
 }
 
 // before is the loadBefore argument for a Load at at.
@@ -68,28 +75,6 @@ func before(at zodb.Tid) zodb.Tid {
 		return zodb.TidMax
 	}
 	return at + 1
-}
-
-// startLoad returns the outstanding loadBefore(oid, before), sending it if
-// there is none.
-func (c *Client) startLoad(oid zodb.Oid, before zodb.Tid) (*loadCall, error) {
-	key := loadKey{oid, before}
-	c.pmu.Lock()
-	if c.err != nil {
-		err := c.err
-		c.pmu.Unlock()
-		return nil, err
-	}
-	if lc := c.loads[key]; lc != nil {
-		c.pmu.Unlock()
-		return lc, nil
-	}
-	lc := &loadCall{done: make(chan struct{})}
-	c.loads[key] = lc
-	c.pmu.Unlock()
-	c.send(func(e *wire.Encoder) { e.LoadBeforeRequest(uint64(oid), uint64(before)) })
-	// A send error fails the connection, and with it lc.
-	return lc, nil
 }
 
 // loadReply handles the reply to loadBefore (on the reading goroutine).
@@ -107,6 +92,13 @@ func (c *Client) loadReply(id *wire.Value, isErr bool, v *wire.Value) {
 	key := loadKey{zodb.Oid(oid), bef}
 	c.pmu.Lock()
 	lc := c.loads[key]
+	if lc != nil {
+		if lc.finished || lc.replying {
+			lc = nil // cannot be: the server answered one msgid twice
+		} else {
+			lc.replying = true
+		}
+	}
 	c.pmu.Unlock()
 	if lc == nil {
 		c.logf("zeo client: %s: reply to a loadBefore%v not asked for", c.addr, *id)
@@ -130,7 +122,14 @@ func (c *Client) loadReply(id *wire.Value, isErr bool, v *wire.Value) {
 				break
 			}
 		}
-		lc.data = append(make([]byte, 0, len(v.Items[0].B)), v.Items[0].B...)
+		b := v.Items[0].B
+		if c.cache.Enabled() {
+			// The cache keeps the slice: a copy of its own, never reused.
+			lc.data = append(make([]byte, 0, len(b)), b...)
+			lc.cached = true
+		} else {
+			lc.data = append(lc.data[:0], b...)
+		}
 		lc.serial, lc.next = serial, next
 		// Into the cache before the call leaves the table: a concurrent
 		// Load either hits the cache or joins this call.
@@ -142,8 +141,8 @@ func (c *Client) loadReply(id *wire.Value, isErr bool, v *wire.Value) {
 	if c.loads[key] == lc {
 		delete(c.loads, key)
 	}
+	c.finishLocked(lc)
 	c.pmu.Unlock()
-	close(lc.done)
 }
 
 // missing tells apart, after loadBefore answered POSKeyError, an oid that

@@ -50,8 +50,10 @@ type readState struct {
 // interrupted the read between two frames.
 var errInterrupted = errors.New("read interrupted")
 
-// wait returns when done is closed (nil), reading the connection in the
-// meantime when nobody else does, or when ctx is done (ctx.Err()).
+// wait returns when done is closed or receives its signal (nil), reading
+// the connection in the meantime when nobody else does, or when ctx is
+// done (ctx.Err()). A signal is received at most once: a waiter on a
+// signalled channel (a loadCall's) must call wait only once per signal.
 func (c *Client) wait(ctx context.Context, done <-chan struct{}) error {
 	for {
 		select {
@@ -64,9 +66,9 @@ func (c *Client) wait(ctx context.Context, done <-chan struct{}) error {
 			return nil
 		case rs := <-c.token:
 			c.taken.Add(1)
-			err := c.readUntil(ctx, rs, done)
+			signalled, err := c.readUntil(ctx, rs, done)
 			c.token <- rs
-			if err != nil {
+			if signalled || err != nil {
 				return err
 			}
 		case <-ctx.Done():
@@ -75,9 +77,11 @@ func (c *Client) wait(ctx context.Context, done <-chan struct{}) error {
 	}
 }
 
-// readUntil reads and dispatches messages until done is closed, the
-// connection fails (which closes every done channel) or ctx is done.
-func (c *Client) readUntil(ctx context.Context, rs *readState, done <-chan struct{}) error {
+// readUntil reads and dispatches messages until done is ready (closed, or
+// signalled: then the signal has been received, and signalled is true),
+// the connection fails (which readies every done channel, to be received
+// by the caller) or ctx is done (its error is returned).
+func (c *Client) readUntil(ctx context.Context, rs *readState, done <-chan struct{}) (signalled bool, err error) {
 	if ctx.Done() != nil {
 		stop := context.AfterFunc(ctx, c.interruptRead)
 		defer stop()
@@ -94,18 +98,18 @@ func (c *Client) readUntil(ctx context.Context, rs *readState, done <-chan struc
 					break
 				}
 			}
-			return nil
+			return true, nil
 		default:
 		}
 		if err := c.readOne(rs); err != nil {
 			if err == errInterrupted {
 				if ctx.Err() != nil {
-					return ctx.Err()
+					return false, ctx.Err()
 				}
 				continue // another waiter's cancellation, meant for its read
 			}
 			c.fail(err)
-			return nil
+			return false, nil
 		}
 	}
 }
