@@ -166,7 +166,9 @@ type Client struct {
 	lmu     sync.Mutex
 	loads   map[loadKey]*loadCall
 	loading map[zodb.Oid]*oidLoading
-	freeOL  []*oidLoading // reusable oidLoading records
+	freeOL  []*oidLoading   // reusable oidLoading records
+	freeLC  []*loadCall     // finished loadCalls for reuse (load.go)
+	freeCh  []chan struct{} // joining callers' signal channels for reuse
 
 	// head notification for Sync.
 	hmu    sync.Mutex
@@ -782,7 +784,10 @@ func (c *Client) dropConn(n *node, conn *link.Conn) {
 // answer into ans; check, if not nil, validates the answer (a checksum
 // mismatch: the next cell is tried). An Error answer other than
 // NON_READABLE_CELL is returned as *proto.Error.
-func (c *Client) askRead(ctx context.Context, p int, req, ans proto.Msg, check func() error) error {
+//
+// With buf, the answer's bytes go into *buf (neo/link.Conn.AskBuf) and
+// *buf is set to the buffer used, which ans's byte fields alias.
+func (c *Client) askRead(ctx context.Context, p int, req, ans proto.Msg, check func() error, buf *[]byte) error {
 	if err := c.failure(); err != nil {
 		return err
 	}
@@ -800,7 +805,11 @@ func (c *Client) askRead(ctx context.Context, p int, req, ans proto.Msg, check f
 			errs = append(errs, err)
 			continue
 		}
-		err = conn.Ask(ctx, req, ans)
+		if buf != nil {
+			*buf, err = conn.AskBuf(ctx, req, ans, *buf)
+		} else {
+			err = conn.Ask(ctx, req, ans)
+		}
 		if err == nil && check != nil {
 			if err = check(); err != nil {
 				errs = append(errs, fmt.Errorf("storage %v: %w", n.nid, err))

@@ -87,7 +87,7 @@ func (it *txnIter) fetch(ctx context.Context) error {
 	for p := 0; p < np; p++ {
 		var ans proto.AnswerTIDsFrom
 		req := &proto.AskTIDsFrom{MinTid: it.next, MaxTid: max, Length: iterBatch, Partition: uint32(p)}
-		if err := c.askRead(ctx, p, req, &ans, nil); err != nil {
+		if err := c.askRead(ctx, p, req, &ans, nil, nil); err != nil {
 			return fmt.Errorf("AskTIDsFrom partition %d: %w", p, err)
 		}
 		for _, t := range ans.Tids {
@@ -117,7 +117,7 @@ func (d *dataIter) NextData(ctx context.Context) (*zodb.DataInfo, error) {
 	for len(d.oids) > 0 {
 		oid := d.oids[0]
 		d.oids = d.oids[1:]
-		r, err := c.askObject(ctx, &proto.AskObject{Oid: oid, At: d.tid, Before: proto.InvalidTid}, new(proto.AnswerObject))
+		r, err := c.askObject(ctx, &proto.AskObject{Oid: oid, At: d.tid, Before: proto.InvalidTid}, new(proto.AnswerObject), nil)
 		var nd *zodb.NoDataError
 		switch {
 		case err == nil:

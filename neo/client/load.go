@@ -32,17 +32,36 @@ type loadKey struct {
 
 // loadCall is an AskObject in flight, shared by every caller that loads
 // the same (oid, before) meanwhile.
+//
+// Calls are reused, so that a load allocates nothing on the client side
+// when the cache is off (and only the cached copy of the answer when it
+// is on): a finished call goes back to the client's free list once nobody
+// uses it any more. Who uses it is counted in refs, under Client.lmu: one
+// reference while the request is in flight (dropped when runLoad
+// finishes it), one per caller that will read its result (dropped by
+// releaseLoad). A joining caller waits on a capacity-1 channel of its own,
+// which receives one value when the call finishes; channels are reused
+// too, which a closed done channel could not be.
 type loadCall struct {
-	done   chan struct{}
-	data   []byte // immutable once done (also held by the cache)
+	data   []byte // immutable once finished; aliases buf (or is inflated)
 	serial zodb.Tid
 	next   zodb.Tid
 	err    error // a zodb error, *proto.Error, or why the request failed
+
+	// buf receives the answer's bytes (neo/link.Conn.AskBuf): reused
+	// unless the cache keeps data, which aliases it.
+	buf []byte
 
 	// The request and its answer, here rather than in allocations of
 	// their own (the link takes them as interfaces).
 	req proto.AskObject
 	ans proto.AnswerObject
+
+	// Guarded by Client.lmu.
+	refs     int
+	waiters  []chan struct{}
+	finished bool
+	cached   bool // data is held by the cache: buf is not reused
 }
 
 // oidLoading counts the loads of one oid in flight and collects the tids
@@ -65,11 +84,20 @@ func (c *Client) LoadAppend(ctx context.Context, xid zodb.Xid, dst []byte) ([]by
 	if data, serial, ok := c.cache.Load(xid.Oid, xid.At, dst); ok {
 		return data, serial, nil
 	}
-	lc := c.load(ctx, xid.Oid, c.before(xid.At))
-	if lc.err != nil {
-		return dst, 0, c.opErr("load", xid, lc.err)
+	lc, done, err := c.load(ctx, xid.Oid, c.before(xid.At))
+	if err != nil {
+		return dst, 0, c.opErr("load", xid, err)
 	}
-	return append(dst, lc.data...), lc.serial, nil
+	// The result is lc's until releaseLoad: copy out what is needed.
+	err, serial := lc.err, lc.serial
+	if err == nil {
+		dst = append(dst, lc.data...)
+	}
+	c.releaseLoad(lc, done, true)
+	if err != nil {
+		return dst, 0, c.opErr("load", xid, err)
+	}
+	return dst, serial, nil
 }
 
 // LoadBefore implements zodb.BeforeLoader: AskObject(oid, before=before).
@@ -79,11 +107,19 @@ func (c *Client) LoadBefore(ctx context.Context, oid zodb.Oid, before zodb.Tid, 
 		err := c.missing(ctx, oid)
 		return dst, 0, 0, c.opErr("loadBefore", fmt.Sprintf("%s<%s", oid, before), err)
 	}
-	lc := c.load(ctx, oid, before)
-	if lc.err != nil {
-		return dst, 0, 0, c.opErr("loadBefore", fmt.Sprintf("%s<%s", oid, before), lc.err)
+	lc, done, err := c.load(ctx, oid, before)
+	if err != nil {
+		return dst, 0, 0, c.opErr("loadBefore", fmt.Sprintf("%s<%s", oid, before), err)
 	}
-	return append(dst, lc.data...), lc.serial, lc.next, nil
+	err, serial, next = lc.err, lc.serial, lc.next
+	if err == nil {
+		dst = append(dst, lc.data...)
+	}
+	c.releaseLoad(lc, done, true)
+	if err != nil {
+		return dst, 0, 0, c.opErr("loadBefore", fmt.Sprintf("%s<%s", oid, before), err)
+	}
+	return dst, serial, next, nil
 }
 
 // LoadSerial returns the data of the revision of oid written by serial
@@ -92,7 +128,7 @@ func (c *Client) LoadBefore(ctx context.Context, oid zodb.Oid, before zodb.Tid, 
 // *zodb.NoDataError (DeletedAt 0), an unknown oid *zodb.NoObjectError, a
 // revision without data *zodb.NoDataError with DeletedAt = serial.
 func (c *Client) LoadSerial(ctx context.Context, oid zodb.Oid, serial zodb.Tid) (data []byte, next zodb.Tid, err error) {
-	r, err := c.askObject(ctx, &proto.AskObject{Oid: oid, At: serial, Before: proto.InvalidTid}, new(proto.AnswerObject))
+	r, err := c.askObject(ctx, &proto.AskObject{Oid: oid, At: serial, Before: proto.InvalidTid}, new(proto.AnswerObject), nil)
 	if err != nil {
 		return nil, 0, c.opErr("loadSerial", zodb.Xid{Oid: oid, At: serial}, err)
 	}
@@ -105,7 +141,7 @@ func (c *Client) Prefetch(ctx context.Context, xid zodb.Xid) {
 	if _, _, ok := c.cache.Load(xid.Oid, xid.At, nil); ok {
 		return
 	}
-	lc, leader := c.startLoad(xid.Oid, c.before(xid.At))
+	lc, leader, _ := c.startLoad(xid.Oid, c.before(xid.At), false)
 	if leader {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
@@ -124,24 +160,28 @@ func (c *Client) before(at zodb.Tid) zodb.Tid {
 }
 
 // load returns the finished AskObject(oid, before), made by this
-// goroutine or by another one already in flight.
-func (c *Client) load(ctx context.Context, oid zodb.Oid, before zodb.Tid) *loadCall {
+// goroutine or by another one already in flight. Unless err is set (ctx
+// was done while waiting for another goroutine's request), the caller
+// must call releaseLoad(lc, done, true) once done with lc's result.
+func (c *Client) load(ctx context.Context, oid zodb.Oid, before zodb.Tid) (lc *loadCall, done chan struct{}, err error) {
 	for {
-		lc, leader := c.startLoad(oid, before)
+		lc, leader, done := c.startLoad(oid, before, true)
 		if leader {
 			c.runLoad(ctx, oid, before, lc)
-			return lc
+			return lc, nil, nil
 		}
 		select {
-		case <-lc.done:
+		case <-done:
 		case <-ctx.Done():
-			return &loadCall{err: ctx.Err()}
+			c.releaseLoad(lc, done, false)
+			return nil, nil, ctx.Err()
 		}
 		if isCtxErr(lc.err) && ctx.Err() == nil {
 			// The goroutine that made the request gave up; ask again.
+			c.releaseLoad(lc, done, true)
 			continue
 		}
-		return lc
+		return lc, done, nil
 	}
 }
 
@@ -150,27 +190,45 @@ func isCtxErr(err error) bool {
 }
 
 // startLoad returns the call in flight for (oid, before), or registers a
-// new one, which the caller (leader) must run with runLoad.
-func (c *Client) startLoad(oid zodb.Oid, before zodb.Tid) (lc *loadCall, leader bool) {
+// new one, which the caller (leader) must run with runLoad. With use, the
+// caller takes a reference to read the result, to drop with releaseLoad; a
+// caller that is not the leader then waits on done for the result.
+func (c *Client) startLoad(oid zodb.Oid, before zodb.Tid, use bool) (lc *loadCall, leader bool, done chan struct{}) {
 	key := loadKey{oid, before}
 	c.lmu.Lock()
 	defer c.lmu.Unlock()
-	if lc := c.loads[key]; lc != nil {
-		return lc, false
-	}
-	lc = &loadCall{done: make(chan struct{})}
-	c.loads[key] = lc
-	ol := c.loading[oid]
-	if ol == nil {
-		if k := len(c.freeOL); k > 0 {
-			ol, c.freeOL = c.freeOL[k-1], c.freeOL[:k-1]
+	if lc = c.loads[key]; lc == nil {
+		leader = true
+		if k := len(c.freeLC); k > 0 {
+			lc, c.freeLC = c.freeLC[k-1], c.freeLC[:k-1]
 		} else {
-			ol = &oidLoading{}
+			lc = new(loadCall)
 		}
-		c.loading[oid] = ol
+		lc.refs = 1 // in flight
+		c.loads[key] = lc
+		ol := c.loading[oid]
+		if ol == nil {
+			if k := len(c.freeOL); k > 0 {
+				ol, c.freeOL = c.freeOL[k-1], c.freeOL[:k-1]
+			} else {
+				ol = &oidLoading{}
+			}
+			c.loading[oid] = ol
+		}
+		ol.n++
 	}
-	ol.n++
-	return lc, true
+	if use {
+		lc.refs++
+		if !leader {
+			if k := len(c.freeCh); k > 0 {
+				done, c.freeCh = c.freeCh[k-1], c.freeCh[:k-1]
+			} else {
+				done = make(chan struct{}, 1)
+			}
+			lc.waiters = append(lc.waiters, done)
+		}
+	}
+	return lc, leader, done
 }
 
 // runLoad makes the request of lc and publishes its result: into the
@@ -178,8 +236,13 @@ func (c *Client) startLoad(oid zodb.Oid, before zodb.Tid) (lc *loadCall, leader 
 // while it was in flight.
 func (c *Client) runLoad(ctx context.Context, oid zodb.Oid, before zodb.Tid, lc *loadCall) {
 	lc.req = proto.AskObject{Oid: oid, At: proto.InvalidTid, Before: before}
-	r, err := c.askObject(ctx, &lc.req, &lc.ans)
-	lc.ans = proto.AnswerObject{} // r.data may alias lc.ans.Data; drop the rest
+	cache := c.cache.Enabled()
+	buf := &lc.buf
+	if cache {
+		buf = nil // the cache keeps the answer's bytes: a buffer of their own
+	}
+	r, err := c.askObject(ctx, &lc.req, &lc.ans, buf)
+	lc.ans = proto.AnswerObject{} // r.data may alias the answer's bytes; drop the rest
 	if err == nil {
 		lc.data, lc.serial, lc.next = r.data, r.serial, r.next
 	} else {
@@ -197,6 +260,7 @@ func (c *Client) runLoad(ctx context.Context, oid zodb.Oid, before zodb.Tid, lc 
 			}
 		}
 		c.cache.Insert(oid, r.serial, next, r.data)
+		lc.cached = cache
 	}
 	if ol != nil {
 		if ol.n--; ol.n == 0 {
@@ -211,8 +275,64 @@ func (c *Client) runLoad(ctx context.Context, oid zodb.Oid, before zodb.Tid, lc 
 	if c.loads[key] == lc {
 		delete(c.loads, key)
 	}
+	lc.finished = true
+	for i, w := range lc.waiters {
+		w <- struct{}{} // capacity 1, signalled only here: never blocks
+		lc.waiters[i] = nil
+	}
+	lc.waiters = lc.waiters[:0]
+	c.unrefLocked(lc)
 	c.lmu.Unlock()
-	close(lc.done)
+}
+
+// releaseLoad drops a caller's reference to lc and takes back its channel
+// (nil for the leader). signalled says whether the caller received its
+// signal; if not (its wait was cancelled), it is withdrawn, or its signal
+// drained.
+func (c *Client) releaseLoad(lc *loadCall, done chan struct{}, signalled bool) {
+	c.lmu.Lock()
+	if done != nil {
+		if !signalled {
+			if lc.finished {
+				<-done // sent under lmu, before finished was set
+			} else {
+				for i, w := range lc.waiters {
+					if w == done {
+						last := len(lc.waiters) - 1
+						lc.waiters[i] = lc.waiters[last]
+						lc.waiters[last] = nil
+						lc.waiters = lc.waiters[:last]
+						break
+					}
+				}
+			}
+		}
+		if len(c.freeCh) < maxFree {
+			c.freeCh = append(c.freeCh, done)
+		}
+	}
+	c.unrefLocked(lc)
+	c.lmu.Unlock()
+}
+
+// maxFree bounds the free lists of loadCalls and channels: more than the
+// loads in flight at once is never needed again.
+const maxFree = 256
+
+// unrefLocked drops a reference to lc and recycles it when it was the
+// last one. c.lmu is held.
+func (c *Client) unrefLocked(lc *loadCall) {
+	if lc.refs--; lc.refs > 0 {
+		return
+	}
+	buf := lc.buf[:0]
+	if lc.cached || cap(buf) > 1<<20 {
+		buf = nil
+	}
+	*lc = loadCall{buf: buf, waiters: lc.waiters}
+	if len(c.freeLC) < maxFree {
+		c.freeLC = append(c.freeLC, lc)
+	}
 }
 
 // invalidate applies InvalidateObjects(tid, oids) (on the master loop):
@@ -245,7 +365,10 @@ type object struct {
 // checks and decodes the answer. Errors: *zodb.NoObjectError,
 // *zodb.NoDataError (OID_NOT_FOUND: DeletedAt 0; a record without data:
 // DeletedAt = its serial), checksum and protocol errors.
-func (c *Client) askObject(ctx context.Context, req *proto.AskObject, ans *proto.AnswerObject) (object, error) {
+//
+// With buf, the answer's bytes go into *buf (neo/link.Conn.AskBuf), which
+// the returned data may alias; otherwise into a buffer of their own.
+func (c *Client) askObject(ctx context.Context, req *proto.AskObject, ans *proto.AnswerObject, buf *[]byte) (object, error) {
 	var r object
 	check := func() error {
 		if ans.Oid != req.Oid {
@@ -273,13 +396,14 @@ func (c *Client) askObject(ctx context.Context, req *proto.AskObject, ans *proto
 			}
 		} else {
 			// ans.Data aliases the answer's bytes, which neo/link copies
-			// out of its read buffer for this Ask alone: no second copy.
+			// out of its read buffer for this Ask alone (or into buf):
+			// no second copy.
 			data = ans.Data
 		}
 		r = object{data: data, serial: ans.Serial}
 		return nil
 	}
-	err := c.askRead(ctx, c.partition(uint64(req.Oid)), req, ans, check)
+	err := c.askRead(ctx, c.partition(uint64(req.Oid)), req, ans, check, buf)
 	if err != nil {
 		var pe *proto.Error
 		if errors.As(err, &pe) {
@@ -393,7 +517,7 @@ func (c *Client) history(ctx context.Context, oid zodb.Oid, size int) ([]zodb.Hi
 		return nil, nil
 	}
 	var ans proto.AnswerObjectHistory
-	err := c.askRead(ctx, c.partition(uint64(oid)), &proto.AskObjectHistory{Oid: oid, First: 0, Last: uint64(size)}, &ans, nil)
+	err := c.askRead(ctx, c.partition(uint64(oid)), &proto.AskObjectHistory{Oid: oid, First: 0, Last: uint64(size)}, &ans, nil, nil)
 	if err != nil {
 		var pe *proto.Error
 		if errors.As(err, &pe) && (pe.ErrCode == proto.OidNotFound || pe.ErrCode == proto.OidDoesNotExist) {
@@ -430,7 +554,7 @@ func (c *Client) txnInfo(ctx context.Context, tid zodb.Tid) (*proto.AnswerTransa
 			return fmt.Errorf("AnswerTransactionInformation for %s, asked %s", ans.Tid, tid)
 		}
 		return nil
-	})
+	}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("transaction %s: %w", tid, err)
 	}

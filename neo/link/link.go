@@ -99,6 +99,9 @@ type Conn struct {
 // call is one Ask waiting for its answer.
 type call struct {
 	ch chan result
+	// buf is where the reader copies the answer's arguments (AskBuf's
+	// buffer; nil for Ask: a new one). Set before the call is pending.
+	buf []byte
 }
 
 type result struct {
@@ -382,35 +385,50 @@ func (c *Conn) ReplyError(id uint32, code proto.ErrorCode, msg string) error {
 // wait is abandoned and a late answer dropped. Connection loss fails every
 // pending Ask.
 func (c *Conn) Ask(ctx context.Context, req, answer proto.Msg) error {
+	_, err := c.AskBuf(ctx, req, answer, nil)
+	return err
+}
+
+// AskBuf is Ask with the answer's bytes copied into buf (grown as needed)
+// rather than into a new buffer: byte fields of answer alias the returned
+// buffer, which belongs to the caller again (to reuse once it is done with
+// answer). On error the returned buffer may be buf or its grown copy, with
+// unspecified contents.
+func (c *Conn) AskBuf(ctx context.Context, req, answer proto.Msg, buf []byte) ([]byte, error) {
 	cl := callPool.Get().(*call)
+	cl.buf = buf[:0]
 	id := c.newID()
 	c.pmu.Lock()
 	if c.perr != nil {
 		err := c.perr
 		c.pmu.Unlock()
+		cl.buf = nil
 		callPool.Put(cl)
-		return err
+		return buf, err
 	}
 	c.pending[id] = cl
 	c.pmu.Unlock()
 
 	if err := c.write(id, req); err != nil {
 		c.abandon(id, cl)
-		return err
+		// Not put back: the reader may still deliver to it.
+		return buf, err
 	}
 	r, ok := c.waitAnswer(ctx, cl)
 	if !ok {
 		if c.abandon(id, cl) {
+			cl.buf = nil
 			callPool.Put(cl)
-			return ctx.Err()
+			return buf, ctx.Err()
 		}
 		r = <-cl.ch // delivered meanwhile
 	}
+	cl.buf = nil
 	callPool.Put(cl)
 	if r.err != nil {
-		return r.err
+		return buf, r.err
 	}
-	return proto.DecodeMsg(r.code, r.args, answer)
+	return r.args, proto.DecodeMsg(r.code, r.args, answer)
 }
 
 // abandon removes a pending call; it returns false if the reader (or

@@ -754,3 +754,62 @@ func TestAskReads(t *testing.T) {
 		t.Errorf("peer got %v, want %s", codes, want)
 	}
 }
+
+// TestAskBuf checks that AskBuf copies the answer into the caller's buffer
+// when it has room (the same backing array comes back, and the answer's
+// data aliases it), grows it when not, and that pipelined AskBufs each get
+// their own answer in their own buffer.
+func TestAskBuf(t *testing.T) {
+	ln := listen(t)
+	serve(t, ln, nil, objectServer(true))
+	c, err := Dial(context.Background(), "tcp", ln.Addr().String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	ask := func(oid zodb.Oid, buf []byte) ([]byte, proto.AnswerObject, error) {
+		var a proto.AnswerObject
+		buf, err := c.AskBuf(ctx, &proto.AskObject{Oid: oid, At: proto.InvalidTid, Before: 10}, &a, buf)
+		return buf, a, err
+	}
+	small := make([]byte, 0, 4)
+	got, a, err := ask(7, small)
+	if err != nil || string(a.Data) != "data of 7" {
+		t.Fatalf("AskBuf into a small buffer: %q %v", a.Data, err)
+	}
+	big := make([]byte, 0, 4096)
+	got, a, err = ask(8, big)
+	if err != nil || string(a.Data) != "data of 8" {
+		t.Fatalf("AskBuf: %q %v", a.Data, err)
+	}
+	if &got[:1][0] != &big[:1][0] {
+		t.Error("AskBuf did not answer in the buffer given, which had room")
+	}
+	clear(got) // the answer's data aliases the buffer returned
+	if !bytes.Equal(a.Data, make([]byte, len("data of 8"))) {
+		t.Errorf("the answer's data does not alias the buffer returned: %q", a.Data)
+	}
+	if _, _, err := ask(666, big); err == nil {
+		t.Error("AskBuf of a missing oid: no error")
+	}
+	var wg sync.WaitGroup
+	for g := 0; g < 16; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 0, 256)
+			for i := 0; i < 50; i++ {
+				oid := zodb.Oid(g*100 + i)
+				var a proto.AnswerObject
+				var err error
+				buf, err = c.AskBuf(ctx, &proto.AskObject{Oid: oid, At: proto.InvalidTid, Before: 10}, &a, buf[:0])
+				if err != nil || a.Oid != oid || string(a.Data) != fmt.Sprintf("data of %d", oid) {
+					t.Errorf("AskBuf %d: %q %v", oid, a.Data, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}

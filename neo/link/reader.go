@@ -144,7 +144,7 @@ func (c *Conn) dispatch(p proto.Packet) {
 		cl := c.pending[p.ID]
 		if cl != nil {
 			delete(c.pending, p.ID)
-			cl.ch <- result{code: p.Code, args: append([]byte(nil), p.Args...)}
+			cl.ch <- result{code: p.Code, args: append(cl.buf, p.Args...)}
 		}
 		c.pmu.Unlock()
 		if cl == nil {
