@@ -56,6 +56,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/flight"
 	"github.com/zodbd/zodbd/neo/link"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/zodb"
@@ -166,9 +167,8 @@ type Client struct {
 	lmu     sync.Mutex
 	loads   map[loadKey]*loadCall
 	loading map[zodb.Oid]*oidLoading
-	freeOL  []*oidLoading   // reusable oidLoading records
-	freeLC  []*loadCall     // finished loadCalls for reuse (load.go)
-	freeCh  []chan struct{} // joining callers' signal channels for reuse
+	freeOL  []*oidLoading         // reusable oidLoading records
+	free    flight.Free[loadCall] // calls and channels for reuse (load.go)
 
 	// head notification for Sync.
 	hmu    sync.Mutex

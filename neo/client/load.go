@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/flight"
 	"github.com/zodbd/zodbd/internal/zlibx"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/zodb"
@@ -33,16 +34,14 @@ type loadKey struct {
 // loadCall is an AskObject in flight, shared by every caller that loads
 // the same (oid, before) meanwhile.
 //
-// Calls are reused, so that a load allocates nothing on the client side
-// when the cache is off (and only the cached copy of the answer when it
-// is on): a finished call goes back to the client's free list once nobody
-// uses it any more. Who uses it is counted in refs, under Client.lmu: one
-// reference while the request is in flight (dropped when runLoad
-// finishes it), one per caller that will read its result (dropped by
-// releaseLoad). A joining caller waits on a capacity-1 channel of its own,
-// which receives one value when the call finishes; channels are reused
-// too, which a closed done channel could not be.
+// Calls are reused (package internal/flight), so that a load allocates
+// nothing on the client side when the cache is off (and only the cached
+// copy of the answer when it is on): a finished call goes back to the
+// client's free list once the last caller has copied the data out. Its
+// references, waiters and flags are guarded by Client.lmu.
 type loadCall struct {
+	flight.Call
+
 	data   []byte // immutable once finished; aliases buf (or is inflated)
 	serial zodb.Tid
 	next   zodb.Tid
@@ -57,11 +56,7 @@ type loadCall struct {
 	req proto.AskObject
 	ans proto.AnswerObject
 
-	// Guarded by Client.lmu.
-	refs     int
-	waiters  []chan struct{}
-	finished bool
-	cached   bool // data is held by the cache: buf is not reused
+	cached bool // data is held by the cache: buf is not reused
 }
 
 // oidLoading counts the loads of one oid in flight and collects the tids
@@ -199,12 +194,8 @@ func (c *Client) startLoad(oid zodb.Oid, before zodb.Tid, use bool) (lc *loadCal
 	defer c.lmu.Unlock()
 	if lc = c.loads[key]; lc == nil {
 		leader = true
-		if k := len(c.freeLC); k > 0 {
-			lc, c.freeLC = c.freeLC[k-1], c.freeLC[:k-1]
-		} else {
-			lc = new(loadCall)
-		}
-		lc.refs = 1 // in flight
+		lc = c.free.Get()
+		lc.Start()
 		c.loads[key] = lc
 		ol := c.loading[oid]
 		if ol == nil {
@@ -217,16 +208,12 @@ func (c *Client) startLoad(oid zodb.Oid, before zodb.Tid, use bool) (lc *loadCal
 		}
 		ol.n++
 	}
-	if use {
-		lc.refs++
-		if !leader {
-			if k := len(c.freeCh); k > 0 {
-				done, c.freeCh = c.freeCh[k-1], c.freeCh[:k-1]
-			} else {
-				done = make(chan struct{}, 1)
-			}
-			lc.waiters = append(lc.waiters, done)
-		}
+	switch {
+	case use && leader:
+		lc.Ref()
+	case use:
+		done = c.free.Chan()
+		lc.Wait(done)
 	}
 	return lc, leader, done
 }
@@ -275,64 +262,34 @@ func (c *Client) runLoad(ctx context.Context, oid zodb.Oid, before zodb.Tid, lc 
 	if c.loads[key] == lc {
 		delete(c.loads, key)
 	}
-	lc.finished = true
-	for i, w := range lc.waiters {
-		w <- struct{}{} // capacity 1, signalled only here: never blocks
-		lc.waiters[i] = nil
+	if lc.Finish() {
+		c.recycleLocked(lc)
 	}
-	lc.waiters = lc.waiters[:0]
-	c.unrefLocked(lc)
 	c.lmu.Unlock()
 }
 
 // releaseLoad drops a caller's reference to lc and takes back its channel
 // (nil for the leader). signalled says whether the caller received its
-// signal; if not (its wait was cancelled), it is withdrawn, or its signal
-// drained.
+// signal.
 func (c *Client) releaseLoad(lc *loadCall, done chan struct{}, signalled bool) {
 	c.lmu.Lock()
-	if done != nil {
-		if !signalled {
-			if lc.finished {
-				<-done // sent under lmu, before finished was set
-			} else {
-				for i, w := range lc.waiters {
-					if w == done {
-						last := len(lc.waiters) - 1
-						lc.waiters[i] = lc.waiters[last]
-						lc.waiters[last] = nil
-						lc.waiters = lc.waiters[:last]
-						break
-					}
-				}
-			}
-		}
-		if len(c.freeCh) < maxFree {
-			c.freeCh = append(c.freeCh, done)
-		}
+	if lc.Release(done, signalled) {
+		c.recycleLocked(lc)
 	}
-	c.unrefLocked(lc)
+	c.free.PutChan(done)
 	c.lmu.Unlock()
 }
 
-// maxFree bounds the free lists of loadCalls and channels: more than the
-// loads in flight at once is never needed again.
-const maxFree = 256
-
-// unrefLocked drops a reference to lc and recycles it when it was the
-// last one. c.lmu is held.
-func (c *Client) unrefLocked(lc *loadCall) {
-	if lc.refs--; lc.refs > 0 {
-		return
-	}
+// recycleLocked puts lc, which nobody references any more, on the free
+// list, with its answer buffer unless the cache holds it. c.lmu is held.
+func (c *Client) recycleLocked(lc *loadCall) {
 	buf := lc.buf[:0]
 	if lc.cached || cap(buf) > 1<<20 {
 		buf = nil
 	}
-	*lc = loadCall{buf: buf, waiters: lc.waiters}
-	if len(c.freeLC) < maxFree {
-		c.freeLC = append(c.freeLC, lc)
-	}
+	lc.Reset()
+	*lc = loadCall{Call: lc.Call, buf: buf}
+	c.free.Put(lc)
 }
 
 // invalidate applies InvalidateObjects(tid, oids) (on the master loop):

@@ -25,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/ctxwatch"
 	"github.com/zodbd/zodbd/neo/proto"
 )
 
@@ -90,6 +91,8 @@ type Conn struct {
 	queue  []*Request
 	qhead  int
 	qready chan struct{} // capacity 1: something was queued
+
+	ctxw *ctxwatch.Watch // interrupts the read when the reader's ctx is done
 
 	closeOnce sync.Once
 	done      chan struct{}
@@ -261,6 +264,7 @@ func handshake(ctx context.Context, nc net.Conn, opt *Options, server bool) (*Co
 		c.logf = log.Printf
 	}
 	c.wcond.L = &c.wmu
+	c.ctxw = ctxwatch.New(c.interruptRead)
 	c.token <- rd
 	go c.idleReader()
 	return c, nil
@@ -295,6 +299,7 @@ func (c *Conn) shutdown(err error) {
 	c.closeOnce.Do(func() {
 		c.errv.Store(&err)
 		c.nc.Close()
+		c.ctxw.Stop()
 		c.pmu.Lock()
 		c.perr = err
 		for id, cl := range c.pending {

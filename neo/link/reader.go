@@ -69,9 +69,8 @@ func (c *Conn) waitAnswer(ctx context.Context, cl *call) (r result, ok bool) {
 // the connection fails (which delivers an error to cl: ok on the next
 // round) or ctx is done (cancelled).
 func (c *Conn) readUntil(ctx context.Context, rd *proto.Reader, cl *call) (r result, ok, cancelled bool) {
-	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, c.interruptRead)
-		defer stop()
+	if c.ctxw.Arm(ctx) {
+		return result{}, false, true
 	}
 	for {
 		select {

@@ -52,6 +52,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/ctxwatch"
+	"github.com/zodbd/zodbd/internal/flight"
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zodb"
 	"github.com/zodbd/zodbd/zodb/cache"
@@ -139,9 +141,8 @@ type Client struct {
 	nextID int64
 	calls  map[int64]*call
 	loads  map[loadKey]*loadCall
-	err    error           // why the connection is unusable; nil while it works
-	freeLC []*loadCall     // finished loadCalls for reuse (loadcall.go)
-	freeCh []chan struct{} // waiters' signal channels for reuse
+	err    error                 // why the connection is unusable; nil while it works
+	free   flight.Free[loadCall] // calls and channels for reuse (loadcall.go)
 
 	watch watch.Hub
 
@@ -153,6 +154,7 @@ type Client struct {
 	// Read side (reader.go): the token is held by whoever reads; taken
 	// counts the waiters that took it, for the idle reader.
 	token    chan *readState
+	ctxw     *ctxwatch.Watch // interrupts the read when the reader's ctx is done
 	taken    atomic.Uint64
 	failed   chan struct{} // closed by the first fail
 	idleDone chan struct{}
@@ -222,6 +224,7 @@ func newClient(ctx context.Context, nc net.Conn, urlStr, addr string, opt *Optio
 		idleDone:  make(chan struct{}),
 		hbStop:    make(chan struct{}),
 	}
+	c.ctxw = ctxwatch.New(c.interruptRead)
 	if c.storage == "" {
 		c.storage = "1"
 	}
@@ -408,6 +411,7 @@ func (c *Client) fail(err error) {
 	}
 	c.wmu.Unlock()
 	c.nc.Close()
+	c.ctxw.Stop()
 	c.watch.Stop()
 }
 

@@ -910,6 +910,33 @@ func TestLoadCancel(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+
+	// One context for many loads (the read's cancellation watch stays
+	// armed for it, internal/ctxwatch), cancelled while a load waits on
+	// a silent server: that load returns.
+	ctx, cancel = context.WithCancel(bg)
+	for oid := zodb.Oid(0); oid < 4; oid++ {
+		data, serial, err := c.Load(ctx, zodb.Xid{Oid: oid, At: head})
+		check(oid, data, serial, err)
+	}
+	g.allow(0)
+	time.AfterFunc(100*time.Millisecond, cancel)
+	errc := make(chan error, 1)
+	go func() {
+		_, _, err := c.Load(ctx, zodb.Xid{Oid: 5, At: head})
+		errc <- err
+	}()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("load cancelled on a silent server: %v, want Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("load cancelled on a silent server still waiting after 10 s")
+	}
+	g.allow(-1)
+	data, serial, err := c.Load(bg, zodb.Xid{Oid: 6, At: head})
+	check(6, data, serial, err)
 }
 
 // TestLoadReuse stresses the reuse of finished loads (loadcall.go): 16

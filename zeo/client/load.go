@@ -93,7 +93,7 @@ func (c *Client) loadReply(id *wire.Value, isErr bool, v *wire.Value) {
 	c.pmu.Lock()
 	lc := c.loads[key]
 	if lc != nil {
-		if lc.finished || lc.replying {
+		if lc.Finished() || lc.replying {
 			lc = nil // cannot be: the server answered one msgid twice
 		} else {
 			lc.replying = true

@@ -82,9 +82,8 @@ func (c *Client) wait(ctx context.Context, done <-chan struct{}) error {
 // the connection fails (which readies every done channel, to be received
 // by the caller) or ctx is done (its error is returned).
 func (c *Client) readUntil(ctx context.Context, rs *readState, done <-chan struct{}) (signalled bool, err error) {
-	if ctx.Done() != nil {
-		stop := context.AfterFunc(ctx, c.interruptRead)
-		defer stop()
+	if c.ctxw.Arm(ctx) {
+		return false, ctx.Err()
 	}
 	for {
 		select {
@@ -124,7 +123,8 @@ func (c *Client) frameBuffered(rs *readState) bool {
 	return uint64(binary.BigEndian.Uint32(hdr))+4 <= uint64(n)
 }
 
-// interruptRead makes the current read return (see readFrame).
+// interruptRead makes the current read return (see readFrame). c.ctxw
+// calls it when the context of a reader is done.
 func (c *Client) interruptRead() {
 	c.nc.SetReadDeadline(time.Unix(1, 0))
 }
