@@ -646,9 +646,27 @@ func TestAskReads(t *testing.T) {
 	type step struct {
 		write []byte
 		pause time.Duration
+		need  int // packets the peer must have received before writing
 	}
 	steps := make(chan step, 16)
-	got := make(chan proto.Packet, 16)
+	// The peer records what it receives; a step with need waits until
+	// the peer has received that many packets, so that an answer is never
+	// written before its request was sent (an answer to a msg_id nobody
+	// waits for is dropped, by design).
+	var (
+		mu       sync.Mutex
+		received []proto.Packet
+	)
+	arrived := make(chan struct{}, 64)
+	receivedCodes := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		var codes []string
+		for _, p := range received {
+			codes = append(codes, fmt.Sprintf("%d:%s", p.ID, proto.CodeName(p.Code)))
+		}
+		return codes
+	}
 	go func() {
 		nc, err := ln.Accept()
 		if err != nil {
@@ -664,13 +682,24 @@ func TestAskReads(t *testing.T) {
 			for {
 				p, err := rd.ReadPacket()
 				if err != nil {
-					close(got)
 					return
 				}
-				got <- proto.Packet{ID: p.ID, Code: p.Code}
+				mu.Lock()
+				received = append(received, proto.Packet{ID: p.ID, Code: p.Code})
+				mu.Unlock()
+				arrived <- struct{}{}
 			}
 		}()
+		n := 0
 		for s := range steps {
+			for ; n < s.need; n++ {
+				select {
+				case <-arrived:
+				case <-time.After(10 * time.Second):
+					t.Errorf("peer: %d packets received, step needs %d", n, s.need)
+					return
+				}
+			}
 			if _, err := nc.Write(s.write); err != nil {
 				return
 			}
@@ -698,7 +727,7 @@ func TestAskReads(t *testing.T) {
 	var a proto.AnswerLastTransaction
 
 	// Ask 0, answered.
-	steps <- step{write: answer(0, 100)}
+	steps <- step{write: answer(0, 100), need: 1}
 	if err := c.Ask(context.Background(), &proto.AskLastTransaction{}, &a); err != nil || a.Tid != 100 {
 		t.Fatalf("ask 0: %v %v", a.Tid, err)
 	}
@@ -711,7 +740,7 @@ func TestAskReads(t *testing.T) {
 	}
 	// Ask 2: half of ask 1's late answer comes, then nothing.
 	late := answer(1, 101)
-	steps <- step{write: late[:len(late)/2], pause: 300 * time.Millisecond}
+	steps <- step{write: late[:len(late)/2], pause: 300 * time.Millisecond, need: 2}
 	ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
 	err = c.Ask(ctx, &proto.AskLastTransaction{}, &a)
 	cancel()
@@ -724,7 +753,7 @@ func TestAskReads(t *testing.T) {
 	rest = proto.AppendPacket(rest, 7, &proto.Ping{})
 	rest = append(rest, answer(2, 102)...)
 	rest = append(rest, answer(3, 103)...)
-	steps <- step{write: rest}
+	steps <- step{write: rest, need: 4}
 	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := c.Ask(ctx, &proto.AskLastTransaction{}, &a); err != nil || a.Tid != 103 {
@@ -740,17 +769,14 @@ func TestAskReads(t *testing.T) {
 	}
 	// The peer got asks 0-3 and the Pong.
 	defer close(steps)
-	var codes []string
-	timeout := time.After(5 * time.Second)
-	for len(codes) < 5 {
-		select {
-		case p := <-got:
-			codes = append(codes, fmt.Sprintf("%d:%s", p.ID, proto.CodeName(p.Code)))
-		case <-timeout:
-			t.Fatalf("peer got %v", codes)
-		}
+	want := "0:AskLastTransaction 1:AskLastTransaction 2:AskLastTransaction 3:AskLastTransaction 7:Pong"
+	deadline := time.Now().Add(5 * time.Second)
+	codes := receivedCodes()
+	for len(codes) < 5 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		codes = receivedCodes()
 	}
-	if want := "0:AskLastTransaction 1:AskLastTransaction 2:AskLastTransaction 3:AskLastTransaction 7:Pong"; strings.Join(codes, " ") != want {
+	if strings.Join(codes, " ") != want {
 		t.Errorf("peer got %v, want %s", codes, want)
 	}
 }
