@@ -17,7 +17,9 @@ BIN      ?= bin/zodbd
 
 # -race where the toolchain can do it (it needs cgo and a C compiler).
 RACE     ?= $(shell [ "$$($(GO) env CGO_ENABLED)" = 1 ] && command -v "$$($(GO) env CC)" >/dev/null 2>&1 && echo -race)
-GOTESTFLAGS ?= $(RACE)
+# A package's tests take 30 s at most under -race on 2 cores: a hang fails
+# after 5 minutes with every goroutine's stack, not after go test's 10.
+GOTESTFLAGS ?= $(RACE) -timeout 5m
 PYTESTFLAGS ?=
 GOBENCH  ?= .
 GOBENCHFLAGS ?= -benchmem
