@@ -3,8 +3,11 @@ package zodb_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	_ "github.com/zodbd/zodbd/fs1"
@@ -33,8 +36,10 @@ func TestParseURL(t *testing.T) {
 		t.Error("empty URL accepted")
 	}
 	// "scheme:rest" is an opaque URL only for a registered scheme.
-	zodb.RegisterDriver("opaquetest", func(context.Context, *url.URL, *zodb.OpenOptions) (zodb.Storage, error) {
-		return nil, errFake
+	registerOpaque.Do(func() {
+		zodb.RegisterDriver("opaquetest", func(context.Context, *url.URL, *zodb.OpenOptions) (zodb.Storage, error) {
+			return nil, errFake
+		})
 	})
 	for in, want := range map[string]string{
 		"opaquetest:rel/db":    "opaquetest:rel/db:",
@@ -55,20 +60,28 @@ func TestParseURL(t *testing.T) {
 
 var errFake = errors.New("fake driver")
 
+// The registry is global and has no Unregister: a test registers its
+// drivers once per process (go test -count=N runs it N times).
+var (
+	registerOpaque sync.Once
+	fakeSchemes    atomic.Int32
+)
+
 func TestRegistry(t *testing.T) {
 	var got *url.URL
 	var gotOpt *zodb.OpenOptions
-	zodb.RegisterDriver("fake", func(ctx context.Context, u *url.URL, opt *zodb.OpenOptions) (zodb.Storage, error) {
+	fake := fmt.Sprintf("fake%d", fakeSchemes.Add(1))
+	zodb.RegisterDriver(fake, func(ctx context.Context, u *url.URL, opt *zodb.OpenOptions) (zodb.Storage, error) {
 		got, gotOpt = u, opt
 		return nil, errFake
 	})
-	if _, err := zodb.Open(context.Background(), "fake://h:1/p?x=y", &zodb.OpenOptions{ReadWrite: true}); err != errFake {
+	if _, err := zodb.Open(context.Background(), fake+"://h:1/p?x=y", &zodb.OpenOptions{ReadWrite: true}); err != errFake {
 		t.Errorf("open: %v", err)
 	}
 	if got.Host != "h:1" || got.Path != "/p" || got.Query().Get("x") != "y" || !gotOpt.ReadWrite {
 		t.Errorf("driver got %v %+v", got, gotOpt)
 	}
-	zodb.Open(context.Background(), "fake://h", nil)
+	zodb.Open(context.Background(), fake+"://h", nil)
 	if gotOpt == nil {
 		t.Error("nil options passed to the driver")
 	}
@@ -81,7 +94,7 @@ func TestRegistry(t *testing.T) {
 			t.Error("registering a scheme twice did not panic")
 		}
 	}()
-	zodb.RegisterDriver("fake", nil)
+	zodb.RegisterDriver(fake, nil)
 }
 
 // TestOpenFile opens the fs1 fixture through the file driver: read-only
