@@ -29,7 +29,7 @@ func init() {
 func runNeoStorage(args []string) int {
 	fl := flag.NewFlagSet("neo-storage", flag.ContinueOnError)
 	fl.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: zodbd neo-storage --cluster NAME --masters HOST:PORT[,...] [--bind ADDR] [--ca CA --cert CERT --key KEY] [--gomaxprocs N] BACKEND\n\n"+
+		fmt.Fprintf(os.Stderr, "usage: zodbd neo-storage --cluster NAME --masters HOST:PORT[,...] [--bind ADDR] [--ca CA --cert CERT --key KEY] [--gomaxprocs N] [--cpus LIST] [--debug-addr ADDR] BACKEND\n\n"+
 			"Joins the NEO cluster NAME as a read-only storage node and serves NEO clients.\n"+
 			"BACKEND is a FileStorage file (the cluster must have 1 partition and no replica:\n"+
 			"neomaster -p 1 -r 0) or sqlite:PATH, the SQLite database of a NEO/py storage node.\n"+
@@ -38,6 +38,7 @@ func runNeoStorage(args []string) int {
 	}
 	var clusterName, masters, bind, advertise, ca, cert, key string
 	var gomaxprocs int
+	var cpus, debugAddr string
 	fl.StringVar(&clusterName, "cluster", "", "cluster name (required)")
 	fl.StringVar(&masters, "masters", "", "master addresses, comma-separated (required)")
 	fl.StringVar(&bind, "bind", "127.0.0.1:0", "address to listen on for clients")
@@ -46,6 +47,8 @@ func runNeoStorage(args []string) int {
 	fl.StringVar(&cert, "cert", "", "node certificate (PEM)")
 	fl.StringVar(&key, "key", "", "node private key (PEM)")
 	fl.IntVar(&gomaxprocs, "gomaxprocs", 0, "set GOMAXPROCS (0: Go's default)")
+	fl.StringVar(&cpus, "cpus", "", "pin the process to these CPUs (e.g. 0-7,16-23)")
+	fl.StringVar(&debugAddr, "debug-addr", "", "serve Go's profiler (net/http/pprof) at http://`HOST:PORT`/debug/pprof/ (keep it private)")
 	var withMaster string
 	fl.StringVar(&withMaster, "with-master", "", "for demos and benchmarks: also run `zodbd neo-master` in this process, listening on `ADDR`, and join it (then --masters is not needed)")
 	if err := fl.Parse(args); err != nil {
@@ -61,8 +64,21 @@ func runNeoStorage(args []string) int {
 		fl.Usage()
 		return 2
 	}
+	// Scheduling knobs first, so that every thread started later inherits.
+	if cpus != "" {
+		if err := pinCPUs(cpus); err != nil {
+			return fatalf("neo-storage", "--cpus %s: %v", cpus, err)
+		}
+	}
 	if gomaxprocs > 0 {
 		runtime.GOMAXPROCS(gomaxprocs)
+	}
+	if debugAddr != "" {
+		d, err := startDebugServer(debugAddr, func(f string, a ...any) { log.Printf("zodbd neo-storage: "+f, a...) })
+		if err != nil {
+			return fatalf("neo-storage", "--debug-addr: %v", err)
+		}
+		defer d.Close()
 	}
 	var tlsConf *tls.Config
 	if ca != "" || cert != "" || key != "" {

@@ -51,7 +51,7 @@ func runServe(args []string) int {
 		fl.PrintDefaults()
 	}
 	var files multiFlag
-	var addr, conf, pidFile, logPath, cpus string
+	var addr, conf, pidFile, logPath, cpus, debugAddr string
 	var readOnly, msgpack, create bool
 	var timeout float64
 	var maxFrame, gomaxprocs, invq int
@@ -78,6 +78,7 @@ func runServe(args []string) int {
 	fl.IntVar(&invq, "invalidation-queue-size", 0, "transactions remembered for getInvalidations (default 100)")
 	fl.IntVar(&gomaxprocs, "gomaxprocs", 0, "set GOMAXPROCS (0: Go's default, the number of usable CPUs)")
 	fl.StringVar(&cpus, "cpus", "", "pin the process to these CPUs (e.g. 0-7,16-23)")
+	fl.StringVar(&debugAddr, "debug-addr", "", "serve Go's profiler (net/http/pprof) at http://`HOST:PORT`/debug/pprof/ (keep it private)")
 	if err := fl.Parse(args); err != nil {
 		return 2
 	}
@@ -149,6 +150,13 @@ func runServe(args []string) int {
 	}
 	defer lw.Close()
 	logger := log.New(lw, "", log.LstdFlags|log.Lmicroseconds)
+	if debugAddr != "" {
+		d, err := startDebugServer(debugAddr, func(f string, a ...any) { logger.Printf("zodbd serve: "+f, a...) })
+		if err != nil {
+			return fatalf("serve", "--debug-addr: %v", err)
+		}
+		defer d.Close()
+	}
 
 	cfg := zeo.Config{
 		ReadOnly:              fc.ReadOnly,
@@ -315,42 +323,6 @@ func (w *reopenWriter) Close() error {
 		return nil
 	}
 	return w.f.Close()
-}
-
-// pinCPUs restricts every thread of the process (and so the threads it
-// starts later) to the CPUs of list ("0-3,8").
-func pinCPUs(list string) error {
-	var mask [16]uint64 // up to 1024 CPUs
-	for _, part := range strings.Split(list, ",") {
-		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
-		a, err := strconv.Atoi(lo)
-		if err != nil {
-			return fmt.Errorf("bad CPU %q", part)
-		}
-		b := a
-		if isRange {
-			if b, err = strconv.Atoi(hi); err != nil || b < a {
-				return fmt.Errorf("bad CPU range %q", part)
-			}
-		}
-		if b >= 64*len(mask) {
-			return fmt.Errorf("CPU %d out of range", b)
-		}
-		for i := a; i <= b; i++ {
-			mask[i/64] |= 1 << (i % 64)
-		}
-	}
-	tasks, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		return err
-	}
-	for _, t := range tasks {
-		tid, _ := strconv.Atoi(t.Name())
-		if err := schedSetaffinity(tid, mask[:]); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // openServedStorage opens a FileStorage for the server: read-write (taking

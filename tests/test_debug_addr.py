@@ -1,0 +1,74 @@
+"""--debug-addr: the servers' profiles over HTTP (net/http/pprof), checked
+on running `zodbd serve` and `zodbd neo-storage` processes."""
+import os
+import subprocess
+import time
+import urllib.request
+
+from zeoserver import Server, free_port, read, wait_listening
+from ZEO.ClientStorage import ClientStorage
+
+
+def get(port, path):
+    with urllib.request.urlopen('http://127.0.0.1:%d%s' % (port, path), timeout=20) as r:
+        return r.status, r.read().decode('utf-8', 'replace')
+
+
+def test_serve_debug_addr(zodbd_bin, tmp_copy, tmp_path):
+    dport = free_port()
+    srv = Server(zodbd_bin, tmp_copy('1.fs'), tmp_path,
+                 extra=['-r', '--debug-addr', '127.0.0.1:%d' % dport]).start()
+    try:
+        cs = ClientStorage(srv.addr, read_only=True, wait_timeout=10)
+        try:
+            cs.lastTransaction()
+            code, stacks = get(dport, '/debug/pprof/goroutine?debug=2')
+            assert code == 200
+            # The goroutine serving this client's connection is there.
+            assert 'github.com/zodbd/zodbd/zeo.(*conn)' in stacks, stacks[:2000]
+            code, heap = get(dport, '/debug/pprof/heap?debug=1')
+            assert code == 200 and 'heap profile' in heap
+        finally:
+            cs.close()
+        assert 'profiles on http://127.0.0.1:%d/debug/pprof/' % dport in srv.output()
+    finally:
+        assert srv.stop() == 0
+
+
+def test_serve_debug_addr_taken(zodbd_bin, tmp_copy, tmp_path):
+    """An address that cannot be listened on stops the server at start."""
+    dport = free_port()
+    srv = Server(zodbd_bin, tmp_copy('1.fs'), tmp_path,
+                 extra=['-r', '--debug-addr', '127.0.0.1:%d' % dport]).start()
+    try:
+        p = subprocess.run([zodbd_bin, 'serve', '-r', '-a', '127.0.0.1:%d' % free_port(),
+                            '-f', tmp_copy('1.fs'), '--debug-addr', '127.0.0.1:%d' % dport],
+                           capture_output=True, text=True, timeout=30)
+        assert p.returncode != 0
+        assert '--debug-addr' in p.stderr and 'address already in use' in p.stderr, p.stderr
+    finally:
+        srv.stop()
+
+
+def test_neo_storage_debug_addr(zodbd_bin, tmp_copy, tmp_path):
+    mport, dport = free_port(), free_port()
+    log = os.path.join(str(tmp_path), 'neo.log')
+    with open(log, 'wb') as logf:
+        proc = subprocess.Popen([zodbd_bin, 'neo-storage', '--cluster', 'dbg',
+                                 '--with-master', '127.0.0.1:%d' % mport,
+                                 '--debug-addr', '127.0.0.1:%d' % dport, tmp_copy('1.fs')],
+                                stdout=logf, stderr=subprocess.STDOUT)
+    try:
+        wait_listening(('127.0.0.1', dport), proc, log)
+        deadline = time.time() + 20
+        while True:
+            code, stacks = get(dport, '/debug/pprof/goroutine?debug=2')
+            assert code == 200
+            if 'github.com/zodbd/zodbd/neo/storage.' in stacks:
+                break
+            assert time.time() < deadline, stacks[:2000]
+            time.sleep(0.1)
+        assert 'profiles on http://127.0.0.1:%d/debug/pprof/' % dport in read(log)
+    finally:
+        proc.terminate()
+        assert proc.wait(20) == 0, read(log)
