@@ -1,9 +1,13 @@
-"""--debug-addr: the servers' profiles over HTTP (net/http/pprof), checked
-on running `zodbd serve` and `zodbd neo-storage` processes."""
+"""The servers' operational options, checked on running `zodbd serve` and
+`zodbd neo-storage` processes: --debug-addr (profiles over HTTP,
+net/http/pprof) and the scheduling knobs --cpus and --gomaxprocs."""
 import os
+import re
 import subprocess
 import time
 import urllib.request
+
+import pytest
 
 from zeoserver import Server, free_port, read, wait_listening
 from ZEO.ClientStorage import ClientStorage
@@ -69,6 +73,55 @@ def test_neo_storage_debug_addr(zodbd_bin, tmp_copy, tmp_path):
             assert time.time() < deadline, stacks[:2000]
             time.sleep(0.1)
         assert 'profiles on http://127.0.0.1:%d/debug/pprof/' % dport in read(log)
+    finally:
+        proc.terminate()
+        assert proc.wait(20) == 0, read(log)
+
+
+def allowed_cpus(pid):
+    """The Cpus_allowed_list of every thread of process pid."""
+    lists = set()
+    for tid in os.listdir('/proc/%d/task' % pid):
+        with open('/proc/%d/task/%s/status' % (pid, tid)) as f:
+            lists.add(re.search(r'^Cpus_allowed_list:\s*(\S+)', f.read(), re.M).group(1))
+    return lists
+
+
+@pytest.mark.skipif(not os.path.exists('/proc/self/task'), reason='needs Linux /proc')
+@pytest.mark.parametrize('cmd', ['serve', 'neo-storage'])
+def test_cpus_and_gomaxprocs(zodbd_bin, tmp_copy, tmp_path, cmd):
+    """--cpus 0 binds every thread (the ones started later too) to CPU 0."""
+    if len(os.sched_getaffinity(0)) < 2 or 0 not in os.sched_getaffinity(0):
+        pytest.skip('needs CPU 0 and another one')
+    port = free_port()
+    log = os.path.join(str(tmp_path), cmd + '.log')
+    path = tmp_copy('1.fs')
+
+    def argv(*opts):  # neo-storage's options come before its BACKEND
+        if cmd == 'serve':
+            return [zodbd_bin, 'serve', '-r', '-a', '127.0.0.1:%d' % port, '-f', path] + list(opts)
+        return [zodbd_bin, 'neo-storage', '--cluster', 'sched', '--with-master',
+                '127.0.0.1:%d' % port] + list(opts) + [path]
+    with open(log, 'wb') as logf:
+        proc = subprocess.Popen(argv('--cpus', '0', '--gomaxprocs', '1'),
+                                stdout=logf, stderr=subprocess.STDOUT)
+    try:
+        wait_listening(('127.0.0.1', port), proc, log)
+        if cmd == 'serve':
+            cs = ClientStorage(('127.0.0.1', port), read_only=True, wait_timeout=10)
+            cs.lastTransaction()  # the server has served a connection
+            cs.close()
+            assert 'GOMAXPROCS=1' in read(log)
+        assert allowed_cpus(proc.pid) == {'0'}
+    finally:
+        proc.terminate()
+        assert proc.wait(20) == 0, read(log)
+    # Without --cpus, the threads may run anywhere this process may.
+    with open(log, 'wb') as logf:
+        proc = subprocess.Popen(argv(), stdout=logf, stderr=subprocess.STDOUT)
+    try:
+        wait_listening(('127.0.0.1', port), proc, log)
+        assert allowed_cpus(proc.pid) != {'0'}
     finally:
         proc.terminate()
         assert proc.wait(20) == 0, read(log)
