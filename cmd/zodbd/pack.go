@@ -41,7 +41,7 @@ func runPack(args []string) int {
 	noGC := fl.Bool("no-gc", false, "keep objects that are not reachable (ZODB/py's pack-gc false)")
 	workers := fl.Int("workers", 0, "goroutines reading objects during GC (default: GOMAXPROCS)")
 	quiet := fl.Bool("q", false, "no progress line and no summary")
-	pos, err := packParseArgs(fl, args)
+	pos, err := parseInterleaved(fl, args)
 	if err != nil {
 		return 2
 	}
@@ -107,25 +107,6 @@ func runPack(args []string) int {
 		printPackSummary(path, st)
 	}
 	return 0
-}
-
-// packParseArgs parses flags that may come before or after the file name.
-func packParseArgs(fl *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fl.Parse(args); err != nil {
-			return nil, err
-		}
-		args = fl.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		if args[0] == "--" {
-			return append(pos, args[1:]...), nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
-	}
 }
 
 func packIsTerminal(f *os.File) bool {
