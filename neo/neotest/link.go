@@ -86,6 +86,17 @@ func (l *Link) Recv() (proto.Packet, error) {
 	return p, nil
 }
 
+// RecvShared is Recv without the copy: the packet's Args are only valid
+// until the next Recv or RecvShared (for benchmarks).
+func (l *Link) RecvShared() (proto.Packet, error) {
+	return l.rd.ReadPacket()
+}
+
+// Received is the number of bytes read from the peer so far, its
+// handshake included: the difference around a Recv is the packet's size
+// on the wire.
+func (l *Link) Received() int64 { return l.rd.Offset() }
+
 // Write writes b to the connection as it is: a packet encoded by the
 // caller, several, or any bytes.
 func (l *Link) Write(b []byte) error {
