@@ -115,6 +115,7 @@ func driverRegistered(scheme string) bool {
 //	path/to/Data.fs, file:///abs/Data.fs   FileStorage (package fs1)
 //	zeo://host:port[?storage=NAME]         ZEO server over TCP (package zeo/client)
 //	zeo:///path/to/socket[?storage=NAME]   ZEO server over a Unix socket
+//	zeos://host:port[?storage=NAME&ca=...]  ZEO server over TLS (package zeo/client)
 //	sqlite:path/db, sqlite:///abs/db       NEO/py SQLite database, read-only (package neosqlite)
 //	neo://CLUSTER@MASTER[,MASTER...]       NEO cluster (package neo/client)
 func Open(ctx context.Context, rawurl string, opt *OpenOptions) (Storage, error) {

@@ -42,6 +42,7 @@ package client
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -84,6 +85,10 @@ type Options struct {
 	Heartbeat time.Duration
 	// Logf receives warnings (unexpected messages); nil means log.Printf.
 	Logf func(format string, args ...interface{})
+	// TLS, when not nil, runs the connection over TLS (TLSOptions.Config
+	// builds one as ZEO's client does). When it names no ServerName and
+	// verifies the server, the host of the address is checked.
+	TLS *tls.Config
 }
 
 // Info is what the server's get_info reported at connect time.
@@ -187,9 +192,13 @@ func Dial(ctx context.Context, network, addr string, opt *Options) (*Client, err
 	if opt == nil {
 		opt = &Options{}
 	}
-	u := &url.URL{Scheme: "zeo", Host: addr}
+	scheme := "zeo"
+	if opt.TLS != nil {
+		scheme = "zeos"
+	}
+	u := &url.URL{Scheme: scheme, Host: addr}
 	if network == "unix" {
-		u = &url.URL{Scheme: "zeo", Path: addr}
+		u = &url.URL{Scheme: scheme, Path: addr}
 	}
 	if opt.Storage != "" && opt.Storage != "1" {
 		u.RawQuery = url.Values{"storage": {opt.Storage}}.Encode()
@@ -198,6 +207,28 @@ func Dial(ctx context.Context, network, addr string, opt *Options) (*Client, err
 	nc, err := d.DialContext(ctx, network, addr)
 	if err != nil {
 		return nil, fmt.Errorf("zeo client: %w", err)
+	}
+	if opt.TLS != nil {
+		conf := opt.TLS
+		if conf.ServerName == "" && !conf.InsecureSkipVerify {
+			conf = conf.Clone()
+			conf.ServerName = addr
+			if host, _, err := net.SplitHostPort(addr); err == nil {
+				conf.ServerName = host
+			}
+		}
+		hctx := ctx
+		if _, ok := ctx.Deadline(); !ok {
+			var cancel context.CancelFunc
+			hctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+		}
+		tc := tls.Client(nc, conf)
+		if err := tc.HandshakeContext(hctx); err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("zeo client: %s: TLS handshake: %w", addr, err)
+		}
+		nc = tc
 	}
 	c, err := newClient(ctx, nc, u.String(), addr, opt)
 	if err != nil {
