@@ -36,7 +36,9 @@ type SSLConfig struct {
 	PasswordFunction string // a Python callable: cannot be honoured; an error if set
 }
 
-// FileStorageConfig is one <filestorage NAME> section.
+// FileStorageConfig is one <filestorage NAME> section, with what the
+// sections around it add: <blobstorage> a blob directory, zc.zlibstorage's
+// <zlibstorage> or <serverzlibstorage> the compression of records.
 type FileStorageConfig struct {
 	Name        string
 	Path        string
@@ -46,6 +48,13 @@ type FileStorageConfig struct {
 	Quota       int64
 	PackGC      bool
 	PackKeepOld bool
+	// Zlib is "" (records as the clients send them), "zlibstorage" (the
+	// server compresses what it stores when ZlibCompress is set, and
+	// decompresses what it loads) or "serverzlibstorage" (records pass
+	// as they are; the clients compress and decompress). Pack's garbage
+	// collection reads compressed records in every case.
+	Zlib         string
+	ZlibCompress bool
 }
 
 // section is a parsed ZConfig section.
@@ -54,6 +63,7 @@ type section struct {
 	keys      map[string][]string
 	subs      []*section
 	line      int
+	imports   map[string]bool // root only: the packages of %import lines
 }
 
 // ParseConfigFile parses a runzeo configuration file.
@@ -71,8 +81,10 @@ func ParseConfigFile(path string) (*FileConfig, error) {
 }
 
 // ParseConfig parses runzeo configuration text: the <zeo>, storage and
-// <eventlog> sections. Storage types other than filestorage, and %import
-// of Python packages, are refused with an error naming the line.
+// <eventlog> sections. The storages are <filestorage>, possibly inside a
+// <blobstorage> and zc.zlibstorage's <zlibstorage> or <serverzlibstorage>
+// (after %import zc.zlibstorage); other storage types, and %import of
+// other packages, are refused with an error naming the line.
 func ParseConfig(r io.Reader) (*FileConfig, error) {
 	root, err := parseZConfig(r)
 	if err != nil {
@@ -86,32 +98,8 @@ func ParseConfig(r io.Reader) (*FileConfig, error) {
 			if err := cfg.zeoSection(s); err != nil {
 				return nil, err
 			}
-		case "filestorage":
-			fs, err := filestorageSection(s, s.name, "")
-			if err != nil {
-				return nil, err
-			}
-			if err := cfg.addStorage(fs, s, &unnamed); err != nil {
-				return nil, err
-			}
-		case "blobstorage":
-			// <blobstorage NAME> blob-dir DIR <filestorage> ... </filestorage>
-			// </blobstorage>: ZODB/py's BlobStorage around one
-			// filestorage; the outer name names the storage.
-			var dir string
-			for k, vs := range s.keys {
-				if k != "blob-dir" {
-					return nil, fmt.Errorf("line %d: <blobstorage %s> %s: unknown key", s.line, s.name, k)
-				}
-				dir = vs[len(vs)-1]
-			}
-			if dir == "" {
-				return nil, fmt.Errorf("line %d: <blobstorage %s> has no blob-dir", s.line, s.name)
-			}
-			if len(s.subs) != 1 || s.subs[0].typ != "filestorage" {
-				return nil, fmt.Errorf("line %d: <blobstorage %s> must hold exactly one <filestorage> (zodbd serves filestorage sections)", s.line, s.name)
-			}
-			fs, err := filestorageSection(s.subs[0], s.name, dir)
+		case "filestorage", "blobstorage", "zlibstorage", "serverzlibstorage":
+			fs, err := storageSection(s, s.name, root.imports)
 			if err != nil {
 				return nil, err
 			}
@@ -209,9 +197,10 @@ func (cfg *FileConfig) zeoSection(s *section) error {
 
 // parseZConfig parses ZConfig's syntax: "key value" lines, <type name>
 // ... </type> sections, # comments, %define NAME VALUE with $NAME / ${NAME}
-// substitution. %import is refused (it loads Python code).
+// substitution. %import is refused (it loads Python code), but for
+// zc.zlibstorage, whose storage sections zodbd implements.
 func parseZConfig(r io.Reader) (*section, error) {
-	root := &section{keys: map[string][]string{}}
+	root := &section{keys: map[string][]string{}, imports: map[string]bool{}}
 	stack := []*section{root}
 	defines := map[string]string{}
 	sc := bufio.NewScanner(r)
@@ -240,7 +229,11 @@ func parseZConfig(r io.Reader) (*section, error) {
 				}
 				defines[strings.ToLower(f[1])] = strings.Join(f[2:], " ")
 			case "import":
-				return nil, fmt.Errorf("line %d: %%import loads Python code, which zodbd cannot run", n)
+				if len(f) == 2 && f[1] == "zc.zlibstorage" {
+					root.imports[f[1]] = true
+					break
+				}
+				return nil, fmt.Errorf("line %d: %%import loads Python code, which zodbd cannot run (it knows zc.zlibstorage's sections only)", n)
 			default:
 				return nil, fmt.Errorf("line %d: unknown directive %%%s", n, f[0])
 			}
@@ -370,6 +363,64 @@ func parseSize(s string) (int64, error) {
 // filestorageSection parses a <filestorage> section; name is the storage's
 // name ("" when unnamed) and blobDir the blob-dir of an enclosing
 // <blobstorage>.
+// storageSection parses a storage section and the sections it wraps, down
+// to the <filestorage>; name (the outermost section's) names the storage.
+func storageSection(s *section, name string, imports map[string]bool) (FileStorageConfig, error) {
+	switch s.typ {
+	case "filestorage":
+		return filestorageSection(s, name, "")
+	case "blobstorage", "zlibstorage", "serverzlibstorage":
+	default:
+		return FileStorageConfig{}, fmt.Errorf("line %d: section <%s> is not supported (zodbd serves filestorage sections)", s.line, s.typ)
+	}
+	// A wrapper: <blobstorage NAME> blob-dir DIR <storage/> </blobstorage>
+	// (ZODB/py's BlobStorage), <zlibstorage NAME> [compress BOOL]
+	// <storage/> </zlibstorage> (zc.zlibstorage), around one storage.
+	isZlib := s.typ != "blobstorage"
+	if isZlib && !imports["zc.zlibstorage"] {
+		return FileStorageConfig{}, fmt.Errorf("line %d: section <%s> needs %%import zc.zlibstorage", s.line, s.typ)
+	}
+	var dir string
+	compress := true
+	for k, vs := range s.keys {
+		v := vs[len(vs)-1]
+		var err error
+		switch {
+		case k == "blob-dir" && !isZlib:
+			dir = v
+		case k == "compress" && isZlib:
+			compress, err = parseBool(v)
+		default:
+			err = fmt.Errorf("unknown key")
+		}
+		if err != nil {
+			return FileStorageConfig{}, fmt.Errorf("line %d: <%s %s> %s: %w", s.line, s.typ, s.name, k, err)
+		}
+	}
+	if !isZlib && dir == "" {
+		return FileStorageConfig{}, fmt.Errorf("line %d: <blobstorage %s> has no blob-dir", s.line, s.name)
+	}
+	if len(s.subs) != 1 {
+		return FileStorageConfig{}, fmt.Errorf("line %d: <%s %s> must hold exactly one storage section", s.line, s.typ, s.name)
+	}
+	fs, err := storageSection(s.subs[0], name, imports)
+	if err != nil {
+		return fs, err
+	}
+	if isZlib {
+		if fs.Zlib != "" {
+			return fs, fmt.Errorf("line %d: <%s %s> inside another zlib storage section", s.line, s.typ, s.name)
+		}
+		fs.Zlib, fs.ZlibCompress = s.typ, compress && s.typ == "zlibstorage"
+	} else {
+		if fs.BlobDir != "" {
+			return fs, fmt.Errorf("line %d: <blobstorage %s> around a storage that has a blob directory", s.line, s.name)
+		}
+		fs.BlobDir = dir
+	}
+	return fs, nil
+}
+
 func filestorageSection(s *section, name, blobDir string) (FileStorageConfig, error) {
 	fs := FileStorageConfig{Name: name, BlobDir: blobDir, PackGC: true, PackKeepOld: true}
 	var err error

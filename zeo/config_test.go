@@ -62,20 +62,82 @@ func TestParseConfig(t *testing.T) {
 	}
 }
 
+// TestParseConfigZlib reads zc.zlibstorage's sections as
+// plone.recipe.zeoserver writes them (zlib-storage active or passive), and
+// around or inside a <blobstorage>.
+func TestParseConfigZlib(t *testing.T) {
+	cfg, err := ParseConfig(strings.NewReader(`
+%import zc.zlibstorage
+<zeo>
+  address 127.0.0.1:8100
+</zeo>
+<zlibstorage 1>
+  <filestorage 1>
+    path /v/Data.fs
+  </filestorage>
+</zlibstorage>
+<serverzlibstorage passive>
+  <blobstorage>
+    blob-dir /v/blobs
+    <filestorage>
+      path /v/P.fs
+    </filestorage>
+  </blobstorage>
+</serverzlibstorage>
+<blobstorage stored>
+  blob-dir /v/b2
+  <zlibstorage>
+    compress false
+    <filestorage>
+      path /v/S.fs
+    </filestorage>
+  </zlibstorage>
+</blobstorage>
+<filestorage plain>
+  path /v/Plain.fs
+</filestorage>
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []FileStorageConfig{
+		{Name: "1", Path: "/v/Data.fs", Zlib: "zlibstorage", ZlibCompress: true},
+		{Name: "passive", Path: "/v/P.fs", BlobDir: "/v/blobs", Zlib: "serverzlibstorage"},
+		{Name: "stored", Path: "/v/S.fs", BlobDir: "/v/b2", Zlib: "zlibstorage"},
+		{Name: "plain", Path: "/v/Plain.fs"},
+	}
+	if len(cfg.Storages) != len(want) {
+		t.Fatalf("storages: %+v", cfg.Storages)
+	}
+	for i, w := range want {
+		g := cfg.Storages[i]
+		if g.Name != w.Name || g.Path != w.Path || g.BlobDir != w.BlobDir || g.Zlib != w.Zlib || g.ZlibCompress != w.ZlibCompress {
+			t.Errorf("storage %d: got %+v, want %+v", i, g, w)
+		}
+	}
+}
+
 func TestParseConfigErrors(t *testing.T) {
 	bad := map[string]string{
-		"no zeo":        "<filestorage>\npath /x\n</filestorage>\n",
-		"no storage":    "<zeo>\naddress 1\n</zeo>\n",
-		"import":        "%import ZODB.tests\n<zeo>\naddress 1\n</zeo>\n",
-		"relstorage":    "<zeo>\naddress 1\n</zeo>\n<relstorage>\n</relstorage>\n",
-		"unclosed":      "<zeo>\naddress 1\n",
-		"mismatch":      "<zeo>\naddress 1\n</filestorage>\n",
-		"bad bool":      "<zeo>\naddress 1\nread-only maybe\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n",
-		"unknown key":   "<zeo>\naddress 1\ncolour blue\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n",
-		"two unnamed":   "<zeo>\naddress 1\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n<filestorage>\npath /y\n</filestorage>\n",
-		"undefined var": "<zeo>\naddress $NOPE\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n",
-		"password fn":   "<zeo>\naddress 1\n<ssl>\ncertificate /c\npassword-function a.b\n</ssl>\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n",
-		"no path":       "<zeo>\naddress 1\n</zeo>\n<filestorage>\n</filestorage>\n",
+		"no zeo":                  "<filestorage>\npath /x\n</filestorage>\n",
+		"no storage":              "<zeo>\naddress 1\n</zeo>\n",
+		"import":                  "%import ZODB.tests\n<zeo>\naddress 1\n</zeo>\n",
+		"relstorage":              "<zeo>\naddress 1\n</zeo>\n<relstorage>\n</relstorage>\n",
+		"unclosed":                "<zeo>\naddress 1\n",
+		"mismatch":                "<zeo>\naddress 1\n</filestorage>\n",
+		"bad bool":                "<zeo>\naddress 1\nread-only maybe\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n",
+		"unknown key":             "<zeo>\naddress 1\ncolour blue\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n",
+		"two unnamed":             "<zeo>\naddress 1\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n<filestorage>\npath /y\n</filestorage>\n",
+		"undefined var":           "<zeo>\naddress $NOPE\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n",
+		"password fn":             "<zeo>\naddress 1\n<ssl>\ncertificate /c\npassword-function a.b\n</ssl>\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n",
+		"no path":                 "<zeo>\naddress 1\n</zeo>\n<filestorage>\n</filestorage>\n",
+		"zlib without its import": "<zeo>\naddress 1\n</zeo>\n<zlibstorage>\n<filestorage>\npath /x\n</filestorage>\n</zlibstorage>\n",
+		"zlib in zlib":            "%import zc.zlibstorage\n<zeo>\naddress 1\n</zeo>\n<zlibstorage>\n<serverzlibstorage>\n<filestorage>\npath /x\n</filestorage>\n</serverzlibstorage>\n</zlibstorage>\n",
+		"zlib around nothing":     "%import zc.zlibstorage\n<zeo>\naddress 1\n</zeo>\n<zlibstorage>\n</zlibstorage>\n",
+		"zlib bad compress":       "%import zc.zlibstorage\n<zeo>\naddress 1\n</zeo>\n<zlibstorage>\ncompress often\n<filestorage>\npath /x\n</filestorage>\n</zlibstorage>\n",
+		"zlib around mapping":     "%import zc.zlibstorage\n<zeo>\naddress 1\n</zeo>\n<zlibstorage>\n<mappingstorage>\n</mappingstorage>\n</zlibstorage>\n",
+		"two blob dirs":           "<zeo>\naddress 1\n</zeo>\n<blobstorage>\nblob-dir /a\n<filestorage>\npath /x\nblob-dir /b\n</filestorage>\n</blobstorage>\n",
+		"import with more":        "%import zc.zlibstorage os\n<zeo>\naddress 1\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n",
 	}
 	for name, text := range bad {
 		if cfg, err := ParseConfig(strings.NewReader(text)); err == nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/zodbd/zodbd/fs1"
 	"github.com/zodbd/zodbd/zeo"
 	"github.com/zodbd/zodbd/zeo/wire"
+	"github.com/zodbd/zodbd/zlibstorage"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -201,6 +202,14 @@ func runServe(args []string) int {
 		if sc.BlobDir != "" {
 			logger.Printf("zodbd serve: storage %s: blob directory %s", sc.Name, sc.BlobDir)
 		}
+		switch {
+		case sc.Zlib == "zlibstorage" && sc.ZlibCompress:
+			logger.Printf("zodbd serve: storage %s: <zlibstorage>: records compressed on store, decompressed on load", sc.Name)
+		case sc.Zlib == "zlibstorage":
+			logger.Printf("zodbd serve: storage %s: <zlibstorage> compress false: records decompressed on load", sc.Name)
+		case sc.Zlib == "serverzlibstorage":
+			logger.Printf("zodbd serve: storage %s: <serverzlibstorage>: records pass as the clients compress them", sc.Name)
+		}
 	}
 	srv, err := zeo.NewServer(cfg)
 	if err != nil {
@@ -327,7 +336,8 @@ func (w *reopenWriter) Close() error {
 
 // openServedStorage opens a FileStorage for the server: read-write (taking
 // its lock file, cutting a torn tail) unless readOnly; create truncates it.
-// pack-gc and pack-keep-old become fs1's PackNoGC and PackDiscardOld.
+// pack-gc and pack-keep-old become fs1's PackNoGC and PackDiscardOld; a
+// <zlibstorage> around it wraps it in zlibstorage.Storage.
 func openServedStorage(sc zeo.FileStorageConfig, readOnly bool, logf func(string, ...interface{})) (interface {
 	zodb.Storage
 	io.Closer
@@ -335,6 +345,16 @@ func openServedStorage(sc zeo.FileStorageConfig, readOnly bool, logf func(string
 	if sc.Create && readOnly {
 		return nil, errors.New("create and read-only together")
 	}
-	return fs1.Open(sc.Path, &fs1.Options{Logf: logf, ReadWrite: !readOnly, Create: sc.Create,
+	fs, err := fs1.Open(sc.Path, &fs1.Options{Logf: logf, ReadWrite: !readOnly, Create: sc.Create,
 		PackNoGC: !sc.PackGC, PackDiscardOld: !sc.PackKeepOld})
+	if err != nil {
+		return nil, err
+	}
+	if sc.Zlib == "zlibstorage" {
+		// zc.zlibstorage's ZlibStorage: the server compresses and
+		// decompresses. <serverzlibstorage> needs nothing: records pass
+		// as they are, and pack reads compressed ones by itself.
+		return zlibstorage.Wrap(fs, sc.ZlibCompress), nil
+	}
+	return fs, nil
 }

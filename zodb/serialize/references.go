@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/zodbd/zodbd/internal/zlibx"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -59,6 +60,12 @@ import (
 //     protocol above 3.
 //   - The text of INT, LONG, FLOAT, and of the memo indexes of GET and PUT,
 //     is not validated beyond what is needed to follow the pickle.
+//
+// A record compressed by zc.zlibstorage (".z" and zlib data; no pickle
+// starts with ".") is decompressed first, as that package's storage
+// wrappers do for pack, so that a FileStorage written through it is packed
+// with garbage collection whether or not the server was configured with
+// the wrapper. Error positions are then offsets in the decompressed record.
 func References(data []byte) ([]zodb.Oid, error) {
 	var s Scanner
 	return s.AppendReferences(nil, data)
@@ -75,6 +82,8 @@ type Scanner struct {
 	nmemo int   // number of memo entries set (MEMOIZE appends at this index)
 	lists []int // lengths of the lists the pickle built, by list id
 	pids  []pid
+
+	inflated []byte // the last zlib-compressed record, decompressed
 }
 
 // pid is a persistent id met while scanning, with the offset of its opcode.
@@ -198,6 +207,10 @@ const (
 	opReadonlyBuffer  = 0x98
 )
 
+// maxKeptInflated is the largest decompression buffer a Scanner keeps for
+// the next record.
+const maxKeptInflated = 1 << 20
+
 // maxProtocol is the highest pickle protocol read.
 const maxProtocol = 5
 
@@ -223,6 +236,16 @@ var (
 // reference and for the errors; on error dst is returned unchanged.
 func (s *Scanner) AppendReferences(dst []zodb.Oid, data []byte) ([]zodb.Oid, error) {
 	s.reset()
+	if len(data) >= 2 && data[0] == '.' && data[1] == 'z' {
+		var err error
+		if s.inflated, err = zlibx.AppendInflate(s.inflated[:0], data[2:]); err != nil {
+			return dst, &Error{0, fmt.Errorf("zlib-compressed record (zc.zlibstorage): %w", err)}
+		}
+		data = s.inflated
+		if cap(s.inflated) > maxKeptInflated {
+			defer func() { s.inflated = nil }()
+		}
+	}
 	pos := 0
 	var err error
 	var where int

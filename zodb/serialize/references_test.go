@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"compress/zlib"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -91,6 +92,40 @@ func TestReferencesForms(t *testing.T) {
 				t.Fatalf("References = %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestReferencesZlib reads records compressed as zc.zlibstorage writes
+// them (".z" + zlib): the same references as the plain record; a damaged
+// compressed record is an error, never a record without references.
+func TestReferencesZlib(t *testing.T) {
+	klass := "\x80\x03cpersistent.mapping\nPersistentMapping\nq\x00."
+	plain := klass + "\x80\x03}q\x01(X\x01\x00\x00\x00aC\x08" + oid8(1) + "h\x00\x86QX\x01\x00\x00\x00bC\x08" + oid8(2) + "h\x00\x86Qu."
+	var zb bytes.Buffer
+	zw := zlib.NewWriter(&zb)
+	zw.Write([]byte(plain))
+	zw.Close()
+	z := append([]byte(".z"), zb.Bytes()...)
+
+	var sc serialize.Scanner
+	for i := 0; i < 2; i++ { // the Scanner's buffer is reused
+		got, err := sc.AppendReferences(nil, z)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := []zodb.Oid{1, 2}; !slices.Equal(got, want) {
+			t.Fatalf("References = %v, want %v", got, want)
+		}
+	}
+	for name, bad := range map[string][]byte{
+		"truncated":       z[:len(z)-6],
+		"bad checksum":    append(append([]byte(nil), z[:len(z)-1]...), z[len(z)-1]^1),
+		"not zlib":        []byte(".zabcdef"),
+		"only the prefix": []byte(".z"),
+	} {
+		if got, err := serialize.References(bad); err == nil {
+			t.Errorf("%s: References = %v, want an error", name, got)
+		}
 	}
 }
 

@@ -1,0 +1,185 @@
+package zlibstorage
+
+import (
+	"context"
+	"sync"
+
+	"github.com/zodbd/zodbd/zodb"
+)
+
+// Base is what Wrap needs of the storage it wraps (fs1.FileStorage is one).
+type Base interface {
+	zodb.WriteStorage
+	zodb.BeforeLoader
+	zodb.AppendLoader
+	zodb.Undoer
+	zodb.Packer
+}
+
+// Storage is zc.zlibstorage's ZlibStorage around a Base: loads, and the
+// data records of iterations, are decompressed; stores and restores are
+// compressed when Compress is set (zlibstorage's "compress" key, true by
+// default); history, undo and pack pass through (pack's garbage
+// collection reads compressed records by itself). It implements the
+// interfaces of Base, and Len and End when the Base has them.
+type Storage struct {
+	base     Base
+	compress bool
+}
+
+// Wrap returns base with ZlibStorage's semantics.
+func Wrap(base Base, compress bool) *Storage {
+	return &Storage{base: base, compress: compress}
+}
+
+// Base returns the wrapped storage.
+func (s *Storage) Base() Base { return s.base }
+
+var scratch = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+// uncompressed runs load with a pooled buffer and appends the decompressed
+// data it returns to dst.
+func uncompressed(dst []byte, load func(buf []byte) ([]byte, error)) ([]byte, error) {
+	bp := scratch.Get().(*[]byte)
+	raw, err := load((*bp)[:0])
+	if err == nil {
+		dst, err = AppendDecompress(dst, raw)
+	}
+	if cap(raw) <= 1<<20 {
+		*bp = raw[:0]
+		scratch.Put(bp)
+	}
+	return dst, err
+}
+
+func (s *Storage) Load(ctx context.Context, xid zodb.Xid) ([]byte, zodb.Tid, error) {
+	return s.LoadAppend(ctx, xid, nil)
+}
+
+func (s *Storage) LoadAppend(ctx context.Context, xid zodb.Xid, dst []byte) ([]byte, zodb.Tid, error) {
+	var serial zodb.Tid
+	data, err := uncompressed(dst, func(buf []byte) (raw []byte, err error) {
+		raw, serial, err = s.base.LoadAppend(ctx, xid, buf)
+		return raw, err
+	})
+	return data, serial, err
+}
+
+func (s *Storage) LoadBefore(ctx context.Context, oid zodb.Oid, before zodb.Tid, dst []byte) ([]byte, zodb.Tid, zodb.Tid, error) {
+	var serial, next zodb.Tid
+	data, err := uncompressed(dst, func(buf []byte) (raw []byte, err error) {
+		raw, serial, next, err = s.base.LoadBefore(ctx, oid, before, buf)
+		return raw, err
+	})
+	return data, serial, next, err
+}
+
+func (s *Storage) URL() string                                   { return s.base.URL() }
+func (s *Storage) LastTid(ctx context.Context) (zodb.Tid, error) { return s.base.LastTid(ctx) }
+func (s *Storage) LastOid(ctx context.Context) (zodb.Oid, error) { return s.base.LastOid(ctx) }
+func (s *Storage) Close() error                                  { return s.base.Close() }
+func (s *Storage) Pack(ctx context.Context, at zodb.Tid, gc bool) error {
+	return s.base.Pack(ctx, at, gc)
+}
+
+func (s *Storage) History(ctx context.Context, oid zodb.Oid, size int) ([]zodb.HistoryEntry, error) {
+	return s.base.History(ctx, oid, size)
+}
+
+func (s *Storage) UndoLog(ctx context.Context, first, last int) ([]zodb.UndoEntry, error) {
+	return s.base.UndoLog(ctx, first, last)
+}
+
+func (s *Storage) NewOids(ctx context.Context, n int) ([]zodb.Oid, error) {
+	return s.base.NewOids(ctx, n)
+}
+
+// Len is the base's number of objects (0 if it does not say).
+func (s *Storage) Len() int {
+	if l, ok := s.base.(interface{ Len() int }); ok {
+		return l.Len()
+	}
+	return 0
+}
+
+// End is the base's size in bytes (0 if it does not say).
+func (s *Storage) End() int64 {
+	if e, ok := s.base.(interface{ End() int64 }); ok {
+		return e.End()
+	}
+	return 0
+}
+
+func (s *Storage) Iterate(ctx context.Context, tidMin, tidMax zodb.Tid) zodb.Iterator {
+	return &iterator{base: s.base.Iterate(ctx, tidMin, tidMax)}
+}
+
+type iterator struct {
+	base zodb.Iterator
+	data dataIterator
+}
+
+func (it *iterator) NextTxn(ctx context.Context) (*zodb.TxnInfo, zodb.DataIterator, error) {
+	t, d, err := it.base.NextTxn(ctx)
+	if err != nil {
+		return t, nil, err
+	}
+	it.data.base = d
+	return t, &it.data, nil
+}
+
+type dataIterator struct {
+	base zodb.DataIterator
+	info zodb.DataInfo
+	buf  []byte
+}
+
+func (it *dataIterator) NextData(ctx context.Context) (*zodb.DataInfo, error) {
+	d, err := it.base.NextData(ctx)
+	if err != nil || !Compressed(d.Data) {
+		return d, err
+	}
+	it.info = *d
+	if it.buf, err = AppendDecompress(it.buf[:0], d.Data); err != nil {
+		return nil, err
+	}
+	it.info.Data = it.buf
+	return &it.info, nil
+}
+
+func (s *Storage) Begin(ctx context.Context, meta zodb.TxnMeta) (zodb.Txn, error) {
+	t, err := s.base.Begin(ctx, meta)
+	if err != nil {
+		return nil, err
+	}
+	return &txn{Txn: t, compress: s.compress}, nil
+}
+
+// txn compresses the data of Store and Restore; the rest is the base's.
+type txn struct {
+	zodb.Txn
+	compress bool
+}
+
+func (t *txn) Store(oid zodb.Oid, serial zodb.Tid, data []byte) error {
+	if t.compress {
+		data = AppendCompress(nil, data)
+	}
+	return t.Txn.Store(oid, serial, data)
+}
+
+func (t *txn) Restore(oid zodb.Oid, data []byte, prevTid zodb.Tid) error {
+	if t.compress && data != nil {
+		data = AppendCompress(nil, data)
+	}
+	return t.Txn.Restore(oid, data, prevTid)
+}
+
+// Tid is the base transaction's tid once it has one (the ZEO server's
+// blob code asks for it after vote).
+func (t *txn) Tid() zodb.Tid {
+	if x, ok := t.Txn.(interface{ Tid() zodb.Tid }); ok {
+		return x.Tid()
+	}
+	return 0
+}
