@@ -2,12 +2,14 @@ package fs1
 
 import (
 	"context"
+	"errors"
 	"math/rand"
 	"os"
 	"strconv"
 	"sync"
 	"testing"
 
+	"github.com/zodbd/zodbd/internal/floortest"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -92,6 +94,33 @@ func BenchmarkLoad(b *testing.B) {
 				b.Fatal(err)
 			}
 			buf = data
+		}
+	})
+}
+
+// BenchmarkLoadFiles is serial loads of every object of the fixture and of
+// the datasets (`make datasets`), from the page cache: prod1-1024's objects
+// are ~1.4 KiB, wczblk1-8's 4145 bytes, whose records (with their 42-byte
+// header) one speculative read of 4096 bytes would not cover.
+func BenchmarkLoadFiles(b *testing.B) {
+	floortest.RunFiles(b, "..", func(b *testing.B, path string) {
+		fs, err := Open(path, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer fs.Close()
+		oids := fs.Index().Oids()
+		ctx := context.Background()
+		buf := make([]byte, 0, 64<<10)
+		var nodata *zodb.NoDataError
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			data, _, err := fs.LoadAppend(ctx, zodb.Xid{Oid: oids[i%len(oids)], At: zodb.TidMax}, buf[:0])
+			if err != nil && !errors.As(err, &nodata) { // 1.fs has deleted objects
+				b.Fatal(err)
+			}
+			buf = data[:0]
 		}
 	})
 }

@@ -283,10 +283,22 @@ func (fs *FileStorage) Load(ctx context.Context, xid zodb.Xid) ([]byte, zodb.Tid
 	return fs.LoadAppend(ctx, xid, nil)
 }
 
-// speculativeRead is how many bytes LoadAppend reads with a record's header
-// when the caller's buffer has room: for most objects the header and the
-// data then come in one pread.
+// speculativeRead is how many bytes LoadAppend reads at least with a
+// record's header when the caller's buffer has room: for most objects the
+// header and the data then come in one pread.
 const speculativeRead = 4096
+
+// speculativeLen is how many bytes to read at pos for a record's header and
+// data: speculativeRead, extended to the end of the page where those end.
+// That touches no more pages of the page cache than speculativeRead bytes
+// would, and brings a record a little over 4 KiB in one pread too (a ZBlk1
+// chunk of wendelin.core, 4145 bytes of data and the 42-byte header,
+// unless it starts in the last 91 bytes of a page or at its start).
+func speculativeLen(pos int64) int {
+	const page = 4096
+	end := (pos + speculativeRead + page - 1) &^ (page - 1)
+	return int(end - pos)
+}
 
 // LoadAppend implements zodb.AppendLoader. With a dst of enough spare
 // capacity it makes no allocation: one index lookup and, for an object of up

@@ -82,7 +82,7 @@ func (fs *FileStorage) loadRevision(oid zodb.Oid, before zodb.Tid, dst []byte) (
 	var dh DataHeader
 	var got []byte // bytes read at pos: the header and maybe some data
 	for {
-		want := min(cap(dst)-n0, speculativeRead)
+		want := min(cap(dst)-n0, speculativeLen(pos))
 		if rest := s.end - pos; int64(want) > rest {
 			want = int(rest)
 		}

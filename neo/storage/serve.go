@@ -367,7 +367,7 @@ func (p *peer) serve(req *request) {
 			b = b[:0]
 		}
 		if cap(o.Data) > 1<<20 {
-			o.Data = make([]byte, 0, 4096)
+			o.Data = make([]byte, 0, objBufSize)
 		}
 		n.objPool.Put(o)
 
