@@ -7,21 +7,26 @@ import (
 	"github.com/zodbd/zodbd/zodb"
 )
 
-// Base is what Wrap needs of the storage it wraps (fs1.FileStorage is one).
+// Base is what Wrap needs of the storage it wraps (fs1.FileStorage is
+// one): what the ZEO server uses of a FileStorage, so that wrapping one
+// takes nothing from the server.
 type Base interface {
 	zodb.WriteStorage
 	zodb.BeforeLoader
 	zodb.AppendLoader
 	zodb.Undoer
 	zodb.Packer
+	Len() int                                                                                 // number of objects (get_info)
+	End() int64                                                                               // size in bytes (get_info)
+	Oids() []zodb.Oid                                                                         // every oid, in order (record_iternext)
+	RecentChanges(ctx context.Context, n int) (tids []zodb.Tid, oids [][]zodb.Oid, err error) // the invalidation queue at start
 }
 
 // Storage is zc.zlibstorage's ZlibStorage around a Base: loads, and the
 // data records of iterations, are decompressed; stores and restores are
 // compressed when Compress is set (zlibstorage's "compress" key, true by
 // default); history, undo and pack pass through (pack's garbage
-// collection reads compressed records by itself). It implements the
-// interfaces of Base, and Len and End when the Base has them.
+// collection reads compressed records by itself). It implements Base.
 type Storage struct {
 	base     Base
 	compress bool
@@ -94,20 +99,12 @@ func (s *Storage) NewOids(ctx context.Context, n int) ([]zodb.Oid, error) {
 	return s.base.NewOids(ctx, n)
 }
 
-// Len is the base's number of objects (0 if it does not say).
-func (s *Storage) Len() int {
-	if l, ok := s.base.(interface{ Len() int }); ok {
-		return l.Len()
-	}
-	return 0
-}
+func (s *Storage) Len() int         { return s.base.Len() }
+func (s *Storage) End() int64       { return s.base.End() }
+func (s *Storage) Oids() []zodb.Oid { return s.base.Oids() }
 
-// End is the base's size in bytes (0 if it does not say).
-func (s *Storage) End() int64 {
-	if e, ok := s.base.(interface{ End() int64 }); ok {
-		return e.End()
-	}
-	return 0
+func (s *Storage) RecentChanges(ctx context.Context, n int) ([]zodb.Tid, [][]zodb.Oid, error) {
+	return s.base.RecentChanges(ctx, n)
 }
 
 func (s *Storage) Iterate(ctx context.Context, tidMin, tidMax zodb.Tid) zodb.Iterator {

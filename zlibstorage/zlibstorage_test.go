@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -15,13 +16,33 @@ import (
 
 var _ zlibstorage.Base = (*fs1.FileStorage)(nil)
 
-var (
-	_ zodb.WriteStorage = (*zlibstorage.Storage)(nil)
-	_ zodb.BeforeLoader = (*zlibstorage.Storage)(nil)
-	_ zodb.AppendLoader = (*zlibstorage.Storage)(nil)
-	_ zodb.Undoer       = (*zlibstorage.Storage)(nil)
-	_ zodb.Packer       = (*zlibstorage.Storage)(nil)
-)
+var _ zlibstorage.Base = (*zlibstorage.Storage)(nil)
+
+// TestMethods checks that the wrapper has every method of a FileStorage
+// but those that expose fs1's internals: a server that looks for an
+// optional interface on a FileStorage finds it on the wrapper too.
+func TestMethods(t *testing.T) {
+	fs1Only := map[string]bool{
+		"CountTxn": true, "NumTxn": true, "TornPos": true, // statistics of the file (zodbd info)
+		"File": true, "Index": true, "LoadRevision": true, "PackStats": true, // fs1 types, raw records
+	}
+	w := reflect.TypeOf((*zlibstorage.Storage)(nil))
+	f := reflect.TypeOf((*fs1.FileStorage)(nil))
+	for i := 0; i < f.NumMethod(); i++ {
+		m := f.Method(i)
+		if fs1Only[m.Name] {
+			continue
+		}
+		wm, ok := w.MethodByName(m.Name)
+		if !ok {
+			t.Errorf("zlibstorage.Storage has no method %s (fs1.FileStorage has: %v)", m.Name, m.Type)
+			continue
+		}
+		if wm.Type.NumIn() != m.Type.NumIn() || wm.Type.NumOut() != m.Type.NumOut() {
+			t.Errorf("%s: %v, fs1's is %v", m.Name, wm.Type, m.Type)
+		}
+	}
+}
 
 func TestCompress(t *testing.T) {
 	long := []byte(strings.Repeat("persistent data ", 40))
