@@ -576,6 +576,9 @@ func (c *conn) recordIternext(id *wire.Value, next zodb.Oid, start bool) error {
 
 func (c *conn) getInvalidations(id *wire.Value, tid zodb.Tid) {
 	last, oids, ok := c.st.invalidationsSince(tid)
+	if !ok {
+		last, oids, ok = c.st.invalidationsByIteration(c.ctx, tid)
+	}
 	c.reply(id, func(e *wire.Encoder) {
 		if !ok {
 			e.None()

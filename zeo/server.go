@@ -59,6 +59,12 @@ type Config struct {
 	// InvalidationQueueSize is how many recent transactions are kept to
 	// answer getInvalidations (default 100).
 	InvalidationQueueSize int
+	// InvalidationAge, when not 0, is ZEO's invalidation-age: a client
+	// whose last transaction is older than the invalidation queue, but
+	// less than InvalidationAge old, gets its invalidations by an
+	// iteration of the storage's transactions since, instead of having to
+	// drop its cache.
+	InvalidationAge time.Duration
 	// TransactionTimeout, when not 0, is how long a client may hold the
 	// commit lock (from vote to finish); past it its connection is closed,
 	// which aborts its transaction.

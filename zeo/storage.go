@@ -2,8 +2,10 @@ package zeo
 
 import (
 	"context"
+	"io"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/zodbd/zodbd/blob"
 	"github.com/zodbd/zodbd/zeo/wire"
@@ -207,6 +209,52 @@ func (st *storage) invalidationsSince(tid zodb.Tid) (last zodb.Tid, oids []zodb.
 				oids = append(oids, oid)
 			}
 		}
+	}
+	return last, oids, true
+}
+
+// invalidationsByIteration answers getInvalidations(tid) for a tid older
+// than the invalidation queue, as ZEO does with invalidation-age: when tid
+// is less than InvalidationAge old, by iterating the transactions after
+// it, returning the last one's tid and every oid they changed; otherwise
+// ok=false (the client must then drop its cache).
+func (st *storage) invalidationsByIteration(ctx context.Context, tid zodb.Tid) (last zodb.Tid, oids []zodb.Oid, ok bool) {
+	age := st.srv.cfg.InvalidationAge
+	if age <= 0 || time.Since(tid.Time()) >= age {
+		return 0, nil, false
+	}
+	seen := make(map[zodb.Oid]struct{})
+	it := st.st.Iterate(ctx, tid+1, zodb.TidMax)
+	for {
+		txn, data, err := it.NextTxn(ctx)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			st.srv.logf("zeo: storage %s: getInvalidations(%s): iterating the transactions since: %v", st.name, tid, err)
+			return 0, nil, false
+		}
+		for {
+			d, err := data.NextData(ctx)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				st.srv.logf("zeo: storage %s: getInvalidations(%s): iterating the transactions since: %v", st.name, tid, err)
+				return 0, nil, false
+			}
+			if _, dup := seen[d.Oid]; !dup {
+				seen[d.Oid] = struct{}{}
+				oids = append(oids, d.Oid)
+			}
+		}
+		last = txn.Tid
+	}
+	if last == 0 {
+		// Nothing after tid (the queue was empty): the client is current.
+		st.mu.Lock()
+		last = st.lastTid
+		st.mu.Unlock()
 	}
 	return last, oids, true
 }

@@ -56,6 +56,7 @@ func runServe(args []string) int {
 	var readOnly, msgpack, create bool
 	var timeout float64
 	var maxFrame, gomaxprocs, invq int
+	var invAge float64
 	for _, n := range []string{"a", "address"} {
 		fl.StringVar(&addr, n, "", "address to listen on")
 	}
@@ -77,6 +78,7 @@ func runServe(args []string) int {
 	fl.StringVar(&logPath, "log", "", "log file (default: stderr)")
 	fl.IntVar(&maxFrame, "max-frame", wire.DefaultMaxFrame, "largest request frame accepted, in bytes")
 	fl.IntVar(&invq, "invalidation-queue-size", 0, "transactions remembered for getInvalidations (default 100)")
+	fl.Float64Var(&invAge, "invalidation-age", 0, "a client older than the invalidation queue but younger than this many seconds gets its invalidations by iteration (0: never)")
 	fl.IntVar(&gomaxprocs, "gomaxprocs", 0, "set GOMAXPROCS (0: Go's default, the number of usable CPUs)")
 	fl.StringVar(&cpus, "cpus", "", "pin the process to these CPUs (e.g. 0-7,16-23)")
 	fl.StringVar(&debugAddr, "debug-addr", "", "serve Go's profiler (net/http/pprof) at http://`HOST:PORT`/debug/pprof/ (keep it private)")
@@ -134,6 +136,9 @@ func runServe(args []string) int {
 	if set["log"] {
 		fc.LogPath = logPath
 	}
+	if set["invalidation-age"] {
+		fc.InvalidationAge = invAge
+	}
 	if invq > 0 {
 		fc.InvalidationQueueSize = invq
 	}
@@ -162,6 +167,7 @@ func runServe(args []string) int {
 	cfg := zeo.Config{
 		ReadOnly:              fc.ReadOnly,
 		InvalidationQueueSize: fc.InvalidationQueueSize,
+		InvalidationAge:       time.Duration(fc.InvalidationAge * float64(time.Second)),
 		TransactionTimeout:    fc.TransactionTimeout,
 		MaxFrame:              maxFrame,
 		Marshal:               wire.Pickle,
