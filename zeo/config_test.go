@@ -145,3 +145,37 @@ func TestParseConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseConfig parses arbitrary configuration text: no panic, and what
+// parses has an address and storages with distinct names, each with a
+// path and a known zlib mode.
+func FuzzParseConfig(f *testing.F) {
+	f.Add("<zeo>\naddress 1\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n")
+	f.Add("%import zc.zlibstorage\n%define D /v\n<zeo>\naddress 127.0.0.1:1\n<ssl>\ncertificate $D/c\n</ssl>\n</zeo>\n" +
+		"<blobstorage b>\nblob-dir ${D}/b\n<zlibstorage>\ncompress false\n<filestorage>\npath /x\n</filestorage>\n</zlibstorage>\n</blobstorage>\n" +
+		"<serverzlibstorage s>\n<filestorage>\npath /y\n</filestorage>\n</serverzlibstorage>\n<eventlog>\n<logfile>\npath /l\n</logfile>\n</eventlog>\n")
+	f.Fuzz(func(t *testing.T, text string) {
+		cfg, err := ParseConfig(strings.NewReader(text))
+		if err != nil {
+			return
+		}
+		if cfg.Address == "" || len(cfg.Storages) == 0 {
+			t.Fatalf("parsed without an address or a storage: %+v", cfg)
+		}
+		names := map[string]bool{}
+		for _, s := range cfg.Storages {
+			if s.Name == "" || names[s.Name] || s.Path == "" {
+				t.Fatalf("storage %+v (names so far %v)", s, names)
+			}
+			names[s.Name] = true
+			switch s.Zlib {
+			case "", "zlibstorage", "serverzlibstorage":
+			default:
+				t.Fatalf("storage %+v: zlib mode %q", s, s.Zlib)
+			}
+			if s.ZlibCompress && s.Zlib != "zlibstorage" {
+				t.Fatalf("storage %+v: compress without <zlibstorage>", s)
+			}
+		}
+	})
+}
