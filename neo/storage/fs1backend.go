@@ -9,6 +9,7 @@ import (
 
 	"github.com/zodbd/zodbd/fs1"
 	"github.com/zodbd/zodbd/neo/proto"
+	"github.com/zodbd/zodbd/zlibstorage"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -147,6 +148,15 @@ func (b *FS1Backend) Object(ctx context.Context, oid zodb.Oid, at, before zodb.T
 			return err
 		}
 		o.DataSerial = bh.Tid
+	}
+	if zlibstorage.Compressed(data) && len(data) > 2 {
+		// A record zc.zlibstorage compressed (".z" + zlib) is what NEO
+		// calls compression 1: the zlib data goes out as such, and the
+		// client decompresses it. (Shifted in place: o.Data keeps its
+		// capacity for the next load.)
+		n := copy(data, data[2:])
+		data = data[:n]
+		o.Data, o.Compression = data, 1
 	}
 	o.Checksum = b.sums.sum(rev.Pos, data)
 	return nil
