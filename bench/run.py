@@ -52,7 +52,7 @@ SERVERS = {
     'runzeo-Z': ('runzeo', 'pickle'),
     'runzeo-M': ('runzeo', 'msgpack'),
     'zodbd-neo': ('zodbd-neo', 'neo'),
-    'zodbd-neo-nosha1': ('zodbd-neo', 'neo'),  # the same node; the client skips the sha1 check (?verify=0)
+    'zodbd-neo-nosha1': ('zodbd-neo', 'neo'),  # the same node without sha1 on either side (--no-checksum, ?verify=0)
     'neo-py': ('neo-py', 'neo'),  # NEO/py's master + SQLite storage (--neo-py), on the dataset imported by NEO/py
     'zodbd-neo-sqlite': ('zodbd-neo-sqlite', 'neo'),  # zodbd neo-storage on that same imported database
 }
@@ -442,6 +442,8 @@ class Setup:
             cmd = taskset + [self.a.zodbd, 'neo-storage', '--cluster', NEO_CLUSTER, '--with-master', addr]
             if gmp:
                 cmd += ['--gomaxprocs', str(gmp)]
+            if name.endswith('-nosha1'):
+                cmd.append('--no-checksum')  # the flag that both sides honour
             return cmd + [fs], env
         raise RuntimeError('no way to start %s' % name)
 

@@ -49,6 +49,8 @@ func runNeoStorage(args []string) int {
 	fl.IntVar(&gomaxprocs, "gomaxprocs", 0, "set GOMAXPROCS (0: Go's default)")
 	fl.StringVar(&cpus, "cpus", "", "pin the process to these CPUs (e.g. 0-7,16-23)")
 	fl.StringVar(&debugAddr, "debug-addr", "", "serve Go's profiler (net/http/pprof) at http://`HOST:PORT`/debug/pprof/ (keep it private)")
+	var noChecksum bool
+	fl.BoolVar(&noChecksum, "no-checksum", false, "for benchmarks only: send zero checksums instead of sha1(data) (FileStorage backend); only clients that skip their check (neo://...?verify=0) can read from such a node")
 	var withMaster string
 	fl.StringVar(&withMaster, "with-master", "", "for demos and benchmarks: also run `zodbd neo-master` in this process, listening on `ADDR`, and join it (then --masters is not needed)")
 	if err := fl.Parse(args); err != nil {
@@ -105,6 +107,14 @@ func runNeoStorage(args []string) int {
 		return fatalf("neo-storage", "%v", err)
 	}
 	defer be.Close()
+	if noChecksum {
+		if fb, ok := be.(*storage.FS1Backend); ok {
+			fb.SkipChecksums()
+			log.Printf("zodbd neo-storage: --no-checksum: zero checksums are sent; only clients with verify=0 can read")
+		} else {
+			log.Printf("zodbd neo-storage: --no-checksum ignored: this backend sends the checksums it stores, which cost nothing")
+		}
+	}
 	if withMaster != "" {
 		m, err := neotest.NewMaster(neotest.MasterConfig{Cluster: clusterName, Bind: withMaster, TLS: tlsConf,
 			Logf: log.New(os.Stderr, "", log.LstdFlags|log.Lmicroseconds).Printf})
