@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 
 import pytest
@@ -35,19 +36,25 @@ tls = dict(zip(('ca', 'cert', 'key'), sys.argv[4:7]))
 if kind == 'fs':
     from ZODB.FileStorage import FileStorage
     st = FileStorage(where, read_only=True)
+elif kind == 'zfs':  # the project's Python: zc.zlibstorage is not in NEO/py's venv
+    from ZODB.FileStorage import FileStorage
+    from zc.zlibstorage import ZlibStorage
+    st = ZlibStorage(FileStorage(where, read_only=True))
 else:
     from neo.client.Storage import Storage
     st = Storage(master_nodes=where, name='vectors', read_only=True, **tls)
-out = {'loads': [], 'history': [], 'iter': 0}
+out = {'loads': [], 'history': [], 'iter': 0, 'records': []}
 for oid in range(n):
     data, serial = st.load(p64(oid))
     out['loads'].append([serial.hex(), hashlib.sha1(data).hexdigest(), len(data)])
     out['history'].append([[h['tid'].hex(), h['size']] for h in st.history(p64(oid), size=100)])
-for t in st.iterator():
-    out['iter'] += sum(1 for _ in t)
 from ZODB.utils import u64
+for t in st.iterator():
+    for r in t:
+        out['iter'] += 1
+        out['records'].append([t.tid.hex(), u64(r.oid), None if r.data is None else hashlib.sha1(r.data).hexdigest()])
 from ZODB.POSException import POSKeyError
-if kind == 'fs':
+if kind != 'neo':
     def alive(oid):
         try:
             st.load(oid)
@@ -128,7 +135,8 @@ class Cluster:
 
     def read(self, kind, where, n):
         tls = self.tls[1::2] if kind == 'neo' else []
-        p = subprocess.run([PY, '-c', READER, kind, where, str(n), *tls], env=self.env, capture_output=True,
+        py = sys.executable if kind == 'zfs' else PY
+        p = subprocess.run([py, '-c', READER, kind, where, str(n), *tls], env=self.env, capture_output=True,
                            text=True, timeout=600)
         assert p.returncode == 0, p.stderr[-3000:]
         return json.loads(p.stdout)
@@ -163,6 +171,65 @@ def test_neopy_reads_filestorage(tmp_path, zodbd_bin):
     assert got['oids'] == want['oids'] and got['oids']
     # NEO's history sizes are the stored lengths; FileStorage's the
     # record's own data (0 for a backpointer): compare the tids.
+    assert [[h[0] for h in x] for x in got['history']] == [[h[0] for h in x] for x in want['history']]
+
+
+ZWRITER = r'''
+import random
+import sys
+import transaction
+from persistent.mapping import PersistentMapping
+from ZODB import DB
+from ZODB.FileStorage import FileStorage
+from zc.zlibstorage import ZlibStorage
+db = DB(ZlibStorage(FileStorage(sys.argv[1])))
+conn = db.open()
+root = conn.root()
+for i in range(5):
+    root['m%d' % i] = PersistentMapping({'n': i, 'text': ('object %d, a long compressible string. ' % i) * 200})
+    transaction.commit()
+for i in (0, 2, 4):  # second revisions
+    root['m%d' % i]['text'] += 'changed ' * 300
+    transaction.commit()
+root['m1']['text'] = random.Random(0).randbytes(4000)  # stored as is: zlib would make it longer
+transaction.commit()
+db.undo(db.undoLog(0, 1)[0]['id'])  # m1 back to its compressed revision: a backpointer
+transaction.commit()
+db.close()
+'''
+
+
+def test_neopy_reads_zlib_filestorage(tmp_path, zodbd_bin):
+    """A FileStorage written by ZODB/py through zc.zlibstorage (records
+    stored as b'.z' + zlib data): our node serves such a record as NEO's
+    compression 1 with the zlib data, so NEO/py's client (not wrapped in
+    ZlibStorage) reads the plain pickles, those ZODB/py reads through
+    ZlibStorage(FileStorage)."""
+    path = str(tmp_path / 'Data.fs')
+    w = subprocess.run([sys.executable, '-c', ZWRITER, path], capture_output=True, text=True, timeout=120)
+    assert w.returncode == 0, w.stderr
+    from ZODB.FileStorage import FileStorage
+    fs = FileStorage(path, read_only=True)
+    try:
+        raw = [r.data for t in fs.iterator() for r in t if r.data is not None]
+    finally:
+        fs.close()
+    assert sum(1 for d in raw if d[:2] == b'.z') >= 8  # 5 first and 3 second revisions
+    assert any(d[:2] != b'.z' for d in raw)  # the random bytes: stored as is
+    c = Cluster(tmp_path, zodbd_bin, path)
+    try:
+        c.wait_running(start=True)  # a new cluster: neoctl start
+        n = 6  # the root and five mappings
+        got = c.read('neo', c.master, n)
+    finally:
+        rc = c.stop()
+    assert rc == 0
+    want = c.read('zfs', path, n)
+    assert want['oids'] == list(range(n))
+    assert got['loads'] == want['loads']
+    assert got['oids'] == want['oids']
+    assert got['iter'] == want['iter']
+    assert got['records'] == want['records']  # every revision's data, the backpointer's included
     assert [[h[0] for h in x] for x in got['history']] == [[h[0] for h in x] for x in want['history']]
 
 
