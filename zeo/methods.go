@@ -457,12 +457,11 @@ func (c *conn) register(id *wire.Value, name string, readOnly bool, a *args) err
 	c.st = st
 	c.readOnly = readOnly || st.readOnly
 	c.iters = make(map[int64]*iterState)
-	// Register before reading the last tid: a commit that finishes in
-	// between sends us its invalidation, which the client ignores if it
-	// is not after the tid we return.
-	st.register(c)
-	last, err := st.st.LastTid(c.ctx)
+	// Registered and the last tid read together (see storage.register):
+	// every commit after that tid reaches this connection.
+	last, err := st.register(c.ctx, c)
 	if err != nil {
+		c.st = nil
 		return err
 	}
 	c.reply(id, func(e *wire.Encoder) { e.Oid8(uint64(last)) })

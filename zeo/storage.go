@@ -109,10 +109,29 @@ func (st *storage) seedInvalidations() {
 	}
 }
 
-func (st *storage) register(c *conn) {
+// register adds c to the storage's connections and returns the last tid
+// the storage has published. A commit that committed has broadcast but
+// the storage has not published yet did not reach c: its invalidation is
+// queued on c now (before the reply to register, which the client
+// tolerates), so that c misses no invalidation after the tid returned and
+// its loads wait for that commit's state as those of other connections do.
+// The storage's LastTid must not block (fs1's is an atomic load): it is
+// called under st.mu, which committed takes inside the storage's commit.
+func (st *storage) register(ctx context.Context, c *conn) (zodb.Tid, error) {
 	st.mu.Lock()
+	defer st.mu.Unlock()
+	last, err := st.st.LastTid(ctx)
+	if err != nil {
+		return 0, err
+	}
 	st.conns[c] = struct{}{}
-	st.mu.Unlock()
+	n := len(st.invq)
+	for i := 0; i < n; i++ {
+		if inv := st.invq[(st.invHead+i)%n]; inv.tid > last {
+			c.out.invalidate(st.invalidationFrame(inv.tid, inv.oids), inv.tid)
+		}
+	}
+	return last, nil
 }
 
 func (st *storage) unregister(c *conn) {
@@ -140,19 +159,7 @@ func (st *storage) numConns() int {
 // new state.
 func (st *storage) committed(from *conn, tid zodb.Tid, oids []zodb.Oid) {
 	// All connections of a server use the same marshalling: encode once.
-	e := wire.Encoder{M: st.srv.cfg.Marshal, Buf: make([]byte, 0, 64+12*len(oids))}
-	e.BeginCall("invalidateTransaction")
-	e.BeginTuple(2)
-	e.Oid8(uint64(tid))
-	e.BeginList(len(oids))
-	for _, oid := range oids {
-		e.Oid8(uint64(oid))
-	}
-	e.EndList(len(oids))
-	e.EndTuple(2)
-	e.EndMessage()
-	frame := e.Buf
-
+	frame := st.invalidationFrame(tid, oids)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	for c := range st.conns {
@@ -173,6 +180,22 @@ func (st *storage) committed(from *conn, tid zodb.Tid, oids []zodb.Oid) {
 	}
 	st.lastTid = tid
 	st.stats.commits++
+}
+
+// invalidationFrame encodes the message invalidateTransaction(tid, oids).
+func (st *storage) invalidationFrame(tid zodb.Tid, oids []zodb.Oid) []byte {
+	e := wire.Encoder{M: st.srv.cfg.Marshal, Buf: make([]byte, 0, 64+12*len(oids))}
+	e.BeginCall("invalidateTransaction")
+	e.BeginTuple(2)
+	e.Oid8(uint64(tid))
+	e.BeginList(len(oids))
+	for _, oid := range oids {
+		e.Oid8(uint64(oid))
+	}
+	e.EndList(len(oids))
+	e.EndTuple(2)
+	e.EndMessage()
+	return e.Buf
 }
 
 // invalidationsSince answers getInvalidations(tid): the last tid and every
@@ -224,6 +247,18 @@ func (st *storage) invalidationsByIteration(ctx context.Context, tid zodb.Tid) (
 		return 0, nil, false
 	}
 	seen := make(map[zodb.Oid]struct{})
+	add := func(oid zodb.Oid) {
+		if _, dup := seen[oid]; !dup {
+			seen[oid] = struct{}{}
+			oids = append(oids, oid)
+		}
+	}
+	fail := func(err error) (zodb.Tid, []zodb.Oid, bool) {
+		if ctx.Err() == nil { // not a client that went away
+			st.srv.logf("zeo: storage %s: getInvalidations(%s): iterating the transactions since: %v", st.name, tid, err)
+		}
+		return 0, nil, false
+	}
 	it := st.st.Iterate(ctx, tid+1, zodb.TidMax)
 	for {
 		txn, data, err := it.NextTxn(ctx)
@@ -231,8 +266,7 @@ func (st *storage) invalidationsByIteration(ctx context.Context, tid zodb.Tid) (
 			break
 		}
 		if err != nil {
-			st.srv.logf("zeo: storage %s: getInvalidations(%s): iterating the transactions since: %v", st.name, tid, err)
-			return 0, nil, false
+			return fail(err)
 		}
 		for {
 			d, err := data.NextData(ctx)
@@ -240,23 +274,27 @@ func (st *storage) invalidationsByIteration(ctx context.Context, tid zodb.Tid) (
 				break
 			}
 			if err != nil {
-				st.srv.logf("zeo: storage %s: getInvalidations(%s): iterating the transactions since: %v", st.name, tid, err)
-				return 0, nil, false
+				return fail(err)
 			}
-			if _, dup := seen[d.Oid]; !dup {
-				seen[d.Oid] = struct{}{}
-				oids = append(oids, d.Oid)
-			}
+			add(d.Oid)
 		}
 		last = txn.Tid
 	}
-	if last == 0 {
-		// Nothing after tid (the queue was empty): the client is current.
-		st.mu.Lock()
-		last = st.lastTid
-		st.mu.Unlock()
+	// The iteration sees what the storage has published; commits already
+	// broadcast (committed) may not be published yet. Those are in the
+	// queue: add them, and answer the last tid committed, so that the
+	// client misses none (its loads wait for their state, see register).
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	n := len(st.invq)
+	for i := 0; i < n; i++ {
+		if inv := st.invq[(st.invHead+i)%n]; inv.tid > last && inv.tid > tid {
+			for _, oid := range inv.oids {
+				add(oid)
+			}
+		}
 	}
-	return last, oids, true
+	return st.lastTid, oids, true
 }
 
 // afterPack tells every client of the storage its new size, as the
