@@ -37,7 +37,19 @@ func (c *SSLConfig) TLSConfig() (*tls.Config, error) {
 	pool := x509.NewCertPool()
 	files := []string{c.Authenticate}
 	if fi, err := os.Stat(c.Authenticate); err == nil && fi.IsDir() {
-		files, _ = filepath.Glob(filepath.Join(c.Authenticate, "*"))
+		// Every regular file of the directory (subdirectories, as
+		// /etc/ssl/certs/java, are skipped).
+		entries, err := os.ReadDir(c.Authenticate)
+		if err != nil {
+			return nil, fmt.Errorf("zeo: ssl: authenticate: %w", err)
+		}
+		files = files[:0]
+		for _, e := range entries {
+			p := filepath.Join(c.Authenticate, e.Name())
+			if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+				files = append(files, p)
+			}
+		}
 	}
 	n := 0
 	for _, f := range files {

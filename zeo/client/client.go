@@ -86,8 +86,9 @@ type Options struct {
 	// Logf receives warnings (unexpected messages); nil means log.Printf.
 	Logf func(format string, args ...interface{})
 	// TLS, when not nil, runs the connection over TLS (TLSOptions.Config
-	// builds one as ZEO's client does). When it names no ServerName and
-	// verifies the server, the host of the address is checked.
+	// builds one as ZEO's client does). When it names no ServerName, the
+	// host of the address is the name checked (unless verification is
+	// off) and sent to the server (SNI).
 	TLS *tls.Config
 }
 
@@ -192,6 +193,13 @@ func Dial(ctx context.Context, network, addr string, opt *Options) (*Client, err
 	if opt == nil {
 		opt = &Options{}
 	}
+	if _, ok := ctx.Deadline(); !ok {
+		// One bound for the connection, TLS and protocol handshakes,
+		// register and get_info together.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+	}
 	scheme := "zeo"
 	if opt.TLS != nil {
 		scheme = "zeos"
@@ -210,21 +218,17 @@ func Dial(ctx context.Context, network, addr string, opt *Options) (*Client, err
 	}
 	if opt.TLS != nil {
 		conf := opt.TLS
-		if conf.ServerName == "" && !conf.InsecureSkipVerify {
+		if conf.ServerName == "" {
+			// The name checked in the server's certificate, and sent
+			// (SNI) even when it is not checked, as ZEO's client does.
 			conf = conf.Clone()
 			conf.ServerName = addr
 			if host, _, err := net.SplitHostPort(addr); err == nil {
 				conf.ServerName = host
 			}
 		}
-		hctx := ctx
-		if _, ok := ctx.Deadline(); !ok {
-			var cancel context.CancelFunc
-			hctx, cancel = context.WithTimeout(ctx, 30*time.Second)
-			defer cancel()
-		}
 		tc := tls.Client(nc, conf)
-		if err := tc.HandshakeContext(hctx); err != nil {
+		if err := tc.HandshakeContext(ctx); err != nil {
 			nc.Close()
 			return nil, fmt.Errorf("zeo client: %s: TLS handshake: %w", addr, err)
 		}

@@ -72,12 +72,22 @@ func (o *TLSOptions) Config() (*tls.Config, error) {
 	return conf, nil
 }
 
-// loadCAs reads the PEM certificates of a file, or of every file of a
-// directory.
+// loadCAs reads the PEM certificates of a file, or of every regular file
+// of a directory (its subdirectories are skipped, as OpenSSL's CApath
+// lookups skip them).
 func loadCAs(path string) (*x509.CertPool, error) {
 	files := []string{path}
 	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
-		files, _ = filepath.Glob(filepath.Join(path, "*"))
+		entries, err := os.ReadDir(path)
+		if err != nil {
+			return nil, fmt.Errorf("zeo client: tls: CA: %w", err)
+		}
+		files = files[:0]
+		for _, e := range entries {
+			if fi, err := os.Stat(filepath.Join(path, e.Name())); err == nil && fi.Mode().IsRegular() {
+				files = append(files, filepath.Join(path, e.Name()))
+			}
+		}
 	}
 	pool := x509.NewCertPool()
 	n := 0

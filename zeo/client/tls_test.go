@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -94,12 +95,19 @@ func writePEM(t *testing.T, dir, name, typ string, der []byte) string {
 }
 
 // startTLSServer serves the 1.fs fixture over TLS, clients authenticated
-// by p's CA, as `zodbd serve` does with an <ssl> section.
-func startTLSServer(t *testing.T, p *testPKI) string {
+// by p's CA, as `zodbd serve` does with an <ssl> section. sni, when not
+// nil, receives the server name each client sends.
+func startTLSServer(t *testing.T, p *testPKI, sni ...chan<- string) string {
 	t.Helper()
 	conf, err := (&zeo.SSLConfig{Certificate: p.serverCert, Key: p.serverKey, Authenticate: p.ca}).TLSConfig()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(sni) > 0 {
+		conf.GetConfigForClient = func(hi *tls.ClientHelloInfo) (*tls.Config, error) {
+			sni[0] <- hi.ServerName
+			return nil, nil
+		}
 	}
 	srv, err := zeo.NewServer(zeo.Config{
 		Storages: []zeo.StorageConfig{{Name: "1", Storage: openFixtureFS(t), ReadOnly: true}},
@@ -226,5 +234,56 @@ func TestTLSOptionsDial(t *testing.T) {
 	}
 	if conf.ServerName != "" {
 		t.Errorf("Dial changed the caller's tls.Config: ServerName %q", conf.ServerName)
+	}
+}
+
+// TestTLSServerName: without server_hostname the URL's host is sent (SNI),
+// also when it is not checked (check_hostname=0), as ZEO's client does.
+func TestTLSServerName(t *testing.T) {
+	p := newPKI(t, "zodbd test CA")
+	sni := make(chan string, 4)
+	addr := startTLSServer(t, p, sni)
+	_, port, _ := net.SplitHostPort(addr)
+	for _, check := range []string{"1", "0"} {
+		q := url.Values{"ca": {p.ca}, "cert": {p.clientCert}, "key": {p.clientKey}, "check_hostname": {check}}
+		if _, err := openURL(t, "zeos://localhost:"+port+"?"+q.Encode(), 10*time.Second); err != nil {
+			t.Fatalf("check_hostname=%s: %v", check, err)
+		}
+		if got := <-sni; got != "localhost" {
+			t.Errorf("check_hostname=%s: server name sent %q, want localhost", check, got)
+		}
+	}
+}
+
+// TestTLSCADirectory: a CA directory is every regular file in it, on the
+// client (ca=) and on the server (authenticate): a subdirectory (as
+// /etc/ssl/certs/java on Debian) is skipped, and glob characters in the
+// path are nothing special.
+func TestTLSCADirectory(t *testing.T) {
+	p := newPKI(t, "zodbd test CA")
+	pem, err := os.ReadFile(p.ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"certs", "certs[1]*"} {
+		dir := filepath.Join(t.TempDir(), name)
+		if err := os.MkdirAll(filepath.Join(dir, "java"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "ca.pem"), pem, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		conf, err := (&client.TLSOptions{CA: dir}).Config()
+		if err != nil || conf.RootCAs == nil {
+			t.Errorf("client, CA directory %s: %v", name, err)
+		}
+		sconf, err := (&zeo.SSLConfig{Certificate: p.serverCert, Key: p.serverKey, Authenticate: dir}).TLSConfig()
+		if err != nil || sconf.ClientCAs == nil {
+			t.Errorf("server, authenticate directory %s: %v", name, err)
+		}
+	}
+	empty := t.TempDir()
+	if _, err := (&client.TLSOptions{CA: empty}).Config(); err == nil {
+		t.Errorf("client, CA directory without certificates: no error")
 	}
 }
