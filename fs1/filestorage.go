@@ -293,7 +293,8 @@ const speculativeRead = 4096
 // That touches no more pages of the page cache than speculativeRead bytes
 // would, and brings a record a little over 4 KiB in one pread too (a ZBlk1
 // chunk of wendelin.core, 4145 bytes of data and the 42-byte header,
-// unless it starts in the last 91 bytes of a page or at its start).
+// unless it starts at one of 91 of a page's 4096 offsets: the first, or
+// one of the last 90).
 func speculativeLen(pos int64) int {
 	const page = 4096
 	end := (pos + speculativeRead + page - 1) &^ (page - 1)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -144,7 +145,7 @@ func (cfg *FileConfig) zeoSection(s *section) error {
 		case "invalidation-queue-size":
 			cfg.InvalidationQueueSize, err = strconv.Atoi(v)
 		case "invalidation-age":
-			cfg.InvalidationAge, err = strconv.ParseFloat(v, 64)
+			cfg.InvalidationAge, err = ParseInvalidationAge(v)
 		case "transaction-timeout":
 			var n int
 			n, err = strconv.Atoi(v)
@@ -360,15 +361,12 @@ func parseSize(s string) (int64, error) {
 	return n * mult, nil
 }
 
-// filestorageSection parses a <filestorage> section; name is the storage's
-// name ("" when unnamed) and blobDir the blob-dir of an enclosing
-// <blobstorage>.
 // storageSection parses a storage section and the sections it wraps, down
 // to the <filestorage>; name (the outermost section's) names the storage.
 func storageSection(s *section, name string, imports map[string]bool) (FileStorageConfig, error) {
 	switch s.typ {
 	case "filestorage":
-		return filestorageSection(s, name, "")
+		return filestorageSection(s, name)
 	case "blobstorage", "zlibstorage", "serverzlibstorage":
 	default:
 		return FileStorageConfig{}, fmt.Errorf("line %d: section <%s> is not supported (zodbd serves filestorage sections)", s.line, s.typ)
@@ -421,8 +419,10 @@ func storageSection(s *section, name string, imports map[string]bool) (FileStora
 	return fs, nil
 }
 
-func filestorageSection(s *section, name, blobDir string) (FileStorageConfig, error) {
-	fs := FileStorageConfig{Name: name, BlobDir: blobDir, PackGC: true, PackKeepOld: true}
+// filestorageSection parses a <filestorage> section; name is the storage's
+// name ("" when unnamed). A <blobstorage> around it sets BlobDir after.
+func filestorageSection(s *section, name string) (FileStorageConfig, error) {
+	fs := FileStorageConfig{Name: name, PackGC: true, PackKeepOld: true}
 	var err error
 	for k, vs := range s.keys {
 		v := vs[len(vs)-1]
@@ -430,9 +430,6 @@ func filestorageSection(s *section, name, blobDir string) (FileStorageConfig, er
 		case "path":
 			fs.Path = v
 		case "blob-dir":
-			if blobDir != "" {
-				err = fmt.Errorf("blob-dir given inside a <blobstorage>")
-			}
 			fs.BlobDir = v
 		case "create":
 			fs.Create, err = parseBool(v)
@@ -475,4 +472,17 @@ func (cfg *FileConfig) addStorage(fs FileStorageConfig, s *section, unnamed *int
 	}
 	cfg.Storages = append(cfg.Storages, fs)
 	return nil
+}
+
+// ParseInvalidationAge parses invalidation-age: seconds, not negative; a value too big
+// for a time.Duration (about 292 years) is that maximum.
+func ParseInvalidationAge(v string) (float64, error) {
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return 0, err
+	}
+	if !(f >= 0) { // NaN too
+		return 0, fmt.Errorf("%q: want a number of seconds, 0 or more", v)
+	}
+	return min(f, float64(math.MaxInt64/int64(time.Second))), nil
 }

@@ -119,25 +119,27 @@ func TestParseConfigZlib(t *testing.T) {
 
 func TestParseConfigErrors(t *testing.T) {
 	bad := map[string]string{
-		"no zeo":                  "<filestorage>\npath /x\n</filestorage>\n",
-		"no storage":              "<zeo>\naddress 1\n</zeo>\n",
-		"import":                  "%import ZODB.tests\n<zeo>\naddress 1\n</zeo>\n",
-		"relstorage":              "<zeo>\naddress 1\n</zeo>\n<relstorage>\n</relstorage>\n",
-		"unclosed":                "<zeo>\naddress 1\n",
-		"mismatch":                "<zeo>\naddress 1\n</filestorage>\n",
-		"bad bool":                "<zeo>\naddress 1\nread-only maybe\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n",
-		"unknown key":             "<zeo>\naddress 1\ncolour blue\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n",
-		"two unnamed":             "<zeo>\naddress 1\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n<filestorage>\npath /y\n</filestorage>\n",
-		"undefined var":           "<zeo>\naddress $NOPE\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n",
-		"password fn":             "<zeo>\naddress 1\n<ssl>\ncertificate /c\npassword-function a.b\n</ssl>\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n",
-		"no path":                 "<zeo>\naddress 1\n</zeo>\n<filestorage>\n</filestorage>\n",
-		"zlib without its import": "<zeo>\naddress 1\n</zeo>\n<zlibstorage>\n<filestorage>\npath /x\n</filestorage>\n</zlibstorage>\n",
-		"zlib in zlib":            "%import zc.zlibstorage\n<zeo>\naddress 1\n</zeo>\n<zlibstorage>\n<serverzlibstorage>\n<filestorage>\npath /x\n</filestorage>\n</serverzlibstorage>\n</zlibstorage>\n",
-		"zlib around nothing":     "%import zc.zlibstorage\n<zeo>\naddress 1\n</zeo>\n<zlibstorage>\n</zlibstorage>\n",
-		"zlib bad compress":       "%import zc.zlibstorage\n<zeo>\naddress 1\n</zeo>\n<zlibstorage>\ncompress often\n<filestorage>\npath /x\n</filestorage>\n</zlibstorage>\n",
-		"zlib around mapping":     "%import zc.zlibstorage\n<zeo>\naddress 1\n</zeo>\n<zlibstorage>\n<mappingstorage>\n</mappingstorage>\n</zlibstorage>\n",
-		"two blob dirs":           "<zeo>\naddress 1\n</zeo>\n<blobstorage>\nblob-dir /a\n<filestorage>\npath /x\nblob-dir /b\n</filestorage>\n</blobstorage>\n",
-		"import with more":        "%import zc.zlibstorage os\n<zeo>\naddress 1\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n",
+		"no zeo":                    "<filestorage>\npath /x\n</filestorage>\n",
+		"no storage":                "<zeo>\naddress 1\n</zeo>\n",
+		"import":                    "%import ZODB.tests\n<zeo>\naddress 1\n</zeo>\n",
+		"relstorage":                "<zeo>\naddress 1\n</zeo>\n<relstorage>\n</relstorage>\n",
+		"unclosed":                  "<zeo>\naddress 1\n",
+		"mismatch":                  "<zeo>\naddress 1\n</filestorage>\n",
+		"bad bool":                  "<zeo>\naddress 1\nread-only maybe\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n",
+		"unknown key":               "<zeo>\naddress 1\ncolour blue\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n",
+		"two unnamed":               "<zeo>\naddress 1\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n<filestorage>\npath /y\n</filestorage>\n",
+		"undefined var":             "<zeo>\naddress $NOPE\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n",
+		"password fn":               "<zeo>\naddress 1\n<ssl>\ncertificate /c\npassword-function a.b\n</ssl>\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n",
+		"no path":                   "<zeo>\naddress 1\n</zeo>\n<filestorage>\n</filestorage>\n",
+		"zlib without its import":   "<zeo>\naddress 1\n</zeo>\n<zlibstorage>\n<filestorage>\npath /x\n</filestorage>\n</zlibstorage>\n",
+		"zlib in zlib":              "%import zc.zlibstorage\n<zeo>\naddress 1\n</zeo>\n<zlibstorage>\n<serverzlibstorage>\n<filestorage>\npath /x\n</filestorage>\n</serverzlibstorage>\n</zlibstorage>\n",
+		"zlib around nothing":       "%import zc.zlibstorage\n<zeo>\naddress 1\n</zeo>\n<zlibstorage>\n</zlibstorage>\n",
+		"zlib bad compress":         "%import zc.zlibstorage\n<zeo>\naddress 1\n</zeo>\n<zlibstorage>\ncompress often\n<filestorage>\npath /x\n</filestorage>\n</zlibstorage>\n",
+		"zlib around mapping":       "%import zc.zlibstorage\n<zeo>\naddress 1\n</zeo>\n<zlibstorage>\n<mappingstorage>\n</mappingstorage>\n</zlibstorage>\n",
+		"two blob dirs":             "<zeo>\naddress 1\n</zeo>\n<blobstorage>\nblob-dir /a\n<filestorage>\npath /x\nblob-dir /b\n</filestorage>\n</blobstorage>\n",
+		"negative invalidation-age": "<zeo>\naddress 1\ninvalidation-age -1\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n",
+		"NaN invalidation-age":      "<zeo>\naddress 1\ninvalidation-age nan\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n",
+		"import with more":          "%import zc.zlibstorage os\n<zeo>\naddress 1\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n",
 	}
 	for name, text := range bad {
 		if cfg, err := ParseConfig(strings.NewReader(text)); err == nil {
@@ -178,4 +180,19 @@ func FuzzParseConfig(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestInvalidationAgeLimit: an invalidation-age too big for a
+// time.Duration is its maximum, not an overflow to a negative duration
+// (which would turn the feature off).
+func TestInvalidationAgeLimit(t *testing.T) {
+	for _, v := range []string{"1e10", "1e300", "inf"} {
+		f, err := ParseInvalidationAge(v)
+		if err != nil {
+			t.Fatalf("%s: %v", v, err)
+		}
+		if d := time.Duration(f * float64(time.Second)); d < 200*365*24*time.Hour {
+			t.Errorf("%s: %v, want about 292 years", v, d)
+		}
+	}
 }

@@ -4,9 +4,16 @@ import "flag"
 
 // parseInterleaved parses args with fl, allowing flags after the
 // positional arguments (`zodbd wrk URL --json`, `zodbd pack FILE --days 3`),
-// and returns the positional arguments; those after "--" are taken as they
-// are.
+// and returns the positional arguments. Everything after the first "--" is
+// positional, as it is.
 func parseInterleaved(fl *flag.FlagSet, args []string) ([]string, error) {
+	var tail []string
+	for i, a := range args {
+		if a == "--" {
+			args, tail = args[:i], args[i+1:]
+			break
+		}
+	}
 	var pos []string
 	for {
 		if err := fl.Parse(args); err != nil {
@@ -14,10 +21,7 @@ func parseInterleaved(fl *flag.FlagSet, args []string) ([]string, error) {
 		}
 		args = fl.Args()
 		if len(args) == 0 {
-			return pos, nil
-		}
-		if args[0] == "--" {
-			return append(pos, args[1:]...), nil
+			return append(pos, tail...), nil
 		}
 		pos = append(pos, args[0])
 		args = args[1:]

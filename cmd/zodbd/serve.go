@@ -56,7 +56,7 @@ func runServe(args []string) int {
 	var readOnly, msgpack, create bool
 	var timeout float64
 	var maxFrame, gomaxprocs, invq int
-	var invAge float64
+	var invAge string
 	for _, n := range []string{"a", "address"} {
 		fl.StringVar(&addr, n, "", "address to listen on")
 	}
@@ -78,7 +78,7 @@ func runServe(args []string) int {
 	fl.StringVar(&logPath, "log", "", "log file (default: stderr)")
 	fl.IntVar(&maxFrame, "max-frame", wire.DefaultMaxFrame, "largest request frame accepted, in bytes")
 	fl.IntVar(&invq, "invalidation-queue-size", 0, "transactions remembered for getInvalidations (default 100)")
-	fl.Float64Var(&invAge, "invalidation-age", 0, "a client older than the invalidation queue but younger than this many seconds gets its invalidations by iteration (0: never)")
+	fl.StringVar(&invAge, "invalidation-age", "0", "a client older than the invalidation queue but younger than this many seconds gets its invalidations by iteration (0: never)")
 	fl.IntVar(&gomaxprocs, "gomaxprocs", 0, "set GOMAXPROCS (0: Go's default, the number of usable CPUs)")
 	fl.StringVar(&cpus, "cpus", "", "pin the process to these CPUs (e.g. 0-7,16-23)")
 	fl.StringVar(&debugAddr, "debug-addr", "", "serve Go's profiler (net/http/pprof) at http://`HOST:PORT`/debug/pprof/ (keep it private)")
@@ -137,7 +137,11 @@ func runServe(args []string) int {
 		fc.LogPath = logPath
 	}
 	if set["invalidation-age"] {
-		fc.InvalidationAge = invAge
+		age, err := zeo.ParseInvalidationAge(invAge)
+		if err != nil {
+			return fatalf("serve", "--invalidation-age: %v", err)
+		}
+		fc.InvalidationAge = age
 	}
 	if invq > 0 {
 		fc.InvalidationQueueSize = invq

@@ -29,4 +29,12 @@ func TestParseInterleaved(t *testing.T) {
 	if err != nil || !*j || *c != 4 || !reflect.DeepEqual(pos, []string{"zeo://x:1", "-y"}) {
 		t.Errorf("%v %v %v %d", pos, err, *j, *c)
 	}
+	// After "--", flags are positional arguments too.
+	fl = flag.NewFlagSet("t", flag.ContinueOnError)
+	fl.SetOutput(io.Discard)
+	days := fl.Int("days", 0, "")
+	pos, err = parseInterleaved(fl, []string{"FILE", "--", "-x", "--days", "3"})
+	if err != nil || *days != 0 || !reflect.DeepEqual(pos, []string{"FILE", "-x", "--days", "3"}) {
+		t.Errorf("after --: %v %v days=%d", pos, err, *days)
+	}
 }

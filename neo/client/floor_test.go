@@ -42,7 +42,9 @@ func BenchmarkLoadVsFloor(b *testing.B) {
 				ctx := context.Background()
 
 				// The size of each answer on the wire, and of a request
-				// (with a 5-byte msg_id, as most have here).
+				// (with a 5-byte msg_id, as most have here). The data is
+				// what the client returns: as stored, for these files
+				// (a compressed record would be sent shorter).
 				sizes := make([]int, len(oids))
 				for i, oid := range oids {
 					data, serial, err := c.Load(ctx, zodb.Xid{Oid: oid, At: at})

@@ -61,7 +61,7 @@ func BenchmarkAskObjectVsFloor(b *testing.B) {
 			sizes[i] = n
 		}
 		// A request's size with a 5-byte msg_id, as most have here.
-		reqLen := len(proto.AppendPacket(nil, 1<<20, &proto.AskObject{}))
+		reqLen := len(proto.AppendPacket(nil, 1<<20, req))
 		echo := floortest.StartEcho(b, reqLen).Dial(b)
 
 		b.ReportAllocs()

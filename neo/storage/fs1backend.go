@@ -23,7 +23,9 @@ import (
 // id and the master creates a new partition table (neoctl start, or
 // --autostart) each time it starts with this node.
 //
-// Records are served as stored: uncompressed (compression 0), with the
+// Records are served as stored (compression 0), but for those that
+// zc.zlibstorage compressed (".z" and zlib data), which go out as
+// compression 1 with the zlib data; with the
 // checksum computed on the first load of a record and remembered (by
 // position, in a direct-mapped table of 64 Ki entries); an undo
 // record (a backpointer) is served with the data it points to and
