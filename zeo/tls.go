@@ -2,10 +2,9 @@ package zeo
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
-	"os"
-	"path/filepath"
+
+	"github.com/zodbd/zodbd/internal/certpool"
 )
 
 // TLSConfig builds the server's TLS configuration from an <ssl> section the
@@ -34,35 +33,9 @@ func (c *SSLConfig) TLSConfig() (*tls.Config, error) {
 	case "DYNAMIC":
 		return nil, fmt.Errorf("zeo: ssl: authenticate DYNAMIC needs Python code to load CAs; give a CA file or directory")
 	}
-	pool := x509.NewCertPool()
-	files := []string{c.Authenticate}
-	if fi, err := os.Stat(c.Authenticate); err == nil && fi.IsDir() {
-		// Every regular file of the directory (subdirectories, as
-		// /etc/ssl/certs/java, are skipped).
-		entries, err := os.ReadDir(c.Authenticate)
-		if err != nil {
-			return nil, fmt.Errorf("zeo: ssl: authenticate: %w", err)
-		}
-		files = files[:0]
-		for _, e := range entries {
-			p := filepath.Join(c.Authenticate, e.Name())
-			if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
-				files = append(files, p)
-			}
-		}
-	}
-	n := 0
-	for _, f := range files {
-		pem, err := os.ReadFile(f)
-		if err != nil {
-			return nil, fmt.Errorf("zeo: ssl: authenticate: %w", err)
-		}
-		if pool.AppendCertsFromPEM(pem) {
-			n++
-		}
-	}
-	if n == 0 {
-		return nil, fmt.Errorf("zeo: ssl: authenticate %s: no PEM certificate found", c.Authenticate)
+	pool, err := certpool.Load(c.Authenticate)
+	if err != nil {
+		return nil, fmt.Errorf("zeo: ssl: authenticate: %w", err)
 	}
 	cfg.ClientCAs = pool
 	return cfg, nil

@@ -5,8 +5,8 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
+
+	"github.com/zodbd/zodbd/internal/certpool"
 )
 
 // TLSOptions are the client side of ZEO's TLS, the keys of the <ssl>
@@ -34,9 +34,9 @@ type TLSOptions struct {
 func (o *TLSOptions) Config() (*tls.Config, error) {
 	conf := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: o.ServerName}
 	if o.CA != "" {
-		pool, err := loadCAs(o.CA)
+		pool, err := certpool.Load(o.CA)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("zeo client: tls: CA: %w", err)
 		}
 		conf.RootCAs = pool
 	}
@@ -70,38 +70,4 @@ func (o *TLSOptions) Config() (*tls.Config, error) {
 		}
 	}
 	return conf, nil
-}
-
-// loadCAs reads the PEM certificates of a file, or of every regular file
-// of a directory (its subdirectories are skipped, as OpenSSL's CApath
-// lookups skip them).
-func loadCAs(path string) (*x509.CertPool, error) {
-	files := []string{path}
-	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
-		entries, err := os.ReadDir(path)
-		if err != nil {
-			return nil, fmt.Errorf("zeo client: tls: CA: %w", err)
-		}
-		files = files[:0]
-		for _, e := range entries {
-			if fi, err := os.Stat(filepath.Join(path, e.Name())); err == nil && fi.Mode().IsRegular() {
-				files = append(files, filepath.Join(path, e.Name()))
-			}
-		}
-	}
-	pool := x509.NewCertPool()
-	n := 0
-	for _, f := range files {
-		pem, err := os.ReadFile(f)
-		if err != nil {
-			return nil, fmt.Errorf("zeo client: tls: CA: %w", err)
-		}
-		if pool.AppendCertsFromPEM(pem) {
-			n++
-		}
-	}
-	if n == 0 {
-		return nil, fmt.Errorf("zeo client: tls: CA %s: no PEM certificate found", path)
-	}
-	return pool, nil
 }
