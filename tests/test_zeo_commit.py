@@ -242,6 +242,56 @@ def test_client_survives_restart(serve, zodbd_bin, tmp_path, marshal):
         srv2.stop()
 
 
+@pytest.mark.parametrize('age', [0, 3600])
+def test_reconnect_older_than_queue(serve, zodbd_bin, tmp_path, marshal, age):
+    """A client reconnects after more commits than the invalidation queue
+    holds: without invalidation-age the server answers getInvalidations
+    with None and the client drops its cache; with it, the server iterates
+    the transactions since and the client keeps the rest of its cache."""
+    path = str(tmp_path / 'Data.fs')
+    srv = serve(path, extra=['--create'])
+    cache_dir = tmp_path / 'cache'
+    cache_dir.mkdir()
+    db = ZEO.DB(srv.addr, client='c1', var=str(cache_dir), wait_timeout=20,
+                min_disconnect_poll=0.1, max_disconnect_poll=0.5)
+    tm = transaction.TransactionManager()
+    c = db.open(tm)
+    root = c.root()
+    root['x'] = PersistentMapping({'v': 1})
+    root['z'] = PersistentMapping({'v': 'unchanged'})
+    tm.commit()
+    z_oid = root['z']._p_oid
+    assert root['z']['v'] == 'unchanged'  # z is in the client cache
+    assert db.storage._cache.load(z_oid) is not None
+    srv.stop()
+    extra = ['--invalidation-queue-size', '1', '--invalidation-age', str(age)]
+    srv2 = Server(zodbd_bin, path, tmp_path, msgpack=(marshal == 'M'), port=srv.port, extra=extra).start()
+    try:
+        db2 = ZEO.DB(srv2.addr, wait_timeout=10)
+        tm2 = transaction.TransactionManager()
+        c2 = db2.open(tm2)
+        for i in range(2, 5):  # three commits: the queue of 1 keeps the last
+            c2.root()['x']['v'] = i
+            tm2.commit()
+        db2.close()
+        deadline = time.time() + 20
+        while True:
+            try:
+                tm.begin()
+                if c.root()['x']['v'] == 4:
+                    break
+            except Exception:
+                pass
+            assert time.time() < deadline, 'client did not reconnect'
+            time.sleep(0.1)
+        kept = db.storage._cache.load(z_oid) is not None
+        assert kept == bool(age), 'cache %s' % ('kept' if kept else 'dropped')
+        assert c.root()['z']['v'] == 'unchanged'
+        db.close()
+    finally:
+        srv2.stop()
+
+
 def test_delete_with_stale_serial_is_a_conflict(serve, tmp_path):
     # deleteObject (IExternalGC) with a stale serial fails the vote with a
     # ConflictError, as with runzeo: the client cannot resolve a delete.
