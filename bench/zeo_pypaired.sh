@@ -13,8 +13,7 @@ zodbd=${ZODBD:-bin/zodbd}
 tmp=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$tmp"' EXIT
 name=$(basename "$ds" .fs)
-port() { $py -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-wait_port() { for i in $(seq 200); do (echo >/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.05; done; return 1; }
+. "$(dirname "${BASH_SOURCE[0]}")/servers.sh"
 for m in Z M; do
     cp "$ds" "$tmp/runzeo.fs"
     cp "$ds" "$tmp/zodbd.fs"

@@ -7,24 +7,7 @@ import urllib.parse
 
 import pytest
 
-from zeoserver import Server, free_port
-
-
-def ssl_conf(port, path, testssl):
-    return '''
-<zeo>
-  address 127.0.0.1:%d
-  read-only true
-  <ssl>
-    certificate %s
-    key %s
-    authenticate %s
-  </ssl>
-</zeo>
-<filestorage 1>
-  path %s
-</filestorage>
-''' % (port, testssl.server_cert, testssl.server_key, testssl.client_cert, path)
+from zeoserver import Server, free_port, ssl_conf
 
 
 def checksum(out):

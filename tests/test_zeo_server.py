@@ -9,7 +9,7 @@ import struct
 import time
 
 import pytest
-from zeoserver import free_port
+from zeoserver import free_port, ssl_conf
 import ZEO
 from ZEO.ClientStorage import ClientStorage
 from ZODB.FileStorage import FileStorage
@@ -266,20 +266,7 @@ def test_tls(serve, tmp_copy, tmp_path):
     from ZEO.tests import testssl
     path = tmp_copy('1.fs')
     port = free_port()
-    conf = '''
-<zeo>
-  address 127.0.0.1:%d
-  read-only true
-  <ssl>
-    certificate %s
-    key %s
-    authenticate %s
-  </ssl>
-</zeo>
-<filestorage 1>
-  path %s
-</filestorage>
-''' % (port, testssl.server_cert, testssl.server_key, testssl.client_cert, path)
+    conf = ssl_conf(port, path, testssl)
     srv = serve(path, conf=conf, port=port)
     cs = ClientStorage(srv.addr, read_only=True, wait_timeout=10,
                        ssl=testssl.client_ssl())

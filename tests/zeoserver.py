@@ -100,3 +100,23 @@ class Server:
 
     def output(self):
         return read(self.log)
+
+
+def ssl_conf(port, path, testssl):
+    """zeo.conf text of a read-only server on 127.0.0.1:port serving path
+    over TLS with ZEO's test certificates (ZEO.tests.testssl, passed as
+    testssl): the server's, and the client's as the CA of clients."""
+    return '''
+<zeo>
+  address 127.0.0.1:%d
+  read-only true
+  <ssl>
+    certificate %s
+    key %s
+    authenticate %s
+  </ssl>
+</zeo>
+<filestorage 1>
+  path %s
+</filestorage>
+''' % (port, testssl.server_cert, testssl.server_key, testssl.client_cert, path)
