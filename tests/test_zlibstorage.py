@@ -12,10 +12,13 @@ active | passive` configures):
   records), as ZODB/py's pack through ServerZlibStorage does: `zodbd pack`
   of such a file gives the same bytes as ZODB/py's.
 """
+import os
 import shutil
 import time
 
 import transaction
+import ZEO
+import ZODB.blob
 from persistent.mapping import PersistentMapping
 from ZEO.ClientStorage import ClientStorage
 from ZODB import DB
@@ -165,3 +168,52 @@ def test_serverzlibstorage_passive_pack(serve, tmp_path, zodbd_bin):
     zodbd(zodbd_bin, 'pack', '--time', repr(t), ours)
     assert read(ours) == read(theirs)
     assert len(read(ours)) < len(read(before_pack))
+
+
+def test_zlibstorage_with_blobs(serve, tmp_path):
+    """<zlibstorage> around a <blobstorage> (plone.recipe.zeoserver's
+    zlib-storage with blob-storage): blobs go to the blob directory as
+    usual, object records are compressed; a second client reads both."""
+    path = str(tmp_path / 'Data.fs')
+    blobs = str(tmp_path / 'blobs')
+    port = free_port()
+    text = '''
+%%import zc.zlibstorage
+<zeo>
+  address 127.0.0.1:%d
+</zeo>
+<zlibstorage 1>
+  <blobstorage 1>
+    blob-dir %s
+    <filestorage 1>
+      path %s
+    </filestorage>
+  </blobstorage>
+</zlibstorage>
+''' % (port, blobs, path)
+    srv = serve(path, conf=text, port=port)
+    big = os.urandom(300000)
+    db = ZEO.DB(srv.addr, blob_dir=str(tmp_path / 'cache1'), wait_timeout=10)
+    try:
+        conn = db.open()
+        root = conn.root()
+        root['doc'] = PersistentMapping({'text': TEXT})
+        root['file'] = ZODB.blob.Blob(big)
+        transaction.commit()
+        conn.close()
+    finally:
+        db.close()
+    db = ZEO.DB(srv.addr, blob_dir=str(tmp_path / 'cache2'), wait_timeout=10)
+    try:
+        conn = db.open()
+        root = conn.root()
+        assert root['doc']['text'] == TEXT
+        with root['file'].open() as f:
+            assert f.read() == big
+        conn.close()
+    finally:
+        db.close()
+    srv.stop()
+    assert any(d.startswith(b'.z') for _, d in records(path))
+    blob_files = [f for _, _, fs in os.walk(blobs) for f in fs if f.endswith('.blob')]
+    assert len(blob_files) == 1
