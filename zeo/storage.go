@@ -125,13 +125,39 @@ func (st *storage) register(ctx context.Context, c *conn) (zodb.Tid, error) {
 		return 0, err
 	}
 	st.conns[c] = struct{}{}
+	st.queuedAfterLocked(last, func(inv invalidation) {
+		c.out.invalidate(st.invalidationFrame(inv.tid, inv.oids), inv.tid)
+	})
+	return last, nil
+}
+
+// queuedAfterLocked calls f for each queued invalidation after tid, oldest
+// first. st.mu is held.
+func (st *storage) queuedAfterLocked(tid zodb.Tid, f func(invalidation)) {
 	n := len(st.invq)
 	for i := 0; i < n; i++ {
-		if inv := st.invq[(st.invHead+i)%n]; inv.tid > last {
-			c.out.invalidate(st.invalidationFrame(inv.tid, inv.oids), inv.tid)
+		if inv := st.invq[(st.invHead+i)%n]; inv.tid > tid {
+			f(inv)
 		}
 	}
-	return last, nil
+}
+
+// oidSet collects oids, each once, in the order they were first added.
+type oidSet struct {
+	seen map[zodb.Oid]struct{}
+	oids []zodb.Oid
+}
+
+func (s *oidSet) add(oids ...zodb.Oid) {
+	if s.seen == nil {
+		s.seen = make(map[zodb.Oid]struct{})
+	}
+	for _, oid := range oids {
+		if _, dup := s.seen[oid]; !dup {
+			s.seen[oid] = struct{}{}
+			s.oids = append(s.oids, oid)
+		}
+	}
 }
 
 func (st *storage) unregister(c *conn) {
@@ -220,20 +246,9 @@ func (st *storage) invalidationsSince(tid zodb.Tid) (last zodb.Tid, oids []zodb.
 	if tid < oldest.tid {
 		return 0, nil, false
 	}
-	seen := make(map[zodb.Oid]struct{})
-	for i := 0; i < n; i++ {
-		inv := st.invq[(st.invHead+i)%n]
-		if inv.tid <= tid {
-			continue
-		}
-		for _, oid := range inv.oids {
-			if _, dup := seen[oid]; !dup {
-				seen[oid] = struct{}{}
-				oids = append(oids, oid)
-			}
-		}
-	}
-	return last, oids, true
+	var set oidSet
+	st.queuedAfterLocked(tid, func(inv invalidation) { set.add(inv.oids...) })
+	return last, set.oids, true
 }
 
 // invalidationsByIteration answers getInvalidations(tid) for a tid older
@@ -246,13 +261,7 @@ func (st *storage) invalidationsByIteration(ctx context.Context, tid zodb.Tid) (
 	if age <= 0 || time.Since(tid.Time()) >= age {
 		return 0, nil, false
 	}
-	seen := make(map[zodb.Oid]struct{})
-	add := func(oid zodb.Oid) {
-		if _, dup := seen[oid]; !dup {
-			seen[oid] = struct{}{}
-			oids = append(oids, oid)
-		}
-	}
+	var set oidSet
 	fail := func(err error) (zodb.Tid, []zodb.Oid, bool) {
 		if ctx.Err() == nil { // not a client that went away
 			st.srv.logf("zeo: storage %s: getInvalidations(%s): iterating the transactions since: %v", st.name, tid, err)
@@ -276,7 +285,7 @@ func (st *storage) invalidationsByIteration(ctx context.Context, tid zodb.Tid) (
 			if err != nil {
 				return fail(err)
 			}
-			add(d.Oid)
+			set.add(d.Oid)
 		}
 		last = txn.Tid
 	}
@@ -286,15 +295,8 @@ func (st *storage) invalidationsByIteration(ctx context.Context, tid zodb.Tid) (
 	// client misses none (its loads wait for their state, see register).
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	n := len(st.invq)
-	for i := 0; i < n; i++ {
-		if inv := st.invq[(st.invHead+i)%n]; inv.tid > last && inv.tid > tid {
-			for _, oid := range inv.oids {
-				add(oid)
-			}
-		}
-	}
-	return st.lastTid, oids, true
+	st.queuedAfterLocked(max(last, tid), func(inv invalidation) { set.add(inv.oids...) })
+	return st.lastTid, set.oids, true
 }
 
 // afterPack tells every client of the storage its new size, as the
