@@ -3,6 +3,7 @@ package fs1
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	"github.com/zodbd/zodbd/zodb"
@@ -23,6 +24,12 @@ type txn struct {
 	idx  *Index     // the head index with this transaction applied
 	oids []zodb.Oid // the oids it writes, once each, in record order
 	recs []recEnt   // its data records
+
+	// Set by VoteResolving (resolve.go):
+	holding    bool                  // conflicts keep the commit lock (txnConflicted)
+	resolve    zodb.Resolver         // the native resolver, or nil
+	resolved   []zodb.Oid            // oids whose stores or undo records resolve merged
+	undoConf   map[zodb.Oid]bool     // oids of undo conflicts; true once the caller stored its resolution (no undo record then)
 }
 
 // Tid returns the tid the transaction got at Vote, or 0 before a
@@ -40,6 +47,7 @@ type txnState uint8
 const (
 	txnRecording txnState = iota
 	txnVoted
+	txnConflicted // VoteResolving returned conflicts: commit lock held, stores accepted
 	txnFinished
 	txnAborted
 )
@@ -64,7 +72,12 @@ type op struct {
 }
 
 func (t *txn) record(o op) error {
-	if t.state != txnRecording {
+	switch t.state {
+	case txnRecording:
+	case txnConflicted:
+		t.recordResolution(o)
+		return nil
+	default:
 		return zodb.ErrTxnState
 	}
 	t.ops = append(t.ops, o)
@@ -74,7 +87,7 @@ func (t *txn) record(o op) error {
 // Store implements zodb.Txn. data must not be empty (a FileStorage data
 // record with no data would read as a backpointer).
 func (t *txn) Store(oid zodb.Oid, serial zodb.Tid, data []byte) error {
-	if len(data) == 0 && t.state == txnRecording {
+	if len(data) == 0 && (t.state == txnRecording || t.state == txnConflicted) {
 		return fmt.Errorf("fs1: %s: store of %s: empty data", t.w.fs.path, oid)
 	}
 	return t.record(op{kind: opStore, oid: oid, serial: serial, data: data})
@@ -121,13 +134,33 @@ func (t *txn) Vote(ctx context.Context) ([]zodb.Oid, error) {
 		t.state = txnAborted
 		return nil, err
 	}
+	return t.voteLocked()
+}
+
+// voteLocked runs vote under the commit lock and moves t to its next state:
+// voted, conflicted (a holding transaction's resolvable conflicts: the lock
+// stays held) or aborted (the lock released).
+func (t *txn) voteLocked() ([]zodb.Oid, error) {
+	w := t.w
 	undone, err := t.vote()
+	var conflicts zodb.ConflictErrors
+	if t.holding && errors.As(err, &conflicts) {
+		if werr := w.waitPublished(conflicts); werr != nil {
+			err = werr
+		} else {
+			t.state = txnConflicted
+			return nil, err
+		}
+	}
 	if err != nil {
 		t.state = txnAborted
 		w.commit.Unlock()
 		return nil, err
 	}
 	t.state = txnVoted
+	if len(t.resolved) > 0 {
+		undone = appendUnique(undone, t.resolved...)
+	}
 	return undone, nil
 }
 
@@ -147,7 +180,7 @@ func (t *txn) vote() ([]zodb.Oid, error) {
 		return nil, err
 	}
 
-	e := &txnEncoder{w: w, tid: tid, tpos: w.pos, buf: w.buf[:0]}
+	e := &txnEncoder{w: w, t: t, tid: tid, tpos: w.pos, buf: w.buf[:0]}
 	e.begin(&t.meta)
 	var undone []zodb.Oid
 	for i := range t.ops {
@@ -284,7 +317,10 @@ func (t *txn) checkConflicts() error {
 				fatal = &zodb.ConflictError{Oid: o.oid, Committed: cur.tid, Serial: o.serial, Read: true}
 			}
 		case cur.tid != o.serial:
-			conflicts = append(conflicts, &zodb.ConflictError{Oid: o.oid, Committed: cur.tid, Serial: o.serial})
+			if t.resolveStore(o, pos, cur.tid) {
+				continue
+			}
+			conflicts = append(conflicts, &zodb.ConflictError{Oid: o.oid, Committed: cur.tid, Serial: o.serial, Data: o.data})
 		}
 		if fatal != nil && len(conflicts) == 0 {
 			return fatal
@@ -348,6 +384,9 @@ func (t *txn) Abort() {
 		t.state = txnAborted
 		t.idx = nil
 		t.w.commit.Unlock()
+	case txnConflicted:
+		t.state = txnAborted
+		t.w.commit.Unlock()
 	}
 }
 
@@ -366,6 +405,7 @@ func (w *writer) truncateTo(pos int64) {
 // the file are tpos + offset in buf.
 type txnEncoder struct {
 	w    *writer
+	t    *txn
 	tid  zodb.Tid
 	tpos int64
 	buf  []byte

@@ -156,7 +156,9 @@ func (e *txnEncoder) undo(tid zodb.Tid) ([]zodb.Oid, error) {
 	}
 	var oids []zodb.Oid
 	var failures []*zodb.UndoError
+	var conflicts zodb.ConflictErrors
 	var dh DataHeader
+	t := e.t
 	for dpos := th.DataPos(); dpos < th.End(); dpos += dh.Len() {
 		if err := dh.Load(f, path, dpos, th.End()); err != nil {
 			return nil, err
@@ -167,14 +169,34 @@ func (e *txnEncoder) undo(tid zodb.Tid) ([]zodb.Oid, error) {
 				break
 			}
 		}
-		back, err := e.undoRecord(&dh)
+		for i, ce := range conflicts {
+			if ce.Oid == dh.Oid {
+				conflicts = append(conflicts[:i], conflicts[i+1:]...)
+				break
+			}
+		}
+		if t.undoConf[dh.Oid] {
+			continue // the caller stored its resolution of this undo
+		}
+		back, data, err := e.undoRecord(&dh)
 		if err != nil {
 			var ue *zodb.UndoError
-			if !errors.As(err, &ue) {
+			var ce *zodb.ConflictError
+			switch {
+			case errors.As(err, &ce):
+				ce.Serial = tid
+				conflicts = append(conflicts, ce)
+			case errors.As(err, &ue):
+				ue.Tid = tid
+				failures = append(failures, ue)
+			default:
 				return nil, err
 			}
-			ue.Tid = tid
-			failures = append(failures, ue)
+			continue
+		}
+		if data != nil {
+			e.add(dh.Oid, data, 0) // merged by the resolver
+			t.resolved = appendUnique(t.resolved, dh.Oid)
 			continue
 		}
 		e.add(dh.Oid, nil, back)
@@ -183,14 +205,25 @@ func (e *txnEncoder) undo(tid zodb.Tid) ([]zodb.Oid, error) {
 	if len(failures) > 0 {
 		return nil, failures[0]
 	}
+	if len(conflicts) > 0 {
+		if t.undoConf == nil {
+			t.undoConf = make(map[zodb.Oid]bool)
+		}
+		for _, ce := range conflicts {
+			t.undoConf[ce.Oid] = false
+		}
+		return nil, conflicts
+	}
 	return oids, nil
 }
 
-// undoRecord returns the backpointer of the record that undoes the data
-// record dh (ZODB/py's _transactionalUndoRecord without conflict
-// resolution): dh's previous revision, or 0 (no data) when dh created the
-// object.
-func (e *txnEncoder) undoRecord(dh *DataHeader) (int64, error) {
+// undoRecord returns the record that undoes the data record dh (ZODB/py's
+// _transactionalUndoRecord): a backpointer to dh's previous revision, or 0
+// (no data) when dh created the object. When the object changed after dh,
+// a transaction voted with VoteResolving gives the three revisions to its
+// resolver and returns the merged data, or else a *zodb.ConflictError for
+// the caller to resolve (Serial is left for undo to set).
+func (e *txnEncoder) undoRecord(dh *DataHeader) (int64, []byte, error) {
 	w := e.w
 	oid, pos, pre := dh.Oid, dh.Pos, dh.PrevRevPos
 	undoErr := func(reason string) error {
@@ -203,11 +236,12 @@ func (e *txnEncoder) undoRecord(dh *DataHeader) (int64, error) {
 		tipos = e.tpos + cur.off
 	}
 	copyBack := true
+	var undoneData, curData []byte // when not copyBack
+	var ctid zodb.Tid              // the current revision's tid, when not inTxn
 	if tipos != pos {
 		// The undone record is not the current one: look at the current
 		// data, and whether it is the undone data.
 		var cdataptr int64
-		var curData []byte
 		if inTxn {
 			if cur.dataLen > 0 {
 				cdataptr = tipos
@@ -218,44 +252,57 @@ func (e *txnEncoder) undoRecord(dh *DataHeader) (int64, error) {
 		} else {
 			var ch DataHeader
 			if ipos == 0 {
-				return 0, undoErr("_loadBack() failed")
+				return 0, nil, undoErr("_loadBack() failed")
 			}
 			if err := ch.Load(w.fs.file, w.fs.path, ipos, w.pos); err != nil {
-				return 0, err
+				return 0, nil, err
 			}
 			if ch.Oid != oid {
-				return 0, undoErr("Invalid undo transaction id")
+				return 0, nil, undoErr("Invalid undo transaction id")
 			}
+			ctid = ch.Tid
 			cdataptr = ch.BackPos
 			if ch.DataLen > 0 {
 				cdataptr = ipos
 			}
 		}
 		if cdataptr != pos {
-			undoneData, err := w.loadBack(oid, pos)
-			if err != nil {
-				return 0, err
+			var err error
+			if undoneData, err = w.loadBack(oid, pos); err != nil {
+				return 0, nil, err
 			}
 			if curData == nil {
 				if curData, err = w.loadBack(oid, cdataptr); err != nil {
-					return 0, err
+					return 0, nil, err
 				}
 			}
 			if !bytes.Equal(undoneData, curData) {
 				copyBack = false
 				if pre == 0 {
-					return 0, undoErr("Can't undo an add transaction followed by conflicting transactions.")
+					return 0, nil, undoErr("Can't undo an add transaction followed by conflicting transactions.")
 				}
 			}
 		}
 	}
 	if pre == 0 {
-		return 0, nil // undo of the object's creation
+		return 0, nil, nil // undo of the object's creation
 	}
 	if copyBack {
-		return pre, nil
+		return pre, nil, nil
 	}
-	return 0, undoErr("Some data were modified by a later transaction")
+	if t := e.t; t.holding && !inTxn {
+		preData, err := w.loadBack(oid, pre)
+		if err != nil {
+			return 0, nil, err
+		}
+		if t.resolve != nil {
+			if data, err := t.resolve(undoneData, curData, preData); err == nil && len(data) > 0 {
+				return 0, data, nil
+			}
+		}
+		return 0, nil, &zodb.ConflictError{Oid: oid, Committed: ctid, Data: preData}
+	}
+	return 0, nil, undoErr("Some data were modified by a later transaction")
 }
 
 // loadBack returns the data of the record at pos, following backpointers

@@ -2,6 +2,7 @@ package zlibstorage
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"github.com/zodbd/zodbd/zodb"
@@ -170,6 +171,47 @@ func (t *txn) Restore(oid zodb.Oid, data []byte, prevTid zodb.Tid) error {
 		data = AppendCompress(nil, data)
 	}
 	return t.Txn.Restore(oid, data, prevTid)
+}
+
+// VoteResolving is the base's (zodb.ResolvingTxn; a base without it votes
+// as Vote does), with records as the client wrote them: the resolver sees
+// decompressed data and what it merges is compressed as Store compresses;
+// a conflict's Data is decompressed.
+func (t *txn) VoteResolving(ctx context.Context, resolve zodb.Resolver) ([]zodb.Oid, error) {
+	rt, ok := t.Txn.(zodb.ResolvingTxn)
+	if !ok {
+		return t.Txn.Vote(ctx)
+	}
+	var r zodb.Resolver
+	if resolve != nil {
+		r = func(old, committed, new []byte) ([]byte, error) {
+			var err error
+			if old, err = AppendDecompress(nil, old); err != nil {
+				return nil, err
+			}
+			if committed, err = AppendDecompress(nil, committed); err != nil {
+				return nil, err
+			}
+			if new, err = AppendDecompress(nil, new); err != nil {
+				return nil, err
+			}
+			data, err := resolve(old, committed, new)
+			if err == nil && t.compress {
+				data = AppendCompress(nil, data)
+			}
+			return data, err
+		}
+	}
+	resolved, err := rt.VoteResolving(ctx, r)
+	var conflicts zodb.ConflictErrors
+	if errors.As(err, &conflicts) {
+		for _, ce := range conflicts {
+			if d, derr := AppendDecompress(nil, ce.Data); derr == nil {
+				ce.Data = d
+			}
+		}
+	}
+	return resolved, err
 }
 
 // Tid is the base transaction's tid once it has one (the ZEO server's

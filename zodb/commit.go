@@ -121,6 +121,42 @@ type Txn interface {
 	Abort()
 }
 
+// Resolver merges two concurrent changes of one object (ZODB's conflict
+// resolution): old is the record data both changes started from, committed
+// the data another transaction committed meanwhile, new the data this
+// transaction wants to store. It returns the merged data, or an error when
+// it cannot merge them (the conflict then stands).
+type Resolver func(old, committed, new []byte) ([]byte, error)
+
+// ResolvingTxn is a Txn whose conflicts can be resolved before it commits,
+// while nothing else commits.
+type ResolvingTxn interface {
+	Txn
+
+	// VoteResolving is Vote with conflict resolution.
+	//
+	// Each store whose serial is stale is first given to resolve (when not
+	// nil) with the data of the revision the store was based on and of the
+	// current revision; an undo of a revision that was changed later is
+	// given to it with the undone revision as old, the current one as
+	// committed and the revision before the undone one as new. What it
+	// merges is written instead of the store (or the undo record), and the
+	// oid is returned with the undone ones: a client must not cache its
+	// own copy of those.
+	//
+	// The conflicts left are returned as ConflictErrors, each with Data set
+	// to what the transaction tried to write (an undo's: the revision it
+	// brings back), but unlike Vote the transaction stays open and keeps
+	// the commit lock, so that no other transaction commits before the
+	// caller resolved them. The committed revisions they name are durable
+	// and loadable by readers when VoteResolving returns. The caller then
+	// Stores merged data for those oids based on each conflict's Committed
+	// serial (a Store replaces the transaction's earlier store of that
+	// oid, or the undo's record of it) and calls VoteResolving again; or
+	// it calls Abort. Any other error aborts the transaction, as with Vote.
+	VoteResolving(ctx context.Context, resolve Resolver) (resolved []Oid, err error)
+}
+
 // UndoEntry describes an undoable transaction, as undoLog lists it.
 type UndoEntry struct {
 	Tid         Tid

@@ -68,6 +68,10 @@ type ConflictError struct {
 	Committed Tid  // the object's current serial in the storage
 	Serial    Tid  // the serial the transaction based its change on (or read)
 	Read      bool // a read conflict: from CheckCurrentSerial
+
+	// Data, when set, is the data the transaction tried to write: see
+	// ResolvingTxn.
+	Data []byte
 }
 
 func (e *ConflictError) Error() string {

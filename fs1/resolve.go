@@ -1,0 +1,132 @@
+package fs1
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/zodbd/zodbd/zodb"
+)
+
+// Conflict resolution at vote (zodb.ResolvingTxn).
+//
+// VoteResolving checks conflicts like Vote, under the commit lock, but first
+// offers each stale store (and each undo of a revision changed later) to
+// the resolver; what it merges is written instead. The conflicts left stay
+// with the transaction, which keeps the commit lock (state txnConflicted):
+// nothing else commits until the caller has stored its own resolutions and
+// voted again, so the second vote cannot meet a newer revision of the same
+// objects. Before the conflicts are returned, the revisions they name are
+// made durable and published, so a client can load them to resolve.
+//
+// Holding the commit lock for the client's round trip costs what the round
+// trip between vote and finish already costs every transaction; it is
+// bounded by the server's transaction timeout, and with one lock there is
+// no deadlock between two resolving transactions.
+
+// VoteResolving implements zodb.ResolvingTxn.
+func (t *txn) VoteResolving(ctx context.Context, resolve zodb.Resolver) ([]zodb.Oid, error) {
+	w := t.w
+	switch t.state {
+	case txnRecording:
+		if err := w.usable(); err != nil {
+			t.state = txnAborted
+			return nil, err
+		}
+		if err := w.commit.Lock(ctx); err != nil {
+			t.state = txnAborted
+			return nil, err
+		}
+	case txnConflicted:
+		// The commit lock is still held from the previous vote.
+	default:
+		return nil, zodb.ErrTxnState
+	}
+	t.holding, t.resolve = true, resolve
+	return t.voteLocked()
+}
+
+// recordResolution records o in a conflicted transaction: a store or
+// delete replaces the transaction's last store or delete of the same oid;
+// a store of an oid whose undo conflicted replaces the undo's record.
+func (t *txn) recordResolution(o op) {
+	if o.kind == opStore || o.kind == opDelete {
+		if stored, ok := t.undoConf[o.oid]; ok && !stored {
+			t.undoConf[o.oid] = true
+			t.ops = append(t.ops, o)
+			return
+		}
+		for i := len(t.ops) - 1; i >= 0; i-- {
+			p := &t.ops[i]
+			if p.oid == o.oid && (p.kind == opStore || p.kind == opDelete) {
+				*p = o
+				return
+			}
+		}
+	}
+	t.ops = append(t.ops, o)
+}
+
+// resolveStore tries to merge the stale store o with the current revision
+// of its oid (at pos in the head, tid cur). On success o becomes a store of
+// the merged data based on cur.
+func (t *txn) resolveStore(o *op, pos int64, cur zodb.Tid) bool {
+	if t.resolve == nil || o.kind != opStore || o.serial == 0 {
+		return false
+	}
+	w := t.w
+	old, err := w.revisionData(o.oid, o.serial, pos)
+	if err != nil {
+		return false
+	}
+	committed, err := w.loadBack(o.oid, pos)
+	if err != nil {
+		return false
+	}
+	data, err := t.resolve(old, committed, o.data)
+	if err != nil || len(data) == 0 {
+		return false
+	}
+	o.data, o.serial = data, cur
+	t.resolved = appendUnique(t.resolved, o.oid)
+	return true
+}
+
+// revisionData returns the data of oid's revision serial, walking back
+// from its record at pos in the head (following backpointers).
+func (w *writer) revisionData(oid zodb.Oid, serial zodb.Tid, pos int64) ([]byte, error) {
+	var dh DataHeader
+	for pos != 0 {
+		if err := dh.Load(w.fs.file, w.fs.path, pos, w.pos); err != nil {
+			return nil, err
+		}
+		if dh.Oid != oid {
+			return nil, &Error{w.fs.path, pos, "data record", fmt.Errorf("oid %s, expected %s (previous-revision chain)", dh.Oid, oid)}
+		}
+		if dh.Tid == serial {
+			return w.loadBack(oid, pos)
+		}
+		if dh.Tid < serial {
+			break
+		}
+		pos = dh.PrevRevPos
+	}
+	return nil, &zodb.NoDataError{Oid: oid}
+}
+
+// waitPublished returns once the revisions the conflicts name are durable
+// and visible to readers: they are in the head, possibly still waiting for
+// the syncer's fsync. Called with the commit lock held, so every head
+// transaction is already queued for the syncer.
+func (w *writer) waitPublished(conflicts zodb.ConflictErrors) error {
+	var last zodb.Tid
+	for _, ce := range conflicts {
+		last = max(last, ce.Committed)
+	}
+	if w.fs.state.Load().lastTid >= last {
+		return nil
+	}
+	e := &commitEntry{barrier: true, done: make(chan struct{})}
+	w.enqueue(e)
+	<-e.done
+	return e.err
+}
