@@ -11,7 +11,9 @@ import (
 //
 // VoteResolving checks conflicts like Vote, under the commit lock, but first
 // offers each stale store (and each undo of a revision changed later) to
-// the resolver; what it merges is written instead. The conflicts left stay
+// the resolver; what it merges is written instead. An undo the resolver
+// cannot merge is an UndoError, as with Vote (a client has no way to
+// resolve it). The conflicts left stay
 // with the transaction, which keeps the commit lock (state txnConflicted):
 // nothing else commits until the caller has stored its own resolutions and
 // voted again, so the second vote cannot meet a newer revision of the same
@@ -46,15 +48,9 @@ func (t *txn) VoteResolving(ctx context.Context, resolve zodb.Resolver) ([]zodb.
 }
 
 // recordResolution records o in a conflicted transaction: a store or
-// delete replaces the transaction's last store or delete of the same oid;
-// a store of an oid whose undo conflicted replaces the undo's record.
+// delete replaces the transaction's last store or delete of the same oid.
 func (t *txn) recordResolution(o op) {
 	if o.kind == opStore || o.kind == opDelete {
-		if stored, ok := t.undoConf[o.oid]; ok && !stored {
-			t.undoConf[o.oid] = true
-			t.ops = append(t.ops, o)
-			return
-		}
 		for i := len(t.ops) - 1; i >= 0; i-- {
 			p := &t.ops[i]
 			if p.oid == o.oid && (p.kind == opStore || p.kind == opDelete) {

@@ -186,80 +186,65 @@ func TestVoteResolvingNative(t *testing.T) {
 
 // An undo of a revision changed later is given to the resolver (old: the
 // undone revision, committed: the current one, new: the one before the
-// undone); without a resolver it goes to the caller, whose store replaces
-// the undo's record of that oid.
+// undone); what it cannot merge is an UndoError, as with Vote.
 func TestVoteResolvingUndo(t *testing.T) {
-	for _, native := range []bool{true, false} {
-		t.Run(fmt.Sprint("native=", native), func(t *testing.T) {
-			fs := createStorage(t, nil)
-			t1 := commit(t, fs, nil, map[zodb.Oid]string{1: "A", 2: "X"})
-			t2 := commit(t, fs, map[zodb.Oid]zodb.Tid{1: t1, 2: t1}, map[zodb.Oid]string{1: "B", 2: "Y"})
-			t3 := commit(t, fs, map[zodb.Oid]zodb.Tid{1: t2}, map[zodb.Oid]string{1: "C"})
+	fs := createStorage(t, nil)
+	t1 := commit(t, fs, nil, map[zodb.Oid]string{1: "A", 2: "X", 3: "P"})
+	t2 := commit(t, fs, map[zodb.Oid]zodb.Tid{1: t1, 2: t1, 3: t1}, map[zodb.Oid]string{1: "B", 2: "Y", 3: "Q"})
+	t3 := commit(t, fs, map[zodb.Oid]zodb.Tid{1: t2, 3: t2}, map[zodb.Oid]string{1: "C", 3: "refuse"})
 
-			// A plain Vote refuses, as before.
-			if _, err := tryCommit(fs, zodb.TxnMeta{}, func(tx zodb.Txn) error { return tx.Undo(t2) }); !errors.As(err, new(*zodb.UndoError)) {
-				t.Fatalf("plain undo: %v, want an UndoError", err)
-			}
+	// A plain Vote refuses.
+	if _, err := tryCommit(fs, zodb.TxnMeta{}, func(tx zodb.Txn) error { return tx.Undo(t2) }); !errors.As(err, new(*zodb.UndoError)) {
+		t.Fatalf("plain undo: %v, want an UndoError", err)
+	}
+	// The resolver refuses oid 3 (its "new", the revision before the
+	// undone one, is P; its committed one is "refuse").
+	refuse3 := func(old, committed, new []byte) ([]byte, error) {
+		if string(committed) == "refuse" {
+			return nil, errors.New("refused")
+		}
+		return concat(old, committed, new)
+	}
+	b := resolvingTxn(t, fs)
+	b.Undo(t2)
+	var ue *zodb.UndoError
+	if _, err := b.VoteResolving(bg, refuse3); !errors.As(err, &ue) || ue.Oid != 3 {
+		t.Fatalf("undo with an unresolvable object: %v, want an UndoError for oid 3", err)
+	}
+	commit(t, fs, map[zodb.Oid]zodb.Tid{3: t3}, map[zodb.Oid]string{3: "R"})
 
-			b := resolvingTxn(t, fs)
-			b.Undo(t2)
-			var r zodb.Resolver
-			if native {
-				r = concat
-			}
-			undone, err := b.VoteResolving(bg, r)
-			if !native {
-				var conflicts zodb.ConflictErrors
-				if !errors.As(err, &conflicts) || len(conflicts) != 1 {
-					t.Fatalf("vote: %v", err)
-				}
-				ce := conflicts[0]
-				if ce.Oid != 1 || ce.Committed != t3 || ce.Serial != t2 || string(ce.Data) != "A" {
-					t.Fatalf("conflict %+v data %q", ce, ce.Data)
-				}
-				b.Store(1, t3, []byte("resolved"))
-				undone, err = b.VoteResolving(bg, r)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := []zodb.Oid{2}
-			if native {
-				want = []zodb.Oid{2, 1}
-			}
-			if !slices.Equal(undone, want) {
-				t.Errorf("undone %v, want %v", undone, want)
-			}
-			tid, err := b.Finish(bg, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want1 := "B|C|A"
-			if !native {
-				want1 = "resolved"
-			}
-			if got := loadString(t, fs, 1); got != want1 {
-				t.Errorf("oid 1: %q, want %q", got, want1)
-			}
-			if got := loadString(t, fs, 2); got != "X" {
-				t.Errorf("oid 2: %q, want X", got)
-			}
-			// One record per oid in the undo transaction.
-			it := fs.Iterate(bg, tid, tid)
-			_, dit, err := it.NextTxn(bg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			n := 0
-			for {
-				if _, err := dit.NextData(bg); err != nil {
-					break
-				}
-				n++
-			}
-			if n != 2 {
-				t.Errorf("undo transaction has %d records, want 2", n)
-			}
-		})
+	b = resolvingTxn(t, fs)
+	b.Undo(t2)
+	undone, err := b.VoteResolving(bg, refuse3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []zodb.Oid{2, 1, 3}; !slices.Equal(undone, want) {
+		t.Errorf("undone %v, want %v", undone, want)
+	}
+	tid, err := b.Finish(bg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for oid, want := range map[zodb.Oid]string{1: "B|C|A", 2: "X", 3: "Q|R|P"} {
+		if got := loadString(t, fs, oid); got != want {
+			t.Errorf("oid %s: %q, want %q", oid, got, want)
+		}
+	}
+	// One record per oid in the undo transaction.
+	it := fs.Iterate(bg, tid, tid)
+	_, dit, err := it.NextTxn(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for {
+		if _, err := dit.NextData(bg); err != nil {
+			break
+		}
+		n++
+	}
+	if n != 3 {
+		t.Errorf("undo transaction has %d records, want 3", n)
 	}
 }

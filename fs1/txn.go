@@ -26,10 +26,9 @@ type txn struct {
 	recs []recEnt   // its data records
 
 	// Set by VoteResolving (resolve.go):
-	holding    bool                  // conflicts keep the commit lock (txnConflicted)
-	resolve    zodb.Resolver         // the native resolver, or nil
-	resolved   []zodb.Oid            // oids whose stores or undo records resolve merged
-	undoConf   map[zodb.Oid]bool     // oids of undo conflicts; true once the caller stored its resolution (no undo record then)
+	holding  bool          // conflicts keep the commit lock (txnConflicted)
+	resolve  zodb.Resolver // the native resolver, or nil
+	resolved []zodb.Oid    // oids whose stores or undo records resolve merged
 }
 
 // Tid returns the tid the transaction got at Vote, or 0 before a

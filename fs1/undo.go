@@ -156,9 +156,7 @@ func (e *txnEncoder) undo(tid zodb.Tid) ([]zodb.Oid, error) {
 	}
 	var oids []zodb.Oid
 	var failures []*zodb.UndoError
-	var conflicts zodb.ConflictErrors
 	var dh DataHeader
-	t := e.t
 	for dpos := th.DataPos(); dpos < th.End(); dpos += dh.Len() {
 		if err := dh.Load(f, path, dpos, th.End()); err != nil {
 			return nil, err
@@ -169,34 +167,19 @@ func (e *txnEncoder) undo(tid zodb.Tid) ([]zodb.Oid, error) {
 				break
 			}
 		}
-		for i, ce := range conflicts {
-			if ce.Oid == dh.Oid {
-				conflicts = append(conflicts[:i], conflicts[i+1:]...)
-				break
-			}
-		}
-		if t.undoConf[dh.Oid] {
-			continue // the caller stored its resolution of this undo
-		}
 		back, data, err := e.undoRecord(&dh)
 		if err != nil {
 			var ue *zodb.UndoError
-			var ce *zodb.ConflictError
-			switch {
-			case errors.As(err, &ce):
-				ce.Serial = tid
-				conflicts = append(conflicts, ce)
-			case errors.As(err, &ue):
-				ue.Tid = tid
-				failures = append(failures, ue)
-			default:
+			if !errors.As(err, &ue) {
 				return nil, err
 			}
+			ue.Tid = tid
+			failures = append(failures, ue)
 			continue
 		}
 		if data != nil {
 			e.add(dh.Oid, data, 0) // merged by the resolver
-			t.resolved = appendUnique(t.resolved, dh.Oid)
+			e.t.resolved = appendUnique(e.t.resolved, dh.Oid)
 			continue
 		}
 		e.add(dh.Oid, nil, back)
@@ -205,15 +188,6 @@ func (e *txnEncoder) undo(tid zodb.Tid) ([]zodb.Oid, error) {
 	if len(failures) > 0 {
 		return nil, failures[0]
 	}
-	if len(conflicts) > 0 {
-		if t.undoConf == nil {
-			t.undoConf = make(map[zodb.Oid]bool)
-		}
-		for _, ce := range conflicts {
-			t.undoConf[ce.Oid] = false
-		}
-		return nil, conflicts
-	}
 	return oids, nil
 }
 
@@ -221,8 +195,7 @@ func (e *txnEncoder) undo(tid zodb.Tid) ([]zodb.Oid, error) {
 // _transactionalUndoRecord): a backpointer to dh's previous revision, or 0
 // (no data) when dh created the object. When the object changed after dh,
 // a transaction voted with VoteResolving gives the three revisions to its
-// resolver and returns the merged data, or else a *zodb.ConflictError for
-// the caller to resolve (Serial is left for undo to set).
+// resolver and returns the merged data (ZODB/py's tryToResolveConflict).
 func (e *txnEncoder) undoRecord(dh *DataHeader) (int64, []byte, error) {
 	w := e.w
 	oid, pos, pre := dh.Oid, dh.Pos, dh.PrevRevPos
@@ -237,7 +210,6 @@ func (e *txnEncoder) undoRecord(dh *DataHeader) (int64, []byte, error) {
 	}
 	copyBack := true
 	var undoneData, curData []byte // when not copyBack
-	var ctid zodb.Tid              // the current revision's tid, when not inTxn
 	if tipos != pos {
 		// The undone record is not the current one: look at the current
 		// data, and whether it is the undone data.
@@ -260,7 +232,6 @@ func (e *txnEncoder) undoRecord(dh *DataHeader) (int64, []byte, error) {
 			if ch.Oid != oid {
 				return 0, nil, undoErr("Invalid undo transaction id")
 			}
-			ctid = ch.Tid
 			cdataptr = ch.BackPos
 			if ch.DataLen > 0 {
 				cdataptr = ipos
@@ -290,17 +261,14 @@ func (e *txnEncoder) undoRecord(dh *DataHeader) (int64, []byte, error) {
 	if copyBack {
 		return pre, nil, nil
 	}
-	if t := e.t; t.holding && !inTxn {
+	if resolve := e.t.resolve; resolve != nil {
 		preData, err := w.loadBack(oid, pre)
 		if err != nil {
 			return 0, nil, err
 		}
-		if t.resolve != nil {
-			if data, err := t.resolve(undoneData, curData, preData); err == nil && len(data) > 0 {
-				return 0, data, nil
-			}
+		if data, err := resolve(undoneData, curData, preData); err == nil && len(data) > 0 {
+			return 0, data, nil
 		}
-		return 0, nil, &zodb.ConflictError{Oid: oid, Committed: ctid, Data: preData}
 	}
 	return 0, nil, undoErr("Some data were modified by a later transaction")
 }

@@ -142,18 +142,18 @@ type ResolvingTxn interface {
 	// committed and the revision before the undone one as new. What it
 	// merges is written instead of the store (or the undo record), and the
 	// oid is returned with the undone ones: a client must not cache its
-	// own copy of those.
+	// own copy of those. An undo it cannot merge fails as with Vote.
 	//
-	// The conflicts left are returned as ConflictErrors, each with Data set
-	// to what the transaction tried to write (an undo's: the revision it
-	// brings back), but unlike Vote the transaction stays open and keeps
-	// the commit lock, so that no other transaction commits before the
-	// caller resolved them. The committed revisions they name are durable
-	// and loadable by readers when VoteResolving returns. The caller then
-	// Stores merged data for those oids based on each conflict's Committed
-	// serial (a Store replaces the transaction's earlier store of that
-	// oid, or the undo's record of it) and calls VoteResolving again; or
-	// it calls Abort. Any other error aborts the transaction, as with Vote.
+	// The stores left in conflict are returned as ConflictErrors, each
+	// with Data set to the data the transaction tried to store, but unlike
+	// Vote the transaction stays open and keeps the commit lock, so that no
+	// other transaction commits before the caller resolved them. The
+	// committed revisions they name are durable and loadable by readers
+	// when VoteResolving returns. The caller then Stores merged data for
+	// those oids based on each conflict's Committed serial (a Store
+	// replaces the transaction's earlier store of that oid) and calls
+	// VoteResolving again; or it calls Abort. Any other error aborts the
+	// transaction, as with Vote.
 	VoteResolving(ctx context.Context, resolve Resolver) (resolved []Oid, err error)
 }
 
