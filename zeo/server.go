@@ -74,6 +74,10 @@ type Config struct {
 	MaxFrame int
 	// TLS, when not nil, wraps every connection in TLS.
 	TLS *tls.Config
+	// Resolve, when not nil, resolves conflicts in the server at vote
+	// (as runzeo does by default); the conflicts it leaves go to the
+	// client, which resolves them in its vote.
+	Resolve zodb.Resolver
 	// Logf receives the server's log lines; nil means log.Printf.
 	Logf func(format string, args ...interface{})
 }

@@ -38,13 +38,16 @@ type ztxn struct {
 	meta zodb.TxnMeta
 	ops  []op
 
-	voting    bool               // a vote goroutine is running
-	cancel    context.CancelFunc // cancels the running vote
-	done      chan struct{}      // closed when the running vote ends
-	stxn      zodb.Txn           // the voted storage transaction
-	timer     *time.Timer        // transaction-timeout, from vote to finish
-	finishing bool
-	blobs     txnBlobs // blob uploads and the files placed at vote (blob.go)
+	voting     bool                // a vote goroutine is running
+	cancel     context.CancelFunc  // cancels the running vote
+	done       chan struct{}       // closed when the running vote ends
+	stxn       zodb.Txn            // the storage transaction, once it holds the commit lock
+	conflicted bool                // stxn returned conflicts for the client to resolve (it keeps the lock)
+	conflict   *zodb.ConflictError // the first of them
+	replayed   int                 // ops[:replayed] are in stxn
+	timer      *time.Timer         // transaction-timeout, from the lock taken to finish
+	finishing  bool
+	blobs      txnBlobs // blob uploads and the files placed at vote (blob.go)
 }
 
 func (c *conn) tpcBegin(a *args) error {
@@ -90,7 +93,7 @@ func (c *conn) record(txnID int64, o op, a *args) error {
 	if t == nil || t.id != txnID {
 		return &pyError{"ZODB.POSException.StorageTransactionError", "invalid transaction id"}
 	}
-	if t.voting || t.stxn != nil {
+	if t.voting || (t.stxn != nil && !t.conflicted) {
 		return &pyError{"ZODB.POSException.StorageTransactionError", "operation after vote"}
 	}
 	if o.kind == opStore {
@@ -110,7 +113,7 @@ func (c *conn) vote(id *wire.Value, txnID int64) {
 		c.replyError(id, &pyError{"ZODB.POSException.StorageTransactionError", "vote: invalid transaction id"})
 		return
 	}
-	if t.voting || t.stxn != nil {
+	if t.voting || (t.stxn != nil && !t.conflicted) {
 		c.txmu.Unlock()
 		c.replyError(id, &pyError{"ZODB.POSException.StorageTransactionError", "vote: already voting"})
 		return
@@ -125,7 +128,7 @@ func (c *conn) vote(id *wire.Value, txnID int64) {
 		defer close(t.done)
 		defer cancel()
 		st.addWaiting(1)
-		stxn, undone, err := c.replay(ctx, t)
+		undone, err := c.replay(ctx, t)
 		st.addWaiting(-1)
 
 		e := wire.Encoder{M: c.srv.cfg.Marshal}
@@ -142,13 +145,11 @@ func (c *conn) vote(id *wire.Value, txnID int64) {
 		}
 		c.txmu.Lock()
 		t.voting = false
+		held := t.stxn != nil
 		switch {
 		case err == nil:
-			t.stxn = stxn
-			st.lockTaken()
-			if d := c.srv.cfg.TransactionTimeout; d > 0 {
-				t.timer = time.AfterFunc(d, func() { c.txnTimeout(t) })
-			}
+			t.conflicted = false
+			c.startTxnTimer(t)
 			e.BeginReply(&idc, 0)
 			e.BeginList(len(undone))
 			for _, oid := range undone {
@@ -159,11 +160,22 @@ func (c *conn) vote(id *wire.Value, txnID int64) {
 		case errors.As(err, &conflicts):
 			// Client-side conflict resolution: return the conflicts with
 			// the client's data; the transaction stays open so that the
-			// client can store resolved data and vote again.
+			// client can store resolved data and vote again. A storage
+			// transaction that holds the conflicts (zodb.ResolvingTxn)
+			// keeps the commit lock meanwhile, so that the next vote
+			// cannot meet newer revisions.
 			st.addConflicts(int64(len(conflicts)))
+			if held {
+				t.conflicted, t.conflict = true, conflicts[0]
+				c.startTxnTimer(t)
+			}
 			e.BeginReply(&idc, 0)
 			e.BeginList(len(conflicts))
 			for _, ce := range conflicts {
+				data := ce.Data
+				if d, ok := lastStoreData(t.ops, ce.Oid); ok {
+					data = d
+				}
 				e.BeginDict(3)
 				e.Str("oid")
 				e.Oid8(uint64(ce.Oid))
@@ -173,7 +185,7 @@ func (c *conn) vote(id *wire.Value, txnID int64) {
 				e.Oid8(uint64(ce.Serial))
 				e.EndTuple(2)
 				e.Str("data")
-				e.Bytes(lastStoreData(t.ops, ce.Oid))
+				e.Bytes(data)
 				e.EndDict(3)
 			}
 			e.EndList(len(conflicts))
@@ -182,6 +194,16 @@ func (c *conn) vote(id *wire.Value, txnID int64) {
 			var ce *zodb.ConflictError
 			if errors.As(err, &ce) {
 				st.addConflicts(1)
+			}
+			if t.stxn != nil {
+				t.stxn.Abort()
+				t.stxn = nil
+			}
+			if held || t.conflicted {
+				st.lockReleased()
+			}
+			if t.timer != nil {
+				t.timer.Stop()
 			}
 			if c.txn == t {
 				c.txn = nil
@@ -194,33 +216,65 @@ func (c *conn) vote(id *wire.Value, txnID int64) {
 	}()
 }
 
-// replay begins a storage transaction, replays t's operations into it and
-// votes. On error the storage transaction is aborted.
-func (c *conn) replay(ctx context.Context, t *ztxn) (zodb.Txn, []zodb.Oid, error) {
+// startTxnTimer starts the transaction timeout of t, which now holds the
+// commit lock, unless it runs already. Called with c.txmu held.
+func (c *conn) startTxnTimer(t *ztxn) {
+	if t.timer != nil {
+		return
+	}
+	c.st.lockTaken()
+	if d := c.srv.cfg.TransactionTimeout; d > 0 {
+		t.timer = time.AfterFunc(d, func() { c.txnTimeout(t) })
+	}
+}
+
+// replay replays t's operations into a storage transaction and votes. The
+// first vote begins the storage transaction; the vote after conflicts
+// replays only the operations recorded since (the client's resolutions)
+// into the same one, which still holds the commit lock. On success, or on
+// conflicts the storage transaction holds, t.stxn is that transaction
+// (set under c.txmu); on any other error it is aborted and t.stxn is nil.
+func (c *conn) replay(ctx context.Context, t *ztxn) ([]zodb.Oid, error) {
 	ws := c.st.ws
 	if ws == nil {
-		return nil, nil, zodb.ErrReadOnly
+		return nil, zodb.ErrReadOnly
 	}
 	if err := c.blobsPrepare(t); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	stxn, err := ws.Begin(ctx, t.meta)
-	if err != nil {
-		return nil, nil, err
+	c.txmu.Lock()
+	stxn, ops := t.stxn, t.ops
+	c.txmu.Unlock()
+	from := 0
+	if stxn == nil {
+		var err error
+		if stxn, err = ws.Begin(ctx, t.meta); err != nil {
+			return nil, err
+		}
+	} else {
+		from = t.replayed
+	}
+	fail := func(err error) ([]zodb.Oid, error) {
+		stxn.Abort()
+		c.txmu.Lock()
+		t.stxn = nil
+		c.txmu.Unlock()
+		return nil, err
 	}
 	// A store re-sent after client-side conflict resolution supersedes the
 	// earlier store of the same oid: replay only the last one.
 	last := make(map[zodb.Oid]int)
-	for i := range t.ops {
-		if k := t.ops[i].kind; k == opStore || k == opDelete {
-			last[t.ops[i].oid] = i
+	for i := from; i < len(ops); i++ {
+		if k := ops[i].kind; k == opStore || k == opDelete {
+			last[ops[i].oid] = i
 		}
 	}
-	for i := range t.ops {
-		o := &t.ops[i]
+	for i := from; i < len(ops); i++ {
+		o := &ops[i]
 		if (o.kind == opStore || o.kind == opDelete) && last[o.oid] != i {
 			continue
 		}
+		var err error
 		switch o.kind {
 		case opStore:
 			err = stxn.Store(o.oid, o.serial, o.data)
@@ -234,19 +288,34 @@ func (c *conn) replay(ctx context.Context, t *ztxn) (zodb.Txn, []zodb.Oid, error
 			err = stxn.Undo(o.serial)
 		}
 		if err != nil {
-			stxn.Abort()
-			return nil, nil, err
+			return fail(err)
 		}
 	}
-	undone, err := stxn.Vote(ctx)
+	var undone []zodb.Oid
+	var err error
+	rt, resolving := stxn.(zodb.ResolvingTxn)
+	if resolving {
+		undone, err = rt.VoteResolving(ctx, c.srv.cfg.Resolve)
+	} else {
+		undone, err = stxn.Vote(ctx)
+	}
+	var conflicts zodb.ConflictErrors
+	if resolving && errors.As(err, &conflicts) {
+		c.txmu.Lock()
+		t.stxn, t.replayed = stxn, len(ops)
+		c.txmu.Unlock()
+		return nil, err
+	}
 	if err == nil {
 		err = c.blobsVoted(t, stxn, undone)
 	}
 	if err != nil {
-		stxn.Abort()
-		return nil, nil, err
+		return fail(err)
 	}
-	return stxn, undone, nil
+	c.txmu.Lock()
+	t.stxn, t.replayed = stxn, len(ops)
+	c.txmu.Unlock()
+	return undone, nil
 }
 
 // lastStoreData returns the data of the last store of oid in ops.
@@ -260,13 +329,13 @@ func lastOpKind(ops []op, oid zodb.Oid) opKind {
 	return opCheck
 }
 
-func lastStoreData(ops []op, oid zodb.Oid) []byte {
+func lastStoreData(ops []op, oid zodb.Oid) ([]byte, bool) {
 	for i := len(ops) - 1; i >= 0; i-- {
 		if ops[i].oid == oid && (ops[i].kind == opStore || ops[i].kind == opDelete) {
-			return ops[i].data
+			return ops[i].data, true
 		}
 	}
-	return nil
+	return nil, false
 }
 
 // tpcFinish commits the voted transaction on its own goroutine (it waits
@@ -277,6 +346,16 @@ func (c *conn) tpcFinish(id *wire.Value, txnID int64) {
 	if t == nil || t.id != txnID || t.finishing {
 		c.txmu.Unlock()
 		c.reply(id, func(e *wire.Encoder) { e.None() })
+		return
+	}
+	if t.stxn != nil && t.conflicted {
+		// The client gave up resolving (the stock client re-votes a
+		// limited number of times, then finishes): the transaction
+		// cannot commit, which is a conflict, not a protocol error.
+		c.txmu.Unlock()
+		ce := t.conflict
+		c.abortTxn()
+		c.replyError(id, ce)
 		return
 	}
 	if t.stxn == nil {
