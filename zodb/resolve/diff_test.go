@@ -101,6 +101,7 @@ func diffRun(t *testing.T, py string, seed int64, kind string, n int) bool {
 	var checks bytes.Buffer
 	enc := json.NewEncoder(&checks)
 	ok := true
+	failures := 0
 	stats := map[string]int{}
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(nil, 64<<20)
@@ -123,6 +124,7 @@ func diffRun(t *testing.T, py string, seed int64, kind string, n int) bool {
 		errors.As(err, &re)
 		fail := func(format string, args ...any) {
 			ok = false
+			failures++
 			t.Errorf("seed %d case %d (%s): %s\n  old       %s\n  committed %s\n  new       %s", seed, i, c.Class, fmt.Sprintf(format, args...), c.Old, c.Committed, c.New)
 		}
 		switch {
@@ -152,8 +154,8 @@ func diffRun(t *testing.T, py string, seed int64, kind string, n int) bool {
 				fail("Python raises %s, Resolve: %v", c.Exc, err)
 			}
 		}
-		if !ok && countFailures() {
-			return false
+		if failures >= 20 {
+			t.Fatalf("seed %d: stopped after %d failed cases", seed, failures)
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -171,13 +173,4 @@ func diffRun(t *testing.T, py string, seed int64, kind string, n int) bool {
 		t.Errorf("seed %d: Python reads states from Resolve that differ from BTrees' own: %v\n%s", seed, err, res)
 	}
 	return ok
-}
-
-var failures int
-
-// countFailures counts a failed case and reports whether enough failed to
-// stop.
-func countFailures() bool {
-	failures++
-	return failures >= 20
 }

@@ -68,8 +68,7 @@ const (
 	expandSlack = 4096
 )
 
-// errUnsupported marks what the decoder does not model; it wraps
-// ErrUnsupported.
+// unsupported returns an error wrapping ErrUnsupported with the detail.
 func unsupported(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrUnsupported, fmt.Sprintf(format, args...))
 }

@@ -15,7 +15,7 @@ import (
 // documentation lists, a key or value of a type it does not model, a
 // comparison that raises in Python, records it cannot read. The caller
 // hands the conflict to the client, whose own _p_resolveConflict decides.
-var ErrUnsupported = errors.New("resolve: not resolved natively")
+var ErrUnsupported = errors.New("not resolved natively")
 
 // ErrRefused matches (errors.Is) every *RefusedError.
 var ErrRefused = errors.New("resolve: the class's conflict resolution refuses")
@@ -138,7 +138,7 @@ func (r *resolver) resolve(old, committed, new []byte) ([]byte, error) {
 			var err error
 			r.inflated[i], err = inflate(r.inflated[i][:0], rec[2:], expandFactor*len(rec)+expandSlack)
 			if err != nil {
-				return nil, err
+				return nil, fmt.Errorf("resolve: %s record: %w", recordName[i], err)
 			}
 			recs[i] = r.inflated[i]
 		}
@@ -155,32 +155,48 @@ func (r *resolver) resolve(old, committed, new []byte) ([]byte, error) {
 		d.startRecord(len(rec))
 		meta, end, err := d.decode(rec, 0)
 		if err != nil {
-			return nil, fmt.Errorf("%s record, class pickle: %w", recordName[i], err)
+			return nil, fmt.Errorf("resolve: %s record, class pickle: %w", recordName[i], err)
 		}
 		c, err := r.classOf(meta)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("resolve: %s record: %w", recordName[i], err)
 		}
 		if ci == nil {
 			ci = c
 		} else if c != ci {
-			return nil, unsupported("the %s record is a %s, the new one a %s", recordName[i], c.name, ci.name)
+			return nil, fmt.Errorf("resolve: %w", unsupported("the %s record is a %s, the new one a %s", recordName[i], c.name, ci.name))
 		}
 		if i == 1 {
 			committedClass = rec[:end]
 		}
 		if states[i], _, err = d.decode(rec, end); err != nil {
-			return nil, fmt.Errorf("%s record, state pickle: %w", recordName[i], err)
+			return nil, fmt.Errorf("resolve: %s record, state pickle: %w", recordName[i], err)
 		}
 	}
 
+	if err := r.resolveState(ci, &states); err != nil {
+		var re *RefusedError
+		if errors.As(err, &re) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("resolve: %s: %w", ci.name, err)
+	}
+	out := make([]byte, len(committedClass)+len(r.e.buf))
+	copy(out, committedClass)
+	copy(out[len(committedClass):], r.e.buf)
+	return out, nil
+}
+
+// resolveState writes the resolved state pickle of the states (old,
+// committed, new) of class ci to r.e.buf.
+func (r *resolver) resolveState(ci *classInfo, states *[3]int32) error {
 	e := &r.e
 	e.buf = append(e.buf[:0], opProto, 3)
 	e.nmemo = 0
 	switch ci.kind {
 	case cLength:
 		if err := r.resolveLength(states[0], states[1], states[2]); err != nil {
-			return nil, err
+			return err
 		}
 	default:
 		var st [3]int32
@@ -189,34 +205,31 @@ func (r *resolver) resolve(old, committed, new []byte) ([]byte, error) {
 			if ci.kind == cTree || ci.kind == cTreeSet {
 				var err error
 				if st[i], err = r.treeBucketState(states[i]); err != nil {
-					return nil, err
+					return err
 				}
 			}
 		}
 		for i := range st {
 			if err := r.loadBucket(st[i], ci, &r.b[i]); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		for i := 1; i < 3; i++ {
 			same, err := r.nextSame(r.b[0].next, r.b[i].next)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			if !same {
-				return nil, refused(0)
+				return refused(0)
 			}
 		}
 		if err := r.merge(ci, &r.b); err != nil {
-			return nil, err
+			return err
 		}
 		r.encodeBucket(ci, r.b[0].next)
 	}
 	e.op(opStop)
-	out := make([]byte, len(committedClass)+len(e.buf))
-	copy(out, committedClass)
-	copy(out[len(committedClass):], e.buf)
-	return out, nil
+	return nil
 }
 
 var recordName = [3]string{"old", "committed", "new"}
