@@ -26,8 +26,9 @@
 // I, L, U, Q as C ints of 32 or 64 bits, signed or unsigned (an int out of
 // range, or another type, is ErrUnsupported: BTrees raises TypeError), F
 // as a C float, fs as bytes of length 2 and 6, O as Python objects with
-// Python 3's comparisons (None sorts first among keys; values are the
-// same when neither < nor == says otherwise). The Python objects modeled
+// Python 3's comparisons as BTrees' COMPARE makes them: None first and
+// equal only to None, otherwise a < b, then a == b (two values are the
+// same when a < b is false and a == b true). The Python objects modeled
 // are None, bool, int (any size), float (not NaN), str, bytes, tuple and
 // list of these, and persistent references, which compare as ZODB's
 // PersistentReference: equal for the same oid and database unless weak,
