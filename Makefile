@@ -128,10 +128,13 @@ fuzz:
 	done
 
 ## stress: the big form of the FileStorage crash test (2000 SIGKILLs of a
-## committing writer, then ZODB/py's fstest); 10-15 minutes with -race
+## committing writer, then ZODB/py's fstest), 10-15 minutes with -race; and
+## of zodb/resolve's differential test against BTrees (100,000 conflicts
+## per class kind), about 15 minutes
 .PHONY: stress
 stress: venv
 	ZODBD_STRESS=1 $(GO) test $(GOTESTFLAGS) -run '^TestCrash$$' -timeout 60m -v ./fs1
+	ZODBD_STRESS=1 $(GO) test -run '^TestDifferential$$' -timeout 60m -v ./zodb/resolve
 
 clean:
 	rm -rf bin data/demo .pytest_cache
