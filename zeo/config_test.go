@@ -44,7 +44,8 @@ func TestParseConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.Address != "127.0.0.1:8100" || cfg.InvalidationQueueSize != 500 || cfg.TransactionTimeout != 30*time.Second ||
-		cfg.PidFile != "/var/zeo/zeo.pid" || cfg.Msgpack == nil || !*cfg.Msgpack || cfg.LogPath != "/var/log/zeo.log" {
+		cfg.PidFile != "/var/zeo/zeo.pid" || cfg.Msgpack == nil || !*cfg.Msgpack ||
+		cfg.EventLog == nil || len(cfg.EventLog.Handlers) != 1 || cfg.EventLog.Handlers[0].Path != "/var/log/zeo.log" {
 		t.Errorf("zeo section: %+v", cfg)
 	}
 	if cfg.SSL == nil || cfg.SSL.Certificate != "/var/zeo/cert.pem" || cfg.SSL.Authenticate != "/ca.pem" {
