@@ -433,7 +433,9 @@ func filestorageSection(s *section, name string) (FileStorageConfig, error) {
 		case "read-only":
 			fs.ReadOnly, err = parseBool(v)
 		case "quota":
-			fs.Quota, err = parseSize(v)
+			if fs.Quota, err = parseSize(v); err == nil && fs.Quota <= 0 {
+				err = fmt.Errorf("%q: a quota must be positive (ZODB/py would refuse every store; leave quota out for none)", v)
+			}
 		case "pack-gc":
 			fs.PackGC, err = parseBool(v)
 		case "pack-keep-old":

@@ -141,6 +141,7 @@ func TestParseConfigErrors(t *testing.T) {
 		"negative invalidation-age": "<zeo>\naddress 1\ninvalidation-age -1\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n",
 		"NaN invalidation-age":      "<zeo>\naddress 1\ninvalidation-age nan\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n",
 		"import with more":          "%import zc.zlibstorage os\n<zeo>\naddress 1\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n",
+		"quota 0":                   "<zeo>\naddress 1\n</zeo>\n<filestorage>\npath /x\nquota 0\n</filestorage>\n",
 	}
 	for name, text := range bad {
 		if cfg, err := ParseConfig(strings.NewReader(text)); err == nil {
