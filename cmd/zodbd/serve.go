@@ -183,9 +183,9 @@ func runServe(args []string) int {
 		}
 	}
 
-	// Signals from now on: the socket accepts (queues) connections before
-	// the storages are open, and a SIGHUP sent by a client's supervisor
-	// meanwhile must not end the process; they are handled once serving.
+	// Signals are caught from here on and handled once serving: the socket
+	// is bound before the storages are open, and a signal arriving
+	// meanwhile (a SIGHUP from logrotate) must not end the process.
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR2)
 
