@@ -47,6 +47,11 @@ type Options struct {
 	// file is in place (ZODB/py's pack-keep-old false); by default the
 	// original file is kept there.
 	PackDiscardOld bool
+
+	// Quota, when positive, is ZODB/py's FileStorage quota: a vote fails
+	// with a *QuotaError, writing nothing, when one of the transaction's
+	// data records would start past this file position (quota.go).
+	Quota int64
 }
 
 // FileStorage is a FileStorage file. It implements zodb.Storage,

@@ -57,7 +57,7 @@ type writer struct {
 
 	closing atomic.Bool // Close has begun: votes fail
 	packing atomic.Bool // a Pack is running (onlinepack.go)
-	packOpt Options     // PackNoGC, PackDiscardOld
+	packOpt Options     // the options it was opened with: PackNoGC, PackDiscardOld, Quota
 	retired *os.File    // the file the last online pack replaced, kept open for readers; guarded by the commit lock
 
 	oidMu   sync.Mutex

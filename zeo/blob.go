@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/zodbd/zodbd/blob"
+	"github.com/zodbd/zodbd/internal/eventlog"
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -116,7 +117,7 @@ func (st *storage) packBlobs(ctx context.Context) error {
 		return true, err
 	}, "")
 	if n > 0 {
-		st.srv.logf("zeo: storage %s: pack removed %d blob files", st.name, n)
+		st.srv.ss.log(eventlog.Info, "storage %s: pack removed %d blob files", st.name, n)
 	}
 	if err != nil {
 		return fmt.Errorf("pack of blob directory %s: %w", st.blobs.Path(), err)
@@ -223,7 +224,7 @@ func (c *conn) sendBlob(id *wire.Value, oid zodb.Oid, serial zodb.Tid) error {
 		if rerr != nil {
 			// Part of the blob went out already: the client would keep
 			// a truncated file, so end the connection instead.
-			c.srv.logf("zeo: %s: sendBlob %s@%s: %v; closing", c.peer, oid, serial, rerr)
+			c.log(eventlog.Error, "sendBlob %s@%s: %v; closing", oid, serial, rerr)
 			c.nc.Close()
 			return nil
 		}
@@ -314,7 +315,7 @@ func (c *conn) storeBlobEnd(oid zodb.Oid, serial zodb.Tid, data []byte, txnID in
 func (c *conn) storeBlobShared(oid zodb.Oid, serial zodb.Tid, data []byte, filename string, txnID int64, a *args) error {
 	path, err := c.st.blobs.SharedPath(oid, filename)
 	if err != nil {
-		c.srv.logf("zeo: CRITICAL: %s: storeBlobShared: bad file name %q (outside the oid's directory?): refused", c.peer, filename)
+		c.log(eventlog.Critical, "We're under attack! (bad filename to storeBlobShared, %s): refused", eventlog.PyRepr(filename))
 		return &pyError{"builtins.ValueError", filename}
 	}
 	c.txmu.Lock()

@@ -25,8 +25,9 @@ type FileConfig struct {
 	ClientConflictResolution bool
 	SSL                      *SSLConfig
 	Storages                 []FileStorageConfig
-	LogPath                  string // <eventlog><logfile> path, "" for stderr
-	LogLevel                 string
+	// EventLog is the <eventlog> section, nil when there is none (then
+	// runzeo logs to standard error at level INFO).
+	EventLog *EventLogConfig
 }
 
 // SSLConfig is the <ssl> section of <zeo>.
@@ -108,15 +109,11 @@ func ParseConfig(r io.Reader) (*FileConfig, error) {
 				return nil, err
 			}
 		case "eventlog":
-			if v := s.keys["level"]; len(v) > 0 {
-				cfg.LogLevel = v[len(v)-1]
+			if cfg.EventLog != nil {
+				return nil, fmt.Errorf("line %d: a second <eventlog> section", s.line)
 			}
-			for _, sub := range s.subs {
-				if sub.typ == "logfile" {
-					if v := sub.keys["path"]; len(v) > 0 {
-						cfg.LogPath = v[len(v)-1]
-					}
-				}
+			if cfg.EventLog, err = eventlogSection(s); err != nil {
+				return nil, err
 			}
 		case "runner":
 			// zdaemon options (zeoctl); nothing for the server itself.
@@ -436,7 +433,9 @@ func filestorageSection(s *section, name string) (FileStorageConfig, error) {
 		case "read-only":
 			fs.ReadOnly, err = parseBool(v)
 		case "quota":
-			fs.Quota, err = parseSize(v)
+			if fs.Quota, err = parseSize(v); err == nil && fs.Quota <= 0 {
+				err = fmt.Errorf("%q: a quota must be positive (ZODB/py would refuse every store; leave quota out for none)", v)
+			}
 		case "pack-gc":
 			fs.PackGC, err = parseBool(v)
 		case "pack-keep-old":

@@ -44,7 +44,8 @@ func TestParseConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.Address != "127.0.0.1:8100" || cfg.InvalidationQueueSize != 500 || cfg.TransactionTimeout != 30*time.Second ||
-		cfg.PidFile != "/var/zeo/zeo.pid" || cfg.Msgpack == nil || !*cfg.Msgpack || cfg.LogPath != "/var/log/zeo.log" {
+		cfg.PidFile != "/var/zeo/zeo.pid" || cfg.Msgpack == nil || !*cfg.Msgpack ||
+		cfg.EventLog == nil || len(cfg.EventLog.Handlers) != 1 || cfg.EventLog.Handlers[0].Path != "/var/log/zeo.log" {
 		t.Errorf("zeo section: %+v", cfg)
 	}
 	if cfg.SSL == nil || cfg.SSL.Certificate != "/var/zeo/cert.pem" || cfg.SSL.Authenticate != "/ca.pem" {
@@ -140,6 +141,7 @@ func TestParseConfigErrors(t *testing.T) {
 		"negative invalidation-age": "<zeo>\naddress 1\ninvalidation-age -1\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n",
 		"NaN invalidation-age":      "<zeo>\naddress 1\ninvalidation-age nan\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n",
 		"import with more":          "%import zc.zlibstorage os\n<zeo>\naddress 1\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n",
+		"quota 0":                   "<zeo>\naddress 1\n</zeo>\n<filestorage>\npath /x\nquota 0\n</filestorage>\n",
 	}
 	for name, text := range bad {
 		if cfg, err := ParseConfig(strings.NewReader(text)); err == nil {

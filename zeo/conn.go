@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/eventlog"
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -37,6 +38,11 @@ type conn struct {
 	st       *storage
 	readOnly bool
 	label    string
+	// logLabel is "label addr" once set_client_label gave a label (log.go).
+	logLabel atomic.Pointer[string]
+	// handshaken: the client answered the handshake (a "new connection"
+	// was logged, a "disconnected" will be).
+	handshaken bool
 
 	// Counters for server_status, written only by this connection's
 	// goroutines and summed on request.
@@ -76,13 +82,13 @@ func (c *conn) serve() {
 		// A bug must cost one connection, not the server and its other
 		// clients.
 		if r := recover(); r != nil {
-			c.srv.logf("zeo: %s: internal error, closing the connection: %v\n%s", c.peer, r, debug.Stack())
+			c.log(eventlog.Critical, "internal error, closing the connection: %v\n%s", r, debug.Stack())
 		}
 	}()
 	if tc, ok := c.nc.(*tls.Conn); ok {
 		tc.SetDeadline(time.Now().Add(30 * time.Second))
 		if err := tc.HandshakeContext(c.ctx); err != nil {
-			c.srv.logf("zeo: %s: TLS handshake: %v", c.peer, err)
+			c.logProto(eventlog.Error, "TLS handshake: %v", err)
 			return
 		}
 		tc.SetDeadline(time.Time{})
@@ -96,7 +102,7 @@ func (c *conn) serve() {
 	frame, err := wire.ReadFrame(c.br, nil, 64)
 	if err != nil {
 		if err != io.EOF {
-			c.srv.logf("zeo: %s: handshake: %v", c.peer, err)
+			c.logProto(eventlog.Error, "handshake: %v", err)
 		}
 		return
 	}
@@ -105,9 +111,11 @@ func (c *conn) serve() {
 		return
 	}
 	if string(frame) != string(proto) {
-		c.srv.logf("zeo: %s: bad handshake %q (announced %q); closing", c.peer, frame, proto)
+		c.logProto(eventlog.Error, "bad handshake %q (announced %q); closing", frame, proto)
 		return
 	}
+	c.handshaken = true
+	c.logConnected(proto)
 
 	var buf []byte
 	for {
@@ -116,9 +124,9 @@ func (c *conn) serve() {
 			switch {
 			case err == io.EOF || errors.Is(err, net.ErrClosed):
 			case errors.Is(err, io.ErrUnexpectedEOF):
-				c.srv.logf("zeo: %s: connection closed in the middle of a frame", c.peer)
+				c.logProto(eventlog.Error, "connection closed in the middle of a frame")
 			default:
-				c.srv.logf("zeo: %s: %v; closing", c.peer, err)
+				c.logProto(eventlog.Error, "%v; closing", err)
 			}
 			return
 		}
@@ -127,7 +135,7 @@ func (c *conn) serve() {
 		}
 		msg, err := c.dec.DecodeMessage(frame)
 		if err != nil {
-			c.srv.logf("zeo: %s: undecodable message (%v); closing", c.peer, err)
+			c.logProto(eventlog.Error, "undecodable message (%v); closing", err)
 			return
 		}
 		if !c.handle(&msg) {
@@ -163,7 +171,7 @@ func (c *conn) flush() bool {
 	c.queueReplies()
 	if err := c.out.flush(); err != nil {
 		if !errors.Is(err, net.ErrClosed) {
-			c.srv.logf("zeo: %s: write: %v", c.peer, err)
+			c.logProto(eventlog.Error, "write: %v", err)
 		}
 		return false
 	}
@@ -184,6 +192,9 @@ func (c *conn) queueReplies() {
 func (c *conn) cleanup() {
 	c.stop()
 	c.nc.Close()
+	if c.handshaken {
+		c.logDisconnected()
+	}
 	c.abortTxn()
 	if c.st != nil {
 		c.st.unregister(c)
@@ -455,7 +466,7 @@ func (c *conn) loadBefore(id *wire.Value, oid zodb.Oid, before zodb.Tid) {
 			// The storage publishes a commit right after its
 			// invalidations are queued; not seeing it for this long
 			// means it is stuck. Answer with what we have.
-			c.srv.logf("zeo: %s: storage %s did not publish tid %s in time", c.peer, st.name, c.out.lastInv)
+			c.log(eventlog.Warning, "storage %s did not publish tid %s in time", st.name, c.out.lastInv)
 			seen = zodb.TidMax
 		}
 		if next != 0 {

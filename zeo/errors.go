@@ -3,6 +3,7 @@ package zeo
 import (
 	"errors"
 
+	"github.com/zodbd/zodbd/fs1"
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -44,6 +45,7 @@ func encodeError(e *wire.Encoder, id *wire.Value, err error) {
 		undo     *zodb.UndoError
 		py       *pyError
 		argErr   *argError
+		quota    *fs1.QuotaError
 	)
 	argsTuple := func(class string, args ...interface{}) {
 		e.Str(class)
@@ -93,6 +95,10 @@ func encodeError(e *wire.Encoder, id *wire.Value, err error) {
 			e.None()
 		}
 		e.EndDict(2)
+	case errors.As(err, &quota):
+		// ZODB/py's exception and message; the stock client raises it
+		// as a ServerException naming the class, as with runzeo.
+		argsTuple("ZODB.FileStorage.FileStorage.FileStorageQuotaError", "The storage quota has been exceeded.")
 	case errors.Is(err, zodb.ErrReadOnly):
 		argsTuple("ZODB.POSException.ReadOnlyError")
 	case errors.Is(err, zodb.ErrTxnState):

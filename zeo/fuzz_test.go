@@ -70,7 +70,7 @@ func FuzzHandle(f *testing.F) {
 	var panics atomic.Int64
 	var lastPanic atomic.Value
 	logf := func(format string, args ...interface{}) {
-		if strings.Contains(format, "internal error") {
+		if strings.Contains(fmt.Sprintf(format, args...), "internal error") {
 			panics.Add(1)
 			lastPanic.Store(fmt.Sprintf(format, args...))
 		}

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/eventlog"
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -148,13 +149,13 @@ func (c *conn) handle(m *wire.Message) bool {
 	}
 	oneway := m.Flags.Truth()
 	if m.Args.Kind != wire.Tuple && m.Args.Kind != wire.List {
-		c.srv.logf("zeo: %s: %s: arguments are a %s, not a tuple; closing", c.peer, m.Name, m.Args.Kind)
+		c.logProto(eventlog.Error, "%s: arguments are a %s, not a tuple; closing", m.Name, m.Args.Kind)
 		return false
 	}
 	a := &args{v: m.Args.Items}
 	id := &m.ID
 	if c.st == nil && string(m.Name) != "register" {
-		c.srv.logf("zeo: %s: %s called before register; closing", c.peer, m.Name)
+		c.logProto(eventlog.Error, "%s called before register; closing", m.Name)
 		return false
 	}
 	var err error
@@ -234,7 +235,7 @@ func (c *conn) handle(m *wire.Message) bool {
 	case "set_client_label":
 		a.name = "set_client_label"
 		if a.count(1, 1) {
-			c.label = a.str(0)
+			c.setLabel(a.str(0))
 		}
 	case "tpc_begin":
 		a.name = "tpc_begin"
@@ -404,7 +405,7 @@ func (c *conn) handle(m *wire.Message) bool {
 	case "sendBlob", "storeBlobStart", "storeBlobChunk", "storeBlobEnd", "storeBlobShared":
 		err = c.blobCall(id, string(m.Name), a, oneway) // blob.go
 	default:
-		c.srv.logf("zeo: %s: unknown method %q; closing", c.peer, m.Name)
+		c.logProto(eventlog.Error, "Invalid method, %q; closing", m.Name)
 		return false
 	}
 	if err == nil && a.err != nil {
@@ -417,7 +418,7 @@ func (c *conn) handle(m *wire.Message) bool {
 	}
 	if err != nil {
 		if oneway {
-			c.srv.logf("zeo: %s: one-way call %s failed: %v; closing (a one-way call has no reply to carry the error)", c.peer, m.Name, err)
+			c.logProto(eventlog.Error, "async `%s` raised exception: %v; closing (a one-way call has no reply to carry the error)", m.Name, err)
 			return false
 		}
 		c.replyError(id, err)
@@ -825,7 +826,7 @@ func (c *conn) pack(id *wire.Value, t float64, wait bool) {
 	run := func() error {
 		err := p.Pack(c.srv.packContext(), at, true)
 		if err != nil {
-			c.srv.logf("zeo: pack of storage %s to %s failed: %v", c.st.name, at, err)
+			c.log(eventlog.Error, "pack of storage %s to %s failed: %v", c.st.name, at, err)
 			return err
 		}
 		c.st.afterPack()

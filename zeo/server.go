@@ -22,11 +22,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"log"
 	"net"
 	"sync"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/eventlog"
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -78,14 +78,19 @@ type Config struct {
 	// (as runzeo does by default); the conflicts it leaves go to the
 	// client, which resolves them in its vote.
 	Resolve zodb.Resolver
-	// Logf receives the server's log lines; nil means log.Printf.
+	// Log receives the server's log records, with ZEO's logger names
+	// ("ZEO.StorageServer", "ZEO.asyncio.server") and levels (log.go).
+	Log *eventlog.Logger
+	// Logf, used when Log is nil, receives every record as a line
+	// "LEVEL name message"; nil means log.Printf.
 	Logf func(format string, args ...interface{})
 }
 
 // Server serves ZEO clients.
 type Server struct {
 	cfg      Config
-	logf     func(format string, args ...interface{})
+	ss       zlog // ZEO.StorageServer
+	proto    zlog // ZEO.asyncio.server
 	storages map[string]*storage
 	start    time.Time
 
@@ -118,15 +123,13 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		cfg:       cfg,
-		logf:      cfg.Logf,
 		storages:  make(map[string]*storage),
 		start:     time.Now(),
 		listeners: make(map[net.Listener]struct{}),
 		conns:     make(map[*conn]struct{}),
 	}
-	if s.logf == nil {
-		s.logf = log.Printf
-	}
+	el := newEventLog(&cfg)
+	s.ss, s.proto = zlog{el, logStorageServer}, zlog{el, logProtocol}
 	for _, sc := range cfg.Storages {
 		if _, dup := s.storages[sc.Name]; dup {
 			return nil, fmt.Errorf("zeo: storage %q configured twice", sc.Name)
@@ -163,7 +166,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, errTooManyFiles) {
 				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				s.logf("zeo: accept: %v; retrying in %v", err, delay)
+				s.proto.log(eventlog.Error, "accept: %v; retrying in %v", err, delay)
 				time.Sleep(delay)
 				continue
 			}

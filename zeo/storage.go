@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/zodbd/zodbd/blob"
+	"github.com/zodbd/zodbd/internal/eventlog"
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -101,7 +102,7 @@ func (st *storage) seedInvalidations() {
 	}
 	tids, oids, err := rc.RecentChanges(context.Background(), st.srv.cfg.InvalidationQueueSize)
 	if err != nil {
-		st.srv.logf("zeo: storage %s: cannot read its last transactions for the invalidation queue: %v", st.name, err)
+		st.srv.ss.log(eventlog.Error, "storage %s: cannot read its last transactions for the invalidation queue: %v", st.name, err)
 		return
 	}
 	for i := range tids {
@@ -264,7 +265,7 @@ func (st *storage) invalidationsByIteration(ctx context.Context, tid zodb.Tid) (
 	var set oidSet
 	fail := func(err error) (zodb.Tid, []zodb.Oid, bool) {
 		if ctx.Err() == nil { // not a client that went away
-			st.srv.logf("zeo: storage %s: getInvalidations(%s): iterating the transactions since: %v", st.name, tid, err)
+			st.srv.ss.log(eventlog.Error, "storage %s: getInvalidations(%s): iterating the transactions since: %v", st.name, tid, err)
 		}
 		return 0, nil, false
 	}

@@ -6,18 +6,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log"
 	"net"
 	"os"
 	"os/signal"
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/internal/eventlog"
 	"github.com/zodbd/zodbd/zeo"
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zlibstorage"
@@ -43,7 +42,8 @@ func runServe(args []string) int {
 	fl.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: zodbd serve [-C zeo.conf] [-a ADDRESS] [-f Data.fs]... [options]\n\n"+
 			"Serves FileStorage files to ZEO clients (ZEO.ClientStorage), like runzeo.\n"+
-			"ADDRESS is PORT, HOST:PORT or a Unix socket path (default 127.0.0.1:8100).\n"+
+			"ADDRESS is PORT, HOST:PORT or a Unix socket path (default 127.0.0.1:8100);\n"+
+			"a bare PORT listens on all interfaces, as with runzeo.\n"+
 			"Storages given with -f are named 1, 2, ... in order. Command-line options\n"+
 			"override the configuration file. $ZEO_MSGPACK (non-empty) selects msgpack\n"+
 			"when the configuration does not say.\n\n"+
@@ -75,7 +75,7 @@ func runServe(args []string) int {
 	fl.StringVar(&pidFile, "pid-file", "", "write the process id to this file")
 	fl.BoolVar(&msgpack, "msgpack", false, "announce msgpack (M5) instead of pickle (Z5)")
 	fl.BoolVar(&create, "create", false, "create the -f files (truncating them)")
-	fl.StringVar(&logPath, "log", "", "log file (default: stderr)")
+	fl.StringVar(&logPath, "log", "", "log file, instead of zeo.conf's <logfile>s (default: standard error)")
 	fl.IntVar(&maxFrame, "max-frame", wire.DefaultMaxFrame, "largest request frame accepted, in bytes")
 	fl.IntVar(&invq, "invalidation-queue-size", 0, "transactions remembered for getInvalidations (default 100)")
 	fl.StringVar(&invAge, "invalidation-age", "0", "a client older than the invalidation queue but younger than this many seconds gets its invalidations by iteration (0: never)")
@@ -133,9 +133,6 @@ func runServe(args []string) int {
 	if set["pid-file"] {
 		fc.PidFile = pidFile
 	}
-	if set["log"] {
-		fc.LogPath = logPath
-	}
 	if set["invalidation-age"] {
 		age, err := zeo.ParseInvalidationAge(invAge)
 		if err != nil {
@@ -154,14 +151,14 @@ func runServe(args []string) int {
 		useMsgpack = msgpack
 	}
 
-	lw, err := openLog(fc.LogPath)
+	el, err := openEventLog(fc.EventLog, logPath)
 	if err != nil {
 		return fatalf("serve", "log: %v", err)
 	}
-	defer lw.Close()
-	logger := log.New(lw, "", log.LstdFlags|log.Lmicroseconds)
+	defer el.Close()
+	logf := func(lv eventlog.Level, f string, a ...any) { el.Logf(lv, "ZEO.runzeo", f, a...) }
 	if debugAddr != "" {
-		d, err := startDebugServer(debugAddr, func(f string, a ...any) { logger.Printf("zodbd serve: "+f, a...) })
+		d, err := startDebugServer(debugAddr, func(f string, a ...any) { logf(eventlog.Info, f, a...) })
 		if err != nil {
 			return fatalf("serve", "--debug-addr: %v", err)
 		}
@@ -175,7 +172,7 @@ func runServe(args []string) int {
 		TransactionTimeout:    fc.TransactionTimeout,
 		MaxFrame:              maxFrame,
 		Marshal:               wire.Pickle,
-		Logf:                  logger.Printf,
+		Log:                   el,
 	}
 	if useMsgpack {
 		cfg.Marshal = wire.Msgpack
@@ -185,47 +182,75 @@ func runServe(args []string) int {
 			return fatalf("serve", "%v", err)
 		}
 	}
+
+	// Signals are caught from here on and handled once serving: the socket
+	// is bound before the storages are open, and a signal arriving
+	// meanwhile (a SIGHUP from logrotate) must not end the process.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR2)
+
+	// The socket first: a server that cannot listen must not create or
+	// lock its storages' files.
+	ln, err := listen(fc.Address)
+	if err != nil {
+		return fatalf("serve", "%v", err)
+	}
+	unixSocket := strings.Contains(fc.Address, "/")
+	serving := false
+	defer func() {
+		if !serving {
+			ln.Close()
+		}
+		if unixSocket {
+			os.Remove(fc.Address)
+		}
+	}()
+
 	var opened []io.Closer
 	defer func() {
 		for _, c := range opened {
 			if err := c.Close(); err != nil {
-				logger.Printf("zodbd serve: close: %v", err)
+				logf(eventlog.Error, "close: %v", err)
 			}
 		}
 	}()
+	fslog := func(f string, a ...any) { el.Logf(eventlog.Warning, "ZODB.FileStorage", f, a...) }
 	for _, sc := range fc.Storages {
-		ro := sc.ReadOnly || fc.ReadOnly
-		if sc.BlobDir != "" && sc.Create && !ro {
+		// As runzeo: the storage is opened as its own section says; the
+		// server's read-only (<zeo> read-only, -r) only refuses the
+		// clients' writes, so a storage that is not read-only itself is
+		// opened for writing (and created when missing) all the same.
+		if sc.BlobDir != "" && sc.Create && !sc.ReadOnly {
 			// As ZODB/py's FileStorage(create=True, blob_dir=...): a new
 			// storage starts with an empty blob directory.
 			if err := os.RemoveAll(sc.BlobDir); err != nil {
 				return fatalf("serve", "storage %s: blob-dir: %v", sc.Name, err)
 			}
 		}
-		st, err := openServedStorage(sc, ro, logger.Printf)
+		st, err := openServedStorage(sc, fslog)
 		if err != nil {
 			return fatalf("serve", "storage %s: %v", sc.Name, err)
 		}
 		opened = append(opened, st)
+		ro := sc.ReadOnly || fc.ReadOnly
 		cfg.Storages = append(cfg.Storages, zeo.StorageConfig{Name: sc.Name, Storage: st, ReadOnly: ro, BlobDir: sc.BlobDir})
-		logger.Printf("zodbd serve: storage %s: %s (%s)", sc.Name, sc.Path, map[bool]string{true: "read-only", false: "read-write"}[ro])
+		logf(eventlog.Info, "storage %s: %s (%s)", sc.Name, sc.Path, map[bool]string{true: "read-only", false: "read-write"}[ro])
+		if sc.Quota > 0 {
+			logf(eventlog.Info, "storage %s: quota %d bytes", sc.Name, sc.Quota)
+		}
 		if sc.BlobDir != "" {
-			logger.Printf("zodbd serve: storage %s: blob directory %s", sc.Name, sc.BlobDir)
+			logf(eventlog.Info, "storage %s: blob directory %s", sc.Name, sc.BlobDir)
 		}
 		switch {
 		case sc.Zlib == "zlibstorage" && sc.ZlibCompress:
-			logger.Printf("zodbd serve: storage %s: <zlibstorage>: records compressed on store, decompressed on load", sc.Name)
+			logf(eventlog.Info, "storage %s: <zlibstorage>: records compressed on store, decompressed on load", sc.Name)
 		case sc.Zlib == "zlibstorage":
-			logger.Printf("zodbd serve: storage %s: <zlibstorage> compress false: records decompressed on load", sc.Name)
+			logf(eventlog.Info, "storage %s: <zlibstorage> compress false: records decompressed on load", sc.Name)
 		case sc.Zlib == "serverzlibstorage":
-			logger.Printf("zodbd serve: storage %s: <serverzlibstorage>: records pass as the clients compress them", sc.Name)
+			logf(eventlog.Info, "storage %s: <serverzlibstorage>: records pass as the clients compress them", sc.Name)
 		}
 	}
 	srv, err := zeo.NewServer(cfg)
-	if err != nil {
-		return fatalf("serve", "%v", err)
-	}
-	ln, err := listen(fc.Address)
 	if err != nil {
 		return fatalf("serve", "%v", err)
 	}
@@ -235,38 +260,39 @@ func runServe(args []string) int {
 		}
 		defer os.Remove(fc.PidFile)
 	}
-	logger.Printf("zodbd serve: listening on %s (%s, GOMAXPROCS=%d)", ln.Addr(), map[wire.Marshal]string{wire.Pickle: "Z5 pickle", wire.Msgpack: "M5 msgpack"}[cfg.Marshal], runtime.GOMAXPROCS(0))
+	where := ""
+	if ta, ok := ln.Addr().(*net.TCPAddr); ok && ta.IP.IsUnspecified() {
+		where = "all interfaces, "
+	}
+	el.Logf(eventlog.Info, "ZEO.asyncio.server", "listening on %s (%s%s, GOMAXPROCS=%d)", ln.Addr(), where,
+		map[wire.Marshal]string{wire.Pickle: "Z5 pickle", wire.Msgpack: "M5 msgpack"}[cfg.Marshal], runtime.GOMAXPROCS(0))
 
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR2)
 	serveErr := make(chan error, 1)
+	serving = true
 	go func() { serveErr <- srv.Serve(ln) }()
 	for {
 		select {
 		case err := <-serveErr:
 			if err != nil {
-				logger.Printf("zodbd serve: %v", err)
+				logf(eventlog.Critical, "%v", err)
 				return 1
 			}
 			return 0
 		case sig := <-sigs:
 			switch sig {
 			case syscall.SIGHUP, syscall.SIGUSR2:
-				if err := lw.Reopen(); err != nil {
-					logger.Printf("zodbd serve: reopen log: %v", err)
+				if err := el.Reopen(); err != nil {
+					logf(eventlog.Error, "reopen log: %v", err)
 				} else {
-					logger.Printf("zodbd serve: log reopened (%v)", sig)
+					logf(eventlog.Info, "log reopened (%v)", sig)
 				}
 			default:
-				logger.Printf("zodbd serve: %v: shutting down", sig)
+				logf(eventlog.Info, "%v: shutting down", sig)
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				if err := srv.Shutdown(ctx); err != nil {
-					logger.Printf("zodbd serve: shutdown: %v", err)
+					logf(eventlog.Error, "shutdown: %v", err)
 				}
 				cancel()
-				if strings.HasPrefix(fc.Address, "/") || strings.Contains(fc.Address, "/") {
-					os.Remove(fc.Address)
-				}
 				return 0
 			}
 		}
@@ -274,8 +300,8 @@ func runServe(args []string) int {
 }
 
 // listen opens the server socket: a Unix socket for an address with a "/"
-// (removing a stale socket file that nobody answers on), else TCP; a bare
-// port listens on 127.0.0.1.
+// (removing a stale socket file that nobody answers on), else TCP. A bare
+// port (8100, or :8100) listens on all interfaces, as runzeo does.
 func listen(addr string) (net.Listener, error) {
 	if strings.Contains(addr, "/") {
 		if _, err := os.Stat(addr); err == nil {
@@ -288,75 +314,50 @@ func listen(addr string) (net.Listener, error) {
 		return net.Listen("unix", addr)
 	}
 	if _, err := strconv.Atoi(addr); err == nil {
-		addr = "127.0.0.1:" + addr
-	}
-	if strings.HasPrefix(addr, ":") {
-		addr = "127.0.0.1" + addr
+		addr = ":" + addr
 	}
 	return net.Listen("tcp", addr)
 }
 
-// reopenWriter is the log output: a file reopened on SIGHUP/SIGUSR2 (for
-// logrotate), or stderr.
-type reopenWriter struct {
-	mu   sync.Mutex
-	path string
-	f    *os.File
-}
-
-func openLog(path string) (*reopenWriter, error) {
-	w := &reopenWriter{path: path}
-	if path == "" {
-		w.f = os.Stderr
-		return w, nil
+// openEventLog opens the event log zeo.conf's <eventlog> describes; with
+// --log (logPath), one file with the default format replaces its handlers.
+// Without either, as runzeo: standard error, level INFO, the default format.
+func openEventLog(cfg *zeo.EventLogConfig, logPath string) (*eventlog.Logger, error) {
+	if cfg == nil {
+		cfg = &zeo.EventLogConfig{Level: eventlog.Info, Handlers: []eventlog.HandlerConfig{{Path: "STDERR"}}}
 	}
-	return w, w.Reopen()
-}
-
-func (w *reopenWriter) Reopen() error {
-	if w.path == "" {
-		return nil
+	hcs := cfg.Handlers
+	if logPath != "" {
+		hcs = []eventlog.HandlerConfig{{Path: logPath}}
 	}
-	f, err := os.OpenFile(w.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err != nil {
-		return err
+	var hs []*eventlog.Handler
+	for _, hc := range hcs {
+		h, err := eventlog.NewHandler(hc)
+		if err != nil {
+			for _, h := range hs {
+				eventlog.New(0, h).Close()
+			}
+			return nil, fmt.Errorf("%s: %w", hc.Path, err)
+		}
+		hs = append(hs, h)
 	}
-	w.mu.Lock()
-	old := w.f
-	w.f = f
-	w.mu.Unlock()
-	if old != nil {
-		old.Close()
-	}
-	return nil
-}
-
-func (w *reopenWriter) Write(b []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.f.Write(b)
-}
-
-func (w *reopenWriter) Close() error {
-	if w.path == "" {
-		return nil
-	}
-	return w.f.Close()
+	return eventlog.New(cfg.Level, hs...), nil
 }
 
 // openServedStorage opens a FileStorage for the server: read-write (taking
-// its lock file, cutting a torn tail) unless readOnly; create truncates it.
-// pack-gc and pack-keep-old become fs1's PackNoGC and PackDiscardOld; a
+// its lock file, cutting a torn tail) unless sc.ReadOnly; create truncates
+// it. pack-gc, pack-keep-old and quota become fs1's PackNoGC,
+// PackDiscardOld and Quota; a
 // <zlibstorage> around it wraps it in zlibstorage.Storage.
-func openServedStorage(sc zeo.FileStorageConfig, readOnly bool, logf func(string, ...interface{})) (interface {
+func openServedStorage(sc zeo.FileStorageConfig, logf func(string, ...interface{})) (interface {
 	zodb.Storage
 	io.Closer
 }, error) {
-	if sc.Create && readOnly {
+	if sc.Create && sc.ReadOnly {
 		return nil, errors.New("create and read-only together")
 	}
-	fs, err := fs1.Open(sc.Path, &fs1.Options{Logf: logf, ReadWrite: !readOnly, Create: sc.Create,
-		PackNoGC: !sc.PackGC, PackDiscardOld: !sc.PackKeepOld})
+	fs, err := fs1.Open(sc.Path, &fs1.Options{Logf: logf, ReadWrite: !sc.ReadOnly, Create: sc.Create,
+		PackNoGC: !sc.PackGC, PackDiscardOld: !sc.PackKeepOld, Quota: sc.Quota})
 	if err != nil {
 		return nil, err
 	}
