@@ -211,6 +211,10 @@ func (t *txn) vote() ([]zodb.Oid, error) {
 		}
 	}
 	buf := e.finish()
+	if err := w.checkQuota(e); err != nil {
+		w.keepBuf(buf)
+		return nil, err
+	}
 
 	if _, err := w.writeAt(buf, e.tpos); err != nil {
 		err = &Error{w.fs.path, e.tpos, "transaction record", fmt.Errorf("vote: write: %w", err)}

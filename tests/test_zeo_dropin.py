@@ -170,9 +170,6 @@ def test_eventlog_size_rotation(zodbd_bin, tmp_path, tmp_copy):
     assert not os.path.exists(log + '.3')
 
 
-# The transaction timeout is logged by zeo/txn.go, which has to call
-# conn.logTxnTimeout (zeo/log.go) for ZEO's words: until it does, this fails.
-@pytest.mark.xfail(strict=True, reason='zeo/txn.go txnTimeout must call c.logTxnTimeout()')
 def test_transaction_timeout_logged_as_zeo(zodbd_bin, tmp_path):
     """ZEO's own check (ZEO.tests.ConnectionTests.TimeoutTests): a line
     with 'CRITICAL ZEO.StorageServer' and 'Transaction timeout after'."""
@@ -207,10 +204,7 @@ def fill(cs, n, size):
         cs.tpc_finish(t)
 
 
-@pytest.mark.parametrize('kind', [
-    pytest.param('zodbd', marks=pytest.mark.xfail(
-        strict=True, reason='fs1/txn.go vote() must call w.checkQuota(e) (fs1/quota.go)')),
-    'runzeo'])
+@pytest.mark.parametrize('kind', ['zodbd', 'runzeo'])
 def test_quota(zodbd_bin, tmp_path, kind):
     """<filestorage> quota: the vote of a transaction whose data record
     would start past the quota fails with ZODB/py's FileStorageQuotaError

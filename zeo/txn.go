@@ -209,6 +209,7 @@ func (c *conn) vote(id *wire.Value, txnID int64) {
 				c.txn = nil
 			}
 			c.blobsAbort(t)
+			c.logVoteFailed(t, err)
 			encodeError(&e, &idc, err)
 		}
 		c.txmu.Unlock()
@@ -386,7 +387,7 @@ func (c *conn) tpcFinish(id *wire.Value, txnID int64) {
 		c.txmu.Unlock()
 		e := wire.Encoder{M: c.srv.cfg.Marshal}
 		if err != nil {
-			c.srv.logf("zeo: %s: tpc_finish failed: %v", c.peer, err)
+			c.logFinishFailed(t, err)
 			encodeError(&e, &idc, err)
 		} else {
 			e.BeginCall("info")
@@ -453,7 +454,7 @@ func (c *conn) txnTimeout(t *ztxn) {
 	still := c.txn == t && t.stxn != nil && !t.finishing
 	c.txmu.Unlock()
 	if still {
-		c.srv.logf("zeo: CRITICAL: %s: transaction timeout (%v) exceeded holding the commit lock of storage %s; closing the connection", c.peer, c.srv.cfg.TransactionTimeout, c.st.name)
+		c.logTxnTimeout()
 		c.nc.Close()
 	}
 }
