@@ -21,6 +21,7 @@ import (
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zlibstorage"
 	"github.com/zodbd/zodbd/zodb"
+	"github.com/zodbd/zodbd/zodb/resolve"
 )
 
 func init() {
@@ -176,6 +177,11 @@ func runServe(args []string) int {
 	}
 	if useMsgpack {
 		cfg.Marshal = wire.Msgpack
+	}
+	// runzeo resolves conflicts on the server unless told to leave them
+	// to the clients; zodbd resolves the classes zodb/resolve knows.
+	if !fc.ClientConflictResolution {
+		cfg.Resolve = resolve.Resolve
 	}
 	if fc.SSL != nil {
 		if cfg.TLS, err = fc.SSL.TLSConfig(); err != nil {
