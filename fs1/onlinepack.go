@@ -122,6 +122,12 @@ func (fs *FileStorage) PackStats(ctx context.Context, at zodb.Tid, opt *PackOpti
 		return p.Stats(), fmt.Errorf("fs1: pack: %s: %w", packPath, err)
 	}
 
+	// The packed file may lack the objects with the largest oids: the oid
+	// mark keeps NewOids above them after a restart.
+	if err := w.oids.keepFloor(0); err != nil {
+		return p.Stats(), err
+	}
+
 	// Step 2: under the commit lock.
 	if err := w.commit.Lock(ctx); err != nil {
 		return p.Stats(), err

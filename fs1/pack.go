@@ -1376,6 +1376,12 @@ func PackFile(ctx context.Context, path string, at zodb.Tid, opt *PackOptions) (
 		os.Remove(packPath)
 		return st, err
 	}
+	// The packed file may lack the objects with the largest oids: the oid
+	// mark keeps NewOids above them.
+	if err := keepOidMark(path, p.sourceMaxOid()+1); err != nil {
+		os.Remove(packPath)
+		return st, err
+	}
 	// The point of no return.
 	if err := replaceWithPacked(path, packPath); err != nil {
 		if _, serr := os.Stat(path); serr == nil {

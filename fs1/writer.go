@@ -60,8 +60,7 @@ type writer struct {
 	packOpt Options     // the options it was opened with: PackNoGC, PackDiscardOld, Quota
 	retired *os.File    // the file the last online pack replaced, kept open for readers; guarded by the commit lock
 
-	oidMu   sync.Mutex
-	nextOid zodb.Oid // the next oid NewOids returns
+	oids oidAlloc // NewOids (oidmark.go)
 
 	// The syncer (groupcommit.go).
 	mu       sync.Mutex
@@ -134,11 +133,13 @@ func openWriter(path string, opt *Options, logf func(string, ...interface{})) (*
 		head:    s.index,
 		pos:     s.end,
 		lastTid: s.lastTid,
-		nextOid: s.index.MaxOid() + 1,
 		stopped: make(chan struct{}),
 	}
 	if w.now == nil {
 		w.now = time.Now
+	}
+	if err := w.oids.open(path, opt.Create, s.index.MaxOid(), s.end > HeaderSize, logf); err != nil {
+		return fail(err)
 	}
 	w.cond.L = &w.mu
 	// Through fs.file, not f: a pack may replace the file.
@@ -170,32 +171,24 @@ func (fs *FileStorage) writable() (*writer, error) {
 }
 
 // NewOids implements zodb.WriteStorage: it returns n (at least 1)
-// consecutive oids above every oid stored or returned so far. Oids are not
-// persisted: after a restart NewOids starts again above the largest stored
-// oid, as in ZODB/py.
+// consecutive oids above every oid stored or returned so far, also by
+// this storage before a restart or a crash: oids are reserved in blocks in
+// the oid mark file path.oid (oidmark.go), written and fsynced before an
+// oid past the previous mark is returned. Unlike ZODB/py, which starts
+// again above the largest stored oid, so that an oid a client holds but
+// has not stored yet may be handed out twice.
 func (fs *FileStorage) NewOids(ctx context.Context, n int) ([]zodb.Oid, error) {
 	w, err := fs.writable()
 	if err != nil {
 		return nil, err
 	}
-	n = max(n, 1)
-	oids := make([]zodb.Oid, n)
-	w.oidMu.Lock()
-	for i := range oids {
-		oids[i] = w.nextOid
-		w.nextOid++
-	}
-	w.oidMu.Unlock()
-	return oids, nil
+	return w.oids.take(n)
 }
 
 // raiseOidFloor makes NewOids return oids above oid (ZODB's set_max_oid).
+// It does no I/O: it is called by Vote for the oids a transaction stores.
 func (w *writer) raiseOidFloor(oid zodb.Oid) {
-	w.oidMu.Lock()
-	if oid >= w.nextOid {
-		w.nextOid = oid + 1
-	}
-	w.oidMu.Unlock()
+	w.oids.raise(oid)
 }
 
 // Begin implements zodb.WriteStorage. It checks the metadata (ZODB/py's
@@ -265,6 +258,11 @@ func (w *writer) close() error {
 	w.mu.Lock()
 	failed := w.failed
 	w.mu.Unlock()
+	// After an I/O error the mark stays where it is (above every oid
+	// handed out); else it records the exact next oid.
+	if err := w.oids.close(failed == nil); err != nil {
+		w.fs.logf("fs1: warning: error saving the oid mark on close: %v", err)
+	}
 	if failed != nil {
 		return nil
 	}

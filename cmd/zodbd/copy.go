@@ -30,7 +30,8 @@ func runCopy(args []string) int {
 			"created if missing, like ZODB's copyTransactionsFrom (zodbconvert): each\n"+
 			"transaction keeps its tid, status and metadata, and a record that shares\n"+
 			"the data of an earlier one (undo) stays a backpointer. DST must be empty or\n"+
-			"end before SRC's first transaction.\n\n")
+			"end before SRC's first transaction. DST's oid mark (DST.oid) is raised to\n"+
+			"SRC's (SRC.oid), so that DST never hands out an oid SRC handed out.\n\n")
 		fl.PrintDefaults()
 	}
 	quiet := fl.Bool("q", false, "do not print the summary")
@@ -46,12 +47,23 @@ func runCopy(args []string) int {
 		return fatalf("copy", "%v", err)
 	}
 	defer src.Close()
+	// Before copying anything: a damaged mark stops the copy.
+	mark, hasMark, err := fs1.ReadOidMark(fl.Arg(0))
+	if err != nil {
+		return fatalf("copy", "%v", err)
+	}
 	l := log.New(os.Stderr, "", 0)
 	dst, err := fs1.Open(fl.Arg(1), &fs1.Options{ReadWrite: true, Logf: l.Printf})
 	if err != nil {
 		return fatalf("copy", "%v", err)
 	}
 	ntxn, nrec, err := copyTransactions(context.Background(), dst, src)
+	if err == nil && hasMark {
+		// The oids SRC handed out but did not store (clients may hold
+		// them) are above its largest stored oid: DST must not hand
+		// them out either.
+		err = dst.SetOidFloor(mark)
+	}
 	if cerr := dst.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
