@@ -21,6 +21,7 @@ type Base interface {
 	End() int64                                                                               // size in bytes (get_info)
 	Oids() []zodb.Oid                                                                         // every oid, in order (record_iternext)
 	RecentChanges(ctx context.Context, n int) (tids []zodb.Tid, oids [][]zodb.Oid, err error) // the invalidation queue at start
+	SetOidFloor(next zodb.Oid) error                                                          // the oid mark (zodbd copy)
 }
 
 // Storage is zc.zlibstorage's ZlibStorage around a Base: loads, and the
@@ -100,9 +101,10 @@ func (s *Storage) NewOids(ctx context.Context, n int) ([]zodb.Oid, error) {
 	return s.base.NewOids(ctx, n)
 }
 
-func (s *Storage) Len() int         { return s.base.Len() }
-func (s *Storage) End() int64       { return s.base.End() }
-func (s *Storage) Oids() []zodb.Oid { return s.base.Oids() }
+func (s *Storage) SetOidFloor(next zodb.Oid) error { return s.base.SetOidFloor(next) }
+func (s *Storage) Len() int                        { return s.base.Len() }
+func (s *Storage) End() int64                      { return s.base.End() }
+func (s *Storage) Oids() []zodb.Oid                { return s.base.Oids() }
 
 func (s *Storage) RecentChanges(ctx context.Context, n int) ([]zodb.Tid, [][]zodb.Oid, error) {
 	return s.base.RecentChanges(ctx, n)
