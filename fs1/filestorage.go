@@ -49,7 +49,7 @@ type Options struct {
 	PackDiscardOld bool
 
 	// Quota, when positive, is ZODB/py's FileStorage quota: a vote fails
-	// with a *QuotaError, writing nothing, when one of the transaction's
+	// with a *zodb.QuotaError, writing nothing, when one of the transaction's
 	// data records would start past this file position (quota.go).
 	Quota int64
 }

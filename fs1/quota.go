@@ -1,19 +1,6 @@
 package fs1
 
-import "fmt"
-
-// QuotaError is the error of a vote whose transaction would grow the file
-// past Options.Quota: ZODB/py's FileStorageQuotaError. Nothing was
-// written; the storage accepts other (smaller) transactions.
-type QuotaError struct {
-	Path  string
-	Pos   int64 // where the data record past the quota would start
-	Quota int64
-}
-
-func (e *QuotaError) Error() string {
-	return fmt.Sprintf("fs1: %s:%d: the storage quota has been exceeded (quota %d bytes)", e.Path, e.Pos, e.Quota)
-}
+import "github.com/zodbd/zodbd/zodb"
 
 // checkQuota applies Options.Quota to the transaction encoded in e, once
 // it is encoded and before it is written. ZODB/py's FileStorage checks at
@@ -31,7 +18,7 @@ func (w *writer) checkQuota(e *txnEncoder) error {
 		return nil
 	}
 	if here := e.tpos + e.recs[len(e.recs)-1].off; here > q {
-		return &QuotaError{Path: w.fs.path, Pos: here, Quota: q}
+		return &zodb.QuotaError{URL: w.fs.path, Pos: here, Quota: q}
 	}
 	return nil
 }

@@ -40,12 +40,12 @@ func TestCheckQuota(t *testing.T) {
 		}
 		e.finish()
 		err = w.checkQuota(e)
-		var qe *QuotaError
+		var qe *zodb.QuotaError
 		switch {
 		case c.ok && err != nil:
 			t.Errorf("quota %d, %d objects: %v", c.quota, c.objs, err)
 		case !c.ok && !errors.As(err, &qe):
-			t.Errorf("quota %d, %d objects: %v, want a *QuotaError", c.quota, c.objs, err)
+			t.Errorf("quota %d, %d objects: %v, want a *zodb.QuotaError", c.quota, c.objs, err)
 		case !c.ok && (qe.Quota != c.quota || qe.Pos != 27+int64(c.objs-1)*142):
 			t.Errorf("quota %d, %d objects: %+v", c.quota, c.objs, qe)
 		}

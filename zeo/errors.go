@@ -3,7 +3,6 @@ package zeo
 import (
 	"errors"
 
-	"github.com/zodbd/zodbd/fs1"
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -45,7 +44,7 @@ func encodeError(e *wire.Encoder, id *wire.Value, err error) {
 		undo     *zodb.UndoError
 		py       *pyError
 		argErr   *argError
-		quota    *fs1.QuotaError
+		quota    *zodb.QuotaError
 	)
 	argsTuple := func(class string, args ...interface{}) {
 		e.Str(class)

@@ -110,3 +110,16 @@ func (e *UndoError) Error() string {
 	}
 	return fmt.Sprintf("undo %s: %s", e.Tid, e.Reason)
 }
+
+// QuotaError is the error of a commit that would grow a storage past its
+// quota (ZODB/py's FileStorageQuotaError). Nothing was written; the storage
+// accepts other, smaller transactions.
+type QuotaError struct {
+	URL   string
+	Pos   int64 // where the data past the quota would start
+	Quota int64
+}
+
+func (e *QuotaError) Error() string {
+	return fmt.Sprintf("%s:%d: the storage quota has been exceeded (quota %d bytes)", e.URL, e.Pos, e.Quota)
+}
