@@ -882,7 +882,7 @@ func (s *Server) status(st *storage) map[string]interface{} {
 		"aborts":                  stats.aborts,
 		"active_txns":             int64(0),
 		"conflicts":               stats.conflicts,
-		"conflicts_resolved":      int64(0),
+		"conflicts_resolved":      stats.resolved,
 		"connections":             conns,
 		"waiting":                 stats.waiting,
 		"lock_time":               lockTime,

@@ -115,4 +115,12 @@ func TestVoteResolvedInServer(t *testing.T) {
 		t.Fatalf("vote: %v, want the refused conflict", r)
 	}
 	b.call(t, 23, "tpc_abort", func(e *wire.Encoder) { e.Int(6) }, 1)
+	status := b.call(t, 24, "server_status", func(e *wire.Encoder) {}, 0)
+	stat := map[string]int64{}
+	for i := 0; i+1 < len(status.Items); i += 2 {
+		stat[string(status.Items[i].B)] = status.Items[i+1].Int
+	}
+	if stat["conflicts_resolved"] != 1 || stat["conflicts"] != 1 || len(stat) < 10 {
+		t.Errorf("server_status: %v, want 1 conflict resolved by the server and 1 sent to the client", stat)
+	}
 }

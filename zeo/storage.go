@@ -52,6 +52,7 @@ type invalidation struct {
 // per-connection.
 type storageStats struct {
 	commits, aborts, conflicts int64
+	resolved                   int64 // conflicts resolved in the server
 	loads, stores              int64 // of connections that closed
 	waiting                    int64
 	lockSince                  int64 // unix nanos when the lock was last taken by a voter, 0 if free

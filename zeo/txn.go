@@ -150,6 +150,17 @@ func (c *conn) vote(id *wire.Value, txnID int64) {
 		case err == nil:
 			t.conflicted = false
 			c.startTxnTimer(t)
+			// The oids the vote returns are those the storage wrote
+			// itself: undone ones, and stores it resolved.
+			resolved := 0
+			for _, oid := range undone {
+				if lastOpKind(t.ops, oid) == opStore {
+					resolved++
+				}
+			}
+			if resolved > 0 {
+				st.addResolved(int64(resolved))
+			}
 			e.BeginReply(&idc, 0)
 			e.BeginList(len(undone))
 			for _, oid := range undone {
@@ -470,6 +481,12 @@ func (st *storage) addWaiting(n int64) {
 func (st *storage) addConflicts(n int64) {
 	st.mu.Lock()
 	st.stats.conflicts += n
+	st.mu.Unlock()
+}
+
+func (st *storage) addResolved(n int64) {
+	st.mu.Lock()
+	st.stats.resolved += n
 	st.mu.Unlock()
 }
 
