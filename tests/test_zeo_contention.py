@@ -119,10 +119,10 @@ def test_catalog_model_catches_a_lost_update():
     report = {'proc': 0, 'ok': 1, 'gaveup': 0, 'errors': [], 'resolution_errors': [],
               'log': [['00' * 8, ops]]}
     assert app.problems(root, 'catalog', [report]) == []
-    del root['t_date']['p00-0000000']
+    del root['t_date']['p00-0-0000000']
     root['n_date'].change(-1)
     assert any('tree date' in p for p in app.problems(root, 'catalog', [report]))
-    root['t_date']['p00-0000000'] = app.tree_value('date', 0, 0)
+    root['t_date']['p00-0-0000000'] = app.tree_value('date', 0, 0)
     root['n_date'].change(1)
     assert app.problems(root, 'catalog', [report]) == []
     root['n_path'].change(1)

@@ -33,7 +33,7 @@ that reached the application (each one a retry), every other exception
 (with its traceback), the errors logged by conflict resolution (ZODB logs
 and hides, as a ConflictError, e.g. a POSKeyError of loadSerial), the
 calls to the client's tryToResolveConflict, and the latency of each
-successful commit.
+successful commit (from its first attempt, and of its last tm.commit()).
 """
 import logging
 import random
@@ -105,11 +105,12 @@ def catalog_plan(rng):
     return ('del' if r < 0.08 else 'set', rng.choice(list(TREES)), rng.choice(SHARED_KEYS))
 
 
-def catalog_apply(root, p, i, plan):
+def catalog_apply(root, p, i, plan, run=0):
     """Do catalog commit i of process p in root; return its operations as
-    a list of [op, tree, key, value]."""
+    a list of [op, tree, key, value]. The keys it inserts are distinct for
+    each (run, p, i)."""
     ops = []
-    key = 'p%02d-%07d' % (p, i)
+    key = 'p%02d-%d-%07d' % (p, run, i)
     for name in TREES:
         root['t_' + name][key] = tree_value(name, p, i)
         root['n_' + name].change(1)
@@ -264,7 +265,7 @@ def worker(cfg, ready=None, wait_go=None):
     if wait_go:
         wait_go()
     ok = conflicts = gaveup = 0
-    errors, latencies, log = [], [], []
+    errors, latencies, commit_latencies, log = [], [], [], []
     commits, duration = cfg.get('commits'), cfg.get('duration')
     t0 = time.perf_counter()
     deadline = t0 + duration if duration else None
@@ -281,7 +282,8 @@ def worker(cfg, ready=None, wait_go=None):
                 elif workload == 'counter':
                     root['counter'].inc()
                 else:
-                    ops = catalog_apply(root, p, i, plan)
+                    ops = catalog_apply(root, p, i, plan, cfg.get('seed', 0))
+                c0 = time.perf_counter()
                 tm.commit()
             except ConflictError:
                 tm.abort()
@@ -292,7 +294,9 @@ def worker(cfg, ready=None, wait_go=None):
                                'repr': repr(e), 'traceback': traceback.format_exc()})
                 tm.abort()
                 break
-            latencies.append(time.perf_counter() - start)
+            now = time.perf_counter()
+            latencies.append(now - start)
+            commit_latencies.append(now - c0)
             ok += 1
             if workload == 'catalog':
                 log.append([conn.root()['doc-%d' % p]._p_serial.hex(), ops])
@@ -310,7 +314,7 @@ def worker(cfg, ready=None, wait_go=None):
             'errors': errors, 'resolution_errors': resolution,
             'logged': [r for r in capture.records if r not in resolution],
             'client_resolves': resolves[0], 'elapsed': elapsed,
-            'latencies': latencies, 'log': log}
+            'latencies': latencies, 'commit_latencies': commit_latencies, 'log': log}
 
 
 def _client(cfg, ready, go, results):
