@@ -14,9 +14,10 @@ on ConflictError, as transaction.manager.attempts() does.
 Reported per server: successful commits per second, p50 and p99 latency
 of a successful commit (from its first attempt, retries included; and of
 its last tm.commit() call), the ConflictErrors that reached the
-application (each one a retry), the conflicts the clients resolved
-(tryToResolveConflict calls: zodbd sends every conflict to the client;
-runzeo resolves on the server), the exceptions other than ConflictError
+application (each one a retry), the objects whose conflicts were resolved
+in successful votes (by the server or the client), the conflicts the
+clients tried to resolve (tryToResolveConflict calls: zodbd sends every
+conflict to the client; runzeo resolves on the server), the exceptions other than ConflictError
 that reached the application, the conflict resolutions that failed with
 an error (e.g. POSKeyError), and whether the final state is exactly that
 of the successful commits. Prints a table and Go benchmark lines.
@@ -77,7 +78,7 @@ def main():
                 app.run_setup({'addr': srv[s].addr, 'workload': w, 'nprocs': max(procs)})
             run = 0
             for n in procs:
-                acc = {s: {'ok': 0, 'secs': 0.0, 'lat': [], 'clat': [], 'conflicts': 0, 'resolves': 0,
+                acc = {s: {'ok': 0, 'secs': 0.0, 'lat': [], 'clat': [], 'conflicts': 0, 'resolves': 0, 'resolved': 0,
                            'errors': 0, 'reserr': 0, 'gaveup': 0} for s in servers}
                 for r in range(args.rounds):
                     order = servers if r % 2 == 0 else servers[::-1]
@@ -94,6 +95,7 @@ def main():
                             a['clat'] += x['commit_latencies']
                             a['conflicts'] += x['conflicts']
                             a['resolves'] += x['client_resolves']
+                            a['resolved'] += x['resolved']
                             a['errors'] += len(x['errors'])
                             a['reserr'] += len(x['resolution_errors'])
                             a['gaveup'] += x['gaveup']
@@ -133,12 +135,12 @@ def main():
              ' '.join('%.1f' % x for x in os.getloadavg())))
     print()
     print('| workload | procs | server | commits/s | p50 ms | p99 ms | commit() p50/p99 ms '
-          '| ConflictErrors to app | client resolves | other errors | resolve errors | gave up | final state |')
-    print('|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|')
+          '| ConflictErrors to app | resolved in votes | client resolves | other errors | resolve errors | gave up | final state |')
+    print('|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|')
     for a in rows:
-        print('| %s | %d | %s | %.1f | %.1f | %.1f | %.1f / %.1f | %d | %d | %d | %d | %d | %s |'
+        print('| %s | %d | %s | %.1f | %.1f | %.1f | %.1f / %.1f | %d | %d | %d | %d | %d | %d | %s |'
               % (a['w'], a['n'], a['s'], a['cps'], a['p50'], a['p99'], a['cp50'], a['cp99'],
-                 a['conflicts'], a['resolves'], a['errors'], a['reserr'], a['gaveup'], a.get('state', '?')))
+                 a['conflicts'], a['resolved'], a['resolves'], a['errors'], a['reserr'], a['gaveup'], a.get('state', '?')))
     if 'zodbd' in servers and 'runzeo' in servers:
         print()
         for w in workloads:

@@ -77,6 +77,9 @@ def contend(kind, zodbd_bin, tmp_path, monkeypatch, workload, transport):
             problems = app.problems(db.open().root(), workload, reports)
         finally:
             db.close()
+        # There was contention: conflicts resolved (by the server or the
+        # clients), or ConflictErrors.
+        assert sum(r['resolved'] + r['client_resolves'] + r['conflicts'] for r in reports) > 0
         # Every commit was tried once at least.
         assert all(r['tried'] == COMMITS for r in reports), [r['tried'] for r in reports]
         assert sum(r['ok'] for r in reports) > 0

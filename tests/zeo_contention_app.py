@@ -32,7 +32,9 @@ that the final trees can be recomputed in commit order), the ConflictErrors
 that reached the application (each one a retry), every other exception
 (with its traceback), the errors logged by conflict resolution (ZODB logs
 and hides, as a ConflictError, e.g. a POSKeyError of loadSerial), the
-calls to the client's tryToResolveConflict, and the latency of each
+calls to the client's tryToResolveConflict, the objects whose conflicts
+were resolved in successful votes (by the server or the client), and the
+latency of each
 successful commit (from its first attempt, and of its last tm.commit()).
 """
 import logging
@@ -244,13 +246,20 @@ def worker(cfg, ready=None, wait_go=None):
     from ZEO.ClientStorage import ClientStorage
     capture = _LogCapture()
     logging.getLogger().addHandler(capture)
-    resolves = [0]
-    orig = ClientStorage.tryToResolveConflict
+    resolves, resolved = [0], [0]
+    orig, orig_vote = ClientStorage.tryToResolveConflict, ClientStorage.tpc_vote
 
     def counting(self, *a, **kw):
         resolves[0] += 1
         return orig(self, *a, **kw)
+
+    def vote(self, *a, **kw):
+        # The oids whose conflicts were resolved, by the server or here.
+        oids = orig_vote(self, *a, **kw)
+        resolved[0] += len(oids or ())
+        return oids
     ClientStorage.tryToResolveConflict = counting
+    ClientStorage.tpc_vote = vote
 
     p, workload = cfg['proc'], cfg['workload']
     max_attempts = cfg.get('max_attempts', 1000)
@@ -307,13 +316,13 @@ def worker(cfg, ready=None, wait_go=None):
     elapsed = time.perf_counter() - t0
     conn.close()
     db.close()
-    ClientStorage.tryToResolveConflict = orig
+    ClientStorage.tryToResolveConflict, ClientStorage.tpc_vote = orig, orig_vote
     logging.getLogger().removeHandler(capture)
     resolution = [r for r in capture.records if r['logger'] == 'ZODB.ConflictResolution']
     return {'proc': p, 'tried': i, 'ok': ok, 'conflicts': conflicts, 'gaveup': gaveup,
             'errors': errors, 'resolution_errors': resolution,
             'logged': [r for r in capture.records if r not in resolution],
-            'client_resolves': resolves[0], 'elapsed': elapsed,
+            'client_resolves': resolves[0], 'resolved': resolved[0], 'elapsed': elapsed,
             'latencies': latencies, 'commit_latencies': commit_latencies, 'log': log}
 
 
