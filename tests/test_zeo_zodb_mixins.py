@@ -10,9 +10,15 @@ server per test with ZEO.tests.forker.start_zeo_server. Here that function
 is replaced by one that starts `zodbd serve -C zeo.conf` with the same
 configuration text, so the very same test classes run against zodbd.
 
+ZEO's concurrent-update tests (InvalidationTests, which ZEO runs beside
+its connection tests) run here too, with ZEO's CommonSetupTearDown starting
+the server through the same function. $ZODBD_REPEAT=N runs the tests of
+concurrent commits and conflicts N times each (see CONCURRENT).
+
 Each check method is one pytest test; SKIP lists the few that cannot pass,
 with the reason.
 """
+import logging
 import os
 import re
 import subprocess
@@ -23,7 +29,8 @@ import unittest
 
 import pytest
 import ZEO.tests.forker as forker
-from ZEO.tests import testZEO
+from ZEO.tests import ConnectionTests, InvalidationTests, testConnection, testZEO
+from ZODB.POSException import POSKeyError
 
 ZODBD = os.environ.get('ZODBD') or os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'bin', 'zodbd')
@@ -46,6 +53,13 @@ def start_zodbd(storage_conf=None, zeo_conf=None, port=None, keep=False,
         z = forker.ZEOConfig(addr)
         if zeo_conf:
             z.__dict__.update(zeo_conf)
+        zeo_conf = z
+    elif getattr(zeo_conf, 'log', None):
+        # ZEO's connection tests ask for an <eventlog> (server.log): the
+        # server's output goes to the log file below instead, where its
+        # "listening on" line is looked for.
+        z = forker.ZEOConfig(zeo_conf.address)
+        z.__dict__.update({k: v for k, v in zeo_conf.__dict__.items() if k not in ('log', 'logpath')})
         zeo_conf = z
     text = str(zeo_conf) + '\n\n' + storage_conf
     fd, conf = tempfile.mkstemp('.conf', prefix='zodbd', dir=os.getcwd())
@@ -100,13 +114,47 @@ def start_zodbd(storage_conf=None, zeo_conf=None, port=None, keep=False,
 # BlobAdaptedFileStorageTests with the client's own blob cache (blobs go
 # over the connection), BlobWritableCacheTests with a blob directory shared
 # by client and server (storeBlobShared).
+class FileStorageInvalidationTests(testConnection.FileStorageConfig,
+                                   ConnectionTests.CommonSetupTearDown,
+                                   InvalidationTests.InvalidationTests):
+    """ZEO's concurrent-update tests (InvalidationTests: threads in 1,
+    2, 19 client storages appending to one OOBTree, with conflicts
+    resolved by BTrees and retried on ConflictError), which ZEO runs in
+    testConnection.FileStorageConnectionTests beside its connection tests.
+
+    Each check lets its threads run MINTIME seconds at least: ZEO's 10,
+    unless $ZODBD_INVALIDATION_MINTIME says (3 by default here, to keep the
+    suite short; the repeat mode below uses ZEO's 10 unless told)."""
+
+    MINTIME = float(os.environ.get('ZODBD_INVALIDATION_MINTIME')
+                    or (10 if os.environ.get('ZODBD_REPEAT') else 3))
+
+
 CLASSES = [
     testZEO.FileStorageTests,
     testZEO.FileStorageRecoveryTests,
     testZEO.FileStorageSSLTests,
     testZEO.BlobAdaptedFileStorageTests,
     testZEO.BlobWritableCacheTests,
+    FileStorageInvalidationTests,
 ]
+
+# The tests of concurrent commits and conflicts between clients (threads in
+# one or several client storages) of REPEATED: with $ZODBD_REPEAT=N each
+# runs N times in a row (test ids ...-roundK), to catch what fails only now
+# and then:
+#
+#   ZODBD_REPEAT=20 ZODBD=$PWD/bin/zodbd .venv/bin/python -m pytest \
+#       tests/test_zeo_zodb_mixins.py -k 'round and pickle'
+#
+# (-k round selects the repeated tests only; in this mode InvalidationTests
+# run 10 s each, as in ZEO, unless $ZODBD_INVALIDATION_MINTIME says.)
+# ZODB's racetest checks (test_race_*) are not repeated: they repeat
+# themselves, for a minute or more each.
+CONCURRENT = re.compile(r'Concurrent|ZODBThreads|StorageThreads|ExtStorageThread|MTStores'
+                        r'|CommitLock|Conflict|tid_ordering')
+REPEATED = (testZEO.FileStorageTests, FileStorageInvalidationTests)
+REPEAT = int(os.environ.get('ZODBD_REPEAT') or 1)
 
 # check methods that cannot pass against zodbd, with the reason.
 SKIP = {
@@ -123,6 +171,7 @@ SKIP = {
 
 
 def cases():
+    """(class, method name, repetition, test id) of every test."""
     for cls in CLASSES:
         # ZEO's suite loads both prefixes: ZEO's tests say check*, ZODB 6's
         # mixins test*.
@@ -130,7 +179,12 @@ def cases():
             loader = unittest.TestLoader()
             loader.testMethodPrefix = prefix
             for name in loader.getTestCaseNames(cls):
-                yield cls, name
+                tid = '%s.%s' % (cls.__name__, name)
+                if REPEAT > 1 and cls in REPEATED and CONCURRENT.search(name) and name not in SKIP:
+                    for rep in range(REPEAT):
+                        yield cls, name, rep, '%s-round%02d' % (tid, rep)
+                else:
+                    yield cls, name, 0, tid
 
 
 @pytest.fixture(params=sorted(MARSHAL))
@@ -142,18 +196,41 @@ def marshal(request, monkeypatch):
     return request.param
 
 
-@pytest.mark.parametrize('cls,name', list(cases()),
-                         ids=['%s.%s' % (c.__name__, n) for c, n in cases()])
-def test_zeo_suite(cls, name, marshal, tmp_path, monkeypatch):
+@pytest.mark.parametrize('cls,name,rep', [c[:3] for c in cases()], ids=[c[3] for c in cases()])
+def test_zeo_suite(cls, name, rep, marshal, tmp_path, monkeypatch):
     key = '%s.%s' % (cls.__name__, name)
     if key in SKIP or name in SKIP:
         pytest.skip(SKIP.get(key) or SKIP[name])
     monkeypatch.setattr(forker, 'start_zeo_server', start_zodbd)
     monkeypatch.chdir(tmp_path)
     result = unittest.TestResult()
-    cls(name).run(result)
+    # ZODB hides an error of the client's conflict resolution as a
+    # ConflictError (which these tests retry) and logs it: a POSKeyError
+    # there is a server that reported a committed serial it cannot load.
+    resolution = ResolutionErrors()
+    logging.getLogger('ZODB.ConflictResolution').addHandler(resolution)
+    try:
+        cls(name).run(result)
+    finally:
+        logging.getLogger('ZODB.ConflictResolution').removeHandler(resolution)
     for test, reason in result.skipped:
         pytest.skip(reason)
-    problems = result.errors + result.failures
+    problems = [tb for _, tb in result.errors + result.failures]
+    if resolution.errors:
+        problems.append('conflict resolution failed %d times: %s'
+                        % (len(resolution.errors), '; '.join(sorted(set(resolution.errors)))))
     if problems:
-        pytest.fail('\n'.join(tb for _, tb in problems), pytrace=False)
+        pytest.fail('\n'.join(problems), pytrace=False)
+
+
+class ResolutionErrors(logging.Handler):
+    """Collects the POSKeyErrors that ZODB's conflict resolution logs."""
+
+    def __init__(self):
+        logging.Handler.__init__(self, logging.ERROR)
+        self.errors = []
+
+    def emit(self, record):
+        exc = record.exc_info and record.exc_info[1]
+        if isinstance(exc, POSKeyError):
+            self.errors.append('%s: %s' % (type(exc).__name__, exc))

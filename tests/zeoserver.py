@@ -102,14 +102,15 @@ class Server:
         return read(self.log)
 
 
-def ssl_conf(port, path, testssl):
-    """zeo.conf text of a read-only server on 127.0.0.1:port serving path
-    over TLS with ZEO's test certificates (ZEO.tests.testssl, passed as
-    testssl): the server's, and the client's as the CA of clients."""
+def ssl_conf(port, path, testssl, read_only=True):
+    """zeo.conf text of a server on 127.0.0.1:port serving path (read-only
+    unless read_only is false) over TLS with ZEO's test certificates
+    (ZEO.tests.testssl, passed as testssl): the server's, and the client's
+    as the CA of clients."""
     return '''
 <zeo>
   address 127.0.0.1:%d
-  read-only true
+  read-only %s
   <ssl>
     certificate %s
     key %s
@@ -119,4 +120,5 @@ def ssl_conf(port, path, testssl):
 <filestorage 1>
   path %s
 </filestorage>
-''' % (port, testssl.server_cert, testssl.server_key, testssl.client_cert, path)
+''' % (port, 'true' if read_only else 'false', testssl.server_cert, testssl.server_key,
+       testssl.client_cert, path)
