@@ -2,6 +2,7 @@ package fs1
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/zodbd/zodbd/zodb"
@@ -64,27 +65,28 @@ func (t *txn) recordResolution(o op) {
 
 // resolveStore tries to merge the stale store o with the current revision
 // of its oid (at pos in the head, tid cur). On success o becomes a store of
-// the merged data based on cur.
-func (t *txn) resolveStore(o *op, pos int64, cur zodb.Tid) bool {
+// the merged data based on cur. final reports that the resolver refused
+// for good (zodb.ErrNotResolvable): no client can resolve the conflict.
+func (t *txn) resolveStore(o *op, pos int64, cur zodb.Tid) (ok, final bool) {
 	if t.resolve == nil || o.kind != opStore || o.serial == 0 {
-		return false
+		return false, false
 	}
 	w := t.w
 	old, err := w.revisionData(o.oid, o.serial, pos)
 	if err != nil {
-		return false
+		return false, false
 	}
 	committed, err := w.loadBack(o.oid, pos)
 	if err != nil {
-		return false
+		return false, false
 	}
 	data, err := t.resolve(old, committed, o.data)
 	if err != nil || len(data) == 0 {
-		return false
+		return false, errors.Is(err, zodb.ErrNotResolvable)
 	}
 	o.data, o.serial = data, cur
 	t.resolved = appendUnique(t.resolved, o.oid)
-	return true
+	return true, false
 }
 
 // revisionData returns the data of oid's revision serial, walking back

@@ -248,3 +248,30 @@ func TestVoteResolvingUndo(t *testing.T) {
 		t.Errorf("undo transaction has %d records, want 3", n)
 	}
 }
+
+// A resolver's final refusal (zodb.ErrNotResolvable) fails the vote with a
+// ConflictError at once: no client could resolve it, so the lock is not
+// held for one to try.
+func TestVoteResolvingRefused(t *testing.T) {
+	fs := createStorage(t, nil)
+	t1 := commit(t, fs, nil, map[zodb.Oid]string{1: "o1", 2: "o2"})
+	t2 := commit(t, fs, map[zodb.Oid]zodb.Tid{1: t1, 2: t1}, map[zodb.Oid]string{1: "c1", 2: "c2"})
+	refuse := func(old, committed, new []byte) ([]byte, error) {
+		if string(new) == "final" {
+			return nil, fmt.Errorf("bucket: %w", zodb.ErrNotResolvable)
+		}
+		return nil, errors.New("cannot tell")
+	}
+	b := resolvingTxn(t, fs)
+	b.Store(1, t1, []byte("other"))
+	b.Store(2, t1, []byte("final"))
+	_, err := b.VoteResolving(bg, refuse)
+	var ce *zodb.ConflictError
+	if !errors.As(err, &ce) || ce.Oid != 2 || ce.Committed != t2 || ce.Serial != t1 {
+		t.Fatalf("vote: %v, want the final conflict of oid 2", err)
+	}
+	if _, err := b.VoteResolving(bg, refuse); !errors.Is(err, zodb.ErrTxnState) {
+		t.Fatalf("vote after a final conflict: %v, want ErrTxnState", err)
+	}
+	commit(t, fs, nil, map[zodb.Oid]string{3: "x"}) // the lock is free
+}

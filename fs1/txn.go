@@ -320,8 +320,15 @@ func (t *txn) checkConflicts() error {
 				fatal = &zodb.ConflictError{Oid: o.oid, Committed: cur.tid, Serial: o.serial, Read: true}
 			}
 		case cur.tid != o.serial:
-			if t.resolveStore(o, pos, cur.tid) {
+			ok, final := t.resolveStore(o, pos, cur.tid)
+			if ok {
 				continue
+			}
+			if final {
+				// Refused by the object's own rules: a client would
+				// refuse too, so the transaction fails now rather than
+				// after a round trip with the commit lock held.
+				return &zodb.ConflictError{Oid: o.oid, Committed: cur.tid, Serial: o.serial}
 			}
 			conflicts = append(conflicts, &zodb.ConflictError{Oid: o.oid, Committed: cur.tid, Serial: o.serial, Data: o.data})
 		}

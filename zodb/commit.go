@@ -2,6 +2,7 @@ package zodb
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -125,8 +126,14 @@ type Txn interface {
 // resolution): old is the record data both changes started from, committed
 // the data another transaction committed meanwhile, new the data this
 // transaction wants to store. It returns the merged data, or an error when
-// it cannot merge them (the conflict then stands).
+// it does not merge them: one wrapping ErrNotResolvable when the object's
+// own conflict resolution refuses (a client resolving the conflict would
+// refuse it too: the conflict is final), any other when it cannot tell.
 type Resolver func(old, committed, new []byte) ([]byte, error)
+
+// ErrNotResolvable is wrapped by a Resolver's error when the object's own
+// conflict resolution refuses the merge.
+var ErrNotResolvable = errors.New("the object's conflict resolution refuses the merge")
 
 // ResolvingTxn is a Txn whose conflicts can be resolved before it commits,
 // while nothing else commits.

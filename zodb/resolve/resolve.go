@@ -8,6 +8,8 @@ import (
 	"io"
 	"strings"
 	"sync"
+
+	"github.com/zodbd/zodbd/zodb"
 )
 
 // ErrUnsupported is the error (wrapped, with the detail) of Resolve for
@@ -18,7 +20,9 @@ import (
 var ErrUnsupported = errors.New("not resolved natively")
 
 // ErrRefused matches (errors.Is) every *RefusedError.
-var ErrRefused = errors.New("resolve: the class's conflict resolution refuses")
+// It is zodb.ErrNotResolvable, so that a storage knows the conflict is
+// final without importing this package.
+var ErrRefused = zodb.ErrNotResolvable
 
 // RefusedError is the error of Resolve where the class's own
 // _p_resolveConflict refuses the merge: BTrees raises BTreesConflictError
