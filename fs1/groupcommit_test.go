@@ -374,15 +374,30 @@ func TestHeadSeesUnpublished(t *testing.T) {
 	if d, s := load(t, fs, 1, zodb.TidMax); d != "a" || s != t1 {
 		t.Fatalf("unpublished transaction visible: %q@%s", d, s)
 	}
-	// A store based on t1 conflicts with the unpublished transaction.
-	_, err := tryCommit(fs, zodb.TxnMeta{}, func(tx zodb.Txn) error { return tx.Store(1, t1, []byte("c")) })
+	// A store based on t1 conflicts with the unpublished transaction; the
+	// conflict is returned once what it names is published (a client
+	// learns of the commit before its conflict).
+	conflict := make(chan error, 1)
+	go func() {
+		_, err := tryCommit(fs, zodb.TxnMeta{}, func(tx zodb.Txn) error { return tx.Store(1, t1, []byte("c")) })
+		conflict <- err
+	}()
+	select {
+	case err := <-conflict:
+		t.Fatalf("conflict returned before the revision it names is published: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(gate)
+	err := <-conflict
 	var ce zodb.ConflictErrors
 	if !errors.As(err, &ce) || ce[0].Committed <= t1 {
 		t.Fatalf("store on a stale serial while the newer one awaits its fsync: %v", err)
 	}
-	close(gate)
+	if d, s := load(t, fs, 1, zodb.TidMax); d != "b" || s != ce[0].Committed {
+		t.Fatalf("when the conflict is returned: %q@%s (conflict said %s)", d, s, ce[0].Committed)
+	}
 	t2 := <-finished
-	if d, s := load(t, fs, 1, zodb.TidMax); d != "b" || s != t2 || ce[0].Committed != t2 {
-		t.Fatalf("after the fsync: %q@%s (conflict said %s)", d, s, ce[0].Committed)
+	if ce[0].Committed != t2 {
+		t.Fatalf("the conflict said %s, the commit got %s", ce[0].Committed, t2)
 	}
 }

@@ -111,20 +111,43 @@ func (w *writer) revisionData(oid zodb.Oid, serial zodb.Tid, pos int64) ([]byte,
 	return nil, &zodb.NoDataError{Oid: oid}
 }
 
-// waitPublished returns once the revisions the conflicts name are durable
-// and visible to readers: they are in the head, possibly still waiting for
-// the syncer's fsync. Called with the commit lock held, so every head
-// transaction is already queued for the syncer.
-func (w *writer) waitPublished(conflicts zodb.ConflictErrors) error {
-	var last zodb.Tid
-	for _, ce := range conflicts {
-		last = max(last, ce.Committed)
+// conflictTid returns the newest committed serial that the conflicts err
+// holds name, or 0.
+func conflictTid(err error) zodb.Tid {
+	var conflicts zodb.ConflictErrors
+	var ce *zodb.ConflictError
+	switch {
+	case errors.As(err, &conflicts):
+		var last zodb.Tid
+		for _, ce := range conflicts {
+			last = max(last, ce.Committed)
+		}
+		return last
+	case errors.As(err, &ce):
+		return ce.Committed
 	}
+	return 0
+}
+
+// waitPublished returns once the transaction last is durable and visible
+// to readers. A conflict check reads the head, whose transactions may
+// still be waiting for the syncer's fsync; they were all queued for it
+// under the commit lock, before the check.
+func (w *writer) waitPublished(last zodb.Tid) error {
 	if w.fs.state.Load().lastTid >= last {
 		return nil
 	}
 	e := &commitEntry{barrier: true, done: make(chan struct{})}
-	w.enqueue(e)
+	w.mu.Lock()
+	if w.stopping {
+		// Close is draining the queue: everything is published by
+		// the time it returns.
+		w.mu.Unlock()
+		return nil
+	}
+	w.queue = append(w.queue, e)
+	w.cond.Signal()
+	w.mu.Unlock()
 	<-e.done
 	return e.err
 }

@@ -144,7 +144,7 @@ func (t *txn) voteLocked() ([]zodb.Oid, error) {
 	undone, err := t.vote()
 	var conflicts zodb.ConflictErrors
 	if t.holding && errors.As(err, &conflicts) {
-		if werr := w.waitPublished(conflicts); werr != nil {
+		if werr := w.waitPublished(conflictTid(err)); werr != nil {
 			err = werr
 		} else {
 			t.state = txnConflicted
@@ -154,6 +154,12 @@ func (t *txn) voteLocked() ([]zodb.Oid, error) {
 	if err != nil {
 		t.state = txnAborted
 		w.commit.Unlock()
+		// A conflict names revisions that may still wait for their
+		// fsync: the caller learns of them (a server queues their
+		// invalidations before they are published) before the error.
+		if last := conflictTid(err); last != 0 {
+			w.waitPublished(last)
+		}
 		return nil, err
 	}
 	t.state = txnVoted
