@@ -21,13 +21,14 @@ import os
 import signal
 import socket
 import struct
+import subprocess
 import threading
 import time
 
 import pytest
 import ZEO
 import transaction
-from zeoserver import Server
+from zeoserver import Server, free_port, wait_listening
 
 MiB = 1 << 20
 SLACK = 64 * MiB
@@ -321,3 +322,139 @@ def test_msgpack_held_connections(server):
             conns.append(s)
         return conns
     attack(srv, send, 5 * len(p), hold=True)
+
+
+# NEO: `zodbd neo-storage` (with its built-in master) gets the same kinds
+# of packets from a peer that only did the handshake (and, for the second
+# case, identified itself as an anonymous storage node, which needs no
+# credentials). A fresh Go client (`zodbd hash neo://...`) then reads the
+# whole database.
+
+# proto.AppendPacket(nil, 1, &RequestIdentification{NodeType: Storage,
+# NID: NoNode, ClusterName: "hostile", IdTime: NoIdTime}) without its extra
+# map (the last byte, 0x80), and the header [2, AskObject] of a packet.
+NEO_IDENT_PREFIX = bytes.fromhex('93010196d40401c0c0c407686f7374696c65c0')
+NEO_ASKOBJECT_HDR = bytes.fromhex('930220')
+
+
+class NeoNode:
+    def __init__(self, zodbd_bin, path, tmpdir):
+        self.mport, self.port = free_port(), free_port()
+        self.log = os.path.join(str(tmpdir), 'neo-%d.log' % self.port)
+        self.zodbd_bin = zodbd_bin
+        with open(self.log, 'wb') as logf:
+            self.proc = subprocess.Popen(
+                [zodbd_bin, 'neo-storage', '--cluster', 'hostile',
+                 '--with-master', '127.0.0.1:%d' % self.mport,
+                 '--bind', '127.0.0.1:%d' % self.port, path],
+                stdout=logf, stderr=subprocess.STDOUT)
+        self.addr = ('127.0.0.1', self.port)
+        wait_listening(self.addr, self.proc, self.log)
+
+    def output(self):
+        with open(self.log) as f:
+            return f.read()
+
+    def reads(self):
+        """A fresh Go client reads every object."""
+        p = subprocess.run([self.zodbd_bin, 'hash', 'neo://hostile@127.0.0.1:%d' % self.mport],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stdout + p.stderr
+        return p.stdout.split()[0]  # the hash, without the timing
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def neo_node(zodbd_bin, tmp_copy, tmp_path):
+    nodes = []
+
+    def start():
+        n = NeoNode(zodbd_bin, tmp_copy('1.fs'), tmp_path)
+        nodes.append(n)
+        deadline = time.time() + 20
+        while True:  # the cluster becomes operational
+            try:
+                n.first = n.reads()
+                break
+            except AssertionError:
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.2)
+        time.sleep(0.2)
+        n.idle = rss(n.proc.pid)
+        return n
+    yield start
+    for n in nodes:
+        n.stop()
+
+
+def neo_connect(node, identify=False):
+    s = socket.create_connection(node.addr)
+    s.settimeout(30)
+    hs = recv_exact(s, 6)
+    s.sendall(hs)
+    if identify:
+        s.sendall(NEO_IDENT_PREFIX + b'\x80')
+        # the answer: any packet
+        assert s.recv(1), 'no answer to the identification'
+    return s
+
+
+def neo_closed(s, timeout=30):
+    """Reads until the node closes the connection."""
+    s.settimeout(timeout)
+    try:
+        while s.recv(1 << 16):
+            pass
+    except ConnectionResetError:
+        pass
+
+
+def neo_attack(node, payload, identify):
+    pid = node.proc.pid
+    reset_peak(pid)
+    dog = Watchdog(pid, node.idle + KILL)
+    try:
+        s = neo_connect(node, identify)
+        s.sendall(payload)
+        neo_closed(s)
+        s.close()
+    finally:
+        dog.stop()
+    assert dog.killed_at is None, 'node RSS passed %d MiB (idle %d MiB): killed' % (
+        dog.killed_at // MiB, node.idle // MiB)
+    assert node.proc.poll() is None, 'node died:\n' + node.output()[-2000:]
+    peak = rss(pid, 'VmHWM')
+    bound = node.idle + SLACK + 2 * len(payload)
+    assert peak <= bound, 'peak RSS %d MiB > bound %d MiB (idle %d MiB, packet %d MiB)' % (
+        peak // MiB, bound // MiB, node.idle // MiB, len(payload) // MiB)
+    t0 = time.time()
+    while rss(pid) > node.idle + SETTLE and time.time() < t0 + 10:
+        time.sleep(0.05)
+    now = rss(pid)
+    print('idle %d MiB, packet %d MiB, peak %d MiB, %d MiB after %.1f s'
+          % (node.idle // MiB, len(payload) // MiB, peak // MiB, now // MiB, time.time() - t0))
+    assert now <= node.idle + SETTLE, 'RSS %d MiB stays above idle %d MiB + %d MiB' % (
+        now // MiB, node.idle // MiB, SETTLE // MiB)
+    assert node.reads() == node.first
+
+
+def test_neo_identification_nil_map(neo_node):
+    """An identification whose extra map is 15 M nil pairs (30 MB), before
+    any credentials: on today's main, 48 bytes per pair of nils."""
+    node = neo_node()
+    n = 15 * 1000 * 1000
+    p = NEO_IDENT_PREFIX + b'\xdf' + struct.pack('>I', n) + b'\xc0' * (2 * n)
+    neo_attack(node, p, identify=False)
+
+
+def test_neo_nil_array(neo_node):
+    """A 50 MB packet of nils from an identified (anonymous storage) peer."""
+    node = neo_node()
+    n = 50 * MiB
+    p = NEO_ASKOBJECT_HDR + b'\xdd' + struct.pack('>I', n) + b'\xc0' * n
+    neo_attack(node, p, identify=True)
