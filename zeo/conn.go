@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/zodbd/zodbd/internal/eventlog"
+	"github.com/zodbd/zodbd/internal/memtrim"
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -65,7 +66,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 		nc:      nc,
 		peer:    nc.RemoteAddr().String(),
 		br:      bufio.NewReaderSize(nc, 64<<10),
-		dec:     wire.NewDecoder(s.cfg.Marshal),
+		dec:     newDecoder(s.cfg.Marshal),
 		enc:     wire.Encoder{M: s.cfg.Marshal, Buf: make([]byte, 0, 64<<10)},
 		ctx:     ctx,
 		stop:    stop,
@@ -73,6 +74,12 @@ func newConn(s *Server, nc net.Conn) *conn {
 	}
 	c.out.init(nc)
 	return c
+}
+
+func newDecoder(m wire.Marshal) *wire.Decoder {
+	d := wire.NewDecoder(m)
+	d.Limits = wire.ServerLimits
+	return d
 }
 
 // serve runs the connection until it ends.
@@ -130,16 +137,20 @@ func (c *conn) serve() {
 			}
 			return
 		}
-		if cap(frame) <= 1<<20 {
-			buf = frame[:0] // reuse moderate buffers; let huge ones go
+		if cap(frame) <= keepFrame {
+			buf = frame[:0] // reuse moderate buffers; let big ones go
 		}
 		msg, err := c.dec.DecodeMessage(frame)
 		if err != nil {
-			c.logProto(eventlog.Error, "undecodable message (%v); closing", err)
+			if !c.undecodable(err) {
+				return
+			}
+		} else if !c.handle(&msg) {
 			return
 		}
-		if !c.handle(&msg) {
-			return
+		c.dec.Release()
+		if cap(frame) > keepFrame {
+			memtrim.Dropped(cap(frame))
 		}
 		c.queueReplies()
 		// Write the replies queued so far unless the next request is
@@ -152,6 +163,54 @@ func (c *conn) serve() {
 			}
 		}
 	}
+}
+
+// keepFrame is the largest frame buffer a connection keeps for the next
+// frame; a bigger frame gets a buffer of its own, dropped after use.
+const keepFrame = 256 << 10
+
+// undecodable handles a frame that did not decode (err): malformed, or
+// over the decoder's limits. When the msgid and flags of a call came
+// before the error, the call is answered with a ValueError and the
+// connection goes on; otherwise it is closed. Either way one line is
+// logged. It returns false when the connection must be closed.
+func (c *conn) undecodable(err error) bool {
+	var de *wire.DecodeError
+	if errors.As(err, &de) && de.HasID && !de.Oneway && validMsgid(&de.ID) {
+		c.logProto(eventlog.Error, "undecodable message (%v); answered with an error", err)
+		c.replyError(&de.ID, &pyError{"builtins.ValueError", "undecodable message: " + err.Error()})
+		return true
+	}
+	c.logProto(eventlog.Error, "undecodable message (%v); closing", err)
+	return false
+}
+
+// validMsgid reports whether id has a shape a ZEO client uses for message
+// ids: an int, or a short tuple of ints and short byte strings (the
+// stock client's loadBefore uses (oid, tid)). A reply echoes the msgid,
+// so anything bigger would make the reply the attacker's amplifier.
+func validMsgid(id *wire.Value) bool {
+	scalar := func(v *wire.Value) bool {
+		switch v.Kind {
+		case wire.None, wire.Bool, wire.Int, wire.Float:
+			return true
+		case wire.Bytes, wire.Str:
+			return len(v.B) <= 64
+		}
+		return false
+	}
+	if scalar(id) {
+		return true
+	}
+	if (id.Kind != wire.Tuple && id.Kind != wire.List) || len(id.Items) > 4 {
+		return false
+	}
+	for i := range id.Items {
+		if !scalar(&id.Items[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // nextFrameBuffered reports whether a whole frame is waiting in the read
@@ -183,7 +242,12 @@ func (c *conn) queueReplies() {
 	if len(c.enc.Buf) > 0 {
 		c.out.queue(c.enc.Buf)
 		c.queued += len(c.enc.Buf)
-		c.enc.Buf = c.enc.Buf[:0]
+		if cap(c.enc.Buf) > 1<<20 {
+			memtrim.Dropped(cap(c.enc.Buf))
+			c.enc.Buf = make([]byte, 0, 64<<10)
+		} else {
+			c.enc.Buf = c.enc.Buf[:0]
+		}
 	}
 }
 
@@ -304,6 +368,8 @@ func (q *outq) writeLoop() error {
 		q.mu.Lock()
 		if owned != nil && q.spare == nil && cap(owned) <= 1<<20 {
 			q.spare = owned[:0]
+		} else if owned != nil {
+			memtrim.Dropped(cap(owned))
 		}
 		if len(q.buf) == 0 || q.err != nil {
 			q.writing = false

@@ -2,6 +2,7 @@ package zeo
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"net"
 	"strings"
@@ -64,6 +65,11 @@ func FuzzHandle(f *testing.F) {
 		s(&e)
 		f.Add(e.Buf[4:])
 	}
+	// The attacks of hostileFrames, small.
+	f.Add(pickleCall(append([]byte{'K', 1}, bytes.Repeat([]byte{0x85}, 100)...), "register", hostileRegisterArgs))
+	f.Add(hostileFrames()["memo dag msgid"])
+	f.Add(pickleCall([]byte{'K', 1}, "register", append(append([]byte{']', '('}, bytes.Repeat([]byte{'N'}, 100)...), 'e', 0x85)))
+	f.Add(pickleCall([]byte{'K', 1}, "register", append(append(append(pickleStr("x"), 'q', 0, ']', '('), bytes.Repeat([]byte{'h', 0}, 100)...), 'e', 0x86)))
 	fs := openFixture(f)
 	// The server recovers from a panic in a connection (and logs it): make
 	// that a fuzz failure.

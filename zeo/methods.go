@@ -147,6 +147,10 @@ func (c *conn) handle(m *wire.Message) bool {
 	if m.ID.Kind == wire.Int && m.ID.Int == -1 {
 		return true // heartbeat
 	}
+	if !validMsgid(&m.ID) {
+		c.logProto(eventlog.Error, "%.64s: message id is not an int or a short tuple (%.64s); closing", m.Name, m.ID)
+		return false
+	}
 	oneway := m.Flags.Truth()
 	if m.Args.Kind != wire.Tuple && m.Args.Kind != wire.List {
 		c.logProto(eventlog.Error, "%s: arguments are a %s, not a tuple; closing", m.Name, m.Args.Kind)

@@ -663,22 +663,53 @@ func Skip(b []byte) ([]byte, error) {
 // start with a valid object or nests deeper than MaxDepth. It allocates
 // nothing and does not recurse.
 func Len(b []byte) (int, error) {
-	pos := 0
-	pending := 1 // objects still to consume at the current position
-	var stack [MaxDepth]int
-	depth := 0
+	var s Scanner
+	return s.Len(b)
+}
+
+// A Scanner sizes an object that arrives in pieces, as Len does, without
+// going over the same bytes twice: after ErrShort, the next call resumes
+// where the previous one stopped, so reading a packet of n bytes through
+// any number of short reads costs O(n). Each call must pass the bytes of
+// the previous call (possibly moved) followed by more. The zero Scanner is
+// ready; Reset it before the next object.
+type Scanner struct {
+	pos     int // bytes of the object consumed so far
+	pending int // objects still to consume at the current depth
+	depth   int
+	started bool
+	stack   [MaxDepth]int
+	// Steps counts the objects examined since the Scanner was made, for
+	// tests of the O(n) claim.
+	Steps int64
+}
+
+// Reset prepares s for a new object.
+func (s *Scanner) Reset() {
+	s.pos, s.pending, s.depth, s.started = 0, 0, 0, false
+}
+
+// Len returns the encoded size of the object at the start of b, resuming
+// the scan of the previous call (see Scanner).
+func (s *Scanner) Len(b []byte) (int, error) {
+	if !s.started {
+		s.pos, s.pending, s.depth, s.started = 0, 1, 0, true
+	}
+	pos, pending, depth := s.pos, s.pending, s.depth
 	for {
 		for pending == 0 {
 			if depth == 0 {
+				s.Reset()
 				return pos, nil
 			}
 			depth--
-			pending = stack[depth]
+			pending = s.stack[depth]
 		}
-		pending--
 		if pos >= len(b) {
+			s.pos, s.pending, s.depth = pos, pending, depth
 			return 0, ErrShort
 		}
+		s.Steps++
 		c := b[pos]
 		var size, children int // bytes of this object besides children; nested objects
 		switch {
@@ -693,19 +724,27 @@ func Len(b []byte) (int, error) {
 		default:
 			var err error
 			size, children, err = lenLong(b[pos:])
+			if err == ErrShort {
+				s.pos, s.pending, s.depth = pos, pending, depth
+				return 0, err
+			}
 			if err != nil {
+				s.Reset()
 				return 0, err
 			}
 		}
 		if len(b)-pos < size {
+			s.pos, s.pending, s.depth = pos, pending, depth
 			return 0, ErrShort
 		}
+		pending--
 		pos += size
 		if children > 0 {
 			if depth == MaxDepth {
+				s.Reset()
 				return 0, fmt.Errorf("msgp: nesting deeper than %d", MaxDepth)
 			}
-			stack[depth] = pending
+			s.stack[depth] = pending
 			depth++
 			pending = children
 		}

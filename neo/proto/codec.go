@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"unsafe"
 
 	"github.com/zodbd/zodbd/neo/msgp"
 	"github.com/zodbd/zodbd/zodb"
@@ -242,11 +243,37 @@ type decoder struct {
 	idx  int
 	name string
 	err  error
+	// left is what the lists of the args may still allocate, in bytes:
+	// allocBase + allocFactor times the size of the args.
+	left int
+}
+
+// A packet's args of n bytes decode to lists of at most allocBase +
+// allocFactor*n bytes: elements of one byte (nil) may not make a list of
+// 24- or 56-byte structs.
+const (
+	allocBase   = 64 << 10
+	allocFactor = 16
+)
+
+var errTooMany = errors.New("lists too long for the size of the packet")
+
+// makeList returns a list of n elements, charged against d's allocation
+// bound (nil, with d failed, over it).
+func makeList[T any](d *decoder, n int) []T {
+	var zero T
+	if size := int(unsafe.Sizeof(zero)); n > d.left/max(size, 1) {
+		d.fail(errTooMany)
+		return nil
+	} else {
+		d.left -= n * size
+	}
+	return make([]T, n)
 }
 
 // newDecoder starts decoding args, an array of exactly n arguments.
 func newDecoder(pkt string, args []byte, n int) decoder {
-	d := decoder{b: args, pkt: pkt, idx: -1}
+	d := decoder{b: args, pkt: pkt, idx: -1, left: allocBase + allocFactor*len(args)}
 	got, rest, err := msgp.ReadArrayHeader(args)
 	if err != nil {
 		d.fail(fmt.Errorf("args: %w", err))
@@ -594,7 +621,7 @@ func (d *decoder) tids() []zodb.Tid {
 	if n == 0 {
 		return nil
 	}
-	l := make([]zodb.Tid, n)
+	l := makeList[zodb.Tid](d, n)
 	for i := range l {
 		l[i] = d.tid()
 	}
@@ -606,7 +633,7 @@ func (d *decoder) oids() []zodb.Oid {
 	if n == 0 {
 		return nil
 	}
-	l := make([]zodb.Oid, n)
+	l := makeList[zodb.Oid](d, n)
 	for i := range l {
 		l[i] = d.oid()
 	}
@@ -626,7 +653,7 @@ func (d *decoder) nids() []NodeID {
 	if n == 0 {
 		return nil
 	}
-	l := make([]NodeID, n)
+	l := makeList[NodeID](d, n)
 	for i := range l {
 		l[i] = d.nid()
 	}
@@ -638,7 +665,7 @@ func (d *decoder) u32s() []uint32 {
 	if n == 0 {
 		return nil
 	}
-	l := make([]uint32, n)
+	l := makeList[uint32](d, n)
 	for i := range l {
 		l[i] = d.u32()
 	}
@@ -650,7 +677,7 @@ func (d *decoder) nodeInfos() []NodeInfo {
 	if n == 0 {
 		return nil
 	}
-	l := make([]NodeInfo, n)
+	l := makeList[NodeInfo](d, n)
 	for i := range l {
 		e := &l[i]
 		d.arrayN(5)
@@ -668,13 +695,13 @@ func (d *decoder) rows() [][]CellInfo {
 	if n == 0 {
 		return nil
 	}
-	rows := make([][]CellInfo, n)
+	rows := makeList[[]CellInfo](d, n)
 	for i := range rows {
 		m := d.array()
 		if m == 0 {
 			continue
 		}
-		row := make([]CellInfo, m)
+		row := makeList[CellInfo](d, m)
 		for j := range row {
 			d.arrayN(2)
 			row[j].NID = d.nid()
@@ -690,7 +717,7 @@ func (d *decoder) pairs() []RawPair {
 	if n == 0 {
 		return nil
 	}
-	l := make([]RawPair, n)
+	l := makeList[RawPair](d, n)
 	for i := range l {
 		l[i].Key = d.raw()
 		l[i].Value = d.raw()

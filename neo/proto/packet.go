@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 
+	"github.com/zodbd/zodbd/internal/memtrim"
 	"github.com/zodbd/zodbd/neo/msgp"
 )
 
@@ -116,10 +117,16 @@ type Reader struct {
 	off        int64 // stream offset of buf[start]
 	err        error // sticky read error
 	MaxSize    int   // maximal packet size; MaxPacketSize when 0
+	// scan sizes the packet at buf[start:], resuming over reads, so that
+	// a packet of n bytes arriving in many reads costs O(n).
+	scan msgp.Scanner
 }
 
 // DefaultReaderBufSize is the initial buffer size of a Reader.
 const DefaultReaderBufSize = 32 << 10
+
+// maxKeptBuf is the largest buffer a Reader keeps once it is empty.
+const maxKeptBuf = 256 << 10
 
 // NewReader returns a Reader of r.
 func NewReader(r io.Reader) *Reader {
@@ -140,7 +147,8 @@ func (r *Reader) PacketBuffered() bool {
 	if len(data) == 0 {
 		return false
 	}
-	n, err := msgp.Len(data)
+	s := r.scan // resume where ReadPacket's scan stopped, without moving it
+	n, err := s.Len(data)
 	return err != msgp.ErrShort && n <= len(data)
 }
 
@@ -150,8 +158,14 @@ func (r *Reader) fill() error {
 	if r.err != nil {
 		return r.err
 	}
-	if r.buf == nil {
+	if r.buf == nil || (r.start == r.end && len(r.buf) > maxKeptBuf) {
+		// Nothing is buffered: a buffer that a big packet made grow
+		// goes, so that an idle connection does not keep it.
+		if r.buf != nil {
+			memtrim.Dropped(len(r.buf))
+		}
 		r.buf = make([]byte, DefaultReaderBufSize)
+		r.start, r.end = 0, 0
 	}
 	if r.start > 0 && (r.end == len(r.buf) || r.start == r.end) {
 		n := copy(r.buf, r.buf[r.start:r.end])
@@ -185,6 +199,15 @@ func (r *Reader) fill() error {
 	}
 	r.err = io.ErrNoProgress
 	return r.err
+}
+
+// Release drops the Reader's buffer (when the connection ends), telling
+// internal/memtrim about a big one. Reading after Release starts a new
+// buffer.
+func (r *Reader) Release() {
+	memtrim.Dropped(len(r.buf))
+	r.buf, r.start, r.end = nil, 0, 0
+	r.scan.Reset()
 }
 
 // isTimeout reports an expired deadline. It is not sticky: the stream is
@@ -234,7 +257,7 @@ func (r *Reader) ReadPacket() (Packet, error) {
 			if t, err := msgp.NextType(data); err != nil || t != msgp.Array {
 				return Packet{}, r.frameErr(fmt.Errorf("packet is not an array (lead byte 0x%02x)", data[0]))
 			}
-			n, err := msgp.Len(data)
+			n, err := r.scan.Len(data)
 			if err == nil {
 				if n > maxSize {
 					return Packet{}, r.frameErr(ErrTooLarge)
@@ -267,6 +290,7 @@ func (r *Reader) ReadPacket() (Packet, error) {
 }
 
 func (r *Reader) frameErr(err error) error {
+	r.scan.Reset()
 	r.err = &FrameError{Offset: r.off, Err: err}
 	return r.err
 }

@@ -33,7 +33,7 @@ func (m *NotifyPartitionChanges) DecodeArgs(args []byte) error {
 	m.NumReplicas = d.a("num_replicas").u32()
 	m.Changes = nil
 	if n := d.a("cell_list").array(); n > 0 {
-		m.Changes = make([]CellChange, n)
+		m.Changes = makeList[CellChange](&d, n)
 		for i := range m.Changes {
 			c := &m.Changes[i]
 			d.arrayN(3)
@@ -72,7 +72,7 @@ func (m *AnswerLockedTransactions) DecodeArgs(args []byte) error {
 	d := newDecoder("AnswerLockedTransactions", args, 1)
 	m.TidDict = nil
 	if n := d.a("tid_dict").mapHeader(); n > 0 {
-		m.TidDict = make([]LockedTxn, n)
+		m.TidDict = makeList[LockedTxn](&d, n)
 		for i := range m.TidDict {
 			m.TidDict[i].TTid = d.tid()
 			m.TidDict[i].Tid = d.tid()
@@ -130,7 +130,7 @@ func (m *AnswerPackOrders) DecodeArgs(args []byte) error {
 	d := newDecoder("AnswerPackOrders", args, 1)
 	m.Orders = nil
 	if n := d.a("pack_list").array(); n > 0 {
-		m.Orders = make([]PackOrder, n)
+		m.Orders = makeList[PackOrder](&d, n)
 		for i := range m.Orders {
 			o := &m.Orders[i]
 			d.arrayN(5)
@@ -208,7 +208,7 @@ func (m *Replicate) DecodeArgs(args []byte) error {
 	m.UpstreamName = d.a("upstream_name").str()
 	m.SourceDict = nil
 	if n := d.a("source_dict").mapHeader(); n > 0 {
-		m.SourceDict = make([]PartitionAddr, n)
+		m.SourceDict = makeList[PartitionAddr](&d, n)
 		for i := range m.SourceDict {
 			m.SourceDict[i].Partition = d.u32()
 			m.SourceDict[i].Addr = d.addr()
@@ -246,7 +246,7 @@ func (m *CheckReplicas) DecodeArgs(args []byte) error {
 	d := newDecoder("CheckReplicas", args, 3)
 	m.PartitionDict = nil
 	if n := d.a("partition_dict").mapHeader(); n > 0 {
-		m.PartitionDict = make([]PartitionNode, n)
+		m.PartitionDict = makeList[PartitionNode](&d, n)
 		for i := range m.PartitionDict {
 			m.PartitionDict[i].Partition = d.u32()
 			m.PartitionDict[i].NID = d.nid()
@@ -305,7 +305,7 @@ func (d *decoder) optBins() [][]byte {
 	if n == 0 {
 		return nil
 	}
-	l := make([][]byte, n)
+	l := makeList[[]byte](d, n)
 	for i := range l {
 		l[i] = d.optBin()
 	}

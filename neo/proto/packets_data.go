@@ -134,7 +134,7 @@ func (m *AnswerObjectHistory) DecodeArgs(args []byte) error {
 	m.Oid = d.a("oid").oid()
 	m.History = nil
 	if n := d.a("history_list").array(); n > 0 {
-		m.History = make([]HistoryEntry, n)
+		m.History = makeList[HistoryEntry](&d, n)
 		for i := range m.History {
 			d.arrayN(2)
 			m.History[i].Serial = d.tid()
@@ -177,7 +177,7 @@ func (m *AnswerObjectUndoSerial) DecodeArgs(args []byte) error {
 	d := newDecoder("AnswerObjectUndoSerial", args, 1)
 	m.ObjectTidDict = nil
 	if n := d.a("object_tid_dict").mapHeader(); n > 0 {
-		m.ObjectTidDict = make([]UndoSerial, n)
+		m.ObjectTidDict = makeList[UndoSerial](&d, n)
 		for i := range m.ObjectTidDict {
 			e := &m.ObjectTidDict[i]
 			e.Oid = d.oid()
@@ -424,7 +424,7 @@ func (d *decoder) serialOids() []SerialOids {
 	if n == 0 {
 		return nil
 	}
-	l := make([]SerialOids, n)
+	l := makeList[SerialOids](d, n)
 	for i := range l {
 		l[i].Serial = d.tid()
 		l[i].Oids = d.oids()

@@ -167,7 +167,7 @@ func (m *NotPrimaryMaster) DecodeArgs(args []byte) error {
 	}
 	m.KnownMasters = nil
 	if n := d.a("known_master_list").array(); n > 0 {
-		m.KnownMasters = make([]Address, n)
+		m.KnownMasters = makeList[Address](&d, n)
 		for i := range m.KnownMasters {
 			d.arrayN(2)
 			m.KnownMasters[i].Host = d.str()

@@ -80,6 +80,7 @@ func (n *Node) servePeer(ctx context.Context, nc net.Conn) {
 	}()
 	p.w.write(proto.Handshake[:])
 	r := newPktReader(nc)
+	defer r.r.Release()
 	nc.SetReadDeadline(time.Now().Add(n.cfg.IdentifyTimeout))
 	if err := r.handshake(); err != nil {
 		n.log.Printf("neo storage: %s: handshake: %v (closing)", name, err)

@@ -10,32 +10,130 @@ import (
 // Decoder decodes messages of one marshalling. A Decoder is used by one
 // goroutine; it keeps its buffers from one message to the next, so that
 // decoding a typical request allocates nothing.
+//
+// Frames are untrusted: what one Decode builds is bounded by Limits (see
+// there), nesting included, and the pickle decoder runs without recursion
+// (the msgpack decoder recurses at most MaxDepth deep). Release gives back
+// what a big message made the decoder grow.
 type Decoder struct {
 	m Marshal
+
+	// Limits bound what one Decode may build; the zero value means
+	// DefaultLimits.
+	Limits Limits
 
 	// arena provides the Items of tuples; reset at each Decode. When a
 	// chunk is full a bigger one is started, leaving earlier slices valid.
 	arena []Value
-	stack []Value
+	stack []slot
 	marks []int
-	memo  []Value
+	memo  []slot
+
+	used, limit int // values charged to this Decode, and its bound
+	stackHW     int // the most slots of stack used since Release
+
+	// The top-level tuple of a msgpack message being decoded, and how many
+	// of its items are complete: a DecodeError names the msgid when it was
+	// decoded before the error.
+	top     []Value
+	topDone int
 }
 
-// NewDecoder returns a decoder for marshalling m.
+// slot is a value on the pickle decoder's stack or in its memo, with what
+// the bounds need to know of it.
+type slot struct {
+	v Value
+	// n is the number of values v expands to as a tree (each use of a
+	// memo entry counted in full).
+	n int
+	// depth is the nesting of containers in v: 0 for a scalar.
+	depth int
+	// shared: v came from the memo, so its Items may be shared with other
+	// values; it must not be appended to.
+	shared bool
+}
+
+// Limits bound what decoding one frame may build, so that a hostile frame
+// costs memory and time in proportion to its size only.
+type Limits struct {
+	// MaxDepth bounds the nesting of containers.
+	MaxDepth int
+	// A frame of n bytes may decode to at most BaseValues +
+	// n/BytesPerValue values, counting the values a memo entry expands
+	// to at each of its uses (so a reference to a big value costs as
+	// much as the value). A value costs about 72 bytes of memory.
+	BaseValues    int
+	BytesPerValue int
+}
+
+// DefaultLimits suit a client decoding replies, which can be lists of
+// small values (invalidated oids: 10 bytes each on the wire).
+var DefaultLimits = Limits{MaxDepth: 64, BaseValues: 1 << 16, BytesPerValue: 4}
+
+// ServerLimits suit a server decoding requests: no ZEO request carries
+// more than a handful of values except a transaction's extension dict,
+// and a frame of hostile small values must not make the server hold much
+// more than the frame. A frame of n bytes decodes to at most 16384 +
+// n/256 values (about 1.2 MiB + 0.3 n).
+var ServerLimits = Limits{MaxDepth: 64, BaseValues: 1 << 14, BytesPerValue: 256}
+
+// keepValues is the most values of capacity each of the decoder's buffers
+// keeps after Release.
+const keepValues = 1024
+
+// NewDecoder returns a decoder for marshalling m, with DefaultLimits.
 func NewDecoder(m Marshal) *Decoder {
-	return &Decoder{m: m, arena: make([]Value, 0, 64)}
+	return &Decoder{m: m, Limits: DefaultLimits, arena: make([]Value, 0, 64)}
 }
 
-// maxDepth bounds nesting, so that hostile input cannot exhaust the stack.
-const maxDepth = 64
+// Release lets go of the last message: it clears the decoder's
+// references into its frame (so that a big frame is not kept alive by an
+// idle connection) and drops the buffers that a big message made grow
+// past their steady-state size. Values from the last Decode must no
+// longer be used. Its cost is proportional to the last message's values.
+func (d *Decoder) Release() {
+	clear(d.arena)
+	clear(d.stack[:max(d.stackHW, len(d.stack))])
+	clear(d.memo)
+	d.arena, d.stack, d.memo = d.arena[:0], d.stack[:0], d.memo[:0]
+	d.stackHW = 0
+	if cap(d.arena) > keepValues {
+		d.arena = make([]Value, 0, 64)
+	}
+	if cap(d.stack) > keepValues {
+		d.stack = nil
+	}
+	if cap(d.memo) > keepValues {
+		d.memo = nil
+	}
+	d.top = nil
+}
 
-// DecodeError is a malformed message.
+// DecodeError is a malformed message, or one over the Decoder's Limits.
 type DecodeError struct {
 	Off int // offset in the frame
 	Msg string
+	// When the frame is a message whose msgid and flags were decoded
+	// before the error, HasID is set and ID and Oneway are those: the
+	// caller may answer the message with an error. ID aliases the frame
+	// and the decoder's buffers, as a decoded Value does.
+	HasID  bool
+	ID     Value
+	Oneway bool
+	// Limit: the frame is over the Decoder's Limits, not malformed.
+	Limit bool
 }
 
 func (e *DecodeError) Error() string { return fmt.Sprintf("wire: offset %d: %s", e.Off, e.Msg) }
+
+// errLimit marks the errors of a frame over the Limits.
+var errLimit = errors.New("over the decoder's limits")
+
+// charge counts n more values against the limit; false when over it.
+func (d *Decoder) charge(n int) bool {
+	d.used += n
+	return n >= 0 && d.used <= d.limit
+}
 
 func (d *Decoder) alloc(n int) []Value {
 	if len(d.arena)+n > cap(d.arena) {
@@ -46,22 +144,46 @@ func (d *Decoder) alloc(n int) []Value {
 	return s
 }
 
+func (d *Decoder) start(frame []byte) {
+	if d.Limits == (Limits{}) {
+		d.Limits = DefaultLimits
+	}
+	d.arena = d.arena[:0]
+	d.used = 0
+	d.limit = d.Limits.BaseValues
+	if d.Limits.BytesPerValue > 0 {
+		d.limit += len(frame) / d.Limits.BytesPerValue
+	}
+	d.top, d.topDone = nil, 0
+}
+
 // Decode decodes one value from frame (the whole payload of one frame must
 // be exactly one value). The result aliases frame and the decoder's arena:
-// it is valid until the next Decode.
+// it is valid until the next Decode or Release.
 func (d *Decoder) Decode(frame []byte) (Value, error) {
-	d.arena = d.arena[:0]
+	d.start(frame)
 	if d.m == Msgpack {
 		v, n, err := d.decodeMsgpack(frame, 0, 0)
 		if err != nil {
+			if de, ok := err.(*DecodeError); ok && d.topDone >= 2 {
+				de.HasID, de.ID, de.Oneway = true, d.top[0], d.top[1].Truth()
+			}
 			return Value{}, err
 		}
 		if n != len(frame) {
-			return Value{}, &DecodeError{n, "trailing bytes after value"}
+			return Value{}, &DecodeError{Off: n, Msg: "trailing bytes after value"}
 		}
 		return v, nil
 	}
-	return d.decodePickle(frame)
+	v, err := d.decodePickle(frame)
+	if de, ok := err.(*DecodeError); ok && len(d.marks) > 0 && d.marks[0] == 0 && len(d.stack) >= 2 &&
+		d.stack[0].v.Kind != kindGlobal && d.stack[1].v.Kind != kindGlobal {
+		// The message tuple is built as MARK msgid flags name args TUPLE:
+		// with two values above the first mark, the msgid and flags are
+		// complete.
+		de.HasID, de.ID, de.Oneway = true, d.stack[0].v, d.stack[1].v.Truth()
+	}
+	return v, err
 }
 
 // DecodeMessage decodes an RPC message tuple (msgid, flags, name, args).
@@ -71,11 +193,12 @@ func (d *Decoder) DecodeMessage(frame []byte) (Message, error) {
 		return Message{}, err
 	}
 	if (v.Kind != Tuple && v.Kind != List) || len(v.Items) != 4 {
-		return Message{}, &DecodeError{0, fmt.Sprintf("message is a %s of %d items, not a 4-tuple", v.Kind, v.Len())}
+		return Message{}, &DecodeError{Msg: fmt.Sprintf("message is a %s of %d items, not a 4-tuple", v.Kind, v.Len())}
 	}
 	name := v.Items[2]
 	if name.Kind != Str && name.Kind != Bytes {
-		return Message{}, &DecodeError{0, fmt.Sprintf("method name is a %s", name.Kind)}
+		return Message{}, &DecodeError{Msg: fmt.Sprintf("method name is a %s", name.Kind),
+			HasID: true, ID: v.Items[0], Oneway: v.Items[1].Truth()}
 	}
 	return Message{ID: v.Items[0], Flags: v.Items[1], Name: name.B, Args: v.Items[3]}, nil
 }
@@ -181,29 +304,24 @@ func reduceGlobal(name string, args Value) (Value, bool) {
 	return Value{}, false
 }
 
-// hasGlobal reports whether v holds an unreduced global.
-func hasGlobal(v *Value) bool {
-	if v.Kind == kindGlobal {
-		return true
-	}
-	for i := range v.Items {
-		if hasGlobal(&v.Items[i]) {
-			return true
-		}
-	}
-	return false
-}
-
 var errTruncated = errors.New("truncated")
+
+// maxGlobalName bounds the "module name" of a global.
+const maxGlobalName = 256
 
 func (d *Decoder) decodePickle(b []byte) (Value, error) {
 	d.stack = d.stack[:0]
 	d.marks = d.marks[:0]
 	d.memo = d.memo[:0]
+	maxDepth := d.Limits.MaxDepth
 	i := 0
 	globals := false
 	fail := func(off int, format string, args ...interface{}) (Value, error) {
-		return Value{}, &DecodeError{off, fmt.Sprintf(format, args...)}
+		return Value{}, &DecodeError{Off: off, Msg: fmt.Sprintf(format, args...)}
+	}
+	over := func(off int) (Value, error) {
+		return Value{}, &DecodeError{Off: off, Limit: true,
+			Msg: fmt.Sprintf("pickle: more than %d values (a frame of %d bytes)", d.limit, len(b))}
 	}
 	need := func(n int) bool { return n >= 0 && i+n <= len(b) }
 	for {
@@ -213,6 +331,9 @@ func (d *Decoder) decodePickle(b []byte) (Value, error) {
 		op := b[i]
 		at := i
 		i++
+		// A scalar to push, set by the cases that make one.
+		var v Value
+		push := true
 		switch op {
 		case opStop:
 			if len(d.stack) != 1 || len(d.marks) != 0 {
@@ -221,22 +342,22 @@ func (d *Decoder) decodePickle(b []byte) (Value, error) {
 			if i != len(b) {
 				return fail(i, "pickle: trailing bytes after STOP")
 			}
-			if globals && hasGlobal(&d.stack[0]) {
+			if d.stack[0].v.Kind == kindGlobal {
 				return fail(at, "pickle: a global that is not called")
 			}
-			return d.stack[0], nil
+			return d.stack[0].v, nil
 		case opGlobal:
 			// "module\nname\n"
 			j := i
 			nl := 0
-			for j < len(b) && nl < 2 {
+			for j < len(b) && nl < 2 && j-i <= maxGlobalName {
 				if b[j] == '\n' {
 					nl++
 				}
 				j++
 			}
 			if nl < 2 {
-				return fail(at, "pickle: GLOBAL: %v", errTruncated)
+				return fail(at, "pickle: GLOBAL: %v or longer than %d bytes", errTruncated, maxGlobalName)
 			}
 			name := b[i : j-1]
 			for k := range name {
@@ -244,63 +365,76 @@ func (d *Decoder) decodePickle(b []byte) (Value, error) {
 					name[k] = ' ' // "module name", as STACK_GLOBAL makes it
 				}
 			}
-			d.stack = append(d.stack, Value{Kind: kindGlobal, B: name})
+			v = Value{Kind: kindGlobal, B: name}
 			globals = true
 			i = j
 		case opStackGlobal:
-			if len(d.stack)-2 < d.floor() || d.stack[len(d.stack)-1].Kind != Str || d.stack[len(d.stack)-2].Kind != Str {
+			n := len(d.stack)
+			if n-2 < d.floor() || d.stack[n-1].v.Kind != Str || d.stack[n-2].v.Kind != Str {
 				return fail(at, "pickle: STACK_GLOBAL without module and name")
 			}
-			n := len(d.stack)
-			name := append(append(append([]byte(nil), d.stack[n-2].B...), ' '), d.stack[n-1].B...)
-			d.stack = append(d.stack[:n-2], Value{Kind: kindGlobal, B: name})
+			mod, name := d.stack[n-2].v.B, d.stack[n-1].v.B
+			if len(mod)+len(name) >= maxGlobalName {
+				return fail(at, "pickle: STACK_GLOBAL: name longer than %d bytes", maxGlobalName)
+			}
+			full := append(append(append(make([]byte, 0, len(mod)+1+len(name)), mod...), ' '), name...)
+			d.stack = d.stack[:n-2]
+			v = Value{Kind: kindGlobal, B: full}
 			globals = true
 		case opReduce:
 			n := len(d.stack)
-			if n-2 < d.floor() || d.stack[n-2].Kind != kindGlobal {
+			if n-2 < d.floor() || d.stack[n-2].v.Kind != kindGlobal {
 				return fail(at, "pickle: REDUCE without a global")
 			}
-			v, ok := reduceGlobal(string(d.stack[n-2].B), d.stack[n-1])
-			if !ok {
-				return fail(at, "pickle: global %s not allowed in a ZEO message (or bad arguments)", d.stack[n-2].B)
+			args := d.stack[n-1]
+			if args.v.Kind == Tuple && len(args.v.Items) == 1 && args.v.Items[0].Kind != Dict && !d.charge(2*len(args.v.Items[0].Items)) {
+				return over(at) // dict(pairs) copies the pairs
 			}
-			d.stack = append(d.stack[:n-2], v)
+			r, ok := reduceGlobal(string(d.stack[n-2].v.B), args.v)
+			if !ok {
+				return fail(at, "pickle: global %s not allowed in a ZEO message (or bad arguments)", d.stack[n-2].v.B)
+			}
+			d.stack = append(d.stack[:n-2], slot{v: r, n: args.n, depth: args.depth, shared: true})
+			push = false
 		case opProto:
 			if !need(1) {
 				return fail(at, "pickle: PROTO: %v", errTruncated)
 			}
 			i++
+			push = false
 		case opFrame:
 			if !need(8) {
 				return fail(at, "pickle: FRAME: %v", errTruncated)
 			}
 			i += 8
+			push = false
 		case opMark:
 			if len(d.marks) >= maxDepth {
 				return fail(at, "pickle: nesting deeper than %d", maxDepth)
 			}
 			d.marks = append(d.marks, len(d.stack))
+			push = false
 		case opNone:
-			d.stack = append(d.stack, Value{Kind: None})
+			v = Value{Kind: None}
 		case opNewTrue, opNewFalse:
-			d.stack = append(d.stack, Value{Kind: Bool, Int: int64(b2i(op == opNewTrue))})
+			v = Value{Kind: Bool, Int: int64(b2i(op == opNewTrue))}
 		case opBinInt:
 			if !need(4) {
 				return fail(at, "pickle: BININT: %v", errTruncated)
 			}
-			d.stack = append(d.stack, Value{Kind: Int, Int: int64(int32(binary.LittleEndian.Uint32(b[i:])))})
+			v = Value{Kind: Int, Int: int64(int32(binary.LittleEndian.Uint32(b[i:])))}
 			i += 4
 		case opBinInt1:
 			if !need(1) {
 				return fail(at, "pickle: BININT1: %v", errTruncated)
 			}
-			d.stack = append(d.stack, Value{Kind: Int, Int: int64(b[i])})
+			v = Value{Kind: Int, Int: int64(b[i])}
 			i++
 		case opBinInt2:
 			if !need(2) {
 				return fail(at, "pickle: BININT2: %v", errTruncated)
 			}
-			d.stack = append(d.stack, Value{Kind: Int, Int: int64(binary.LittleEndian.Uint16(b[i:]))})
+			v = Value{Kind: Int, Int: int64(binary.LittleEndian.Uint16(b[i:]))}
 			i += 2
 		case opLong1, opLong4:
 			var n int
@@ -324,13 +458,13 @@ func (d *Decoder) decodePickle(b []byte) (Value, error) {
 			if !ok {
 				return fail(at, "pickle: LONG of %d bytes does not fit in 64 bits", n)
 			}
-			d.stack = append(d.stack, Value{Kind: Int, Int: x})
+			v = Value{Kind: Int, Int: x}
 			i += n
 		case opBinFloat:
 			if !need(8) {
 				return fail(at, "pickle: BINFLOAT: %v", errTruncated)
 			}
-			d.stack = append(d.stack, Value{Kind: Float, Float: math.Float64frombits(binary.BigEndian.Uint64(b[i:]))})
+			v = Value{Kind: Float, Float: math.Float64frombits(binary.BigEndian.Uint64(b[i:]))}
 			i += 8
 		case opBinUnicode, opShortBinUni, opBinUnicode8, opShortBinBytes, opBinBytes, opBinBytes8, opBinString, opShortBinString:
 			var n int
@@ -365,64 +499,94 @@ func (d *Decoder) decodePickle(b []byte) (Value, error) {
 			if op == opBinUnicode || op == opShortBinUni || op == opBinUnicode8 {
 				k = Str
 			}
-			d.stack = append(d.stack, Value{Kind: k, B: b[i : i+n : i+n]})
+			v = Value{Kind: k, B: b[i : i+n : i+n]}
 			i += n
 		case opEmptyTuple:
-			d.stack = append(d.stack, Value{Kind: Tuple})
+			v = Value{Kind: Tuple}
 		case opTuple1, opTuple2, opTuple3:
 			n := int(op-opTuple1) + 1
 			if len(d.stack)-n < d.floor() {
 				return fail(at, "pickle: TUPLE%d with %d values on the stack", n, len(d.stack)-d.floor())
 			}
-			d.collapse(len(d.stack)-n, Tuple)
+			if err := d.collapse(at, len(d.stack)-n, Tuple, globals); err != nil {
+				return Value{}, err
+			}
+			push = false
 		case opTuple, opList, opDict:
 			mk, ok := d.popMark()
 			if !ok {
 				return fail(at, "pickle: %q without MARK", op)
 			}
+			k := Tuple
 			switch op {
-			case opTuple:
-				d.collapse(mk, Tuple)
 			case opList:
-				items := append([]Value(nil), d.stack[mk:]...)
-				d.stack = append(d.stack[:mk], Value{Kind: List, Items: items})
+				k = List
 			case opDict:
+				k = Dict
 				if (len(d.stack)-mk)%2 != 0 {
 					return fail(at, "pickle: DICT with an odd number of items")
 				}
-				items := append([]Value(nil), d.stack[mk:]...)
-				d.stack = append(d.stack[:mk], Value{Kind: Dict, Items: items})
 			}
+			if err := d.collapse(at, mk, k, globals); err != nil {
+				return Value{}, err
+			}
+			push = false
 		case opEmptyList:
-			d.stack = append(d.stack, Value{Kind: List})
+			v = Value{Kind: List}
 		case opEmptyDict:
-			d.stack = append(d.stack, Value{Kind: Dict})
-		case opAppend, opSetItem:
-			n := 1
+			v = Value{Kind: Dict}
+		case opAppend, opSetItem, opAppends, opSetItems:
 			k := List
-			if op == opSetItem {
-				n, k = 2, Dict
-			}
-			base := len(d.stack) - n - 1
-			if base < d.floor() || d.stack[base].Kind != k {
-				return fail(at, "pickle: %q without a %s under its operands", op, k)
-			}
-			d.stack[base].Items = append(d.stack[base].Items, d.stack[base+1:]...)
-			d.stack = d.stack[:base+1]
-		case opAppends, opSetItems:
-			mk, ok := d.popMark()
-			k := List
-			if op == opSetItems {
+			if op == opSetItem || op == opSetItems {
 				k = Dict
 			}
-			if !ok || mk < 1 || mk-1 < d.floor() || d.stack[mk-1].Kind != k {
-				return fail(at, "pickle: %q without MARK and a %s", op, k)
+			var base int // the items are stack[base+1:]
+			if op == opAppend || op == opSetItem {
+				base = len(d.stack) - 2
+				if op == opSetItem {
+					base--
+				}
+				if base < d.floor() {
+					return fail(at, "pickle: %q without a %s under its operands", op, k)
+				}
+			} else {
+				mk, ok := d.popMark()
+				if !ok || mk < 1 || mk-1 < d.floor() {
+					return fail(at, "pickle: %q without MARK and a %s", op, k)
+				}
+				base = mk - 1
 			}
-			if k == Dict && (len(d.stack)-mk)%2 != 0 {
+			c := &d.stack[base]
+			if c.v.Kind != k {
+				return fail(at, "pickle: %q without a %s under its operands", op, k)
+			}
+			if k == Dict && (len(d.stack)-base-1)%2 != 0 {
 				return fail(at, "pickle: SETITEMS with an odd number of items")
 			}
-			d.stack[mk-1].Items = append(d.stack[mk-1].Items, d.stack[mk:]...)
-			d.stack = d.stack[:mk]
+			if c.shared {
+				return fail(at, "pickle: %q on a %s from the memo", op, k)
+			}
+			for j := base + 1; j < len(d.stack); j++ {
+				it := &d.stack[j]
+				if globals && it.v.Kind == kindGlobal {
+					return fail(at, "pickle: a global inside a %s", k)
+				}
+				c.n += it.n
+				if it.depth >= c.depth {
+					c.depth = it.depth + 1
+				}
+				if len(c.v.Items) == cap(c.v.Items) {
+					// Double: the garbage of growing stays as big
+					// as the list (append grows big slices by 1/4).
+					c.v.Items = append(make([]Value, 0, max(2*cap(c.v.Items), 8, len(d.stack)-j)), c.v.Items...)
+				}
+				c.v.Items = append(c.v.Items, it.v)
+			}
+			if c.depth > maxDepth {
+				return fail(at, "pickle: nesting deeper than %d", maxDepth)
+			}
+			d.stack = d.stack[:base+1]
+			push = false
 		case opBinPut, opLongBinPut, opMemoize:
 			var idx int
 			switch op {
@@ -447,15 +611,21 @@ func (d *Decoder) decodePickle(b []byte) (Value, error) {
 			if idx > len(d.memo) || idx > 1<<16 {
 				return fail(at, "pickle: memo index %d out of order", idx)
 			}
-			// Lists and dicts may still grow through APPEND/SETITEM after
-			// being memoised; a later GET then sees the value as it was at
-			// PUT time. The stock client never memoises (fast mode), so
-			// this corner is not worth aliasing machinery.
-			if idx == len(d.memo) {
-				d.memo = append(d.memo, d.stack[len(d.stack)-1])
-			} else {
-				d.memo[idx] = d.stack[len(d.stack)-1]
+			if !d.charge(1) {
+				return over(at)
 			}
+			// Lists and dicts may still grow through APPEND/SETITEM after
+			// being memoised; a later GET sees the value as it was at PUT
+			// time (with its size then). The stock client never memoises
+			// (fast mode), so this corner is not worth aliasing machinery.
+			s := d.stack[len(d.stack)-1]
+			s.shared = true
+			if idx == len(d.memo) {
+				d.memo = append(d.memo, s)
+			} else {
+				d.memo[idx] = s
+			}
+			push = false
 		case opBinGet, opLongBinGet:
 			var idx int
 			if op == opBinGet {
@@ -474,13 +644,22 @@ func (d *Decoder) decodePickle(b []byte) (Value, error) {
 			if idx >= len(d.memo) {
 				return fail(at, "pickle: memo index %d not defined", idx)
 			}
+			// A reference costs what it expands to.
+			if !d.charge(d.memo[idx].n) {
+				return over(at)
+			}
 			d.stack = append(d.stack, d.memo[idx])
+			push = false
 		default:
 			return fail(at, "pickle: opcode %#02x not allowed in a ZEO message", op)
 		}
-		if len(d.stack) > 1<<20 {
-			return fail(at, "pickle: too many values")
+		if push {
+			if !d.charge(1) {
+				return over(at)
+			}
+			d.stack = append(d.stack, slot{v: v, n: 1})
 		}
+		d.stackHW = max(d.stackHW, len(d.stack))
 	}
 }
 
@@ -501,15 +680,44 @@ func (d *Decoder) popMark() (int, bool) {
 	return mk, true
 }
 
-// collapse replaces stack[from:] with one value of kind k holding them.
-func (d *Decoder) collapse(from int, k Kind) {
-	n := len(d.stack) - from
-	var items []Value
-	if n > 0 {
-		items = d.alloc(n)
-		copy(items, d.stack[from:])
+// collapse replaces stack[from:] with one container of kind k holding
+// them (a tuple's items in the arena, a list's or dict's in a slice of
+// their own, which may grow). globals: the pickle has globals, which may
+// not go into a container.
+func (d *Decoder) collapse(at, from int, k Kind, globals bool) error {
+	items := d.stack[from:]
+	c := slot{v: Value{Kind: k}, n: 1}
+	for j := range items {
+		it := &items[j]
+		if globals && it.v.Kind == kindGlobal {
+			return &DecodeError{Off: at, Msg: fmt.Sprintf("pickle: a global inside a %s", k)}
+		}
+		c.n += it.n
+		if it.depth >= c.depth {
+			c.depth = it.depth + 1
+		}
 	}
-	d.stack = append(d.stack[:from], Value{Kind: k, Items: items})
+	if c.depth > d.Limits.MaxDepth {
+		return &DecodeError{Off: at, Msg: fmt.Sprintf("pickle: nesting deeper than %d", d.Limits.MaxDepth)}
+	}
+	if !d.charge(1) {
+		return &DecodeError{Off: at, Limit: true,
+			Msg: fmt.Sprintf("pickle: more than %d values", d.limit)}
+	}
+	if len(items) > 0 {
+		var vs []Value
+		if k == Tuple {
+			vs = d.alloc(len(items))
+		} else {
+			vs = make([]Value, len(items))
+		}
+		for j := range items {
+			vs[j] = items[j].v
+		}
+		c.v.Items = vs
+	}
+	d.stack = append(d.stack[:from], c)
+	return nil
 }
 
 // decodeLong decodes a little-endian two's complement integer.
@@ -551,13 +759,14 @@ func b2i(b bool) int {
 }
 
 // decodeMsgpack decodes one msgpack value at b[i:] and returns it with the
-// offset after it.
+// offset after it. It recurses once per level of nesting, at most
+// Limits.MaxDepth deep.
 func (d *Decoder) decodeMsgpack(b []byte, i, depth int) (Value, int, error) {
 	fail := func(format string, args ...interface{}) (Value, int, error) {
-		return Value{}, i, &DecodeError{i, "msgpack: " + fmt.Sprintf(format, args...)}
+		return Value{}, i, &DecodeError{Off: i, Msg: "msgpack: " + fmt.Sprintf(format, args...)}
 	}
-	if depth > maxDepth {
-		return fail("nesting deeper than %d", maxDepth)
+	if depth > d.Limits.MaxDepth {
+		return fail("nesting deeper than %d", d.Limits.MaxDepth)
 	}
 	if i >= len(b) {
 		return fail("%v", errTruncated)
@@ -675,9 +884,16 @@ array:
 	if m > len(b)-i { // every element takes at least one byte
 		return fail("%d elements: %v", m, errTruncated)
 	}
+	if !d.charge(m + b2i(depth == 0)) {
+		return Value{}, i, &DecodeError{Off: i, Limit: true,
+			Msg: fmt.Sprintf("msgpack: more than %d values (a frame of %d bytes)", d.limit, len(b))}
+	}
 	var items []Value
 	if m > 0 {
 		items = d.alloc(m)
+	}
+	if depth == 0 && k == Tuple {
+		d.top = items
 	}
 	for j := 0; j < m; j++ {
 		v, next, err := d.decodeMsgpack(b, i, depth+1)
@@ -686,6 +902,9 @@ array:
 		}
 		items[j] = v
 		i = next
+		if depth == 0 && k == Tuple {
+			d.topDone = j + 1
+		}
 	}
 	return Value{Kind: k, Items: items}, i, nil
 }

@@ -21,10 +21,19 @@ func (e *FrameTooBigError) Error() string {
 	return fmt.Sprintf("wire: frame of %d bytes exceeds the limit of %d", e.Size, e.Max)
 }
 
+// growStart is the size up to which ReadFrame allocates a frame's buffer
+// at once; a bigger frame's buffer grows as its bytes arrive.
+const growStart = 1 << 20
+
 // ReadFrame reads one frame from r and returns its payload, stored in buf
 // when buf is big enough (else in a new slice). maxSize limits the
 // payload's size. A connection closed between frames gives io.EOF; one
 // closed inside a frame gives io.ErrUnexpectedEOF.
+//
+// A frame bigger than buf and than 1 MiB is read into a buffer that
+// doubles as its bytes arrive until they are a quarter of the frame:
+// a peer that announces a big frame and sends little of it holds little
+// memory (at most four times what it sent).
 func ReadFrame(r *bufio.Reader, buf []byte, maxSize int) ([]byte, error) {
 	hdr, err := r.Peek(4)
 	if err != nil {
@@ -33,20 +42,49 @@ func ReadFrame(r *bufio.Reader, buf []byte, maxSize int) ([]byte, error) {
 		}
 		return nil, err
 	}
-	n := binary.BigEndian.Uint32(hdr)
+	n := int(binary.BigEndian.Uint32(hdr))
 	r.Discard(4)
 	if uint64(n) > uint64(maxSize) {
 		return nil, &FrameTooBigError{uint64(n), uint64(maxSize)}
 	}
-	if cap(buf) < int(n) {
+	var got int
+	switch {
+	case cap(buf) >= n:
+		buf = buf[:n]
+	case n <= growStart:
 		buf = make([]byte, n)
-	}
-	buf = buf[:n]
-	if _, err := io.ReadFull(r, buf); err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
+	default:
+		buf = make([]byte, growStart)
+		for {
+			m, err := io.ReadFull(r, buf[got:])
+			got += m
+			if err != nil {
+				return nil, unexpected(err)
+			}
+			if len(buf) == n {
+				return buf, nil
+			}
+			// Double, up to a quarter of the frame; then the
+			// whole frame: at most 1.5 times the frame is
+			// allocated in all.
+			size := 2 * len(buf)
+			if 4*len(buf) >= n {
+				size = n
+			}
+			next := make([]byte, size)
+			copy(next, buf)
+			buf = next
 		}
-		return nil, err
+	}
+	if _, err := io.ReadFull(r, buf[got:]); err != nil {
+		return nil, unexpected(err)
 	}
 	return buf, nil
+}
+
+func unexpected(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
 }

@@ -1,0 +1,460 @@
+"""Hostile frames against `zodbd serve`: no frame kills the server or blows
+up its memory.
+
+An attacker with only a TCP connection and the ZEO handshake (no register,
+no credentials) sends one crafted frame. After it, the server process is
+alive, its peak RSS (VmHWM, reset before the frame) stays below
+
+    idle + SLACK + 2 * frame size
+
+(the frame itself is read into memory, growing as it arrives; nothing it
+decodes to may cost more than a fraction of it), its RSS falls back below
+idle + SETTLE within 10 s (with the attacking connections closed, or, for
+the case that holds them open, while they stay open), and a fresh stock
+client (ZEO.ClientStorage) loads and commits.
+
+While a frame is being handled a watchdog kills the server when its RSS
+passes idle + KILL, so that a server that does expand the input fails the
+test quickly instead of taking the machine's memory.
+"""
+import os
+import signal
+import socket
+import struct
+import subprocess
+import threading
+import time
+
+import pytest
+import ZEO
+import transaction
+from zeoserver import Server, free_port, wait_listening
+
+MiB = 1 << 20
+SLACK = 64 * MiB
+SETTLE = 16 * MiB
+KILL = 1024 * MiB
+
+
+def rss(pid, field='VmRSS'):
+    """The process's field of /proc/PID/status, in bytes."""
+    with open('/proc/%d/status' % pid) as f:
+        for line in f:
+            if line.startswith(field + ':'):
+                return int(line.split()[1]) * 1024
+    raise AssertionError('no %s in /proc/%d/status' % (field, pid))
+
+
+def reset_peak(pid):
+    with open('/proc/%d/clear_refs' % pid, 'w') as f:
+        f.write('5')
+
+
+class Watchdog:
+    """Kills pid (SIGKILL) when its RSS passes limit, until stopped."""
+
+    def __init__(self, pid, limit):
+        self.pid, self.limit = pid, limit
+        self.killed_at = None
+        self.done = threading.Event()
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+
+    def run(self):
+        while not self.done.wait(0.01):
+            try:
+                r = rss(self.pid)
+            except (OSError, AssertionError):
+                return
+            if r > self.limit:
+                self.killed_at = r
+                os.kill(self.pid, signal.SIGKILL)
+                return
+
+    def stop(self):
+        self.done.set()
+        self.t.join()
+
+
+def frame(payload):
+    return struct.pack('>I', len(payload)) + payload
+
+
+def recv_exact(s, n):
+    b = b''
+    while len(b) < n:
+        c = s.recv(n - len(b))
+        if not c:
+            return None
+        b += c
+    return b
+
+
+def recv_frame(s):
+    hdr = recv_exact(s, 4)
+    if hdr is None:
+        return None
+    return recv_exact(s, struct.unpack('>I', hdr)[0])
+
+
+def raw_connect(srv, register=False):
+    """A connection that did the handshake (and register, if asked)."""
+    s = socket.create_connection(srv.addr)
+    s.settimeout(30)
+    proto = recv_frame(s)
+    s.sendall(frame(proto))
+    if register:
+        if proto[:1] == b'Z':
+            msg = pmessage(b'K\x01', 'register', P_REGISTER_ARGS)
+        else:
+            msg = b'\x94\x01\xc2' + mstr('register') + b'\x92\xa11\xc2'
+        s.sendall(frame(msg))
+        assert recv_frame(s) is not None, 'register got no reply'
+    return s
+
+
+def send_big(s, payload):
+    s.sendall(struct.pack('>I', len(payload)))
+    s.sendall(payload)
+
+
+def answered_or_closed(s, timeout=30):
+    """Waits for a reply frame or the end of the connection."""
+    s.settimeout(timeout)
+    try:
+        return recv_frame(s)
+    except ConnectionResetError:
+        return None
+
+
+# Pickle (Z5) building blocks.
+P_PROTO = b'\x80\x03'
+
+
+def pstr(x):
+    b = x.encode()
+    return b'X' + struct.pack('<I', len(b)) + b
+
+
+def pmessage(msgid, name, args):
+    """(msgid, False, name, args) as a pickle: msgid and args are pickle
+    fragments that push one value each."""
+    return P_PROTO + b'(' + msgid + b'\x89' + pstr(name) + args + b't.'
+
+
+P_REGISTER_ARGS = pstr('1') + b'\x89\x86'
+
+
+def nested_msgid(n):
+    """register whose msgid is n nested one-element tuples: ((...(1,),...),)."""
+    return pmessage(b'K\x01' + b'\x85' * n, 'register', P_REGISTER_ARGS)
+
+
+def dag_msgid(levels):
+    """register whose msgid is (1, L1, ..., Llevels) where L(i) = (L(i-1),
+    L(i-1)) through the memo: a few hundred bytes that expand to
+    2**levels values."""
+    body = b'(K\x01q\x00'
+    for i in range(1, levels + 1):
+        body += b'h' + bytes([i - 1]) + b'h' + bytes([i - 1]) + b'\x86q' + bytes([i])
+    return pmessage(body + b't', 'register', P_REGISTER_ARGS)
+
+
+def list_of_none(size):
+    """A call whose single argument is a list of about size Nones (APPENDS
+    in chunks of 1000)."""
+    chunk = b'(' + b'N' * 1000 + b'e'
+    return pmessage(b'K\x01', 'register', b']' + chunk * (size // len(chunk)) + b'\x85')
+
+
+def list_of_refs(n):
+    """A call whose arguments are ('x', [v, v, ... n times]) with v one memo
+    entry referenced n times (2 bytes per reference)."""
+    chunk = b'(' + b'h\x00' * 1000 + b'e'
+    return pmessage(b'K\x01', 'register',
+                    pstr('x') + b'q\x00]' + chunk * (n // 1000) + b'\x86')
+
+
+# Msgpack (M5) building blocks.
+def mstr(x):
+    b = x.encode()
+    assert len(b) < 32
+    return bytes([0xa0 | len(b)]) + b
+
+
+def nil_array(n):
+    """[1, False, "register", [[None] * n]]."""
+    return (b'\x94\x01\xc2' + mstr('register') + b'\x91\xdd' + struct.pack('>I', n)
+            + b'\xc0' * n)
+
+
+def stock_client_commits(srv):
+    """A fresh stock client loads the root and commits a change."""
+    db = ZEO.DB(srv.addr, wait_timeout=10)
+    try:
+        tm = transaction.TransactionManager()
+        conn = db.open(tm)
+        root = conn.root()
+        root['hostile'] = root.get('hostile', 0) + 1
+        tm.commit()
+        n = root['hostile']
+        conn.close()
+    finally:
+        db.close()
+    return n
+
+
+@pytest.fixture
+def server(zodbd_bin, tmp_copy, tmp_path):
+    servers = []
+
+    def start(msgpack):
+        srv = Server(zodbd_bin, tmp_copy('1.fs'), tmp_path, msgpack=msgpack).start()
+        servers.append(srv)
+        stock_client_commits(srv)  # warm: what a served client costs
+        time.sleep(0.2)
+        srv.idle = rss(srv.proc.pid)
+        return srv
+    yield start
+    for srv in servers:
+        srv.stop(signal.SIGKILL)
+
+
+def attack(srv, send, frame_size, hold=False):
+    """Runs send (which sends hostile frames on its own connections and
+    returns them), then checks the server: alive, peak and settled RSS
+    within bounds, a stock client commits."""
+    pid = srv.proc.pid
+    reset_peak(pid)
+    dog = Watchdog(pid, srv.idle + KILL)
+    try:
+        conns = send()
+        for s in conns:
+            answered_or_closed(s)
+    finally:
+        dog.stop()
+    try:
+        assert dog.killed_at is None, (
+            'server RSS passed %d MiB (idle %d MiB): killed'
+            % (dog.killed_at // MiB, srv.idle // MiB))
+        assert srv.proc.poll() is None, 'server died (exit %s):\n%s' % (
+            srv.proc.returncode, srv.output()[-2000:])
+        peak = rss(pid, 'VmHWM')
+        bound = srv.idle + SLACK + 2 * frame_size
+        assert peak <= bound, 'peak RSS %d MiB > bound %d MiB (idle %d MiB, frame %d MiB)' % (
+            peak // MiB, bound // MiB, srv.idle // MiB, frame_size // MiB)
+        if not hold:
+            for s in conns:
+                s.close()
+        # Memory goes back: RSS falls below idle + SETTLE.
+        t0 = time.time()
+        while rss(pid) > srv.idle + SETTLE and time.time() < t0 + 10:
+            time.sleep(0.05)
+        now = rss(pid)
+        print('idle %d MiB, frames %d MiB, peak %d MiB, %d MiB after %.1f s'
+              % (srv.idle // MiB, frame_size // MiB, peak // MiB, now // MiB, time.time() - t0))
+        assert now <= srv.idle + SETTLE, 'RSS %d MiB stays above idle %d MiB + %d MiB%s' % (
+            now // MiB, srv.idle // MiB, SETTLE // MiB, ' with the connections open' if hold else '')
+    finally:
+        for s in conns:
+            s.close()
+    assert stock_client_commits(srv) >= 2
+
+
+def one(srv, payload, register=False):
+    def send():
+        s = raw_connect(srv, register)
+        send_big(s, payload)
+        return [s]
+    return send
+
+
+@pytest.mark.parametrize('n', [3500000])
+def test_nested_msgid(server, n):
+    """3.5 million nested one-element tuples as the msgid: on today's main,
+    fatal error: stack overflow when the reply echoes it."""
+    srv = server(False)
+    p = nested_msgid(n)
+    attack(srv, one(srv, p), len(p))
+
+
+def test_memo_dag_msgid(server):
+    """A ~300-byte msgid whose memo references expand to 2**40 values."""
+    srv = server(False)
+    p = dag_msgid(40)
+    assert len(p) < 400
+    attack(srv, one(srv, p), len(p))
+
+
+@pytest.mark.parametrize('register', [False, True], ids=['anonymous', 'registered'])
+def test_list_of_none(server, register):
+    """50 MB of a pickled list of None."""
+    srv = server(False)
+    p = list_of_none(50 * MiB)
+    attack(srv, one(srv, p, register), len(p))
+
+
+def test_list_of_refs(server):
+    """A 41 MB list of 20 M references to one memo entry."""
+    srv = server(False)
+    p = list_of_refs(20 * 1000 * 1000)
+    attack(srv, one(srv, p), len(p))
+
+
+def test_msgpack_nil_array(server):
+    """A 50 MB msgpack array of nil."""
+    srv = server(True)
+    p = nil_array(50 * MiB)
+    attack(srv, one(srv, p), len(p))
+
+
+def test_msgpack_held_connections(server):
+    """Five connections that each send one 10 MB msgpack array of nil and
+    stay open: the server keeps nothing of their frames."""
+    srv = server(True)
+    p = nil_array(10 * MiB)
+
+    def send():
+        conns = []
+        for _ in range(5):
+            s = raw_connect(srv)
+            send_big(s, p)
+            conns.append(s)
+        return conns
+    attack(srv, send, 5 * len(p), hold=True)
+
+
+# NEO: `zodbd neo-storage` (with its built-in master) gets the same kinds
+# of packets from a peer that only did the handshake (and, for the second
+# case, identified itself as an anonymous storage node, which needs no
+# credentials). A fresh Go client (`zodbd hash neo://...`) then reads the
+# whole database.
+
+# proto.AppendPacket(nil, 1, &RequestIdentification{NodeType: Storage,
+# NID: NoNode, ClusterName: "hostile", IdTime: NoIdTime}) without its extra
+# map (the last byte, 0x80), and the header [2, AskObject] of a packet.
+NEO_IDENT_PREFIX = bytes.fromhex('93010196d40401c0c0c407686f7374696c65c0')
+NEO_ASKOBJECT_HDR = bytes.fromhex('930220')
+
+
+class NeoNode:
+    def __init__(self, zodbd_bin, path, tmpdir):
+        self.mport, self.port = free_port(), free_port()
+        self.log = os.path.join(str(tmpdir), 'neo-%d.log' % self.port)
+        self.zodbd_bin = zodbd_bin
+        with open(self.log, 'wb') as logf:
+            self.proc = subprocess.Popen(
+                [zodbd_bin, 'neo-storage', '--cluster', 'hostile',
+                 '--with-master', '127.0.0.1:%d' % self.mport,
+                 '--bind', '127.0.0.1:%d' % self.port, path],
+                stdout=logf, stderr=subprocess.STDOUT)
+        self.addr = ('127.0.0.1', self.port)
+        wait_listening(self.addr, self.proc, self.log)
+
+    def output(self):
+        with open(self.log) as f:
+            return f.read()
+
+    def reads(self):
+        """A fresh Go client reads every object."""
+        p = subprocess.run([self.zodbd_bin, 'hash', 'neo://hostile@127.0.0.1:%d' % self.mport],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stdout + p.stderr
+        return p.stdout.split()[0]  # the hash, without the timing
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def neo_node(zodbd_bin, tmp_copy, tmp_path):
+    nodes = []
+
+    def start():
+        n = NeoNode(zodbd_bin, tmp_copy('1.fs'), tmp_path)
+        nodes.append(n)
+        deadline = time.time() + 20
+        while True:  # the cluster becomes operational
+            try:
+                n.first = n.reads()
+                break
+            except AssertionError:
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.2)
+        time.sleep(0.2)
+        n.idle = rss(n.proc.pid)
+        return n
+    yield start
+    for n in nodes:
+        n.stop()
+
+
+def neo_connect(node, identify=False):
+    s = socket.create_connection(node.addr)
+    s.settimeout(30)
+    hs = recv_exact(s, 6)
+    s.sendall(hs)
+    if identify:
+        s.sendall(NEO_IDENT_PREFIX + b'\x80')
+        # the answer: any packet
+        assert s.recv(1), 'no answer to the identification'
+    return s
+
+
+def neo_closed(s, timeout=30):
+    """Reads until the node closes the connection."""
+    s.settimeout(timeout)
+    try:
+        while s.recv(1 << 16):
+            pass
+    except ConnectionResetError:
+        pass
+
+
+def neo_attack(node, payload, identify):
+    pid = node.proc.pid
+    reset_peak(pid)
+    dog = Watchdog(pid, node.idle + KILL)
+    try:
+        s = neo_connect(node, identify)
+        s.sendall(payload)
+        neo_closed(s)
+        s.close()
+    finally:
+        dog.stop()
+    assert dog.killed_at is None, 'node RSS passed %d MiB (idle %d MiB): killed' % (
+        dog.killed_at // MiB, node.idle // MiB)
+    assert node.proc.poll() is None, 'node died:\n' + node.output()[-2000:]
+    peak = rss(pid, 'VmHWM')
+    bound = node.idle + SLACK + 2 * len(payload)
+    assert peak <= bound, 'peak RSS %d MiB > bound %d MiB (idle %d MiB, packet %d MiB)' % (
+        peak // MiB, bound // MiB, node.idle // MiB, len(payload) // MiB)
+    t0 = time.time()
+    while rss(pid) > node.idle + SETTLE and time.time() < t0 + 10:
+        time.sleep(0.05)
+    now = rss(pid)
+    print('idle %d MiB, packet %d MiB, peak %d MiB, %d MiB after %.1f s'
+          % (node.idle // MiB, len(payload) // MiB, peak // MiB, now // MiB, time.time() - t0))
+    assert now <= node.idle + SETTLE, 'RSS %d MiB stays above idle %d MiB + %d MiB' % (
+        now // MiB, node.idle // MiB, SETTLE // MiB)
+    assert node.reads() == node.first
+
+
+def test_neo_identification_nil_map(neo_node):
+    """An identification whose extra map is 15 M nil pairs (30 MB), before
+    any credentials: on today's main, 48 bytes per pair of nils."""
+    node = neo_node()
+    n = 15 * 1000 * 1000
+    p = NEO_IDENT_PREFIX + b'\xdf' + struct.pack('>I', n) + b'\xc0' * (2 * n)
+    neo_attack(node, p, identify=False)
+
+
+def test_neo_nil_array(neo_node):
+    """A 50 MB packet of nils from an identified (anonymous storage) peer."""
+    node = neo_node()
+    n = 50 * MiB
+    p = NEO_ASKOBJECT_HDR + b'\xdd' + struct.pack('>I', n) + b'\xc0' * n
+    neo_attack(node, p, identify=True)

@@ -1,0 +1,328 @@
+package wire
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"math"
+	"runtime"
+	"runtime/metrics"
+	"testing"
+)
+
+// Hostile frames: each builds, at a given size, one of the attacks a
+// server has seen (see tests/test_hostile.py for them against zodbd
+// serve).
+
+func pickleStr(s string) []byte {
+	return append(binary.LittleEndian.AppendUint32([]byte{opBinUnicode}, uint32(len(s))), s...)
+}
+
+// pickleMessage is (msgid, False, name, args) with msgid and args given as
+// pickle fragments that push one value each.
+func pickleMessage(msgid []byte, name string, args []byte) []byte {
+	b := []byte{opProto, 3, opMark}
+	b = append(b, msgid...)
+	b = append(b, opNewFalse)
+	b = append(b, pickleStr(name)...)
+	b = append(b, args...)
+	return append(b, opTuple, opStop)
+}
+
+var registerArgs = append(pickleStr("1"), opNewFalse, opTuple2)
+
+// nestedMsgid: register whose msgid is n nested one-element tuples.
+func nestedMsgid(n int) []byte {
+	id := append([]byte{opBinInt1, 1}, bytes.Repeat([]byte{opTuple1}, n)...)
+	return pickleMessage(id, "register", registerArgs)
+}
+
+// dagMsgid: register whose msgid is (1, L1, ..., Llevels), L(i) = (L(i-1),
+// L(i-1)) through the memo: 2**levels values from a few hundred bytes.
+func dagMsgid(levels int) []byte {
+	id := []byte{opMark, opBinInt1, 1, opBinPut, 0}
+	for i := 1; i <= levels; i++ {
+		id = append(id, opBinGet, byte(i-1), opBinGet, byte(i-1), opTuple2, opBinPut, byte(i))
+	}
+	return pickleMessage(append(id, opTuple), "register", registerArgs)
+}
+
+// listOfNone: a call whose argument is a list of about size Nones.
+func listOfNone(size int) []byte {
+	chunk := append(append([]byte{opMark}, bytes.Repeat([]byte{opNone}, 1000)...), opAppends)
+	args := append([]byte{opEmptyList}, bytes.Repeat(chunk, size/len(chunk))...)
+	return pickleMessage([]byte{opBinInt1, 1}, "register", append(args, opTuple1))
+}
+
+// listOfRefs: a call whose arguments are ('x', [v] * n) with v one memo
+// entry referenced n times.
+func listOfRefs(n int) []byte {
+	chunk := append(append([]byte{opMark}, bytes.Repeat([]byte{opBinGet, 0}, 1000)...), opAppends)
+	args := append(pickleStr("x"), opBinPut, 0, opEmptyList)
+	args = append(args, bytes.Repeat(chunk, n/1000)...)
+	return pickleMessage([]byte{opBinInt1, 1}, "register", append(args, opTuple2))
+}
+
+// nilArray: msgpack [1, False, "register", [[None] * n]].
+func nilArray(n int) []byte {
+	b := []byte{0x94, 0x01, 0xc2, 0xa8}
+	b = append(b, "register"...)
+	b = append(b, 0x91, 0xdd)
+	b = binary.BigEndian.AppendUint32(b, uint32(n))
+	return append(b, bytes.Repeat([]byte{0xc0}, n)...)
+}
+
+// deepArray: msgpack [1, False, "register", [[[...]]]] n deep.
+func deepArray(n int) []byte {
+	b := []byte{0x94, 0x01, 0xc2, 0xa8}
+	b = append(b, "register"...)
+	return append(append(b, bytes.Repeat([]byte{0x91}, n)...), 0xc0)
+}
+
+type hostileCase struct {
+	name  string
+	m     Marshal
+	frame []byte
+}
+
+func hostileCases(scale int) []hostileCase {
+	return []hostileCase{
+		{"nested msgid", Pickle, nestedMsgid(35 * scale)},
+		{"memo dag msgid", Pickle, dagMsgid(40)},
+		{"list of None", Pickle, listOfNone(500 * scale)},
+		{"list of refs", Pickle, listOfRefs(200 * scale)},
+		{"nil array", Msgpack, nilArray(500 * scale)},
+		{"deep array", Msgpack, deepArray(35 * scale)},
+	}
+}
+
+// allocBound is the most decoding a frame of n bytes may allocate with
+// limits lim: a fixed multiple of the values the limits allow (about 10
+// times the 72 bytes of a Value: the stack, the arena, lists growing),
+// and never more than a fixed multiple of n.
+func allocBound(lim Limits, n int) uint64 {
+	vals := min(n, lim.BaseValues+n/lim.BytesPerValue)
+	return 64<<10 + 8*uint64(n) + 720*uint64(vals)
+}
+
+// depthOf is the nesting of v, walked without recursion; it stops counting
+// at limit+1 and after visiting budget values.
+func depthOf(v *Value, limit, budget int) int {
+	type item struct {
+		v *Value
+		d int
+	}
+	stack := []item{{v, 0}}
+	deepest := 0
+	for len(stack) > 0 && budget > 0 {
+		it := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		budget--
+		if len(it.v.Items) > 0 {
+			if it.d+1 > deepest {
+				deepest = it.d + 1
+			}
+			if deepest > limit {
+				return deepest
+			}
+			for i := range it.v.Items {
+				stack = append(stack, item{&it.v.Items[i], it.d + 1})
+			}
+		}
+	}
+	return deepest
+}
+
+var allocSample = []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+
+// heapAllocs returns the bytes allocated on the heap so far (as
+// runtime.MemStats' TotalAlloc, without stopping the world).
+func heapAllocs() uint64 {
+	metrics.Read(allocSample)
+	return allocSample[0].Value.Uint64()
+}
+
+// decodeMeasured decodes frame with limits lim and returns the bytes
+// allocated meanwhile.
+func decodeMeasured(m Marshal, lim Limits, frame []byte) (Message, error, uint64) {
+	d := NewDecoder(m)
+	d.Limits = lim
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	msg, err := d.DecodeMessage(frame)
+	runtime.ReadMemStats(&m1)
+	return msg, err, m1.TotalAlloc - m0.TotalAlloc
+}
+
+// TestHostileFrames: every attack is refused (or decoded within the
+// bounds) with allocations within allocBound, both with ServerLimits and
+// DefaultLimits.
+func TestHostileFrames(t *testing.T) {
+	for _, lim := range []Limits{ServerLimits, DefaultLimits} {
+		for _, c := range hostileCases(1000) {
+			msg, err, alloc := decodeMeasured(c.m, lim, c.frame)
+			if bound := allocBound(lim, len(c.frame)); alloc > bound {
+				t.Errorf("%s (%d bytes, limits %+v): allocated %d bytes, bound %d", c.name, len(c.frame), lim, alloc, bound)
+			}
+			if err == nil {
+				if d := depthOf(&msg.ID, lim.MaxDepth, 1<<20); d > lim.MaxDepth {
+					t.Errorf("%s: msgid nested %d deep", c.name, d)
+				}
+				if d := depthOf(&msg.Args, lim.MaxDepth, 1<<20); d > lim.MaxDepth {
+					t.Errorf("%s: args nested %d deep", c.name, d)
+				}
+				{
+					t.Errorf("%s (limits %+v): decoded, want an error", c.name, lim)
+				}
+			}
+			t.Logf("%s: %d bytes, limits %+v: allocated %d (%.1f x): %v", c.name, len(c.frame), lim, alloc, float64(alloc)/float64(len(c.frame)), err)
+		}
+	}
+}
+
+// TestHostileFullSize: the attacks at the sizes seen against the server
+// (3.5 M nestings, 50 MB lists), with ServerLimits: the allocation stays a
+// small multiple of the frame.
+func TestHostileFullSize(t *testing.T) {
+	if testing.Short() {
+		t.Skip("50 MB frames")
+	}
+	for _, c := range hostileCases(100000) {
+		_, err, alloc := decodeMeasured(c.m, ServerLimits, c.frame)
+		if err == nil {
+			t.Errorf("%s: decoded, want an error", c.name)
+		}
+		if alloc > 2*uint64(len(c.frame))+1<<20 {
+			t.Errorf("%s (%d bytes): allocated %d bytes (%.2f x)", c.name, len(c.frame), alloc, float64(alloc)/float64(len(c.frame)))
+		}
+		t.Logf("%s: %d bytes: allocated %d (%.2f x): %v", c.name, len(c.frame), alloc, float64(alloc)/float64(len(c.frame)), err)
+	}
+}
+
+// TestLimitErrorNamesMsgid: a message refused for its size, whose msgid
+// and flags came first, reports them, so that the server can answer it.
+func TestLimitErrorNamesMsgid(t *testing.T) {
+	for _, c := range []hostileCase{
+		{"pickle", Pickle, listOfNone(1 << 20)},
+		{"msgpack", Msgpack, nilArray(1 << 20)},
+	} {
+		d := NewDecoder(c.m)
+		d.Limits = ServerLimits
+		_, err := d.DecodeMessage(c.frame)
+		var de *DecodeError
+		if !errors.As(err, &de) || !de.Limit || !de.HasID || de.ID.Kind != Int || de.ID.Int != 1 || de.Oneway {
+			t.Errorf("%s: %v (%+v), want a limit error naming msgid 1", c.name, err, de)
+		}
+	}
+	// A malformed message names no msgid it did not finish.
+	_, err := NewDecoder(Pickle).DecodeMessage([]byte{opProto, 3, opMark, opBinInt1})
+	var de *DecodeError
+	if !errors.As(err, &de) || de.HasID {
+		t.Errorf("truncated msgid: %v (%+v)", err, de)
+	}
+}
+
+// TestRelease: the decoder keeps nothing of a big message after Release.
+func TestRelease(t *testing.T) {
+	for _, c := range []hostileCase{
+		{"memo", Pickle, pickleMessage([]byte{opBinInt1, 1}, "x", append([]byte{opNone}, bytes.Repeat([]byte{opMemoize}, 5000)...))},
+		{"msgpack", Msgpack, nilArray(50000)},
+		{"tuple", Pickle, pickleMessage([]byte{opBinInt1, 1}, "x", append(append([]byte{opMark}, bytes.Repeat([]byte{opNone}, 50000)...), opTuple))},
+	} {
+		d := NewDecoder(c.m)
+		if _, err := d.DecodeMessage(c.frame); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if cap(d.arena) <= keepValues && cap(d.stack) <= keepValues && cap(d.memo) <= keepValues {
+			t.Errorf("%s: the decoder did not grow (arena %d, stack %d): the test tests nothing", c.name, cap(d.arena), cap(d.stack))
+		}
+		d.Release()
+		if cap(d.arena) > keepValues || cap(d.stack) > keepValues || cap(d.memo) > keepValues {
+			t.Errorf("%s: after Release: arena %d, stack %d, memo %d values", c.name, cap(d.arena), cap(d.stack), cap(d.memo))
+		}
+	}
+}
+
+// TestMemoMutation: appending to a list that came from the memo is
+// refused (it would share, and regrow, the memo entry's items).
+func TestMemoMutation(t *testing.T) {
+	b := []byte{opProto, 3, opEmptyList, opBinPut, 0, opBinGet, 0, opNone, opAppend, opTuple2, opStop}
+	if v, err := NewDecoder(Pickle).Decode(b); err == nil {
+		t.Errorf("decoded as %v, want an error", v)
+	}
+	// The way a non-fast pickler writes a list (PUT, then APPENDS on
+	// the stack's copy) is fine.
+	b = []byte{opProto, 3, opEmptyList, opBinPut, 0, opMark, opNone, opNone, opAppends, opStop}
+	if v, err := NewDecoder(Pickle).Decode(b); err != nil || v.Len() != 2 {
+		t.Errorf("PUT then APPENDS: %v %v", v, err)
+	}
+}
+
+// FuzzDecodeAlloc decodes arbitrary frames with ServerLimits and
+// DefaultLimits and fails when a decode allocates more than allocBound
+// or builds values nested deeper than the limit. The seeds are the
+// attacks, small.
+func FuzzDecodeAlloc(f *testing.F) {
+	for _, c := range hostileCases(3) {
+		f.Add(byte(c.m), c.frame)
+	}
+	f.Add(byte(Pickle), dagMsgid(12))
+	f.Fuzz(func(t *testing.T, m byte, b []byte) {
+		mm := Pickle
+		if m&1 == 1 {
+			mm = Msgpack
+		}
+		for _, lim := range []Limits{ServerLimits, DefaultLimits} {
+			// The count is the process's: the fuzzing engine allocates
+			// too. Amplification repeats; a measure is taken again
+			// before it counts as one.
+			var v Value
+			var err error
+			a := uint64(math.MaxUint64)
+			for try := 0; try < 3 && a > allocBound(lim, len(b)); try++ {
+				d := NewDecoder(mm)
+				d.Limits = lim
+				a0 := heapAllocs()
+				v, err = d.Decode(b)
+				a = min(a, heapAllocs()-a0)
+			}
+			if a > allocBound(lim, len(b)) {
+				t.Fatalf("limits %+v: decoding %d bytes allocated %d (bound %d)", lim, len(b), a, allocBound(lim, len(b)))
+			}
+			if err == nil {
+				if dp := depthOf(&v, lim.MaxDepth, lim.BaseValues+len(b)/lim.BytesPerValue+1); dp > lim.MaxDepth {
+					t.Fatalf("limits %+v: value nested %d deep", lim, dp)
+				}
+			}
+		}
+	})
+}
+
+// TestReadFrameGrows: a frame header that announces 200 MB followed by
+// a few bytes costs memory in proportion to the bytes, not the header.
+func TestReadFrameGrows(t *testing.T) {
+	in := binary.BigEndian.AppendUint32(nil, 200<<20)
+	in = append(in, make([]byte, 3<<20)...)
+	a0 := heapAllocs()
+	_, err := ReadFrame(bufio.NewReaderSize(bytes.NewReader(in), 64<<10), nil, 256<<20)
+	if a := heapAllocs() - a0; a > 16<<20 {
+		t.Errorf("allocated %d bytes for 3 MiB of a frame", a)
+	}
+	if err != io.ErrUnexpectedEOF {
+		t.Errorf("err %v, want io.ErrUnexpectedEOF", err)
+	}
+	// Frames of every size around the steps read back whole.
+	for _, n := range []int{0, 1, growStart - 1, growStart, growStart + 1, 3*growStart + 7, 9 * growStart} {
+		payload := make([]byte, n)
+		for i := range payload {
+			payload[i] = byte(i * 7)
+		}
+		in := append(binary.BigEndian.AppendUint32(nil, uint32(n)), payload...)
+		got, err := ReadFrame(bufio.NewReader(bytes.NewReader(in)), nil, 256<<20)
+		if err != nil || !bytes.Equal(got, payload) {
+			t.Errorf("frame of %d bytes: %d bytes back, %v", n, len(got), err)
+		}
+	}
+}
