@@ -5,6 +5,8 @@ import (
 	"io"
 	"os"
 	"strconv"
+
+	"github.com/zodbd/zodbd/internal/vfs"
 )
 
 // recoverTail cuts off the torn tail that starts at pos of a file of size
@@ -31,10 +33,10 @@ func (fs *FileStorage) recoverTail(pos, size int64) error {
 		}
 		fs.logf("fs1: warning: writing truncated data from %s to %s", fs.path, tr)
 	}
-	if err := fs.file.Truncate(pos); err != nil {
+	if err := fs.fsys.Truncate(fs.file, pos); err != nil {
 		return &Error{fs.path, pos, "torn tail", fmt.Errorf("truncate: %w", err)}
 	}
-	if err := datasync(fs.file); err != nil {
+	if err := fs.fsys.Sync(fs.file); err != nil {
 		return &Error{fs.path, pos, "torn tail", fmt.Errorf("fsync after truncate: %w", err)}
 	}
 	return nil
@@ -48,7 +50,7 @@ func (fs *FileStorage) saveTail(pos, size int64) (string, error) {
 	for i := 0; ; i++ {
 		name = fs.path + ".tr" + strconv.Itoa(i)
 		var err error
-		f, err = os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+		f, err = fs.fsys.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
 		if err == nil {
 			break
 		}
@@ -56,15 +58,15 @@ func (fs *FileStorage) saveTail(pos, size int64) (string, error) {
 			return name, err
 		}
 	}
-	_, err := io.Copy(f, io.NewSectionReader(fs.file, pos, size-pos))
+	_, err := io.Copy(&vfs.Writer{FS: fs.fsys, F: f}, io.NewSectionReader(fs.file, pos, size-pos))
 	if err == nil {
-		err = f.Sync()
+		err = fs.fsys.Sync(f)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		os.Remove(name)
+		fs.fsys.Remove(name)
 	}
 	return name, err
 }

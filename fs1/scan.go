@@ -104,7 +104,7 @@ func Scan(r io.ReaderAt, path string, from, size int64, prevTid zodb.Tid, idx *I
 		// tail of garbage (zeros after a crash) is a torn tail, not an
 		// invalid status.
 		if tlen < TxnHeaderFixSize+h.MetaLen() {
-			if tornGarbage(r, tpos, size) {
+			if tornGarbage(r, tpos, size) || tornChain(r, tpos, size) {
 				res.Torn = tpos
 				break
 			}
@@ -113,6 +113,10 @@ func Scan(r io.ReaderAt, path string, from, size int64, prevTid zodb.Tid, idx *I
 		switch zodb.TxnStatus(h.Status) {
 		case zodb.TxnComplete, zodb.TxnPacked, zodb.TxnInprogress:
 		default:
+			if tornChain(r, tpos, size) {
+				res.Torn = tpos
+				return res, nil
+			}
 			return fail(tpos, "transaction record", "invalid status %q", h.Status)
 		}
 		if h.Tid <= res.LastTid && res.LastTid != 0 {
@@ -188,4 +192,43 @@ func tornGarbage(r io.ReaderAt, pos, size int64) bool {
 	}
 	rtl := binary.BigEndian.Uint64(b[:])
 	return rtl < TxnHeaderFixSize || rtl > uint64(size) || size-int64(rtl) < pos
+}
+
+// tornChainMax bounds the transactions tornChain walks back.
+const tornChainMax = 64
+
+// tornChain reports whether the damaged transaction header at pos belongs
+// to the tail of the file that a power loss left half written: walking
+// back from the end of the file through the redundant lengths of at most
+// tornChainMax transactions reaches pos exactly. After a power loss the
+// last transactions, which were not made durable, may have reached the
+// disk sector by sector in any order: the trailer of the last one can be
+// there while a header before it is still zeros. ZODB/py checks only the
+// last redundant length (tornGarbage) and refuses such a file ("invalid
+// transaction header"); zodbd treats it as a torn tail, which a
+// read-write open saves to path.trN before truncating it.
+func tornChain(r io.ReaderAt, pos, size int64) bool {
+	var b [8]byte
+	end := size
+	for range tornChainMax {
+		if end-8 <= pos {
+			return false
+		}
+		if _, err := r.ReadAt(b[:], end-8); err != nil {
+			return false
+		}
+		rtl := binary.BigEndian.Uint64(b[:])
+		if rtl < TxnHeaderFixSize || rtl > uint64(end-8) {
+			return false
+		}
+		start := end - 8 - int64(rtl)
+		switch {
+		case start == pos:
+			return true
+		case start < pos:
+			return false
+		}
+		end = start
+	}
+	return false
 }
