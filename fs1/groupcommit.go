@@ -98,7 +98,7 @@ func (w *writer) syncer() {
 				status := [1]byte{e.status}
 				if _, werr := w.writeAt(status[:], e.pos+16); werr != nil {
 					err = &Error{w.fs.path, e.pos, "transaction record", fmt.Errorf("finish %s: write status: %w", e.tid, werr)}
-					w.fail(err)
+					w.failBatch(err, durable, batch)
 					break
 				}
 				flipped++

@@ -104,7 +104,7 @@ func Scan(r io.ReaderAt, path string, from, size int64, prevTid zodb.Tid, idx *I
 		// tail of garbage (zeros after a crash) is a torn tail, not an
 		// invalid status.
 		if tlen < TxnHeaderFixSize+h.MetaLen() {
-			if tornGarbage(r, tpos, size) || tornChain(r, tpos, size) {
+			if tornTail(r, tpos, size) {
 				res.Torn = tpos
 				break
 			}
@@ -113,7 +113,7 @@ func Scan(r io.ReaderAt, path string, from, size int64, prevTid zodb.Tid, idx *I
 		switch zodb.TxnStatus(h.Status) {
 		case zodb.TxnComplete, zodb.TxnPacked, zodb.TxnInprogress:
 		default:
-			if tornChain(r, tpos, size) {
+			if tornTail(r, tpos, size) {
 				res.Torn = tpos
 				return res, nil
 			}
@@ -194,41 +194,39 @@ func tornGarbage(r io.ReaderAt, pos, size int64) bool {
 	return rtl < TxnHeaderFixSize || rtl > uint64(size) || size-int64(rtl) < pos
 }
 
-// tornChainMax bounds the transactions tornChain walks back.
-const tornChainMax = 64
-
-// tornChain reports whether the damaged transaction header at pos belongs
-// to the tail of the file that a power loss left half written: walking
-// back from the end of the file through the redundant lengths of at most
-// tornChainMax transactions reaches pos exactly. After a power loss the
-// last transactions, which were not made durable, may have reached the
-// disk sector by sector in any order: the trailer of the last one can be
-// there while a header before it is still zeros. ZODB/py checks only the
-// last redundant length (tornGarbage) and refuses such a file ("invalid
-// transaction header"); zodbd treats it as a torn tail, which a
-// read-write open saves to path.trN before truncating it.
-func tornChain(r io.ReaderAt, pos, size int64) bool {
-	var b [8]byte
-	end := size
-	for range tornChainMax {
-		if end-8 <= pos {
-			return false
-		}
-		if _, err := r.ReadAt(b[:], end-8); err != nil {
-			return false
-		}
-		rtl := binary.BigEndian.Uint64(b[:])
-		if rtl < TxnHeaderFixSize || rtl > uint64(end-8) {
-			return false
-		}
-		start := end - 8 - int64(rtl)
-		switch {
-		case start == pos:
-			return true
-		case start < pos:
-			return false
-		}
-		end = start
+// tornTail reports whether the damaged transaction header at pos (an
+// impossible length or status) is the start of a tail that a crash left
+// half written rather than damage in the middle of the file: ZODB/py's
+// heuristic (tornGarbage: the last 8 bytes of the file are not a plausible
+// transaction length), or the last transaction of the file, found from
+// that length, is not one that committed (its header is the damaged one,
+// or its status is not ' ' or 'p', or its length disagrees).
+//
+// After a power loss, the transactions that were not made durable may
+// have reached the disk sector by sector in any order: the trailer of the
+// last one can be there while a header before it is still zeros. ZODB/py
+// refuses such a file ("invalid transaction header"); zodbd's writer
+// writes a transaction's status byte only once its data is durable
+// (groupcommit.go), so that no committed status follows the durable part
+// of the file, and treats the tail as torn (a read-write open saves it to
+// path.trN before truncating it).
+func tornTail(r io.ReaderAt, pos, size int64) bool {
+	if tornGarbage(r, pos, size) {
+		return true
 	}
-	return false
+	var b [TxnHeaderFixSize]byte
+	if _, err := r.ReadAt(b[:8], size-8); err != nil {
+		return false
+	}
+	rtl := binary.BigEndian.Uint64(b[:8])
+	start := size - 8 - int64(rtl)
+	if start == pos {
+		return true
+	}
+	if _, err := r.ReadAt(b[:], start); err != nil {
+		return false
+	}
+	h := DecodeTxnHeaderFix(b[:])
+	committed := (h.Status == byte(zodb.TxnComplete) || h.Status == byte(zodb.TxnPacked)) && h.Len == rtl && h.Tid != 0
+	return !committed
 }

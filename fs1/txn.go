@@ -217,7 +217,8 @@ func (t *txn) vote() ([]zodb.Oid, error) {
 	}
 
 	if _, err := w.writeAt(buf, e.tpos); err != nil {
-		err = &Error{w.fs.path, e.tpos, "transaction record", fmt.Errorf("vote: write: %w", err)}
+		err = &Error{w.fs.path, e.tpos, "transaction record", fmt.Errorf("vote of transaction %s: write: %w", tid, err)}
+		w.fs.logf("%v", err)
 		w.truncateTo(e.tpos)
 		w.keepBuf(buf)
 		return nil, err
