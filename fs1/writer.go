@@ -69,7 +69,7 @@ type writer struct {
 	queue    []*commitEntry // finished, waiting for an fsync, in commit order
 	spare    []*commitEntry
 	flips    []statusFlip // finished transactions whose status byte is not written yet, in commit order
-	failed   error // a write or fsync failed: the storage refuses commits
+	failed   error        // a write or fsync failed: the storage refuses commits
 	stopping bool
 	stopped  chan struct{}
 	nsync    atomic.Int64 // fsyncs done by the syncer (tests)
