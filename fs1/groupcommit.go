@@ -45,6 +45,7 @@ type commitEntry struct {
 	idx      *Index     // the head index after the transaction
 	pos      int64      // the position of the transaction record
 	status   byte       // its status: ' ', or 'p' for a restored packed transaction
+	flipped  bool       // the status byte is written (Options.SingleFsync)
 	end      int64      // the end of the transaction in the file
 	onCommit func(tid zodb.Tid, oids []zodb.Oid)
 	err      error
@@ -56,7 +57,7 @@ type commitEntry struct {
 func (w *writer) enqueue(e *commitEntry) {
 	w.mu.Lock()
 	w.queue = append(w.queue, e)
-	if !e.barrier {
+	if !e.barrier && !e.flipped {
 		w.flips = append(w.flips, statusFlip{e.pos, e.status})
 	}
 	w.cond.Signal()
@@ -92,12 +93,10 @@ func (w *writer) syncer() {
 		flipped := 0
 		if err == nil {
 			for _, e := range durable {
-				if e.barrier {
+				if e.barrier || e.flipped {
 					continue
 				}
-				status := [1]byte{e.status}
-				if _, werr := w.writeAt(status[:], e.pos+16); werr != nil {
-					err = &Error{w.fs.path, e.pos, "transaction record", fmt.Errorf("finish %s: write status: %w", e.tid, werr)}
+				if err = w.writeStatus(e.pos, e.status, e.tid); err != nil {
 					w.failBatch(err, durable, batch)
 					break
 				}
@@ -115,6 +114,12 @@ func (w *writer) syncer() {
 				err = fmt.Errorf("fs1: %s: fsync: %w", w.fs.path, serr)
 				w.failBatch(err, durable, batch)
 			}
+		}
+		if w.oneSync && err == nil {
+			// The status bytes were written by Finish: the batch is
+			// durable now.
+			durable = append(durable, batch...)
+			batch = batch[:0]
 		}
 		for i, e := range durable {
 			if err == nil && !e.barrier {
@@ -139,6 +144,16 @@ func (w *writer) syncer() {
 		w.mu.Unlock()
 		spare = nil
 	}
+}
+
+// writeStatus writes the status byte of the finished transaction tid at
+// pos.
+func (w *writer) writeStatus(pos int64, status byte, tid zodb.Tid) error {
+	b := [1]byte{status}
+	if _, err := w.writeAt(b[:], pos+16); err != nil {
+		return &Error{w.fs.path, pos, "transaction record", fmt.Errorf("finish %s: write status: %w", tid, err)}
+	}
+	return nil
 }
 
 // hasTxn reports whether batch holds a transaction (not only barriers).

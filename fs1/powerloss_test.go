@@ -129,7 +129,10 @@ func powerLossPoint(t *testing.T, base string, seed int64, crashAt int, fstest, 
 		cfs.CrashAt(crashAt)
 	}
 	m := &plModel{voted: map[zodb.Tid]map[zodb.Oid][]byte{}, acked: map[zodb.Tid]bool{}, oids: map[zodb.Oid]bool{}}
-	plWorkload(t, filepath.Join(src, "Data.fs"), cfs, m, rng)
+	// Options.SingleFsync leaves ZODB/py's window open: it is only safe
+	// when unsynced writes are lost whole.
+	single := !torn && rng.Intn(2) == 0
+	plWorkload(t, filepath.Join(src, "Data.fs"), cfs, m, rng, single)
 	nops := cfs.Ops()
 	cfs.Crash()
 	_, at := cfs.Crashed()
@@ -144,7 +147,7 @@ func powerLossPoint(t *testing.T, base string, seed int64, crashAt int, fstest, 
 	if err := cfs.Materialize(after, trng); err != nil {
 		t.Fatal(err)
 	}
-	where := fmt.Sprintf("crash at %s, torn %v (replay: ZODBD_POWERLOSS_SEED=%d ZODBD_POWERLOSS_AT=%d)", at, torn, seed, crashAt)
+	where := fmt.Sprintf("crash at %s, torn %v, SingleFsync %v (replay: ZODBD_POWERLOSS_SEED=%d ZODBD_POWERLOSS_AT=%d)", at, torn, single, seed, crashAt)
 	if verbose {
 		t.Logf("%s\n%s", where, joinLines(oplog))
 	}
@@ -169,7 +172,7 @@ func plCrashed(cfs *crashfs.FS) bool {
 }
 
 // plWorkload runs sessions on path until they end or the power fails.
-func plWorkload(t *testing.T, path string, cfs *crashfs.FS, m *plModel, rng *rand.Rand) {
+func plWorkload(t *testing.T, path string, cfs *crashfs.FS, m *plModel, rng *rand.Rand, single bool) {
 	ctx := context.Background()
 	quiet := func(string, ...interface{}) {}
 	sessions := 1 + rng.Intn(3)
@@ -191,7 +194,7 @@ func plWorkload(t *testing.T, path string, cfs *crashfs.FS, m *plModel, rng *ran
 				}
 			}
 		}
-		fs, err := Open(path, &Options{ReadWrite: true, FS: cfs, Logf: quiet})
+		fs, err := Open(path, &Options{ReadWrite: true, FS: cfs, Logf: quiet, SingleFsync: single})
 		if err != nil {
 			if !plCrashed(cfs) {
 				t.Errorf("open: %v", err)

@@ -348,12 +348,21 @@ func (t *txn) Finish(ctx context.Context, onCommit func(tid zodb.Tid, oids []zod
 		return 0, zodb.ErrTxnState
 	}
 	w := t.w
+	if w.oneSync {
+		if err := w.writeStatus(t.pos, byte(t.meta.Status), t.tid); err != nil {
+			w.fail(err)
+			w.truncateTo(t.pos)
+			t.state = txnAborted
+			w.commit.Unlock()
+			return 0, err
+		}
+	}
 	w.head, w.pos, w.lastTid = t.idx, t.end, t.tid
 	for _, r := range t.recs {
 		w.recent.put(t.pos+r.off, cachedRecord{tid: t.tid, noData: r.dataLen == 0 && r.back == 0})
 	}
 	t.recs = nil
-	e := &commitEntry{tid: t.tid, oids: t.oids, idx: t.idx, pos: t.pos, status: byte(t.meta.Status), end: t.end, onCommit: onCommit, done: make(chan struct{})}
+	e := &commitEntry{tid: t.tid, oids: t.oids, idx: t.idx, pos: t.pos, status: byte(t.meta.Status), flipped: w.oneSync, end: t.end, onCommit: onCommit, done: make(chan struct{})}
 	t.state = txnFinished
 	t.idx = nil
 	w.enqueue(e)

@@ -46,6 +46,7 @@ type writer struct {
 	lock    *lockFile
 	now     func() time.Time
 	noGroup bool
+	oneSync bool // Options.SingleFsync: Finish writes the status byte
 
 	commit commitLock
 
@@ -132,6 +133,7 @@ func openWriter(path string, opt *Options, logf func(string, ...interface{})) (*
 		lock:    lock,
 		now:     opt.Now,
 		noGroup: opt.NoGroupCommit,
+		oneSync: opt.SingleFsync,
 		packOpt: *opt,
 		head:    s.index,
 		pos:     s.end,
