@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -69,22 +70,27 @@ func TestPowerLoss(t *testing.T) {
 		powerLossPoint(t, base, seed, at, true, true)
 		return
 	}
-	// The number of operations of a whole workload, to spread the crash
-	// points over it.
-	nops := powerLossPoint(t, base, 1, -1, false, false)
+	// A workload makes file operations enough to be worth crashing.
+	nops, _ := powerLossPoint(t, base, 1, -1, false, false)
 	if nops < 50 {
 		t.Fatalf("workload made only %d file operations", nops)
 	}
 	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
 	start := time.Now()
+	kinds := map[string]int{} // where the crashes hit
 	for i := 0; i < points; i++ {
 		if t.Failed() {
 			break
 		}
 		seed := rng.Int63()
-		powerLossPoint(t, base, seed, 1+rng.Intn(nops+nops/10), i%fstestEvery == 0, false)
+		// The workload of a seed, without a crash, gives the range of
+		// the crash point (a run with the crash may differ a little:
+		// goroutines interleave differently).
+		n, _ := powerLossPoint(t, base, seed, -1, false, false)
+		_, at := powerLossPoint(t, base, seed, 1+rng.Intn(n+1), i%fstestEvery == 0, false)
+		kinds[at]++
 	}
-	t.Logf("%d crash points over workloads of about %d file operations, %v", points, nops, time.Since(start))
+	t.Logf("%d crash points, %v; crashed at: %v", points, time.Since(start), kinds)
 }
 
 // plModel is what the workload knows about its transactions.
@@ -101,8 +107,9 @@ type plModel struct {
 // powerLossPoint runs one workload from seed and crashes it at operation
 // crashAt (-1: never), then checks the
 // state after the power loss. It returns the number of file operations
-// the workload made.
-func powerLossPoint(t *testing.T, base string, seed int64, crashAt int, fstest, verbose bool) int {
+// the workload made and, when it crashed, the kind of operation the crash
+// hit.
+func powerLossPoint(t *testing.T, base string, seed int64, crashAt int, fstest, verbose bool) (int, string) {
 	t.Helper()
 	rng := rand.New(rand.NewSource(seed))
 	torn := rng.Intn(2) == 0
@@ -137,7 +144,7 @@ func powerLossPoint(t *testing.T, base string, seed int64, crashAt int, fstest, 
 	cfs.Crash()
 	_, at := cfs.Crashed()
 	if crashAt < 0 {
-		return nops
+		return nops, ""
 	}
 	after := filepath.Join(dir, "after")
 	var trng *rand.Rand
@@ -152,7 +159,21 @@ func powerLossPoint(t *testing.T, base string, seed int64, crashAt int, fstest, 
 		t.Logf("%s\n%s", where, joinLines(oplog))
 	}
 	plVerify(t, filepath.Join(after, "Data.fs"), m, where, fstest)
-	return nops
+	return nops, crashKind(at)
+}
+
+// crashKind is the operation and the file of a crash point ("#12 sync
+// Data.fs.index.tmpXYZ" -> "sync Data.fs.index.tmp").
+func crashKind(at string) string {
+	f := strings.Fields(at)
+	if len(f) < 3 || !strings.HasPrefix(at, "#") {
+		return "end"
+	}
+	file := f[2]
+	if i := strings.Index(file, ".tmp"); i >= 0 {
+		file = file[:i+4]
+	}
+	return f[1] + " " + file
 }
 
 func joinLines(s []string) string {
