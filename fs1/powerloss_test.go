@@ -71,13 +71,14 @@ func TestPowerLoss(t *testing.T) {
 		return
 	}
 	// A workload makes file operations enough to be worth crashing.
-	nops, _ := powerLossPoint(t, base, 1, -1, false, false)
+	nops, _, _ := powerLossPoint(t, base, 1, -1, false, false)
 	if nops < 50 {
 		t.Fatalf("workload made only %d file operations", nops)
 	}
 	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
 	start := time.Now()
 	kinds := map[string]int{} // where the crashes hit
+	acked := 0
 	for i := 0; i < points; i++ {
 		if t.Failed() {
 			break
@@ -86,9 +87,13 @@ func TestPowerLoss(t *testing.T) {
 		// The workload of a seed, without a crash, gives the range of
 		// the crash point (a run with the crash may differ a little:
 		// goroutines interleave differently).
-		n, _ := powerLossPoint(t, base, seed, -1, false, false)
-		_, at := powerLossPoint(t, base, seed, 1+rng.Intn(n+1), i%fstestEvery == 0, false)
+		n, _, _ := powerLossPoint(t, base, seed, -1, false, false)
+		_, at, k := powerLossPoint(t, base, seed, 1+rng.Intn(n+1), i%fstestEvery == 0, false)
 		kinds[at]++
+		acked += k
+	}
+	if acked == 0 && !t.Failed() {
+		t.Fatal("no commit was acknowledged before a power loss: the test checks nothing")
 	}
 	t.Logf("%d crash points, %v; crashed at: %v", points, time.Since(start), kinds)
 }
@@ -107,9 +112,9 @@ type plModel struct {
 // powerLossPoint runs one workload from seed and crashes it at operation
 // crashAt (-1: never), then checks the
 // state after the power loss. It returns the number of file operations
-// the workload made and, when it crashed, the kind of operation the crash
-// hit.
-func powerLossPoint(t *testing.T, base string, seed int64, crashAt int, fstest, verbose bool) (int, string) {
+// the workload made, when it crashed the kind of operation the crash hit,
+// and the number of commits acknowledged.
+func powerLossPoint(t *testing.T, base string, seed int64, crashAt int, fstest, verbose bool) (int, string, int) {
 	t.Helper()
 	rng := rand.New(rand.NewSource(seed))
 	torn := rng.Intn(2) == 0
@@ -144,7 +149,7 @@ func powerLossPoint(t *testing.T, base string, seed int64, crashAt int, fstest, 
 	cfs.Crash()
 	_, at := cfs.Crashed()
 	if crashAt < 0 {
-		return nops, ""
+		return nops, "", 0
 	}
 	after := filepath.Join(dir, "after")
 	var trng *rand.Rand
@@ -159,7 +164,7 @@ func powerLossPoint(t *testing.T, base string, seed int64, crashAt int, fstest, 
 		t.Logf("%s\n%s", where, joinLines(oplog))
 	}
 	plVerify(t, filepath.Join(after, "Data.fs"), m, where, fstest)
-	return nops, crashKind(at)
+	return nops, crashKind(at), len(m.acked)
 }
 
 // crashKind is the operation and the file of a crash point ("#12 sync

@@ -320,12 +320,10 @@ func (c *FS) Sync(f *os.File) error {
 	if err := c.begin(OpSync, f.Name()); err != nil {
 		return err
 	}
-	fi, err := f.Stat()
+	// Through a new descriptor: f may be open for writing only, and
+	// renamed since it was opened.
+	b, err := os.ReadFile(fmt.Sprintf("/dev/fd/%d", f.Fd()))
 	if err != nil {
-		return err
-	}
-	b := make([]byte, fi.Size())
-	if _, err := f.ReadAt(b, 0); err != nil && len(b) > 0 {
 		return err
 	}
 	in := c.file(f)
