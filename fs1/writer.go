@@ -21,11 +21,11 @@ import (
 // writer's head index, encodes the whole transaction record with status
 // 'c' into a reusable buffer and writes it with one pwrite at the end of
 // the finished data; it also derives the index the transaction leads to
-// (Index.Clone + Set: O(oids written)). Finish writes the status byte
-// (' ', or 'p' for a restored packed transaction), makes the transaction
-// the writer's new head, hands it to the syncer and releases the commit
-// lock; it then waits until the syncer has made its bytes durable
-// (groupcommit.go).
+// (Index.Clone + Set: O(oids written)). Finish makes the transaction the
+// writer's new head, hands it to the syncer and releases the commit lock;
+// it then waits until the syncer has made its bytes durable, written its
+// status byte (' ', or 'p' for a restored packed transaction) and made
+// that durable too (groupcommit.go).
 //
 // Two views of the storage exist at any time:
 //
@@ -38,7 +38,9 @@ import (
 //     UndoLog) see. The syncer publishes it after each fsync.
 //
 // The file on disk is: the published transactions, then the finished ones
-// waiting for an fsync, then at most one voted transaction with status 'c'.
+// waiting for the syncer (with status 'c' until their data is durable and
+// the syncer writes their status byte), then at most one voted transaction
+// with status 'c'.
 
 // writer is the state of a FileStorage opened with Options.ReadWrite.
 type writer struct {
