@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 
 	"github.com/zodbd/zodbd/internal/vfs"
@@ -21,7 +22,8 @@ import (
 //     are first saved in path.trN, N being the first number for which that
 //     file does not exist (.tr0, .tr1, ...), then the file is truncated.
 //
-// Both are logged. The truncation is made durable before Open returns.
+// Both are logged. The saved copy (data and name) is made durable before
+// the file is truncated, and the truncation before Open returns.
 func (fs *FileStorage) recoverTail(pos, size int64) error {
 	if size-pos < TxnHeaderFixSize {
 		fs.logf("fs1: warning: %s truncated at %d", fs.path, pos)
@@ -64,6 +66,10 @@ func (fs *FileStorage) saveTail(pos, size int64) (string, error) {
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
+	}
+	if err == nil {
+		// The name too, before the file is truncated.
+		err = fs.fsys.SyncDir(filepath.Dir(name))
 	}
 	if err != nil {
 		fs.fsys.Remove(name)
