@@ -129,11 +129,12 @@ fuzz:
 
 ## stress: the big form of the FileStorage crash tests (2000 SIGKILLs of a
 ## committing writer, then ZODB/py's fstest; 2000 of a writer handing out
-## oids), 10-15 minutes with -race; and of zodb/resolve's differential test
+## oids; 1000 simulated power losses, fstest on 50 of them), 10-15 minutes
+## with -race; and of zodb/resolve's differential test
 ## against BTrees (100,000 conflicts per class kind), about 15 minutes
 .PHONY: stress
 stress: venv
-	ZODBD_STRESS=1 $(GO) test $(GOTESTFLAGS) -run '^(TestCrash|TestOidCrash)$$' -timeout 90m -v ./fs1
+	ZODBD_STRESS=1 $(GO) test $(GOTESTFLAGS) -run '^(TestCrash|TestOidCrash|TestPowerLoss)$$' -timeout 90m -v ./fs1
 	ZODBD_STRESS=1 $(GO) test -run '^TestDifferential$$' -timeout 60m -v ./zodb/resolve
 
 clean:

@@ -35,6 +35,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/zodbd/zodbd/internal/vfs"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -52,6 +53,7 @@ type Dir struct {
 	base   string // absolute, cleaned
 	tmp    string
 	layout string // "bushy" or "lawn"
+	fsys   vfs.FS // what files and directories are changed through
 
 	// mu orders the creation of oid directories and moves into them
 	// (read-locked, concurrent) against the removal of empty directories
@@ -67,6 +69,14 @@ type Dir struct {
 // marker. A marker that names another layout than the one asked is an
 // error, as in ZODB/py.
 func Open(path, layout string) (*Dir, error) {
+	return OpenFS(path, layout, nil)
+}
+
+// OpenFS is Open with the file system that the directory's files and
+// entries are changed through (nil: the operating system's; tests
+// simulate power losses and I/O errors there, see internal/vfs).
+func OpenFS(path, layout string, fsys vfs.FS) (*Dir, error) {
+	fsys = vfs.Or(fsys)
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, err
@@ -81,11 +91,11 @@ func Open(path, layout string) (*Dir, error) {
 	if layout != "bushy" && layout != "lawn" {
 		return nil, fmt.Errorf("blob: %s: unknown layout %q", abs, layout)
 	}
-	d := &Dir{base: abs, tmp: filepath.Join(abs, "tmp"), layout: layout}
-	if err := mkdirAllSync(abs); err != nil {
+	d := &Dir{base: abs, tmp: filepath.Join(abs, "tmp"), layout: layout, fsys: fsys}
+	if err := mkdirAllSync(fsys, abs); err != nil {
 		return nil, fmt.Errorf("blob: %w", err)
 	}
-	if err := mkdirAllSync(d.tmp); err != nil {
+	if err := mkdirAllSync(fsys, d.tmp); err != nil {
 		return nil, fmt.Errorf("blob: %w", err)
 	}
 	marker := filepath.Join(abs, LayoutMarker)
@@ -96,7 +106,7 @@ func Open(path, layout string) (*Dir, error) {
 			return nil, fmt.Errorf("blob: directory layout `%s` selected for blob directory %s, but marker found for layout `%s`", layout, abs, got)
 		}
 	case errors.Is(err, fs.ErrNotExist):
-		if err := writeFileSync(marker, []byte(layout)); err != nil {
+		if err := writeFileSync(fsys, marker, []byte(layout)); err != nil {
 			return nil, fmt.Errorf("blob: %w", err)
 		}
 	default:
@@ -255,7 +265,12 @@ func (d *Dir) SharedPath(oid zodb.Oid, name string) (string, error) {
 // SyncFile makes the contents of the regular file at path durable. It
 // refuses anything but a regular file (a symbolic link could point
 // outside the blob directory).
-func SyncFile(path string) error {
+func SyncFile(path string) error { return syncFile(vfs.OS, path) }
+
+// SyncFile is the package's SyncFile through the directory's file system.
+func (d *Dir) SyncFile(path string) error { return syncFile(d.fsys, path) }
+
+func syncFile(fsys vfs.FS, path string) error {
 	fi, err := os.Lstat(path)
 	if err != nil {
 		return err
@@ -263,11 +278,11 @@ func SyncFile(path string) error {
 	if !fi.Mode().IsRegular() {
 		return fmt.Errorf("blob: %s is not a regular file", path)
 	}
-	f, err := os.Open(path)
+	f, err := fsys.OpenFile(path, os.O_RDONLY, 0)
 	if err != nil {
 		return err
 	}
-	err = f.Sync()
+	err = fsys.Sync(f)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -304,12 +319,13 @@ func (b *Batch) Move(src string, oid zodb.Oid, tid zodb.Tid) error {
 	if err := b.mkdirs(filepath.Dir(dst)); err != nil {
 		return err
 	}
-	if err := os.Rename(src, dst); err != nil {
-		if err := copyFile(src, dst); err != nil {
-			os.Remove(dst)
+	fsys := b.d.fsys
+	if err := fsys.Rename(src, dst); err != nil {
+		if err := copyFile(fsys, src, dst); err != nil {
+			fsys.Remove(dst)
 			return fmt.Errorf("blob: %w", err)
 		}
-		os.Remove(src)
+		fsys.Remove(src)
 	}
 	b.placed = append(b.placed, dst)
 	b.dirs[filepath.Dir(dst)] = struct{}{}
@@ -333,9 +349,10 @@ func (b *Batch) Link(oid zodb.Oid, from, to zodb.Tid) (bool, error) {
 	if err := b.mkdirs(filepath.Dir(dst)); err != nil {
 		return false, err
 	}
-	if err := os.Link(src, dst); err != nil {
-		if err := copyFile(src, dst); err != nil {
-			os.Remove(dst)
+	fsys := b.d.fsys
+	if err := fsys.Link(src, dst); err != nil {
+		if err := copyFile(fsys, src, dst); err != nil {
+			fsys.Remove(dst)
 			return false, fmt.Errorf("blob: %w", err)
 		}
 		if err := setNotWritable(dst); err != nil {
@@ -352,7 +369,7 @@ func (b *Batch) prepare(oid zodb.Oid, tid zodb.Tid) (string, error) {
 	if _, err := os.Lstat(dst); err == nil {
 		// Left by a crash between a vote and its commit (the tid was
 		// never committed): replace it.
-		if err := os.Remove(dst); err != nil {
+		if err := b.d.fsys.Remove(dst); err != nil {
 			return "", fmt.Errorf("blob: %w", err)
 		}
 	}
@@ -371,7 +388,7 @@ func (b *Batch) mkdirs(dir string) error {
 			return err
 		}
 	}
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := b.d.fsys.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("blob: %w", err)
 	}
 	b.dirs[parent] = struct{}{}
@@ -381,12 +398,12 @@ func (b *Batch) mkdirs(dir string) error {
 // Sync makes every file placed and every directory entry created durable.
 func (b *Batch) Sync() error {
 	for _, p := range b.placed {
-		if err := SyncFile(p); err != nil {
+		if err := syncFile(b.d.fsys, p); err != nil {
 			return fmt.Errorf("blob: %w", err)
 		}
 	}
 	for dir := range b.dirs {
-		if err := syncDir(dir); err != nil {
+		if err := b.d.fsys.SyncDir(dir); err != nil {
 			return fmt.Errorf("blob: %w", err)
 		}
 	}
@@ -396,7 +413,7 @@ func (b *Batch) Sync() error {
 // Undo removes the files placed by the batch.
 func (b *Batch) Undo() {
 	for _, p := range b.placed {
-		os.Remove(p)
+		b.d.fsys.Remove(p)
 	}
 	b.placed = nil
 }
@@ -453,10 +470,10 @@ func (d *Dir) GC(last zodb.Tid, exists func(oid zodb.Oid, tid zodb.Tid) (bool, e
 			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 				return err
 			}
-			if err := os.Rename(path, dst); err != nil {
+			if err := d.fsys.Rename(path, dst); err != nil {
 				return err
 			}
-		} else if err := os.Remove(path); err != nil {
+		} else if err := d.fsys.Remove(path); err != nil {
 			return err
 		}
 		removed++
@@ -465,27 +482,27 @@ func (d *Dir) GC(last zodb.Tid, exists func(oid zodb.Oid, tid zodb.Tid) (bool, e
 	// Remove empty directories, deepest first.
 	for i := len(dirs) - 1; i >= 0; i-- {
 		d.mu.Lock()
-		os.Remove(dirs[i]) // fails unless empty
+		d.fsys.Remove(dirs[i]) // fails unless empty
 		d.mu.Unlock()
 	}
 	return removed, err
 }
 
-func copyFile(src, dst string) error {
+func copyFile(fsys vfs.FS, src, dst string) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	out, err := fsys.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(out, in); err != nil {
+	if _, err := io.Copy(&vfs.Writer{FS: fsys, F: out}, in); err != nil {
 		out.Close()
 		return err
 	}
-	if err := out.Sync(); err != nil {
+	if err := fsys.Sync(out); err != nil {
 		out.Close()
 		return err
 	}
@@ -507,21 +524,9 @@ func setNotWritable(path string) error {
 	return os.Chmod(path, perm)
 }
 
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
 // mkdirAllSync creates dir and its missing parents, fsyncing the parent
 // of each directory it creates.
-func mkdirAllSync(dir string) error {
+func mkdirAllSync(fsys vfs.FS, dir string) error {
 	if fi, err := os.Stat(dir); err == nil {
 		if !fi.IsDir() {
 			return fmt.Errorf("%s is not a directory", dir)
@@ -530,31 +535,31 @@ func mkdirAllSync(dir string) error {
 	}
 	parent := filepath.Dir(dir)
 	if parent != dir {
-		if err := mkdirAllSync(parent); err != nil {
+		if err := mkdirAllSync(fsys, parent); err != nil {
 			return err
 		}
 	}
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := fsys.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
-	return syncDir(parent)
+	return fsys.SyncDir(parent)
 }
 
-func writeFileSync(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+func writeFileSync(fsys vfs.FS, path string, b []byte) error {
+	f, err := fsys.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(b); err != nil {
+	if _, err := fsys.WriteAt(f, b, 0); err != nil {
 		f.Close()
 		return err
 	}
-	if err := f.Sync(); err != nil {
+	if err := fsys.Sync(f); err != nil {
 		f.Close()
 		return err
 	}
 	if err := f.Close(); err != nil {
 		return err
 	}
-	return syncDir(filepath.Dir(path))
+	return fsys.SyncDir(filepath.Dir(path))
 }

@@ -6,10 +6,12 @@ import (
 	"io"
 	"log"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/vfs"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -35,6 +37,16 @@ type Options struct {
 	// transactions that finish while one is in flight. For comparisons.
 	NoGroupCommit bool
 
+	// SingleFsync makes Finish write the status byte right after the
+	// vote, so that one fdatasync makes a transaction's data and status
+	// durable together, as ZODB/py does, instead of one for the data and
+	// then one for the status (pipelined with the next batch's, see
+	// groupcommit.go). A lone committer then commits about twice as fast,
+	// at the price of ZODB/py's window: after a power loss during that
+	// fdatasync, on a disk that writes sectors in any order, a transaction
+	// that was never acknowledged can be present with damaged data.
+	SingleFsync bool
+
 	// Now is the clock that tids are made from (zodb.NextTid). nil means
 	// time.Now.
 	Now func() time.Time
@@ -52,6 +64,12 @@ type Options struct {
 	// with a *zodb.QuotaError, writing nothing, when one of the transaction's
 	// data records would start past this file position (quota.go).
 	Quota int64
+
+	// FS is the file system the storage changes files through (the data
+	// file, path.index, the oid mark, the lock file, pack's files): nil
+	// means the operating system's. Tests put a layer here that simulates
+	// power losses and injects I/O errors (internal/vfs).
+	FS vfs.FS
 }
 
 // FileStorage is a FileStorage file. It implements zodb.Storage,
@@ -70,6 +88,7 @@ type FileStorage struct {
 	file  *os.File
 	state atomic.Pointer[snapshot]
 	logf  func(format string, args ...interface{})
+	fsys  vfs.FS  // what the writer changes files through (Options.FS)
 	w     *writer // nil when read-only
 
 	closeOnce sync.Once
@@ -113,7 +132,7 @@ func Open(path string, opt *Options) (*FileStorage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fs1: %w", err)
 	}
-	fs := &FileStorage{path: path, file: f, logf: logf}
+	fs := &FileStorage{path: path, file: f, logf: logf, fsys: vfs.Or(opt.FS)}
 	if _, err := fs.load(false); err != nil {
 		f.Close()
 		return nil, err
@@ -133,10 +152,20 @@ func (fs *FileStorage) load(rw bool) (fromIndexFile bool, err error) {
 	size := st.Size()
 	if size == 0 {
 		// ZODB/py treats an empty file as an empty storage (it writes the
-		// magic when opened for writing).
+		// magic when opened for writing). The magic and the file's name
+		// (a new file, or a Create that removed path.index) are made
+		// durable before the first commit can be acknowledged: else a
+		// power loss could leave acknowledged transactions in a file
+		// without a name, or a file that starts with zeros.
 		if rw {
-			if _, err := fs.file.WriteAt([]byte(Magic30), 0); err != nil {
+			if _, err := fs.fsys.WriteAt(fs.file, []byte(Magic30), 0); err != nil {
 				return false, &Error{fs.path, 0, "file header", fmt.Errorf("write: %w", err)}
+			}
+			if err := fs.fsys.Sync(fs.file); err != nil {
+				return false, &Error{fs.path, 0, "file header", fmt.Errorf("fsync: %w", err)}
+			}
+			if err := fs.fsys.SyncDir(filepath.Dir(fs.path)); err != nil {
+				return false, fmt.Errorf("fs1: %s: fsync of the directory: %w", fs.path, err)
 			}
 			fs.state.Store(&snapshot{file: fs.file, index: NewIndex(0), end: HeaderSize})
 			return false, nil

@@ -36,6 +36,7 @@ import (
 
 	pickle "github.com/kisielk/og-rek"
 
+	"github.com/zodbd/zodbd/internal/vfs"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -203,54 +204,57 @@ func pyTypeName(v interface{}) string {
 // SaveFile writes x to path in the format of ZODB/py's Data.fs.index,
 // byte-for-byte as ZODB/py on Python 3 writes it, recording that the index
 // covers the data file up to topPos. It writes a temporary file in the same
-// directory, syncs it and renames it over path, so that path always holds
-// either the old or the new index, never a partial one.
-func (x *Index) SaveFile(path string, topPos int64) (err error) {
+// directory, syncs it and renames it over path, then syncs the directory,
+// so that path always holds either the old or the new index, never a
+// partial one, also after a power loss.
+func (x *Index) SaveFile(path string, topPos int64) error {
+	return x.saveFile(vfs.OS, path, topPos)
+}
+
+// saveFile is SaveFile through fsys.
+func (x *Index) saveFile(fsys vfs.FS, path string, topPos int64) (err error) {
 	fail := func(err error) error { return &IndexFileError{path, err} }
 	if topPos < 0 || topPos > maxIndexPos {
 		return fail(fmt.Errorf("position %d out of range", topPos))
 	}
-	f, tmp, err := createTemp(path)
+	f, tmp, err := createTemp(fsys, path)
 	if err != nil {
 		return fail(err)
 	}
 	defer func() {
 		if err != nil {
 			f.Close()
-			os.Remove(tmp)
+			fsys.Remove(tmp)
 		}
 	}()
-	w := bufio.NewWriterSize(f, 1<<20)
+	w := bufio.NewWriterSize(&vfs.Writer{FS: fsys, F: f}, 1<<20)
 	if err := x.writeIndex(w, topPos); err != nil {
 		return fail(err)
 	}
 	if err := w.Flush(); err != nil {
 		return fail(err)
 	}
-	if err := f.Sync(); err != nil {
+	if err := fsys.Sync(f); err != nil {
 		return fail(err)
 	}
 	if err := f.Close(); err != nil {
 		return fail(err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := fsys.Rename(tmp, path); err != nil {
 		return fail(err)
 	}
 	// Make the rename durable (best effort: not every system can sync a
 	// directory).
-	if dir, err := os.Open(filepath.Dir(path)); err == nil {
-		dir.Sync()
-		dir.Close()
-	}
+	fsys.SyncDir(filepath.Dir(path))
 	return nil
 }
 
 // createTemp creates a new file next to path, with the permissions a new
 // file gets (0666 less the umask), as ZODB/py's index file has.
-func createTemp(path string) (*os.File, string, error) {
+func createTemp(fsys vfs.FS, path string) (*os.File, string, error) {
 	for try := 0; ; try++ {
 		tmp := path + ".tmp" + strconv.FormatUint(rand.Uint64()&0xffffffff, 36)
-		f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
+		f, err := fsys.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
 		if err == nil {
 			return f, tmp, nil
 		}

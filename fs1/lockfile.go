@@ -6,6 +6,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/zodbd/zodbd/internal/vfs"
 )
 
 // lockFile is the lock ZODB/py's FileStorage takes on path.lock when it
@@ -26,8 +28,10 @@ type lockFile struct {
 var ErrLocked = errors.New("locked by another process")
 
 // acquireLock takes the lock on path (a FileStorage's path + ".lock").
-func acquireLock(path string) (*lockFile, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o666)
+// Its content is not made durable: after a power loss the lock file may be
+// missing or hold an old pid, and a lock is never held across one.
+func acquireLock(fsys vfs.FS, path string) (*lockFile, error) {
+	f, err := fsys.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o666)
 	if err != nil {
 		return nil, fmt.Errorf("fs1: lock file: %w", err)
 	}
@@ -45,8 +49,8 @@ func acquireLock(path string) (*lockFile, error) {
 		return nil, fmt.Errorf("fs1: %s: lock: %w", path, err)
 	}
 	content := " " + strconv.Itoa(os.Getpid()) + "\n"
-	if _, err := f.WriteAt([]byte(content), 0); err == nil {
-		f.Truncate(int64(len(content)))
+	if _, err := fsys.WriteAt(f, []byte(content), 0); err == nil {
+		fsys.Truncate(f, int64(len(content)))
 	}
 	return &lockFile{path: path, f: f}, nil
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/zodbd/zodbd/internal/vfs"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -200,15 +201,15 @@ type oidMarkFile struct {
 // createOidMark creates the oid mark file mpath holding next in both slots,
 // replacing any file there, atomically: it writes mpath.tmp, fsyncs it,
 // renames it and fsyncs the directory.
-func createOidMark(mpath string, next zodb.Oid) (*oidMarkFile, error) {
+func createOidMark(fsys vfs.FS, mpath string, next zodb.Oid) (*oidMarkFile, error) {
 	tmp := mpath + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o666)
+	f, err := fsys.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o666)
 	if err != nil {
 		return nil, fmt.Errorf("fs1: oid mark: %w", err)
 	}
 	fail := func(err error) (*oidMarkFile, error) {
 		f.Close()
-		os.Remove(tmp)
+		fsys.Remove(tmp)
 		return nil, fmt.Errorf("fs1: oid mark: %s: %w", tmp, err)
 	}
 	b := make([]byte, oidMarkSize)
@@ -217,35 +218,35 @@ func createOidMark(mpath string, next zodb.Oid) (*oidMarkFile, error) {
 	copy(b[oidSlotStride:], s[:])
 	oidSlot{seq: 1, next: next}.encode(&s)
 	copy(b, s[:])
-	if _, err := f.WriteAt(b, 0); err != nil {
+	if _, err := fsys.WriteAt(f, b, 0); err != nil {
 		return fail(err)
 	}
-	if err := f.Sync(); err != nil {
+	if err := fsys.Sync(f); err != nil {
 		return fail(err)
 	}
-	if err := os.Rename(tmp, mpath); err != nil {
+	if err := fsys.Rename(tmp, mpath); err != nil {
 		return fail(err)
 	}
-	if err := syncDir(filepath.Dir(mpath)); err != nil {
+	if err := fsys.SyncDir(filepath.Dir(mpath)); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("fs1: oid mark: %s: sync directory: %w", mpath, err)
 	}
-	return newOidMarkFile(mpath, f, oidSlot{seq: 1, next: next}, 0), nil
+	return newOidMarkFile(fsys, mpath, f, oidSlot{seq: 1, next: next}, 0), nil
 }
 
 // openOidMark opens the existing oid mark file mpath, whose content m is.
-func openOidMark(mpath string, m oidMark) (*oidMarkFile, error) {
-	f, err := os.OpenFile(mpath, os.O_RDWR, 0)
+func openOidMark(fsys vfs.FS, mpath string, m oidMark) (*oidMarkFile, error) {
+	f, err := fsys.OpenFile(mpath, os.O_RDWR, 0)
 	if err != nil {
 		return nil, fmt.Errorf("fs1: oid mark: %w", err)
 	}
-	return newOidMarkFile(mpath, f, m.slot, m.cur), nil
+	return newOidMarkFile(fsys, mpath, f, m.slot, m.cur), nil
 }
 
-func newOidMarkFile(mpath string, f *os.File, last oidSlot, cur int) *oidMarkFile {
+func newOidMarkFile(fsys vfs.FS, mpath string, f *os.File, last oidSlot, cur int) *oidMarkFile {
 	m := &oidMarkFile{path: mpath, f: f, last: last, cur: cur}
-	m.writeAt = f.WriteAt
-	m.sync = func() error { return datasync(f) }
+	m.writeAt = func(b []byte, off int64) (int, error) { return fsys.WriteAt(f, b, off) }
+	m.sync = func() error { return fsys.Sync(f) }
 	return m
 }
 
@@ -269,17 +270,6 @@ func (m *oidMarkFile) write(next zodb.Oid) error {
 
 func (m *oidMarkFile) close() error { return m.f.Close() }
 
-// syncDir fsyncs the directory dir, so that a file created or renamed in it
-// survives a power loss.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
-
 // oidAlloc hands out new oids for a writer (NewOids). Invariant: every oid
 // handed out is below mark.last.next, the durable mark.
 type oidAlloc struct {
@@ -300,7 +290,7 @@ type oidAlloc struct {
 // open sets a up for the FileStorage path whose largest stored oid
 // is maxOid (hasData: the file has transactions). With create (a new,
 // empty storage) any old mark file is replaced.
-func (a *oidAlloc) open(path string, create bool, maxOid zodb.Oid, hasData bool, logf func(string, ...interface{})) error {
+func (a *oidAlloc) open(fsys vfs.FS, path string, create bool, maxOid zodb.Oid, hasData bool, logf func(string, ...interface{})) error {
 	a.logf = logf
 	mpath := path + OidMarkSuffix
 	floor := maxOid + 1 // 1 for an empty storage: oid 0 is the root, stored explicitly
@@ -316,7 +306,7 @@ func (a *oidAlloc) open(path string, create bool, maxOid zodb.Oid, hasData bool,
 		if hasData {
 			logf("fs1: %s: no oid mark file: new oids start above the largest stored oid (%s); creating it", path, maxOid)
 		}
-		a.mark, err = createOidMark(mpath, floor)
+		a.mark, err = createOidMark(fsys, mpath, floor)
 		if err != nil {
 			return err
 		}
@@ -328,7 +318,7 @@ func (a *oidAlloc) open(path string, create bool, maxOid zodb.Oid, hasData bool,
 	if m.damaged != nil {
 		logf("fs1: warning: %v (a write torn by a crash?); using the other slot (seq %d, next oid %s)", m.damaged, m.slot.seq, m.slot.next)
 	}
-	a.mark, err = openOidMark(mpath, m)
+	a.mark, err = openOidMark(fsys, mpath, m)
 	if err != nil {
 		return err
 	}
@@ -494,11 +484,11 @@ func (fs *FileStorage) SetOidFloor(next zodb.Oid) error {
 // path (path + OidMarkSuffix) to at least next, creating the file if it is
 // missing. The caller holds the storage's lock file and has no writer open
 // on it (PackFile).
-func keepOidMark(path string, next zodb.Oid) error {
+func keepOidMark(fsys vfs.FS, path string, next zodb.Oid) error {
 	mpath := path + OidMarkSuffix
 	m, err := readOidMark(mpath)
 	if errors.Is(err, os.ErrNotExist) {
-		mf, err := createOidMark(mpath, next)
+		mf, err := createOidMark(fsys, mpath, next)
 		if err != nil {
 			return err
 		}
@@ -510,7 +500,7 @@ func keepOidMark(path string, next zodb.Oid) error {
 	if m.slot.next >= next {
 		return nil
 	}
-	mf, err := openOidMark(mpath, m)
+	mf, err := openOidMark(fsys, mpath, m)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/zodbd/zodbd/internal/vfs"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -94,7 +95,8 @@ func (fs *FileStorage) PackStats(ctx context.Context, at zodb.Tid, opt *PackOpti
 
 	s := fs.state.Load()
 	packPath := fs.path + ".pack"
-	dst, err := os.OpenFile(packPath, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o666)
+	fsys := fs.fsys
+	dst, err := fsys.OpenFile(packPath, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o666)
 	if err != nil {
 		return PackStats{}, fmt.Errorf("fs1: pack: %w", err)
 	}
@@ -103,13 +105,13 @@ func (fs *FileStorage) PackStats(ctx context.Context, at zodb.Tid, opt *PackOpti
 		if !installed {
 			dst.Close()
 			if _, serr := os.Stat(fs.path); serr == nil {
-				os.Remove(packPath)
+				fsys.Remove(packPath)
 			}
 		}
 	}()
 
 	// Step 1: pack what is published now.
-	p := NewPacker(s.file, fs.path, dst, at, &o)
+	p := NewPacker(s.file, fs.path, packDest{fsys, dst}, at, &o)
 	if err := p.Pack(ctx, s.end); err != nil {
 		return p.Stats(), err
 	}
@@ -118,7 +120,7 @@ func (fs *FileStorage) PackStats(ctx context.Context, at zodb.Tid, opt *PackOpti
 	}
 	// Most of the packed file reaches the disk before the commit lock is
 	// taken; the sync under the lock then only has the tail to write.
-	if err := dst.Sync(); err != nil {
+	if err := fsys.Sync(dst); err != nil {
 		return p.Stats(), fmt.Errorf("fs1: pack: %s: %w", packPath, err)
 	}
 
@@ -141,14 +143,14 @@ func (fs *FileStorage) PackStats(ctx context.Context, at zodb.Tid, opt *PackOpti
 	installed = true
 
 	if w.packOpt.PackDiscardOld {
-		if err := os.Remove(fs.path + ".old"); err != nil {
+		if err := fsys.Remove(fs.path + ".old"); err != nil {
 			fs.logf("fs1: warning: pack: %v", err)
 		}
 	}
 
 	// Step 3: the index of the packed file (a cache: without it the next
 	// Open scans the file).
-	if err := idx.SaveFile(fs.path+".index", size); err != nil {
+	if err := idx.saveFile(fsys, fs.path+".index", size); err != nil {
 		fs.logf("fs1: warning: %s is packed, but its index was not saved: %v", fs.path, err)
 	}
 	return st, nil
@@ -171,13 +173,13 @@ func (fs *FileStorage) installPacked(ctx context.Context, w *writer, p *Packer, 
 	if err := p.CopyTail(ctx, p.End(), w.pos); err != nil {
 		return nil, 0, err
 	}
-	if err := dst.Sync(); err != nil {
+	if err := fs.fsys.Sync(dst); err != nil {
 		return nil, 0, fmt.Errorf("fs1: pack: %s: %w", packPath, err)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, 0, err
 	}
-	if err := replaceWithPacked(fs.path, packPath); err != nil {
+	if err := replaceWithPacked(fs.fsys, fs.path, packPath); err != nil {
 		if _, serr := os.Stat(fs.path); serr != nil {
 			// The original was moved away and the packed file is not in
 			// its place: commits must stop until an operator looks.
@@ -214,29 +216,26 @@ func (w *writer) drain() error {
 // keeping the original as path.old (ZODB/py's pack-keep-old), and removes
 // path.index, which describes the original. When it fails before the
 // rename of packPath, path is untouched.
-func replaceWithPacked(path, packPath string) error {
+func replaceWithPacked(fsys vfs.FS, path, packPath string) error {
 	// From here the old index no longer matches the file.
-	if err := os.Remove(path + ".index"); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := fsys.Remove(path + ".index"); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("fs1: pack: %w", err)
 	}
 	oldPath := path + ".old"
-	if err := os.Remove(oldPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := fsys.Remove(oldPath); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("fs1: pack: %w", err)
 	}
 	// A hard link keeps path in place until the packed file replaces it
 	// (ZODB/py renames, leaving a moment without path); rename where
 	// links are not supported.
-	if err := os.Link(path, oldPath); err != nil {
-		if err := os.Rename(path, oldPath); err != nil {
+	if err := fsys.Link(path, oldPath); err != nil {
+		if err := fsys.Rename(path, oldPath); err != nil {
 			return fmt.Errorf("fs1: pack: %w", err)
 		}
 	}
-	if err := os.Rename(packPath, path); err != nil {
+	if err := fsys.Rename(packPath, path); err != nil {
 		return fmt.Errorf("fs1: pack: the packed file is %s, the original %s: %w", packPath, oldPath, err)
 	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		d.Sync()
-		d.Close()
-	}
+	fsys.SyncDir(filepath.Dir(path))
 	return nil
 }

@@ -50,6 +50,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/vfs"
 	"github.com/zodbd/zodbd/zodb"
 	"github.com/zodbd/zodbd/zodb/serialize"
 )
@@ -99,6 +100,11 @@ type PackOptions struct {
 	// Logf receives warnings (a torn tail left out, records whose
 	// references could not be read). nil means log.Printf.
 	Logf func(format string, args ...interface{})
+
+	// FS is the file system PackFile changes files through (nil: the
+	// operating system's); see Options.FS. The online pack uses the
+	// storage's.
+	FS vfs.FS
 }
 
 // PackStats describes a pack.
@@ -1327,7 +1333,11 @@ func PackFile(ctx context.Context, path string, at zodb.Tid, opt *PackOptions) (
 	if at == 0 {
 		return st, fmt.Errorf("fs1: pack %s: %w", path, ErrPackTime)
 	}
-	lock, err := acquireLock(path + ".lock")
+	var fsys vfs.FS = vfs.OS
+	if opt != nil && opt.FS != nil {
+		fsys = opt.FS
+	}
+	lock, err := acquireLock(fsys, path+".lock")
 	if err != nil {
 		if errors.Is(err, ErrLocked) {
 			return st, fmt.Errorf("fs1: pack %s: the storage is in use (%w); stop the server or program that has it open", path, err)
@@ -1345,15 +1355,15 @@ func PackFile(ctx context.Context, path string, at zodb.Tid, opt *PackOptions) (
 		return st, fmt.Errorf("fs1: pack: %w", err)
 	}
 	packPath := path + ".pack"
-	dst, err := os.OpenFile(packPath, os.O_RDWR|os.O_CREATE|os.O_TRUNC, fi.Mode().Perm())
+	dst, err := fsys.OpenFile(packPath, os.O_RDWR|os.O_CREATE|os.O_TRUNC, fi.Mode().Perm())
 	if err != nil {
 		return st, fmt.Errorf("fs1: pack: %w", err)
 	}
 	discard := func() {
 		dst.Close()
-		os.Remove(packPath)
+		fsys.Remove(packPath)
 	}
-	p := NewPacker(f, path, dst, at, opt)
+	p := NewPacker(f, path, packDest{fsys, dst}, at, opt)
 	if err := p.Pack(ctx, fi.Size()); err != nil {
 		discard()
 		return p.Stats(), err
@@ -1364,32 +1374,32 @@ func PackFile(ctx context.Context, path string, at zodb.Tid, opt *PackOptions) (
 		st.Duration = time.Since(t0)
 		return st, nil
 	}
-	if err := dst.Sync(); err != nil {
+	if err := fsys.Sync(dst); err != nil {
 		discard()
 		return st, fmt.Errorf("fs1: pack: %s: %w", packPath, err)
 	}
 	if err := dst.Close(); err != nil {
-		os.Remove(packPath)
+		fsys.Remove(packPath)
 		return st, fmt.Errorf("fs1: pack: %s: %w", packPath, err)
 	}
 	if err := ctx.Err(); err != nil {
-		os.Remove(packPath)
+		fsys.Remove(packPath)
 		return st, err
 	}
 	// The packed file may lack the objects with the largest oids: the oid
 	// mark keeps NewOids above them.
-	if err := keepOidMark(path, p.sourceMaxOid()+1); err != nil {
-		os.Remove(packPath)
+	if err := keepOidMark(fsys, path, p.sourceMaxOid()+1); err != nil {
+		fsys.Remove(packPath)
 		return st, err
 	}
 	// The point of no return.
-	if err := replaceWithPacked(path, packPath); err != nil {
+	if err := replaceWithPacked(fsys, path, packPath); err != nil {
 		if _, serr := os.Stat(path); serr == nil {
-			os.Remove(packPath) // the original is still in place
+			fsys.Remove(packPath) // the original is still in place
 		}
 		return st, err
 	}
-	if err := p.Index().SaveFile(path+".index", p.Size()); err != nil {
+	if err := p.Index().saveFile(fsys, path+".index", p.Size()); err != nil {
 		// The packed file is in place; without an index it is scanned
 		// when opened.
 		return st, fmt.Errorf("fs1: pack: %s is packed, but its index was not saved: %w", path, err)
@@ -1397,3 +1407,12 @@ func PackFile(ctx context.Context, path string, at zodb.Tid, opt *PackOptions) (
 	st.Duration = time.Since(t0)
 	return st, nil
 }
+
+// packDest is a packed file being written through a vfs.FS.
+type packDest struct {
+	fsys vfs.FS
+	f    *os.File
+}
+
+func (d packDest) ReadAt(b []byte, off int64) (int, error)  { return d.f.ReadAt(b, off) }
+func (d packDest) WriteAt(b []byte, off int64) (int, error) { return d.fsys.WriteAt(d.f, b, off) }

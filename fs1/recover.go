@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
+
+	"github.com/zodbd/zodbd/internal/vfs"
 )
 
 // recoverTail cuts off the torn tail that starts at pos of a file of size
@@ -19,7 +22,8 @@ import (
 //     are first saved in path.trN, N being the first number for which that
 //     file does not exist (.tr0, .tr1, ...), then the file is truncated.
 //
-// Both are logged. The truncation is made durable before Open returns.
+// Both are logged. The saved copy (data and name) is made durable before
+// the file is truncated, and the truncation before Open returns.
 func (fs *FileStorage) recoverTail(pos, size int64) error {
 	if size-pos < TxnHeaderFixSize {
 		fs.logf("fs1: warning: %s truncated at %d", fs.path, pos)
@@ -31,10 +35,10 @@ func (fs *FileStorage) recoverTail(pos, size int64) error {
 		}
 		fs.logf("fs1: warning: writing truncated data from %s to %s", fs.path, tr)
 	}
-	if err := fs.file.Truncate(pos); err != nil {
+	if err := fs.fsys.Truncate(fs.file, pos); err != nil {
 		return &Error{fs.path, pos, "torn tail", fmt.Errorf("truncate: %w", err)}
 	}
-	if err := datasync(fs.file); err != nil {
+	if err := fs.fsys.Sync(fs.file); err != nil {
 		return &Error{fs.path, pos, "torn tail", fmt.Errorf("fsync after truncate: %w", err)}
 	}
 	return nil
@@ -48,7 +52,7 @@ func (fs *FileStorage) saveTail(pos, size int64) (string, error) {
 	for i := 0; ; i++ {
 		name = fs.path + ".tr" + strconv.Itoa(i)
 		var err error
-		f, err = os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+		f, err = fs.fsys.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
 		if err == nil {
 			break
 		}
@@ -56,15 +60,19 @@ func (fs *FileStorage) saveTail(pos, size int64) (string, error) {
 			return name, err
 		}
 	}
-	_, err := io.Copy(f, io.NewSectionReader(fs.file, pos, size-pos))
+	_, err := io.Copy(&vfs.Writer{FS: fs.fsys, F: f}, io.NewSectionReader(fs.file, pos, size-pos))
 	if err == nil {
-		err = f.Sync()
+		err = fs.fsys.Sync(f)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
+	if err == nil {
+		// The name too, before the file is truncated.
+		err = fs.fsys.SyncDir(filepath.Dir(name))
+	}
 	if err != nil {
-		os.Remove(name)
+		fs.fsys.Remove(name)
 	}
 	return name, err
 }

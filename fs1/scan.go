@@ -104,7 +104,7 @@ func Scan(r io.ReaderAt, path string, from, size int64, prevTid zodb.Tid, idx *I
 		// tail of garbage (zeros after a crash) is a torn tail, not an
 		// invalid status.
 		if tlen < TxnHeaderFixSize+h.MetaLen() {
-			if tornGarbage(r, tpos, size) {
+			if tornTail(r, tpos, size) {
 				res.Torn = tpos
 				break
 			}
@@ -113,6 +113,10 @@ func Scan(r io.ReaderAt, path string, from, size int64, prevTid zodb.Tid, idx *I
 		switch zodb.TxnStatus(h.Status) {
 		case zodb.TxnComplete, zodb.TxnPacked, zodb.TxnInprogress:
 		default:
+			if tornTail(r, tpos, size) {
+				res.Torn = tpos
+				return res, nil
+			}
 			return fail(tpos, "transaction record", "invalid status %q", h.Status)
 		}
 		if h.Tid <= res.LastTid && res.LastTid != 0 {
@@ -188,4 +192,41 @@ func tornGarbage(r io.ReaderAt, pos, size int64) bool {
 	}
 	rtl := binary.BigEndian.Uint64(b[:])
 	return rtl < TxnHeaderFixSize || rtl > uint64(size) || size-int64(rtl) < pos
+}
+
+// tornTail reports whether the damaged transaction header at pos (an
+// impossible length or status) is the start of a tail that a crash left
+// half written rather than damage in the middle of the file: ZODB/py's
+// heuristic (tornGarbage: the last 8 bytes of the file are not a plausible
+// transaction length), or the last transaction of the file, found from
+// that length, is not one that committed (its header is the damaged one,
+// or its status is not ' ' or 'p', or its length disagrees).
+//
+// After a power loss, the transactions that were not made durable may
+// have reached the disk sector by sector in any order: the trailer of the
+// last one can be there while a header before it is still zeros. ZODB/py
+// refuses such a file ("invalid transaction header"); zodbd's writer
+// writes a transaction's status byte only once its data is durable
+// (groupcommit.go), so that no committed status follows the durable part
+// of the file, and treats the tail as torn (a read-write open saves it to
+// path.trN before truncating it).
+func tornTail(r io.ReaderAt, pos, size int64) bool {
+	if tornGarbage(r, pos, size) {
+		return true
+	}
+	var b [TxnHeaderFixSize]byte
+	if _, err := r.ReadAt(b[:8], size-8); err != nil {
+		return false
+	}
+	rtl := binary.BigEndian.Uint64(b[:8])
+	start := size - 8 - int64(rtl)
+	if start == pos {
+		return true
+	}
+	if _, err := r.ReadAt(b[:], start); err != nil {
+		return false
+	}
+	h := DecodeTxnHeaderFix(b[:])
+	committed := (h.Status == byte(zodb.TxnComplete) || h.Status == byte(zodb.TxnPacked)) && h.Len == rtl && h.Tid != 0
+	return !committed
 }

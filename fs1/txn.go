@@ -223,7 +223,8 @@ func (t *txn) vote() ([]zodb.Oid, error) {
 	}
 
 	if _, err := w.writeAt(buf, e.tpos); err != nil {
-		err = &Error{w.fs.path, e.tpos, "transaction record", fmt.Errorf("vote: write: %w", err)}
+		err = &Error{w.fs.path, e.tpos, "transaction record", fmt.Errorf("vote of transaction %s: write: %w", tid, err)}
+		w.fs.logf("%v", err)
 		w.truncateTo(e.tpos)
 		w.keepBuf(buf)
 		return nil, err
@@ -348,10 +349,11 @@ func (t *txn) checkConflicts() error {
 	return nil
 }
 
-// Finish implements zodb.Txn. It writes the status byte, makes the
-// transaction the head, queues it for the syncer and releases the commit
-// lock, then waits until the syncer reports the transaction durable (its
-// onCommit called and the transaction published) or failed. ctx is not
+// Finish implements zodb.Txn. It makes the transaction the head, queues
+// it for the syncer (which writes its status byte once its data is
+// durable, groupcommit.go) and releases the commit lock, then waits until
+// the syncer reports the transaction durable (its onCommit called and the
+// transaction published) or failed. ctx is not
 // used: a voted transaction is finished as soon as possible, whatever
 // happens to the caller.
 func (t *txn) Finish(ctx context.Context, onCommit func(tid zodb.Tid, oids []zodb.Oid)) (zodb.Tid, error) {
@@ -359,21 +361,21 @@ func (t *txn) Finish(ctx context.Context, onCommit func(tid zodb.Tid, oids []zod
 		return 0, zodb.ErrTxnState
 	}
 	w := t.w
-	status := [1]byte{byte(t.meta.Status)}
-	if _, err := w.writeAt(status[:], t.pos+16); err != nil {
-		err = &Error{w.fs.path, t.pos, "transaction record", fmt.Errorf("finish: write status: %w", err)}
-		w.fail(err)
-		w.truncateTo(t.pos)
-		t.state = txnAborted
-		w.commit.Unlock()
-		return 0, err
+	if w.oneSync {
+		if err := w.writeStatus(t.pos, byte(t.meta.Status), t.tid); err != nil {
+			w.fail(err)
+			w.truncateTo(t.pos)
+			t.state = txnAborted
+			w.commit.Unlock()
+			return 0, err
+		}
 	}
 	w.head, w.pos, w.lastTid = t.idx, t.end, t.tid
 	for _, r := range t.recs {
 		w.recent.put(t.pos+r.off, cachedRecord{tid: t.tid, noData: r.dataLen == 0 && r.back == 0})
 	}
 	t.recs = nil
-	e := &commitEntry{tid: t.tid, oids: t.oids, idx: t.idx, end: t.end, onCommit: onCommit, done: make(chan struct{})}
+	e := &commitEntry{tid: t.tid, oids: t.oids, idx: t.idx, pos: t.pos, status: byte(t.meta.Status), flipped: w.oneSync, end: t.end, onCommit: onCommit, done: make(chan struct{})}
 	t.state = txnFinished
 	t.idx = nil
 	w.enqueue(e)

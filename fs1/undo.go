@@ -74,7 +74,7 @@ func (fs *FileStorage) UndoLog(ctx context.Context, first, last int) ([]zodb.Und
 func (w *writer) findTxn(tid zodb.Tid, stopAtPack bool) (pos int64, ok bool, err error) {
 	var th TxnHeader
 	for pos = w.pos; pos > HeaderSize; pos = th.Pos {
-		if err := th.LoadPrev(w.fs.file, w.fs.path, pos, w.pos); err != nil {
+		if err := th.LoadPrev(w.headFile(), w.fs.path, pos, w.pos); err != nil {
 			return 0, false, err
 		}
 		if th.Tid == tid {
@@ -98,7 +98,7 @@ func (w *writer) restoreBackpointer(oid zodb.Oid, data []byte, prevTid zodb.Tid)
 	if err != nil || !ok {
 		return 0, err
 	}
-	f, path := w.fs.file, w.fs.path
+	f, path := w.headFile(), w.fs.path
 	var th TxnHeader
 	if err := th.Load(f, path, tpos, w.pos); err != nil {
 		return 0, err
@@ -139,7 +139,7 @@ func (w *writer) restoreBackpointer(oid zodb.Oid, data []byte, prevTid zodb.Tid)
 // is returned.
 func (e *txnEncoder) undo(tid zodb.Tid) ([]zodb.Oid, error) {
 	w := e.w
-	f, path := w.fs.file, w.fs.path
+	f, path := w.headFile(), w.fs.path
 	tpos, ok, err := w.findTxn(tid, true)
 	if err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/vfs"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -20,11 +21,11 @@ import (
 // writer's head index, encodes the whole transaction record with status
 // 'c' into a reusable buffer and writes it with one pwrite at the end of
 // the finished data; it also derives the index the transaction leads to
-// (Index.Clone + Set: O(oids written)). Finish writes the status byte
-// (' ', or 'p' for a restored packed transaction), makes the transaction
-// the writer's new head, hands it to the syncer and releases the commit
-// lock; it then waits until the syncer has made its bytes durable
-// (groupcommit.go).
+// (Index.Clone + Set: O(oids written)). Finish makes the transaction the
+// writer's new head, hands it to the syncer and releases the commit lock;
+// it then waits until the syncer has made its bytes durable, written its
+// status byte (' ', or 'p' for a restored packed transaction) and made
+// that durable too (groupcommit.go).
 //
 // Two views of the storage exist at any time:
 //
@@ -37,7 +38,9 @@ import (
 //     UndoLog) see. The syncer publishes it after each fsync.
 //
 // The file on disk is: the published transactions, then the finished ones
-// waiting for an fsync, then at most one voted transaction with status 'c'.
+// waiting for the syncer (with status 'c' until their data is durable and
+// the syncer writes their status byte), then at most one voted transaction
+// with status 'c'.
 
 // writer is the state of a FileStorage opened with Options.ReadWrite.
 type writer struct {
@@ -45,6 +48,7 @@ type writer struct {
 	lock    *lockFile
 	now     func() time.Time
 	noGroup bool
+	oneSync bool // Options.SingleFsync: Finish writes the status byte
 
 	commit commitLock
 
@@ -67,7 +71,8 @@ type writer struct {
 	cond     sync.Cond
 	queue    []*commitEntry // finished, waiting for an fsync, in commit order
 	spare    []*commitEntry
-	failed   error // a write or fsync failed: the storage refuses commits
+	flips    []statusFlip // finished transactions whose status byte is not written yet, in commit order
+	failed   error        // a write or fsync failed: the storage refuses commits
 	stopping bool
 	stopped  chan struct{}
 	nsync    atomic.Int64 // fsyncs done by the syncer (tests)
@@ -94,7 +99,8 @@ var ErrClosed = errors.New("fs1: storage closed")
 // (recoverTail), saves path.index if it had to scan the whole file, and
 // starts the syncer. The tids of new transactions follow opt.Now.
 func openWriter(path string, opt *Options, logf func(string, ...interface{})) (*FileStorage, error) {
-	lock, err := acquireLock(path + ".lock")
+	fsys := vfs.Or(opt.FS)
+	lock, err := acquireLock(fsys, path+".lock")
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +108,7 @@ func openWriter(path string, opt *Options, logf func(string, ...interface{})) (*
 	if opt.Create {
 		flags |= os.O_TRUNC
 	}
-	f, err := os.OpenFile(path, flags, 0o666)
+	f, err := fsys.OpenFile(path, flags, 0o666)
 	if err != nil {
 		lock.release()
 		return nil, fmt.Errorf("fs1: %w", err)
@@ -114,11 +120,11 @@ func openWriter(path string, opt *Options, logf func(string, ...interface{})) (*
 	}
 	if opt.Create {
 		// A new storage: the old index, if any, describes another file.
-		if err := os.Remove(path + ".index"); err != nil && !os.IsNotExist(err) {
+		if err := fsys.Remove(path + ".index"); err != nil && !os.IsNotExist(err) {
 			return fail(fmt.Errorf("fs1: %w", err))
 		}
 	}
-	fs := &FileStorage{path: path, file: f, logf: logf}
+	fs := &FileStorage{path: path, file: f, logf: logf, fsys: fsys}
 	fromIndex, err := fs.load(true)
 	if err != nil {
 		return fail(err)
@@ -129,6 +135,7 @@ func openWriter(path string, opt *Options, logf func(string, ...interface{})) (*
 		lock:    lock,
 		now:     opt.Now,
 		noGroup: opt.NoGroupCommit,
+		oneSync: opt.SingleFsync,
 		packOpt: *opt,
 		head:    s.index,
 		pos:     s.end,
@@ -138,14 +145,14 @@ func openWriter(path string, opt *Options, logf func(string, ...interface{})) (*
 	if w.now == nil {
 		w.now = time.Now
 	}
-	if err := w.oids.open(path, opt.Create, s.index.MaxOid(), s.end > HeaderSize, logf); err != nil {
+	if err := w.oids.open(fsys, path, opt.Create, s.index.MaxOid(), s.end > HeaderSize, logf); err != nil {
 		return fail(err)
 	}
 	w.cond.L = &w.mu
 	// Through fs.file, not f: a pack may replace the file.
-	w.writeAt = func(b []byte, off int64) (int, error) { return fs.file.WriteAt(b, off) }
-	w.truncate = func(size int64) error { return fs.file.Truncate(size) }
-	w.sync = func() error { return datasync(fs.file) }
+	w.writeAt = func(b []byte, off int64) (int, error) { return fsys.WriteAt(fs.file, b, off) }
+	w.truncate = func(size int64) error { return fsys.Truncate(fs.file, size) }
+	w.sync = func() error { return fsys.Sync(fs.file) }
 	fs.w = w
 	if s.lastTid != 0 {
 		if ahead := s.lastTid.Time().Sub(w.now()); ahead > 0 {
@@ -154,7 +161,7 @@ func openWriter(path string, opt *Options, logf func(string, ...interface{})) (*
 	}
 	if !fromIndex {
 		// As ZODB/py does after building the index by scanning.
-		if err := s.index.SaveFile(path+".index", s.end); err != nil {
+		if err := s.index.saveFile(fsys, path+".index", s.end); err != nil {
 			logf("fs1: warning: %v", err)
 		}
 	}
@@ -267,7 +274,7 @@ func (w *writer) close() error {
 		return nil
 	}
 	s := w.fs.state.Load()
-	if err := s.index.SaveFile(w.fs.path+".index", s.end); err != nil {
+	if err := s.index.saveFile(w.fs.fsys, w.fs.path+".index", s.end); err != nil {
 		// The index is a cache: Open rebuilds it by scanning.
 		w.fs.logf("fs1: warning: error saving index on close: %v", err)
 	}
