@@ -28,15 +28,9 @@ import (
 
 // VoteResolving implements zodb.ResolvingTxn.
 func (t *txn) VoteResolving(ctx context.Context, resolve zodb.Resolver) ([]zodb.Oid, error) {
-	w := t.w
 	switch t.state {
 	case txnRecording:
-		if err := w.usable(); err != nil {
-			t.state = txnAborted
-			return nil, err
-		}
-		if err := w.commit.Lock(ctx); err != nil {
-			t.state = txnAborted
+		if err := t.lock(ctx); err != nil {
 			return nil, err
 		}
 	case txnConflicted:

@@ -124,16 +124,24 @@ func (t *txn) Vote(ctx context.Context) ([]zodb.Oid, error) {
 	if t.state != txnRecording {
 		return nil, zodb.ErrTxnState
 	}
-	w := t.w
-	if err := w.usable(); err != nil {
-		t.state = txnAborted
-		return nil, err
-	}
-	if err := w.commit.Lock(ctx); err != nil {
-		t.state = txnAborted
+	if err := t.lock(ctx); err != nil {
 		return nil, err
 	}
 	return t.voteLocked()
+}
+
+// lock takes the commit lock for a recording transaction's vote; on error
+// the transaction is aborted.
+func (t *txn) lock(ctx context.Context) error {
+	w := t.w
+	err := w.usable()
+	if err == nil {
+		err = w.commit.Lock(ctx)
+	}
+	if err != nil {
+		t.state = txnAborted
+	}
+	return err
 }
 
 // voteLocked runs vote under the commit lock and moves t to its next state:
