@@ -3,6 +3,8 @@ package resolve
 import (
 	"bytes"
 	"math"
+
+	"github.com/zodbd/zodbd/internal/pickle"
 )
 
 // item is one key (and value) of a bucket: nodes for the object and fs
@@ -444,7 +446,7 @@ func (r *resolver) merge(ci *classInfo, b *[3]bucket) error {
 // ((state,),).
 func (r *resolver) encodeBucket(ci *classInfo, next int32) {
 	e := &r.e
-	e.op(opMark)
+	e.op(pickle.OpMark)
 	for i := range r.out {
 		it := &r.out[i]
 		r.encodeData(ci.key, it.key, it.k)
@@ -452,15 +454,15 @@ func (r *resolver) encodeBucket(ci *classInfo, next int32) {
 			r.encodeData(ci.val, it.val, it.v)
 		}
 	}
-	e.op(opTuple)
+	e.op(pickle.OpTuple)
 	if next >= 0 {
 		e.value(next)
-		e.op(opTuple2)
+		e.op(pickle.OpTuple2)
 	} else {
-		e.op(opTuple1)
+		e.op(pickle.OpTuple1)
 	}
 	if ci.kind == cTree || ci.kind == cTreeSet {
-		e.op(opTuple1, opTuple1)
+		e.op(pickle.OpTuple1, pickle.OpTuple1)
 	}
 }
 

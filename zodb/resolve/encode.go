@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"math"
 	"math/big"
+
+	"github.com/zodbd/zodbd/internal/pickle"
 )
 
 // encoder writes a pickle (protocol 3 opcodes) of decoded values. A value
@@ -26,21 +28,21 @@ func (e *encoder) value(i int32) {
 	if nd.memo > 0 {
 		idx := uint32(nd.memo - 1)
 		if idx < 256 {
-			e.op(opBinget, byte(idx))
+			e.op(pickle.OpBinget, byte(idx))
 		} else {
-			e.op(opLongBinget)
+			e.op(pickle.OpLongBinget)
 			e.u32(idx)
 		}
 		return
 	}
 	switch nd.k {
 	case kNone:
-		e.op(opNone)
+		e.op(pickle.OpNone)
 	case kBool:
 		if nd.i != 0 {
-			e.op(opNewtrue)
+			e.op(pickle.OpNewtrue)
 		} else {
-			e.op(opNewfalse)
+			e.op(pickle.OpNewfalse)
 		}
 	case kInt:
 		e.int(nd.i)
@@ -49,61 +51,61 @@ func (e *encoder) value(i int32) {
 	case kFloat:
 		e.float(math.Float64frombits(uint64(nd.i)))
 	case kStr:
-		e.op(opBinunicode)
+		e.op(pickle.OpBinunicode)
 		e.u32(uint32(len(nd.b)))
 		e.buf = append(e.buf, nd.b...)
 	case kBytes:
 		e.bytes(nd.b)
 	case kGlobal:
-		e.op(opGlobal)
+		e.op(pickle.OpGlobal)
 		e.buf = append(e.buf, nd.b...)
 		e.op('\n')
 	case kTuple:
 		kids := e.d.children(nd)
 		switch len(kids) {
 		case 0:
-			e.op(opEmptyTuple)
+			e.op(pickle.OpEmptyTuple)
 		case 1, 2, 3:
 			for _, k := range kids {
 				e.value(k)
 			}
-			e.op(opTuple1 + byte(len(kids)-1))
+			e.op(pickle.OpTuple1 + byte(len(kids)-1))
 		default:
-			e.op(opMark)
+			e.op(pickle.OpMark)
 			for _, k := range kids {
 				e.value(k)
 			}
-			e.op(opTuple)
+			e.op(pickle.OpTuple)
 		}
 	case kList, kDict:
 		kids := e.d.children(nd)
 		if nd.k == kList {
-			e.op(opEmptyList)
+			e.op(pickle.OpEmptyList)
 		} else {
-			e.op(opEmptyDict)
+			e.op(pickle.OpEmptyDict)
 		}
 		if len(kids) > 0 {
-			e.op(opMark)
+			e.op(pickle.OpMark)
 			for _, k := range kids {
 				e.value(k)
 			}
 			if nd.k == kList {
-				e.op(opAppends)
+				e.op(pickle.OpAppends)
 			} else {
-				e.op(opSetitems)
+				e.op(pickle.OpSetitems)
 			}
 		}
 	case kRef:
 		e.value(e.d.kids[nd.start])
-		e.op(opBinpersid)
+		e.op(pickle.OpBinpersid)
 	}
 	if nd.flags&fShared != 0 {
 		idx := e.nmemo
 		e.nmemo++
 		if idx < 256 {
-			e.op(opBinput, byte(idx))
+			e.op(pickle.OpBinput, byte(idx))
 		} else {
-			e.op(opLongBinput)
+			e.op(pickle.OpLongBinput)
 			e.u32(idx)
 		}
 		nd.memo = int32(idx + 1)
@@ -113,11 +115,11 @@ func (e *encoder) value(i int32) {
 func (e *encoder) int(x int64) {
 	switch {
 	case x >= 0 && x < 1<<8:
-		e.op(opBinint1, byte(x))
+		e.op(pickle.OpBinint1, byte(x))
 	case x >= 0 && x < 1<<16:
-		e.op(opBinint2, byte(x), byte(x>>8))
+		e.op(pickle.OpBinint2, byte(x), byte(x>>8))
 	case x >= math.MinInt32 && x <= math.MaxInt32:
-		e.op(opBinint)
+		e.op(pickle.OpBinint)
 		e.u32(uint32(x))
 	default:
 		var b [8]byte
@@ -126,7 +128,7 @@ func (e *encoder) int(x int64) {
 		for n > 1 && ((b[n-1] == 0 && b[n-2] < 0x80) || (b[n-1] == 0xff && b[n-2] >= 0x80)) {
 			n--
 		}
-		e.op(opLong1, byte(n))
+		e.op(pickle.OpLong1, byte(n))
 		e.buf = append(e.buf, b[:n]...)
 	}
 }
@@ -136,7 +138,7 @@ func (e *encoder) uint(x uint64) {
 		e.int(int64(x))
 		return
 	}
-	e.op(opLong1, 9)
+	e.op(pickle.OpLong1, 9)
 	e.buf = binary.LittleEndian.AppendUint64(e.buf, x)
 	e.op(0)
 }
@@ -144,9 +146,9 @@ func (e *encoder) uint(x uint64) {
 // long writes an int from its little-endian two's complement bytes.
 func (e *encoder) long(b []byte) {
 	if len(b) < 256 {
-		e.op(opLong1, byte(len(b)))
+		e.op(pickle.OpLong1, byte(len(b)))
 	} else {
-		e.op(opLong4)
+		e.op(pickle.OpLong4)
 		e.u32(uint32(len(b)))
 	}
 	e.buf = append(e.buf, b...)
@@ -161,15 +163,15 @@ func (e *encoder) bigInt(x *big.Int) {
 }
 
 func (e *encoder) float(f float64) {
-	e.op(opBinfloat)
+	e.op(pickle.OpBinfloat)
 	e.buf = binary.BigEndian.AppendUint64(e.buf, math.Float64bits(f))
 }
 
 func (e *encoder) bytes(b []byte) {
 	if len(b) < 256 {
-		e.op(opShortBinbytes, byte(len(b)))
+		e.op(pickle.OpShortBinbytes, byte(len(b)))
 	} else {
-		e.op(opBinbytes)
+		e.op(pickle.OpBinbytes)
 		e.u32(uint32(len(b)))
 	}
 	e.buf = append(e.buf, b...)

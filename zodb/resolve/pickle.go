@@ -6,6 +6,8 @@ import (
 	"math"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/zodbd/zodbd/internal/pickle"
 )
 
 // kind is the Python type of a decoded value.
@@ -324,13 +326,13 @@ func (d *decoder) decode(data []byte, pos int) (root int32, next int, err error)
 		}
 		var v int32 = -1 // a new value to push
 		switch op {
-		case opStop:
+		case pickle.OpStop:
 			r, err := d.pop()
 			if err != nil {
 				return 0, pos, err
 			}
 			return r, pos, nil
-		case opProto:
+		case pickle.OpProto:
 			b, ok := read(1)
 			if !ok {
 				return 0, pos, errTruncated
@@ -338,22 +340,22 @@ func (d *decoder) decode(data []byte, pos int) (root int32, next int, err error)
 			if b[0] > 3 {
 				return 0, pos, unsupported("pickle protocol %d", b[0])
 			}
-		case opMark:
+		case pickle.OpMark:
 			d.marks = append(d.marks, int32(len(d.stack)))
-		case opPop:
+		case pickle.OpPop:
 			n := len(d.stack)
 			if len(d.marks) > 0 && int(d.marks[len(d.marks)-1]) == n {
 				d.marks = d.marks[:len(d.marks)-1]
 			} else if _, err := d.pop(); err != nil {
 				return 0, pos, err
 			}
-		case opPopMark:
+		case pickle.OpPopMark:
 			i, err := d.popMark()
 			if err != nil {
 				return 0, pos, err
 			}
 			d.stack = d.stack[:i]
-		case opDup:
+		case pickle.OpDup:
 			n := len(d.stack)
 			if n <= d.fence() {
 				return 0, pos, errUnderflow
@@ -361,32 +363,32 @@ func (d *decoder) decode(data []byte, pos int) (root int32, next int, err error)
 			v = d.stack[n-1]
 			d.nodes[v].flags |= fSealed | fShared
 
-		case opNone:
+		case pickle.OpNone:
 			v = d.newNode(kNone)
-		case opNewtrue, opNewfalse:
+		case pickle.OpNewtrue, pickle.OpNewfalse:
 			v = d.newNode(kBool)
-			if op == opNewtrue {
+			if op == pickle.OpNewtrue {
 				d.nodes[v].i = 1
 			}
-		case opBinint1:
+		case pickle.OpBinint1:
 			b, ok := read(1)
 			if !ok {
 				return 0, pos, errTruncated
 			}
 			v = d.intNode(int64(b[0]))
-		case opBinint2:
+		case pickle.OpBinint2:
 			b, ok := read(2)
 			if !ok {
 				return 0, pos, errTruncated
 			}
 			v = d.intNode(int64(binary.LittleEndian.Uint16(b)))
-		case opBinint:
+		case pickle.OpBinint:
 			b, ok := read(4)
 			if !ok {
 				return 0, pos, errTruncated
 			}
 			v = d.intNode(int64(int32(binary.LittleEndian.Uint32(b))))
-		case opInt:
+		case pickle.OpInt:
 			l, ok := line()
 			if !ok {
 				return 0, pos, errTruncated
@@ -407,7 +409,7 @@ func (d *decoder) decode(data []byte, pos int) (root int32, next int, err error)
 					v = d.intNode(x)
 				}
 			}
-		case opLong:
+		case pickle.OpLong:
 			l, ok := line()
 			if !ok {
 				return 0, pos, errTruncated
@@ -420,9 +422,9 @@ func (d *decoder) decode(data []byte, pos int) (root int32, next int, err error)
 				return 0, pos, unsupported("LONG argument %q", l)
 			}
 			v = d.intNode(x)
-		case opLong1, opLong4:
+		case pickle.OpLong1, pickle.OpLong4:
 			var n int64
-			if op == opLong1 {
+			if op == pickle.OpLong1 {
 				b, ok := read(1)
 				if !ok {
 					return 0, pos, errTruncated
@@ -445,7 +447,7 @@ func (d *decoder) decode(data []byte, pos int) (root int32, next int, err error)
 			if v, err = d.longNode(b); err != nil {
 				return 0, pos, err
 			}
-		case opBinfloat:
+		case pickle.OpBinfloat:
 			b, ok := read(8)
 			if !ok {
 				return 0, pos, errTruncated
@@ -453,7 +455,7 @@ func (d *decoder) decode(data []byte, pos int) (root int32, next int, err error)
 			if v, err = d.floatNode(math.Float64frombits(binary.BigEndian.Uint64(b))); err != nil {
 				return 0, pos, err
 			}
-		case opFloat:
+		case pickle.OpFloat:
 			l, ok := line()
 			if !ok {
 				return 0, pos, errTruncated
@@ -466,9 +468,9 @@ func (d *decoder) decode(data []byte, pos int) (root int32, next int, err error)
 				return 0, pos, err
 			}
 
-		case opBinunicode, opBinbytes, opBinstring, opShortBinbytes, opShortBinstring:
+		case pickle.OpBinunicode, pickle.OpBinbytes, pickle.OpBinstring, pickle.OpShortBinbytes, pickle.OpShortBinstring:
 			var n int64
-			if op == opShortBinbytes || op == opShortBinstring {
+			if op == pickle.OpShortBinbytes || op == pickle.OpShortBinstring {
 				b, ok := read(1)
 				if !ok {
 					return 0, pos, errTruncated
@@ -480,7 +482,7 @@ func (d *decoder) decode(data []byte, pos int) (root int32, next int, err error)
 					return 0, pos, errTruncated
 				}
 				n = int64(binary.LittleEndian.Uint32(b))
-				if op == opBinstring {
+				if op == pickle.OpBinstring {
 					n = int64(int32(n))
 					if n < 0 {
 						return 0, pos, unsupported("BINSTRING pickle has negative byte count")
@@ -493,12 +495,12 @@ func (d *decoder) decode(data []byte, pos int) (root int32, next int, err error)
 			b, _ := read(int(n))
 			k := kBytes
 			switch op {
-			case opBinunicode:
+			case pickle.OpBinunicode:
 				if !validUTF8Surrogates(b) {
 					return 0, pos, unsupported("invalid UTF-8 in unicode string")
 				}
 				k = kStr
-			case opBinstring, opShortBinstring:
+			case pickle.OpBinstring, pickle.OpShortBinstring:
 				// A Python 2 str: the unpickler decodes it as ASCII.
 				if !isASCII(b) {
 					return 0, pos, unsupported("Python 2 string that is not ASCII")
@@ -508,7 +510,7 @@ func (d *decoder) decode(data []byte, pos int) (root int32, next int, err error)
 			if v, err = d.leaf(k, b); err != nil {
 				return 0, pos, err
 			}
-		case opString:
+		case pickle.OpString:
 			l, ok := line()
 			if !ok {
 				return 0, pos, errTruncated
@@ -526,7 +528,7 @@ func (d *decoder) decode(data []byte, pos int) (root int32, next int, err error)
 			if v, err = d.leaf(kStr, l); err != nil {
 				return 0, pos, err
 			}
-		case opUnicode:
+		case pickle.OpUnicode:
 			l, ok := line()
 			if !ok {
 				return 0, pos, errTruncated
@@ -546,42 +548,42 @@ func (d *decoder) decode(data []byte, pos int) (root int32, next int, err error)
 				return 0, pos, err
 			}
 
-		case opEmptyTuple:
+		case pickle.OpEmptyTuple:
 			v = d.newNode(kTuple)
-		case opTuple1, opTuple2, opTuple3:
-			n := int(op-opTuple1) + 1
+		case pickle.OpTuple1, pickle.OpTuple2, pickle.OpTuple3:
+			n := int(op-pickle.OpTuple1) + 1
 			if len(d.stack)-n < d.fence() {
 				return 0, pos, errUnderflow
 			}
 			if err := d.container(kTuple, len(d.stack)-n); err != nil {
 				return 0, pos, err
 			}
-		case opTuple, opList, opDict:
+		case pickle.OpTuple, pickle.OpList, pickle.OpDict:
 			i, err := d.popMark()
 			if err != nil {
 				return 0, pos, err
 			}
 			k := kTuple
-			if op == opList {
+			if op == pickle.OpList {
 				k = kList
-			} else if op == opDict {
+			} else if op == pickle.OpDict {
 				k = kDict
 			}
 			if err := d.container(k, i); err != nil {
 				return 0, pos, err
 			}
-		case opEmptyList:
+		case pickle.OpEmptyList:
 			v = d.newNode(kList)
 			d.nodes[v].flags |= fUnhashable
-		case opEmptyDict:
+		case pickle.OpEmptyDict:
 			v = d.newNode(kDict)
 			d.nodes[v].flags |= fUnhashable
-		case opAppend, opAppends, opSetitem, opSetitems:
+		case pickle.OpAppend, pickle.OpAppends, pickle.OpSetitem, pickle.OpSetitems:
 			x := len(d.stack) - 1 // APPEND: the item
-			if op == opSetitem {
+			if op == pickle.OpSetitem {
 				x = len(d.stack) - 2
 			}
-			if op == opAppends || op == opSetitems {
+			if op == pickle.OpAppends || op == pickle.OpSetitems {
 				if x, err = d.popMark(); err != nil {
 					return 0, pos, err
 				}
@@ -595,7 +597,7 @@ func (d *decoder) decode(data []byte, pos int) (root int32, next int, err error)
 			t := d.stack[x-1]
 			tn := &d.nodes[t]
 			want := kList
-			if op == opSetitem || op == opSetitems {
+			if op == pickle.OpSetitem || op == pickle.OpSetitems {
 				want = kDict
 			}
 			if tn.k != want {
@@ -620,7 +622,7 @@ func (d *decoder) decode(data []byte, pos int) (root int32, next int, err error)
 			}
 			d.stack = d.stack[:x]
 
-		case opGet, opBinget, opLongBinget:
+		case pickle.OpGet, pickle.OpBinget, pickle.OpLongBinget:
 			idx, err := memoArg(op, read, line)
 			if err != nil {
 				return 0, pos, err
@@ -630,7 +632,7 @@ func (d *decoder) decode(data []byte, pos int) (root int32, next int, err error)
 			}
 			v = d.memo[idx] - 1
 			d.nodes[v].flags |= fSealed | fShared
-		case opPut, opBinput, opLongBinput:
+		case pickle.OpPut, pickle.OpBinput, pickle.OpLongBinput:
 			idx, err := memoArg(op, read, line)
 			if err != nil {
 				return 0, pos, err
@@ -646,7 +648,7 @@ func (d *decoder) decode(data []byte, pos int) (root int32, next int, err error)
 			}
 			d.memo[idx] = d.stack[len(d.stack)-1] + 1
 
-		case opGlobal:
+		case pickle.OpGlobal:
 			start := pos
 			if _, ok := line(); !ok {
 				return 0, pos, errTruncated
@@ -661,7 +663,7 @@ func (d *decoder) decode(data []byte, pos int) (root int32, next int, err error)
 			if v, err = d.leaf(kGlobal, g); err != nil {
 				return 0, pos, err
 			}
-		case opPersid:
+		case pickle.OpPersid:
 			l, ok := line()
 			if !ok {
 				return 0, pos, errTruncated
@@ -676,7 +678,7 @@ func (d *decoder) decode(data []byte, pos int) (root int32, next int, err error)
 			if v, err = d.ref(p); err != nil {
 				return 0, pos, err
 			}
-		case opBinpersid:
+		case pickle.OpBinpersid:
 			p, err := d.pop()
 			if err != nil {
 				return 0, pos, err
@@ -685,7 +687,7 @@ func (d *decoder) decode(data []byte, pos int) (root int32, next int, err error)
 				return 0, pos, err
 			}
 
-		case opReduce, opBuild, opNewobj, opInst, opObj, opExt1, opExt2, opExt4:
+		case pickle.OpReduce, pickle.OpBuild, pickle.OpNewobj, pickle.OpInst, pickle.OpObj, pickle.OpExt1, pickle.OpExt2, pickle.OpExt4:
 			return 0, pos, unsupported("pickle builds an object (%s)", opName(op))
 		default:
 			return 0, pos, unsupported("invalid load key %#x", op)
@@ -700,13 +702,13 @@ func (d *decoder) decode(data []byte, pos int) (root int32, next int, err error)
 // LONG_BINPUT.
 func memoArg(op byte, read func(int) ([]byte, bool), line func() ([]byte, bool)) (int64, error) {
 	switch op {
-	case opBinget, opBinput:
+	case pickle.OpBinget, pickle.OpBinput:
 		b, ok := read(1)
 		if !ok {
 			return 0, errTruncated
 		}
 		return int64(b[0]), nil
-	case opLongBinget, opLongBinput:
+	case pickle.OpLongBinget, pickle.OpLongBinput:
 		b, ok := read(4)
 		if !ok {
 			return 0, errTruncated
@@ -963,23 +965,23 @@ func kindName(k kind) string {
 
 func opName(op byte) string {
 	switch op {
-	case opAppend:
+	case pickle.OpAppend:
 		return "APPEND"
-	case opAppends:
+	case pickle.OpAppends:
 		return "APPENDS"
-	case opSetitem:
+	case pickle.OpSetitem:
 		return "SETITEM"
-	case opSetitems:
+	case pickle.OpSetitems:
 		return "SETITEMS"
-	case opReduce:
+	case pickle.OpReduce:
 		return "REDUCE"
-	case opBuild:
+	case pickle.OpBuild:
 		return "BUILD"
-	case opNewobj:
+	case pickle.OpNewobj:
 		return "NEWOBJ"
-	case opInst:
+	case pickle.OpInst:
 		return "INST"
-	case opObj:
+	case pickle.OpObj:
 		return "OBJ"
 	}
 	return fmt.Sprintf("opcode %#x", op)

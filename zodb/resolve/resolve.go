@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/zodbd/zodbd/internal/pickle"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -195,7 +196,7 @@ func (r *resolver) resolve(old, committed, new []byte) ([]byte, error) {
 // committed, new) of class ci to r.e.buf.
 func (r *resolver) resolveState(ci *classInfo, states *[3]int32) error {
 	e := &r.e
-	e.buf = append(e.buf[:0], opProto, 3)
+	e.buf = append(e.buf[:0], pickle.OpProto, 3)
 	e.nmemo = 0
 	switch ci.kind {
 	case cLength:
@@ -232,7 +233,7 @@ func (r *resolver) resolveState(ci *classInfo, states *[3]int32) error {
 		}
 		r.encodeBucket(ci, r.b[0].next)
 	}
-	e.op(opStop)
+	e.op(pickle.OpStop)
 	return nil
 }
 

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/zodbd/zodbd/internal/pickle"
 )
 
 // noload runs the pickle that starts at data[pos] the way zodbpickle's
@@ -50,37 +52,37 @@ func (s *Scanner) noload(data []byte, pos int) (next, where int, err error) {
 			return b, true
 		}
 		switch op {
-		case opStop:
+		case pickle.OpStop:
 			if _, err := s.pop(); err != nil {
 				return pos, where, err
 			}
 			return pos, where, nil
 
-		case opNone:
+		case pickle.OpNone:
 			s.push(value{k: kNone})
-		case opNewtrue:
+		case pickle.OpNewtrue:
 			s.push(boolValue(1))
-		case opNewfalse:
+		case pickle.OpNewfalse:
 			s.push(boolValue(0))
-		case opBinint:
+		case pickle.OpBinint:
 			b, ok := read(4)
 			if !ok {
 				return pos, where, errTruncated
 			}
 			s.push(intValue(int64(int32(binary.LittleEndian.Uint32(b)))))
-		case opBinint1:
+		case pickle.OpBinint1:
 			b, ok := read(1)
 			if !ok {
 				return pos, where, errTruncated
 			}
 			s.push(intValue(int64(b[0])))
-		case opBinint2:
+		case pickle.OpBinint2:
 			b, ok := read(2)
 			if !ok {
 				return pos, where, errTruncated
 			}
 			s.push(intValue(int64(binary.LittleEndian.Uint16(b))))
-		case opInt:
+		case pickle.OpInt:
 			l, ok := line()
 			if !ok || len(l) < 1 {
 				return pos, where, errTruncated
@@ -94,7 +96,7 @@ func (s *Scanner) noload(data []byte, pos int) (next, where int, err error) {
 			default:
 				s.push(intValue(x))
 			}
-		case opLong:
+		case pickle.OpLong:
 			l, ok := line()
 			if !ok || len(l) < 1 {
 				return pos, where, errTruncated
@@ -105,9 +107,9 @@ func (s *Scanner) noload(data []byte, pos int) (next, where int, err error) {
 			} else {
 				s.push(value{k: kInt})
 			}
-		case opLong1, opLong4:
+		case pickle.OpLong1, pickle.OpLong4:
 			nb := 1
-			if op == opLong4 {
+			if op == pickle.OpLong4 {
 				nb = 4
 			}
 			b, ok := read(nb)
@@ -126,29 +128,29 @@ func (s *Scanner) noload(data []byte, pos int) (next, where int, err error) {
 			}
 			b, _ = read(int(n))
 			s.push(longValue(b))
-		case opFloat:
+		case pickle.OpFloat:
 			l, ok := line()
 			if !ok || len(l) < 1 {
 				return pos, where, errTruncated
 			}
 			s.push(value{k: kFloat})
-		case opBinfloat:
+		case pickle.OpBinfloat:
 			if _, ok := read(8); !ok {
 				return pos, where, errTruncated
 			}
 			s.push(value{k: kFloat})
 
-		case opBinstring, opShortBinstring, opBinbytes, opShortBinbytes, opBinbytes8,
-			opBinunicode, opShortBinunicode, opBinunicode8, opBytearray8:
+		case pickle.OpBinstring, pickle.OpShortBinstring, pickle.OpBinbytes, pickle.OpShortBinbytes, pickle.OpBinbytes8,
+			pickle.OpBinunicode, pickle.OpShortBinunicode, pickle.OpBinunicode8, pickle.OpBytearray8:
 			var n int64
 			switch op {
-			case opShortBinstring, opShortBinbytes, opShortBinunicode:
+			case pickle.OpShortBinstring, pickle.OpShortBinbytes, pickle.OpShortBinunicode:
 				b, ok := read(1)
 				if !ok {
 					return pos, where, errTruncated
 				}
 				n = int64(b[0])
-			case opBinstring:
+			case pickle.OpBinstring:
 				b, ok := read(4)
 				if !ok {
 					return pos, where, errTruncated
@@ -157,7 +159,7 @@ func (s *Scanner) noload(data []byte, pos int) (next, where int, err error) {
 				if n < 0 {
 					return pos, where, errors.New("BINSTRING pickle has negative byte count")
 				}
-			case opBinbytes, opBinunicode:
+			case pickle.OpBinbytes, pickle.OpBinunicode:
 				b, ok := read(4)
 				if !ok {
 					return pos, where, errTruncated
@@ -179,11 +181,11 @@ func (s *Scanner) noload(data []byte, pos int) (next, where int, err error) {
 			}
 			b, _ := read(int(n))
 			switch op {
-			case opBinbytes, opShortBinbytes, opBinbytes8:
+			case pickle.OpBinbytes, pickle.OpShortBinbytes, pickle.OpBinbytes8:
 				s.push(value{k: kBytes, b: b})
-			case opBytearray8:
+			case pickle.OpBytearray8:
 				s.push(value{k: kByteArray, flags: fUnhashable})
-			case opBinstring, opShortBinstring:
+			case pickle.OpBinstring, pickle.OpShortBinstring:
 				// A Python 2 string: ZODB/py decodes it as ASCII
 				// (strictly) and fails on other bytes; here a
 				// non-ASCII one is kept as bytes.
@@ -199,7 +201,7 @@ func (s *Scanner) noload(data []byte, pos int) (next, where int, err error) {
 				}
 				s.push(v)
 			}
-		case opString:
+		case pickle.OpString:
 			l, ok := line()
 			if !ok || len(l) < 1 {
 				return pos, where, errTruncated
@@ -209,7 +211,7 @@ func (s *Scanner) noload(data []byte, pos int) (next, where int, err error) {
 				return pos, where, err
 			}
 			s.push(strValue(b))
-		case opUnicode:
+		case pickle.OpUnicode:
 			l, ok := line()
 			if !ok {
 				return pos, where, errTruncated
@@ -220,17 +222,17 @@ func (s *Scanner) noload(data []byte, pos int) (next, where int, err error) {
 			}
 			s.push(v)
 
-		case opEmptyTuple:
+		case pickle.OpEmptyTuple:
 			s.push(value{k: kTuple})
-		case opTuple1, opTuple2, opTuple3:
-			n := int(op-opTuple1) + 1
+		case pickle.OpTuple1, pickle.OpTuple2, pickle.OpTuple3:
+			n := int(op-pickle.OpTuple1) + 1
 			if len(s.stack) < n {
 				return pos, where, errUnderflow
 			}
 			t := tupleValue(s.stack[len(s.stack)-n:])
 			s.stack = s.stack[:len(s.stack)-n]
 			s.push(t)
-		case opTuple:
+		case pickle.OpTuple:
 			i, err := s.marker()
 			if err != nil {
 				return pos, where, err
@@ -241,9 +243,9 @@ func (s *Scanner) noload(data []byte, pos int) (next, where int, err error) {
 			t := tupleValue(s.stack[i:])
 			s.stack = s.stack[:i]
 			s.push(t)
-		case opEmptyList:
+		case pickle.OpEmptyList:
 			s.push(s.newList(0))
-		case opList:
+		case pickle.OpList:
 			i, err := s.marker()
 			if err != nil {
 				return pos, where, err
@@ -254,9 +256,9 @@ func (s *Scanner) noload(data []byte, pos int) (next, where int, err error) {
 			l := s.newList(len(s.stack) - i)
 			s.stack = s.stack[:i]
 			s.push(l)
-		case opEmptyDict:
+		case pickle.OpEmptyDict:
 			s.push(value{k: kDict, flags: fUnhashable})
-		case opDict:
+		case pickle.OpDict:
 			i, err := s.marker()
 			if err != nil {
 				return pos, where, err
@@ -268,9 +270,9 @@ func (s *Scanner) noload(data []byte, pos int) (next, where int, err error) {
 			}
 			s.clearTo(i)
 			s.push(value{k: kDict, flags: fUnhashable})
-		case opEmptySet:
+		case pickle.OpEmptySet:
 			s.push(value{k: kSet, flags: fUnhashable})
-		case opFrozenset:
+		case pickle.OpFrozenset:
 			i, err := s.marker()
 			if err != nil {
 				return pos, where, err
@@ -285,7 +287,7 @@ func (s *Scanner) noload(data []byte, pos int) (next, where int, err error) {
 			}
 			s.stack = s.stack[:i]
 			s.push(value{k: kFrozenSet})
-		case opAdditems:
+		case pickle.OpAdditems:
 			x, err := s.marker()
 			if err != nil {
 				return pos, where, err
@@ -306,11 +308,11 @@ func (s *Scanner) noload(data []byte, pos int) (next, where int, err error) {
 			}
 			s.stack = s.stack[:x]
 
-		case opAppend:
+		case pickle.OpAppend:
 			if err := s.appendItems(len(s.stack) - 1); err != nil {
 				return pos, where, err
 			}
-		case opAppends:
+		case pickle.OpAppends:
 			x, err := s.marker()
 			if err != nil {
 				return pos, where, err
@@ -318,11 +320,11 @@ func (s *Scanner) noload(data []byte, pos int) (next, where int, err error) {
 			if err := s.appendItems(x); err != nil {
 				return pos, where, err
 			}
-		case opSetitem:
+		case pickle.OpSetitem:
 			if err := s.setItems(len(s.stack)-2, false); err != nil {
 				return pos, where, err
 			}
-		case opSetitems:
+		case pickle.OpSetitems:
 			x, err := s.marker()
 			if err != nil {
 				return pos, where, err
@@ -331,7 +333,7 @@ func (s *Scanner) noload(data []byte, pos int) (next, where int, err error) {
 				return pos, where, err
 			}
 
-		case opGet:
+		case pickle.OpGet:
 			l, ok := line()
 			if !ok || len(l) < 1 {
 				return pos, where, errTruncated
@@ -343,7 +345,7 @@ func (s *Scanner) noload(data []byte, pos int) (next, where int, err error) {
 			if err := s.memoGet(idx); err != nil {
 				return pos, where, err
 			}
-		case opBinget:
+		case pickle.OpBinget:
 			b, ok := read(1)
 			if !ok {
 				return pos, where, errTruncated
@@ -351,7 +353,7 @@ func (s *Scanner) noload(data []byte, pos int) (next, where int, err error) {
 			if err := s.memoGet(int64(b[0])); err != nil {
 				return pos, where, err
 			}
-		case opLongBinget:
+		case pickle.OpLongBinget:
 			b, ok := read(4)
 			if !ok {
 				return pos, where, errTruncated
@@ -359,7 +361,7 @@ func (s *Scanner) noload(data []byte, pos int) (next, where int, err error) {
 			if err := s.memoGet(int64(binary.LittleEndian.Uint32(b))); err != nil {
 				return pos, where, err
 			}
-		case opPut:
+		case pickle.OpPut:
 			l, ok := line()
 			if !ok || len(l) < 1 {
 				return pos, where, errTruncated
@@ -375,7 +377,7 @@ func (s *Scanner) noload(data []byte, pos int) (next, where int, err error) {
 				return pos, where, errors.New("negative PUT argument")
 			}
 			s.memoPut(idx)
-		case opBinput:
+		case pickle.OpBinput:
 			b, ok := read(1)
 			if !ok {
 				return pos, where, errTruncated
@@ -384,7 +386,7 @@ func (s *Scanner) noload(data []byte, pos int) (next, where int, err error) {
 				return pos, where, errUnderflow
 			}
 			s.memoPut(int64(b[0]))
-		case opLongBinput:
+		case pickle.OpLongBinput:
 			b, ok := read(4)
 			if !ok {
 				return pos, where, errTruncated
@@ -393,15 +395,15 @@ func (s *Scanner) noload(data []byte, pos int) (next, where int, err error) {
 				return pos, where, errUnderflow
 			}
 			s.memoPut(int64(binary.LittleEndian.Uint32(b)))
-		case opMemoize:
+		case pickle.OpMemoize:
 			if len(s.stack) == 0 {
 				return pos, where, errUnderflow
 			}
 			s.memoPut(int64(s.nmemo))
 
-		case opMark:
+		case pickle.OpMark:
 			s.marks = append(s.marks, len(s.stack))
-		case opPop:
+		case pickle.OpPop:
 			switch n := len(s.stack); {
 			case len(s.marks) > 0 && s.marks[len(s.marks)-1] == n:
 				s.marks = s.marks[:len(s.marks)-1]
@@ -410,26 +412,26 @@ func (s *Scanner) noload(data []byte, pos int) (next, where int, err error) {
 			default:
 				return pos, where, errUnderflow
 			}
-		case opPopMark:
+		case pickle.OpPopMark:
 			i, err := s.marker()
 			if err != nil {
 				return pos, where, err
 			}
 			s.clearTo(i)
-		case opDup:
+		case pickle.OpDup:
 			if len(s.stack) == 0 {
 				return pos, where, errUnderflow
 			}
 			s.push(s.stack[len(s.stack)-1])
 
-		case opPersid:
+		case pickle.OpPersid:
 			l, ok := line()
 			if !ok || len(l) < 1 {
 				return pos, where, errTruncated
 			}
 			s.pids = append(s.pids, pid{value{k: kBytes, b: l}, where})
 			s.push(value{k: kNone}) // what the persistent_load hook returned
-		case opBinpersid:
+		case pickle.OpBinpersid:
 			v, err := s.pop()
 			if err != nil {
 				return pos, where, err
@@ -438,7 +440,7 @@ func (s *Scanner) noload(data []byte, pos int) (next, where int, err error) {
 			s.push(value{k: kNone})
 
 		// What noload does not build: it leaves None.
-		case opGlobal:
+		case pickle.OpGlobal:
 			if _, ok := line(); !ok {
 				return pos, where, errTruncated
 			}
@@ -446,13 +448,13 @@ func (s *Scanner) noload(data []byte, pos int) (next, where int, err error) {
 				return pos, where, errTruncated
 			}
 			s.push(value{k: kNone})
-		case opStackGlobal:
+		case pickle.OpStackGlobal:
 			if len(s.stack) < 2 {
 				return pos, where, errUnderflow
 			}
 			s.stack = s.stack[:len(s.stack)-2]
 			s.push(value{k: kNone})
-		case opInst:
+		case pickle.OpInst:
 			i, err := s.marker()
 			if err != nil {
 				return pos, where, err
@@ -465,15 +467,15 @@ func (s *Scanner) noload(data []byte, pos int) (next, where int, err error) {
 				return pos, where, errTruncated
 			}
 			s.push(value{k: kNone})
-		case opObj:
+		case pickle.OpObj:
 			i, err := s.marker()
 			if err != nil {
 				return pos, where, err
 			}
 			s.clearTo(i + 1) // the class stays, standing for the instance
-		case opNewobj, opNewobjEx:
+		case pickle.OpNewobj, pickle.OpNewobjEx:
 			n := 2
-			if op == opNewobjEx {
+			if op == pickle.OpNewobjEx {
 				n = 3
 			}
 			if len(s.stack) < n {
@@ -481,25 +483,25 @@ func (s *Scanner) noload(data []byte, pos int) (next, where int, err error) {
 			}
 			s.stack = s.stack[:len(s.stack)-n]
 			s.push(value{k: kNone})
-		case opReduce:
+		case pickle.OpReduce:
 			if len(s.stack) < 2 {
 				return pos, where, errUnderflow
 			}
 			s.stack = s.stack[:len(s.stack)-2]
 			s.push(value{k: kNone})
-		case opBuild:
+		case pickle.OpBuild:
 			if len(s.stack) < 1 {
 				return pos, where, errUnderflow
 			}
 			s.stack = s.stack[:len(s.stack)-1]
-		case opExt1, opExt2, opExt4:
-			n := 1 << (op - opExt1) // 1, 2, 4 bytes
+		case pickle.OpExt1, pickle.OpExt2, pickle.OpExt4:
+			n := 1 << (op - pickle.OpExt1) // 1, 2, 4 bytes
 			if _, ok := read(int(n)); !ok {
 				return pos, where, errTruncated
 			}
 			s.push(value{k: kNone})
 
-		case opProto:
+		case pickle.OpProto:
 			b, ok := read(1)
 			if !ok {
 				return pos, where, errTruncated
@@ -507,11 +509,11 @@ func (s *Scanner) noload(data []byte, pos int) (next, where int, err error) {
 			if b[0] > maxProtocol {
 				return pos, where, fmt.Errorf("unsupported pickle protocol: %d", b[0])
 			}
-		case opFrame:
+		case pickle.OpFrame:
 			if _, ok := read(8); !ok {
 				return pos, where, errTruncated
 			}
-		case opNextBuffer, opReadonlyBuffer:
+		case pickle.OpNextBuffer, pickle.OpReadonlyBuffer:
 			return pos, where, errors.New("pickle with out-of-band buffers")
 		default:
 			return pos, where, fmt.Errorf("invalid load key, %q", op)
