@@ -146,6 +146,9 @@ func (c *Client) readOne(rs *readState) error {
 		return &decodeError{err}
 	}
 	c.dispatch(&rs.msg)
+	// dispatch used the message's values synchronously: let go of them,
+	// so that a big reply does not keep its buffers on an idle connection.
+	rs.dec.Release()
 	return nil
 }
 
