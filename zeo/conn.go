@@ -72,7 +72,10 @@ func newConn(s *Server, nc net.Conn) *conn {
 		stop:    stop,
 		loadBuf: make([]byte, 0, 64<<10),
 	}
-	c.out.init(nc)
+	c.out.init(nc, s.cfg.MaxQueued, func(queued int) {
+		c.log(eventlog.Error, "%d bytes of replies and invalidations not read by the client (more than %d); closing", queued, s.cfg.MaxQueued)
+		c.nc.Close()
+	})
 	return c
 }
 
@@ -161,6 +164,11 @@ func (c *conn) serve() {
 			if !c.flush() {
 				return
 			}
+		}
+		// Backpressure: read no more requests while the client leaves
+		// its replies unread.
+		if !c.out.waitRoom() {
+			return
 		}
 	}
 }
@@ -286,6 +294,10 @@ func (c *conn) ruok() {
 // goroutine) are written by the writer goroutine if nobody is writing.
 type outq struct {
 	w       io.Writer
+	max     int       // Config.MaxQueued
+	full    func(int) // called (once, on its own goroutine) when asynchronous bytes overflow max
+	drained sync.Cond // on mu: a write ended, or the queue failed or closed
+	async   int       // bytes queued by other goroutines since the current write began
 	mu      sync.Mutex
 	buf     []byte // queued, not yet being written
 	spare   []byte
@@ -305,9 +317,53 @@ type outq struct {
 	lastInv zodb.Tid
 }
 
-func (q *outq) init(w io.Writer) {
-	q.w = w
+// DefaultMaxQueued is Config.MaxQueued's default.
+const DefaultMaxQueued = 64 << 20
+
+// errQueueFull is the error of a queue whose client did not read.
+var errQueueFull = errors.New("output queue over its budget")
+
+func (q *outq) init(w io.Writer, max int, full func(int)) {
+	q.w, q.max, q.full = w, max, full
+	q.drained.L = &q.mu
 	q.kick = make(chan struct{}, 1)
+}
+
+// waitRoom waits until at most half of the budget is queued, writing the
+// queue itself when nobody is. It returns false when the connection
+// failed or closed meanwhile.
+func (q *outq) waitRoom() bool {
+	q.mu.Lock()
+	for len(q.buf) > q.max/2 && q.err == nil && !q.closed {
+		if !q.writing {
+			q.writing = true
+			q.mu.Unlock()
+			q.writeLoop()
+			q.mu.Lock()
+			continue
+		}
+		q.drained.Wait()
+	}
+	ok := q.err == nil && !q.closed
+	q.mu.Unlock()
+	return ok
+}
+
+// overflowLocked fails the queue when the bytes queued by other
+// goroutines while a write is blocked (and the invalidations held back)
+// pass the budget: a client that does not read cannot make the server
+// hold an unbounded backlog of invalidations. The reader's own replies do
+// not count: waitRoom bounds them. q.mu must be held.
+func (q *outq) overflowLocked() bool {
+	n := q.async + len(q.deferred)
+	if n <= q.max {
+		return false
+	}
+	q.err = errQueueFull
+	q.buf, q.deferred, q.spare = nil, nil, nil
+	q.drained.Broadcast()
+	go q.full(n)
+	return true
 }
 
 // queue appends b (copied) to the queue without writing it.
@@ -366,6 +422,9 @@ func (q *outq) writeLoop() error {
 	var owned []byte // a queue buffer being written, recycled afterwards
 	for {
 		q.mu.Lock()
+		if owned != nil {
+			q.drained.Broadcast()
+		}
 		if owned != nil && q.spare == nil && cap(owned) <= 1<<20 {
 			q.spare = owned[:0]
 		} else if owned != nil {
@@ -379,12 +438,16 @@ func (q *outq) writeLoop() error {
 		}
 		owned = q.buf
 		q.buf, q.spare = q.spare, nil
+		q.async = 0
 		q.mu.Unlock()
 		if _, err := q.w.Write(owned); err != nil {
 			q.mu.Lock()
-			q.err = err
+			if q.err == nil {
+				q.err = err
+			}
 			q.writing = false
 			q.buf = nil
+			q.drained.Broadcast()
 			q.mu.Unlock()
 			return err
 		}
@@ -413,14 +476,18 @@ func (q *outq) invalidate(b []byte, tid zodb.Tid) {
 		if tid > q.deferredInv {
 			q.deferredInv = tid
 		}
+		q.overflowLocked()
 		q.mu.Unlock()
 		return
 	}
 	q.buf = append(q.buf, b...)
+	q.async += len(b)
 	if tid > q.lastInv {
 		q.lastInv = tid
 	}
-	q.wakeLocked()
+	if !q.overflowLocked() {
+		q.wakeLocked()
+	}
 	q.mu.Unlock()
 }
 
@@ -492,6 +559,7 @@ func (q *outq) close() {
 	if !q.closed {
 		q.closed = true
 		close(q.kick)
+		q.drained.Broadcast()
 	}
 	q.mu.Unlock()
 }

@@ -72,6 +72,14 @@ type Config struct {
 	// MaxFrame limits the size of a received frame (default
 	// wire.DefaultMaxFrame). A bigger frame closes the connection.
 	MaxFrame int
+	// MaxQueued bounds the bytes a connection holds in replies and
+	// invalidations not yet written to its socket (default
+	// DefaultMaxQueued). Past half of it the connection's requests are
+	// not read until the client has read its replies (backpressure);
+	// invalidations and the replies of calls that ran on their own
+	// goroutine that would take it past the whole close the connection
+	// (the client reconnects and verifies its cache).
+	MaxQueued int
 	// TLS, when not nil, wraps every connection in TLS.
 	TLS *tls.Config
 	// Resolve, when not nil, resolves conflicts in the server at vote
@@ -120,6 +128,9 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxFrame <= 0 {
 		cfg.MaxFrame = wire.DefaultMaxFrame
+	}
+	if cfg.MaxQueued <= 0 {
+		cfg.MaxQueued = DefaultMaxQueued
 	}
 	s := &Server{
 		cfg:       cfg,
