@@ -13,6 +13,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/zodbd/zodbd/internal/eventlog"
@@ -111,8 +112,14 @@ func (c *conn) serve() {
 	c.flush()
 	frame, err := wire.ReadFrame(c.br, nil, 64)
 	if err != nil {
+		// A peer that goes before answering (a port probe, a health
+		// check: EOF or a reset) is no error of anyone's.
+		lv := eventlog.Error
+		if errors.Is(err, syscall.ECONNRESET) {
+			lv = eventlog.Blather
+		}
 		if err != io.EOF {
-			c.logProto(eventlog.Error, "handshake: %v", err)
+			c.logProto(lv, "handshake: %v", err)
 		}
 		return
 	}
