@@ -27,21 +27,7 @@ func (l smallBufListener) Accept() (net.Conn, error) {
 
 func startSmallBufServer(tb testing.TB, cfg Config) (*Server, string) {
 	tb.Helper()
-	if cfg.Logf == nil {
-		cfg.Logf = tb.Logf
-	}
-	srv, err := NewServer(cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { srv.Serve(smallBufListener{ln}); close(done) }()
-	tb.Cleanup(func() { srv.Close(); <-done })
-	return srv, ln.Addr().String()
+	return startServerOn(tb, cfg, func(ln net.Listener) net.Listener { return smallBufListener{ln} })
 }
 
 // queuedOf returns the bytes queued on the server's connection from the

@@ -17,6 +17,14 @@ import (
 // startServer serves stor on a random port of 127.0.0.1 until the test ends.
 func startServer(tb testing.TB, cfg Config) string {
 	tb.Helper()
+	_, addr := startServerOn(tb, cfg, func(ln net.Listener) net.Listener { return ln })
+	return addr
+}
+
+// startServerOn is startServer serving on wrap(a listener on 127.0.0.1);
+// it also returns the server.
+func startServerOn(tb testing.TB, cfg Config, wrap func(net.Listener) net.Listener) (*Server, string) {
+	tb.Helper()
 	if cfg.Logf == nil {
 		cfg.Logf = tb.Logf
 	}
@@ -29,9 +37,9 @@ func startServer(tb testing.TB, cfg Config) string {
 		tb.Fatal(err)
 	}
 	done := make(chan struct{})
-	go func() { srv.Serve(ln); close(done) }()
+	go func() { srv.Serve(wrap(ln)); close(done) }()
 	tb.Cleanup(func() { srv.Close(); <-done })
-	return ln.Addr().String()
+	return srv, ln.Addr().String()
 }
 
 func openFixture(tb testing.TB) *fs1.FileStorage {
