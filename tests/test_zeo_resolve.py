@@ -75,8 +75,13 @@ def setup_db(db):
 
 
 @pytest.mark.parametrize('kind', KINDS)
-def test_server_resolves(zodbd_bin, tmp_path, kind, client_resolutions):
-    srv = start(zodbd_bin, tmp_path, kind)
+@pytest.mark.parametrize('client_resolution,resolved_by_client',
+                         [(False, 0), (True, 2)], ids=['server', 'client'])
+def test_conflicts_resolved(zodbd_bin, tmp_path, kind, client_resolution,
+                            resolved_by_client, client_resolutions):
+    """By default the server resolves both conflicts (the client never has
+    to); with client-conflict-resolution true the client resolves both."""
+    srv = start(zodbd_bin, tmp_path, kind, client_resolution=client_resolution)
     try:
         db = ZEO.DB(srv.addr)
         setup_db(db)
@@ -87,24 +92,7 @@ def test_server_resolves(zodbd_bin, tmp_path, kind, client_resolutions):
         db.close()
     finally:
         srv.stop()
-    # The server resolved both: the client never had to.
-    assert client_resolutions == []
-
-
-@pytest.mark.parametrize('kind', KINDS)
-def test_client_conflict_resolution(zodbd_bin, tmp_path, kind, client_resolutions):
-    srv = start(zodbd_bin, tmp_path, kind, client_resolution=True)
-    try:
-        db = ZEO.DB(srv.addr)
-        setup_db(db)
-        conflicting_commits(db)
-        with db.transaction() as c:
-            assert c.root()['len']() == 11
-            assert dict(c.root()['tree']) == {'a': 1, 'b': 2, 'z': 0}
-        db.close()
-    finally:
-        srv.stop()
-    assert len(client_resolutions) == 2
+    assert len(client_resolutions) == resolved_by_client
 
 
 def undo_id(db, note):
