@@ -183,10 +183,9 @@ func (c *conn) vote(id *wire.Value, txnID int64) {
 			e.BeginReply(&idc, 0)
 			e.BeginList(len(conflicts))
 			for _, ce := range conflicts {
-				data := ce.Data
-				if d, ok := lastStoreData(t.ops, ce.Oid); ok {
-					data = d
-				}
+				// The data the client sent (ce.Data is the storage's,
+				// compressed under <zlibstorage>).
+				data := lastStoreData(t.ops, ce.Oid)
 				e.BeginDict(3)
 				e.Str("oid")
 				e.Oid8(uint64(ce.Oid))
@@ -330,7 +329,6 @@ func (c *conn) replay(ctx context.Context, t *ztxn) ([]zodb.Oid, error) {
 	return undone, nil
 }
 
-// lastStoreData returns the data of the last store of oid in ops.
 // lastOpKind returns the kind of the last store or delete of oid.
 func lastOpKind(ops []op, oid zodb.Oid) opKind {
 	for i := len(ops) - 1; i >= 0; i-- {
@@ -341,13 +339,14 @@ func lastOpKind(ops []op, oid zodb.Oid) opKind {
 	return opCheck
 }
 
-func lastStoreData(ops []op, oid zodb.Oid) ([]byte, bool) {
+// lastStoreData returns the data of the last store of oid in ops.
+func lastStoreData(ops []op, oid zodb.Oid) []byte {
 	for i := len(ops) - 1; i >= 0; i-- {
 		if ops[i].oid == oid && (ops[i].kind == opStore || ops[i].kind == opDelete) {
-			return ops[i].data, true
+			return ops[i].data
 		}
 	}
-	return nil, false
+	return nil
 }
 
 // tpcFinish commits the voted transaction on its own goroutine (it waits
