@@ -78,7 +78,12 @@ class Server:
         if self.kind == 'zodbd':
             cmd = [self.zodbd_bin, 'serve'] + args + self.extra
         else:
-            cmd = [os.path.join(VENV_BIN, 'runzeo')] + args + self.extra
+            runzeo = os.path.join(VENV_BIN, 'runzeo')
+            if not os.path.exists(runzeo):  # ZEO installed without its scripts (pip --target)
+                runzeo = [sys.executable, '-m', 'ZEO.runzeo']
+            else:
+                runzeo = [runzeo]
+            cmd = runzeo + args + self.extra
         with open(self.log, 'ab') as logf:
             self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env)
         wait_listening(self.addr, self.proc, self.log)
