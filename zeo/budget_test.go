@@ -37,10 +37,7 @@ func queuedOf(srv *Server, local string) int {
 	defer srv.mu.Unlock()
 	for c := range srv.conns {
 		if c.peer == local {
-			c.out.mu.Lock()
-			n := len(c.out.buf)
-			c.out.mu.Unlock()
-			return n
+			return c.out.Queued()
 		}
 	}
 	return -1
@@ -126,11 +123,23 @@ func TestQueueBackpressure(t *testing.T) {
 
 // A client that does not read while others commit is disconnected once
 // the invalidations waiting for it (beyond what its socket holds) pass
-// Config.MaxQueued; the server and the committer carry on.
+// Config.MaxQueued, or make all connections together pass
+// Config.MaxQueuedTotal; the server and the committer carry on.
 func TestQueueOverflowCloses(t *testing.T) {
-	const maxQueued = 64 << 10
+	for _, tc := range []struct {
+		name             string
+		maxQueued, total int
+	}{
+		{"connection", 64 << 10, 0},
+		{"total", 64 << 20, 128 << 10}, // below netconn.Unit: any charge spends it
+	} {
+		t.Run(tc.name, func(t *testing.T) { testQueueOverflowCloses(t, tc.maxQueued, tc.total) })
+	}
+}
+
+func testQueueOverflowCloses(t *testing.T, maxQueued, total int) {
 	stor := openWritable(t)
-	srv, addr := startSmallBufServer(t, Config{Storages: []StorageConfig{{Name: "1", Storage: stor}}, MaxQueued: maxQueued})
+	srv, addr := startSmallBufServer(t, Config{Storages: []StorageConfig{{Name: "1", Storage: stor}}, MaxQueued: maxQueued, MaxQueuedTotal: total})
 	w := dialRawRW(t, addr, wire.Pickle)
 	var id int64 = 10
 	a := dialRaw(t, addr, wire.Pickle)

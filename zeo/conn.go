@@ -18,6 +18,7 @@ import (
 
 	"github.com/zodbd/zodbd/internal/eventlog"
 	"github.com/zodbd/zodbd/internal/memtrim"
+	"github.com/zodbd/zodbd/internal/netconn"
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -32,7 +33,8 @@ type conn struct {
 	enc  wire.Encoder // a reply being built by the reading goroutine
 	// queued counts the bytes queued since the last write, to bound a batch.
 	queued int
-	out    outq
+	out    *netconn.Writer
+	lenc   wire.Encoder    // loadBefore's, used under out's lock
 	ctx    context.Context // cancelled when the connection ends
 	stop   context.CancelFunc
 
@@ -73,10 +75,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 		stop:    stop,
 		loadBuf: make([]byte, 0, 64<<10),
 	}
-	c.out.init(nc, s.cfg.MaxQueued, func(queued int) {
-		c.log(eventlog.Error, "%d bytes of replies and invalidations not read by the client (more than %d); closing", queued, s.cfg.MaxQueued)
-		c.nc.Close()
-	})
+	c.out = netconn.NewWriter(nc, netconn.Config{Max: s.cfg.MaxQueued, Budget: s.budget, Overflow: c.overflow})
 	return c
 }
 
@@ -104,7 +103,6 @@ func (c *conn) serve() {
 		}
 		tc.SetDeadline(time.Time{})
 	}
-	go c.out.writer()
 
 	// Handshake: announce, then read the client's choice.
 	proto := []byte{byte(c.srv.cfg.Marshal), '5'}
@@ -174,7 +172,7 @@ func (c *conn) serve() {
 		}
 		// Backpressure: read no more requests while the client leaves
 		// its replies unread.
-		if !c.out.waitRoom() {
+		if !c.out.WaitRoom() {
 			return
 		}
 	}
@@ -243,8 +241,9 @@ func (c *conn) nextFrameBuffered() bool {
 // false if the connection is broken.
 func (c *conn) flush() bool {
 	c.queueReplies()
-	if err := c.out.flush(); err != nil {
-		if !errors.Is(err, net.ErrClosed) {
+	if err := c.out.Flush(); err != nil {
+		var oe *netconn.OverflowError
+		if !errors.Is(err, net.ErrClosed) && !errors.As(err, &oe) { // overflow logged it
 			c.logProto(eventlog.Error, "write: %v", err)
 		}
 		return false
@@ -255,7 +254,7 @@ func (c *conn) flush() bool {
 // queueReplies moves the replies built in c.enc to the output queue.
 func (c *conn) queueReplies() {
 	if len(c.enc.Buf) > 0 {
-		c.out.queue(c.enc.Buf)
+		c.out.Append(func(b []byte) []byte { return append(b, c.enc.Buf...) })
 		c.queued += len(c.enc.Buf)
 		if cap(c.enc.Buf) > 1<<20 {
 			memtrim.Dropped(cap(c.enc.Buf))
@@ -278,7 +277,7 @@ func (c *conn) cleanup() {
 	if c.st != nil {
 		c.st.unregister(c)
 	}
-	c.out.close()
+	c.out.Close()
 }
 
 // ruok answers the status probe of zeo-nagios: a JSON object of every
@@ -293,282 +292,23 @@ func (c *conn) ruok() {
 	c.flush()
 }
 
-// outq is a connection's ordered output queue: the order in which bytes
-// are queued is their order on the wire. The reading goroutine queues its
-// replies and writes the queue itself when it has no further request at
-// hand (so pipelined replies go out in one write); bytes queued by other
-// goroutines (invalidations, replies of calls that ran on their own
-// goroutine) are written by the writer goroutine if nobody is writing.
-type outq struct {
-	w       io.Writer
-	max     int       // Config.MaxQueued
-	full    func(int) // called (once, on its own goroutine) when asynchronous bytes overflow max
-	drained sync.Cond // on mu: a write ended, or the queue failed or closed
-	async   int       // bytes queued by other goroutines since the current write began
-	mu      sync.Mutex
-	buf     []byte // queued, not yet being written
-	spare   []byte
-	writing bool
-	err     error
-	closed  bool
-	kick    chan struct{}
-	enc     wire.Encoder // used under mu by queueLoad
-	// holds counts this connection's tpc_finish calls whose reply is not
-	// queued yet; invalidations arriving meanwhile wait in deferred.
-	holds       int
-	deferred    []byte
-	deferredInv zodb.Tid
-	// lastInv is the tid of the last invalidation queued: a reply that
-	// reports an object as current must be computed on a state that
-	// includes it (see queueLoad).
-	lastInv zodb.Tid
-}
-
 // DefaultMaxQueued is Config.MaxQueued's default.
 const DefaultMaxQueued = 64 << 20
 
-// errQueueFull is the error of a queue whose client did not read.
-var errQueueFull = errors.New("output queue over its budget")
+// DefaultMaxQueuedTotal is Config.MaxQueuedTotal's default.
+const DefaultMaxQueuedTotal = 1 << 30
 
-func (q *outq) init(w io.Writer, max int, full func(int)) {
-	q.w, q.max, q.full = w, max, full
-	q.drained.L = &q.mu
-	q.kick = make(chan struct{}, 1)
-}
-
-// waitRoom waits until at most half of the budget is queued, writing the
-// queue itself when nobody is. It returns false when the connection
-// failed or closed meanwhile.
-func (q *outq) waitRoom() bool {
-	q.mu.Lock()
-	for len(q.buf) > q.max/2 && q.err == nil && !q.closed {
-		if !q.writing {
-			q.writing = true
-			q.mu.Unlock()
-			q.writeLoop()
-			q.mu.Lock()
-			continue
-		}
-		q.drained.Wait()
-	}
-	ok := q.err == nil && !q.closed
-	q.mu.Unlock()
-	return ok
-}
-
-// overflowLocked fails the queue when the bytes queued by other
-// goroutines while a write is blocked (and the invalidations held back)
-// pass the budget: a client that does not read cannot make the server
-// hold an unbounded backlog of invalidations. The reader's own replies do
-// not count: waitRoom bounds them. q.mu must be held.
-func (q *outq) overflowLocked() bool {
-	n := q.async + len(q.deferred)
-	if n <= q.max {
-		return false
-	}
-	q.err = errQueueFull
-	q.buf, q.deferred, q.spare = nil, nil, nil
-	q.drained.Broadcast()
-	go q.full(n)
-	return true
-}
-
-// queue appends b (copied) to the queue without writing it.
-func (q *outq) queue(b []byte) {
-	q.mu.Lock()
-	q.buf = append(q.buf, b...)
-	q.mu.Unlock()
-}
-
-// queueLoad queues loadBefore's reply (data, serial, next), unless the
-// reply was computed on a state older than the last invalidation already
-// queued (seen is the storage's last tid read before the load): the client
-// would then get the invalidation first and cache stale data as current.
-// It returns the number of bytes queued, or 0 if the caller must load again.
-func (q *outq) queueLoad(seen zodb.Tid, m wire.Marshal, id *wire.Value, data []byte, serial, next zodb.Tid) int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if seen < q.lastInv {
-		return 0
-	}
-	e := &q.enc
-	e.M, e.Buf = m, q.buf
-	n := len(e.Buf)
-	e.BeginReply(id, 0)
-	e.BeginTuple(3)
-	e.Bytes(data)
-	e.Oid8(uint64(serial))
-	if next == 0 {
-		e.None()
+// overflow is the Writer's hook when the client leaves too much unread:
+// one line, and the connection is closed.
+func (c *conn) overflow(err error) {
+	var oe *netconn.OverflowError
+	errors.As(err, &oe)
+	if oe.Total {
+		c.log(eventlog.Error, "%d bytes of replies and invalidations not read by the client while the server's clients hold more than %d in all; closing", oe.Queued, oe.Max)
 	} else {
-		e.Oid8(uint64(next))
+		c.log(eventlog.Error, "%d bytes of replies and invalidations not read by the client (more than %d); closing", oe.Queued, oe.Max)
 	}
-	e.EndTuple(3)
-	e.EndMessage()
-	q.buf, e.Buf = e.Buf, nil
-	return len(q.buf) - n
-}
-
-// flush writes the queue, unless another goroutine is writing (it will
-// write what was queued). It returns the connection's write error, if any.
-func (q *outq) flush() error {
-	q.mu.Lock()
-	if q.err != nil || q.writing || len(q.buf) == 0 {
-		err := q.err
-		q.mu.Unlock()
-		return err
-	}
-	q.writing = true
-	q.mu.Unlock()
-	return q.writeLoop()
-}
-
-// writeLoop writes the queue until it is empty. q.writing is true on
-// entry and false on return.
-func (q *outq) writeLoop() error {
-	var owned []byte // a queue buffer being written, recycled afterwards
-	for {
-		q.mu.Lock()
-		if owned != nil {
-			q.drained.Broadcast()
-		}
-		if owned != nil && q.spare == nil && cap(owned) <= 1<<20 {
-			q.spare = owned[:0]
-		} else if owned != nil {
-			memtrim.Dropped(cap(owned))
-		}
-		if len(q.buf) == 0 || q.err != nil {
-			q.writing = false
-			err := q.err
-			q.mu.Unlock()
-			return err
-		}
-		owned = q.buf
-		q.buf, q.spare = q.spare, nil
-		q.async = 0
-		q.mu.Unlock()
-		if _, err := q.w.Write(owned); err != nil {
-			q.mu.Lock()
-			if q.err == nil {
-				q.err = err
-			}
-			q.writing = false
-			q.buf = nil
-			q.drained.Broadcast()
-			q.mu.Unlock()
-			return err
-		}
-	}
-}
-
-// sendAsync queues b (copied) and wakes the writer goroutine; it never
-// blocks on the network.
-func (q *outq) sendAsync(b []byte) {
-	q.invalidate(b, 0)
-}
-
-// invalidate queues b like sendAsync and records that an invalidation up
-// to tid was queued (tid 0: not an invalidation).
-func (q *outq) invalidate(b []byte, tid zodb.Tid) {
-	q.mu.Lock()
-	if q.err != nil || q.closed {
-		q.mu.Unlock()
-		return
-	}
-	if q.holds > 0 && tid != 0 {
-		// This connection's own tpc_finish reply for an earlier
-		// transaction is not queued yet: the invalidation must follow it
-		// (the client requires its last tid to increase).
-		q.deferred = append(q.deferred, b...)
-		if tid > q.deferredInv {
-			q.deferredInv = tid
-		}
-		q.overflowLocked()
-		q.mu.Unlock()
-		return
-	}
-	q.buf = append(q.buf, b...)
-	q.async += len(b)
-	if tid > q.lastInv {
-		q.lastInv = tid
-	}
-	if !q.overflowLocked() {
-		q.wakeLocked()
-	}
-	q.mu.Unlock()
-}
-
-// wakeLocked kicks the writer goroutine unless someone is writing or the
-// queue is closed. q.mu must be held: close closes q.kick under it, so a
-// kick decided outside the lock could send on a closed channel.
-func (q *outq) wakeLocked() {
-	if q.writing || q.closed {
-		return
-	}
-	select {
-	case q.kick <- struct{}{}:
-	default:
-	}
-}
-
-// hold is called before this connection's tpc_finish: invalidations of
-// later transactions are held back until release queues its reply.
-func (q *outq) hold() {
-	q.mu.Lock()
-	q.holds++
-	q.mu.Unlock()
-}
-
-// ownCommitted is called in the storage's commit order when this
-// connection's own transaction commits: the invalidations held back so far
-// are of earlier transactions and must reach the client before its reply.
-func (q *outq) ownCommitted() {
-	q.mu.Lock()
-	if q.err == nil && !q.closed && len(q.deferred) > 0 {
-		q.buf = append(q.buf, q.deferred...)
-		q.deferred = q.deferred[:0]
-		if q.deferredInv > q.lastInv {
-			q.lastInv = q.deferredInv
-		}
-	}
-	q.wakeLocked()
-	q.mu.Unlock()
-}
-
-// release queues b (the tpc_finish reply) and then the invalidations held
-// back since hold.
-func (q *outq) release(b []byte) {
-	q.mu.Lock()
-	q.holds--
-	if q.err == nil && !q.closed {
-		q.buf = append(q.buf, b...)
-		if q.holds == 0 {
-			q.buf = append(q.buf, q.deferred...)
-			q.deferred = q.deferred[:0]
-			if q.deferredInv > q.lastInv {
-				q.lastInv = q.deferredInv
-			}
-		}
-	}
-	q.wakeLocked()
-	q.mu.Unlock()
-}
-
-// writer writes what was queued while nobody was writing.
-func (q *outq) writer() {
-	for range q.kick {
-		q.flush()
-	}
-}
-
-func (q *outq) close() {
-	q.mu.Lock()
-	if !q.closed {
-		q.closed = true
-		close(q.kick)
-		q.drained.Broadcast()
-	}
-	q.mu.Unlock()
+	c.nc.Close()
 }
 
 // loadBefore answers loadBefore(oid, tid) inline: the reply is encoded
@@ -607,14 +347,19 @@ func (c *conn) loadBefore(id *wire.Value, oid zodb.Oid, before zodb.Tid) {
 			// The storage publishes a commit right after its
 			// invalidations are queued; not seeing it for this long
 			// means it is stuck. Answer with what we have.
-			c.log(eventlog.Warning, "storage %s did not publish tid %s in time", st.name, c.out.lastInv)
+			c.log(eventlog.Warning, "storage %s did not publish tid %s in time", st.name, zodb.Tid(c.out.Seq()))
 			seen = zodb.TidMax
 		}
 		if next != 0 {
 			seen = zodb.TidMax // a closed revision range never goes stale
 		}
 		c.queueReplies() // keep the order of earlier replies
-		if n := c.out.queueLoad(seen, c.srv.cfg.Marshal, id, data, serial, next); n > 0 {
+		// Queued unless computed on a state older than the last
+		// invalidation queued: the client would get the invalidation
+		// first and cache stale data as current.
+		if n := c.out.AppendAfter(uint64(seen), func(b []byte) []byte {
+			return c.appendLoad(b, id, data, serial, next)
+		}); n > 0 {
 			c.queued += n
 			return
 		}
@@ -624,4 +369,23 @@ func (c *conn) loadBefore(id *wire.Value, oid zodb.Oid, before zodb.Tid) {
 			runtime.Gosched()
 		}
 	}
+}
+
+// appendLoad appends loadBefore's reply (data, serial, next) to b.
+func (c *conn) appendLoad(b []byte, id *wire.Value, data []byte, serial, next zodb.Tid) []byte {
+	e := &c.lenc
+	e.M, e.Buf = c.srv.cfg.Marshal, b
+	e.BeginReply(id, 0)
+	e.BeginTuple(3)
+	e.Bytes(data)
+	e.Oid8(uint64(serial))
+	if next == 0 {
+		e.None()
+	} else {
+		e.Oid8(uint64(next))
+	}
+	e.EndTuple(3)
+	e.EndMessage()
+	b, e.Buf = e.Buf, nil
+	return b
 }

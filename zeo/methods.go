@@ -852,7 +852,7 @@ func (c *conn) pack(id *wire.Value, t float64, wait bool) {
 			e.None()
 			e.EndMessage()
 		}
-		c.out.sendAsync(e.Buf)
+		c.out.Send(e.Buf, 0)
 	}()
 }
 

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/zodbd/zodbd/internal/eventlog"
+	"github.com/zodbd/zodbd/internal/netconn"
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -80,6 +81,13 @@ type Config struct {
 	// goroutine that would take it past the whole close the connection
 	// (the client reconnects and verifies its cache).
 	MaxQueued int
+	// MaxQueuedTotal bounds the bytes all connections hold so, counted
+	// in 256 KiB units of the connections with more than that queued
+	// (default DefaultMaxQueuedTotal; < 0: no bound). Past half of it
+	// those connections are slowed as past half of MaxQueued; past the
+	// whole, the ones holding at least the mean, whose backlog grows,
+	// are closed.
+	MaxQueuedTotal int
 	// TLS, when not nil, wraps every connection in TLS.
 	TLS *tls.Config
 	// Resolve, when not nil, resolves conflicts in the server at vote
@@ -101,6 +109,7 @@ type Server struct {
 	proto    zlog // ZEO.asyncio.server
 	storages map[string]*storage
 	start    time.Time
+	budget   *netconn.Budget // Config.MaxQueuedTotal
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -132,9 +141,13 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.MaxQueued <= 0 {
 		cfg.MaxQueued = DefaultMaxQueued
 	}
+	if cfg.MaxQueuedTotal == 0 {
+		cfg.MaxQueuedTotal = DefaultMaxQueuedTotal
+	}
 	s := &Server{
 		cfg:       cfg,
 		storages:  make(map[string]*storage),
+		budget:    netconn.NewBudget(int64(cfg.MaxQueuedTotal)),
 		start:     time.Now(),
 		listeners: make(map[net.Listener]struct{}),
 		conns:     make(map[*conn]struct{}),

@@ -128,7 +128,7 @@ func (st *storage) register(ctx context.Context, c *conn) (zodb.Tid, error) {
 	}
 	st.conns[c] = struct{}{}
 	st.queuedAfterLocked(last, func(inv invalidation) {
-		c.out.invalidate(st.invalidationFrame(inv.tid, inv.oids), inv.tid)
+		c.out.Send(st.invalidationFrame(inv.tid, inv.oids), uint64(inv.tid))
 	})
 	return last, nil
 }
@@ -192,11 +192,11 @@ func (st *storage) committed(from *conn, tid zodb.Tid, oids []zodb.Oid) {
 	defer st.mu.Unlock()
 	for c := range st.conns {
 		if c != from {
-			c.out.invalidate(frame, tid)
+			c.out.Send(frame, uint64(tid))
 		}
 	}
 	if from != nil {
-		from.out.ownCommitted()
+		from.out.ReleaseHeld()
 	}
 	inv := invalidation{tid, append([]zodb.Oid(nil), oids...)}
 	max := st.srv.cfg.InvalidationQueueSize
@@ -319,6 +319,6 @@ func (st *storage) afterPack() {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	for c := range st.conns {
-		c.out.sendAsync(e.Buf)
+		c.out.Send(e.Buf, 0)
 	}
 }

@@ -223,7 +223,7 @@ func (c *conn) vote(id *wire.Value, txnID int64) {
 			encodeError(&e, &idc, err)
 		}
 		c.txmu.Unlock()
-		c.out.sendAsync(e.Buf)
+		c.out.Send(e.Buf, 0)
 	}()
 }
 
@@ -382,7 +382,7 @@ func (c *conn) tpcFinish(id *wire.Value, txnID int64) {
 
 	idc := cloneValue(id)
 	st := c.st
-	c.out.hold()
+	c.out.Hold()
 	go func() {
 		// A finish is not cancelled by a disconnect: once voted, the
 		// transaction is committed as soon as possible.
@@ -409,7 +409,7 @@ func (c *conn) tpcFinish(id *wire.Value, txnID int64) {
 			e.Oid8(uint64(tid))
 			e.EndMessage()
 		}
-		c.out.release(e.Buf)
+		c.out.Release(e.Buf)
 	}()
 }
 

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"os/signal"
@@ -30,6 +31,34 @@ func init() {
 		summary: "run a ZEO server (runzeo's command line and zeo.conf)",
 		run:     runServe,
 	})
+}
+
+// sizeFlag is a byte size: a number with an optional unit (K, M, G,
+// KB, MiB, ...: powers of 1024).
+type sizeFlag int64
+
+func (f *sizeFlag) String() string {
+	n := int64(*f)
+	for _, u := range []string{"GiB", "MiB", "KiB"} {
+		k := int64(1) << (10 * (strings.Index("KMG", u[:1]) + 1))
+		if n != 0 && n%k == 0 {
+			return strconv.FormatInt(n/k, 10) + u
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+func (f *sizeFlag) Set(s string) error {
+	num := strings.TrimRight(s, "KMGkmgiBb")
+	unit := strings.ToUpper(strings.TrimSuffix(strings.TrimSuffix(s[len(num):], "B"), "i"))
+	n, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
+	shift := map[string]uint{"": 0, "K": 10, "M": 20, "G": 30}
+	sh, ok := shift[unit]
+	if err != nil || !ok || n < 0 || n > math.MaxInt64>>sh {
+		return fmt.Errorf("bad size %q (want a number of bytes, or with K, M, G, KiB, MiB, GiB)", s)
+	}
+	*f = sizeFlag(n << sh)
+	return nil
 }
 
 // multiFlag is a repeatable string flag.
@@ -58,6 +87,7 @@ func runServe(args []string) int {
 	var timeout float64
 	var maxFrame, gomaxprocs, invq int
 	var invAge string
+	maxQueued, maxQueuedTotal := sizeFlag(zeo.DefaultMaxQueued), sizeFlag(zeo.DefaultMaxQueuedTotal)
 	for _, n := range []string{"a", "address"} {
 		fl.StringVar(&addr, n, "", "address to listen on")
 	}
@@ -78,6 +108,8 @@ func runServe(args []string) int {
 	fl.BoolVar(&create, "create", false, "create the -f files (truncating them)")
 	fl.StringVar(&logPath, "log", "", "log file, instead of zeo.conf's <logfile>s (default: standard error)")
 	fl.IntVar(&maxFrame, "max-frame", wire.DefaultMaxFrame, "largest request frame accepted, in bytes")
+	fl.Var(&maxQueued, "max-queued", "bytes of replies and invalidations a client may leave unread: past half its requests wait, past the whole it is disconnected (64MiB, 1GiB, ...)")
+	fl.Var(&maxQueuedTotal, "max-queued-total", "the same for all clients together (0: no bound)")
 	fl.IntVar(&invq, "invalidation-queue-size", 0, "transactions remembered for getInvalidations (default 100)")
 	fl.StringVar(&invAge, "invalidation-age", "0", "a client older than the invalidation queue but younger than this many seconds gets its invalidations by iteration (0: never)")
 	fl.IntVar(&gomaxprocs, "gomaxprocs", 0, "set GOMAXPROCS (0: Go's default, the number of usable CPUs)")
@@ -172,8 +204,16 @@ func runServe(args []string) int {
 		InvalidationAge:       time.Duration(fc.InvalidationAge * float64(time.Second)),
 		TransactionTimeout:    fc.TransactionTimeout,
 		MaxFrame:              maxFrame,
+		MaxQueued:             int(maxQueued),
+		MaxQueuedTotal:        int(maxQueuedTotal),
 		Marshal:               wire.Pickle,
 		Log:                   el,
+	}
+	if maxQueued <= 0 {
+		return fatalf("serve", "--max-queued must be more than 0")
+	}
+	if maxQueuedTotal == 0 {
+		cfg.MaxQueuedTotal = -1
 	}
 	if useMsgpack {
 		cfg.Marshal = wire.Msgpack

@@ -6,6 +6,7 @@ package netconn
 
 import (
 	"io"
+	"net"
 	"sync"
 
 	"github.com/zodbd/zodbd/internal/memtrim"
@@ -221,7 +222,7 @@ func (q *Writer) errLocked() error {
 		return q.err
 	}
 	if q.closed {
-		return io.ErrClosedPipe
+		return net.ErrClosed
 	}
 	return nil
 }
