@@ -46,6 +46,9 @@ func runNeoStorage(args []string) int {
 	fl.StringVar(&ca, "ca", "", "CA certificate (PEM) for TLS; with --cert and --key")
 	fl.StringVar(&cert, "cert", "", "node certificate (PEM)")
 	fl.StringVar(&key, "key", "", "node private key (PEM)")
+	maxQueued, maxQueuedTotal := sizeFlag(64<<20), sizeFlag(1<<30)
+	fl.Var(&maxQueued, "max-queued", "bytes of answers a client may leave unread before the node waits for it (64MiB, 1GiB, ...)")
+	fl.Var(&maxQueuedTotal, "max-queued-total", "the same for all clients together (0: no bound)")
 	fl.IntVar(&gomaxprocs, "gomaxprocs", 0, "set GOMAXPROCS (0: Go's default)")
 	fl.StringVar(&cpus, "cpus", "", "pin the process to these CPUs (e.g. 0-7,16-23)")
 	fl.StringVar(&debugAddr, "debug-addr", "", "serve Go's profiler (net/http/pprof) at http://`HOST:PORT`/debug/pprof/ (keep it private)")
@@ -61,6 +64,12 @@ func runNeoStorage(args []string) int {
 	}
 	if withMaster != "" && masters == "" {
 		masters = withMaster
+	}
+	if maxQueued <= 0 {
+		return fatalf("neo-storage", "--max-queued must be more than 0")
+	}
+	if maxQueuedTotal == 0 {
+		maxQueuedTotal = -1
 	}
 	if clusterName == "" || masters == "" || fl.NArg() != 1 {
 		fl.Usage()
@@ -132,6 +141,9 @@ func runNeoStorage(args []string) int {
 		Backend:   be,
 		TLS:       tlsConf,
 		Logger:    log.New(os.Stderr, "", log.LstdFlags|log.Lmicroseconds),
+
+		MaxQueued:      int(maxQueued),
+		MaxQueuedTotal: int(maxQueuedTotal),
 	})
 	if err != nil {
 		return fatalf("neo-storage", "%v", err)

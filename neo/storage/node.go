@@ -36,6 +36,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/netconn"
 	"github.com/zodbd/zodbd/neo/msgp"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/zodb"
@@ -65,6 +66,14 @@ type Config struct {
 	// MaxInflight bounds the requests served at once per connection
 	// (default 256).
 	MaxInflight int
+	// MaxQueued bounds the bytes of answers a connection holds for a
+	// peer that does not read them: past half of it, the goroutines
+	// serving its requests wait (default 64 MiB).
+	MaxQueued int
+	// MaxQueuedTotal is the same for all connections together (default
+	// 1 GiB; < 0: no bound), counted in netconn.Unit units of the
+	// connections with at least that much queued.
+	MaxQueuedTotal int
 }
 
 // Node is a storage node.
@@ -85,6 +94,7 @@ type Node struct {
 
 	peersMu sync.Mutex
 	peers   map[*peer]struct{}
+	budget  *netconn.Budget // Config.MaxQueuedTotal
 
 	objPool sync.Pool // *Object with a data buffer of objBufSize
 	bufPool sync.Pool // *[]byte for encoding answers
@@ -133,7 +143,13 @@ func New(cfg Config) (*Node, error) {
 	if cfg.MaxInflight <= 0 {
 		cfg.MaxInflight = 256
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, be: cfg.Backend, nodes: map[proto.NodeID]nodeEntry{},
+	if cfg.MaxQueued <= 0 {
+		cfg.MaxQueued = 64 << 20
+	}
+	if cfg.MaxQueuedTotal == 0 {
+		cfg.MaxQueuedTotal = 1 << 30
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger, be: cfg.Backend, budget: netconn.NewBudget(int64(cfg.MaxQueuedTotal)), nodes: map[proto.NodeID]nodeEntry{},
 		nodesChanged: make(chan struct{}), peers: map[*peer]struct{}{}}
 	if n.log == nil {
 		n.log = log.Default()
@@ -292,12 +308,17 @@ func (n *Node) devPath() []string {
 	return []string{host, dev}
 }
 
+// newWriter returns the writer of a connection, with the node's budgets.
+func (n *Node) newWriter(nc net.Conn) *netconn.Writer {
+	return netconn.NewWriter(nc, netconn.Config{Max: n.cfg.MaxQueued, Budget: n.budget})
+}
+
 // ---- master session ----
 
 type masterLink struct {
 	nc     net.Conn
 	r      *pktReader
-	w      *connWriter
+	w      *netconn.Writer
 	nextID uint32
 	buf    []byte
 }
@@ -307,18 +328,18 @@ type masterLink struct {
 func (m *masterLink) send(msg proto.Msg) error {
 	m.buf = proto.AppendPacket(m.buf[:0], m.nextID, msg)
 	m.nextID++
-	return m.w.write(m.buf)
+	return m.w.Write(m.buf)
 }
 
 // reply answers the master's request msgID with msg.
 func (m *masterLink) reply(msgID uint32, msg proto.Msg) error {
 	m.buf = proto.AppendPacket(m.buf[:0], msgID, msg)
-	return m.w.write(m.buf)
+	return m.w.Write(m.buf)
 }
 
 func (m *masterLink) answerError(msgID uint32, code proto.ErrorCode, msg string) error {
 	m.buf = appendError(m.buf[:0], msgID, code, msg)
-	return m.w.write(m.buf)
+	return m.w.Write(m.buf)
 }
 
 func (n *Node) dial(ctx context.Context, addr string) (net.Conn, error) {
@@ -353,8 +374,8 @@ func (n *Node) masterSession(ctx context.Context, addr string) (next int, err er
 	defer nc.Close()
 	stop := context.AfterFunc(ctx, func() { nc.Close() })
 	defer stop()
-	m := &masterLink{nc: nc, r: newPktReader(nc), w: newConnWriter(nc)}
-	defer m.w.close()
+	m := &masterLink{nc: nc, r: newPktReader(nc), w: n.newWriter(nc)}
+	defer m.w.Close()
 
 	// Handshake and identification, pipelined as NEO/py does.
 	dp := msgp.AppendArrayHeader(nil, len(n.devPath()))
@@ -372,7 +393,7 @@ func (n *Node) masterSession(ctx context.Context, addr string) (next int, err er
 			proto.BinPair("new_nid", msgp.AppendArrayHeader(nil, 0)),
 		},
 	}
-	m.w.write(proto.Handshake[:])
+	m.w.Write(proto.Handshake[:])
 	if err := m.send(&req); err != nil {
 		return next, err
 	}

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/netconn"
 	"github.com/zodbd/zodbd/neo/msgp"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/zodb"
@@ -21,7 +22,7 @@ import (
 type peer struct {
 	n      *Node
 	nc     net.Conn
-	w      *connWriter
+	w      *netconn.Writer
 	name   string
 	sem    chan struct{}
 	wg     sync.WaitGroup
@@ -68,8 +69,8 @@ func (n *Node) servePeer(ctx context.Context, nc net.Conn) {
 		}
 		nc = tc
 	}
-	p := &peer{n: n, nc: nc, w: newConnWriter(nc), name: name, sem: make(chan struct{}, n.cfg.MaxInflight)}
-	defer p.w.close()
+	p := &peer{n: n, nc: nc, w: n.newWriter(nc), name: name, sem: make(chan struct{}, n.cfg.MaxInflight)}
+	defer p.w.Close()
 	n.peersMu.Lock()
 	n.peers[p] = struct{}{}
 	n.peersMu.Unlock()
@@ -78,7 +79,7 @@ func (n *Node) servePeer(ctx context.Context, nc net.Conn) {
 		delete(n.peers, p)
 		n.peersMu.Unlock()
 	}()
-	p.w.write(proto.Handshake[:])
+	p.w.Write(proto.Handshake[:])
 	r := newPktReader(nc)
 	defer r.r.Release()
 	nc.SetReadDeadline(time.Now().Add(n.cfg.IdentifyTimeout))
@@ -115,10 +116,10 @@ func (n *Node) servePeer(ctx context.Context, nc net.Conn) {
 		// Replies are held while more requests are buffered, so that a
 		// pipelining client gets them in one write; they go out as soon
 		// as the reader has nothing left to handle.
-		p.w.hold()
+		p.w.Cork()
 		err = p.dispatch(id, code, args)
 		if !r.buffered() {
-			p.w.release()
+			p.w.Uncork()
 		}
 		if err != nil {
 			n.log.Printf("neo storage: %s: %s: %v (closing)", p.name, proto.CodeName(code), err)
@@ -132,7 +133,7 @@ func (n *Node) servePeer(ctx context.Context, nc net.Conn) {
 
 func (p *peer) errorAndClose(id uint32, code proto.ErrorCode, msg string) {
 	b := appendError(nil, id, code, msg)
-	p.w.write(b)
+	p.w.Write(b)
 }
 
 // identify checks a RequestIdentification (neo-protocol.md §6.4) and
@@ -180,7 +181,7 @@ func (p *peer) identify(ctx context.Context, id uint32, args []byte) bool {
 	if nid != proto.NoNode {
 		acc.MyNID = n.NID()
 	}
-	p.w.write(proto.AppendPacket(nil, id, &acc))
+	p.w.Write(proto.AppendPacket(nil, id, &acc))
 	return true
 }
 
@@ -277,12 +278,12 @@ func (p *peer) dispatch(id uint32, code uint16, args []byte) error {
 	case proto.CodeAskStoreObject, proto.CodeAskStoreTransaction, proto.CodeAskVoteTransaction,
 		proto.CodeAskCheckCurrentSerial, proto.CodeAskRelockObject, proto.CodeAskObjectUndoSerial:
 		n.reqPool.Put(req)
-		p.w.write(appendError(nil, id, proto.ReadOnlyAccess, "read-only storage node"))
+		p.w.Write(appendError(nil, id, proto.ReadOnlyAccess, "read-only storage node"))
 		return nil
 	case proto.CodeAskFetchTransactions, proto.CodeAskFetchObjects,
 		proto.CodeAskCheckTIDRange, proto.CodeAskCheckSerialRange:
 		n.reqPool.Put(req)
-		p.w.write(appendError(nil, id, proto.BackendNotImplemented, proto.CodeName(code)+" is not implemented by this node"))
+		p.w.Write(appendError(nil, id, proto.BackendNotImplemented, proto.CodeName(code)+" is not implemented by this node"))
 		return nil
 	default:
 		n.reqPool.Put(req)
@@ -364,7 +365,7 @@ func (p *peer) serve(req *request) {
 			// The data goes out without an extra copy into b.
 			var tail [11]byte
 			t := appendOptTid(tail[:0], o.DataSerial, o.DataSerial != 0)
-			p.w.write(b, o.Data, t)
+			p.w.Write(b, o.Data, t)
 			b = b[:0]
 		}
 		if cap(o.Data) > 1<<20 {
@@ -466,7 +467,7 @@ func (p *peer) serve(req *request) {
 		b = (&proto.Pong{}).AppendArgs(appendHeader(b, req.msgID, ans))
 	}
 	if len(b) > 0 {
-		p.w.write(b)
+		p.w.Write(b)
 	}
 	if cap(b) > 1<<20 {
 		b = make([]byte, 0, 512)
