@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/zodbd/zodbd/internal/ctxwatch"
+	"github.com/zodbd/zodbd/internal/netconn"
 	"github.com/zodbd/zodbd/neo/proto"
 )
 
@@ -73,13 +74,7 @@ type Conn struct {
 
 	nextID atomic.Uint32 // msg_id of the next packet we originate
 
-	// writing
-	wmu      sync.Mutex
-	wcond    sync.Cond // signalled when a write finishes
-	wbuf     []byte    // packets waiting for the write in progress
-	spare    []byte
-	flushing bool
-	werr     error
+	w *netconn.Writer
 
 	// pending requests
 	pmu     sync.Mutex
@@ -263,7 +258,7 @@ func handshake(ctx context.Context, nc net.Conn, opt *Options, server bool) (*Co
 	if c.logf == nil {
 		c.logf = log.Printf
 	}
-	c.wcond.L = &c.wmu
+	c.w = netconn.NewWriter(nc, netconn.Config{Max: 2 * maxPendingWrite})
 	c.ctxw = ctxwatch.New(c.interruptRead)
 	c.token <- rd
 	go c.idleReader()
@@ -307,12 +302,7 @@ func (c *Conn) shutdown(err error) {
 			delete(c.pending, id)
 		}
 		c.pmu.Unlock()
-		c.wmu.Lock()
-		if c.werr == nil {
-			c.werr = err
-		}
-		c.wcond.Broadcast()
-		c.wmu.Unlock()
+		c.w.Close()
 		close(c.done)
 	})
 }
@@ -324,48 +314,17 @@ func (c *Conn) newID() uint32 { return c.nextID.Add(1) - 1 }
 // write queues one packet and writes it, or leaves it to the goroutine
 // whose write is in progress.
 func (c *Conn) write(id uint32, m proto.Msg) error {
-	c.wmu.Lock()
-	for c.flushing && len(c.wbuf) > maxPendingWrite && c.werr == nil {
-		c.wcond.Wait()
-	}
-	if c.werr != nil {
-		err := c.werr
-		c.wmu.Unlock()
-		return err
-	}
-	c.wbuf = proto.AppendPacket(c.wbuf, id, m)
-	if c.flushing {
-		c.wmu.Unlock()
+	err := c.w.WriteFunc(func(b []byte) []byte { return proto.AppendPacket(b, id, m) })
+	if err == nil {
 		return nil
 	}
-	c.flushing = true
-	for len(c.wbuf) > 0 && c.werr == nil {
-		buf := c.wbuf
-		c.wbuf = c.spare[:0]
-		c.spare = nil
-		c.wmu.Unlock()
-		_, err := c.nc.Write(buf)
-		c.wmu.Lock()
-		if cap(buf) <= 1<<20 {
-			c.spare = buf[:0]
-		}
-		if err != nil && c.werr == nil {
-			if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
-				c.werr = fmt.Errorf("link: %v closed the connection: %w", c.nc.RemoteAddr(), err)
-			} else {
-				c.werr = fmt.Errorf("link: write to %v: %w", c.nc.RemoteAddr(), err)
-			}
-		}
-		c.wcond.Broadcast()
+	if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
+		err = fmt.Errorf("link: %v closed the connection: %w", c.nc.RemoteAddr(), err)
+	} else {
+		err = fmt.Errorf("link: write to %v: %w", c.nc.RemoteAddr(), err)
 	}
-	c.flushing = false
-	err := c.werr
-	c.wmu.Unlock()
-	if err != nil {
-		c.shutdown(err)
-		return c.Err()
-	}
-	return nil
+	c.shutdown(err)
+	return c.Err()
 }
 
 // Send sends a notification (or a request whose answer is not awaited)
