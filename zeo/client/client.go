@@ -55,6 +55,7 @@ import (
 
 	"github.com/zodbd/zodbd/internal/ctxwatch"
 	"github.com/zodbd/zodbd/internal/flight"
+	"github.com/zodbd/zodbd/internal/netconn"
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zodb"
 	"github.com/zodbd/zodbd/zodb/cache"
@@ -134,13 +135,10 @@ type Client struct {
 	cache    *cache.Cache
 	info     Info
 
-	// Write side: requests are encoded into enc.Buf under wmu; the first
-	// goroutine to find no flush in progress writes until it is empty.
-	wmu      sync.Mutex
-	enc      wire.Encoder
-	spare    []byte
-	flushing bool
-	werr     error
+	// Write side: requests are encoded with enc into w's queue, under
+	// w's lock.
+	w   *netconn.Writer
+	enc wire.Encoder
 
 	// Outstanding calls, removed by the reader when answered.
 	pmu    sync.Mutex
@@ -310,7 +308,8 @@ func newClient(ctx context.Context, nc net.Conn, urlStr, addr string, opt *Optio
 	if _, err := nc.Write(c.enc.Buf); err != nil {
 		return nil, fmt.Errorf("zeo client: %s: handshake: %w", addr, err)
 	}
-	c.enc.Buf = c.enc.Buf[:0]
+	c.enc.Buf = nil
+	c.w = netconn.NewWriter(nc, netconn.Config{})
 	nc.SetDeadline(time.Time{})
 
 	c.token <- &readState{br: br, dec: wire.NewDecoder(c.marshal)}
@@ -440,12 +439,10 @@ func (c *Client) fail(err error) {
 		cl.err = err
 		close(cl.done)
 	}
-	c.wmu.Lock()
-	if c.werr == nil {
-		c.werr = err
-	}
-	c.wmu.Unlock()
 	c.nc.Close()
+	if c.w != nil {
+		c.w.Close()
+	}
 	c.ctxw.Stop()
 	c.watch.Stop()
 }
@@ -517,40 +514,20 @@ func (c *Client) dispatch(m *wire.Message) {
 // send encodes one message with encode and writes it, together with
 // whatever other goroutines queued meanwhile.
 func (c *Client) send(encode func(e *wire.Encoder)) error {
-	c.wmu.Lock()
-	if c.werr != nil {
-		err := c.werr
-		c.wmu.Unlock()
-		return err
-	}
-	encode(&c.enc)
-	if c.flushing {
-		c.wmu.Unlock()
-		return nil
-	}
-	c.flushing = true
-	for len(c.enc.Buf) > 0 && c.werr == nil {
-		buf := c.enc.Buf
-		c.enc.Buf = c.spare[:0]
-		c.wmu.Unlock()
-		_, err := c.nc.Write(buf)
-		c.wmu.Lock()
-		if cap(buf) <= 4<<20 {
-			c.spare = buf[:0]
-		} else {
-			c.spare = nil
-		}
-		if err != nil && c.werr == nil {
-			c.werr = err
-			c.nc.Close() // the reader fails the outstanding calls
-		}
-	}
-	c.flushing = false
-	err := c.werr
+	err := c.w.WriteFunc(func(b []byte) []byte {
+		c.enc.Buf = b
+		encode(&c.enc)
+		b, c.enc.Buf = c.enc.Buf, nil
+		return b
+	})
 	if err != nil {
-		c.enc.Buf = c.enc.Buf[:0]
+		c.nc.Close() // the reader fails the outstanding calls
+		c.pmu.Lock()
+		if c.err != nil {
+			err = c.err
+		}
+		c.pmu.Unlock()
 	}
-	c.wmu.Unlock()
 	return err
 }
 
