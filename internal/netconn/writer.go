@@ -1,7 +1,9 @@
 // Package netconn is the connection layer shared by the protocol servers
-// and clients (zeo, neo/storage, neo/link): a combining writer with a
-// memory budget (this file and budget.go). Protocol packages keep only
-// their framing and messages.
+// and clients (zeo, zeo/client, neo/storage, neo/link): a combining
+// writer with a memory budget (Writer, Budget: writer.go, budget.go) and
+// the read token of the clients that dedicate no goroutine to reading,
+// with its idle reader and cancellation (Token: token.go, watch.go).
+// Protocol packages keep only their framing and messages.
 package netconn
 
 import (

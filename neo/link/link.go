@@ -25,7 +25,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/zodbd/zodbd/internal/ctxwatch"
 	"github.com/zodbd/zodbd/internal/netconn"
 	"github.com/zodbd/zodbd/neo/proto"
 )
@@ -68,9 +67,8 @@ type Conn struct {
 	handler func(*Conn, *Request)
 
 	// read side (reader.go): the packet reader is held by whoever reads
-	token       chan *proto.Reader // capacity 1
-	taken       atomic.Uint64      // times an Ask took the token
-	recvWaiters atomic.Int32       // goroutines blocked in Recv
+	token       *netconn.Token[*proto.Reader]
+	recvWaiters atomic.Int32 // goroutines blocked in Recv
 
 	nextID atomic.Uint32 // msg_id of the next packet we originate
 
@@ -86,8 +84,6 @@ type Conn struct {
 	queue  []*Request
 	qhead  int
 	qready chan struct{} // capacity 1: something was queued
-
-	ctxw *ctxwatch.Watch // interrupts the read when the reader's ctx is done
 
 	closeOnce sync.Once
 	done      chan struct{}
@@ -250,7 +246,6 @@ func handshake(ctx context.Context, nc net.Conn, opt *Options, server bool) (*Co
 		nc:      nc,
 		logf:    opt.Logf,
 		handler: opt.Handler,
-		token:   make(chan *proto.Reader, 1),
 		pending: make(map[uint32]*call),
 		qready:  make(chan struct{}, 1),
 		done:    make(chan struct{}),
@@ -259,8 +254,7 @@ func handshake(ctx context.Context, nc net.Conn, opt *Options, server bool) (*Co
 		c.logf = log.Printf
 	}
 	c.w = netconn.NewWriter(nc, netconn.Config{Max: 2 * maxPendingWrite})
-	c.ctxw = ctxwatch.New(c.interruptRead)
-	c.token <- rd
+	c.token = netconn.NewToken(rd, c.interruptRead)
 	go c.idleReader()
 	return c, nil
 }
@@ -294,7 +288,7 @@ func (c *Conn) shutdown(err error) {
 	c.closeOnce.Do(func() {
 		c.errv.Store(&err)
 		c.nc.Close()
-		c.ctxw.Stop()
+		c.token.Stop()
 		c.pmu.Lock()
 		c.perr = err
 		for id, cl := range c.pending {

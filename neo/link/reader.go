@@ -9,14 +9,14 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/zodbd/zodbd/internal/idleread"
+	"github.com/zodbd/zodbd/internal/netconn"
 	"github.com/zodbd/zodbd/neo/proto"
 )
 
 // The read side of a Conn.
 //
-// No goroutine is dedicated to reading. The packet reader is a token, held
-// in c.token, that one goroutine at a time takes to read and dispatch
+// No goroutine is dedicated to reading. The packet reader is a token
+// (netconn.Token), held in c.token, that one goroutine at a time takes to read and dispatch
 // packets: answers to the Ask waiting for them, requests and notifications
 // to the queue of Recv (or to Options.Handler). An Ask whose answer has not
 // come takes the token when it is free and reads until its answer is
@@ -31,35 +31,29 @@ import (
 //     whenever a goroutine is blocked in Recv: such a connection is driven
 //     by the peer's requests, and the idle reader keeps reading, as a
 //     dedicated reader goroutine would;
-//   - on a quiet connection: it checks periodically (package
-//     internal/idleread) whether an Ask took the token since its last
+//   - on a quiet connection: it checks periodically (netconn.Token's
+//     Idle) whether an Ask took the token since its last
 //     check, and if not, takes it and reads until the next answer. A
 //     notification sent to a connection nobody Recv's on, on which Asks
-//     just stopped, is therefore handled within 2×idleread.MaxDelay.
+//     just stopped, is therefore handled within 2×netconn.MaxDelay.
 
 // waitAnswer waits for cl's result, reading the connection meanwhile when
 // nobody else does. ok is false when ctx was done first.
 func (c *Conn) waitAnswer(ctx context.Context, cl *call) (r result, ok bool) {
 	for {
-		select {
-		case r = <-cl.ch:
+		rd, r, what := netconn.Take(c.token, ctx, cl.ch)
+		switch what {
+		case netconn.Ready:
 			return r, true
-		default:
+		case netconn.Cancelled:
+			return result{}, false
 		}
-		select {
-		case r = <-cl.ch:
+		r, ok, cancelled := c.readUntil(ctx, rd, cl)
+		c.token.Put(rd)
+		if ok {
 			return r, true
-		case rd := <-c.token:
-			c.taken.Add(1)
-			r, ok, cancelled := c.readUntil(ctx, rd, cl)
-			c.token <- rd
-			if ok {
-				return r, true
-			}
-			if cancelled {
-				return result{}, false
-			}
-		case <-ctx.Done():
+		}
+		if cancelled {
 			return result{}, false
 		}
 	}
@@ -69,9 +63,6 @@ func (c *Conn) waitAnswer(ctx context.Context, cl *call) (r result, ok bool) {
 // the connection fails (which delivers an error to cl: ok on the next
 // round) or ctx is done (cancelled).
 func (c *Conn) readUntil(ctx context.Context, rd *proto.Reader, cl *call) (r result, ok, cancelled bool) {
-	if c.ctxw.Arm(ctx) {
-		return result{}, false, true
-	}
 	for {
 		select {
 		case r = <-cl.ch:
@@ -170,28 +161,23 @@ func (c *Conn) dispatch(p proto.Packet) {
 // idleReader reads when no Ask does (see the comment at the top of this
 // file), until the connection is closed.
 func (c *Conn) idleReader() {
-	c.readIdle(<-c.token) // the start of the connection: read until an answer
-	idleread.Run(c.done, &c.taken, func() {
-		select {
-		case rd := <-c.token:
-			c.readIdle(rd)
-		default: // an Ask is reading
-		}
-	})
+	rd := c.token.Get() // the start of the connection: read until an answer
+	c.readIdle(rd)
+	c.token.Put(rd)
+	c.token.Idle(c.done, c.readIdle)
 }
 
 // readIdle reads with the token rd until an answer comes while nobody
 // waits in Recv (an Ask is then active: let it read) or the connection
-// fails, and puts the token back.
+// fails.
 func (c *Conn) readIdle(rd *proto.Reader) {
 	for {
 		answer, err := c.readOne(rd, false)
 		if err == nil && answer && c.recvWaiters.Load() == 0 {
-			break
+			return
 		}
 		if err != nil && c.Err() != nil {
-			break
+			return
 		}
 	}
-	c.token <- rd
 }

@@ -53,7 +53,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/zodbd/zodbd/internal/ctxwatch"
 	"github.com/zodbd/zodbd/internal/flight"
 	"github.com/zodbd/zodbd/internal/netconn"
 	"github.com/zodbd/zodbd/zeo/wire"
@@ -155,11 +154,8 @@ type Client struct {
 
 	length, size atomic.Int64 // from info messages
 
-	// Read side (reader.go): the token is held by whoever reads; taken
-	// counts the waiters that took it, for the idle reader.
-	token    chan *readState
-	ctxw     *ctxwatch.Watch // interrupts the read when the reader's ctx is done
-	taken    atomic.Uint64
+	// Read side (reader.go): the token is held by whoever reads.
+	token    *netconn.Token[*readState]
 	failed   chan struct{} // closed by the first fail
 	idleDone chan struct{}
 
@@ -252,12 +248,10 @@ func newClient(ctx context.Context, nc net.Conn, urlStr, addr string, opt *Optio
 		calls:     make(map[int64]*call),
 		loads:     make(map[loadKey]*loadCall),
 		commitSem: make(chan struct{}, 1),
-		token:     make(chan *readState, 1),
 		failed:    make(chan struct{}),
 		idleDone:  make(chan struct{}),
 		hbStop:    make(chan struct{}),
 	}
-	c.ctxw = ctxwatch.New(c.interruptRead)
 	if c.storage == "" {
 		c.storage = "1"
 	}
@@ -312,7 +306,7 @@ func newClient(ctx context.Context, nc net.Conn, urlStr, addr string, opt *Optio
 	c.w = netconn.NewWriter(nc, netconn.Config{})
 	nc.SetDeadline(time.Time{})
 
-	c.token <- &readState{br: br, dec: wire.NewDecoder(c.marshal)}
+	c.token = netconn.NewToken(&readState{br: br, dec: wire.NewDecoder(c.marshal)}, c.interruptRead)
 	go c.idleReader()
 	ok := false
 	defer func() {
@@ -398,9 +392,9 @@ func (c *Client) Close() error {
 		c.nc.Close()
 		// Whoever reads sees the closed connection and gives the token
 		// back; holding it, fail every outstanding call.
-		rs := <-c.token
+		rs := c.token.Get()
 		c.fail(net.ErrClosed)
-		c.token <- rs
+		c.token.Put(rs)
 		<-c.idleDone
 		select {
 		case <-c.hbStop:
@@ -443,7 +437,9 @@ func (c *Client) fail(err error) {
 	if c.w != nil {
 		c.w.Close()
 	}
-	c.ctxw.Stop()
+	if c.token != nil {
+		c.token.Stop()
+	}
 	c.watch.Stop()
 }
 

@@ -936,7 +936,7 @@ func TestLoadCancel(t *testing.T) {
 	wg.Wait()
 
 	// One context for many loads (the read's cancellation watch stays
-	// armed for it, internal/ctxwatch), cancelled while a load waits on
+	// armed for it, netconn.Token), cancelled while a load waits on
 	// a silent server: that load returns.
 	ctx, cancel = context.WithCancel(bg)
 	for oid := zodb.Oid(0); oid < 4; oid++ {

@@ -9,14 +9,14 @@ import (
 	"os"
 	"time"
 
-	"github.com/zodbd/zodbd/internal/idleread"
+	"github.com/zodbd/zodbd/internal/netconn"
 	"github.com/zodbd/zodbd/zeo/wire"
 )
 
 // The read side of the connection.
 //
 // There is no goroutine dedicated to reading. The read side (the buffered
-// reader, the decoder, their buffers) is a token, held in c.token, that one
+// reader, the decoder, their buffers) is a token (netconn.Token), held in c.token, that one
 // goroutine at a time takes to read and dispatch messages. A goroutine that
 // waits for a reply (wait) takes the token if it is free and reads until
 // its own reply has been dispatched, dispatching every message before it
@@ -31,11 +31,11 @@ import (
 //
 // Messages that no waiter asks for (invalidations while the client is
 // idle, replies to Prefetch) are read by the idle reader: a goroutine that
-// checks periodically (package internal/idleread) whether the token has
+// checks periodically (netconn.Token's Idle) whether the token has
 // been taken since its last check, and if not, takes it and reads until the
 // next reply, then gives it back. Invalidations therefore reach the cache
 // and watchers at once on a busy connection (they come before the replies
-// that follow them), and within 2×idleread.MaxDelay of the connection going
+// that follow them), and within 2×netconn.MaxDelay of the connection going
 // quiet.
 
 // readState is the read side of the connection: whoever holds it may read.
@@ -56,23 +56,17 @@ var errInterrupted = errors.New("read interrupted")
 // signalled channel (a loadCall's) must call wait only once per signal.
 func (c *Client) wait(ctx context.Context, done <-chan struct{}) error {
 	for {
-		select {
-		case <-done:
+		rs, _, what := netconn.Take(c.token, ctx, done)
+		switch what {
+		case netconn.Ready:
 			return nil
-		default:
-		}
-		select {
-		case <-done:
-			return nil
-		case rs := <-c.token:
-			c.taken.Add(1)
-			signalled, err := c.readUntil(ctx, rs, done)
-			c.token <- rs
-			if signalled || err != nil {
-				return err
-			}
-		case <-ctx.Done():
+		case netconn.Cancelled:
 			return ctx.Err()
+		}
+		signalled, err := c.readUntil(ctx, rs, done)
+		c.token.Put(rs)
+		if signalled || err != nil {
+			return err
 		}
 	}
 }
@@ -82,9 +76,6 @@ func (c *Client) wait(ctx context.Context, done <-chan struct{}) error {
 // the connection fails (which readies every done channel, to be received
 // by the caller) or ctx is done (its error is returned).
 func (c *Client) readUntil(ctx context.Context, rs *readState, done <-chan struct{}) (signalled bool, err error) {
-	if c.ctxw.Arm(ctx) {
-		return false, ctx.Err()
-	}
 	for {
 		select {
 		case <-done:
@@ -123,7 +114,7 @@ func (c *Client) frameBuffered(rs *readState) bool {
 	return uint64(binary.BigEndian.Uint32(hdr))+4 <= uint64(n)
 }
 
-// interruptRead makes the current read return (see readFrame). c.ctxw
+// interruptRead makes the current read return (see readFrame). c.token
 // calls it when the context of a reader is done.
 func (c *Client) interruptRead() {
 	c.nc.SetReadDeadline(time.Unix(1, 0))
@@ -205,25 +196,18 @@ func (c *Client) readFrame(rs *readState) ([]byte, error) {
 // comment at the top of this file). It returns when the connection fails.
 func (c *Client) idleReader() {
 	defer close(c.idleDone)
-	idleread.Run(c.failed, &c.taken, func() {
-		var rs *readState
-		select {
-		case rs = <-c.token:
-		default:
-			return // a waiter is reading
-		}
+	c.token.Idle(c.failed, func(rs *readState) {
 		for {
 			if err := c.readOne(rs); err != nil {
 				if err == errInterrupted {
 					continue
 				}
 				c.fail(err)
-				break
+				return
 			}
 			if string(rs.msg.Name) == ".reply" {
-				break // a waiter is active: let it read
+				return // a waiter is active: let it read
 			}
 		}
-		c.token <- rs
 	})
 }

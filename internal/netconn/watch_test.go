@@ -1,4 +1,4 @@
-package ctxwatch
+package netconn
 
 import (
 	"context"
@@ -21,9 +21,9 @@ func (c *counter) settle() int32 {
 	return c.n.Load()
 }
 
-func TestArm(t *testing.T) {
+func TestWatchArm(t *testing.T) {
 	var c counter
-	w := New(c.interrupt)
+	w := newWatch(c.interrupt)
 	if w.Arm(context.Background()) {
 		t.Error("Background reported done")
 	}
@@ -67,9 +67,9 @@ func TestArm(t *testing.T) {
 	}
 }
 
-func TestStop(t *testing.T) {
+func TestWatchStop(t *testing.T) {
 	var c counter
-	w := New(c.interrupt)
+	w := newWatch(c.interrupt)
 	a, cancelA := context.WithCancel(context.Background())
 	defer cancelA()
 	w.Arm(a)

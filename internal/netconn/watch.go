@@ -1,6 +1,5 @@
-// Package ctxwatch interrupts the blocking read of a connection when the
-// context of the goroutine that reads is done, for the clients whose read
-// side is a token passed between waiting callers (zeo/client, neo/link).
+// A Token's watch interrupts the blocking read of a connection when the
+// context of the goroutine that reads is done.
 //
 // Registering a function with a context (context.AfterFunc) and removing
 // it again takes the lock of the context's cancellation parent and
@@ -15,31 +14,32 @@
 // the interrupt function must leave the connection usable (a read
 // deadline in the past, which the reader clears) and readers must treat
 // an interrupted read as "check your own context, then read again".
-package ctxwatch
+
+package netconn
 
 import (
 	"context"
 	"sync/atomic"
 )
 
-// Watch is the cancellation watch of one connection. Arm is called only
+// watch is the cancellation watch of one connection. Arm is called only
 // by the holder of the connection's read token; Stop by anyone.
-type Watch struct {
+type watch struct {
 	interrupt func()
 	done      <-chan struct{}             // the Done channel armed for (token-guarded)
 	stop      atomic.Pointer[func() bool] // the registration's stop
 	stopped   atomic.Bool
 }
 
-// New returns a watch that calls interrupt when the context of an armed
-// read is done.
-func New(interrupt func()) *Watch { return &Watch{interrupt: interrupt} }
+// newWatch returns a watch that calls interrupt when the context of an
+// armed read is done.
+func newWatch(interrupt func()) *watch { return &watch{interrupt: interrupt} }
 
 // Arm makes sure that ctx being done interrupts the reads that follow, and
 // reports whether ctx is done already (then the reader must not block:
 // the watch may have fired before). It costs nothing when the watch is
 // armed for ctx's Done channel already, or ctx can never be done.
-func (w *Watch) Arm(ctx context.Context) (done bool) {
+func (w *watch) Arm(ctx context.Context) (done bool) {
 	d := ctx.Done()
 	if d == nil {
 		return false
@@ -59,7 +59,7 @@ func (w *Watch) Arm(ctx context.Context) (done bool) {
 
 // Stop disarms the watch for good (the connection is closed), releasing
 // the registration with the last context.
-func (w *Watch) Stop() {
+func (w *watch) Stop() {
 	w.stopped.Store(true)
 	if p := w.stop.Swap(nil); p != nil {
 		(*p)()
