@@ -85,14 +85,7 @@ const maxSpare = 1 << 20
 
 // Append queues what fn appends to the queue's buffer (which fn must
 // only append to), without writing it.
-func (q *Writer) Append(fn func([]byte) []byte) {
-	q.mu.Lock()
-	if q.err == nil && !q.closed {
-		q.buf = fn(q.buf)
-		q.account()
-	}
-	q.mu.Unlock()
-}
+func (q *Writer) Append(fn func([]byte) []byte) { q.AppendAfter(^uint64(0), fn) }
 
 // AppendAfter is Append unless Send queued bytes with a seq above seen
 // (a reply computed on a state older than a notification already queued
@@ -125,23 +118,12 @@ func (q *Writer) Seq() uint64 {
 // while a write is in progress and the queue is over half the budget. It
 // returns the first error of the Writer.
 func (q *Writer) Write(p ...[]byte) error {
-	q.mu.Lock()
-	for q.writing && q.fullLocked() && q.err == nil && !q.closed {
-		q.drained.Wait()
-	}
-	if err := q.errLocked(); err != nil {
-		q.mu.Unlock()
-		return err
-	}
-	for _, b := range p {
-		q.buf = append(q.buf, b...)
-	}
-	q.account()
-	if q.writing || q.corked {
-		q.mu.Unlock()
-		return nil
-	}
-	return q.drainLocked()
+	return q.WriteFunc(func(b []byte) []byte {
+		for _, s := range p {
+			b = append(b, s...)
+		}
+		return b
+	})
 }
 
 // WriteFunc is Write of what fn appends to the queue's buffer.
@@ -187,12 +169,8 @@ func (q *Writer) Cork() {
 func (q *Writer) Uncork() error {
 	q.mu.Lock()
 	q.corked = false
-	if q.writing || len(q.buf) == 0 || q.err != nil {
-		err := q.err
-		q.mu.Unlock()
-		return err
-	}
-	return q.drainLocked()
+	q.mu.Unlock()
+	return q.Flush()
 }
 
 // WaitRoom waits while more than half of the budget (or, while the

@@ -191,7 +191,13 @@ func setTCPOptions(nc net.Conn) {
 	}
 }
 
-func handshake(ctx context.Context, nc net.Conn, opt *Options, server bool) (*Conn, error) {
+// Handshake sets up the transport of a connection for a caller that reads
+// and writes the packets itself (the storage node's peers): TLS when
+// opt.TLS is not nil (as the server when server is set), then the
+// exchange of the handshakes, bounded by opt.HandshakeTimeout and ctx. It
+// returns the transport and the reader of the packets that follow; on
+// error nc is closed.
+func Handshake(ctx context.Context, nc net.Conn, opt *Options, server bool) (net.Conn, *proto.Reader, error) {
 	setTCPOptions(nc)
 	timeout := opt.HandshakeTimeout
 	if timeout == 0 {
@@ -206,12 +212,12 @@ func handshake(ctx context.Context, nc net.Conn, opt *Options, server bool) (*Co
 	}
 	nc.SetDeadline(deadline)
 	remote := nc.RemoteAddr()
-	fail := func(err error) (*Conn, error) {
+	fail := func(err error) (net.Conn, *proto.Reader, error) {
 		nc.Close()
 		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
 			err = fmt.Errorf("no handshake within %v: %w", timeout, err)
 		}
-		return nil, fmt.Errorf("link: handshake with %v: %w", remote, err)
+		return nil, nil, fmt.Errorf("link: handshake with %v: %w", remote, err)
 	}
 	if ctx.Done() != nil {
 		stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
@@ -242,6 +248,14 @@ func handshake(ctx context.Context, nc net.Conn, opt *Options, server bool) (*Co
 		return fail(err)
 	}
 	nc.SetDeadline(time.Time{})
+	return nc, rd, nil
+}
+
+func handshake(ctx context.Context, nc net.Conn, opt *Options, server bool) (*Conn, error) {
+	nc, rd, err := Handshake(ctx, nc, opt, server)
+	if err != nil {
+		return nil, err
+	}
 	c := &Conn{
 		nc:      nc,
 		logf:    opt.Logf,

@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/zodbd/zodbd/internal/netconn"
+	"github.com/zodbd/zodbd/neo/link"
 	"github.com/zodbd/zodbd/neo/msgp"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/zodb"
@@ -315,69 +316,38 @@ func (n *Node) newWriter(nc net.Conn) *netconn.Writer {
 
 // ---- master session ----
 
-type masterLink struct {
-	nc     net.Conn
-	r      *pktReader
-	w      *netconn.Writer
-	nextID uint32
-	buf    []byte
-}
-
-// send sends msg with the next msg_id of ours (a notification, or a
-// request whose answer is not awaited).
-func (m *masterLink) send(msg proto.Msg) error {
-	m.buf = proto.AppendPacket(m.buf[:0], m.nextID, msg)
-	m.nextID++
-	return m.w.Write(m.buf)
-}
-
-// reply answers the master's request msgID with msg.
-func (m *masterLink) reply(msgID uint32, msg proto.Msg) error {
-	m.buf = proto.AppendPacket(m.buf[:0], msgID, msg)
-	return m.w.Write(m.buf)
-}
-
-func (m *masterLink) answerError(msgID uint32, code proto.ErrorCode, msg string) error {
-	m.buf = appendError(m.buf[:0], msgID, code, msg)
-	return m.w.Write(m.buf)
-}
-
-func (n *Node) dial(ctx context.Context, addr string) (net.Conn, error) {
-	d := net.Dialer{Timeout: 10 * time.Second, KeepAlive: 60 * time.Second}
-	nc, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return nil, err
-	}
-	if n.cfg.TLS != nil {
-		tc := tls.Client(nc, n.cfg.TLS)
-		hctx, cancel := context.WithTimeout(ctx, n.cfg.IdentifyTimeout)
-		err := tc.HandshakeContext(hctx)
-		cancel()
-		if err != nil {
-			nc.Close()
-			return nil, err
-		}
-		nc = tc
-	}
-	return nc, nil
-}
-
 // masterSession connects to addr and follows the master until the link
 // breaks. next >= 0 asks to go on with that master of the list at once
 // (NotPrimaryMaster).
 func (n *Node) masterSession(ctx context.Context, addr string) (next int, err error) {
 	next = -1
-	nc, err := n.dial(ctx, addr)
+	ictx, cancel := context.WithTimeout(ctx, n.cfg.IdentifyTimeout)
+	defer cancel()
+	m, err := link.DialOptions(ictx, "tcp", addr, &link.Options{TLS: n.cfg.TLS, HandshakeTimeout: n.cfg.IdentifyTimeout, Logf: n.log.Printf})
 	if err != nil {
 		return next, err
 	}
-	defer nc.Close()
-	stop := context.AfterFunc(ctx, func() { nc.Close() })
+	defer m.Close()
+	stop := context.AfterFunc(ctx, func() { m.Close() })
 	defer stop()
-	m := &masterLink{nc: nc, r: newPktReader(nc), w: n.newWriter(nc)}
-	defer m.w.Close()
+	// The master's requests and notifications, in order.
+	reqs := make(chan *link.Request)
+	go func() {
+		defer close(reqs)
+		for {
+			r, err := m.Recv()
+			if err != nil {
+				return
+			}
+			select {
+			case reqs <- r:
+			case <-m.Done():
+				r.Release()
+				return
+			}
+		}
+	}()
 
-	// Handshake and identification, pipelined as NEO/py does.
 	dp := msgp.AppendArrayHeader(nil, len(n.devPath()))
 	for _, s := range n.devPath() {
 		dp = msgp.AppendBin(dp, []byte(s))
@@ -393,61 +363,55 @@ func (n *Node) masterSession(ctx context.Context, addr string) (next int, err er
 			proto.BinPair("new_nid", msgp.AppendArrayHeader(nil, 0)),
 		},
 	}
-	m.w.Write(proto.Handshake[:])
-	if err := m.send(&req); err != nil {
-		return next, err
+	// The answer, or NotPrimaryMaster in its place.
+	var acc proto.AcceptIdentification
+	asked := make(chan error, 1)
+	go func() { asked <- m.Ask(ictx, &req, &acc) }()
+	var first *link.Request // a request that came before the answer was seen
+	select {
+	case err = <-asked:
+	case first = <-reqs:
+		if first != nil && first.Code == proto.CodeNotPrimaryMaster {
+			defer first.Release()
+			return n.notPrimary(addr, first.Args), nil
+		}
+		err = <-asked
 	}
-	nc.SetReadDeadline(time.Now().Add(n.cfg.IdentifyTimeout))
-	if err := m.r.handshake(); err != nil {
-		return next, err
+	if pe, ok := errors.AsType[*proto.Error](err); ok {
+		if pe.ErrCode == proto.ProtocolError {
+			return next, fatalf("master %s refused the identification: %s", addr, pe.Message)
+		}
+		return next, fmt.Errorf("identification refused (error %d): %s", pe.ErrCode, pe.Message)
 	}
-	id, code, args, err := m.r.next()
 	if err != nil {
 		return next, err
 	}
-	nc.SetReadDeadline(time.Time{})
-	switch {
-	case id == 0 && code == proto.AnswerBit:
-		var e proto.Error
-		if err := e.DecodeArgs(args); err != nil {
-			return next, badInput("master: %v", err)
-		}
-		if e.ErrCode == proto.ProtocolError {
-			return next, fatalf("master %s refused the identification: %s", addr, e.Message)
-		}
-		return next, fmt.Errorf("identification refused (error %d): %s", e.ErrCode, e.Message)
-	case id == 0 && code == proto.CodeRequestIdentification|proto.AnswerBit:
-		var acc proto.AcceptIdentification
-		if err := acc.DecodeArgs(args); err != nil {
-			return next, badInput("master: %v", err)
-		}
-		if acc.NodeType != proto.Master {
-			return next, fmt.Errorf("peer at %s is not a master", addr)
-		}
-		if acc.YourNID != n.NID() {
-			n.log.Printf("neo storage: master %s gave node id %d", addr, acc.YourNID)
-		}
-		n.nid.Store(int32(acc.YourNID))
-	case code == proto.CodeNotPrimaryMaster:
-		return n.notPrimary(addr, args), nil
-	default:
-		return next, badInput("master: unexpected %s in reply to the identification", proto.CodeName(code))
+	if acc.NodeType != proto.Master {
+		return next, fmt.Errorf("peer at %s is not a master", addr)
 	}
+	if acc.YourNID != n.NID() {
+		n.log.Printf("neo storage: master %s gave node id %d", addr, acc.YourNID)
+	}
+	n.nid.Store(int32(acc.YourNID))
 	n.log.Printf("neo storage: identified by master %s as node %d", addr, n.NID())
 
 	for {
-		id, code, args, err := m.r.next()
-		if err != nil {
-			return next, err
+		r := first
+		if first != nil {
+			first = nil
+		} else if r = <-reqs; r == nil {
+			return next, m.Err()
 		}
-		nx, err := n.handleMaster(ctx, m, id, code, args)
+		nx, err := n.handleMaster(ctx, m, r.ID, r.Code, r.Args)
 		if err != nil {
 			var ie *inputError
 			if errors.As(err, &ie) {
-				n.log.Printf("neo storage: master %s: %s: %v (closing the link)", addr, proto.CodeName(code), err)
+				n.log.Printf("neo storage: master %s: %s: %v (closing the link)", addr, r.Name(), err)
 			}
+			r.Release()
 			return next, err
 		}
+		r.Release()
 		if nx >= 0 {
 			return nx, nil
 		}
@@ -484,7 +448,7 @@ func (n *Node) notPrimary(addr string, args []byte) int {
 // handleMaster handles one packet from the master. Requests and
 // notifications are decoded, and answers encoded, with neo/proto's packet
 // structs.
-func (n *Node) handleMaster(ctx context.Context, m *masterLink, id uint32, code uint16, args []byte) (next int, err error) {
+func (n *Node) handleMaster(ctx context.Context, m *link.Conn, id uint32, code uint16, args []byte) (next int, err error) {
 	next = -1
 	decode := func(msg proto.Msg) error {
 		if err := msg.DecodeArgs(args); err != nil {
@@ -511,7 +475,7 @@ func (n *Node) handleMaster(ctx context.Context, m *masterLink, id uint32, code 
 		if rec.HasPTID {
 			a.PTid = rec.PTID
 		}
-		return next, m.reply(id, &a)
+		return next, m.Reply(id, &a)
 
 	case proto.CodeAskPartitionTable:
 		if err := decode(&proto.AskPartitionTable{}); err != nil {
@@ -533,7 +497,7 @@ func (n *Node) handleMaster(ctx context.Context, m *masterLink, id uint32, code 
 		if rec.HasPTID {
 			a.PTid = rec.PTID
 		}
-		return next, m.reply(id, &a)
+		return next, m.Reply(id, &a)
 
 	case proto.CodeSendPartitionTable:
 		var msg proto.SendPartitionTable
@@ -588,7 +552,7 @@ func (n *Node) handleMaster(ctx context.Context, m *masterLink, id uint32, code 
 		for ttid, tid := range locked {
 			a.TidDict = append(a.TidDict, proto.LockedTxn{TTid: ttid, Tid: optTidArg(tid)})
 		}
-		return next, m.reply(id, &a)
+		return next, m.Reply(id, &a)
 
 	case proto.CodeValidateTransaction:
 		var msg proto.ValidateTransaction
@@ -613,7 +577,7 @@ func (n *Node) handleMaster(ctx context.Context, m *masterLink, id uint32, code 
 		if err != nil && !errors.Is(err, ErrNonReadableCell) {
 			return next, err
 		}
-		return next, m.reply(id, &proto.AnswerFinalTID{Tid: optTidArg(final)})
+		return next, m.Reply(id, &proto.AnswerFinalTID{Tid: optTidArg(final)})
 
 	case proto.CodeAskLastIDs:
 		if err := decode(&proto.AskLastIDs{}); err != nil {
@@ -627,7 +591,7 @@ func (n *Node) handleMaster(ctx context.Context, m *masterLink, id uint32, code 
 		if err != nil {
 			return next, err
 		}
-		if err := m.send(&proto.NotifyPackCompleted{PackID: rec.PackID}); err != nil {
+		if err := m.Send(&proto.NotifyPackCompleted{PackID: rec.PackID}); err != nil {
 			return next, err
 		}
 		a := proto.AnswerLastIDs{LastTid: proto.InvalidTid, LastOid: proto.InvalidOid, FirstTid: ids.FirstTid}
@@ -637,14 +601,14 @@ func (n *Node) handleMaster(ctx context.Context, m *masterLink, id uint32, code 
 		if ids.HasOid {
 			a.LastOid = ids.Oid
 		}
-		return next, m.reply(id, &a)
+		return next, m.Reply(id, &a)
 
 	case proto.CodeAskPackOrders:
 		if err := decode(&proto.AskPackOrders{}); err != nil {
 			return next, err
 		}
 		// A read-only node packs nothing: no order is pending here.
-		return next, m.reply(id, &proto.AnswerPackOrders{})
+		return next, m.Reply(id, &proto.AnswerPackOrders{})
 
 	case proto.CodeStartOperation:
 		var msg proto.StartOperation
@@ -660,7 +624,7 @@ func (n *Node) handleMaster(ctx context.Context, m *masterLink, id uint32, code 
 		}
 		n.operational.Store(true)
 		n.log.Printf("neo storage: operational (ptid %d, %d partitions, readable %v)", pt.ptid, pt.np(), pt.rlist)
-		return next, m.send(&proto.NotifyReady{})
+		return next, m.Send(&proto.NotifyReady{})
 
 	case proto.CodeStopOperation:
 		n.stopOperation()
@@ -678,13 +642,13 @@ func (n *Node) handleMaster(ctx context.Context, m *masterLink, id uint32, code 
 		return next, nil
 
 	case proto.CodePing:
-		return next, m.reply(id, &proto.Pong{})
+		return next, m.Reply(id, &proto.Pong{})
 
 	case proto.CodeNotPrimaryMaster:
-		return n.notPrimary(m.nc.RemoteAddr().String(), args), nil
+		return n.notPrimary(m.RemoteAddr().String(), args), nil
 
 	case proto.CodeAskLockInformation:
-		return next, m.answerError(id, proto.ReadOnlyAccess, "read-only storage node")
+		return next, m.ReplyError(id, proto.ReadOnlyAccess, "read-only storage node")
 
 	case proto.CodeNotifyUnlockInformation, proto.CodeAbortTransaction, proto.CodeNotifyTransactionFinished,
 		proto.CodeNotifyPackSigned, proto.CodeFlushLog, proto.CodeCheckPartition, proto.CodeNotifyRepair,
@@ -699,7 +663,7 @@ func (n *Node) handleMaster(ctx context.Context, m *masterLink, id uint32, code 
 	if !proto.KnownCode(code) {
 		return next, badInput("unknown packet code 0x%04x", code)
 	}
-	return next, m.answerError(id, proto.ProtocolError, "unexpected "+proto.CodeName(code))
+	return next, m.ReplyError(id, proto.ProtocolError, "unexpected "+proto.CodeName(code))
 }
 
 // setPT installs a partition table from the master after checking that the

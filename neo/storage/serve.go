@@ -2,7 +2,6 @@ package storage
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/zodbd/zodbd/internal/netconn"
+	"github.com/zodbd/zodbd/neo/link"
 	"github.com/zodbd/zodbd/neo/msgp"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/zodb"
@@ -58,16 +58,10 @@ func (n *Node) acceptLoop(ctx context.Context) {
 func (n *Node) servePeer(ctx context.Context, nc net.Conn) {
 	defer nc.Close()
 	name := nc.RemoteAddr().String()
-	if n.cfg.TLS != nil {
-		tc := tls.Server(nc, n.cfg.TLS)
-		hctx, cancel := context.WithTimeout(ctx, n.cfg.IdentifyTimeout)
-		err := tc.HandshakeContext(hctx)
-		cancel()
-		if err != nil {
-			n.log.Printf("neo storage: %s: TLS: %v", name, err)
-			return
-		}
-		nc = tc
+	nc, rd, err := link.Handshake(ctx, nc, &link.Options{TLS: n.cfg.TLS, HandshakeTimeout: n.cfg.IdentifyTimeout}, true)
+	if err != nil {
+		n.log.Printf("neo storage: %s: %v (closing)", name, err)
+		return
 	}
 	p := &peer{n: n, nc: nc, w: n.newWriter(nc), name: name, sem: make(chan struct{}, n.cfg.MaxInflight)}
 	defer p.w.Close()
@@ -79,14 +73,9 @@ func (n *Node) servePeer(ctx context.Context, nc net.Conn) {
 		delete(n.peers, p)
 		n.peersMu.Unlock()
 	}()
-	p.w.Write(proto.Handshake[:])
-	r := newPktReader(nc)
-	defer r.r.Release()
+	r := &pktReader{rd}
+	defer rd.Release()
 	nc.SetReadDeadline(time.Now().Add(n.cfg.IdentifyTimeout))
-	if err := r.handshake(); err != nil {
-		n.log.Printf("neo storage: %s: handshake: %v (closing)", name, err)
-		return
-	}
 	id, code, args, err := r.next()
 	if err != nil {
 		n.log.Printf("neo storage: %s: identification: %v (closing)", name, err)

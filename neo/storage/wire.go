@@ -3,7 +3,6 @@ package storage
 import (
 	"errors"
 	"fmt"
-	"io"
 
 	"github.com/zodbd/zodbd/neo/msgp"
 	"github.com/zodbd/zodbd/neo/proto"
@@ -28,18 +27,6 @@ func badInput(format string, args ...any) error {
 // pktReader splits a NEO stream into packets (proto.Reader), reporting
 // malformed input as *inputError.
 type pktReader struct{ r *proto.Reader }
-
-func newPktReader(r io.Reader) *pktReader { return &pktReader{proto.NewReader(r)} }
-
-// handshake reads and checks the peer's ("NEO", 5).
-func (r *pktReader) handshake() error {
-	err := r.r.ReadHandshake()
-	var he *proto.HandshakeError
-	if errors.As(err, &he) {
-		return &inputError{err}
-	}
-	return err
-}
 
 // next returns the next packet. args (the msgpack array of arguments)
 // stays valid until the following call.
