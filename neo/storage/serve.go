@@ -73,10 +73,10 @@ func (n *Node) servePeer(ctx context.Context, nc net.Conn) {
 		delete(n.peers, p)
 		n.peersMu.Unlock()
 	}()
-	r := &pktReader{rd}
 	defer rd.Release()
 	nc.SetReadDeadline(time.Now().Add(n.cfg.IdentifyTimeout))
-	id, code, args, err := r.next()
+	pk, err := rd.ReadPacket()
+	id, code, args := pk.ID, pk.Code, pk.Args
 	if err != nil {
 		n.log.Printf("neo storage: %s: identification: %v (closing)", name, err)
 		return
@@ -92,10 +92,10 @@ func (n *Node) servePeer(ctx context.Context, nc net.Conn) {
 	nc.SetReadDeadline(time.Time{})
 	defer p.wg.Wait()
 	for {
-		id, code, args, err := r.next()
+		pk, err := rd.ReadPacket()
+		id, code, args := pk.ID, pk.Code, pk.Args
 		if err != nil {
-			var ie *inputError
-			if errors.As(err, &ie) {
+			if _, ok := errors.AsType[*proto.FrameError](err); ok {
 				n.log.Printf("neo storage: %s: %v (closing)", p.name, err)
 			} else if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				n.log.Printf("neo storage: %s: %v", p.name, err)
@@ -107,7 +107,7 @@ func (n *Node) servePeer(ctx context.Context, nc net.Conn) {
 		// as the reader has nothing left to handle.
 		p.w.Cork()
 		err = p.dispatch(id, code, args)
-		if !r.buffered() {
+		if rd.Buffered() == 0 {
 			p.w.Uncork()
 		}
 		if err != nil {

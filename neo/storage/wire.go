@@ -1,7 +1,6 @@
 package storage
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/zodbd/zodbd/neo/msgp"
@@ -9,10 +8,10 @@ import (
 	"github.com/zodbd/zodbd/zodb"
 )
 
-// This file is the node's transport: the NEO stream framing (handshake,
-// then msgpack arrays [msg_id, code, args] back to back) read without
-// allocation per packet. Packets are written by an internal/netconn.Writer,
-// which any number of goroutines append packets to.
+// This file has the node's encoding and decoding helpers. Its connections
+// are set up by neo/link (Handshake; the master's a link.Conn), read with
+// proto.Reader (no allocation per packet) and written by an
+// internal/netconn.Writer, which any number of goroutines append packets to.
 
 // inputError is malformed input from a peer: the link is closed.
 type inputError struct{ err error }
@@ -23,28 +22,6 @@ func (e *inputError) Unwrap() error { return e.err }
 func badInput(format string, args ...any) error {
 	return &inputError{fmt.Errorf(format, args...)}
 }
-
-// pktReader splits a NEO stream into packets (proto.Reader), reporting
-// malformed input as *inputError.
-type pktReader struct{ r *proto.Reader }
-
-// next returns the next packet. args (the msgpack array of arguments)
-// stays valid until the following call.
-func (r *pktReader) next() (msgID uint32, code uint16, args []byte, err error) {
-	p, err := r.r.ReadPacket()
-	if err != nil {
-		var fe *proto.FrameError
-		if errors.As(err, &fe) {
-			return 0, 0, nil, &inputError{err}
-		}
-		return 0, 0, nil, err
-	}
-	return p.ID, p.Code, p.Args, nil
-}
-
-// complete tells whether a whole packet is already buffered, so that the
-// caller can hold its replies until it has handled it too.
-func (r *pktReader) buffered() bool { return r.r.Buffered() > 0 }
 
 // ---- encoding helpers ----
 
