@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"io"
@@ -164,7 +163,7 @@ func (c *conn) serve() {
 		// Write the replies queued so far unless the next request is
 		// already here in full: then answer it first and write both
 		// replies at once.
-		if !c.nextFrameBuffered() || c.queued >= 256<<10 {
+		if !wire.FrameBuffered(c.br) || c.queued >= 256<<10 {
 			c.queued = 0
 			if !c.flush() {
 				return
@@ -224,17 +223,6 @@ func validMsgid(id *wire.Value) bool {
 		}
 	}
 	return true
-}
-
-// nextFrameBuffered reports whether a whole frame is waiting in the read
-// buffer.
-func (c *conn) nextFrameBuffered() bool {
-	n := c.br.Buffered()
-	if n < 4 {
-		return false
-	}
-	hdr, _ := c.br.Peek(4)
-	return uint64(n-4) >= uint64(binary.BigEndian.Uint32(hdr))
 }
 
 // flush writes the replies queued by the reading goroutine. It returns

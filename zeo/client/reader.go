@@ -82,7 +82,7 @@ func (c *Client) readUntil(ctx context.Context, rs *readState, done <-chan struc
 			// Dispatch the messages already buffered, which costs no
 			// system call, rather than leave them to the next waiter:
 			// their waiters are woken without having to read.
-			for c.frameBuffered(rs) {
+			for wire.FrameBuffered(rs.br) {
 				if err := c.readOne(rs); err != nil {
 					c.fail(err)
 					break
@@ -102,16 +102,6 @@ func (c *Client) readUntil(ctx context.Context, rs *readState, done <-chan struc
 			return false, nil
 		}
 	}
-}
-
-// frameBuffered reports whether a whole frame is buffered in rs.
-func (c *Client) frameBuffered(rs *readState) bool {
-	n := rs.br.Buffered()
-	if n < 4 {
-		return false
-	}
-	hdr, _ := rs.br.Peek(4)
-	return uint64(binary.BigEndian.Uint32(hdr))+4 <= uint64(n)
 }
 
 // interruptRead makes the current read return (see readFrame). c.token

@@ -88,3 +88,14 @@ func unexpected(err error) error {
 	}
 	return err
 }
+
+// FrameBuffered reports whether a whole frame is buffered in r, so that
+// reading it costs no system call.
+func FrameBuffered(r *bufio.Reader) bool {
+	n := r.Buffered()
+	if n < 4 {
+		return false
+	}
+	hdr, _ := r.Peek(4)
+	return uint64(binary.BigEndian.Uint32(hdr))+4 <= uint64(n)
+}
