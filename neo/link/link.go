@@ -157,13 +157,8 @@ func DialOptions(ctx context.Context, network, addr string, opt *Options) (*Conn
 	return handshake(ctx, nc, opt, false)
 }
 
-// Accept sets up an accepted connection: TLS when tlsConf is not nil, then
-// the handshakes.
-func Accept(nc net.Conn, tlsConf *tls.Config) (*Conn, error) {
-	return AcceptOptions(nc, &Options{TLS: tlsConf})
-}
-
-// AcceptOptions is Accept with options.
+// AcceptOptions sets up an accepted connection: TLS when opt.TLS is not
+// nil, then the handshakes.
 func AcceptOptions(nc net.Conn, opt *Options) (*Conn, error) {
 	if opt == nil {
 		opt = &Options{}
@@ -171,13 +166,9 @@ func AcceptOptions(nc net.Conn, opt *Options) (*Conn, error) {
 	return handshake(context.Background(), nc, opt, true)
 }
 
-// NewConn sets up a connection whose transport is ready (already accepted
-// or dialed, TLS already set up if any): it exchanges the handshakes.
-func NewConn(nc net.Conn) (*Conn, error) {
-	return handshake(context.Background(), nc, &Options{}, false)
-}
-
-// NewConnOptions is NewConn with options; opt.TLS is ignored.
+// NewConnOptions sets up a connection whose transport is ready (already
+// accepted or dialed, TLS already set up if any): it exchanges the
+// handshakes. opt.TLS is ignored.
 func NewConnOptions(nc net.Conn, opt *Options) (*Conn, error) {
 	o := *opt
 	o.TLS = nil

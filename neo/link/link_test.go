@@ -385,7 +385,7 @@ func TestMalformedPacket(t *testing.T) {
 				return
 			}
 			go func() {
-				c, err := Accept(nc, nil)
+				c, err := AcceptOptions(nc, nil)
 				if err != nil {
 					srvErr <- err
 					return
