@@ -345,9 +345,10 @@ func (c *conn) loadBefore(id *wire.Value, oid zodb.Oid, before zodb.Tid) {
 		// Queued unless computed on a state older than the last
 		// invalidation queued: the client would get the invalidation
 		// first and cache stale data as current.
-		if n := c.out.AppendAfter(uint64(seen), func(b []byte) []byte {
+		n, stale := c.out.AppendAfter(uint64(seen), func(b []byte) []byte {
 			return c.appendLoad(b, id, data, serial, next)
-		}); n > 0 {
+		})
+		if !stale {
 			c.queued += n
 			return
 		}

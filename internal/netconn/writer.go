@@ -89,20 +89,21 @@ func (q *Writer) Append(fn func([]byte) []byte) { q.AppendAfter(^uint64(0), fn) 
 
 // AppendAfter is Append unless Send queued bytes with a seq above seen
 // (a reply computed on a state older than a notification already queued
-// would reach the peer after it): then it queues nothing and returns 0.
-// It returns the number of bytes queued otherwise.
-func (q *Writer) AppendAfter(seen uint64, fn func([]byte) []byte) int {
+// would reach the peer after it): then it queues nothing and reports
+// stale. n is the number of bytes queued (0 once the Writer failed).
+func (q *Writer) AppendAfter(seen uint64, fn func([]byte) []byte) (n int, stale bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if seen < q.seq {
-		return 0
+		return 0, true
 	}
-	n := len(q.buf)
-	if q.err == nil && !q.closed {
-		q.buf = fn(q.buf)
-		q.account()
+	if q.err != nil || q.closed {
+		return 0, false
 	}
-	return len(q.buf) - n
+	n = len(q.buf)
+	q.buf = fn(q.buf)
+	q.account()
+	return len(q.buf) - n, false
 }
 
 // Seq returns the highest seq given to Send whose bytes are queued (not

@@ -108,8 +108,8 @@ func TestHoldRelease(t *testing.T) {
 	w.Hold()
 	w.Send([]byte("inv5,"), 5)
 	w.Send([]byte("async,"), 0) // not a notification: not held
-	if n := w.AppendAfter(1, func(b []byte) []byte { return append(b, "load1,"...) }); n != 6 {
-		t.Fatalf("AppendAfter before the held notification is queued: %d", n)
+	if n, stale := w.AppendAfter(1, func(b []byte) []byte { return append(b, "load1,"...) }); n != 6 || stale {
+		t.Fatalf("AppendAfter before the held notification is queued: %d %v", n, stale)
 	}
 	w.Flush()
 	if got := string(readN(t, peer, 12)); got != "async,load1," {
@@ -122,11 +122,15 @@ func TestHoldRelease(t *testing.T) {
 	if w.Seq() != 5 {
 		t.Errorf("Seq = %d, want 5", w.Seq())
 	}
-	if n := w.AppendAfter(4, func(b []byte) []byte { return append(b, "stale"...) }); n != 0 {
-		t.Errorf("AppendAfter(4) after notification 5 queued %d bytes", n)
+	if n, stale := w.AppendAfter(4, func(b []byte) []byte { return append(b, "stale"...) }); n != 0 || !stale {
+		t.Errorf("AppendAfter(4) after notification 5 queued: %d %v", n, stale)
 	}
-	if n := w.AppendAfter(5, func(b []byte) []byte { return append(b, "fresh"...) }); n != 5 {
-		t.Errorf("AppendAfter(5) queued %d bytes", n)
+	if n, stale := w.AppendAfter(5, func(b []byte) []byte { return append(b, "fresh"...) }); n != 5 || stale {
+		t.Errorf("AppendAfter(5): %d %v", n, stale)
+	}
+	w.Close()
+	if n, stale := w.AppendAfter(5, func(b []byte) []byte { return append(b, "closed"...) }); n != 0 || stale {
+		t.Errorf("AppendAfter once closed: %d %v", n, stale)
 	}
 }
 
