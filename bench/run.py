@@ -56,6 +56,7 @@ SERVERS = {
     'floor': ('floor', '-'),
     'zodbd-Z': ('zodbd', 'pickle'),
     'zodbd-M': ('zodbd', 'msgpack'),
+    'zodbd-Z-bp': ('zodbd', 'pickle'),  # zodbd-Z with --busy-poll on (docs/scheduling.md)
     'runzeo-Z': ('runzeo', 'pickle'),
     'runzeo-M': ('runzeo', 'msgpack'),
     'zodbd-neo': ('zodbd-neo', 'neo'),
@@ -434,11 +435,13 @@ class Setup:
                 cmd += ['--cpus', machine.format_cpulist(cpus)]
             if gmp:
                 cmd += ['--gomaxprocs', str(gmp)]
+            if name.endswith('-bp'):
+                cmd += ['--busy-poll', 'on']
             return cmd, env
         if impl == 'runzeo':
             if marshal == 'msgpack':
                 env['ZEO_MSGPACK'] = '1'
-            return taskset + [os.path.join(os.path.dirname(sys.executable), 'runzeo'), '-a', addr, '-f', fs], env
+            return taskset + runzeo_cmd() + ['-a', addr, '-f', fs], env
         if impl == 'floor':
             if gmp:
                 env['GOMAXPROCS'] = str(gmp)
@@ -461,6 +464,19 @@ class Setup:
                 cmd.append('--no-checksum')  # the issue's flag that both sides honour
             return cmd + [fs], env
         raise RuntimeError('no way to start %s' % name)
+
+
+def runzeo_cmd():
+    """The command that starts runzeo: the venv's script, else `python -m
+    ZEO.runzeo` where ZEO was installed without scripts; [] if no ZEO."""
+    script = os.path.join(os.path.dirname(sys.executable), 'runzeo')
+    if os.path.exists(script):
+        return [script]
+    try:
+        import ZEO.runzeo  # noqa: F401
+    except ImportError:
+        return []
+    return [sys.executable, '-m', 'ZEO.runzeo']
 
 
 def server_variants(a, caps):
@@ -488,8 +504,8 @@ def server_variants(a, caps):
             if impl == 'zodbd-neo-sqlite' and not caps['neo-storage']:
                 notes.append('%s skipped: this zodbd has no `neo-storage` command' % n)
                 continue
-        if impl == 'runzeo' and not os.path.exists(os.path.join(os.path.dirname(sys.executable), 'runzeo')):
-            notes.append('%s skipped: no runzeo beside %s' % (n, sys.executable))
+        if impl == 'runzeo' and not runzeo_cmd():
+            notes.append('%s skipped: no runzeo beside %s, and no ZEO module' % (n, sys.executable))
             continue
         out[n] = {'impl': impl, 'marshal': marshal}
     return out, notes
