@@ -45,8 +45,9 @@ const LayoutMarker = ".layout"
 // Suffix ends the name of every committed blob file.
 const Suffix = ".blob"
 
-// ErrNotFound is returned (wrapped) when a blob file does not exist.
-var ErrNotFound = errors.New("no blob file")
+// ErrNotFound is returned (wrapped) when a blob file does not exist. It is
+// zodb.ErrNoBlob.
+var ErrNotFound = zodb.ErrNoBlob
 
 // Dir is an open blob directory. Its methods are safe for concurrent use.
 type Dir struct {
@@ -340,28 +341,41 @@ func (b *Batch) Link(oid zodb.Oid, from, to zodb.Tid) (bool, error) {
 	if fi, err := os.Lstat(src); err != nil || !fi.Mode().IsRegular() {
 		return false, nil
 	}
-	dst, err := b.prepare(oid, to)
+	return true, b.LinkFile(src, oid, to)
+}
+
+// LinkFile makes the regular file src (a committed blob file, here or in
+// another blob directory) also the blob file of oid's revision tid: a
+// hard link, or a copy (fsynced) where a link is not possible. src is
+// left in place.
+func (b *Batch) LinkFile(src string, oid zodb.Oid, tid zodb.Tid) error {
+	if fi, err := os.Lstat(src); err != nil {
+		return fmt.Errorf("blob: %w", err)
+	} else if !fi.Mode().IsRegular() {
+		return fmt.Errorf("blob: %s is not a regular file", src)
+	}
+	dst, err := b.prepare(oid, tid)
 	if err != nil {
-		return false, err
+		return err
 	}
 	b.d.mu.RLock()
 	defer b.d.mu.RUnlock()
 	if err := b.mkdirs(filepath.Dir(dst)); err != nil {
-		return false, err
+		return err
 	}
 	fsys := b.d.fsys
 	if err := fsys.Link(src, dst); err != nil {
 		if err := copyFile(fsys, src, dst); err != nil {
 			fsys.Remove(dst)
-			return false, fmt.Errorf("blob: %w", err)
+			return fmt.Errorf("blob: %w", err)
 		}
 		if err := setNotWritable(dst); err != nil {
-			return false, err
+			return err
 		}
 	}
 	b.placed = append(b.placed, dst)
 	b.dirs[filepath.Dir(dst)] = struct{}{}
-	return true, nil
+	return nil
 }
 
 func (b *Batch) prepare(oid zodb.Oid, tid zodb.Tid) (string, error) {
@@ -417,6 +431,45 @@ func (b *Batch) Undo() {
 	}
 	b.placed = nil
 }
+
+// Walk calls fn for each committed blob file of the directory (in
+// lexical order of paths), with its oid, tid and path. Files and
+// directories that are not named as the layout names them are skipped, as
+// is the tmp directory. An error from fn stops the walk and is returned.
+func (d *Dir) Walk(fn func(oid zodb.Oid, tid zodb.Tid, path string) error) error {
+	return filepath.WalkDir(d.base, func(path string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if path == d.base {
+			return nil
+		}
+		name := e.Name()
+		if e.IsDir() {
+			if path == d.tmp || strings.HasPrefix(name, ".") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !e.Type().IsRegular() || !strings.HasSuffix(name, Suffix) {
+			return nil
+		}
+		rel, _ := filepath.Rel(d.base, filepath.Dir(path))
+		oid, ok := d.parseOidRel(rel)
+		if !ok {
+			return nil
+		}
+		tid, ok := parseRepr(strings.TrimSuffix(name, Suffix))
+		if !ok {
+			return nil
+		}
+		return fn(oid, zodb.Tid(tid), path)
+	})
+}
+
+// Discard removes a file of the tmp area (or a shared upload) that will not
+// be stored. Errors are ignored: the file may be gone already.
+func (d *Dir) Discard(path string) { d.fsys.Remove(path) }
 
 // GC removes the blob files of revisions that no longer exist, after a
 // pack: every file of a revision with tid <= last for which exists says

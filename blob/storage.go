@@ -1,0 +1,148 @@
+package blob
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/zodbd/zodbd/zodb"
+)
+
+// Storage is a storage with a blob directory, as ZODB/py's BlobStorage
+// (or FileStorage with a blob_dir): a zodb.BlobStorage whose records are
+// those of the wrapped storage and whose blob files are in a Dir.
+//
+//   - Reads (Load, LastTid, ...) are the wrapped storage's.
+//   - OpenBlob opens a revision's blob file; NewBlobUpload starts a file in
+//     the directory's tmp area.
+//   - Begin returns a Txn (a zodb.BlobTxn, and a zodb.ResolvingTxn when the
+//     wrapped storage's transactions are): its blob files are moved into
+//     place and made durable at Vote, after the wrapped transaction voted
+//     (the tid is known) and before Vote returns, so before Finish can
+//     commit a record whose blob would not survive a power loss.
+//   - Pack packs the wrapped storage, then removes the blob files of the
+//     revisions the pack removed (GC).
+//
+// Every change to the directory goes through the Dir's vfs.FS.
+type Storage struct {
+	zodb.Storage
+	// Logf, when not nil, is told what Pack did to the blob directory
+	// (how many files it removed). Set it before the storage is used.
+	Logf func(format string, args ...any)
+
+	dir    *Dir
+	ws     zodb.WriteStorage // nil when the wrapped storage is read-only
+	packer zodb.Packer       // nil when it cannot pack
+}
+
+// Wrap returns st with the blob directory dir.
+func Wrap(st zodb.Storage, dir *Dir) *Storage {
+	s := &Storage{Storage: st, dir: dir}
+	s.ws, _ = st.(zodb.WriteStorage)
+	s.packer, _ = st.(zodb.Packer)
+	return s
+}
+
+// Unwrap returns the wrapped storage.
+func (s *Storage) Unwrap() zodb.Storage { return s.Storage }
+
+// Dir returns the blob directory.
+func (s *Storage) Dir() *Dir { return s.dir }
+
+// OpenBlob implements zodb.BlobStorage.
+func (s *Storage) OpenBlob(ctx context.Context, oid zodb.Oid, serial zodb.Tid) (*os.File, error) {
+	return s.dir.Open(oid, serial)
+}
+
+// NewBlobUpload implements zodb.BlobStorage.
+func (s *Storage) NewBlobUpload() (zodb.BlobUpload, error) {
+	return s.dir.NewUpload()
+}
+
+// NewOids is the wrapped storage's (zodb.ErrReadOnly if it cannot write).
+func (s *Storage) NewOids(ctx context.Context, n int) ([]zodb.Oid, error) {
+	if s.ws == nil {
+		return nil, zodb.ErrReadOnly
+	}
+	return s.ws.NewOids(ctx, n)
+}
+
+// Begin begins a transaction of the wrapped storage with blob support. The
+// result is a *Txn, or a *ResolvingTxn when the wrapped storage's
+// transaction is a zodb.ResolvingTxn.
+func (s *Storage) Begin(ctx context.Context, meta zodb.TxnMeta) (zodb.Txn, error) {
+	if s.ws == nil {
+		return nil, zodb.ErrReadOnly
+	}
+	inner, err := s.ws.Begin(ctx, meta)
+	if err != nil {
+		return nil, err
+	}
+	t := &Txn{Txn: inner, s: s}
+	if rt, ok := inner.(zodb.ResolvingTxn); ok {
+		return &ResolvingTxn{Txn: t, rt: rt}, nil
+	}
+	return t, nil
+}
+
+// Pack packs the wrapped storage (a zodb.Packer), then removes the blob
+// files of the revisions it no longer has (GC).
+func (s *Storage) Pack(ctx context.Context, at zodb.Tid, gc bool) error {
+	if s.packer == nil {
+		return fmt.Errorf("blob: %s cannot pack", s.URL())
+	}
+	if err := s.packer.Pack(ctx, at, gc); err != nil {
+		return err
+	}
+	n, err := s.GC(ctx)
+	if n > 0 && s.Logf != nil {
+		s.Logf("pack removed %d blob files from %s", n, s.dir.Path())
+	}
+	return err
+}
+
+// GC removes every blob file whose revision the wrapped storage no longer
+// holds, as ZODB/py's pack with a blob directory does: after a pack, the
+// files of the revisions the pack removed (a non-current revision before
+// the pack time, or any revision of an object that is no longer
+// reachable). Files of revisions after the storage's last tid at the start
+// (transactions being committed meanwhile) are left alone; so are files of
+// revisions that exist. It returns the number of files removed.
+func (s *Storage) GC(ctx context.Context) (int, error) {
+	last, err := s.LastTid(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n, err := s.dir.GC(last, func(oid zodb.Oid, tid zodb.Tid) (bool, error) {
+		return RevisionExists(ctx, s.Storage, oid, tid)
+	}, "")
+	if err != nil {
+		return n, fmt.Errorf("blob: GC of %s: %w", s.dir.Path(), err)
+	}
+	return n, nil
+}
+
+// RevisionExists reports whether st holds a record of oid written by
+// transaction tid: the revisions whose blob files GC keeps.
+func RevisionExists(ctx context.Context, st zodb.Loader, oid zodb.Oid, tid zodb.Tid) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return true, err
+	}
+	_, serial, err := st.Load(ctx, zodb.Xid{Oid: oid, At: tid})
+	var noObj *zodb.NoObjectError
+	var noData *zodb.NoDataError
+	switch {
+	case err == nil:
+		return serial == tid, nil
+	case errors.As(err, &noObj), errors.As(err, &noData):
+		return false, nil
+	}
+	return true, err
+}
+
+var (
+	_ zodb.BlobStorage  = (*Storage)(nil)
+	_ zodb.WriteStorage = (*Storage)(nil)
+	_ zodb.Packer       = (*Storage)(nil)
+)
