@@ -143,9 +143,9 @@ func (d *Dir) Path() string { return d.base }
 // Layout returns the directory's layout name.
 func (d *Dir) Layout() string { return d.layout }
 
-// TempDir returns the directory for temporary files (BASE/tmp), on the
-// same file system as the blobs so that a finished upload is renamed into
-// place.
+// TempDir returns the directory for temporary files (BASE/tmp, where
+// NewUpload creates its files), on the same file system as the blobs so
+// that a finished upload is renamed into place.
 func (d *Dir) TempDir() string { return d.tmp }
 
 // Repr is ZODB's oid_repr / tid_repr of an 8-byte id: "0x" and the hex
@@ -233,11 +233,6 @@ func (d *Dir) Exists(oid zodb.Oid, tid zodb.Tid) bool {
 	return err == nil && fi.Mode().IsRegular()
 }
 
-// CreateTemp creates a new temporary file in the tmp directory.
-func (d *Dir) CreateTemp() (*os.File, error) {
-	return os.CreateTemp(d.tmp, "zodbd-*.tmp")
-}
-
 // ValidSharedName reports whether name is acceptable as the file name that
 // a client of a shared blob directory gives for an uploaded blob (ZEO's
 // storeBlobShared): a bare name, no separator (nor NUL), ending in ".tmp"
@@ -263,12 +258,9 @@ func (d *Dir) SharedPath(oid zodb.Oid, name string) (string, error) {
 	return filepath.Join(d.OidDir(oid), name), nil
 }
 
-// SyncFile makes the contents of the regular file at path durable. It
-// refuses anything but a regular file (a symbolic link could point
-// outside the blob directory).
-func SyncFile(path string) error { return syncFile(vfs.OS, path) }
-
-// SyncFile is the package's SyncFile through the directory's file system.
+// SyncFile makes the contents of the regular file at path durable,
+// through the directory's file system. It refuses anything but a regular
+// file (a symbolic link could point outside the blob directory).
 func (d *Dir) SyncFile(path string) error { return syncFile(d.fsys, path) }
 
 func syncFile(fsys vfs.FS, path string) error {
