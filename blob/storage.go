@@ -2,8 +2,8 @@ package blob
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/zodbd/zodbd/zodb"
@@ -102,43 +102,80 @@ func (s *Storage) Pack(ctx context.Context, at zodb.Tid, gc bool) error {
 	return err
 }
 
-// GC removes every blob file whose revision the wrapped storage no longer
-// holds, as ZODB/py's pack with a blob directory does: after a pack, the
-// files of the revisions the pack removed (a non-current revision before
-// the pack time, or any revision of an object that is no longer
-// reachable). Files of revisions after the storage's last tid at the start
-// (transactions being committed meanwhile) are left alone; so are files of
-// revisions that exist. It returns the number of files removed.
+// GC removes every blob file whose revision has no record in the wrapped
+// storage, as ZODB/py's FileStorage pack with a blob directory does: after
+// a pack, the files of the records the pack removed (a revision that was
+// not current at the pack time and that no later undo refers to, and
+// every revision of an object no longer reachable then). A file whose
+// record is kept stays, even when the revision can no longer be loaded
+// (ZODB/py keeps the record an undo after the pack time refers to, and
+// its blob). Unlike ZODB/py, a file that is no record's blob at all (left
+// by a crash between a vote and its commit) is removed too. Files of
+// revisions after the storage's last tid at the start (transactions
+// committing meanwhile) are left alone. It returns the number of files
+// removed.
+//
+// It reads the storage's transactions from the oldest blob file's tid on
+// (one Iterate), keeping in memory one entry per blob file.
 func (s *Storage) GC(ctx context.Context) (int, error) {
 	last, err := s.LastTid(ctx)
 	if err != nil {
 		return 0, err
 	}
+	type rev struct {
+		oid zodb.Oid
+		tid zodb.Tid
+	}
+	// The candidates: the blob files of revisions up to last; true once
+	// their record is found.
+	found := make(map[rev]bool)
+	first := zodb.TidMax
+	err = s.dir.Walk(func(oid zodb.Oid, tid zodb.Tid, path string) error {
+		if tid <= last {
+			found[rev{oid, tid}] = false
+			first = min(first, tid)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("blob: GC of %s: %w", s.dir.Path(), err)
+	}
+	if len(found) == 0 {
+		return 0, nil
+	}
+	it := s.Iterate(ctx, first, last)
+	for {
+		_, dit, err := it.NextTxn(ctx)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return 0, fmt.Errorf("blob: GC of %s: %w", s.dir.Path(), err)
+		}
+		for {
+			d, err := dit.NextData(ctx)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return 0, fmt.Errorf("blob: GC of %s: %w", s.dir.Path(), err)
+			}
+			k := rev{d.Oid, d.Tid}
+			if _, ok := found[k]; ok {
+				found[k] = true
+			}
+		}
+	}
 	n, err := s.dir.GC(last, func(oid zodb.Oid, tid zodb.Tid) (bool, error) {
-		return RevisionExists(ctx, s.Storage, oid, tid)
+		if err := ctx.Err(); err != nil {
+			return true, err
+		}
+		return found[rev{oid, tid}], nil
 	}, "")
 	if err != nil {
 		return n, fmt.Errorf("blob: GC of %s: %w", s.dir.Path(), err)
 	}
 	return n, nil
-}
-
-// RevisionExists reports whether st holds a record of oid written by
-// transaction tid: the revisions whose blob files GC keeps.
-func RevisionExists(ctx context.Context, st zodb.Loader, oid zodb.Oid, tid zodb.Tid) (bool, error) {
-	if err := ctx.Err(); err != nil {
-		return true, err
-	}
-	_, serial, err := st.Load(ctx, zodb.Xid{Oid: oid, At: tid})
-	var noObj *zodb.NoObjectError
-	var noData *zodb.NoDataError
-	switch {
-	case err == nil:
-		return serial == tid, nil
-	case errors.As(err, &noObj), errors.As(err, &noData):
-		return false, nil
-	}
-	return true, err
 }
 
 var (
