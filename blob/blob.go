@@ -1,6 +1,9 @@
-// Package blob is a ZODB blob directory on disk, readable and writable by
-// ZODB/py's blob support (ZODB.blob.FilesystemHelper, BlobStorage and
-// FileStorage(blob_dir=...)) on the same directory.
+// Package blob is ZODB blobs as a storage wrapper: Storage (storage.go,
+// txn.go) wraps any zodb storage with a blob directory, as ZODB/py's
+// BlobStorage, for the ZEO server and the offline tools. The directory
+// (Dir) is readable and writable by ZODB/py's blob support
+// (ZODB.blob.FilesystemHelper, BlobStorage and FileStorage(blob_dir=...))
+// on the same directory. Every change to it goes through internal/vfs.
 //
 // A blob directory holds one file per blob revision, named after the
 // object's oid and the revision's tid:
