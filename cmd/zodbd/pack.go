@@ -123,7 +123,7 @@ func runPack(args []string) int {
 		// between the file and the blobs left files to remove.
 		n, err := packBlobs(ctx, path, *blobDir)
 		if err != nil {
-			return fatalf("pack", "%v", err)
+			return fatalf("pack", "%s is packed, but its blob directory is not (run the pack again): %v", path, err)
 		}
 		if !*quiet {
 			fmt.Printf("  blob directory %s: %d files of removed revisions removed\n", *blobDir, n)
