@@ -28,7 +28,7 @@ type storage struct {
 	al       zodb.AppendLoader // nil if the storage cannot load without allocating
 	undoer   zodb.Undoer       // nil if the storage cannot undo
 	packer   zodb.Packer       // nil if the storage cannot pack
-	blobs    *blob.Dir         // nil if the storage has no blob directory
+	blobs    *blob.Storage     // nil if the storage has no blob directory; else wraps st
 	readOnly bool
 
 	mu      sync.Mutex
@@ -59,25 +59,41 @@ type storageStats struct {
 }
 
 func newStorage(s *Server, sc StorageConfig) (*storage, error) {
+	inner, blobs, err := initBlobs(sc)
+	if err != nil {
+		return nil, err
+	}
 	st := &storage{
 		srv:      s,
 		name:     sc.Name,
-		st:       sc.Storage,
+		st:       inner,
+		blobs:    blobs,
 		readOnly: sc.ReadOnly || s.cfg.ReadOnly,
 		conns:    make(map[*conn]struct{}),
 	}
-	st.ws, _ = sc.Storage.(zodb.WriteStorage)
-	st.bl, _ = sc.Storage.(zodb.BeforeLoader)
-	st.al, _ = sc.Storage.(zodb.AppendLoader)
-	st.undoer, _ = sc.Storage.(zodb.Undoer)
-	st.packer, _ = sc.Storage.(zodb.Packer)
-	if err := st.initBlobs(sc); err != nil {
-		return nil, err
+	st.ws, _ = inner.(zodb.WriteStorage)
+	st.bl, _ = inner.(zodb.BeforeLoader)
+	st.al, _ = inner.(zodb.AppendLoader)
+	st.undoer, _ = inner.(zodb.Undoer)
+	st.packer, _ = inner.(zodb.Packer)
+	if blobs != nil {
+		// Commits and packs go through the blob wrapper.
+		if st.ws != nil {
+			st.ws = blobs
+		}
+		if st.packer != nil {
+			st.packer = blobs
+		}
+		if blobs.Logf == nil {
+			blobs.Logf = func(format string, args ...any) {
+				s.ss.log(eventlog.Info, "storage %s: "+format, append([]any{sc.Name}, args...)...)
+			}
+		}
 	}
 	if st.ws == nil {
 		st.readOnly = true
 	}
-	last, err := sc.Storage.LastTid(context.Background())
+	last, err := inner.LastTid(context.Background())
 	if err != nil {
 		return nil, err
 	}
