@@ -15,13 +15,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/zodbd/zodbd/neo/msgp"
 	"github.com/zodbd/zodbd/zodb"
 )
 
 // The equivalence test pins the wire behaviour of every packet type: for
 // each, the encodings of 64 pseudo-random values (a fixed seed), and the
-// results of decoding 16 mutations of each encoding (the error's text, or
-// the re-encoding). testdata/equiv.txt holds a digest of both per packet,
+// results of decoding mutations of each encoding (every nested object
+// replaced by nil in turn, and 16 random changes; the outcome is the
+// error's text, or the re-encoding). testdata/equiv.txt holds a digest of both per packet,
 // recorded with the hand-written codec that the generated one replaced;
 // -update-equiv records them anew (only after a deliberate wire change).
 
@@ -242,6 +244,42 @@ func (g *valueGen) mutate(args []byte) []byte {
 	return b
 }
 
+// nilEach returns, for every object nested in args (args itself
+// excepted), a copy of args where that object is replaced by nil.
+func nilEach(args []byte) [][]byte {
+	var out [][]byte
+	var walk func(off int)
+	walk = func(off int) {
+		n, err := msgp.Len(args[off:])
+		if err != nil {
+			return
+		}
+		if off > 0 {
+			out = append(out, append(append(append([]byte(nil), args[:off]...), 0xc0), args[off+n:]...))
+		}
+		// descend into arrays and maps
+		cnt, rest, err := msgp.ReadArrayHeader(args[off:])
+		if err != nil {
+			var m int
+			if m, rest, err = msgp.ReadMapHeader(args[off:]); err != nil {
+				return
+			}
+			cnt = 2 * m
+		}
+		p := off + (len(args[off:]) - len(rest))
+		for i := 0; i < cnt; i++ {
+			k, err := msgp.Len(args[p:])
+			if err != nil {
+				return
+			}
+			walk(p)
+			p += k
+		}
+	}
+	walk(0)
+	return out
+}
+
 // equivDigests computes, for every packet, the digests of the encodings
 // of its generated values and of the outcomes of decoding mutations of
 // them.
@@ -262,8 +300,11 @@ func equivDigests(t *testing.T) map[string][2]string {
 			if !reflect.DeepEqual(m, m2) {
 				t.Fatalf("%s value %d: decodes to\n%#v\nwant\n%#v", name, i, m2, m)
 			}
+			muts := nilEach(args)
 			for j := 0; j < 16; j++ {
-				mut := g.mutate(args)
+				muts = append(muts, g.mutate(args))
+			}
+			for _, mut := range muts {
 				m3, _ := NewMsg(code)
 				if err := m3.DecodeArgs(mut); err != nil {
 					fmt.Fprintf(dec, "E %s\n", err)

@@ -392,3 +392,16 @@ func BenchmarkAnswerObjectDecode(b *testing.B) {
 		}
 	}
 }
+
+// TestAppendArgsSplit: AnswerObject's args are AppendArgsHead, the data,
+// AppendArgsTail.
+func TestAppendArgsSplit(t *testing.T) {
+	g := newValueGen(1)
+	for i := 0; i < 64; i++ {
+		m := g.genMsg(CodeAnswerObject).(*AnswerObject)
+		split := m.AppendArgsTail(append(m.AppendArgsHead([]byte("pre")), m.Data...))
+		if want := m.AppendArgs([]byte("pre")); !bytes.Equal(split, want) {
+			t.Fatalf("%+v:\n% x\nwant\n% x", m, split, want)
+		}
+	}
+}
