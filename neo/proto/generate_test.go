@@ -2,7 +2,11 @@ package proto
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/zodbd/zodbd/neo/proto/internal/protogen"
@@ -30,5 +34,64 @@ func TestGenerated(t *testing.T) {
 		}
 		line := bytes.Count(want[:i], []byte("\n")) + 1
 		t.Fatalf("packets_gen.go is stale (first difference at line %d): run go generate ./neo/proto", line)
+	}
+}
+
+// TestTableMatchesNEOpy checks the codes, names and kinds of packets.txt
+// against NEO/py's list of packets (packet-codes.json of the shared test
+// data, beside the checkout or in $NEO_TESTDATA/..).
+func TestTableMatchesNEOpy(t *testing.T) {
+	var data []byte
+	for _, p := range []string{
+		filepath.Join(os.Getenv("NEO_TESTDATA"), "..", "packet-codes.json"),
+		"../../../shared/testdata/neo/packet-codes.json",
+		"../../shared/testdata/neo/packet-codes.json",
+		filepath.Join(os.Getenv("ZODBD_SHARED"), "testdata/neo/packet-codes.json"),
+	} {
+		if b, err := os.ReadFile(p); err == nil {
+			data = b
+			break
+		}
+	}
+	if data == nil {
+		t.Skip("no packet-codes.json")
+	}
+	var neopy []struct {
+		Code uint16 `json:"code"`
+		Name string `json:"name"`
+		Kind string `json:"kind"`
+	}
+	if err := json.Unmarshal(data, &neopy); err != nil {
+		t.Fatal(err)
+	}
+	type pk struct{ name, kind string }
+	want := map[uint16]pk{}
+	for _, p := range neopy {
+		want[p.Code] = pk{p.Name, p.Kind}
+	}
+	table, err := os.ReadFile("packets.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[uint16]pk{}
+	for _, line := range strings.Split(string(table), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 4 && f[0] == "packet" {
+			c, err := strconv.ParseUint(f[1], 0, 16)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[uint16(c)] = pk{f[3], f[2]}
+		}
+	}
+	for c, w := range want {
+		if g, ok := got[c]; !ok || g != w {
+			t.Errorf("code %#04x: table has %+v, NEO/py %+v", c, g, w)
+		}
+	}
+	for c, g := range got {
+		if _, ok := want[c]; !ok {
+			t.Errorf("code %#04x (%+v): not in NEO/py's list", c, g)
+		}
 	}
 }
