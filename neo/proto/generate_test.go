@@ -38,12 +38,14 @@ func TestGenerated(t *testing.T) {
 }
 
 // TestTableMatchesNEOpy checks the codes, names and kinds of packets.txt
-// against NEO/py's list of packets (packet-codes.json of the shared test
-// data, beside the checkout or in $NEO_TESTDATA/..).
+// against NEO/py's list of packets (packet-codes.json of the NEO test data:
+// in $NEO_TESTDATA/.., testdata/neo at the repository root, or the shared
+// test data beside the checkout).
 func TestTableMatchesNEOpy(t *testing.T) {
 	var data []byte
 	for _, p := range []string{
 		filepath.Join(os.Getenv("NEO_TESTDATA"), "..", "packet-codes.json"),
+		"../../testdata/neo/packet-codes.json",
 		"../../../shared/testdata/neo/packet-codes.json",
 		"../../shared/testdata/neo/packet-codes.json",
 		filepath.Join(os.Getenv("ZODBD_SHARED"), "testdata/neo/packet-codes.json"),
