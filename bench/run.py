@@ -26,6 +26,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
+GEN_DATASET = os.path.join(REPO, 'scripts', 'gen_dataset.py')  # the datasets and their reference hashes
 sys.path.insert(0, HERE)
 import machine  # noqa: E402
 
@@ -156,7 +157,6 @@ def parse_args(argv):
     ap.add_argument('--wait-quiet', type=float, default=0, metavar='S',
                     help='wait up to S seconds for the machine to be quiet before starting')
     ap.add_argument('--zodbd', default=os.environ.get('ZODBD', os.path.join(REPO, 'bin', 'zodbd')))
-    ap.add_argument('--shared', default=os.environ.get('SHARED', os.path.join(REPO, '..', 'shared')))
     a = ap.parse_args(argv)
     defaults = dict(rounds=5, clients='1,2,4,8,16', wrk_duration=0.5, committers='1,16',
                     commit_duration=1.5, pyload_sample=4000)
@@ -191,7 +191,7 @@ class Dataset:
 def prepare_datasets(a, names):
     dsdir = os.path.join(REPO, 'data', 'datasets')
     os.makedirs(dsdir, exist_ok=True)
-    env = dict(os.environ, SHARED=a.shared, PYTHON=sys.executable)
+    env = dict(os.environ, PYTHON=sys.executable)
     out = []
     for name in names:
         path = os.path.join(dsdir, name + '.fs')
@@ -205,7 +205,7 @@ def prepare_datasets(a, names):
             if not m:
                 die('unknown dataset %s (prod1-N or %s)' % (name, ', '.join(SMALL_DATASETS)))
             refdir = dsdir
-            gen = os.path.join(a.shared, 'tools', 'gen_dataset.py')
+            gen = GEN_DATASET
             ref = os.path.join(dsdir, name + '.hash')
             if not os.path.exists(path):
                 log('dataset %s: generating with gen_dataset.py prod1 %s' % (name, m.group(1)))
@@ -716,7 +716,7 @@ def wait_neo_operational(srv, timeout=120):
 def check_through_server(a, srv, ds, logpath):
     """ZODB/py's hash of the dataset computed through the server (the stock
     Python client) == the reference."""
-    gen = os.path.join(a.shared, 'tools', 'gen_dataset.py')
+    gen = GEN_DATASET
     with open(logpath, 'ab') as errf:
         p = subprocess.run([sys.executable, gen, 'hash', 'zeo://' + srv.addr, '--crc32'],
                            stdout=subprocess.PIPE, stderr=errf, timeout=900)
