@@ -35,8 +35,8 @@ func runCopy(args []string) int {
 		fl.PrintDefaults()
 	}
 	quiet := fl.Bool("q", false, "do not print the summary")
-	if err := fl.Parse(args); err != nil {
-		return 2
+	if status, ok := parseFlags(fl, args); !ok {
+		return status
 	}
 	if fl.NArg() != 2 {
 		fl.Usage()

@@ -53,11 +53,8 @@ func runNeoStorage(args []string) int {
 	fl.BoolVar(&noChecksum, "no-checksum", false, "for benchmarks only: send zero checksums instead of sha1(data) (FileStorage backend); only clients that skip their check (neo://...?verify=0) can read from such a node")
 	var withMaster string
 	fl.StringVar(&withMaster, "with-master", "", "for demos and benchmarks: also run `zodbd neo-master` in this process, listening on `ADDR`, and join it (then --masters is not needed)")
-	if err := fl.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if status, ok := parseFlags(fl, args); !ok {
+		return status
 	}
 	if withMaster != "" && masters == "" {
 		masters = withMaster

@@ -41,9 +41,9 @@ func runPack(args []string) int {
 	noGC := fl.Bool("no-gc", false, "keep objects that are not reachable (ZODB/py's pack-gc false)")
 	workers := fl.Int("workers", 0, "goroutines reading objects during GC (default: GOMAXPROCS)")
 	quiet := fl.Bool("q", false, "no progress line and no summary")
-	pos, err := parseInterleaved(fl, args)
-	if err != nil {
-		return 2
+	pos, status, ok := parseInterleaved(fl, args)
+	if !ok {
+		return status
 	}
 	if len(pos) != 1 {
 		fl.Usage()
@@ -63,6 +63,7 @@ func runPack(args []string) int {
 		return 2
 	}
 	var at zodb.Tid
+	var err error
 	switch {
 	case set["tid"]:
 		at, err = zodb.ParseTid(*tidS)

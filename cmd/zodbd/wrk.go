@@ -49,9 +49,9 @@ func runWrk(args []string) int {
 	commit := fl.Bool("commit", false, "the commit workload instead of loads (writes to the storage)")
 	objects := fl.Int("objects", wrk.DefaultCommitObjects, "--commit: objects per client")
 	size := fl.Int("size", wrk.DefaultCommitSize, "--commit: `bytes` of data per object stored")
-	pos, err := parseInterleaved(fl, args)
-	if err != nil {
-		return 2
+	pos, status, ok := parseInterleaved(fl, args)
+	if !ok {
+		return status
 	}
 	if len(pos) != 1 || *nclients < 1 || *dur <= 0 || *objects < 1 || *size < 0 {
 		fl.Usage()
