@@ -157,6 +157,9 @@ def parse_args(argv):
     ap.add_argument('--wait-quiet', type=float, default=0, metavar='S',
                     help='wait up to S seconds for the machine to be quiet before starting')
     ap.add_argument('--zodbd', default=os.environ.get('ZODBD', os.path.join(REPO, 'bin', 'zodbd')))
+    ap.add_argument('--zodbd-test', default=os.environ.get('ZODBD_TEST', os.path.join(REPO, 'bin', 'zodbd-test')),
+                    help='the test build of zodbd (make build), whose neo-storage --with-master runs the '
+                         'NEO storage node of zodbd-neo* with the test master in the same process')
     a = ap.parse_args(argv)
     defaults = dict(rounds=5, clients='1,2,4,8,16', wrk_duration=0.5, committers='1,16',
                     commit_duration=1.5, pyload_sample=4000)
@@ -298,7 +301,7 @@ def capabilities(a):
     return {
         'hash-url': 'zeo://' in hashhelp or 'URL' in hashhelp,
         'wrk': 'wrk' in cmds,
-        'neo-storage': 'neo-storage' in cmds,
+        'neo-storage': 'neo-storage' in cmds and os.access(a.zodbd_test, os.X_OK),
     }
 
 
@@ -432,14 +435,15 @@ class Setup:
             return [sys.executable, os.path.join(HERE, 'neopy.py'), 'serve', '--src', self.a.neo_py,
                     '--python', self.neo_python(), '--addr', addr, '--cluster', NEO_CLUSTER, fs], env
         if impl == 'zodbd-neo-sqlite':
-            cmd = taskset + [self.a.zodbd, 'neo-storage', '--cluster', NEO_CLUSTER, '--with-master', addr]
+            cmd = taskset + [self.a.zodbd_test, 'neo-storage', '--cluster', NEO_CLUSTER, '--with-master', addr]
             if gmp:
                 cmd += ['--gomaxprocs', str(gmp)]
             return cmd + ['sqlite:' + fs], env
         if impl == 'zodbd-neo':
             # The storage node and, in the same process, the minimal master
-            # of the test suite (not on the read path), listening on addr.
-            cmd = taskset + [self.a.zodbd, 'neo-storage', '--cluster', NEO_CLUSTER, '--with-master', addr]
+            # of the test suite (not on the read path), listening on addr:
+            # the test build of zodbd (the same node code as the release's).
+            cmd = taskset + [self.a.zodbd_test, 'neo-storage', '--cluster', NEO_CLUSTER, '--with-master', addr]
             if gmp:
                 cmd += ['--gomaxprocs', str(gmp)]
             if name.endswith('-nosha1'):
@@ -460,7 +464,8 @@ def server_variants(a, caps):
             die('unknown server %s (%s)' % (n, ', '.join(SERVERS)))
         impl, marshal = SERVERS[n]
         if impl == 'zodbd-neo' and not caps['neo-storage']:
-            notes.append('%s skipped: this zodbd has no `neo-storage` command yet' % n)
+            notes.append('%s skipped: this zodbd has no `neo-storage` command yet, or no test build '
+                         'at %s (make build)' % (n, a.zodbd_test))
             continue
         if impl in SQLITE_IMPLS:
             if not a.neo_py:

@@ -5,6 +5,8 @@ which has ZODB/py, the reference that zodbd must match.
 
 - repo_root     the repository root
 - zodbd_bin     the zodbd binary: $ZODBD, else <repo>/bin/zodbd (`make build`)
+- zodbd_test_bin  the test build, with debug-*, neo-master and neo-storage
+                --with-master: $ZODBD_TEST, else <repo>/bin/zodbd-test
 - fixtures_dir  <repo>/fs1/testdata, the FileStorage conformance fixtures
 - neo_testdata  <repo>/testdata/neo, NEO/py's captures and databases
 - dataset       dataset('prod1-1024') returns data/datasets/NAME.fs, made
@@ -36,6 +38,15 @@ def zodbd_bin():
     if not (os.path.isfile(path) and os.access(path, os.X_OK)):
         pytest.fail('zodbd binary not found at %s: run `make build` first '
                     '(or set ZODBD=/path/to/zodbd)' % path, pytrace=False)
+    return os.path.abspath(path)
+
+
+@pytest.fixture(scope='session')
+def zodbd_test_bin():
+    path = os.environ.get('ZODBD_TEST') or os.path.join(REPO_ROOT, 'bin', 'zodbd-test')
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        pytest.fail('zodbd test build not found at %s: run `make build` first '
+                    '(or set ZODBD_TEST=/path/to/zodbd-test)' % path, pytrace=False)
     return os.path.abspath(path)
 
 

@@ -15,14 +15,14 @@ REPO = os.path.dirname(HERE)
 
 
 @pytest.fixture(scope='module')
-def quick_run(tmp_path_factory, zodbd_bin, dataset):
+def quick_run(tmp_path_factory, zodbd_bin, zodbd_test_bin, dataset):
     for name in ('prod1-1024', 'wczblk1-8'):
         dataset(name)
     out = str(tmp_path_factory.mktemp('bench') / 'results')
     p = subprocess.run(
         [sys.executable, os.path.join(REPO, 'bench', 'run.py'), '--quick', '--no-benchstat', '--no-plots',
          '--servers', 'floor,zodbd-Z,runzeo-Z,zodbd-neo', '--committers', '2', '--clients', '2', '--zodbd', zodbd_bin,
-         '--out', out],
+         '--zodbd-test', zodbd_test_bin, '--out', out],
         cwd=REPO, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
     return out, p.stdout

@@ -1,3 +1,5 @@
+//go:build zodbdtest
+
 package main
 
 // Commands for the interoperability tests (tests/test_writer_interop.py):

@@ -1,3 +1,5 @@
+//go:build zodbdtest
+
 package main
 
 import (
