@@ -26,6 +26,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
+GEN_DATASET = os.path.join(REPO, 'scripts', 'gen_dataset.py')  # the datasets and their reference hashes
 sys.path.insert(0, HERE)
 import machine  # noqa: E402
 
@@ -169,7 +170,9 @@ def parse_args(argv):
     ap.add_argument('--wait-quiet', type=float, default=0, metavar='S',
                     help='wait up to S seconds for the machine to be quiet before starting')
     ap.add_argument('--zodbd', default=os.environ.get('ZODBD', os.path.join(REPO, 'bin', 'zodbd')))
-    ap.add_argument('--shared', default=os.environ.get('SHARED', os.path.join(REPO, '..', 'shared')))
+    ap.add_argument('--zodbd-test', default=os.environ.get('ZODBD_TEST', os.path.join(REPO, 'bin', 'zodbd-test')),
+                    help='the test build of zodbd (make build), whose neo-storage --with-master runs the '
+                         'NEO storage node of zodbd-neo* with the test master in the same process')
     a = ap.parse_args(argv)
     defaults = dict(rounds=5, clients='1,2,4,8,16', wrk_duration=0.5, committers='1,16',
                     commit_duration=1.5, pyload_sample=4000, conditions='quiet,busy')
@@ -207,7 +210,7 @@ class Dataset:
 def prepare_datasets(a, names):
     dsdir = os.path.join(REPO, 'data', 'datasets')
     os.makedirs(dsdir, exist_ok=True)
-    env = dict(os.environ, SHARED=a.shared, PYTHON=sys.executable)
+    env = dict(os.environ, PYTHON=sys.executable)
     out = []
     for name in names:
         path = os.path.join(dsdir, name + '.fs')
@@ -221,7 +224,7 @@ def prepare_datasets(a, names):
             if not m:
                 die('unknown dataset %s (prod1-N or %s)' % (name, ', '.join(SMALL_DATASETS)))
             refdir = dsdir
-            gen = os.path.join(a.shared, 'tools', 'gen_dataset.py')
+            gen = GEN_DATASET
             ref = os.path.join(dsdir, name + '.hash')
             if not os.path.exists(path):
                 log('dataset %s: generating with gen_dataset.py prod1 %s' % (name, m.group(1)))
@@ -314,7 +317,7 @@ def capabilities(a):
     return {
         'hash-url': 'zeo://' in hashhelp or 'URL' in hashhelp,
         'wrk': 'wrk' in cmds,
-        'neo-storage': 'neo-storage' in cmds,
+        'neo-storage': 'neo-storage' in cmds and os.access(a.zodbd_test, os.X_OK),
     }
 
 
@@ -450,14 +453,15 @@ class Setup:
             return [sys.executable, os.path.join(HERE, 'neopy.py'), 'serve', '--src', self.a.neo_py,
                     '--python', self.neo_python(), '--addr', addr, '--cluster', NEO_CLUSTER, fs], env
         if impl == 'zodbd-neo-sqlite':
-            cmd = taskset + [self.a.zodbd, 'neo-storage', '--cluster', NEO_CLUSTER, '--with-master', addr]
+            cmd = taskset + [self.a.zodbd_test, 'neo-storage', '--cluster', NEO_CLUSTER, '--with-master', addr]
             if gmp:
                 cmd += ['--gomaxprocs', str(gmp)]
             return cmd + ['sqlite:' + fs], env
         if impl == 'zodbd-neo':
             # The storage node and, in the same process, the minimal master
-            # of the test suite (not on the read path), listening on addr.
-            cmd = taskset + [self.a.zodbd, 'neo-storage', '--cluster', NEO_CLUSTER, '--with-master', addr]
+            # of the test suite (not on the read path), listening on addr:
+            # the test build of zodbd (the same node code as the release's).
+            cmd = taskset + [self.a.zodbd_test, 'neo-storage', '--cluster', NEO_CLUSTER, '--with-master', addr]
             if gmp:
                 cmd += ['--gomaxprocs', str(gmp)]
             if name.endswith('-nosha1'):
@@ -491,7 +495,8 @@ def server_variants(a, caps):
             die('unknown server %s (%s)' % (n, ', '.join(SERVERS)))
         impl, marshal = SERVERS[n]
         if impl == 'zodbd-neo' and not caps['neo-storage']:
-            notes.append('%s skipped: this zodbd has no `neo-storage` command yet' % n)
+            notes.append('%s skipped: this zodbd has no `neo-storage` command yet, or no test build '
+                         'at %s (make build)' % (n, a.zodbd_test))
             continue
         if impl in SQLITE_IMPLS:
             if not a.neo_py:
@@ -755,7 +760,7 @@ def wait_neo_operational(srv, timeout=120):
 def check_through_server(a, srv, ds, logpath):
     """ZODB/py's hash of the dataset computed through the server (the stock
     Python client) == the reference."""
-    gen = os.path.join(a.shared, 'tools', 'gen_dataset.py')
+    gen = GEN_DATASET
     with open(logpath, 'ab') as errf:
         p = subprocess.run([sys.executable, gen, 'hash', 'zeo://' + srv.addr, '--crc32'],
                            stdout=subprocess.PIPE, stderr=errf, timeout=900)

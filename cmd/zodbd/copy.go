@@ -43,9 +43,9 @@ func runCopy(args []string) int {
 	quiet := fl.Bool("q", false, "do not print the summary")
 	srcBlobs := fl.String("src-blob-dir", "", "SRC's blob directory (`DIR`)")
 	dstBlobs := fl.String("dst-blob-dir", "", "DST's blob directory (`DIR`), created if missing")
-	pos, err := parseInterleaved(fl, args)
-	if err != nil {
-		return 2
+	pos, status, ok := parseInterleaved(fl, args)
+	if !ok {
+		return status
 	}
 	if len(pos) != 2 {
 		fl.Usage()

@@ -46,9 +46,9 @@ func runPack(args []string) int {
 	workers := fl.Int("workers", 0, "goroutines reading objects during GC (default: GOMAXPROCS)")
 	quiet := fl.Bool("q", false, "no progress line and no summary")
 	blobDir := fl.String("blob-dir", "", "the storage's blob directory (`DIR`): remove the blob files of removed revisions")
-	pos, err := parseInterleaved(fl, args)
-	if err != nil {
-		return 2
+	pos, status, ok := parseInterleaved(fl, args)
+	if !ok {
+		return status
 	}
 	if len(pos) != 1 {
 		fl.Usage()
@@ -68,6 +68,7 @@ func runPack(args []string) int {
 		return 2
 	}
 	var at zodb.Tid
+	var err error
 	switch {
 	case set["tid"]:
 		at, err = zodb.ParseTid(*tidS)

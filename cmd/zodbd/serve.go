@@ -84,8 +84,8 @@ func runServe(args []string) int {
 	fl.IntVar(&gomaxprocs, "gomaxprocs", 0, "set GOMAXPROCS (0: Go's default, the number of usable CPUs)")
 	fl.StringVar(&cpus, "cpus", "", "pin the process to these CPUs (e.g. 0-7,16-23)")
 	fl.StringVar(&debugAddr, "debug-addr", "", "serve Go's profiler (net/http/pprof) at http://`HOST:PORT`/debug/pprof/ (keep it private)")
-	if err := fl.Parse(args); err != nil {
-		return 2
+	if status, ok := parseFlags(fl, args); !ok {
+		return status
 	}
 	if fl.NArg() != 0 {
 		fl.Usage()
