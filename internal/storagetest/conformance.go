@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,6 +49,9 @@ type Factory struct {
 	// reason: known defects and limitations of the implementation. Each
 	// reason is reported as "known: REASON".
 	Known map[string]string
+
+	prefix string          // the name of Run's test, and a slash
+	seen   map[string]bool // the subtests that ran (or were skipped as known)
 }
 
 // Timeout bounds every operation of the suite (a storage that hangs fails
@@ -62,6 +66,14 @@ func Run(t *testing.T, f Factory) {
 	if ref == nil {
 		ref = FS1Reference(t, FixtureFS1)
 	}
+	f.prefix, f.seen = t.Name()+"/", map[string]bool{}
+	defer func() {
+		for name := range f.Known {
+			if !f.seen[name] {
+				t.Errorf("Factory.Known names %q: no such subtest", name)
+			}
+		}
+	}()
 	m, err := newModel(ref)
 	if err != nil {
 		t.Fatal(err)
@@ -99,29 +111,11 @@ func (f *Factory) sameExt(tb testing.TB, got, want []byte) bool {
 // known skips t when f lists it as known.
 func known(t *testing.T, f Factory) {
 	t.Helper()
-	if f.Known == nil {
-		return
-	}
-	name := t.Name()
-	// Strip the name of the test that called Run (and its parents).
-	for _, k := range []string{"/Read", "/Write", "/Close"} {
-		if i := indexOf(name, k); i >= 0 {
-			name = name[i+1:]
-			break
-		}
-	}
+	name := strings.TrimPrefix(t.Name(), f.prefix)
+	f.seen[name] = true
 	if reason, ok := f.Known[name]; ok {
 		t.Skip("known: " + reason)
 	}
-}
-
-func indexOf(s, sub string) int {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub && (i+len(sub) == len(s) || s[i+len(sub)] == '/') {
-			return i
-		}
-	}
-	return -1
 }
 
 // sub runs fn as subtest name of t, unless it is known.

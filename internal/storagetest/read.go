@@ -114,13 +114,20 @@ func checkNoData(t *testing.T, url, what string, oid zodb.Oid, deletedAt zodb.Ti
 	checkOpError(t, url, what, err)
 }
 
-// testLoad loads every oid of m (and some that do not exist) at every
-// state of m.
+// testLoad loads every oid of m at every state of m, and some oids that
+// do not exist.
 func testLoad(t *testing.T, s zodb.Storage, m *model) {
 	ctx := ctxT(t)
 	url := s.URL()
-	for _, oid := range append(append([]zodb.Oid{}, m.oids...), m.missingOids()...) {
+	for _, oid := range m.oids {
 		for _, at := range m.states() {
+			xid := zodb.Xid{Oid: oid, At: at}
+			data, serial, err := s.Load(ctx, xid)
+			checkLoad(t, m, url, "Load "+xid.String(), oid, at, data, serial, err)
+		}
+	}
+	for _, oid := range m.missingOids() {
+		for _, at := range m.oidStates(oid) {
 			xid := zodb.Xid{Oid: oid, At: at}
 			data, serial, err := s.Load(ctx, xid)
 			checkLoad(t, m, url, "Load "+xid.String(), oid, at, data, serial, err)
@@ -128,12 +135,13 @@ func testLoad(t *testing.T, s zodb.Storage, m *model) {
 	}
 }
 
-// testLoadAppend checks that LoadAppend appends to dst what Load returns.
+// testLoadAppend checks that LoadAppend appends to dst what Load returns,
+// at the states where each oid's answer changes.
 func testLoadAppend(t *testing.T, s zodb.AppendLoader, url string, m *model) {
 	ctx := ctxT(t)
 	prefix := []byte("prefix")
 	for _, oid := range append(append([]zodb.Oid{}, m.oids...), m.missingOids()[0]) {
-		for _, at := range m.states() {
+		for _, at := range m.oidStates(oid) {
 			xid := zodb.Xid{Oid: oid, At: at}
 			dst := make([]byte, len(prefix), 64)
 			copy(dst, prefix)
@@ -151,14 +159,15 @@ func testLoadAppend(t *testing.T, s zodb.AppendLoader, url string, m *model) {
 	}
 }
 
-// testLoadBefore checks LoadBefore before every state of m, and the next
-// serial it reports.
+// testLoadBefore checks LoadBefore, and the next serial it reports, for
+// the states where each oid's answer changes.
 func testLoadBefore(t *testing.T, s zodb.BeforeLoader, url string, m *model) {
 	ctx := ctxT(t)
 	for _, oid := range append(append([]zodb.Oid{}, m.oids...), m.missingOids()[0]) {
-		for _, before := range m.states() {
-			if before == 0 {
-				continue
+		for _, at := range m.oidStates(oid) {
+			before := at + 1 // LoadBefore(before) answers the state before-1
+			if at == zodb.TidMax {
+				before = at
 			}
 			data, serial, next, err := s.LoadBefore(ctx, oid, before, nil)
 			what := fmt.Sprintf("LoadBefore %s before %s", oid, before)

@@ -116,6 +116,20 @@ func (m *model) states() []zodb.Tid {
 	return ats
 }
 
+// oidStates returns the states where oid's answer changes, and one on
+// each side: TidMax, before the first transaction, and each revision's tid
+// and one less. For an oid without revisions, only the first two.
+func (m *model) oidStates(oid zodb.Oid) []zodb.Tid {
+	ats := []zodb.Tid{zodb.TidMax}
+	if len(m.ref.Txns) > 0 {
+		ats = append(ats, m.ref.Txns[0].Tid-1)
+	}
+	for _, r := range m.revs[oid] {
+		ats = append(ats, r.tid-1, r.tid)
+	}
+	return ats
+}
+
 // RepoRoot returns the directory of the module's go.mod, above the test's
 // working directory.
 func RepoRoot(tb testing.TB) string {

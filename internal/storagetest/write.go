@@ -212,8 +212,12 @@ func testCommit(t *testing.T, f Factory, s zodb.WriteStorage) {
 	_, _, err = s.Load(ctx, zodb.Xid{Oid: a, At: tid1 - 1})
 	checkNoData(t, s.URL(), "Load before the creation", a, 0, err)
 
-	// A second revision of a, based on the first; b unchanged.
-	tid2 := mustCommit(t, s, func(txn zodb.Txn) { store(t, txn, a, tid1, payload(t, 3)) })
+	// A second revision of a, based on the first, stored twice (the last
+	// store wins); b unchanged.
+	tid2 := mustCommit(t, s, func(txn zodb.Txn) {
+		store(t, txn, a, tid1, payload(t, 9))
+		store(t, txn, a, tid1, payload(t, 3))
+	})
 	if tid2 <= tid1 {
 		t.Errorf("second tid %s not after %s", tid2, tid1)
 	}
@@ -242,6 +246,11 @@ func testCommit(t *testing.T, f Factory, s zodb.WriteStorage) {
 	// The order of the records within a transaction is the storage's.
 	if len(got) == 2 && len(got[0].recs) == 2 && got[0].recs[0].Oid == b {
 		want[0].Records[0], want[0].Records[1] = want[0].Records[1], want[0].Records[0]
+	}
+	// A storage may keep the record of the overridden store (ZODB/py's
+	// FileStorage does): only the last record of a counts.
+	if len(got) == 2 && len(got[1].recs) == 2 && got[1].recs[0].Oid == a && bytes.Equal(got[1].recs[0].Data, payload(t, 9)) {
+		got[1].recs = got[1].recs[1:]
 	}
 	compareTxns(t, &f, "Iterate over the commits", got, want)
 }
