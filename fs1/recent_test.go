@@ -1,10 +1,15 @@
 package fs1
 
 import (
+	"bufio"
 	"context"
+	"encoding/binary"
 	"fmt"
+	"io"
+	"os"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/zodbd/zodbd/internal/storagetest"
 	"github.com/zodbd/zodbd/zodb"
@@ -70,4 +75,58 @@ func TestRecentTidsAndChangesBetween(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAppendBigTxns appends to the FileStorage file $ZODBD_BIGTXNS_FS 100
+// transactions of 10 000 new objects each (~100-byte pickles; a large
+// import), whose oids a ZEO server's invalidation queue covers at start:
+// the file the start-up benchmark in BENCHMARKS.md serves. Skipped without
+// that variable.
+func TestAppendBigTxns(t *testing.T) {
+	path := os.Getenv("ZODBD_BIGTXNS_FS")
+	if path == "" {
+		t.Skip("ZODBD_BIGTXNS_FS not set")
+	}
+	const ntxn, nrec = 100, 10000
+	fs, err := Open(path, &Options{Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := fs.state.Load()
+	pos, tid, oid := s.end, s.lastTid, s.index.MaxOid()+1
+	fs.Close()
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(pos); err != nil {
+		t.Fatal(err)
+	}
+	w := bufio.NewWriterSize(io.NewOffsetWriter(f, pos), 1<<20)
+	payload := make([]byte, 64)
+	var buf []byte
+	for i := 0; i < ntxn; i++ {
+		tid = zodb.TidFromUnix(float64(tid.Time().Add(time.Second).UnixNano()) / 1e9)
+		var recs []byte
+		for k := 0; k < nrec; k++ {
+			data := packRecord(nil, nil, 60, payload)
+			recs = appendDataHeader(recs, oid, tid, 0, pos, int64(len(data)))
+			recs = append(recs, data...)
+			oid++
+		}
+		tlen := int64(TxnHeaderFixSize + len(recs))
+		buf = appendTxnHeader(buf[:0], tid, tlen, ' ', nil, nil, nil)
+		buf = append(buf, recs...)
+		buf = binary.BigEndian.AppendUint64(buf, uint64(tlen))
+		if _, err := w.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+		pos += tlen + 8
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(path + ".index")
+	fmt.Printf("appended %d transactions of %d records; %s is %d bytes\n", ntxn, nrec, path, pos)
 }
