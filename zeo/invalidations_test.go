@@ -352,3 +352,76 @@ func TestInvQueue(t *testing.T) {
 		t.Fatal("a queue of size 0 keeps entries")
 	}
 }
+
+// TestGetInvalidationsWhileCommitting asks getInvalidations for the tids of
+// a queue of 10 seeded at start while another client commits 30
+// transactions (which push the seeded entries out, while their oids are
+// being read). Every answer (tid -> last, oids) must be exactly the oids
+// changed in (tid, last] of the final history; None is allowed only for a
+// tid older than the oldest commit still queued at the end.
+func TestGetInvalidationsWhileCommitting(t *testing.T) {
+	const queue, commits = 10, 30
+	stor := openFixtureCopy(t)
+	seeded, _ := changesOf(t, stor)
+	addr := startServer(t, Config{Storages: []StorageConfig{{Name: "1", Storage: stor}}, InvalidationQueueSize: queue})
+	w := dialRawRW(t, addr, wire.Pickle)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var id int64 = 10
+		for i := 0; i < commits; i++ {
+			commitRaw(t, w, &id, zodb.Oid(0x10000+i), 0, []byte{'v', byte(i)})
+		}
+	}()
+	type answer struct {
+		tid, last zodb.Tid
+		oids      []zodb.Oid
+		none      bool
+	}
+	var answers []answer
+	c := dialRaw(t, addr, wire.Pickle)
+	ask := seeded[len(seeded)-queue:]
+	var id int64 = 10
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		for i := len(ask) - 1; i >= 0; i-- {
+			id++
+			r := c.call(t, id, "getInvalidations", func(e *wire.Encoder) { e.Oid8(uint64(ask[i])) }, 1)
+			a := answer{tid: ask[i], none: r.IsNone()}
+			if !a.none {
+				a.last = zodb.Tid(binary.BigEndian.Uint64(r.Items[0].B))
+				for _, v := range r.Items[1].Items {
+					a.oids = append(a.oids, zodb.Oid(binary.BigEndian.Uint64(v.B)))
+				}
+			}
+			answers = append(answers, a)
+		}
+	}
+	tids, changed := changesOf(t, stor)
+	oldest := tids[len(tids)-queue]
+	for _, a := range answers {
+		if a.none {
+			if a.tid >= oldest {
+				t.Errorf("getInvalidations(%s) = None, but the queue reaches %s", a.tid, oldest)
+			}
+			continue
+		}
+		var want []zodb.Oid
+		for _, tid := range tids {
+			if a.tid < tid && tid <= a.last {
+				want = append(want, changed[tid]...)
+			}
+		}
+		slices.Sort(want)
+		want = slices.Compact(want)
+		slices.Sort(a.oids)
+		if !slices.Equal(a.oids, want) {
+			t.Errorf("getInvalidations(%s) = %s %v, want %v", a.tid, a.last, a.oids, want)
+		}
+	}
+	t.Logf("%d answers", len(answers))
+}
