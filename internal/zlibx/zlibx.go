@@ -16,9 +16,10 @@ import (
 	"sync"
 )
 
-// MaxRecord is the bound AppendInflate puts on its output: 1 GiB, more than
-// any ZODB object record a ZEO or NEO peer can send (a ZEO frame is 256 MiB
-// at most by default, and a record is sent whole in one).
+// MaxRecord is the bound AppendInflate puts on its output: 1 GiB, four
+// times the biggest record a ZEO frame carries by default (256 MiB) and
+// sixteen times NEO's biggest packet (64 MiB). A record that inflates to
+// more is refused (a *TooBigError) rather than held in memory.
 const MaxRecord = 1 << 30
 
 // TooBigError is the error of an inflate whose output would exceed Max
