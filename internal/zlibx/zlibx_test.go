@@ -94,7 +94,7 @@ func inflateMeasured(src []byte, limit int) (uint64, error) {
 // TestZlibBomb: 128 MiB of zeros (about 128 KiB of zlib data) is refused at the
 // bound, allocating in proportion to the bound.
 func TestZlibBomb(t *testing.T) {
-	if testing.Short() {
+	if testing.Short() || raceDetector {
 		t.Skip("inflates 32 MiB")
 	}
 	bomb := zeroBomb(128 << 20)

@@ -161,7 +161,7 @@ func refsMeasured(lim serialize.Limits, data []byte) ([]zodb.Oid, error, uint64)
 // allocation bound; over the limits, the error wraps ErrLimit.
 func TestHostileRecords(t *testing.T) {
 	scale := 100
-	if testing.Short() {
+	if testing.Short() || raceDetector {
 		scale = 10
 	}
 	small := serialize.Limits{MaxInflated: 1 << 20, MaxValues: 1 << 14}
@@ -194,8 +194,8 @@ func TestHostileRecords(t *testing.T) {
 // record that inflates to 300 MiB, are refused at DefaultLimits, with
 // memory in proportion to the limits.
 func TestHostileFullSize(t *testing.T) {
-	if testing.Short() {
-		t.Skip("20 MB records")
+	if testing.Short() || raceDetector {
+		t.Skip("20 MB records, and a 300 MiB inflate")
 	}
 	for _, c := range []hostileRecord{
 		{"20M Nones", noneList(20_000_000, false), false, true},
