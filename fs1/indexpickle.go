@@ -127,10 +127,19 @@ var errIxTruncated = errors.New("pickle data was truncated")
 // pickle that is a dict.
 var errIxOldFormat = errors.New("old format")
 
+// readErr is the error of a read that err cut short: errIxTruncated at
+// the end of the file, else err (an I/O error).
+func readErr(err error) error {
+	if err == io.EOF || err == io.ErrUnexpectedEOF {
+		return errIxTruncated
+	}
+	return err
+}
+
 func (x *ixReader) readByte() (byte, error) {
 	c, err := x.r.ReadByte()
 	if err != nil {
-		return 0, errIxTruncated
+		return 0, readErr(err)
 	}
 	x.off++
 	return c, nil
@@ -141,7 +150,7 @@ func (x *ixReader) readFull(b []byte) error {
 	n, err := io.ReadFull(x.r, b)
 	x.off += int64(n)
 	if err != nil {
-		return errIxTruncated
+		return readErr(err)
 	}
 	return nil
 }
@@ -178,7 +187,7 @@ func (x *ixReader) skipBytes(n uint64) error {
 	m, err := io.CopyN(io.Discard, x.r, int64(n))
 	x.off += m
 	if err != nil {
-		return errIxTruncated
+		return readErr(err)
 	}
 	return nil
 }
@@ -192,7 +201,7 @@ func (x *ixReader) readLine() ([]byte, error) {
 		return nil, fmt.Errorf("line longer than %d bytes", ixMaxLine)
 	}
 	if err != nil {
-		return nil, errIxTruncated
+		return nil, readErr(err)
 	}
 	if len(line) > ixMaxLine {
 		return nil, fmt.Errorf("line longer than %d bytes", ixMaxLine)
@@ -248,8 +257,10 @@ func (x *ixReader) next() (ixValue, error) {
 	x.stack = x.stack[:0]
 	x.marks = x.marks[:0]
 	x.scratch = x.scratch[:0]
-	if _, err := x.r.Peek(1); err != nil {
+	if _, err := x.r.Peek(1); err == io.EOF {
 		return ixValue{}, io.EOF
+	} else if err != nil {
+		return ixValue{}, &ixError{x.off, err}
 	}
 	for {
 		at := x.off

@@ -308,3 +308,34 @@ func FuzzLoadIndexAlloc(f *testing.F) {
 		}
 	})
 }
+
+// failingReader returns its bytes, then err.
+type failingReader struct {
+	b   []byte
+	err error
+}
+
+func (r *failingReader) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, r.err
+	}
+	n := copy(p, r.b)
+	r.b = r.b[n:]
+	return n, nil
+}
+
+// TestLoadIndexReadError: an I/O error while reading is reported as
+// itself, with its offset, not as a truncated file.
+func TestLoadIndexReadError(t *testing.T) {
+	good, err := os.ReadFile(filepath.Join("testdata", "1.fs.index"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eio := errors.New("input/output error")
+	for _, n := range []int{0, 3, 8, 20, len(good) - 1} {
+		_, _, err := loadIndex(&failingReader{good[:n], eio}, "eio.index", -1)
+		if !errors.Is(err, eio) || !strings.Contains(err.Error(), "offset") {
+			t.Errorf("error after %d bytes: %v, want the I/O error with an offset", n, err)
+		}
+	}
+}
