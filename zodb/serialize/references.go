@@ -85,8 +85,8 @@ func References(data []byte) ([]zodb.Oid, error) {
 // the memory a scan holds is bounded in proportion to the (decompressed)
 // record: about 50 bytes per byte at most, and by Limits.MaxValues.
 type Scanner struct {
-	// Limits bound what scanning one record may hold; the zero value
-	// means DefaultLimits.
+	// Limits bound what scanning one record may hold; a field <= 0
+	// takes DefaultLimits' value.
 	Limits Limits
 
 	stack []value
@@ -206,8 +206,11 @@ func (s *Scanner) AppendReferences(dst []zodb.Oid, data []byte) ([]zodb.Oid, err
 	s.reset()
 	defer s.trim()
 	lim := s.Limits
-	if lim == (Limits{}) {
-		lim = DefaultLimits
+	if lim.MaxInflated <= 0 {
+		lim.MaxInflated = DefaultLimits.MaxInflated
+	}
+	if lim.MaxValues <= 0 {
+		lim.MaxValues = DefaultLimits.MaxValues
 	}
 	s.maxHeld = lim.MaxValues
 	if len(data) >= 2 && data[0] == '.' && data[1] == 'z' {
