@@ -82,8 +82,10 @@ func References(data []byte) ([]zodb.Oid, error) {
 // make it, and a memo reference (GET) costs one value, never a copy of
 // what it refers to. Each value held (on the stack, in the memo, a MARK, a
 // list, a persistent id) was made by at least one byte of the record, so
-// the memory a scan holds is bounded in proportion to the (decompressed)
-// record: about 50 bytes per byte at most, and by Limits.MaxValues.
+// the memory a scan allocates is bounded in proportion to the
+// (decompressed) record, at most about 200 bytes per byte (slices grow by
+// doubling; FuzzReferencesAlloc checks the bound), and by
+// Limits.MaxValues.
 type Scanner struct {
 	// Limits bound what scanning one record may hold; a field <= 0
 	// takes DefaultLimits' value.
