@@ -23,8 +23,9 @@ package fs1
 //     again and again as a bucket cannot make the index grow faster than
 //     the file.
 //
-// Opcodes that no index file holds (GLOBAL, REDUCE, lists, floats, ...)
-// are errors.
+// Opcodes that no index file holds (GLOBAL, REDUCE, lists, floats, POP,
+// DUP, ...) are errors: a file that a general unpickler would read but that
+// no ZODB wrote is then, like any unusable index, rebuilt by scanning.
 
 import (
 	"bufio"
