@@ -313,7 +313,9 @@ func newClient(ctx context.Context, nc net.Conn, urlStr, addr string, opt *Optio
 	c.enc.Buf = c.enc.Buf[:0]
 	nc.SetDeadline(time.Time{})
 
-	c.token <- &readState{br: br, dec: wire.NewDecoder(c.marshal)}
+	dec := wire.NewDecoder(c.marshal)
+	dec.Replies = true // exceptions may hold pickled exceptions (see wire.Decoder.Replies)
+	c.token <- &readState{br: br, dec: dec}
 	go c.idleReader()
 	ok := false
 	defer func() {

@@ -29,15 +29,8 @@ func TestConformance(t *testing.T) {
 			opt := &client.Options{ReadWrite: true, Logf: quiet}
 			// Read and Close share one server: neither writes.
 			fixture := c.start(t, storagetest.CopyFixture(t, storagetest.FixtureFS1), c.msgpack)
-			var known map[string]string
-			if c.name == "runzeo/Z5" {
-				known = map[string]string{"Write/UndoConflict": "runzeo answers a failed undo with MultipleUndoErrors whose " +
-					"__dict__ holds UndoError instances pickled as ZODB.POSException._recon(UndoError, state); " +
-					"zeo/wire refuses the global inside that tuple and the client drops the connection"}
-			}
 			storagetest.Run(t, storagetest.Factory{
 				SameExtension: sameExt,
-				Known:         known,
 				Fixture:       func(t *testing.T) zodb.Storage { return dial(t, fixture, opt) },
 				New: func(t *testing.T) (zodb.Storage, func(*testing.T) zodb.Storage) {
 					addr := c.start(t, filepath.Join(t.TempDir(), "Data.fs"), c.msgpack)

@@ -24,6 +24,16 @@ type Decoder struct {
 	// DefaultLimits.
 	Limits Limits
 
+	// Replies is set by a client, which decodes a server's replies: there
+	// a call of a global other than those a ZEO message may use decodes as
+	// the tuple (name, args), and a global that is not called as its name
+	// (a Str, "module name"), rather than as an error. Servers send
+	// exceptions that way (runzeo's MultipleUndoErrors holds UndoErrors
+	// pickled as ZODB.POSException._recon(UndoError, state)); nothing is
+	// ever called. A server leaves it false: a client has no use for
+	// globals beyond the few reduceGlobal allows.
+	Replies bool
+
 	// arena provides the Items of tuples; reset at each Decode. When a
 	// chunk is full a bigger one is started, leaving earlier slices valid.
 	arena []Value
@@ -299,7 +309,10 @@ func (d *Decoder) decodePickle(b []byte) (Value, error) {
 				return fail(i, "pickle: trailing bytes after STOP")
 			}
 			if d.stack[0].v.Kind == kindGlobal {
-				return fail(at, "pickle: a global that is not called")
+				if !d.Replies {
+					return fail(at, "pickle: a global that is not called")
+				}
+				d.stack[0].v.Kind = Str
 			}
 			return d.stack[0].v, nil
 		case pickle.OpGlobal:
@@ -347,6 +360,12 @@ func (d *Decoder) decodePickle(b []byte) (Value, error) {
 				return over(at) // dict(pairs) copies the pairs
 			}
 			r, ok := reduceGlobal(string(d.stack[n-2].v.B), args.v)
+			if !ok && d.Replies {
+				if !d.charge(2) {
+					return over(at)
+				}
+				r, ok = Value{Kind: Tuple, Items: []Value{{Kind: Str, B: d.stack[n-2].v.B}, args.v}}, true
+			}
 			if !ok {
 				return fail(at, "pickle: global %s not allowed in a ZEO message (or bad arguments)", d.stack[n-2].v.B)
 			}
@@ -525,7 +544,10 @@ func (d *Decoder) decodePickle(b []byte) (Value, error) {
 			for j := base + 1; j < len(d.stack); j++ {
 				it := &d.stack[j]
 				if globals && it.v.Kind == kindGlobal {
-					return fail(at, "pickle: a global inside a %s", k)
+					if !d.Replies {
+						return fail(at, "pickle: a global inside a %s", k)
+					}
+					it.v.Kind = Str
 				}
 				c.n += it.n
 				if it.depth >= c.depth {
@@ -646,7 +668,10 @@ func (d *Decoder) collapse(at, from int, k Kind, globals bool) error {
 	for j := range items {
 		it := &items[j]
 		if globals && it.v.Kind == kindGlobal {
-			return &DecodeError{Off: at, Msg: fmt.Sprintf("pickle: a global inside a %s", k)}
+			if !d.Replies {
+				return &DecodeError{Off: at, Msg: fmt.Sprintf("pickle: a global inside a %s", k)}
+			}
+			it.v.Kind = Str
 		}
 		c.n += it.n
 		if it.depth >= c.depth {
