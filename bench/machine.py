@@ -123,6 +123,63 @@ def cstates(cpu):
     return out
 
 
+def idle_residency():
+    """{idle state name: µs spent in it, summed over the online CPUs} from
+    cpuidle's counters, or {} where the kernel exposes none. The difference
+    of two readings says how much of a round the CPUs spent in which state
+    (a deep state costs a wake-up latency per request)."""
+    out = {}
+    for cpu in online_cpus():
+        d = os.path.join(CPU_DIR, 'cpu%d/cpuidle' % cpu)
+        if not os.path.isdir(d):
+            continue
+        for st in os.listdir(d):
+            if not st.startswith('state'):
+                continue
+            t = read(os.path.join(d, st, 'time'))
+            if t is None or not t.isdigit():
+                continue
+            name = read(os.path.join(d, st, 'name'), st)
+            out[name] = out.get(name, 0) + int(t)
+    return out
+
+
+def proc_cpu_seconds(pid):
+    """User + system CPU seconds of process pid and its waited-for
+    children, from /proc/PID/stat; None if the process is gone."""
+    try:
+        with open('/proc/%d/stat' % pid) as f:
+            fields = f.read().rsplit(')', 1)[1].split()
+    except OSError:
+        return None
+    # fields[0] is the state (field 3): utime..cstime are fields 14..17
+    return sum(int(x) for x in fields[11:15]) / os.sysconf('SC_CLK_TCK')
+
+
+class BusyNeighbour:
+    """n processes that spin on a CPU each (unpinned) while the context is
+    open: the "busy-loop neighbour" condition of bench/run.py, under which
+    idle vCPUs are rarely idle, so wake-up latencies vanish from the round
+    trips measured beside it."""
+
+    def __init__(self, n=1):
+        self.n, self.procs = n, []
+
+    def __enter__(self):
+        for _ in range(self.n):
+            self.procs.append(subprocess.Popen([sys.executable, '-c', 'while True: pass'],
+                                               start_new_session=True))
+        return self
+
+    def __exit__(self, *exc):
+        for p in self.procs:
+            p.kill()
+        for p in self.procs:
+            p.wait()
+        self.procs = []
+        return False
+
+
 def boost_state():
     b = read(os.path.join(CPU_DIR, 'cpufreq/boost'))
     if b is not None:

@@ -26,6 +26,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
+GEN_DATASET = os.path.join(REPO, 'scripts', 'gen_dataset.py')  # the datasets and their reference hashes
 sys.path.insert(0, HERE)
 import machine  # noqa: E402
 
@@ -42,6 +43,13 @@ WORKLOAD_DOC = {
     'gocommit': 'N Go committers (`zodbd wrk --commit -c N`: one process, a connection each), '
                 'transactions of 1–3 of their own objects; the server\'s commit path without the Python clients\' CPU',
 }
+# The machine conditions a round runs under (--conditions): ratios against
+# the reference are reported for each separately, since the gain of a fast
+# server over a slow one depends on whether idle vCPUs must be woken up.
+CONDITIONS = {
+    'quiet': 'nothing but the benchmark runs',
+    'busy': 'a busy-loop process (--neighbours of them) runs beside the servers and clients',
+}
 BENCH_NAME = {'hash': 'Hash', 'pyload': 'PyLoad', 'wrk': 'Wrk', 'commit': 'Commit', 'gocommit': 'GoCommit'}
 
 # name: (implementation, marshalling)
@@ -49,6 +57,7 @@ SERVERS = {
     'floor': ('floor', '-'),
     'zodbd-Z': ('zodbd', 'pickle'),
     'zodbd-M': ('zodbd', 'msgpack'),
+    'zodbd-Z-bp': ('zodbd', 'pickle'),  # zodbd-Z with --busy-poll on (docs/scheduling.md)
     'runzeo-Z': ('runzeo', 'pickle'),
     'runzeo-M': ('runzeo', 'msgpack'),
     'zodbd-neo': ('zodbd-neo', 'neo'),
@@ -153,16 +162,23 @@ def parse_args(argv):
     ap.add_argument('--report', metavar='DIR', help='only redo the report, benchstat and plots of DIR')
     ap.add_argument('--no-plots', action='store_true')
     ap.add_argument('--no-benchstat', action='store_true')
+    ap.add_argument('--conditions', help='machine conditions the rounds cycle through: quiet (nothing added) '
+                    'and busy (--neighbours busy-loop processes beside the servers and clients); '
+                    'default quiet,busy (rounds alternate; report per condition), --quick quiet')
+    ap.add_argument('--neighbours', type=int, default=1, metavar='N',
+                    help='busy-loop processes of the busy condition')
     ap.add_argument('--wait-quiet', type=float, default=0, metavar='S',
                     help='wait up to S seconds for the machine to be quiet before starting')
     ap.add_argument('--zodbd', default=os.environ.get('ZODBD', os.path.join(REPO, 'bin', 'zodbd')))
-    ap.add_argument('--shared', default=os.environ.get('SHARED', os.path.join(REPO, '..', 'shared')))
+    ap.add_argument('--zodbd-test', default=os.environ.get('ZODBD_TEST', os.path.join(REPO, 'bin', 'zodbd-test')),
+                    help='the test build of zodbd (make build), whose neo-storage --with-master runs the '
+                         'NEO storage node of zodbd-neo* with the test master in the same process')
     a = ap.parse_args(argv)
     defaults = dict(rounds=5, clients='1,2,4,8,16', wrk_duration=0.5, committers='1,16',
-                    commit_duration=1.5, pyload_sample=4000)
+                    commit_duration=1.5, pyload_sample=4000, conditions='quiet,busy')
     if a.quick:
         defaults.update(rounds=1, clients='1,4', wrk_duration=0.3, committers='1,4', commit_duration=0.5,
-                        pyload_sample=500)
+                        pyload_sample=500, conditions='quiet')
         a.big = 0
         a.servers = a.servers or 'floor,zodbd-Z,runzeo-Z'
     for k, v in defaults.items():
@@ -170,6 +186,9 @@ def parse_args(argv):
             setattr(a, k, v)
     if a.server_cpus or a.load_cpus:
         a.pin = True
+    for c in csv(a.conditions):
+        if c not in CONDITIONS:
+            ap.error('unknown condition %r (from: %s)' % (c, ', '.join(CONDITIONS)))
     return a
 
 
@@ -191,7 +210,7 @@ class Dataset:
 def prepare_datasets(a, names):
     dsdir = os.path.join(REPO, 'data', 'datasets')
     os.makedirs(dsdir, exist_ok=True)
-    env = dict(os.environ, SHARED=a.shared, PYTHON=sys.executable)
+    env = dict(os.environ, PYTHON=sys.executable)
     out = []
     for name in names:
         path = os.path.join(dsdir, name + '.fs')
@@ -205,7 +224,7 @@ def prepare_datasets(a, names):
             if not m:
                 die('unknown dataset %s (prod1-N or %s)' % (name, ', '.join(SMALL_DATASETS)))
             refdir = dsdir
-            gen = os.path.join(a.shared, 'tools', 'gen_dataset.py')
+            gen = GEN_DATASET
             ref = os.path.join(dsdir, name + '.hash')
             if not os.path.exists(path):
                 log('dataset %s: generating with gen_dataset.py prod1 %s' % (name, m.group(1)))
@@ -298,7 +317,7 @@ def capabilities(a):
     return {
         'hash-url': 'zeo://' in hashhelp or 'URL' in hashhelp,
         'wrk': 'wrk' in cmds,
-        'neo-storage': 'neo-storage' in cmds,
+        'neo-storage': 'neo-storage' in cmds and os.access(a.zodbd_test, os.X_OK),
     }
 
 
@@ -419,11 +438,13 @@ class Setup:
                 cmd += ['--cpus', machine.format_cpulist(cpus)]
             if gmp:
                 cmd += ['--gomaxprocs', str(gmp)]
+            if name.endswith('-bp'):
+                cmd += ['--busy-poll', 'on']
             return cmd, env
         if impl == 'runzeo':
             if marshal == 'msgpack':
                 env['ZEO_MSGPACK'] = '1'
-            return taskset + [os.path.join(os.path.dirname(sys.executable), 'runzeo'), '-a', addr, '-f', fs], env
+            return taskset + runzeo_cmd() + ['-a', addr, '-f', fs], env
         if impl == 'floor':
             if gmp:
                 env['GOMAXPROCS'] = str(gmp)
@@ -432,20 +453,34 @@ class Setup:
             return [sys.executable, os.path.join(HERE, 'neopy.py'), 'serve', '--src', self.a.neo_py,
                     '--python', self.neo_python(), '--addr', addr, '--cluster', NEO_CLUSTER, fs], env
         if impl == 'zodbd-neo-sqlite':
-            cmd = taskset + [self.a.zodbd, 'neo-storage', '--cluster', NEO_CLUSTER, '--with-master', addr]
+            cmd = taskset + [self.a.zodbd_test, 'neo-storage', '--cluster', NEO_CLUSTER, '--with-master', addr]
             if gmp:
                 cmd += ['--gomaxprocs', str(gmp)]
             return cmd + ['sqlite:' + fs], env
         if impl == 'zodbd-neo':
             # The storage node and, in the same process, the minimal master
-            # of the test suite (not on the read path), listening on addr.
-            cmd = taskset + [self.a.zodbd, 'neo-storage', '--cluster', NEO_CLUSTER, '--with-master', addr]
+            # of the test suite (not on the read path), listening on addr:
+            # the test build of zodbd (the same node code as the release's).
+            cmd = taskset + [self.a.zodbd_test, 'neo-storage', '--cluster', NEO_CLUSTER, '--with-master', addr]
             if gmp:
                 cmd += ['--gomaxprocs', str(gmp)]
             if name.endswith('-nosha1'):
                 cmd.append('--no-checksum')  # the issue's flag that both sides honour
             return cmd + [fs], env
         raise RuntimeError('no way to start %s' % name)
+
+
+def runzeo_cmd():
+    """The command that starts runzeo: the venv's script, else `python -m
+    ZEO.runzeo` where ZEO was installed without scripts; [] if no ZEO."""
+    script = os.path.join(os.path.dirname(sys.executable), 'runzeo')
+    if os.path.exists(script):
+        return [script]
+    try:
+        import ZEO.runzeo  # noqa: F401
+    except ImportError:
+        return []
+    return [sys.executable, '-m', 'ZEO.runzeo']
 
 
 def server_variants(a, caps):
@@ -460,7 +495,8 @@ def server_variants(a, caps):
             die('unknown server %s (%s)' % (n, ', '.join(SERVERS)))
         impl, marshal = SERVERS[n]
         if impl == 'zodbd-neo' and not caps['neo-storage']:
-            notes.append('%s skipped: this zodbd has no `neo-storage` command yet' % n)
+            notes.append('%s skipped: this zodbd has no `neo-storage` command yet, or no test build '
+                         'at %s (make build)' % (n, a.zodbd_test))
             continue
         if impl in SQLITE_IMPLS:
             if not a.neo_py:
@@ -473,8 +509,8 @@ def server_variants(a, caps):
             if impl == 'zodbd-neo-sqlite' and not caps['neo-storage']:
                 notes.append('%s skipped: this zodbd has no `neo-storage` command' % n)
                 continue
-        if impl == 'runzeo' and not os.path.exists(os.path.join(os.path.dirname(sys.executable), 'runzeo')):
-            notes.append('%s skipped: no runzeo beside %s' % (n, sys.executable))
+        if impl == 'runzeo' and not runzeo_cmd():
+            notes.append('%s skipped: no runzeo beside %s, and no ZEO module' % (n, sys.executable))
             continue
         out[n] = {'impl': impl, 'marshal': marshal}
     return out, notes
@@ -640,7 +676,9 @@ def w_wrk(setup, variant, srv, ds, logpath, quick, clients):
     else:
         cmd = [setup.a.zodbd, 'wrk', '-c', str(clients), '-d', '%gs' % d, '--cache=off', '--json',
                client_url(variant, srv)]
+    cpu0 = machine.proc_cpu_seconds(srv.proc.pid)
     out, nerr, errs = run_client(setup, variant, cmd, logpath, 120 + 3 * d)
+    cpu1 = machine.proc_cpu_seconds(srv.proc.pid)
     parsed = parse_wrk(out)
     if not parsed or 'ops/s' not in parsed[0]:
         raise RuntimeError('cannot read the output of %s: %r' % (shlex.join(cmd), out[:300]))
@@ -656,6 +694,12 @@ def w_wrk(setup, variant, srv, ds, logpath, quick, clients):
             res['ops'] = j['ops']
     except (ValueError, IndexError, AttributeError):
         pass
+    # The server's CPU per load: its process's user+system time over the
+    # run (clock ticks of 10 ms: a run of 0.5 s at 50k loads/s spends
+    # ~0.3 s, so the resolution is a few %), over the loads it answered.
+    ops = res.get('ops') or (res['ops/s'] * d if res.get('ops/s') else 0)
+    if cpu0 is not None and cpu1 is not None and ops:
+        res['srv-cpu-ns/op'] = (cpu1 - cpu0) * 1e9 / ops
     return res, hist
 
 
@@ -716,7 +760,7 @@ def wait_neo_operational(srv, timeout=120):
 def check_through_server(a, srv, ds, logpath):
     """ZODB/py's hash of the dataset computed through the server (the stock
     Python client) == the reference."""
-    gen = os.path.join(a.shared, 'tools', 'gen_dataset.py')
+    gen = GEN_DATASET
     with open(logpath, 'ab') as errf:
         p = subprocess.run([sys.executable, gen, 'hash', 'zeo://' + srv.addr, '--crc32'],
                            stdout=subprocess.PIPE, stderr=errf, timeout=900)
@@ -777,7 +821,8 @@ def session(setup, name, variant, ds, rnd, outdir, workloads, env, checked):
                 log('    FAILED ' + msg)
                 return
             records.append({'server': name, 'dataset': ds.name, 'round': rnd, 'workload': workload,
-                            'clients': clients, 'metrics': res, 'hist': hist})
+                            'clients': clients, 'metrics': res, 'hist': hist,
+                            'condition': getattr(setup, 'condition', 'quiet')})
             if res.get('errors'):
                 log('    WARNING %s %s c=%s: %d client-side errors (%s); see %s' % (
                     name, workload, clients, res['errors'], res.get('error-sample', ''), clog))
@@ -942,6 +987,76 @@ def ratio_cell(vals):
     return '%.2f× (%.2f–%.2f)' % (med(vals), min(vals), max(vals))
 
 
+EXTRA_HEAD = {'srv-cpu-ns/op': 'server CPU/load'}
+
+
+def condition_section(meta, recs, servers, keys, ref_name, metric_of):
+    """The report's "Quiet and busy" part: the machine's state round by
+    round, how far the floor moved within each condition, and each server's
+    ratio to its reference for each condition separately, with the range
+    that holds across them (what a headline may claim)."""
+    conds = meta.get('conditions') or []
+    states = meta.get('round_state') or {}
+    L = []
+    if states:
+        L.append('## Rounds: machine state\n')
+        L.append('Condition, load average before/after, share of CPU time idle, and the share of the '
+                 'round\'s CPU time spent in each cpuidle state (deep states mean wake-up latency per '
+                 'request).\n')
+        L.append('| round | condition | load before | load after | CPUs idle | idle states |')
+        L.append('|---:|---|---:|---:|---:|---|')
+        for r in sorted(states, key=int):
+            st = states[r]
+            ist = ' '.join('%s %.0f%%' % kv for kv in (st.get('idle-states-%') or {}).items()) or 'n/a'
+            L.append('| %s | %s | %.2f | %.2f | %.0f%% | %s |' % (
+                r, st['condition'], st['loadavg-before'], st['loadavg-after'], st['idle-%'], ist))
+        L.append('')
+    if len(set(conds)) < 2:
+        return L
+    L.append('## Quiet and busy\n')
+    L.append('Conditions: ' + '; '.join('**%s**: %s' % (c, CONDITIONS[c]) for c in dict.fromkeys(conds)) + '.')
+    L.append('Each ratio is paired by round within one condition, median (min–max); "holds across" is the '
+             'range of the conditions\' medians: the figure to quote.\n')
+    if 'floor' in servers:
+        L.append('The floor itself (bare TCP ping-pong), median (min–max) per condition: how much the machine moved.\n')
+        L.append('| workload | dataset | N | ' + ' | '.join(dict.fromkeys(conds)) + ' |')
+        L.append('|---|---|---:|' + '---:|' * len(set(conds)))
+        for (w, d, c) in keys:
+            mm, _ = metric_of[w]
+            cells = []
+            for cond in dict.fromkeys(conds):
+                v = [r['metrics'][mm] for r in recs if r['server'] == 'floor' and r.get('condition') == cond
+                     and (r['workload'], r['dataset'], r['clients']) == (w, d, c) and r['metrics'].get(mm)]
+                f = fmt_num if mm.endswith('/s') else fmt_ns
+                cells.append(('%s (%s–%s)' % (f(med(v)), f(min(v)), f(max(v))) if len(v) > 1 else f(v[0]))
+                             if v else '—')
+            L.append('| %s | %s | %s | %s |' % (w, d, c, ' | '.join(cells)))
+        L.append('')
+    cols = [s for s in servers if ref_name(s) and ref_name(s) != s and ref_name(s) in servers]
+    if not cols:
+        return L
+    head = ['workload', 'dataset', 'N', 'server']
+    head += list(dict.fromkeys(conds)) + ['holds across']
+    L.append('| ' + ' | '.join(head) + ' |')
+    L.append('|' + '---|' * len(head))
+    for (w, d, c) in keys:
+        mm, higher = metric_of[w]
+        for s in cols:
+            rn = ref_name(s)
+            cells, meds = [], []
+            for cond in dict.fromkeys(conds):
+                rr = by_round([r for r in recs if r.get('condition') == cond])
+                num, den = ((w, d, c, s), (w, d, c, rn)) if higher else ((w, d, c, rn), (w, d, c, s))
+                v = paired_ratios(num, den, mm, rr)
+                cells.append(ratio_cell(v))
+                if v:
+                    meds.append(med(v))
+            across = ('%.2f–%.2f×' % (min(meds), max(meds))) if len(meds) == len(set(conds)) else '—'
+            L.append('| %s | %s | %s | %s vs %s | %s | **%s** |' % (w, d, c, s, rn, ' | '.join(cells), across))
+    L.append('')
+    return L
+
+
 def make_report(outdir, meta, bs):
     recs, variants = load_results(outdir)
     sched = meta.get('sched', False)
@@ -967,8 +1082,10 @@ def make_report(outdir, meta, bs):
     L.append('```\n')
     others = [r['others_cpu'] for r in recs if 'others_cpu' in r]
     if others:
+        # the busy condition's neighbours are other processes by design:
+        # only the quiet rounds say whether the machine was quiet
         per_run = sorted({(r['round'], r['dataset'], r['server']): r['others_cpu'] for r in recs
-                          if 'others_cpu' in r}.values())
+                          if 'others_cpu' in r and r.get('condition', 'quiet') == 'quiet'}.values()) or [0.0]
         L.append('Noise: CPU used by other processes during the runs (the machine\'s busy time less the '
                  'harness\'s, servers\' and clients\'): median %.0f%%, max %.0f%% of all CPUs over %d runs; '
                  'steal max %.1f%%.\n' % (med(per_run), max(per_run), len(per_run),
@@ -1030,6 +1147,7 @@ def make_report(outdir, meta, bs):
                 row.append(ratio_cell(paired_ratios(num, den, mm, rr)))
             L.append('| ' + ' | '.join(row) + ' |')
         L.append('')
+    L.extend(condition_section(meta, recs, servers, keys, ref_name, metric_of))
     for w in WORKLOADS:
         wkeys = [k for k in keys if k[0] == w]
         if not wkeys:
@@ -1040,10 +1158,10 @@ def make_report(outdir, meta, bs):
                           'wrk': ('ops/s', 'loads/s', fmt_num), 'commit': ('commits/s', 'commits/s', fmt_num),
                           'gocommit': ('commits/s', 'commits/s', fmt_num)}[w]
         higher = main.endswith('/s')
-        extra = [m for m in ('p50-ns', 'p99-ns') if any(m in agg.get((w, d, c, s), {})
-                                                          for (_, d, c) in wkeys for s in servers)]
+        extra = [m for m in ('p50-ns', 'p99-ns', 'srv-cpu-ns/op') if any(m in agg.get((w, d, c, s), {})
+                                                                         for (_, d, c) in wkeys for s in servers)]
         head = ['dataset', 'N' if w in ('wrk',) + COMMIT_WORKLOADS else 'objects', 'server', label + ' median (min–max)',
-                'n', 'vs reference', '× floor'] + [m[:3] for m in extra]
+                'n', 'vs reference', '× floor'] + [EXTRA_HEAD.get(m, m[:3]) for m in extra]
         L.append('| ' + ' | '.join(head) + ' |')
         L.append('|' + '---|' * len(head))
         for (_, d, c) in wkeys:
@@ -1224,13 +1342,33 @@ def main(argv=None):
                         + tuner.restore_script())
             log('--tune: if this run is killed, %s/tune-restore.sh undoes it' % outdir)
         checked = set()
+        conditions = csv(a.conditions)
+        meta['conditions'] = conditions
+        meta['round_state'] = {}
         for rnd in range(1, a.rounds + 1):
-            log('== round %d/%d' % (rnd, a.rounds))
+            cond = conditions[(rnd - 1) % len(conditions)]
+            setup.condition = cond
+            log('== round %d/%d (%s)' % (rnd, a.rounds, cond))
             k = (rnd - 1) % len(order)
             rot = order[k:] + order[:k]
-            for ds in datasets:
-                for name in rot:
-                    session(setup, name, variants[name], ds, rnd, outdir, workloads, env, checked)
+            st = {'condition': cond, 'loadavg-before': round(os.getloadavg()[0], 2)}
+            idle0, cpu_r0, t_r0 = machine.idle_residency(), machine.cpu_times(), time.monotonic()
+            with machine.BusyNeighbour(a.neighbours if cond == 'busy' else 0):
+                for ds in datasets:
+                    for name in rot:
+                        session(setup, name, variants[name], ds, rnd, outdir, workloads, env, checked)
+            idle1, cpu_r1, wall = machine.idle_residency(), machine.cpu_times(), time.monotonic() - t_r0
+            st['loadavg-after'] = round(os.getloadavg()[0], 2)
+            st['idle-%'] = round(100.0 * (cpu_r1[1] - cpu_r0[1]) / max(1, cpu_r1[0] - cpu_r0[0]), 1)
+            # share of the round's wall time (all CPUs) spent in each idle state
+            ncpu = len(machine.online_cpus())
+            st['idle-states-%'] = {n: round((idle1[n] - idle0.get(n, 0)) / 1e4 / (wall * ncpu), 1)
+                                   for n in idle1}
+            meta['round_state'][str(rnd)] = st
+            log('   round %d: %s, load %.2f -> %.2f, CPUs idle %.0f%%%s' % (
+                rnd, cond, st['loadavg-before'], st['loadavg-after'], st['idle-%'],
+                ', idle states ' + ' '.join('%s %.0f%%' % kv for kv in st['idle-states-%'].items())
+                if st['idle-states-%'] else ''))
     except (Exception, SystemExit, KeyboardInterrupt) as e:
         failed = e
     finally:

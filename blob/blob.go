@@ -1,6 +1,9 @@
-// Package blob is a ZODB blob directory on disk, readable and writable by
-// ZODB/py's blob support (ZODB.blob.FilesystemHelper, BlobStorage and
-// FileStorage(blob_dir=...)) on the same directory.
+// Package blob is ZODB blobs as a storage wrapper: Storage (storage.go,
+// txn.go) wraps any zodb storage with a blob directory, as ZODB/py's
+// BlobStorage, for the ZEO server and the offline tools. The directory
+// (Dir) is readable and writable by ZODB/py's blob support
+// (ZODB.blob.FilesystemHelper, BlobStorage and FileStorage(blob_dir=...))
+// on the same directory. Every change to it goes through internal/vfs.
 //
 // A blob directory holds one file per blob revision, named after the
 // object's oid and the revision's tid:
@@ -45,8 +48,9 @@ const LayoutMarker = ".layout"
 // Suffix ends the name of every committed blob file.
 const Suffix = ".blob"
 
-// ErrNotFound is returned (wrapped) when a blob file does not exist.
-var ErrNotFound = errors.New("no blob file")
+// ErrNotFound is returned (wrapped) when a blob file does not exist. It is
+// zodb.ErrNoBlob.
+var ErrNotFound = zodb.ErrNoBlob
 
 // Dir is an open blob directory. Its methods are safe for concurrent use.
 type Dir struct {
@@ -142,9 +146,9 @@ func (d *Dir) Path() string { return d.base }
 // Layout returns the directory's layout name.
 func (d *Dir) Layout() string { return d.layout }
 
-// TempDir returns the directory for temporary files (BASE/tmp), on the
-// same file system as the blobs so that a finished upload is renamed into
-// place.
+// TempDir returns the directory for temporary files (BASE/tmp, where
+// NewUpload creates its files), on the same file system as the blobs so
+// that a finished upload is renamed into place.
 func (d *Dir) TempDir() string { return d.tmp }
 
 // Repr is ZODB's oid_repr / tid_repr of an 8-byte id: "0x" and the hex
@@ -232,11 +236,6 @@ func (d *Dir) Exists(oid zodb.Oid, tid zodb.Tid) bool {
 	return err == nil && fi.Mode().IsRegular()
 }
 
-// CreateTemp creates a new temporary file in the tmp directory.
-func (d *Dir) CreateTemp() (*os.File, error) {
-	return os.CreateTemp(d.tmp, "zodbd-*.tmp")
-}
-
 // ValidSharedName reports whether name is acceptable as the file name that
 // a client of a shared blob directory gives for an uploaded blob (ZEO's
 // storeBlobShared): a bare name, no separator (nor NUL), ending in ".tmp"
@@ -262,12 +261,9 @@ func (d *Dir) SharedPath(oid zodb.Oid, name string) (string, error) {
 	return filepath.Join(d.OidDir(oid), name), nil
 }
 
-// SyncFile makes the contents of the regular file at path durable. It
-// refuses anything but a regular file (a symbolic link could point
-// outside the blob directory).
-func SyncFile(path string) error { return syncFile(vfs.OS, path) }
-
-// SyncFile is the package's SyncFile through the directory's file system.
+// SyncFile makes the contents of the regular file at path durable,
+// through the directory's file system. It refuses anything but a regular
+// file (a symbolic link could point outside the blob directory).
 func (d *Dir) SyncFile(path string) error { return syncFile(d.fsys, path) }
 
 func syncFile(fsys vfs.FS, path string) error {
@@ -340,28 +336,41 @@ func (b *Batch) Link(oid zodb.Oid, from, to zodb.Tid) (bool, error) {
 	if fi, err := os.Lstat(src); err != nil || !fi.Mode().IsRegular() {
 		return false, nil
 	}
-	dst, err := b.prepare(oid, to)
+	return true, b.LinkFile(src, oid, to)
+}
+
+// LinkFile makes the regular file src (a committed blob file, here or in
+// another blob directory) also the blob file of oid's revision tid: a
+// hard link, or a copy (fsynced) where a link is not possible. src is
+// left in place.
+func (b *Batch) LinkFile(src string, oid zodb.Oid, tid zodb.Tid) error {
+	if fi, err := os.Lstat(src); err != nil {
+		return fmt.Errorf("blob: %w", err)
+	} else if !fi.Mode().IsRegular() {
+		return fmt.Errorf("blob: %s is not a regular file", src)
+	}
+	dst, err := b.prepare(oid, tid)
 	if err != nil {
-		return false, err
+		return err
 	}
 	b.d.mu.RLock()
 	defer b.d.mu.RUnlock()
 	if err := b.mkdirs(filepath.Dir(dst)); err != nil {
-		return false, err
+		return err
 	}
 	fsys := b.d.fsys
 	if err := fsys.Link(src, dst); err != nil {
 		if err := copyFile(fsys, src, dst); err != nil {
 			fsys.Remove(dst)
-			return false, fmt.Errorf("blob: %w", err)
+			return fmt.Errorf("blob: %w", err)
 		}
 		if err := setNotWritable(dst); err != nil {
-			return false, err
+			return err
 		}
 	}
 	b.placed = append(b.placed, dst)
 	b.dirs[filepath.Dir(dst)] = struct{}{}
-	return true, nil
+	return nil
 }
 
 func (b *Batch) prepare(oid zodb.Oid, tid zodb.Tid) (string, error) {
@@ -417,6 +426,45 @@ func (b *Batch) Undo() {
 	}
 	b.placed = nil
 }
+
+// Walk calls fn for each committed blob file of the directory (in
+// lexical order of paths), with its oid, tid and path. Files and
+// directories that are not named as the layout names them are skipped, as
+// is the tmp directory. An error from fn stops the walk and is returned.
+func (d *Dir) Walk(fn func(oid zodb.Oid, tid zodb.Tid, path string) error) error {
+	return filepath.WalkDir(d.base, func(path string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if path == d.base {
+			return nil
+		}
+		name := e.Name()
+		if e.IsDir() {
+			if path == d.tmp || strings.HasPrefix(name, ".") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !e.Type().IsRegular() || !strings.HasSuffix(name, Suffix) {
+			return nil
+		}
+		rel, _ := filepath.Rel(d.base, filepath.Dir(path))
+		oid, ok := d.parseOidRel(rel)
+		if !ok {
+			return nil
+		}
+		tid, ok := parseRepr(strings.TrimSuffix(name, Suffix))
+		if !ok {
+			return nil
+		}
+		return fn(oid, zodb.Tid(tid), path)
+	})
+}
+
+// Discard removes a file of the tmp area (or a shared upload) that will not
+// be stored. Errors are ignored: the file may be gone already.
+func (d *Dir) Discard(path string) { d.fsys.Remove(path) }
 
 // GC removes the blob files of revisions that no longer exist, after a
 // pack: every file of a revision with tid <= last for which exists says

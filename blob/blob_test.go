@@ -69,14 +69,17 @@ func TestBatchAndGC(t *testing.T) {
 		t.Fatal(err)
 	}
 	put := func(oid zodb.Oid, tid zodb.Tid, content string) {
-		f, err := d.CreateTemp()
+		u, err := d.NewUpload()
 		if err != nil {
 			t.Fatal(err)
 		}
-		f.WriteString(content)
-		f.Close()
+		u.Write([]byte(content))
+		path, err := u.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
 		b := d.NewBatch()
-		if err := b.Move(f.Name(), oid, tid); err != nil {
+		if err := b.Move(path, oid, tid); err != nil {
 			t.Fatal(err)
 		}
 		if err := b.Sync(); err != nil {

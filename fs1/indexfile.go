@@ -28,7 +28,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"math/big"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -76,36 +75,38 @@ func LoadIndexFile(path string) (topPos int64, idx *Index, err error) {
 
 // loadIndex decodes an index file from r. size is the size of the input if
 // known (else -1); it only sizes the map.
+//
+// The file is untrusted: reading it costs memory and time in proportion to
+// its size (see indexpickle.go), and an error names the pickle and the
+// offset where the file is damaged or not an index.
 func loadIndex(r io.Reader, path string, size int64) (topPos int64, idx *Index, err error) {
 	fail := func(format string, args ...interface{}) (int64, *Index, error) {
 		return 0, nil, &IndexFileError{path, fmt.Errorf(format, args...)}
 	}
-	br := bufio.NewReaderSize(r, 1<<20)
-	d := pickle.NewDecoderWithConfig(br, &pickle.DecoderConfig{StrictUnicode: true})
+	bufSize := 1 << 20
+	if size >= 0 {
+		bufSize = int(min(max(size, 4096), 1<<20))
+	}
+	x := &ixReader{r: bufio.NewReaderSize(r, bufSize), first: true}
 
-	v, err := d.Decode()
-	if err != nil {
-		if err == io.EOF {
-			return fail("empty file")
-		}
-		return fail("pickle 1 (position): %w", err)
-	}
-	switch v := v.(type) {
-	case int64:
-		topPos = v
-	case *big.Int:
-		if !v.IsInt64() {
-			return fail("position of %d bits out of range", v.BitLen())
-		}
-		topPos = v.Int64()
-	case map[interface{}]interface{}:
+	v, err := x.next()
+	switch {
+	case err == io.EOF:
+		return fail("empty file")
+	case err == errIxOldFormat:
 		return 0, nil, &IndexFileError{path, ErrIndexOldFormat}
-	default:
-		return fail("pickle 1: want the position (an int), got %s", pyTypeName(v))
+	case err != nil:
+		return fail("pickle 1 (position): %w", err)
+	case v.k != ixInt:
+		return fail("pickle 1 at offset 0: want the position (an int), got %s", v.typeName())
+	case v.big:
+		return fail("pickle 1 at offset 0: position of %d bits out of range", v.n)
 	}
+	topPos = v.i
 	if topPos < 0 || topPos > maxIndexPos {
-		return fail("position %d out of range", topPos)
+		return fail("pickle 1 at offset 0: position %d out of range", topPos)
 	}
+	x.first = false
 
 	// Each entry takes 8 bytes of the file at least: size/8 bounds the
 	// number of entries, and is close to it for the usual dense oids.
@@ -115,30 +116,30 @@ func loadIndex(r io.Reader, path string, size int64) (topPos int64, idx *Index, 
 	}
 	idx = NewIndex(hint)
 	for n := 2; ; n++ {
-		v, err := d.Decode()
+		at := x.off
+		v, err := x.next()
 		if err != nil {
 			if err == io.EOF {
-				return fail("truncated: no end marker after %d buckets", n-2)
+				return fail("truncated at offset %d: no end marker after %d buckets", at, n-2)
 			}
 			return fail("pickle %d: %w", n, err)
 		}
-		if _, ok := v.(pickle.None); ok {
+		if v.k == ixNone {
 			break
 		}
-		t, ok := v.(pickle.Tuple)
-		if !ok || len(t) != 2 {
-			return fail("pickle %d: want a (prefix, bucket) tuple, got %s", n, pyTypeName(v))
+		if v.k != ixTuple || v.n != 2 {
+			return fail("pickle %d at offset %d: want a (prefix, bucket) tuple, got %s", n, at, v.typeName())
 		}
-		prefix, ok1 := pyBytes(t[0])
-		bucket, ok2 := pyBytes(t[1])
-		if !ok1 || !ok2 {
-			return fail("pickle %d: want a (prefix, bucket) tuple of bytes, got (%s, %s)", n, pyTypeName(t[0]), pyTypeName(t[1]))
+		pk, bk := &v.items[0], &v.items[1]
+		if (pk.k != ixBytes && pk.k != ixPy2Str) || (bk.k != ixBytes && bk.k != ixPy2Str) {
+			return fail("pickle %d at offset %d: want a (prefix, bucket) tuple of bytes, got (%s, %s)", n, at, pk.typeName(), bk.typeName())
 		}
+		prefix, bucket := pk.b, bk.b
 		if len(prefix) != 6 {
-			return fail("pickle %d: oid prefix of %d bytes, want 6", n, len(prefix))
+			return fail("pickle %d at offset %d: oid prefix of %d bytes, want 6", n, at, len(prefix))
 		}
 		if len(bucket)%8 != 0 {
-			return fail("pickle %d: bucket of %d bytes, not a multiple of 8", n, len(bucket))
+			return fail("pickle %d at offset %d: bucket of %d bytes, not a multiple of 8", n, at, len(bucket))
 		}
 		hi := zodb.Oid(uint64(prefix[0])<<40|uint64(prefix[1])<<32|uint64(prefix[2])<<24|
 			uint64(prefix[3])<<16|uint64(prefix[4])<<8|uint64(prefix[5])) << 16
@@ -150,55 +151,12 @@ func loadIndex(r io.Reader, path string, size int64) (topPos int64, idx *Index, 
 			pos := int64(p[0])<<40 | int64(p[1])<<32 | int64(p[2])<<24 |
 				int64(p[3])<<16 | int64(p[4])<<8 | int64(p[5])
 			if pos < HeaderSize || pos >= topPos {
-				return fail("pickle %d: oid %s at position %d, outside the data the index covers [%d, %d)", n, oid, pos, HeaderSize, topPos)
+				return fail("pickle %d at offset %d: oid %s at position %d, outside the data the index covers [%d, %d)", n, at, oid, pos, HeaderSize, topPos)
 			}
 			idx.Set(oid, pos)
 		}
 	}
 	return topPos, idx, nil
-}
-
-// pyBytes returns the content of a Python bytes (py3) or str (py2) object.
-func pyBytes(v interface{}) (string, bool) {
-	switch v := v.(type) {
-	case pickle.Bytes:
-		return string(v), true
-	case pickle.ByteString:
-		return string(v), true
-	}
-	return "", false
-}
-
-// pyTypeName names the Python type of a decoded pickle value for error
-// messages (never the value itself: it may be huge or cyclic).
-func pyTypeName(v interface{}) string {
-	switch v := v.(type) {
-	case nil, pickle.None:
-		return "None"
-	case int64, *big.Int:
-		return "int"
-	case bool:
-		return "bool"
-	case float64:
-		return "float"
-	case string:
-		return "str"
-	case pickle.Bytes:
-		return "bytes"
-	case pickle.ByteString:
-		return "py2 str"
-	case pickle.Tuple:
-		return strconv.Itoa(len(v)) + "-tuple"
-	case []interface{}:
-		return "list"
-	case map[interface{}]interface{}, pickle.Dict:
-		return "dict"
-	case pickle.Class:
-		return "class " + v.Module + "." + v.Name
-	case pickle.Call:
-		return "call of " + v.Callable.Module + "." + v.Callable.Name
-	}
-	return fmt.Sprintf("%T", v)
 }
 
 // SaveFile writes x to path in the format of ZODB/py's Data.fs.index,

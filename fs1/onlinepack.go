@@ -112,6 +112,11 @@ func (fs *FileStorage) PackStats(ctx context.Context, at zodb.Tid, opt *PackOpti
 
 	// Step 1: pack what is published now.
 	p := NewPacker(s.file, fs.path, packDest{fsys, dst}, at, &o)
+	// The packed file goes to the disk as it is written (see
+	// writeBehind), so that the Syncs below have little left to write; its
+	// pages stay cached, as it is about to be served, and so do the live
+	// file's.
+	p.out.wb = newWriteBehind(dst, false)
 	if err := p.Pack(ctx, s.end); err != nil {
 		return p.Stats(), err
 	}

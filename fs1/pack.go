@@ -196,6 +196,12 @@ type Packer struct {
 
 	progressAt int64
 	stats      PackStats
+
+	// dropSrc, when not nil, is the source file, whose pages the copy
+	// drops from the page cache as it goes past them (an offline pack:
+	// the source becomes path.old); srcDropped is where it got to.
+	dropSrc    *os.File
+	srcDropped int64
 }
 
 // txnMove maps a position of the source to one in the packed file (for
@@ -1069,6 +1075,7 @@ func (p *Packer) copyPacked(ctx context.Context) error {
 			}
 		}
 		p.progress(PackCopy, pos, p.end, false)
+		p.consumed(pos)
 		t, _, err := p.readTxnNoCheck(w, pos)
 		if err != nil {
 			return err
@@ -1124,6 +1131,19 @@ func (p *Packer) copyPacked(ctx context.Context) error {
 	return nil
 }
 
+// consumed tells that the copy has read the source up to pos: with dropSrc,
+// the pages before it are dropped from the page cache, a chunk at a time.
+// The copy may still read a few records behind pos (backpointer targets):
+// they are then read from the disk.
+func (p *Packer) consumed(pos int64) {
+	if p.dropSrc == nil || pos-p.srcDropped < writeBehindChunk {
+		return
+	}
+	end := pos &^ (writeBehindChunk - 1)
+	dropCache(p.dropSrc, p.srcDropped, end-p.srcDropped)
+	p.srcDropped = end
+}
+
 // readTxnNoCheck reads the header of a transaction already checked by scan.
 func (p *Packer) readTxnNoCheck(w *windowReader, pos int64) (packTxn, bool, error) {
 	b, err := w.peek(pos, TxnHeaderFixSize)
@@ -1159,6 +1179,7 @@ func (p *Packer) copyVerbatim(ctx context.Context, from, to int64, report bool) 
 		if report {
 			p.progress(PackCopy, pos, p.end, false)
 		}
+		p.consumed(pos)
 		var t packTxn
 		var err error
 		if checked {
@@ -1364,6 +1385,11 @@ func PackFile(ctx context.Context, path string, at zodb.Tid, opt *PackOptions) (
 		fsys.Remove(packPath)
 	}
 	p := NewPacker(f, path, packDest{fsys, dst}, at, opt)
+	// The packed file goes to the disk as it is written, and leaves the
+	// page cache then, as the source does once copied: the pack's memory
+	// stays bounded whatever the size of the file (see writeBehind).
+	p.out.wb = newWriteBehind(dst, true)
+	p.dropSrc = f
 	if err := p.Pack(ctx, fi.Size()); err != nil {
 		discard()
 		return p.Stats(), err

@@ -2,7 +2,6 @@ package fs1_test
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/zodbd/zodbd/fs1"
 	"github.com/zodbd/zodbd/fs1/fs1tools"
+	"github.com/zodbd/zodbd/internal/datasets"
 	"github.com/zodbd/zodbd/zodb"
 	"github.com/zodbd/zodbd/zodb/serialize"
 )
@@ -283,11 +283,11 @@ func TestPackEmptyAndTorn(t *testing.T) {
 	}
 }
 
-// TestPackDatasets packs the shared datasets at a few times and checks the
+// TestPackDatasets packs the benchmark datasets at a few times and checks the
 // results as TestPackFixtureEveryTime does (loads in the first and last
 // state).
 func TestPackDatasets(t *testing.T) {
-	paths := datasets(t)
+	paths := datasetPaths(t)
 	ctx := context.Background()
 	for _, src := range paths {
 		orig := openRO(t, src)
@@ -330,48 +330,13 @@ func TestPackDatasets(t *testing.T) {
 	}
 }
 
-// datasets returns the reference datasets: data/datasets/NAME.fs (`make
-// datasets`) or, decompressed into a temporary directory, the shared
-// NAME.fs.gz ($ZODBD_SHARED or ../shared beside the repository). It skips
-// the test without them (and fails in CI).
-func datasets(t testing.TB) []string {
+// datasetPaths returns the benchmark datasets (package datasets makes
+// them when missing); they are shared, not to be written.
+func datasetPaths(t testing.TB) []string {
 	t.Helper()
-	shared := os.Getenv("ZODBD_SHARED")
-	if shared == "" {
-		shared = filepath.Join("..", "..", "shared")
-	}
 	var paths []string
-	for _, name := range []string{"prod1-1024", "wczblk1-8"} {
-		p := filepath.Join("..", "data", "datasets", name+".fs")
-		if _, err := os.Stat(p); err == nil {
-			paths = append(paths, p)
-			continue
-		}
-		gz, err := os.Open(filepath.Join(shared, "testdata", "datasets", name+".fs.gz"))
-		if err != nil {
-			continue
-		}
-		zr, err := gzip.NewReader(gz)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p = filepath.Join(t.TempDir(), name+".fs")
-		out, err := os.Create(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.Copy(out, zr); err != nil {
-			t.Fatal(err)
-		}
-		out.Close()
-		gz.Close()
-		paths = append(paths, p)
-	}
-	if len(paths) == 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatal("datasets not found (make datasets, or the shared data)")
-		}
-		t.Skip("datasets not found (make datasets, or the shared data)")
+	for _, name := range datasets.Names {
+		paths = append(paths, datasets.Path(t, name))
 	}
 	return paths
 }

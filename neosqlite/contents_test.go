@@ -16,10 +16,11 @@ import (
 	"github.com/zodbd/zodbd/zodb"
 )
 
-// The fixtures are copies of shared/testdata/neo: storage.sqlite (run p1
+// The fixtures are copies of NEO/py test vectors (testdata/neo at the
+// repository root, README.md there): storage.sqlite (run p1
 // after p1-read) and db/*.sqlite, each with the .contents.json that lists
 // every row it holds, and client-results/*.json (what the NEO/py client
-// returned). See shared/testdata/neo/README.md.
+// returned). See testdata/neo/README.md.
 
 var fixtures = []struct {
 	name, db, contents string

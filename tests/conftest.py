@@ -5,8 +5,12 @@ which has ZODB/py, the reference that zodbd must match.
 
 - repo_root     the repository root
 - zodbd_bin     the zodbd binary: $ZODBD, else <repo>/bin/zodbd (`make build`)
+- zodbd_test_bin  the test build, with debug-*, neo-master and neo-storage
+                --with-master: $ZODBD_TEST, else <repo>/bin/zodbd-test
 - fixtures_dir  <repo>/fs1/testdata, the FileStorage conformance fixtures
-- shared_dir    ../shared beside the repository (or $ZODBD_SHARED)
+- neo_testdata  <repo>/testdata/neo, NEO/py's captures and databases
+- dataset       dataset('prod1-1024') returns data/datasets/NAME.fs, made
+                by scripts/dataset.sh when missing (shared: copy to write)
 - tmp_copy      tmp_copy('1.fs') copies a fixture into tmp_path, returns its path
 - run_zodbd     run_zodbd('info', path) runs zodbd, returns CompletedProcess
 - marshal       'Z' (pickle) or 'M' (msgpack): tests using it run with both
@@ -16,6 +20,7 @@ which has ZODB/py, the reference that zodbd must match.
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -37,14 +42,41 @@ def zodbd_bin():
 
 
 @pytest.fixture(scope='session')
+def zodbd_test_bin():
+    path = os.environ.get('ZODBD_TEST') or os.path.join(REPO_ROOT, 'bin', 'zodbd-test')
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        pytest.fail('zodbd test build not found at %s: run `make build` first '
+                    '(or set ZODBD_TEST=/path/to/zodbd-test)' % path, pytrace=False)
+    return os.path.abspath(path)
+
+
+@pytest.fixture(scope='session')
 def fixtures_dir():
     return os.path.join(REPO_ROOT, 'fs1', 'testdata')
 
 
 @pytest.fixture(scope='session')
-def shared_dir():
-    return os.path.abspath(os.environ.get('ZODBD_SHARED')
-                           or os.path.join(REPO_ROOT, '..', 'shared'))
+def neo_testdata():
+    return os.path.join(REPO_ROOT, 'testdata', 'neo')
+
+
+def make_dataset(name):
+    """data/datasets/NAME.fs, made with scripts/dataset.sh (this python,
+    the checksum of testdata/datasets/SHA256SUMS) when missing."""
+    path = os.path.join(REPO_ROOT, 'data', 'datasets', name + '.fs')
+    if not os.path.exists(path):
+        p = subprocess.run([os.path.join(REPO_ROOT, 'scripts', 'dataset.sh'), name, path],
+                           cwd=REPO_ROOT, env=dict(os.environ, PYTHON=sys.executable),
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            pytest.fail('scripts/dataset.sh %s: exit %d\n%s%s'
+                        % (name, p.returncode, p.stdout, p.stderr), pytrace=False)
+    return path
+
+
+@pytest.fixture(scope='session')
+def dataset():
+    return make_dataset
 
 
 @pytest.fixture

@@ -15,16 +15,14 @@ REPO = os.path.dirname(HERE)
 
 
 @pytest.fixture(scope='module')
-def quick_run(tmp_path_factory, zodbd_bin, shared_dir):
+def quick_run(tmp_path_factory, zodbd_bin, zodbd_test_bin, dataset):
     for name in ('prod1-1024', 'wczblk1-8'):
-        if not os.path.exists(os.path.join(REPO, 'data', 'datasets', name + '.fs')) and \
-                not os.path.exists(os.path.join(shared_dir, 'testdata', 'datasets', name + '.fs.gz')):
-            pytest.skip('dataset %s not available (make datasets)' % name)
+        dataset(name)
     out = str(tmp_path_factory.mktemp('bench') / 'results')
     p = subprocess.run(
         [sys.executable, os.path.join(REPO, 'bench', 'run.py'), '--quick', '--no-benchstat', '--no-plots',
          '--servers', 'floor,zodbd-Z,runzeo-Z,zodbd-neo', '--committers', '2', '--clients', '2', '--zodbd', zodbd_bin,
-         '--shared', shared_dir, '--out', out],
+         '--zodbd-test', zodbd_test_bin, '--out', out],
         cwd=REPO, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
     return out, p.stdout
@@ -65,6 +63,36 @@ def test_quick_run_results(quick_run):
     # every server was stopped
     for log in glob.glob(os.path.join(out, 'logs', '*.server.log')):
         assert 'Traceback' not in open(log, errors='replace').read(), log
+
+
+def test_quiet_and_busy_rounds(tmp_path, zodbd_bin, dataset):
+    """Rounds alternate between a quiet machine and one with a busy-loop
+    neighbour; the report gives the machine's state per round, the floor per
+    condition, and each ratio per condition with the range across them; the
+    wrk figures carry the server's CPU per load."""
+    dataset('prod1-1024')
+    out = str(tmp_path / 'results')
+    p = subprocess.run(
+        [sys.executable, os.path.join(REPO, 'bench', 'run.py'), '--quick', '--no-benchstat', '--no-plots',
+         '--servers', 'floor,zodbd-Z,runzeo-Z', '--datasets', 'prod1-1024', '--workloads', 'wrk',
+         '--clients', '1', '--rounds', '2', '--conditions', 'quiet,busy', '--zodbd', zodbd_bin,
+         '--out', out],
+        cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
+    meta = json.load(open(os.path.join(out, 'meta.json')))
+    assert [meta['round_state'][r]['condition'] for r in ('1', '2')] == ['quiet', 'busy']
+    # the neighbour ran during round 2 only: the CPUs were less idle
+    assert meta['round_state']['2']['idle-%'] < meta['round_state']['1']['idle-%'], meta['round_state']
+    report = open(os.path.join(out, 'report.md')).read()
+    assert '## Rounds: machine state' in report and '## Quiet and busy' in report
+    assert '| wrk | prod1-1024 | 1 | zodbd-Z vs runzeo-Z |' in report and 'holds across' in report
+    assert 'server CPU/load' in report
+    recs = []
+    for fn in glob.glob(os.path.join(out, 'raw', '*.json')):
+        recs += json.load(open(fn))['records']
+    cpu = [r['metrics']['srv-cpu-ns/op'] for r in recs if r['server'] == 'zodbd-Z']
+    assert len(cpu) == 2 and all(500 < x < 1e7 for x in cpu), cpu
+    assert {r['condition'] for r in recs} == {'quiet', 'busy'}
 
 
 def test_report_and_plots_redone(quick_run):

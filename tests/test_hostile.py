@@ -369,11 +369,11 @@ class NeoNode:
 
 
 @pytest.fixture
-def neo_node(zodbd_bin, tmp_copy, tmp_path):
+def neo_node(zodbd_test_bin, tmp_copy, tmp_path):
     nodes = []
 
     def start():
-        n = NeoNode(zodbd_bin, tmp_copy('1.fs'), tmp_path)
+        n = NeoNode(zodbd_test_bin, tmp_copy('1.fs'), tmp_path)
         nodes.append(n)
         deadline = time.time() + 20
         while True:  # the cluster becomes operational

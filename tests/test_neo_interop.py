@@ -233,9 +233,9 @@ def test_neopy_reads_zlib_filestorage(tmp_path, zodbd_bin):
     assert [[h[0] for h in x] for x in got['history']] == [[h[0] for h in x] for x in want['history']]
 
 
-def test_neopy_reads_neopy_sqlite(tmp_path, zodbd_bin, shared_dir):
+def test_neopy_reads_neopy_sqlite(tmp_path, zodbd_bin, neo_testdata):
     db = str(tmp_path / 'storage.sqlite')
-    shutil.copyfile(os.path.join(shared_dir, 'testdata', 'neo', 'storage.sqlite'), db)
+    shutil.copyfile(os.path.join(neo_testdata, 'storage.sqlite'), db)
     c = Cluster(tmp_path, zodbd_bin, 'sqlite:' + db)
     try:
         c.wait_running(start=False)  # the partition table is in the DB: starts by itself
@@ -243,7 +243,7 @@ def test_neopy_reads_neopy_sqlite(tmp_path, zodbd_bin, shared_dir):
     finally:
         assert c.stop() == 0
     # What NEO/py's client got from NEO/py's own storage on this DB.
-    rec = json.load(open(os.path.join(shared_dir, 'testdata', 'neo', 'client-results', 'p1-read.json')))
+    rec = json.load(open(os.path.join(neo_testdata, 'client-results', 'p1-read.json')))
     loads = [[e['serial'], e['sha1'], e['len']] for e in rec['events'] if e['op'] == 'load']
     hist = [[[h['tid'], h['size']] for h in e['result']] for e in rec['events'] if e['op'] == 'history']
     niter = [sum(len(t['records']) for t in e['transactions']) for e in rec['events'] if e['op'] == 'iterator']

@@ -13,7 +13,7 @@ referencesf)`, pack-gc true and false) and by `zodbd pack --tid/--time`.
   current data and the same loadBefore answers at every tid after the pack
   time.
 - ZODB/py commits to zodbd's packed file and reads it back.
-- The shared datasets too: same bytes as ZODB/py's pack.
+- The benchmark datasets too: same bytes as ZODB/py's pack.
 
 Where ZODB/py's pack is wrong or fails, zodbd deliberately differs
 (docs/tools.md): a revision kept for a backpointer after the pack time keeps
@@ -408,18 +408,9 @@ def test_zodbpy_loses_what_an_undone_revision_refers_to(tmp_path, zodbd_bin):
         b_value(theirs)
 
 
-def datasets():
-    d = os.path.join(REPO, 'data', 'datasets')
-    return [os.path.join(d, n + '.fs') for n in ('prod1-1024', 'wczblk1-8')
-            if os.path.exists(os.path.join(d, n + '.fs'))]
-
-
 @pytest.mark.parametrize('gc', [True, False])
-def test_datasets_same_bytes(tmp_path, zodbd_bin, gc):
-    paths = datasets()
-    if not paths:
-        pytest.skip('no datasets (make datasets)')
-    for src in paths:
+def test_datasets_same_bytes(tmp_path, zodbd_bin, gc, dataset):
+    for src in map(dataset, ('prod1-1024', 'wczblk1-8')):
         tids = tids_of(src)
         i = len(tids) // 2
         t, stop = pack_time_between(tids[i], tids[i + 1])

@@ -54,11 +54,11 @@ def test_serve_debug_addr_taken(zodbd_bin, tmp_copy, tmp_path):
         srv.stop()
 
 
-def test_neo_storage_debug_addr(zodbd_bin, tmp_copy, tmp_path):
+def test_neo_storage_debug_addr(zodbd_test_bin, tmp_copy, tmp_path):
     mport, dport = free_port(), free_port()
     log = os.path.join(str(tmp_path), 'neo.log')
     with open(log, 'wb') as logf:
-        proc = subprocess.Popen([zodbd_bin, 'neo-storage', '--cluster', 'dbg',
+        proc = subprocess.Popen([zodbd_test_bin, 'neo-storage', '--cluster', 'dbg',
                                  '--with-master', '127.0.0.1:%d' % mport,
                                  '--debug-addr', '127.0.0.1:%d' % dport, tmp_copy('1.fs')],
                                 stdout=logf, stderr=subprocess.STDOUT)
@@ -89,7 +89,7 @@ def allowed_cpus(pid):
 
 @pytest.mark.skipif(not os.path.exists('/proc/self/task'), reason='needs Linux /proc')
 @pytest.mark.parametrize('cmd', ['serve', 'neo-storage'])
-def test_cpus_and_gomaxprocs(zodbd_bin, tmp_copy, tmp_path, cmd):
+def test_cpus_and_gomaxprocs(zodbd_bin, zodbd_test_bin, tmp_copy, tmp_path, cmd):
     """--cpus 0 binds every thread (the ones started later too) to CPU 0."""
     if len(os.sched_getaffinity(0)) < 2 or 0 not in os.sched_getaffinity(0):
         pytest.skip('needs CPU 0 and another one')
@@ -100,7 +100,7 @@ def test_cpus_and_gomaxprocs(zodbd_bin, tmp_copy, tmp_path, cmd):
     def argv(*opts):  # neo-storage's options come before its BACKEND
         if cmd == 'serve':
             return [zodbd_bin, 'serve', '-r', '-a', '127.0.0.1:%d' % port, '-f', path] + list(opts)
-        return [zodbd_bin, 'neo-storage', '--cluster', 'sched', '--with-master',
+        return [zodbd_test_bin, 'neo-storage', '--cluster', 'sched', '--with-master',
                 '127.0.0.1:%d' % port] + list(opts) + [path]
     with open(log, 'wb') as logf:
         proc = subprocess.Popen(argv('--cpus', '0', '--gomaxprocs', '1'),

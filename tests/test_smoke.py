@@ -11,14 +11,21 @@ import ZODB
 from ZODB.FileStorage import FileStorage
 
 COMMANDS = ['dump', 'tail', 'verify', 'zdump', 'reindex', 'info', 'catobj',
-            'hash', 'serve', 'wrk', 'copy', 'pack']
+            'hash', 'serve', 'wrk', 'copy', 'pack', 'neo-storage']
+# Only in the test build (go build -tags zodbdtest: bin/zodbd-test).
+TEST_COMMANDS = ['debug-workload', 'debug-replay', 'debug-answers', 'neo-master']
 
 
 @pytest.fixture(scope='module')
 def help_text(zodbd_bin):
     p = subprocess.run([zodbd_bin, 'help'], capture_output=True, text=True)
-    assert p.returncode == 0, p.stderr
-    return p.stdout + p.stderr
+    assert p.returncode == 0 and p.stderr == '', p.stderr
+    return p.stdout
+
+
+def listed(help_text):
+    return [l.split()[0] for l in help_text.split('commands:', 1)[1].splitlines()
+            if l.startswith('  ') and l.split()]
 
 
 def test_help(help_text):
@@ -33,6 +40,26 @@ def test_help_lists(help_text, cmd):
     lines = help_text.split('commands:', 1)[1].splitlines()
     assert any(l.split()[:1] == [cmd] for l in lines), (
         '%s not in zodbd help:\n%s' % (cmd, help_text))
+
+
+def test_test_tooling_only_in_test_build(help_text, zodbd_test_bin):
+    assert not set(TEST_COMMANDS) & set(listed(help_text)), help_text
+    p = subprocess.run([zodbd_test_bin, 'help'], capture_output=True, text=True, check=True)
+    assert set(TEST_COMMANDS + COMMANDS) <= set(listed(p.stdout)), p.stdout
+
+
+@pytest.mark.parametrize('cmd', COMMANDS)
+def test_command_help_on_stdout(zodbd_bin, cmd):
+    p = subprocess.run([zodbd_bin, cmd, '-h'], capture_output=True, text=True)
+    assert (p.returncode, p.stderr) == (0, ''), p.stderr
+    assert p.stdout.startswith('usage: zodbd %s' % cmd), p.stdout
+
+
+def test_unknown_flag(zodbd_bin):
+    p = subprocess.run([zodbd_bin, 'info', '--no-such-flag', 'x.fs'], capture_output=True, text=True)
+    assert p.returncode == 2 and p.stdout == ''
+    assert p.stderr == ('zodbd info: flag provided but not defined: -no-such-flag\n'
+                        'Run "zodbd info -h" for usage.\n'), p.stderr
 
 
 def test_unknown_command(zodbd_bin):

@@ -40,6 +40,11 @@ VENV_PYTHON = os.path.join(REPO, '.venv', 'bin', 'python')
 TIDMAX = (1 << 63) - 1
 
 
+@pytest.fixture(scope='session')
+def zodbd_bin(zodbd_test_bin):
+    """This module's zodbd is the test build: it has the debug-* commands."""
+    return zodbd_test_bin
+
 
 def hx(tid):
     return tid.hex()

@@ -292,6 +292,59 @@ def test_reconnect_older_than_queue(serve, zodbd_bin, tmp_path, marshal, age):
         srv2.stop()
 
 
+def test_reconnect_to_seeded_queue(serve, zodbd_bin, tmp_path, marshal):
+    """A client reconnects to a restarted server after commits it did not
+    see, made through another server on the same file: the restarted
+    server's invalidation queue holds them as seeded entries (tids only,
+    their oids read when getInvalidations asks), and the client invalidates
+    exactly what they changed and keeps the rest of its cache."""
+    path = str(tmp_path / 'Data.fs')
+    srv = serve(path, extra=['--create'])
+    cache_dir = tmp_path / 'cache'
+    cache_dir.mkdir()
+    db = ZEO.DB(srv.addr, client='c1', var=str(cache_dir), wait_timeout=20,
+                min_disconnect_poll=0.1, max_disconnect_poll=0.5)
+    tm = transaction.TransactionManager()
+    c = db.open(tm)
+    root = c.root()
+    root['x'] = PersistentMapping({'v': 1})
+    root['z'] = PersistentMapping({'v': 'unchanged'})
+    tm.commit()
+    x_oid, z_oid = root['x']._p_oid, root['z']._p_oid
+    assert root['z']['v'] == 'unchanged'
+    srv.stop()
+    # Commits the client does not see: through a server on another port.
+    other = Server(zodbd_bin, path, tmp_path, msgpack=(marshal == 'M')).start()
+    try:
+        db2 = ZEO.DB(other.addr, wait_timeout=10)
+        tm2 = transaction.TransactionManager()
+        c2 = db2.open(tm2)
+        for i in range(2, 5):
+            c2.root()['x']['v'] = i
+            tm2.commit()
+        db2.close()
+    finally:
+        other.stop()
+    srv2 = Server(zodbd_bin, path, tmp_path, msgpack=(marshal == 'M'), port=srv.port).start()
+    try:
+        deadline = time.time() + 20
+        while True:
+            try:
+                tm.begin()
+                if c.root()['x']['v'] == 4:
+                    break
+            except Exception:
+                pass
+            assert time.time() < deadline, 'client did not reconnect'
+            time.sleep(0.1)
+        assert db.storage._cache.load(z_oid) is not None, 'cache dropped'
+        assert c.root()['z']['v'] == 'unchanged'
+        assert x_oid != z_oid
+        db.close()
+    finally:
+        srv2.stop()
+
+
 def test_delete_with_stale_serial_is_a_conflict(serve, tmp_path):
     # deleteObject (IExternalGC) with a stale serial fails the vote with a
     # ConflictError, as with runzeo: the client cannot resolve a delete.

@@ -61,7 +61,12 @@ func (c *rawClient) tpcBegin(txnID int64) {
 
 // storeBlob sends what ClientStorage.storeBlob sends for a new object.
 func (c *rawClient) storeBlob(txnID int64, oid zodb.Oid, data, content []byte) {
-	c.oneway("storea", 4, func(e *wire.Encoder) { e.Oid8(uint64(oid)); e.Oid8(0); e.Bytes(data); e.Int(txnID) })
+	c.storeBlobWithSerial(txnID, oid, 0, data, content)
+}
+
+// storeBlobWithSerial is storeBlob of a new revision of an object at serial.
+func (c *rawClient) storeBlobWithSerial(txnID int64, oid zodb.Oid, serial zodb.Tid, data, content []byte) {
+	c.oneway("storea", 4, func(e *wire.Encoder) { e.Oid8(uint64(oid)); e.Oid8(uint64(serial)); e.Bytes(data); e.Int(txnID) })
 	c.oneway("storeBlobStart", 0, func(e *wire.Encoder) {})
 	for len(content) > 0 {
 		n := min(len(content), blobChunk)
@@ -69,7 +74,7 @@ func (c *rawClient) storeBlob(txnID int64, oid zodb.Oid, data, content []byte) {
 		c.oneway("storeBlobChunk", 1, func(e *wire.Encoder) { e.Bytes(chunk) })
 		content = content[n:]
 	}
-	c.oneway("storeBlobEnd", 4, func(e *wire.Encoder) { e.Oid8(uint64(oid)); e.Oid8(0); e.Bytes(data); e.Int(txnID) })
+	c.oneway("storeBlobEnd", 4, func(e *wire.Encoder) { e.Oid8(uint64(oid)); e.Oid8(uint64(serial)); e.Bytes(data); e.Int(txnID) })
 }
 
 // sendBlob asks for a blob and collects the receiveBlob* calls; it returns
@@ -339,5 +344,54 @@ func TestParseBlobConfig(t *testing.T) {
 		if _, err := ParseConfig(strings.NewReader("<zeo>\naddress 1\n</zeo>\n" + bad)); err == nil {
 			t.Errorf("accepted:\n%s", bad)
 		}
+	}
+}
+
+// A *blob.Storage given as the storage (what zodbd serve passes) serves
+// blobs without BlobDir; commits and packs go through it: a pack removes
+// the blob file of the revision it dropped and keeps the current one. A wrapper and another BlobDir
+// are refused.
+func TestBlobWrappedStorage(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "blobs")
+	d, err := blob.Open(dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stor := openWritable(t)
+	ws := blob.Wrap(stor, d)
+	if _, err := NewServer(Config{Storages: []StorageConfig{{Name: "1", Storage: ws, BlobDir: dir + "2"}}}); err == nil {
+		t.Fatal("a blob.Storage with another BlobDir was accepted")
+	}
+	addr := startServer(t, Config{Storages: []StorageConfig{{Name: "1", Storage: ws}}})
+	c := dialRawRW(t, addr, wire.Pickle)
+	var tids []zodb.Tid
+	for i, content := range []string{"first", "second"} {
+		txnID := int64(5 + i)
+		c.tpcBegin(txnID)
+		serial := zodb.Tid(0)
+		if i > 0 {
+			serial = tids[0]
+		}
+		c.storeBlobWithSerial(txnID, 0, serial, []byte("pickle of a Blob"), []byte(content))
+		if r := c.call(t, 3, "vote", func(e *wire.Encoder) { e.Int(txnID) }, 1); r.Len() != 0 {
+			t.Fatalf("vote: %v", r)
+		}
+		r := c.call(t, 4, "tpc_finish", func(e *wire.Encoder) { e.Int(txnID) }, 1)
+		tids = append(tids, zodb.Tid(binary.BigEndian.Uint64(r.B)))
+	}
+	for i, content := range []string{"first", "second"} {
+		got, flags, _ := c.sendBlob(t, 10, 0, tids[i])
+		if flags != 0 || string(got) != content {
+			t.Fatalf("sendBlob %d: flags %d, %q", i, flags, got)
+		}
+	}
+	// The blob object is the root; packing after both revisions drops
+	// the first.
+	c.call(t, 20, "pack", func(e *wire.Encoder) { e.Float(float64(tids[1].Time().UnixNano())/1e9 + 1); e.Bool(true) }, 2)
+	if d.Exists(0, tids[0]) {
+		t.Errorf("blob of the revision the pack dropped, 0@%s, is left", tids[0])
+	}
+	if !d.Exists(0, tids[1]) {
+		t.Errorf("blob of the current revision 0@%s was removed", tids[1])
 	}
 }

@@ -579,7 +579,7 @@ func (c *conn) recordIternext(id *wire.Value, next zodb.Oid, start bool) error {
 }
 
 func (c *conn) getInvalidations(id *wire.Value, tid zodb.Tid) {
-	last, oids, ok := c.st.invalidationsSince(tid)
+	last, oids, ok := c.st.invalidationsSince(c.ctx, tid)
 	if !ok {
 		last, oids, ok = c.st.invalidationsByIteration(c.ctx, tid)
 	}

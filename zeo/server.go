@@ -38,14 +38,18 @@ type StorageConfig struct {
 	Name string
 	// Storage is the storage. For commits it must implement
 	// zodb.WriteStorage; for loadBefore's end_tid, zodb.BeforeLoader (if it
-	// does not, end_tid is always None and clients cache less).
+	// does not, end_tid is always None and clients cache less). A
+	// *blob.Storage gives the server blobs: records are served from the
+	// storage it wraps (whose interfaces the server looks for), commits
+	// and packs go through the wrapper.
 	Storage zodb.Storage
 	// ReadOnly refuses writes even if Storage accepts them.
 	ReadOnly bool
-	// BlobDir, when not "", is the storage's blob directory (zeo.conf
-	// blob-dir): the server then supports blobs (see blob.go). It is
-	// created if needed, in ZODB/py's bushy layout unless its .layout
-	// marker says otherwise.
+	// BlobDir, when not "" and Storage is not a *blob.Storage, is the
+	// storage's blob directory (zeo.conf blob-dir): the server wraps
+	// Storage in a blob.Storage with it (see blob.go). It is created if
+	// needed, in ZODB/py's bushy layout unless its .layout marker says
+	// otherwise.
 	BlobDir string
 }
 

@@ -2,10 +2,8 @@ package zeo
 
 import (
 	"context"
-	"io"
 	"sync"
 	"syscall"
-	"time"
 
 	"github.com/zodbd/zodbd/blob"
 	"github.com/zodbd/zodbd/internal/eventlog"
@@ -28,24 +26,19 @@ type storage struct {
 	al       zodb.AppendLoader // nil if the storage cannot load without allocating
 	undoer   zodb.Undoer       // nil if the storage cannot undo
 	packer   zodb.Packer       // nil if the storage cannot pack
-	blobs    *blob.Dir         // nil if the storage has no blob directory
+	blobs    *blob.Storage     // nil if the storage has no blob directory; else wraps st
 	readOnly bool
 
-	mu      sync.Mutex
-	conns   map[*conn]struct{}
-	invq    []invalidation // ring of the last invalidation-queue-size commits
-	invHead int            // index of the oldest entry when the ring is full
+	mu    sync.Mutex
+	conns map[*conn]struct{}
+	invq  invQueue    // the last invalidation-queue-size commits (invalidations.go)
+	rt    recentTider // reads the oids of the queue's seeded entries; nil if none
 	// lastTid is the tid of the last commit seen by onCommit (or the
 	// storage's last tid at start).
 	lastTid zodb.Tid
 	// pending counts the transactions waiting at vote; updated by the
 	// voting goroutines for server_status only.
 	stats storageStats
-}
-
-type invalidation struct {
-	tid  zodb.Tid
-	oids []zodb.Oid
 }
 
 // storageStats are the counters of server_status that are not
@@ -59,56 +52,47 @@ type storageStats struct {
 }
 
 func newStorage(s *Server, sc StorageConfig) (*storage, error) {
+	inner, blobs, err := initBlobs(sc)
+	if err != nil {
+		return nil, err
+	}
 	st := &storage{
 		srv:      s,
 		name:     sc.Name,
-		st:       sc.Storage,
+		st:       inner,
+		blobs:    blobs,
 		readOnly: sc.ReadOnly || s.cfg.ReadOnly,
 		conns:    make(map[*conn]struct{}),
 	}
-	st.ws, _ = sc.Storage.(zodb.WriteStorage)
-	st.bl, _ = sc.Storage.(zodb.BeforeLoader)
-	st.al, _ = sc.Storage.(zodb.AppendLoader)
-	st.undoer, _ = sc.Storage.(zodb.Undoer)
-	st.packer, _ = sc.Storage.(zodb.Packer)
-	if err := st.initBlobs(sc); err != nil {
-		return nil, err
+	st.ws, _ = inner.(zodb.WriteStorage)
+	st.bl, _ = inner.(zodb.BeforeLoader)
+	st.al, _ = inner.(zodb.AppendLoader)
+	st.undoer, _ = inner.(zodb.Undoer)
+	st.packer, _ = inner.(zodb.Packer)
+	if blobs != nil {
+		// Commits and packs go through the blob wrapper.
+		if st.ws != nil {
+			st.ws = blobs
+		}
+		if st.packer != nil {
+			st.packer = blobs
+		}
+		if blobs.Logf == nil {
+			blobs.Logf = func(format string, args ...any) {
+				s.ss.log(eventlog.Info, "storage %s: "+format, append([]any{sc.Name}, args...)...)
+			}
+		}
 	}
 	if st.ws == nil {
 		st.readOnly = true
 	}
-	last, err := sc.Storage.LastTid(context.Background())
+	last, err := inner.LastTid(context.Background())
 	if err != nil {
 		return nil, err
 	}
 	st.lastTid = last
 	st.seedInvalidations()
 	return st, nil
-}
-
-// recentChanger is implemented by storages that can list their last
-// transactions' oids cheaply (fs1 reads backwards from the end).
-type recentChanger interface {
-	RecentChanges(ctx context.Context, n int) (tids []zodb.Tid, oids [][]zodb.Oid, err error)
-}
-
-// seedInvalidations fills the invalidation queue with the storage's last
-// transactions, as the reference server does at start, so that a client
-// reconnecting after a server restart verifies its cache instead of
-// dropping it.
-func (st *storage) seedInvalidations() {
-	rc, ok := st.st.(recentChanger)
-	if !ok {
-		return
-	}
-	tids, oids, err := rc.RecentChanges(context.Background(), st.srv.cfg.InvalidationQueueSize)
-	if err != nil {
-		st.srv.ss.log(eventlog.Error, "storage %s: cannot read its last transactions for the invalidation queue: %v", st.name, err)
-		return
-	}
-	for i := range tids {
-		st.invq = append(st.invq, invalidation{tids[i], oids[i]})
-	}
 }
 
 // register adds c to the storage's connections and returns the last tid
@@ -127,21 +111,10 @@ func (st *storage) register(ctx context.Context, c *conn) (zodb.Tid, error) {
 		return 0, err
 	}
 	st.conns[c] = struct{}{}
-	st.queuedAfterLocked(last, func(inv invalidation) {
+	st.queuedAfterLocked(last, func(inv *invalidation) {
 		c.out.Send(st.invalidationFrame(inv.tid, inv.oids), uint64(inv.tid))
 	})
 	return last, nil
-}
-
-// queuedAfterLocked calls f for each queued invalidation after tid, oldest
-// first. st.mu is held.
-func (st *storage) queuedAfterLocked(tid zodb.Tid, f func(invalidation)) {
-	n := len(st.invq)
-	for i := 0; i < n; i++ {
-		if inv := st.invq[(st.invHead+i)%n]; inv.tid > tid {
-			f(inv)
-		}
-	}
 }
 
 // oidSet collects oids, each once, in the order they were first added.
@@ -198,14 +171,7 @@ func (st *storage) committed(from *conn, tid zodb.Tid, oids []zodb.Oid) {
 	if from != nil {
 		from.out.ReleaseHeld()
 	}
-	inv := invalidation{tid, append([]zodb.Oid(nil), oids...)}
-	max := st.srv.cfg.InvalidationQueueSize
-	if len(st.invq) < max {
-		st.invq = append(st.invq, inv)
-	} else {
-		st.invq[st.invHead] = inv
-		st.invHead = (st.invHead + 1) % max
-	}
+	st.invq.push(invalidation{tid: tid, oids: append([]zodb.Oid(nil), oids...)})
 	st.lastTid = tid
 	st.stats.commits++
 }
@@ -224,81 +190,6 @@ func (st *storage) invalidationFrame(tid zodb.Tid, oids []zodb.Oid) []byte {
 	e.EndTuple(2)
 	e.EndMessage()
 	return e.Buf
-}
-
-// invalidationsSince answers getInvalidations(tid): the last tid and every
-// oid changed after tid, or ok=false when tid is older than what the queue
-// remembers (the client must then drop its cache).
-func (st *storage) invalidationsSince(tid zodb.Tid) (last zodb.Tid, oids []zodb.Oid, ok bool) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	last = st.lastTid
-	if tid >= last {
-		return last, nil, true
-	}
-	n := len(st.invq)
-	if n == 0 {
-		return 0, nil, false
-	}
-	oldest := st.invq[st.invHead%n]
-	// The queue covers (tid, last] only if the commit right after tid is
-	// in it: tid must be at least the tid just before the oldest entry,
-	// which the queue does not know; be strict and require tid to be one
-	// of the queued tids or later.
-	if tid < oldest.tid {
-		return 0, nil, false
-	}
-	var set oidSet
-	st.queuedAfterLocked(tid, func(inv invalidation) { set.add(inv.oids...) })
-	return last, set.oids, true
-}
-
-// invalidationsByIteration answers getInvalidations(tid) for a tid older
-// than the invalidation queue, as ZEO does with invalidation-age: when tid
-// is less than InvalidationAge old, by iterating the transactions after
-// it, returning the last one's tid and every oid they changed; otherwise
-// ok=false (the client must then drop its cache).
-func (st *storage) invalidationsByIteration(ctx context.Context, tid zodb.Tid) (last zodb.Tid, oids []zodb.Oid, ok bool) {
-	age := st.srv.cfg.InvalidationAge
-	if age <= 0 || time.Since(tid.Time()) >= age {
-		return 0, nil, false
-	}
-	var set oidSet
-	fail := func(err error) (zodb.Tid, []zodb.Oid, bool) {
-		if ctx.Err() == nil { // not a client that went away
-			st.srv.ss.log(eventlog.Error, "storage %s: getInvalidations(%s): iterating the transactions since: %v", st.name, tid, err)
-		}
-		return 0, nil, false
-	}
-	it := st.st.Iterate(ctx, tid+1, zodb.TidMax)
-	for {
-		txn, data, err := it.NextTxn(ctx)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return fail(err)
-		}
-		for {
-			d, err := data.NextData(ctx)
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return fail(err)
-			}
-			set.add(d.Oid)
-		}
-		last = txn.Tid
-	}
-	// The iteration sees what the storage has published; commits already
-	// broadcast (committed) may not be published yet. Those are in the
-	// queue: add them, and answer the last tid committed, so that the
-	// client misses none (its loads wait for their state, see register).
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	st.queuedAfterLocked(max(last, tid), func(inv invalidation) { set.add(inv.oids...) })
-	return st.lastTid, set.oids, true
 }
 
 // afterPack tells every client of the storage its new size, as the

@@ -31,6 +31,7 @@ type op struct {
 	serial zodb.Tid
 	data   []byte
 	prev   zodb.Tid
+	blob   string // opStore: the path of the blob file stored with it, if any (blob.go)
 }
 
 type ztxn struct {
@@ -283,12 +284,17 @@ func (c *conn) replay(ctx context.Context, t *ztxn) ([]zodb.Oid, error) {
 	for i := from; i < len(ops); i++ {
 		o := &ops[i]
 		if (o.kind == opStore || o.kind == opDelete) && last[o.oid] != i {
+			c.blobSuperseded(o)
 			continue
 		}
 		var err error
 		switch o.kind {
 		case opStore:
-			err = stxn.Store(o.oid, o.serial, o.data)
+			if o.blob != "" {
+				err = c.storeBlob(stxn, o)
+			} else {
+				err = stxn.Store(o.oid, o.serial, o.data)
+			}
 		case opDelete:
 			err = stxn.Delete(o.oid, o.serial)
 		case opCheck:
@@ -316,9 +322,6 @@ func (c *conn) replay(ctx context.Context, t *ztxn) ([]zodb.Oid, error) {
 		t.stxn, t.replayed = stxn, len(ops)
 		c.txmu.Unlock()
 		return nil, err
-	}
-	if err == nil {
-		err = c.blobsVoted(t, stxn, undone)
 	}
 	if err != nil {
 		return fail(err)

@@ -17,11 +17,13 @@ type Base interface {
 	zodb.AppendLoader
 	zodb.Undoer
 	zodb.Packer
-	Len() int                                                                                 // number of objects (get_info)
-	End() int64                                                                               // size in bytes (get_info)
-	Oids() []zodb.Oid                                                                         // every oid, in order (record_iternext)
-	RecentChanges(ctx context.Context, n int) (tids []zodb.Tid, oids [][]zodb.Oid, err error) // the invalidation queue at start
-	SetOidFloor(next zodb.Oid) error                                                          // the oid mark (zodbd copy)
+	Len() int                                                                                   // number of objects (get_info)
+	End() int64                                                                                 // size in bytes (get_info)
+	Oids() []zodb.Oid                                                                           // every oid, in order (record_iternext)
+	RecentChanges(ctx context.Context, n int) (tids []zodb.Tid, oids [][]zodb.Oid, err error)   // the invalidation queue at start
+	RecentTids(ctx context.Context, n int) ([]zodb.Tid, error)                                  // the invalidation queue at start
+	ChangesBetween(ctx context.Context, after, upto zodb.Tid) ([]zodb.Tid, [][]zodb.Oid, error) // its oids, when asked
+	SetOidFloor(next zodb.Oid) error                                                            // the oid mark (zodbd copy)
 }
 
 // Storage is zc.zlibstorage's ZlibStorage around a Base: loads, and the
@@ -108,6 +110,14 @@ func (s *Storage) Oids() []zodb.Oid                { return s.base.Oids() }
 
 func (s *Storage) RecentChanges(ctx context.Context, n int) ([]zodb.Tid, [][]zodb.Oid, error) {
 	return s.base.RecentChanges(ctx, n)
+}
+
+func (s *Storage) RecentTids(ctx context.Context, n int) ([]zodb.Tid, error) {
+	return s.base.RecentTids(ctx, n)
+}
+
+func (s *Storage) ChangesBetween(ctx context.Context, after, upto zodb.Tid) ([]zodb.Tid, [][]zodb.Oid, error) {
+	return s.base.ChangesBetween(ctx, after, upto)
 }
 
 func (s *Storage) Iterate(ctx context.Context, tidMin, tidMax zodb.Tid) zodb.Iterator {

@@ -14,11 +14,11 @@ import (
 	"io"
 	"log"
 	"net"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/datasets"
 	"github.com/zodbd/zodbd/internal/floortest"
 	"github.com/zodbd/zodbd/internal/zeotest"
 	neoclient "github.com/zodbd/zodbd/neo/client"
@@ -45,14 +45,12 @@ type loader interface {
 // throughput ratios. neo-x-zeo is the NEO issue's "NEO path within 10% of
 // the ZEO path", neo-x-floor with c=1 its "serial load within 1.3× of a
 // bare TCP ping-pong". prod1-1024 (~1.4 KiB objects) and wczblk1-8
-// (~4 KiB) come from `make datasets`.
+// (~4 KiB) come from `make datasets` (package datasets makes them if
+// missing).
 func BenchmarkNEOvsZEO(b *testing.B) {
 	for _, ds := range []string{"prod1-1024", "wczblk1-8"} {
 		b.Run(ds, func(b *testing.B) {
-			path := "../../data/datasets/" + ds + ".fs"
-			if _, err := os.Stat(path); err != nil {
-				b.Skip("no dataset (make datasets)")
-			}
+			path := datasets.Path(b, ds)
 			zaddr := zeotest.StartZodbd(b, zeotest.CopyFile(b, path), false)
 			master := startNEO(b, path)
 			for _, c := range []int{1, 4, 16} {

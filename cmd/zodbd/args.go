@@ -1,12 +1,24 @@
 package main
 
-import "flag"
+import (
+	"flag"
+	"os"
 
-// parseInterleaved parses args with fl, allowing flags after the
-// positional arguments (`zodbd wrk URL --json`, `zodbd pack FILE --days 3`),
-// and returns the positional arguments. Everything after the first "--" is
+	"github.com/zodbd/zodbd/internal/cli"
+)
+
+// parseFlags parses a subcommand's args with fl; unless ok, the
+// subcommand returns status at once: 0 after -h (usage on stdout), 2 after
+// a flag error (one line and a pointer to -h on stderr). See cli.Parse.
+func parseFlags(fl *flag.FlagSet, args []string) (status int, ok bool) {
+	return cli.Parse(fl, args, os.Stdout, os.Stderr)
+}
+
+// parseInterleaved is parseFlags allowing flags after the positional
+// arguments (`zodbd wrk URL --json`, `zodbd pack FILE --days 3`); it also
+// returns the positional arguments. Everything after the first "--" is
 // positional, as it is.
-func parseInterleaved(fl *flag.FlagSet, args []string) ([]string, error) {
+func parseInterleaved(fl *flag.FlagSet, args []string) (pos []string, status int, ok bool) {
 	var tail []string
 	for i, a := range args {
 		if a == "--" {
@@ -14,14 +26,13 @@ func parseInterleaved(fl *flag.FlagSet, args []string) ([]string, error) {
 			break
 		}
 	}
-	var pos []string
 	for {
-		if err := fl.Parse(args); err != nil {
-			return nil, err
+		if status, ok := parseFlags(fl, args); !ok {
+			return nil, status, false
 		}
 		args = fl.Args()
 		if len(args) == 0 {
-			return append(pos, tail...), nil
+			return append(pos, tail...), 0, true
 		}
 		pos = append(pos, args[0])
 		args = args[1:]

@@ -8,8 +8,10 @@ import (
 	"io"
 	"log"
 	"os"
+	"path/filepath"
 	"sync"
 
+	"github.com/zodbd/zodbd/blob"
 	"github.com/zodbd/zodbd/fs1"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -25,39 +27,76 @@ func init() {
 func runCopy(args []string) int {
 	fl := flag.NewFlagSet("copy", flag.ContinueOnError)
 	fl.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: zodbd copy [-q] SRC DST\n\n"+
+		fmt.Fprintf(os.Stderr, "usage: zodbd copy [-q] [--src-blob-dir DIR --dst-blob-dir DIR] SRC DST\n\n"+
 			"Copies every transaction of the FileStorage SRC into the FileStorage DST,\n"+
 			"created if missing, like ZODB's copyTransactionsFrom (zodbconvert): each\n"+
 			"transaction keeps its tid, status and metadata, and a record that shares\n"+
 			"the data of an earlier one (undo) stays a backpointer. DST must be empty or\n"+
 			"end before SRC's first transaction. DST's oid mark (DST.oid) is raised to\n"+
-			"SRC's (SRC.oid), so that DST never hands out an oid SRC handed out.\n\n")
+			"SRC's (SRC.oid), so that DST never hands out an oid SRC handed out.\n"+
+			"With --src-blob-dir and --dst-blob-dir, the blob file of every record copied\n"+
+			"is put in DST's blob directory (created if missing) under the same oid and\n"+
+			"tid (a hard link where both are on one file system, else a copy), durable\n"+
+			"before its transaction commits.\n\n")
 		fl.PrintDefaults()
 	}
 	quiet := fl.Bool("q", false, "do not print the summary")
-	if err := fl.Parse(args); err != nil {
-		return 2
+	srcBlobs := fl.String("src-blob-dir", "", "SRC's blob directory (`DIR`)")
+	dstBlobs := fl.String("dst-blob-dir", "", "DST's blob directory (`DIR`), created if missing")
+	pos, status, ok := parseInterleaved(fl, args)
+	if !ok {
+		return status
 	}
-	if fl.NArg() != 2 {
+	if len(pos) != 2 {
 		fl.Usage()
 		return 2
 	}
-	src, err := openFS(fl.Arg(0))
+	if (*srcBlobs == "") != (*dstBlobs == "") {
+		fmt.Fprintln(os.Stderr, "zodbd copy: give both --src-blob-dir and --dst-blob-dir, or neither")
+		return 2
+	}
+	var blobs map[blobKey]string
+	var dstDir *blob.Dir
+	if *srcBlobs != "" {
+		if fi, err := os.Stat(*srcBlobs); err != nil || !fi.IsDir() {
+			return fatalf("copy", "--src-blob-dir %s: not a directory", *srcBlobs)
+		}
+		sd, err := blob.Open(*srcBlobs, "")
+		if err != nil {
+			return fatalf("copy", "%v", err)
+		}
+		if blobs, err = listBlobs(sd); err != nil {
+			return fatalf("copy", "%v", err)
+		}
+		// DST's layout: its own marker's, else SRC's (a new directory).
+		layout := sd.Layout()
+		if _, err := os.Stat(filepath.Join(*dstBlobs, blob.LayoutMarker)); err == nil {
+			layout = ""
+		}
+		if dstDir, err = blob.Open(*dstBlobs, layout); err != nil {
+			return fatalf("copy", "%v", err)
+		}
+	}
+	src, err := openFS(pos[0])
 	if err != nil {
 		return fatalf("copy", "%v", err)
 	}
 	defer src.Close()
 	// Before copying anything: a damaged mark stops the copy.
-	mark, hasMark, err := fs1.ReadOidMark(fl.Arg(0))
+	mark, hasMark, err := fs1.ReadOidMark(pos[0])
 	if err != nil {
 		return fatalf("copy", "%v", err)
 	}
 	l := log.New(os.Stderr, "", 0)
-	dst, err := fs1.Open(fl.Arg(1), &fs1.Options{ReadWrite: true, Logf: l.Printf})
+	dst, err := fs1.Open(pos[1], &fs1.Options{ReadWrite: true, Logf: l.Printf})
 	if err != nil {
 		return fatalf("copy", "%v", err)
 	}
-	ntxn, nrec, err := copyTransactions(context.Background(), dst, src)
+	var to zodb.WriteStorage = dst
+	if dstDir != nil {
+		to = blob.Wrap(dst, dstDir)
+	}
+	ntxn, nrec, nblob, err := copyTransactions(context.Background(), to, src, blobs)
 	if err == nil && hasMark {
 		// The oids SRC handed out but did not store (clients may hold
 		// them) are above its largest stored oid: DST must not hand
@@ -71,30 +110,58 @@ func runCopy(args []string) int {
 		return fatalf("copy", "%v", err)
 	}
 	if !*quiet {
-		fmt.Printf("copied %d transactions, %d data records\n", ntxn, nrec)
+		if dstDir != nil {
+			fmt.Printf("copied %d transactions, %d data records, %d blob files\n", ntxn, nrec, nblob)
+		} else {
+			fmt.Printf("copied %d transactions, %d data records\n", ntxn, nrec)
+		}
 	}
 	return 0
+}
+
+// blobKey names a blob revision.
+type blobKey struct {
+	oid zodb.Oid
+	tid zodb.Tid
+}
+
+// listBlobs returns the path of every blob file of d by revision.
+func listBlobs(d *blob.Dir) (map[blobKey]string, error) {
+	m := make(map[blobKey]string)
+	err := d.Walk(func(oid zodb.Oid, tid zodb.Tid, path string) error {
+		m[blobKey{oid, tid}] = path
+		return nil
+	})
+	return m, err
+}
+
+// blobRestorer is the transaction of a blob.Storage.
+type blobRestorer interface {
+	RestoreBlob(oid zodb.Oid, data []byte, prevTid zodb.Tid, src string) error
 }
 
 // copyTransactions restores every transaction of src into dst, in order,
 // with its tid, status and metadata. A record whose data is shared with an
 // earlier record (a backpointer) is restored with that record's tid as
-// prevTid, so that dst writes a backpointer too.
+// prevTid, so that dst writes a backpointer too. A record whose revision
+// has a file in blobs (nil: none) is restored with it as its blob (dst's
+// transactions must then be a blob.Storage's); it returns the number of
+// those too.
 //
 // Transactions are voted one after the other, and each Finish runs on its
 // own goroutine, so that the next transaction votes while the previous one
 // waits for its fsync (the storage's group commit then shares fsyncs).
-func copyTransactions(ctx context.Context, dst zodb.WriteStorage, src zodb.Storage) (ntxn, nrec int, err error) {
+func copyTransactions(ctx context.Context, dst zodb.WriteStorage, src zodb.Storage, blobs map[blobKey]string) (ntxn, nrec, nblob int, err error) {
 	first, err := firstTid(ctx, src)
 	if err != nil || first == 0 {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	last, err := dst.LastTid(ctx)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	if last >= first {
-		return 0, 0, fmt.Errorf("%s ends at %s, not before the first transaction %s of %s: it must be empty",
+		return 0, 0, 0, fmt.Errorf("%s ends at %s, not before the first transaction %s of %s: it must be empty",
 			dst.URL(), last, first, src.URL())
 	}
 
@@ -113,14 +180,14 @@ func copyTransactions(ctx context.Context, dst zodb.WriteStorage, src zodb.Stora
 	it := src.Iterate(ctx, 0, zodb.TidMax)
 	for {
 		if err := fail(); err != nil {
-			return ntxn, nrec, err
+			return ntxn, nrec, nblob, err
 		}
 		ti, dit, err := it.NextTxn(ctx)
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return ntxn, nrec, err
+			return ntxn, nrec, nblob, err
 		}
 		tx, err := dst.Begin(ctx, zodb.TxnMeta{
 			User:        clone(ti.User),
@@ -130,7 +197,7 @@ func copyTransactions(ctx context.Context, dst zodb.WriteStorage, src zodb.Stora
 			Status:      ti.Status,
 		})
 		if err != nil {
-			return ntxn, nrec, err
+			return ntxn, nrec, nblob, err
 		}
 		// The iterator reuses its buffers: the data of the transaction
 		// is kept in one arena until its Finish returns.
@@ -142,7 +209,7 @@ func copyTransactions(ctx context.Context, dst zodb.WriteStorage, src zodb.Stora
 			}
 			if err != nil {
 				tx.Abort()
-				return ntxn, nrec, err
+				return ntxn, nrec, nblob, err
 			}
 			var data []byte
 			if d.Data != nil {
@@ -153,15 +220,26 @@ func copyTransactions(ctx context.Context, dst zodb.WriteStorage, src zodb.Stora
 			if d.DataTid != d.Tid {
 				prev = d.DataTid // a backpointer (0: no data)
 			}
-			if err := tx.Restore(d.Oid, data, prev); err != nil {
+			if path, ok := blobs[blobKey{d.Oid, d.Tid}]; ok {
+				br, ok := tx.(blobRestorer)
+				if !ok {
+					tx.Abort()
+					return ntxn, nrec, nblob, fmt.Errorf("%s has no blob directory", dst.URL())
+				}
+				err = br.RestoreBlob(d.Oid, data, prev, path)
+				nblob++
+			} else {
+				err = tx.Restore(d.Oid, data, prev)
+			}
+			if err != nil {
 				tx.Abort()
-				return ntxn, nrec, err
+				return ntxn, nrec, nblob, err
 			}
 			nrec++
 		}
 		if _, err := tx.Vote(ctx); err != nil {
 			tx.Abort()
-			return ntxn, nrec, fmt.Errorf("transaction %s: %w", ti.Tid, err)
+			return ntxn, nrec, nblob, fmt.Errorf("transaction %s: %w", ti.Tid, err)
 		}
 		sem <- struct{}{}
 		wg.Add(1)
@@ -179,7 +257,7 @@ func copyTransactions(ctx context.Context, dst zodb.WriteStorage, src zodb.Stora
 		ntxn++
 	}
 	wg.Wait()
-	return ntxn, nrec, fail()
+	return ntxn, nrec, nblob, fail()
 }
 
 // firstTid returns the tid of src's first transaction, 0 if it has none.

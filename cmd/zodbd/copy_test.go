@@ -28,11 +28,11 @@ func TestCopyFixtures(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, _, err := copyTransactions(ctx, dst, src); err != nil {
+			if _, _, _, err := copyTransactions(ctx, dst, src, nil); err != nil {
 				t.Fatal(err)
 			}
 			if name != "empty" {
-				if _, _, err := copyTransactions(ctx, dst, src); err == nil || !strings.Contains(err.Error(), "must be empty") {
+				if _, _, _, err := copyTransactions(ctx, dst, src, nil); err == nil || !strings.Contains(err.Error(), "must be empty") {
 					t.Errorf("second copy: %v", err)
 				}
 			}

@@ -1,3 +1,5 @@
+//go:build zodbdtest
+
 package main
 
 // Commands for the interoperability tests (tests/test_writer_interop.py):
@@ -60,8 +62,8 @@ func runDebugWorkload(args []string) int {
 	seed := fl.Int64("seed", 1, "random seed")
 	nobj := fl.Int("objects", 200, "size of the oid space")
 	packEvery := fl.Int("pack-every", 0, "start an online pack every `P` transactions (0: never), at the tid committed P/2 transactions earlier")
-	if err := fl.Parse(args); err != nil {
-		return 2
+	if status, ok := parseFlags(fl, args); !ok {
+		return status
 	}
 	if fl.NArg() != 1 {
 		fl.Usage()
@@ -258,8 +260,8 @@ func runDebugReplay(args []string) int {
 			"(oids and tids in hex). The outcome is \"ok\", \"aborted\", \"conflict\",\n"+
 			"\"readconflict\", \"undoerror\", \"poskeyerror\" or \"error: MESSAGE\".\n")
 	}
-	if err := fl.Parse(args); err != nil {
-		return 2
+	if status, ok := parseFlags(fl, args); !ok {
+		return status
 	}
 	if fl.NArg() != 2 {
 		fl.Usage()
@@ -480,8 +482,8 @@ func runDebugAnswers(args []string) int {
 			"tid+1 and the largest tid, as ZODB/py's API would answer them (POSKeyError,\n"+
 			"None, or data sha1, serial and next serial).\n")
 	}
-	if err := fl.Parse(args); err != nil {
-		return 2
+	if status, ok := parseFlags(fl, args); !ok {
+		return status
 	}
 	if fl.NArg() != 1 {
 		fl.Usage()

@@ -38,9 +38,9 @@ func runHash(args []string) int {
 		fl.BoolFunc(h, "use "+h, func(string) error { name = h; return nil })
 	}
 	prefetch := fl.Int("prefetch", 0, "keep `N` loads in flight (default: one at a time, the latency of a load)")
-	pos, err := parseInterleaved(fl, args)
-	if err != nil {
-		return 2
+	pos, status, ok := parseInterleaved(fl, args)
+	if !ok {
+		return status
 	}
 	if len(pos) != 1 {
 		fl.Usage()

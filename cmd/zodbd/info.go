@@ -27,8 +27,8 @@ func init() {
 func runInfo(args []string) int {
 	fl := flag.NewFlagSet("info", flag.ContinueOnError)
 	fl.Usage = func() { fmt.Fprintf(os.Stderr, "usage: zodbd info FILE\n") }
-	if err := fl.Parse(args); err != nil {
-		return 2
+	if status, ok := parseFlags(fl, args); !ok {
+		return status
 	}
 	if fl.NArg() != 1 {
 		fl.Usage()
@@ -63,8 +63,8 @@ func runCatobj(args []string) int {
 		fmt.Fprintf(os.Stderr, "usage: zodbd catobj FILE OID[@TID]\n\n"+
 			"OID and TID are hex. Without @TID the latest revision is written.\n")
 	}
-	if err := fl.Parse(args); err != nil {
-		return 2
+	if status, ok := parseFlags(fl, args); !ok {
+		return status
 	}
 	if fl.NArg() != 2 {
 		fl.Usage()

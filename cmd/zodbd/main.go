@@ -4,6 +4,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strings"
@@ -34,34 +35,50 @@ func register(c *command) {
 	commands[c.name] = c
 }
 
-func usage() {
-	fmt.Fprintf(os.Stderr, "usage: zodbd COMMAND [ARGS...]\n\ncommands:\n")
+// usage prints the list of subcommands to w.
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "usage: zodbd COMMAND [ARGS...]\n\ncommands:\n")
 	names := make([]string, 0, len(commands))
 	for n := range commands {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(os.Stderr, "  %-10s %s\n", n, commands[n].summary)
+		fmt.Fprintf(w, "  %-14s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintf(os.Stderr, "\nRun \"zodbd COMMAND -h\" for a command's options.\n")
+	fmt.Fprintf(w, "\nRun \"zodbd COMMAND -h\" for a command's options.\n")
+}
+
+// run dispatches args (os.Args[1:]) and returns the exit status. "zodbd",
+// alone, prints the usage to stderr (status 2); "zodbd help", "-h" and
+// "--help" print it to stdout (status 0), "zodbd help COMMAND" is "zodbd
+// COMMAND -h"; an unknown flag or command prints one line and where to
+// look (status 2).
+func run(args []string) int {
+	if len(args) == 0 {
+		usage(os.Stderr)
+		return 2
+	}
+	switch name := args[0]; {
+	case name == "help" && len(args) > 1:
+		return run([]string{args[1], "-h"})
+	case name == "help" || name == "-h" || name == "-help" || name == "--help":
+		usage(os.Stdout)
+		return 0
+	case strings.HasPrefix(name, "-"):
+		fmt.Fprintf(os.Stderr, "zodbd: unknown flag %s\nRun \"zodbd help\" for the list of commands.\n", name)
+		return 2
+	}
+	c, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "zodbd: unknown command %q\nRun \"zodbd help\" for the list of commands.\n", args[0])
+		return 2
+	}
+	return c.run(args[1:])
 }
 
 func main() {
-	if len(os.Args) < 2 || os.Args[1] == "help" || strings.HasPrefix(os.Args[1], "-") {
-		usage()
-		if len(os.Args) < 2 {
-			os.Exit(2)
-		}
-		os.Exit(0)
-	}
-	c, ok := commands[os.Args[1]]
-	if !ok {
-		fmt.Fprintf(os.Stderr, "zodbd: unknown command %q\n", os.Args[1])
-		usage()
-		os.Exit(2)
-	}
-	os.Exit(c.run(os.Args[2:]))
+	os.Exit(run(os.Args[1:]))
 }
 
 // fatalf prints "zodbd CMD: message" to stderr and returns exit status 1.

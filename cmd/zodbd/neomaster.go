@@ -1,8 +1,9 @@
+//go:build zodbdtest
+
 package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log"
@@ -39,11 +40,8 @@ func runNeoMaster(args []string) int {
 	fl.StringVar(&bind, "bind", "127.0.0.1:0", "address to listen on")
 	fl.IntVar(&np, "partitions", 1, "partitions of a new partition table (FileStorage: 1)")
 	fl.IntVar(&nr, "replicas", 0, "replicas of a new partition table")
-	if err := fl.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if status, ok := parseFlags(fl, args); !ok {
+		return status
 	}
 	if cluster == "" || fl.NArg() != 0 {
 		fl.Usage()

@@ -14,7 +14,6 @@ import (
 	"syscall"
 
 	"github.com/zodbd/zodbd/neo/link"
-	"github.com/zodbd/zodbd/neo/neotest"
 	"github.com/zodbd/zodbd/neo/storage"
 )
 
@@ -55,12 +54,9 @@ func runNeoStorage(args []string) int {
 	var noChecksum bool
 	fl.BoolVar(&noChecksum, "no-checksum", false, "for benchmarks only: send zero checksums instead of sha1(data) (FileStorage backend); only clients that skip their check (neo://...?verify=0) can read from such a node")
 	var withMaster string
-	fl.StringVar(&withMaster, "with-master", "", "for demos and benchmarks: also run `zodbd neo-master` in this process, listening on `ADDR`, and join it (then --masters is not needed)")
-	if err := fl.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	fl.StringVar(&withMaster, "with-master", "", "test build only (bin/zodbd-test), for tests, demos and benchmarks: also run the test master (`zodbd-test neo-master`) in this process, listening on `ADDR`, and join it (then --masters is not needed)")
+	if status, ok := parseFlags(fl, args); !ok {
+		return status
 	}
 	if withMaster != "" && masters == "" {
 		masters = withMaster
@@ -125,13 +121,9 @@ func runNeoStorage(args []string) int {
 		}
 	}
 	if withMaster != "" {
-		m, err := neotest.NewMaster(neotest.MasterConfig{Cluster: clusterName, Bind: withMaster, TLS: tlsConf,
-			Logf: log.New(os.Stderr, "", log.LstdFlags|log.Lmicroseconds).Printf})
-		if err != nil {
+		if err := startTestMaster(ctx, clusterName, withMaster, tlsConf); err != nil {
 			return fatalf("neo-storage", "master: %v", err)
 		}
-		go m.Serve(ctx)
-		log.Printf("zodbd neo-storage: master of cluster %q on %s", clusterName, m.Addr())
 	}
 	n, err := storage.New(storage.Config{
 		Cluster:   clusterName,

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/zodbd/zodbd/blob"
 	"github.com/zodbd/zodbd/fs1"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -25,14 +26,17 @@ func init() {
 func runPack(args []string) int {
 	fl := flag.NewFlagSet("pack", flag.ContinueOnError)
 	fl.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: zodbd pack [--days N | --time UNIXTIME | --tid TID] [--no-gc] FILE\n\n"+
+		fmt.Fprintf(os.Stderr, "usage: zodbd pack [--days N | --time UNIXTIME | --tid TID] [--no-gc] [--blob-dir DIR] FILE\n\n"+
 			"Packs the FileStorage FILE as ZODB/py's FileStorage.pack does: removes the\n"+
 			"revisions that are not current at the pack time and, unless --no-gc, the\n"+
 			"objects not reachable from the root object then. The history after the pack\n"+
 			"time (and its undo information) is kept. The original is kept as FILE.old,\n"+
 			"FILE.index is rewritten. FILE must not be in use: the pack takes FILE.lock,\n"+
 			"as a server that has FILE open holds it. The pack time is now less --days\n"+
-			"days (default 0: now), or --time, or --tid.\n\n")
+			"days (default 0: now), or --time, or --tid. With --blob-dir, the blob files\n"+
+			"of the revisions the pack removed are removed from the blob directory DIR\n"+
+			"(as ZODB/py's FileStorage pack with a blob_dir; they are not kept beside\n"+
+			"FILE.old).\n\n")
 		fl.PrintDefaults()
 	}
 	days := fl.Float64("days", 0, "pack to `N` days before now (ZODB/py: pack(time.time() - N*86400))")
@@ -41,9 +45,10 @@ func runPack(args []string) int {
 	noGC := fl.Bool("no-gc", false, "keep objects that are not reachable (ZODB/py's pack-gc false)")
 	workers := fl.Int("workers", 0, "goroutines reading objects during GC (default: GOMAXPROCS)")
 	quiet := fl.Bool("q", false, "no progress line and no summary")
-	pos, err := parseInterleaved(fl, args)
-	if err != nil {
-		return 2
+	blobDir := fl.String("blob-dir", "", "the storage's blob directory (`DIR`): remove the blob files of removed revisions")
+	pos, status, ok := parseInterleaved(fl, args)
+	if !ok {
+		return status
 	}
 	if len(pos) != 1 {
 		fl.Usage()
@@ -63,6 +68,7 @@ func runPack(args []string) int {
 		return 2
 	}
 	var at zodb.Tid
+	var err error
 	switch {
 	case set["tid"]:
 		at, err = zodb.ParseTid(*tidS)
@@ -81,6 +87,13 @@ func runPack(args []string) int {
 		}
 		now := float64(time.Now().UnixNano()) / 1e9
 		at = zodb.TidFromUnix(now - *days*86400)
+	}
+
+	if *blobDir != "" {
+		// A typo must not pack the file and then fail on the blobs.
+		if fi, err := os.Stat(*blobDir); err != nil || !fi.IsDir() {
+			return fatalf("pack", "--blob-dir %s: not a directory", *blobDir)
+		}
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -106,7 +119,34 @@ func runPack(args []string) int {
 	if !*quiet {
 		printPackSummary(path, st)
 	}
+	if *blobDir != "" {
+		// Also after a pack that changed nothing: a pack interrupted
+		// between the file and the blobs left files to remove.
+		n, err := packBlobs(ctx, path, *blobDir)
+		if err != nil {
+			return fatalf("pack", "%s is packed, but its blob directory is not (run the pack again): %v", path, err)
+		}
+		if !*quiet {
+			fmt.Printf("  blob directory %s: %d files of removed revisions removed\n", *blobDir, n)
+		}
+	}
 	return 0
+}
+
+// packBlobs removes from the blob directory dir the files of the
+// revisions that the (packed) FileStorage at path no longer holds
+// (blob.Storage's GC), and returns how many it removed.
+func packBlobs(ctx context.Context, path, dir string) (int, error) {
+	fs, err := fs1.Open(path, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer fs.Close()
+	d, err := blob.Open(dir, "")
+	if err != nil {
+		return 0, err
+	}
+	return blob.Wrap(fs, d).GC(ctx)
 }
 
 func packIsTerminal(f *os.File) bool {

@@ -29,8 +29,8 @@ func runReindex(args []string) int {
 		fl.PrintDefaults()
 	}
 	verify := fl.Bool("verify", false, "check FILE.index against a scan of FILE instead of writing it")
-	if err := fl.Parse(args); err != nil {
-		return 2
+	if status, ok := parseFlags(fl, args); !ok {
+		return status
 	}
 	if fl.NArg() != 1 {
 		fl.Usage()

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/zodbd/zodbd/blob"
 	"github.com/zodbd/zodbd/fs1"
 	"github.com/zodbd/zodbd/internal/eventlog"
 	"github.com/zodbd/zodbd/zeo"
@@ -115,8 +116,8 @@ func runServe(args []string) int {
 	fl.IntVar(&gomaxprocs, "gomaxprocs", 0, "set GOMAXPROCS (0: Go's default, the number of usable CPUs)")
 	fl.StringVar(&cpus, "cpus", "", "pin the process to these CPUs (e.g. 0-7,16-23)")
 	fl.StringVar(&debugAddr, "debug-addr", "", "serve Go's profiler (net/http/pprof) at http://`HOST:PORT`/debug/pprof/ (keep it private)")
-	if err := fl.Parse(args); err != nil {
-		return 2
+	if status, ok := parseFlags(fl, args); !ok {
+		return status
 	}
 	if fl.NArg() != 0 {
 		fl.Usage()
@@ -278,8 +279,18 @@ func runServe(args []string) int {
 			return fatalf("serve", "storage %s: %v", sc.Name, err)
 		}
 		opened = append(opened, st)
+		served := zodb.Storage(st)
+		if sc.BlobDir != "" {
+			// The blob directory is a wrapper around the storage: the
+			// server's blob calls, commits and packs go through it.
+			d, err := blob.Open(sc.BlobDir, "")
+			if err != nil {
+				return fatalf("serve", "storage %s: %v", sc.Name, err)
+			}
+			served = blob.Wrap(st, d)
+		}
 		ro := sc.ReadOnly || fc.ReadOnly
-		cfg.Storages = append(cfg.Storages, zeo.StorageConfig{Name: sc.Name, Storage: st, ReadOnly: ro, BlobDir: sc.BlobDir})
+		cfg.Storages = append(cfg.Storages, zeo.StorageConfig{Name: sc.Name, Storage: served, ReadOnly: ro})
 		logf(eventlog.Info, "storage %s: %s (%s)", sc.Name, sc.Path, map[bool]string{true: "read-only", false: "read-write"}[ro])
 		if sc.Quota > 0 {
 			logf(eventlog.Info, "storage %s: quota %d bytes", sc.Name, sc.Quota)

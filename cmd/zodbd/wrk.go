@@ -31,7 +31,9 @@ func runWrk(args []string) int {
 			"Opens N connections to the storage at URL (zeo://host:port, a file path, ...),\n"+
 			"reads every object once (oids 0, 1, 2, ... at the head) to record its checksum,\n"+
 			"then for DURATION each client loads the objects in its own random order, one\n"+
-			"request in flight, checking every answer. Prints the environment, a summary and\n"+
+			"request in flight, checking every answer. The client cache is off unless\n"+
+			"--cache asks for it, so that the server answers every load; the summary says\n"+
+			"where the answers came from. Prints the environment, a summary and\n"+
 			"a Go benchmark-format line (benchstat); --json prints one JSON object instead\n"+
 			"(the summary then goes to stderr).\n\n"+
 			"With --commit, each of the N clients instead creates K new objects of its own\n"+
@@ -43,15 +45,15 @@ func runWrk(args []string) int {
 	}
 	nclients := fl.Int("c", 1, "number of `clients` (connections)")
 	dur := fl.Duration("d", 10*time.Second, "measured `duration`")
-	cacheFlag := fl.String("cache", "on", "client cache: on (driver default), off, or a byte `size` (64M, 1G)")
+	cacheFlag := fl.String("cache", "off", "client cache: off (every load asks the server), on (the driver's default size), or a byte `size` (64M, 1G)")
 	asJSON := fl.Bool("json", false, "print the result as one JSON object")
 	topic := fl.String("topic", "", "`name` in the benchmark line (default: the URL's scheme, -nocache when off)")
 	commit := fl.Bool("commit", false, "the commit workload instead of loads (writes to the storage)")
 	objects := fl.Int("objects", wrk.DefaultCommitObjects, "--commit: objects per client")
 	size := fl.Int("size", wrk.DefaultCommitSize, "--commit: `bytes` of data per object stored")
-	pos, err := parseInterleaved(fl, args)
-	if err != nil {
-		return 2
+	pos, status, ok := parseInterleaved(fl, args)
+	if !ok {
+		return status
 	}
 	if len(pos) != 1 || *nclients < 1 || *dur <= 0 || *objects < 1 || *size < 0 {
 		fl.Usage()

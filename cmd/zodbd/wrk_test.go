@@ -25,16 +25,16 @@ func TestParseInterleaved(t *testing.T) {
 	fl.SetOutput(io.Discard)
 	j := fl.Bool("json", false, "")
 	c := fl.Int("c", 1, "")
-	pos, err := parseInterleaved(fl, []string{"-c", "4", "zeo://x:1", "--json", "--", "-y"})
-	if err != nil || !*j || *c != 4 || !reflect.DeepEqual(pos, []string{"zeo://x:1", "-y"}) {
-		t.Errorf("%v %v %v %d", pos, err, *j, *c)
+	pos, _, ok := parseInterleaved(fl, []string{"-c", "4", "zeo://x:1", "--json", "--", "-y"})
+	if !ok || !*j || *c != 4 || !reflect.DeepEqual(pos, []string{"zeo://x:1", "-y"}) {
+		t.Errorf("%v %v %v %d", pos, ok, *j, *c)
 	}
 	// After "--", flags are positional arguments too.
 	fl = flag.NewFlagSet("t", flag.ContinueOnError)
 	fl.SetOutput(io.Discard)
 	days := fl.Int("days", 0, "")
-	pos, err = parseInterleaved(fl, []string{"FILE", "--", "-x", "--days", "3"})
-	if err != nil || *days != 0 || !reflect.DeepEqual(pos, []string{"FILE", "-x", "--days", "3"}) {
-		t.Errorf("after --: %v %v days=%d", pos, err, *days)
+	pos, _, ok = parseInterleaved(fl, []string{"FILE", "--", "-x", "--days", "3"})
+	if !ok || *days != 0 || !reflect.DeepEqual(pos, []string{"FILE", "-x", "--days", "3"}) {
+		t.Errorf("after --: %v %v days=%d", pos, ok, *days)
 	}
 }

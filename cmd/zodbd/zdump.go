@@ -27,8 +27,8 @@ func runZdump(args []string) int {
 			"`zodb dump`. TIDMIN and TIDMAX are hex tids; either may be empty.\n")
 		fl.PrintDefaults()
 	}
-	if err := fl.Parse(args); err != nil {
-		return 2
+	if status, ok := parseFlags(fl, args); !ok {
+		return status
 	}
 	if fl.NArg() != 1 && fl.NArg() != 2 {
 		fl.Usage()

@@ -7,6 +7,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
+
+	"github.com/zodbd/zodbd/internal/cli"
 )
 
 // The Run functions below are the zodbd subcommands dump, tail and verify:
@@ -21,11 +23,13 @@ func fail(stderr io.Writer, name string, err error) int {
 	return 1
 }
 
+// newFlagSet returns the FlagSet of subcommand name; its Usage writes to
+// fl.Output(), stderr but for -h (cli.Parse: then stdout).
 func newFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
 	fl := flag.NewFlagSet(name, flag.ContinueOnError)
 	fl.SetOutput(stderr)
 	fl.Usage = func() {
-		fmt.Fprintf(stderr, "usage: zodbd %s\n", usage)
+		fmt.Fprintf(fl.Output(), "usage: zodbd %s\n", usage)
 		fl.PrintDefaults()
 	}
 	return fl
@@ -36,8 +40,8 @@ func RunDump(args []string, stdout, stderr io.Writer) int {
 	fl := newFlagSet("dump", "dump [-v] FILE\n\nPrint the transactions and data records of a FileStorage file\n"+
 		"like ZODB/py's fsdump (with -v, like its verbose Dumper).", stderr)
 	verbose := fl.Bool("v", false, "print every header field with offsets (ZODB/py's fsdump.Dumper)")
-	if err := fl.Parse(args); err != nil {
-		return 2
+	if status, ok := cli.Parse(fl, args, stdout, stderr); !ok {
+		return status
 	}
 	if fl.NArg() != 1 {
 		fl.Usage()
@@ -62,8 +66,8 @@ func RunTail(args []string, stdout, stderr io.Writer) int {
 	fl := newFlagSet("tail", "tail [-n N] FILE\n\nPrint the last N transactions of a FileStorage file, newest first,\n"+
 		"like ZODB/py's fstail.", stderr)
 	n := fl.Int("n", 10, "number of transactions to print")
-	if err := fl.Parse(args); err != nil {
-		return 2
+	if status, ok := cli.Parse(fl, args, stdout, stderr); !ok {
+		return status
 	}
 	if fl.NArg() != 1 {
 		fl.Usage()
@@ -118,8 +122,8 @@ func RunVerify(args []string, stdout, stderr io.Writer) int {
 		"Silent on a good file; -v prints a line per transaction, -v -v (or -vv) also one per data record.", stderr)
 	var verbose counter
 	fl.Var(&verbose, "v", "print a line per transaction; twice, also per data record")
-	if err := fl.Parse(expandShort(args, 'v')); err != nil {
-		return 2
+	if status, ok := cli.Parse(fl, expandShort(args, 'v'), stdout, stderr); !ok {
+		return status
 	}
 	if fl.NArg() != 1 {
 		fl.Usage()

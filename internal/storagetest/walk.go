@@ -1,8 +1,3 @@
-// Package storagetest holds helpers for tests that read a ZODB storage
-// through the zodb interfaces.
-//
-// It imports only package zodb (and the standard library), so that the tests
-// of every other package, fs1 and zodb/serialize included, can use it.
 package storagetest
 
 import (

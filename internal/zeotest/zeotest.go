@@ -6,7 +6,6 @@ package zeotest
 
 import (
 	"bytes"
-	"compress/gzip"
 	"fmt"
 	"io"
 	"net"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/internal/datasets"
 	"github.com/zodbd/zodbd/zeo"
 	"github.com/zodbd/zodbd/zeo/wire"
 )
@@ -277,52 +277,12 @@ func Fixture(tb testing.TB, name string) string {
 	return CopyFile(tb, filepath.Join(RepoRoot(tb), "fs1", "testdata", name+".fs"))
 }
 
-// SharedDir returns the project's shared material ($ZODBD_SHARED, else
-// ../shared beside the repository); it skips the test when it is missing
-// (fails under CI).
-func SharedDir(tb testing.TB) string {
-	tb.Helper()
-	dir := os.Getenv("ZODBD_SHARED")
-	if dir == "" {
-		dir = filepath.Join(RepoRoot(tb), "..", "shared")
-	}
-	if _, err := os.Stat(filepath.Join(dir, "testdata", "datasets")); err != nil {
-		skipOrFail(tb, "zeotest: shared test data not found at %s", dir)
-	}
-	return dir
-}
-
 // Dataset returns a writable copy of benchmark dataset NAME (e.g.
-// "prod1-1024"), unpacked from the shared NAME.fs.gz, and the reference
+// "prod1-1024"; package datasets makes it when missing) and the reference
 // hash lines of testdata/datasets/NAME.hash.
 func Dataset(tb testing.TB, name string) (path string, hashes []string) {
 	tb.Helper()
-	shared := SharedDir(tb)
-	ref, err := os.ReadFile(filepath.Join(RepoRoot(tb), "testdata", "datasets", name+".hash"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	gz, err := os.Open(filepath.Join(shared, "testdata", "datasets", name+".fs.gz"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer gz.Close()
-	zr, err := gzip.NewReader(gz)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	path = filepath.Join(tb.TempDir(), name+".fs")
-	f, err := os.Create(path)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if _, err := io.Copy(f, zr); err != nil {
-		tb.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		tb.Fatal(err)
-	}
-	return path, strings.Split(strings.TrimSpace(string(ref)), "\n")
+	return CopyFile(tb, datasets.Path(tb, name)), datasets.Hashes(tb, name)
 }
 
 // Python runs the venv's python with script (a program text) and args,

@@ -1,14 +1,41 @@
-// Package zlibx decompresses zlib data with pooled readers, for the NEO
-// data paths (NEO/py stores and sends objects zlib-compressed when that
-// makes them shorter).
+// Package zlibx decompresses zlib data with pooled readers, for the records
+// that ZODB storages keep compressed: NEO/py's (zlib when that makes an
+// object shorter) and zc.zlibstorage's (".z" and zlib).
+//
+// Compressed data is untrusted: zlib inflates up to about 1032 times, so a
+// record of a few MiB can stand for GiBs. AppendInflateMax bounds the
+// output; AppendInflate bounds it by MaxRecord.
 package zlibx
 
 import (
 	"bytes"
 	"compress/zlib"
+	"errors"
+	"fmt"
 	"io"
 	"sync"
 )
+
+// MaxRecord is the bound AppendInflate puts on its output: 1 GiB, four
+// times the biggest record a ZEO frame carries by default (256 MiB) and
+// sixteen times NEO's biggest packet (64 MiB). A record that inflates to
+// more is refused (a *TooBigError) rather than held in memory.
+const MaxRecord = 1 << 30
+
+// TooBigError is the error of an inflate whose output would exceed Max
+// bytes.
+type TooBigError struct {
+	Max int
+}
+
+func (e *TooBigError) Error() string {
+	return fmt.Sprintf("zlib data inflates to more than %d bytes", e.Max)
+}
+
+// ErrTooBig matches every *TooBigError with errors.Is.
+var ErrTooBig = errors.New("zlib data inflates to more than the bound")
+
+func (e *TooBigError) Is(target error) bool { return target == ErrTooBig }
 
 type inflater struct {
 	src bytes.Reader
@@ -17,9 +44,28 @@ type inflater struct {
 
 var inflaters sync.Pool
 
-// AppendInflate appends the zlib decompression of src to dst. On error it
-// returns dst as it was.
+// AppendInflate appends the zlib decompression of src to dst, as
+// AppendInflateMax(dst, src, MaxRecord).
 func AppendInflate(dst, src []byte) ([]byte, error) {
+	return AppendInflateMax(dst, src, MaxRecord)
+}
+
+// firstGuess is the most AppendInflateMax reserves before the output
+// arrives, beyond 4 times the input: the output buffer then grows as the
+// output does, so that a small input never makes it reserve much.
+const firstGuess = 64 << 10
+
+// AppendInflateMax appends the zlib decompression of src to dst, which
+// must not be longer than limit bytes. On error, including a *TooBigError
+// when the output would be longer than limit, it returns dst as it was.
+//
+// It allocates in proportion to the output it appends (at most about twice
+// its length, and never more than twice limit), not to what the zlib data
+// claims or would inflate to, however src was made.
+func AppendInflateMax(dst, src []byte, limit int) ([]byte, error) {
+	if limit < 0 {
+		limit = 0
+	}
 	f, _ := inflaters.Get().(*inflater)
 	if f == nil {
 		f = new(inflater)
@@ -32,27 +78,41 @@ func AppendInflate(dst, src []byte) ([]byte, error) {
 	} else {
 		f.src.Reset(src)
 		if err := f.zr.(zlib.Resetter).Reset(&f.src, nil); err != nil {
+			f.src.Reset(nil)
+			inflaters.Put(f)
 			return dst, err
 		}
 	}
+	defer func() {
+		f.src.Reset(nil)
+		inflaters.Put(f)
+	}()
 	n0 := len(dst)
-	if cap(dst)-n0 < 4*len(src) {
-		dst = append(dst[:n0:n0], make([]byte, 4*len(src)+512)...)[:n0]
+	// The output's room: a guess from the input's size (most records
+	// inflate less than 4 times), one byte more than limit at most:
+	// reading that byte tells an output of exactly limit bytes from a
+	// longer one.
+	end := n0 + limit + 1
+	if want := min(4*len(src)+512, limit+1); cap(dst)-n0 < want {
+		dst = append(dst[:n0:n0], make([]byte, want)...)[:n0]
 	}
 	for {
 		if len(dst) == cap(dst) {
-			dst = append(dst, 0)[:len(dst)]
+			// Double the output so far (append's own growth is
+			// less for big slices), up to one byte more than limit.
+			grow := min(max(len(dst)-n0, firstGuess), end-len(dst))
+			dst = append(dst, make([]byte, grow)...)[:len(dst)]
 		}
-		n, err := f.zr.Read(dst[len(dst):cap(dst)])
+		n, err := f.zr.Read(dst[len(dst):min(cap(dst), end)])
 		dst = dst[:len(dst)+n]
+		if len(dst) == end {
+			return dst[:n0], &TooBigError{Max: limit}
+		}
 		if err == io.EOF {
-			break
+			return dst, nil
 		}
 		if err != nil {
 			return dst[:n0], err
 		}
 	}
-	f.src.Reset(nil)
-	inflaters.Put(f)
-	return dst, nil
 }

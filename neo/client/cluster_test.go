@@ -28,7 +28,9 @@ import (
 // FileStorage and on NEO/py's SQLite fixture, and compare every read with
 // the same read made directly on the database.
 
-const sharedNeo = "../../../shared/testdata/neo"
+// neoTestdata holds the NEO/py captures and databases (testdata/neo at
+// the repository root).
+const neoTestdata = "../../testdata/neo"
 
 // startNEO runs a neotest master and a storage node on be and returns the
 // master's address once the cluster is operational.
@@ -72,7 +74,7 @@ func copyFile(t testing.TB, src, dir string) string {
 	t.Helper()
 	data, err := os.ReadFile(src)
 	if err != nil {
-		t.Skipf("no fixture: %v", err)
+		t.Fatalf("fixture: %v", err)
 	}
 	dst := filepath.Join(dir, filepath.Base(src))
 	if err := os.WriteFile(dst, data, 0o644); err != nil {
@@ -103,7 +105,7 @@ func fs1Cluster(t testing.TB) (string, zodb.Storage) {
 // sqliteCluster serves a copy of NEO/py's SQLite fixture.
 func sqliteCluster(t testing.TB) (string, zodb.Storage) {
 	t.Helper()
-	src := filepath.Join(sharedNeo, "storage.sqlite")
+	src := filepath.Join(neoTestdata, "storage.sqlite")
 	ctx := context.Background()
 	be, err := storage.OpenSQLite(ctx, copyFile(t, src, t.TempDir()))
 	if err != nil {

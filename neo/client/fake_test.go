@@ -21,7 +21,7 @@ import (
 // This file holds fake NEO peers for the tests: a packet-level server on
 // 127.0.0.1 that does the handshake and hands every packet it receives to
 // a handler, and the replay of recorded NEO/py conversations
-// (testdata/*.json + .bin, copied from shared/testdata/neo/decoded) on it.
+// (testdata/*.json + .bin, copies of testdata/neo/decoded/p1 at the repository root) on it.
 // None of zodbd's NEO server code is used.
 
 // packet is one NEO packet: [msg_id, code, args].

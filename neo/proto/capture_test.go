@@ -35,35 +35,33 @@ type capConn struct {
 	streams map[string][]byte
 }
 
-// captureFiles lists the decoded connection files: the copies in testdata
-// and, when the shared test vectors are present beside the checkout, all of
-// them.
+// captureFiles lists the decoded connection files: every run's in
+// testdata/neo/decoded at the repository root, or in $NEO_TESTDATA (a
+// directory laid out the same), and those of testdata/decoded here.
 func captureFiles(t testing.TB) []string {
 	var files []string
 	seen := map[string]bool{}
-	add := func(pattern string) {
+	add := func(pattern string) int {
 		m, _ := filepath.Glob(pattern)
+		n := 0
 		for _, f := range m {
 			if strings.HasSuffix(f, "-connections.json") || seen[filepath.Base(f)] {
 				continue
 			}
 			seen[filepath.Base(f)] = true
 			files = append(files, f)
+			n++
 		}
+		return n
 	}
-	for _, root := range []string{
-		os.Getenv("NEO_TESTDATA"),
-		"../../../shared/testdata/neo/decoded",
-		"../../shared/testdata/neo/decoded",
-	} {
-		if root != "" {
-			add(filepath.Join(root, "*", "*.json"))
-		}
+	root := os.Getenv("NEO_TESTDATA")
+	if root == "" {
+		root = "../../testdata/neo/decoded"
+	}
+	if add(filepath.Join(root, "*", "*.json")) == 0 {
+		t.Fatalf("no capture files in %s", root)
 	}
 	add("testdata/decoded/*.json")
-	if len(files) == 0 {
-		t.Fatal("no capture files")
-	}
 	return files
 }
 

@@ -27,13 +27,6 @@ const NoPrimary = -1
 // decoded Raw aliases the input. An empty Raw encodes as nil.
 type Raw []byte
 
-// RawPair is one key/value pair of a msgpack map kept verbatim, so that
-// maps whose content is arbitrary re-encode byte for byte in the received
-// order.
-type RawPair struct {
-	Key, Value Raw
-}
-
 // BinPair returns a RawPair whose key is the byte string k and whose value
 // is the given raw object.
 func BinPair(k string, v Raw) RawPair {
@@ -143,94 +136,38 @@ func appendRaw(b []byte, r Raw) []byte {
 	return append(b, r...)
 }
 
-func appendPairs(b []byte, pairs []RawPair) []byte {
-	b = msgp.AppendMapHeader(b, len(pairs))
-	for _, p := range pairs {
-		b = appendRaw(b, p.Key)
-		b = appendRaw(b, p.Value)
-	}
-	return b
-}
-
-func appendOptBool(b []byte, v, set bool) []byte {
-	if !set {
-		return msgp.AppendNil(b)
-	}
-	return msgp.AppendBool(b, v)
-}
-
-func appendTids(b []byte, l []zodb.Tid) []byte {
-	b = msgp.AppendArrayHeader(b, len(l))
-	for _, t := range l {
-		b = appendTid(b, t)
-	}
-	return b
-}
-
-func appendOids(b []byte, l []zodb.Oid) []byte {
-	b = msgp.AppendArrayHeader(b, len(l))
-	for _, o := range l {
-		b = appendOid(b, o)
-	}
-	return b
-}
-
-func appendOptOids(b []byte, l []zodb.Oid, set bool) []byte {
-	if !set {
-		return msgp.AppendNil(b)
-	}
-	return appendOids(b, l)
-}
-
-func appendNIDs(b []byte, l []NodeID) []byte {
-	b = msgp.AppendArrayHeader(b, len(l))
-	for _, n := range l {
-		b = appendNID(b, n)
-	}
-	return b
-}
-
-func appendU32s(b []byte, l []uint32) []byte {
-	b = msgp.AppendArrayHeader(b, len(l))
-	for _, n := range l {
-		b = msgp.AppendUint(b, uint64(n))
-	}
-	return b
-}
-
-func appendNodeInfo(b []byte, n *NodeInfo) []byte {
-	b = msgp.AppendArrayHeader(b, 5)
-	b = msgp.AppendEnum(b, ExtNodeType, int(n.Type))
-	b = appendAddr(b, n.Addr)
-	b = appendNID(b, n.NID)
-	b = msgp.AppendEnum(b, ExtNodeState, int(n.State))
-	return appendIdTime(b, n.IdTime)
-}
-
-func appendNodeInfos(b []byte, l []NodeInfo) []byte {
-	b = msgp.AppendArrayHeader(b, len(l))
-	for i := range l {
-		b = appendNodeInfo(b, &l[i])
-	}
-	return b
-}
-
-func appendRows(b []byte, rows [][]CellInfo) []byte {
-	b = msgp.AppendArrayHeader(b, len(rows))
-	for _, row := range rows {
-		b = msgp.AppendArrayHeader(b, len(row))
-		for _, c := range row {
-			b = msgp.AppendArrayHeader(b, 2)
-			b = appendNID(b, c.NID)
-			b = msgp.AppendEnum(b, ExtCellState, int(c.State))
-		}
-	}
-	return b
-}
-
 func appendHash(b []byte, h *[20]byte) []byte {
 	b = append(b, 0xc4, 20)
 	return append(b, h[:]...)
+}
+
+func appendOptBin(b []byte, v []byte) []byte {
+	if v == nil {
+		return msgp.AppendNil(b)
+	}
+	return msgp.AppendBin(b, v)
+}
+
+// appendHostPort appends a as [host, port], never as nil.
+func appendHostPort(b []byte, a Address) []byte {
+	b = msgp.AppendArrayHeader(b, 2)
+	b = appendStrBin(b, a.Host)
+	return msgp.AppendUint(b, uint64(a.Port))
+}
+
+// appendIndex appends a non-negative index, nil for a negative one.
+func appendIndex(b []byte, i int) []byte {
+	if i < 0 {
+		return msgp.AppendNil(b)
+	}
+	return msgp.AppendInt(b, int64(i))
+}
+
+func appendOptNodeType(b []byte, t NodeType) []byte {
+	if t == NoNodeType {
+		return msgp.AppendNil(b)
+	}
+	return msgp.AppendEnum(b, ExtNodeType, int(t))
 }
 
 // ---- decoding helpers ----
@@ -401,15 +338,6 @@ func (d *decoder) boolean() bool {
 	}
 	d.b = rest
 	return v
-}
-
-// optBool reads a bool or nil: (value, set).
-func (d *decoder) optBool() (bool, bool) {
-	if d.isNil() {
-		return false, false
-	}
-	v := d.boolean()
-	return v, true
 }
 
 func (d *decoder) float() float64 {
@@ -616,111 +544,40 @@ func (d *decoder) addr() Address {
 	return Address{Host: host, Port: uint16(port)}
 }
 
-func (d *decoder) tids() []zodb.Tid {
-	n := d.array()
-	if n == 0 {
-		return nil
-	}
-	l := makeList[zodb.Tid](d, n)
-	for i := range l {
-		l[i] = d.tid()
-	}
-	return l
-}
-
-func (d *decoder) oids() []zodb.Oid {
-	n := d.array()
-	if n == 0 {
-		return nil
-	}
-	l := makeList[zodb.Oid](d, n)
-	for i := range l {
-		l[i] = d.oid()
-	}
-	return l
-}
-
-// optOids reads a list of oids or nil: (list, set).
-func (d *decoder) optOids() ([]zodb.Oid, bool) {
+// u8OrNil reads a uint8 or nil (0).
+func (d *decoder) u8OrNil() uint8 {
 	if d.isNil() {
-		return nil, false
+		return 0
 	}
-	return d.oids(), true
+	return d.u8()
 }
 
-func (d *decoder) nids() []NodeID {
-	n := d.array()
-	if n == 0 {
-		return nil
+// index reads an index or nil (NoPrimary).
+func (d *decoder) index() int {
+	if d.isNil() {
+		return NoPrimary
 	}
-	l := makeList[NodeID](d, n)
-	for i := range l {
-		l[i] = d.nid()
+	v := d.u32()
+	if v > 1<<30 {
+		d.fail(fmt.Errorf("primary index %d out of range", v))
 	}
-	return l
+	return int(v)
 }
 
-func (d *decoder) u32s() []uint32 {
-	n := d.array()
-	if n == 0 {
-		return nil
+func (d *decoder) optNodeType() NodeType {
+	if d.isNil() {
+		return NoNodeType
 	}
-	l := makeList[uint32](d, n)
-	for i := range l {
-		l[i] = d.u32()
-	}
-	return l
+	return d.nodeType()
 }
 
-func (d *decoder) nodeInfos() []NodeInfo {
-	n := d.array()
-	if n == 0 {
-		return nil
+// hostPort reads [host, port], which may not be nil.
+func (d *decoder) hostPort() Address {
+	d.arrayN(2)
+	host := d.str()
+	port := d.u64()
+	if port > math.MaxUint16 {
+		d.fail(fmt.Errorf("port %d out of range", port))
 	}
-	l := makeList[NodeInfo](d, n)
-	for i := range l {
-		e := &l[i]
-		d.arrayN(5)
-		e.Type = d.nodeType()
-		e.Addr = d.addr()
-		e.NID = d.nid()
-		e.State = d.nodeState()
-		e.IdTime = d.idTime()
-	}
-	return l
-}
-
-func (d *decoder) rows() [][]CellInfo {
-	n := d.array()
-	if n == 0 {
-		return nil
-	}
-	rows := makeList[[]CellInfo](d, n)
-	for i := range rows {
-		m := d.array()
-		if m == 0 {
-			continue
-		}
-		row := makeList[CellInfo](d, m)
-		for j := range row {
-			d.arrayN(2)
-			row[j].NID = d.nid()
-			row[j].State = d.cellState()
-		}
-		rows[i] = row
-	}
-	return rows
-}
-
-func (d *decoder) pairs() []RawPair {
-	n := d.mapHeader()
-	if n == 0 {
-		return nil
-	}
-	l := makeList[RawPair](d, n)
-	for i := range l {
-		l[i].Key = d.raw()
-		l[i].Value = d.raw()
-	}
-	return l
+	return Address{Host: host, Port: uint16(port)}
 }

@@ -9,7 +9,14 @@
 // arguments. Encoding and decoding use neo/msgp directly, without
 // reflection; decoding the hot packets (AskObject, AnswerObject) does not
 // allocate (byte fields alias the input buffer).
+//
+// The packet types, their codes and their codec are generated into
+// packets_gen.go from the table packets.txt by internal/protogen: edit the
+// table and run `go generate ./neo/proto`; TestGenerated fails while the
+// generated file is stale.
 package proto
+
+//go:generate go run gen.go
 
 import "fmt"
 

@@ -392,3 +392,52 @@ func BenchmarkAnswerObjectDecode(b *testing.B) {
 		}
 	}
 }
+
+// TestAppendArgsSplit: AnswerObject's args are AppendArgsHead, the data,
+// AppendArgsTail.
+func TestAppendArgsSplit(t *testing.T) {
+	g := newValueGen(1)
+	for i := 0; i < 64; i++ {
+		m := g.genMsg(CodeAnswerObject).(*AnswerObject)
+		split := m.AppendArgsTail(append(m.AppendArgsHead([]byte("pre")), m.Data...))
+		if want := m.AppendArgs([]byte("pre")); !bytes.Equal(split, want) {
+			t.Fatalf("%+v:\n% x\nwant\n% x", m, split, want)
+		}
+	}
+}
+
+func BenchmarkAskObjectEncode(b *testing.B) {
+	m := &AskObject{Oid: 1, At: InvalidTid, Before: 0x03f0000000000001}
+	buf := make([]byte, 0, 64)
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = AppendPacket(buf[:0], 1, m)
+	}
+}
+
+func BenchmarkAskObjectDecode(b *testing.B) {
+	args := (&AskObject{Oid: 1, At: InvalidTid, Before: 0x03f0000000000001}).AppendArgs(nil)
+	var m AskObject
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := m.DecodeArgs(args); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkAnswerTIDsDecode decodes a list of 1000 tids: the lists' path.
+func BenchmarkAnswerTIDsDecode(b *testing.B) {
+	tids := make([]zodb.Tid, 1000)
+	for i := range tids {
+		tids[i] = zodb.Tid(0x03f0000000000000 + i)
+	}
+	args := (&AnswerTIDs{Tids: tids}).AppendArgs(nil)
+	var m AnswerTIDs
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := m.DecodeArgs(args); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

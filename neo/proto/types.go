@@ -30,39 +30,3 @@ type Address struct {
 	Host string
 	Port uint16
 }
-
-// NodeInfo describes a node in NotifyNodeInformation and AnswerNodeList:
-// [node_type, addr, nid, node_state, id_timestamp].
-type NodeInfo struct {
-	Type   NodeType
-	Addr   Address
-	NID    NodeID
-	State  NodeState
-	IdTime float64 // NoIdTime for nil
-}
-
-// CellInfo is one cell of a partition table row: [nid, cell_state].
-type CellInfo struct {
-	NID   NodeID
-	State CellState
-}
-
-// CellChange is one entry of NotifyPartitionChanges: [offset, nid, state].
-type CellChange struct {
-	Offset uint32
-	NID    NodeID
-	State  CellState
-}
-
-// PackOrder is [pack_id, approved, partial, oids, pack_tid]. Approved is
-// nil-able: ApprovedSet false encodes nil. Oids nil encodes nil (a full
-// pack).
-type PackOrder struct {
-	PackID      zodb.Tid
-	Approved    bool
-	ApprovedSet bool
-	Partial     bool
-	Oids        []zodb.Oid
-	OidsSet     bool
-	PackTid     zodb.Tid
-}

@@ -23,18 +23,15 @@ import (
 
 const cluster = "vectors"
 
-// sharedNeo is the NEO test data beside the repository (../shared).
-const sharedNeo = "../../../shared/testdata/neo"
+// neoTestdata holds the NEO/py captures and databases (testdata/neo at
+// the repository root; its README says how they were recorded).
+const neoTestdata = "../../testdata/neo"
 
-// testSQLite returns a copy of the p1 storage database, or skips.
+// testSQLite returns a copy of the p1 storage database.
 func testSQLite(t testing.TB) string {
-	src := filepath.Join(sharedNeo, "storage.sqlite")
-	if _, err := os.Stat(src); err != nil {
-		src = filepath.Join("testdata", "storage.sqlite")
-	}
-	data, err := os.ReadFile(src)
+	data, err := os.ReadFile(filepath.Join(neoTestdata, "storage.sqlite"))
 	if err != nil {
-		t.Skipf("no NEO test database: %v", err)
+		t.Fatalf("NEO test database: %v", err)
 	}
 	dst := filepath.Join(t.TempDir(), "storage.sqlite")
 	if err := os.WriteFile(dst, data, 0o644); err != nil {

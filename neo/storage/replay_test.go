@@ -33,13 +33,10 @@ type recorded struct {
 
 func loadRecorded(t *testing.T, name string) *recorded {
 	t.Helper()
-	dir := filepath.Join(sharedNeo, "decoded", "p1")
-	if _, err := os.Stat(dir); err != nil {
-		dir = filepath.Join("testdata", "p1")
-	}
+	dir := filepath.Join(neoTestdata, "decoded", "p1")
 	js, err := os.ReadFile(filepath.Join(dir, name+".json"))
 	if err != nil {
-		t.Skipf("no capture: %v", err)
+		t.Fatalf("capture: %v", err)
 	}
 	r := new(recorded)
 	if err := json.Unmarshal(js, r); err != nil {

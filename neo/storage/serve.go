@@ -13,7 +13,6 @@ import (
 
 	"github.com/zodbd/zodbd/internal/netconn"
 	"github.com/zodbd/zodbd/neo/link"
-	"github.com/zodbd/zodbd/neo/msgp"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -314,6 +313,14 @@ func optTid(t zodb.Tid) zodb.Tid {
 	return t
 }
 
+// nilTid maps a backend's 0, "none", to NEO's nil tid (proto.InvalidTid).
+func nilTid(t zodb.Tid) zodb.Tid {
+	if t == 0 {
+		return proto.InvalidTid
+	}
+	return t
+}
+
 // clampInt converts a count or index from the wire to an int.
 func clampInt(v uint64) int {
 	return int(min(v, math.MaxInt32))
@@ -343,18 +350,19 @@ func (p *peer) serve(req *request) {
 		if err != nil {
 			b = p.appendErr(b, req, err)
 		} else {
-			b = appendHeader(b, req.msgID, ans)
-			b = append(b, 0x97)
-			b = appendTid(b, zodb.Tid(o.Oid))
-			b = appendTid(b, o.Serial)
-			b = appendOptTid(b, o.NextSerial, o.NextSerial != 0)
-			b = msgp.AppendUint(b, uint64(o.Compression))
-			b = msgp.AppendBin(b, o.Checksum[:])
-			b = msgp.AppendBinHeader(b, len(o.Data))
+			a := proto.AnswerObject{
+				Oid:         o.Oid,
+				Serial:      o.Serial,
+				NextSerial:  nilTid(o.NextSerial),
+				Compression: o.Compression,
+				Checksum:    o.Checksum,
+				Data:        o.Data,
+				DataSerial:  nilTid(o.DataSerial),
+			}
+			b = a.AppendArgsHead(appendHeader(b, req.msgID, ans))
 			// The data goes out without an extra copy into b.
 			var tail [11]byte
-			t := appendOptTid(tail[:0], o.DataSerial, o.DataSerial != 0)
-			p.w.Write(b, o.Data, t)
+			p.w.Write(b, o.Data, a.AppendArgsTail(tail[:0]))
 			b = b[:0]
 		}
 		if cap(o.Data) > 1<<20 {

@@ -306,7 +306,9 @@ func newClient(ctx context.Context, nc net.Conn, urlStr, addr string, opt *Optio
 	c.w = netconn.NewWriter(nc, netconn.Config{})
 	nc.SetDeadline(time.Time{})
 
-	c.token = netconn.NewToken(&readState{br: br, dec: wire.NewDecoder(c.marshal)}, c.interruptRead)
+	dec := wire.NewDecoder(c.marshal)
+	dec.Replies = true // exceptions may hold pickled exceptions (see wire.Decoder.Replies)
+	c.token = netconn.NewToken(&readState{br: br, dec: dec}, c.interruptRead)
 	go c.idleReader()
 	ok := false
 	defer func() {

@@ -94,7 +94,7 @@ func serverError(v *wire.Value) error {
 				if i == 0 && pair.Items[0].Kind == wire.Bytes && len(pair.Items[0].B) == 8 {
 					ue.Oid, ue.HasOid = zodb.Oid(binary.BigEndian.Uint64(pair.Items[0].B)), true
 				}
-				reasons = append(reasons, string(pair.Items[1].B))
+				reasons = append(reasons, undoReason(&pair.Items[1]))
 			}
 			if len(reasons) > 0 {
 				ue.Reason = strings.Join(reasons, "; ")
@@ -103,6 +103,26 @@ func serverError(v *wire.Value) error {
 		return ue
 	}
 	return &ServerError{Class: class, Payload: p.String()}
+}
+
+// undoReason is the reason of one UndoError of a MultipleUndoErrors: a
+// string (zodbd's server), or the exception itself as runzeo pickles it,
+// ZODB.POSException._recon(UndoError, state), decoded as data (the tuple
+// (name, (class, state)); see wire.Decoder.Replies).
+func undoReason(v *wire.Value) string {
+	if v.Kind == wire.Str || v.Kind == wire.Bytes {
+		return string(v.B)
+	}
+	if v.Kind == wire.Tuple && len(v.Items) == 2 && v.Items[1].Len() == 2 && v.Items[1].Kind != wire.Dict {
+		state := &v.Items[1].Items[1]
+		if x := dictGet(state, "_reason"); x != nil && (x.Kind == wire.Str || x.Kind == wire.Bytes) {
+			return string(x.B)
+		}
+		if x := dictGet(state, "args"); x != nil {
+			return argsText(x)
+		}
+	}
+	return v.String()
 }
 
 // argsText renders an exception payload for a message: the single string

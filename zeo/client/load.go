@@ -193,10 +193,13 @@ func (c *Client) Sync(ctx context.Context) (zodb.Tid, error) {
 
 // LastOid implements zodb.Storage. ZEO has no call for it: it walks every
 // object with record_iternext (one round trip per object, data included),
-// so it costs as much as reading the whole database.
+// so it costs as much as reading the whole database. record_iternext
+// raises POSKeyError(oid) for an object without current data (deleted, or
+// its creation undone), without the next oid: the walk goes on after oid.
 func (c *Client) LastOid(ctx context.Context) (zodb.Oid, error) {
 	var last zodb.Oid
 	var next *zodb.Oid
+	skipped := false // next was guessed past a POSKeyError: it may be past the end
 	for {
 		var oid, nextOid zodb.Oid
 		var more bool
@@ -225,11 +228,19 @@ func (c *Client) LastOid(ctx context.Context) (zodb.Oid, error) {
 			return nil
 		})
 		if err != nil {
-			if next == nil {
-				// An empty storage: FileStorage raises on an empty index.
+			if next == nil || skipped {
+				// An empty storage, or no oid after the skipped
+				// one: FileStorage raises on an empty range.
 				if _, ok := err.(*ServerError); ok {
-					return 0, nil
+					return last, nil
 				}
+			}
+			var pk *posKeyError
+			if errors.As(err, &pk) && pk.hasOid && (next == nil || pk.oid >= *next) {
+				last = max(last, pk.oid)
+				nextOid = pk.oid + 1
+				next, skipped = &nextOid, true
+				continue
 			}
 			return 0, c.opErr("lastOid", nil, err)
 		}
@@ -237,7 +248,7 @@ func (c *Client) LastOid(ctx context.Context) (zodb.Oid, error) {
 		if !more {
 			return last, nil
 		}
-		next = &nextOid
+		next, skipped = &nextOid, false
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/zodbd/zodbd/internal/pickle"
 )
 
 // Decoder decodes messages of one marshalling. A Decoder is used by one
@@ -21,6 +23,16 @@ type Decoder struct {
 	// Limits bound what one Decode may build; the zero value means
 	// DefaultLimits.
 	Limits Limits
+
+	// Replies is set by a client, which decodes a server's replies: there
+	// a call of a global other than those a ZEO message may use decodes as
+	// the tuple (name, args), and a global that is not called as its name
+	// (a Str, "module name"), rather than as an error. Servers send
+	// exceptions that way (runzeo's MultipleUndoErrors holds UndoErrors
+	// pickled as ZODB.POSException._recon(UndoError, state)); nothing is
+	// ever called. A server leaves it false: a client has no use for
+	// globals beyond the few reduceGlobal allows.
+	Replies bool
 
 	// arena provides the Items of tuples; reset at each Decode. When a
 	// chunk is full a bigger one is started, leaving earlier slices valid.
@@ -203,52 +215,6 @@ func (d *Decoder) DecodeMessage(frame []byte) (Message, error) {
 	return Message{ID: v.Items[0], Flags: v.Items[1], Name: name.B, Args: v.Items[3]}, nil
 }
 
-// Pickle opcodes (protocols 0-4) the decoder understands.
-const (
-	opMark           = '('
-	opStop           = '.'
-	opProto          = 0x80
-	opFrame          = 0x95
-	opNone           = 'N'
-	opNewTrue        = 0x88
-	opNewFalse       = 0x89
-	opBinInt         = 'J'
-	opBinInt1        = 'K'
-	opBinInt2        = 'M'
-	opLong1          = 0x8a
-	opLong4          = 0x8b
-	opBinFloat       = 'G'
-	opBinUnicode     = 'X'
-	opShortBinUni    = 0x8c
-	opBinUnicode8    = 0x8d
-	opShortBinBytes  = 'C'
-	opBinBytes       = 'B'
-	opBinBytes8      = 0x8e
-	opBinString      = 'T'
-	opShortBinString = 'U'
-	opEmptyTuple     = ')'
-	opTuple          = 't'
-	opTuple1         = 0x85
-	opTuple2         = 0x86
-	opTuple3         = 0x87
-	opEmptyList      = ']'
-	opList           = 'l'
-	opAppend         = 'a'
-	opAppends        = 'e'
-	opEmptyDict      = '}'
-	opDict           = 'd'
-	opSetItem        = 's'
-	opSetItems       = 'u'
-	opBinPut         = 'q'
-	opLongBinPut     = 'r'
-	opMemoize        = 0x94
-	opBinGet         = 'h'
-	opLongBinGet     = 'j'
-	opGlobal         = 'c'
-	opStackGlobal    = 0x93
-	opReduce         = 'R'
-)
-
 // kindGlobal is a global pushed by GLOBAL/STACK_GLOBAL, waiting for REDUCE.
 // It never leaves the decoder.
 const kindGlobal Kind = 255
@@ -335,7 +301,7 @@ func (d *Decoder) decodePickle(b []byte) (Value, error) {
 		var v Value
 		push := true
 		switch op {
-		case opStop:
+		case pickle.OpStop:
 			if len(d.stack) != 1 || len(d.marks) != 0 {
 				return fail(at, "pickle: STOP with %d values and %d marks on the stack", len(d.stack), len(d.marks))
 			}
@@ -343,10 +309,13 @@ func (d *Decoder) decodePickle(b []byte) (Value, error) {
 				return fail(i, "pickle: trailing bytes after STOP")
 			}
 			if d.stack[0].v.Kind == kindGlobal {
-				return fail(at, "pickle: a global that is not called")
+				if !d.Replies {
+					return fail(at, "pickle: a global that is not called")
+				}
+				d.stack[0].v.Kind = Str
 			}
 			return d.stack[0].v, nil
-		case opGlobal:
+		case pickle.OpGlobal:
 			// "module\nname\n"
 			j := i
 			nl := 0
@@ -368,7 +337,7 @@ func (d *Decoder) decodePickle(b []byte) (Value, error) {
 			v = Value{Kind: kindGlobal, B: name}
 			globals = true
 			i = j
-		case opStackGlobal:
+		case pickle.OpStackGlobal:
 			n := len(d.stack)
 			if n-2 < d.floor() || d.stack[n-1].v.Kind != Str || d.stack[n-2].v.Kind != Str {
 				return fail(at, "pickle: STACK_GLOBAL without module and name")
@@ -381,7 +350,7 @@ func (d *Decoder) decodePickle(b []byte) (Value, error) {
 			d.stack = d.stack[:n-2]
 			v = Value{Kind: kindGlobal, B: full}
 			globals = true
-		case opReduce:
+		case pickle.OpReduce:
 			n := len(d.stack)
 			if n-2 < d.floor() || d.stack[n-2].v.Kind != kindGlobal {
 				return fail(at, "pickle: REDUCE without a global")
@@ -391,54 +360,60 @@ func (d *Decoder) decodePickle(b []byte) (Value, error) {
 				return over(at) // dict(pairs) copies the pairs
 			}
 			r, ok := reduceGlobal(string(d.stack[n-2].v.B), args.v)
+			if !ok && d.Replies {
+				if !d.charge(2) {
+					return over(at)
+				}
+				r, ok = Value{Kind: Tuple, Items: []Value{{Kind: Str, B: d.stack[n-2].v.B}, args.v}}, true
+			}
 			if !ok {
 				return fail(at, "pickle: global %s not allowed in a ZEO message (or bad arguments)", d.stack[n-2].v.B)
 			}
 			d.stack = append(d.stack[:n-2], slot{v: r, n: args.n, depth: args.depth, shared: true})
 			push = false
-		case opProto:
+		case pickle.OpProto:
 			if !need(1) {
 				return fail(at, "pickle: PROTO: %v", errTruncated)
 			}
 			i++
 			push = false
-		case opFrame:
+		case pickle.OpFrame:
 			if !need(8) {
 				return fail(at, "pickle: FRAME: %v", errTruncated)
 			}
 			i += 8
 			push = false
-		case opMark:
+		case pickle.OpMark:
 			if len(d.marks) >= maxDepth {
 				return fail(at, "pickle: nesting deeper than %d", maxDepth)
 			}
 			d.marks = append(d.marks, len(d.stack))
 			push = false
-		case opNone:
+		case pickle.OpNone:
 			v = Value{Kind: None}
-		case opNewTrue, opNewFalse:
-			v = Value{Kind: Bool, Int: int64(b2i(op == opNewTrue))}
-		case opBinInt:
+		case pickle.OpNewtrue, pickle.OpNewfalse:
+			v = Value{Kind: Bool, Int: int64(b2i(op == pickle.OpNewtrue))}
+		case pickle.OpBinint:
 			if !need(4) {
 				return fail(at, "pickle: BININT: %v", errTruncated)
 			}
 			v = Value{Kind: Int, Int: int64(int32(binary.LittleEndian.Uint32(b[i:])))}
 			i += 4
-		case opBinInt1:
+		case pickle.OpBinint1:
 			if !need(1) {
 				return fail(at, "pickle: BININT1: %v", errTruncated)
 			}
 			v = Value{Kind: Int, Int: int64(b[i])}
 			i++
-		case opBinInt2:
+		case pickle.OpBinint2:
 			if !need(2) {
 				return fail(at, "pickle: BININT2: %v", errTruncated)
 			}
 			v = Value{Kind: Int, Int: int64(binary.LittleEndian.Uint16(b[i:]))}
 			i += 2
-		case opLong1, opLong4:
+		case pickle.OpLong1, pickle.OpLong4:
 			var n int
-			if op == opLong1 {
+			if op == pickle.OpLong1 {
 				if !need(1) {
 					return fail(at, "pickle: LONG1: %v", errTruncated)
 				}
@@ -460,22 +435,22 @@ func (d *Decoder) decodePickle(b []byte) (Value, error) {
 			}
 			v = Value{Kind: Int, Int: x}
 			i += n
-		case opBinFloat:
+		case pickle.OpBinfloat:
 			if !need(8) {
 				return fail(at, "pickle: BINFLOAT: %v", errTruncated)
 			}
 			v = Value{Kind: Float, Float: math.Float64frombits(binary.BigEndian.Uint64(b[i:]))}
 			i += 8
-		case opBinUnicode, opShortBinUni, opBinUnicode8, opShortBinBytes, opBinBytes, opBinBytes8, opBinString, opShortBinString:
+		case pickle.OpBinunicode, pickle.OpShortBinunicode, pickle.OpBinunicode8, pickle.OpShortBinbytes, pickle.OpBinbytes, pickle.OpBinbytes8, pickle.OpBinstring, pickle.OpShortBinstring:
 			var n int
 			switch op {
-			case opShortBinUni, opShortBinBytes, opShortBinString:
+			case pickle.OpShortBinunicode, pickle.OpShortBinbytes, pickle.OpShortBinstring:
 				if !need(1) {
 					return fail(at, "pickle: string length: %v", errTruncated)
 				}
 				n = int(b[i])
 				i++
-			case opBinUnicode8, opBinBytes8:
+			case pickle.OpBinunicode8, pickle.OpBinbytes8:
 				if !need(8) {
 					return fail(at, "pickle: string length: %v", errTruncated)
 				}
@@ -496,15 +471,15 @@ func (d *Decoder) decodePickle(b []byte) (Value, error) {
 				return fail(at, "pickle: string of %d bytes: %v", n, errTruncated)
 			}
 			k := Bytes
-			if op == opBinUnicode || op == opShortBinUni || op == opBinUnicode8 {
+			if op == pickle.OpBinunicode || op == pickle.OpShortBinunicode || op == pickle.OpBinunicode8 {
 				k = Str
 			}
 			v = Value{Kind: k, B: b[i : i+n : i+n]}
 			i += n
-		case opEmptyTuple:
+		case pickle.OpEmptyTuple:
 			v = Value{Kind: Tuple}
-		case opTuple1, opTuple2, opTuple3:
-			n := int(op-opTuple1) + 1
+		case pickle.OpTuple1, pickle.OpTuple2, pickle.OpTuple3:
+			n := int(op-pickle.OpTuple1) + 1
 			if len(d.stack)-n < d.floor() {
 				return fail(at, "pickle: TUPLE%d with %d values on the stack", n, len(d.stack)-d.floor())
 			}
@@ -512,16 +487,16 @@ func (d *Decoder) decodePickle(b []byte) (Value, error) {
 				return Value{}, err
 			}
 			push = false
-		case opTuple, opList, opDict:
+		case pickle.OpTuple, pickle.OpList, pickle.OpDict:
 			mk, ok := d.popMark()
 			if !ok {
 				return fail(at, "pickle: %q without MARK", op)
 			}
 			k := Tuple
 			switch op {
-			case opList:
+			case pickle.OpList:
 				k = List
-			case opDict:
+			case pickle.OpDict:
 				k = Dict
 				if (len(d.stack)-mk)%2 != 0 {
 					return fail(at, "pickle: DICT with an odd number of items")
@@ -531,19 +506,19 @@ func (d *Decoder) decodePickle(b []byte) (Value, error) {
 				return Value{}, err
 			}
 			push = false
-		case opEmptyList:
+		case pickle.OpEmptyList:
 			v = Value{Kind: List}
-		case opEmptyDict:
+		case pickle.OpEmptyDict:
 			v = Value{Kind: Dict}
-		case opAppend, opSetItem, opAppends, opSetItems:
+		case pickle.OpAppend, pickle.OpSetitem, pickle.OpAppends, pickle.OpSetitems:
 			k := List
-			if op == opSetItem || op == opSetItems {
+			if op == pickle.OpSetitem || op == pickle.OpSetitems {
 				k = Dict
 			}
 			var base int // the items are stack[base+1:]
-			if op == opAppend || op == opSetItem {
+			if op == pickle.OpAppend || op == pickle.OpSetitem {
 				base = len(d.stack) - 2
-				if op == opSetItem {
+				if op == pickle.OpSetitem {
 					base--
 				}
 				if base < d.floor() {
@@ -569,7 +544,10 @@ func (d *Decoder) decodePickle(b []byte) (Value, error) {
 			for j := base + 1; j < len(d.stack); j++ {
 				it := &d.stack[j]
 				if globals && it.v.Kind == kindGlobal {
-					return fail(at, "pickle: a global inside a %s", k)
+					if !d.Replies {
+						return fail(at, "pickle: a global inside a %s", k)
+					}
+					it.v.Kind = Str
 				}
 				c.n += it.n
 				if it.depth >= c.depth {
@@ -587,16 +565,16 @@ func (d *Decoder) decodePickle(b []byte) (Value, error) {
 			}
 			d.stack = d.stack[:base+1]
 			push = false
-		case opBinPut, opLongBinPut, opMemoize:
+		case pickle.OpBinput, pickle.OpLongBinput, pickle.OpMemoize:
 			var idx int
 			switch op {
-			case opBinPut:
+			case pickle.OpBinput:
 				if !need(1) {
 					return fail(at, "pickle: BINPUT: %v", errTruncated)
 				}
 				idx = int(b[i])
 				i++
-			case opLongBinPut:
+			case pickle.OpLongBinput:
 				if !need(4) {
 					return fail(at, "pickle: LONG_BINPUT: %v", errTruncated)
 				}
@@ -626,9 +604,9 @@ func (d *Decoder) decodePickle(b []byte) (Value, error) {
 				d.memo[idx] = s
 			}
 			push = false
-		case opBinGet, opLongBinGet:
+		case pickle.OpBinget, pickle.OpLongBinget:
 			var idx int
-			if op == opBinGet {
+			if op == pickle.OpBinget {
 				if !need(1) {
 					return fail(at, "pickle: BINGET: %v", errTruncated)
 				}
@@ -690,7 +668,10 @@ func (d *Decoder) collapse(at, from int, k Kind, globals bool) error {
 	for j := range items {
 		it := &items[j]
 		if globals && it.v.Kind == kindGlobal {
-			return &DecodeError{Off: at, Msg: fmt.Sprintf("pickle: a global inside a %s", k)}
+			if !d.Replies {
+				return &DecodeError{Off: at, Msg: fmt.Sprintf("pickle: a global inside a %s", k)}
+			}
+			it.v.Kind = Str
 		}
 		c.n += it.n
 		if it.depth >= c.depth {

@@ -3,6 +3,8 @@ package wire
 import (
 	"encoding/binary"
 	"math"
+
+	"github.com/zodbd/zodbd/internal/pickle"
 )
 
 // Encoder appends encoded frames to Buf. The zero Encoder is not usable;
@@ -24,14 +26,14 @@ func (e *Encoder) BeginFrame() {
 	e.frameStart = len(e.Buf)
 	e.Buf = append(e.Buf, 0, 0, 0, 0)
 	if e.M == Pickle {
-		e.Buf = append(e.Buf, opProto, 3)
+		e.Buf = append(e.Buf, pickle.OpProto, 3)
 	}
 }
 
 // EndFrame ends the frame started by BeginFrame.
 func (e *Encoder) EndFrame() {
 	if e.M == Pickle {
-		e.Buf = append(e.Buf, opStop)
+		e.Buf = append(e.Buf, pickle.OpStop)
 	}
 	binary.BigEndian.PutUint32(e.Buf[e.frameStart:], uint32(len(e.Buf)-e.frameStart-4))
 }
@@ -45,7 +47,7 @@ func (e *Encoder) RawFrame(payload []byte) {
 // None writes None.
 func (e *Encoder) None() {
 	if e.M == Pickle {
-		e.Buf = append(e.Buf, opNone)
+		e.Buf = append(e.Buf, pickle.OpNone)
 	} else {
 		e.Buf = append(e.Buf, 0xc0)
 	}
@@ -55,9 +57,9 @@ func (e *Encoder) None() {
 func (e *Encoder) Bool(b bool) {
 	if e.M == Pickle {
 		if b {
-			e.Buf = append(e.Buf, opNewTrue)
+			e.Buf = append(e.Buf, pickle.OpNewtrue)
 		} else {
-			e.Buf = append(e.Buf, opNewFalse)
+			e.Buf = append(e.Buf, pickle.OpNewfalse)
 		}
 	} else {
 		e.Buf = append(e.Buf, 0xc2+byte(b2i(b)))
@@ -69,11 +71,11 @@ func (e *Encoder) Int(x int64) {
 	if e.M == Pickle {
 		switch {
 		case x >= 0 && x < 1<<8:
-			e.Buf = append(e.Buf, opBinInt1, byte(x))
+			e.Buf = append(e.Buf, pickle.OpBinint1, byte(x))
 		case x >= 0 && x < 1<<16:
-			e.Buf = append(e.Buf, opBinInt2, byte(x), byte(x>>8))
+			e.Buf = append(e.Buf, pickle.OpBinint2, byte(x), byte(x>>8))
 		case x >= math.MinInt32 && x <= math.MaxInt32:
-			e.Buf = append(e.Buf, opBinInt)
+			e.Buf = append(e.Buf, pickle.OpBinint)
 			e.Buf = binary.LittleEndian.AppendUint32(e.Buf, uint32(x))
 		default:
 			// LONG1 with the shortest two's complement encoding.
@@ -87,7 +89,7 @@ func (e *Encoder) Int(x int64) {
 				}
 				break
 			}
-			e.Buf = append(e.Buf, opLong1, byte(n))
+			e.Buf = append(e.Buf, pickle.OpLong1, byte(n))
 			for j := 0; j < n; j++ {
 				e.Buf = append(e.Buf, byte(x>>(8*j)))
 			}
@@ -125,7 +127,7 @@ func (e *Encoder) Int(x int64) {
 // Float writes a float.
 func (e *Encoder) Float(f float64) {
 	if e.M == Pickle {
-		e.Buf = append(e.Buf, opBinFloat)
+		e.Buf = append(e.Buf, pickle.OpBinfloat)
 	} else {
 		e.Buf = append(e.Buf, 0xcb)
 	}
@@ -137,9 +139,9 @@ func (e *Encoder) Bytes(b []byte) {
 	n := len(b)
 	if e.M == Pickle {
 		if n < 256 {
-			e.Buf = append(e.Buf, opShortBinBytes, byte(n))
+			e.Buf = append(e.Buf, pickle.OpShortBinbytes, byte(n))
 		} else {
-			e.Buf = append(e.Buf, opBinBytes)
+			e.Buf = append(e.Buf, pickle.OpBinbytes)
 			e.Buf = binary.LittleEndian.AppendUint32(e.Buf, uint32(n))
 		}
 	} else {
@@ -159,7 +161,7 @@ func (e *Encoder) Bytes(b []byte) {
 // Oid8 writes an 8-byte big-endian id (oid or tid) as bytes.
 func (e *Encoder) Oid8(x uint64) {
 	if e.M == Pickle {
-		e.Buf = append(e.Buf, opShortBinBytes, 8)
+		e.Buf = append(e.Buf, pickle.OpShortBinbytes, 8)
 	} else {
 		e.Buf = append(e.Buf, 0xc4, 8)
 	}
@@ -180,7 +182,7 @@ func (e *Encoder) StrBytes(s []byte) {
 
 func (e *Encoder) strHeader(n int) {
 	if e.M == Pickle {
-		e.Buf = append(e.Buf, opBinUnicode)
+		e.Buf = append(e.Buf, pickle.OpBinunicode)
 		e.Buf = binary.LittleEndian.AppendUint32(e.Buf, uint32(n))
 	} else {
 		switch {
@@ -201,7 +203,7 @@ func (e *Encoder) strHeader(n int) {
 func (e *Encoder) BeginTuple(n int) {
 	if e.M == Pickle {
 		if n > 3 {
-			e.Buf = append(e.Buf, opMark)
+			e.Buf = append(e.Buf, pickle.OpMark)
 		}
 		return
 	}
@@ -215,20 +217,20 @@ func (e *Encoder) EndTuple(n int) {
 	}
 	switch n {
 	case 0:
-		e.Buf = append(e.Buf, opEmptyTuple)
+		e.Buf = append(e.Buf, pickle.OpEmptyTuple)
 	case 1, 2, 3:
-		e.Buf = append(e.Buf, opTuple1+byte(n-1))
+		e.Buf = append(e.Buf, pickle.OpTuple1+byte(n-1))
 	default:
-		e.Buf = append(e.Buf, opTuple)
+		e.Buf = append(e.Buf, pickle.OpTuple)
 	}
 }
 
 // BeginList starts a list of n elements (msgpack has no lists: an array).
 func (e *Encoder) BeginList(n int) {
 	if e.M == Pickle {
-		e.Buf = append(e.Buf, opEmptyList)
+		e.Buf = append(e.Buf, pickle.OpEmptyList)
 		if n > 0 {
-			e.Buf = append(e.Buf, opMark)
+			e.Buf = append(e.Buf, pickle.OpMark)
 		}
 		return
 	}
@@ -238,16 +240,16 @@ func (e *Encoder) BeginList(n int) {
 // EndList ends a list of n elements.
 func (e *Encoder) EndList(n int) {
 	if e.M == Pickle && n > 0 {
-		e.Buf = append(e.Buf, opAppends)
+		e.Buf = append(e.Buf, pickle.OpAppends)
 	}
 }
 
 // BeginDict starts a dict of n entries.
 func (e *Encoder) BeginDict(n int) {
 	if e.M == Pickle {
-		e.Buf = append(e.Buf, opEmptyDict)
+		e.Buf = append(e.Buf, pickle.OpEmptyDict)
 		if n > 0 {
-			e.Buf = append(e.Buf, opMark)
+			e.Buf = append(e.Buf, pickle.OpMark)
 		}
 		return
 	}
@@ -257,7 +259,7 @@ func (e *Encoder) BeginDict(n int) {
 // EndDict ends a dict of n entries.
 func (e *Encoder) EndDict(n int) {
 	if e.M == Pickle && n > 0 {
-		e.Buf = append(e.Buf, opSetItems)
+		e.Buf = append(e.Buf, pickle.OpSetitems)
 	}
 }
 

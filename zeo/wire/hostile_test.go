@@ -10,6 +10,8 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"testing"
+
+	"github.com/zodbd/zodbd/internal/pickle"
 )
 
 // Hostile frames: each builds, at a given size, one of the attacks a
@@ -17,52 +19,52 @@ import (
 // serve).
 
 func pickleStr(s string) []byte {
-	return append(binary.LittleEndian.AppendUint32([]byte{opBinUnicode}, uint32(len(s))), s...)
+	return append(binary.LittleEndian.AppendUint32([]byte{pickle.OpBinunicode}, uint32(len(s))), s...)
 }
 
 // pickleMessage is (msgid, False, name, args) with msgid and args given as
 // pickle fragments that push one value each.
 func pickleMessage(msgid []byte, name string, args []byte) []byte {
-	b := []byte{opProto, 3, opMark}
+	b := []byte{pickle.OpProto, 3, pickle.OpMark}
 	b = append(b, msgid...)
-	b = append(b, opNewFalse)
+	b = append(b, pickle.OpNewfalse)
 	b = append(b, pickleStr(name)...)
 	b = append(b, args...)
-	return append(b, opTuple, opStop)
+	return append(b, pickle.OpTuple, pickle.OpStop)
 }
 
-var registerArgs = append(pickleStr("1"), opNewFalse, opTuple2)
+var registerArgs = append(pickleStr("1"), pickle.OpNewfalse, pickle.OpTuple2)
 
 // nestedMsgid: register whose msgid is n nested one-element tuples.
 func nestedMsgid(n int) []byte {
-	id := append([]byte{opBinInt1, 1}, bytes.Repeat([]byte{opTuple1}, n)...)
+	id := append([]byte{pickle.OpBinint1, 1}, bytes.Repeat([]byte{pickle.OpTuple1}, n)...)
 	return pickleMessage(id, "register", registerArgs)
 }
 
 // dagMsgid: register whose msgid is (1, L1, ..., Llevels), L(i) = (L(i-1),
 // L(i-1)) through the memo: 2**levels values from a few hundred bytes.
 func dagMsgid(levels int) []byte {
-	id := []byte{opMark, opBinInt1, 1, opBinPut, 0}
+	id := []byte{pickle.OpMark, pickle.OpBinint1, 1, pickle.OpBinput, 0}
 	for i := 1; i <= levels; i++ {
-		id = append(id, opBinGet, byte(i-1), opBinGet, byte(i-1), opTuple2, opBinPut, byte(i))
+		id = append(id, pickle.OpBinget, byte(i-1), pickle.OpBinget, byte(i-1), pickle.OpTuple2, pickle.OpBinput, byte(i))
 	}
-	return pickleMessage(append(id, opTuple), "register", registerArgs)
+	return pickleMessage(append(id, pickle.OpTuple), "register", registerArgs)
 }
 
 // listOfNone: a call whose argument is a list of about size Nones.
 func listOfNone(size int) []byte {
-	chunk := append(append([]byte{opMark}, bytes.Repeat([]byte{opNone}, 1000)...), opAppends)
-	args := append([]byte{opEmptyList}, bytes.Repeat(chunk, size/len(chunk))...)
-	return pickleMessage([]byte{opBinInt1, 1}, "register", append(args, opTuple1))
+	chunk := append(append([]byte{pickle.OpMark}, bytes.Repeat([]byte{pickle.OpNone}, 1000)...), pickle.OpAppends)
+	args := append([]byte{pickle.OpEmptyList}, bytes.Repeat(chunk, size/len(chunk))...)
+	return pickleMessage([]byte{pickle.OpBinint1, 1}, "register", append(args, pickle.OpTuple1))
 }
 
 // listOfRefs: a call whose arguments are ('x', [v] * n) with v one memo
 // entry referenced n times.
 func listOfRefs(n int) []byte {
-	chunk := append(append([]byte{opMark}, bytes.Repeat([]byte{opBinGet, 0}, 1000)...), opAppends)
-	args := append(pickleStr("x"), opBinPut, 0, opEmptyList)
+	chunk := append(append([]byte{pickle.OpMark}, bytes.Repeat([]byte{pickle.OpBinget, 0}, 1000)...), pickle.OpAppends)
+	args := append(pickleStr("x"), pickle.OpBinput, 0, pickle.OpEmptyList)
 	args = append(args, bytes.Repeat(chunk, n/1000)...)
-	return pickleMessage([]byte{opBinInt1, 1}, "register", append(args, opTuple2))
+	return pickleMessage([]byte{pickle.OpBinint1, 1}, "register", append(args, pickle.OpTuple2))
 }
 
 // nilArray: msgpack [1, False, "register", [[None] * n]].
@@ -217,7 +219,7 @@ func TestLimitErrorNamesMsgid(t *testing.T) {
 		}
 	}
 	// A malformed message names no msgid it did not finish.
-	_, err := NewDecoder(Pickle).DecodeMessage([]byte{opProto, 3, opMark, opBinInt1})
+	_, err := NewDecoder(Pickle).DecodeMessage([]byte{pickle.OpProto, 3, pickle.OpMark, pickle.OpBinint1})
 	var de *DecodeError
 	if !errors.As(err, &de) || de.HasID {
 		t.Errorf("truncated msgid: %v (%+v)", err, de)
@@ -227,9 +229,9 @@ func TestLimitErrorNamesMsgid(t *testing.T) {
 // TestRelease: the decoder keeps nothing of a big message after Release.
 func TestRelease(t *testing.T) {
 	for _, c := range []hostileCase{
-		{"memo", Pickle, pickleMessage([]byte{opBinInt1, 1}, "x", append([]byte{opNone}, bytes.Repeat([]byte{opMemoize}, 5000)...))},
+		{"memo", Pickle, pickleMessage([]byte{pickle.OpBinint1, 1}, "x", append([]byte{pickle.OpNone}, bytes.Repeat([]byte{pickle.OpMemoize}, 5000)...))},
 		{"msgpack", Msgpack, nilArray(50000)},
-		{"tuple", Pickle, pickleMessage([]byte{opBinInt1, 1}, "x", append(append([]byte{opMark}, bytes.Repeat([]byte{opNone}, 50000)...), opTuple))},
+		{"tuple", Pickle, pickleMessage([]byte{pickle.OpBinint1, 1}, "x", append(append([]byte{pickle.OpMark}, bytes.Repeat([]byte{pickle.OpNone}, 50000)...), pickle.OpTuple))},
 	} {
 		d := NewDecoder(c.m)
 		if _, err := d.DecodeMessage(c.frame); err != nil {
@@ -248,13 +250,13 @@ func TestRelease(t *testing.T) {
 // TestMemoMutation: appending to a list that came from the memo is
 // refused (it would share, and regrow, the memo entry's items).
 func TestMemoMutation(t *testing.T) {
-	b := []byte{opProto, 3, opEmptyList, opBinPut, 0, opBinGet, 0, opNone, opAppend, opTuple2, opStop}
+	b := []byte{pickle.OpProto, 3, pickle.OpEmptyList, pickle.OpBinput, 0, pickle.OpBinget, 0, pickle.OpNone, pickle.OpAppend, pickle.OpTuple2, pickle.OpStop}
 	if v, err := NewDecoder(Pickle).Decode(b); err == nil {
 		t.Errorf("decoded as %v, want an error", v)
 	}
 	// The way a non-fast pickler writes a list (PUT, then APPENDS on
 	// the stack's copy) is fine.
-	b = []byte{opProto, 3, opEmptyList, opBinPut, 0, opMark, opNone, opNone, opAppends, opStop}
+	b = []byte{pickle.OpProto, 3, pickle.OpEmptyList, pickle.OpBinput, 0, pickle.OpMark, pickle.OpNone, pickle.OpNone, pickle.OpAppends, pickle.OpStop}
 	if v, err := NewDecoder(Pickle).Decode(b); err != nil || v.Len() != 2 {
 		t.Errorf("PUT then APPENDS: %v %v", v, err)
 	}

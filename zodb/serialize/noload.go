@@ -28,6 +28,11 @@ func (s *Scanner) noload(data []byte, pos int) (next, where int, err error) {
 			return pos, pos, errors.New("pickle data ended before STOP")
 		}
 		where = pos
+		// Every opcode adds one value at most: checking before each
+		// keeps the values held within the bound.
+		if len(s.stack)+len(s.marks)+s.nmemo+len(s.lists)+len(s.pids) >= s.maxHeld {
+			return pos, where, fmt.Errorf("%w: more than %d values at once (stack, memo, marks, lists, persistent ids)", ErrLimit, s.maxHeld)
+		}
 		op := data[pos]
 		pos++
 		// read returns the n bytes at pos and advances pos.
@@ -402,7 +407,7 @@ func (s *Scanner) noload(data []byte, pos int) (next, where int, err error) {
 			s.memoPut(int64(s.nmemo))
 
 		case pickle.OpMark:
-			s.marks = append(s.marks, len(s.stack))
+			s.marks = append(room(s.marks, 1), len(s.stack))
 		case pickle.OpPop:
 			switch n := len(s.stack); {
 			case len(s.marks) > 0 && s.marks[len(s.marks)-1] == n:
@@ -429,14 +434,14 @@ func (s *Scanner) noload(data []byte, pos int) (next, where int, err error) {
 			if !ok || len(l) < 1 {
 				return pos, where, errTruncated
 			}
-			s.pids = append(s.pids, pid{value{k: kBytes, b: l}, where})
+			s.pids = append(room(s.pids, 1), pid{value{k: kBytes, b: l}, where})
 			s.push(value{k: kNone}) // what the persistent_load hook returned
 		case pickle.OpBinpersid:
 			v, err := s.pop()
 			if err != nil {
 				return pos, where, err
 			}
-			s.pids = append(s.pids, pid{v, where})
+			s.pids = append(room(s.pids, 1), pid{v, where})
 			s.push(value{k: kNone})
 
 		// What noload does not build: it leaves None.
@@ -521,7 +526,20 @@ func (s *Scanner) noload(data []byte, pos int) (next, where int, err error) {
 	}
 }
 
-func (s *Scanner) push(v value) { s.stack = append(s.stack, v) }
+func (s *Scanner) push(v value) { s.stack = append(room(s.stack, 1), v) }
+
+// room returns b with room for n more items, doubling its capacity when it
+// grows (append's growth is slower for big slices, and the memory that a
+// slice grown item by item allocates in all would be 5 times its size, not
+// 2).
+func room[T any](b []T, n int) []T {
+	if cap(b)-len(b) >= n {
+		return b
+	}
+	nb := make([]T, len(b), max(2*cap(b), len(b)+n, 64))
+	copy(nb, b)
+	return nb
+}
 
 func (s *Scanner) pop() (value, error) {
 	n := len(s.stack)
@@ -552,7 +570,7 @@ func (s *Scanner) clearTo(i int) {
 }
 
 func (s *Scanner) newList(n int) value {
-	s.lists = append(s.lists, n)
+	s.lists = append(room(s.lists, 1), n)
 	return value{k: kList, flags: fUnhashable, n: len(s.lists) - 1}
 }
 
@@ -621,7 +639,7 @@ func (s *Scanner) memoGet(idx int64) error {
 	var v value
 	if idx >= 0 && idx < int64(len(s.memo)) {
 		v = s.memo[idx]
-	} else if idx >= maxSmallMemo {
+	} else if idx >= int64(s.smallMemo) {
 		v = s.big[idx]
 	}
 	if v.k == kAbsent {
@@ -632,12 +650,17 @@ func (s *Scanner) memoGet(idx int64) error {
 }
 
 // memoPut stores the stack top (the stack is not empty) at idx >= 0.
+// Indexes below maxSmallMemo and below the record's length (ZODB/py
+// numbers memo entries from 0, one per memoized value) go to a slice, the
+// others to a map, so that the memo's memory follows the entries set, not
+// the indexes a record names.
 func (s *Scanner) memoPut(idx int64) {
 	v := s.stack[len(s.stack)-1]
 	var old *value
-	if idx < maxSmallMemo {
+	if idx < int64(s.smallMemo) {
 		if idx >= int64(len(s.memo)) {
-			s.memo = append(s.memo, make([]value, int(idx)+1-len(s.memo))...)
+			s.memo = room(s.memo, int(idx)+1-len(s.memo))
+			s.memo = s.memo[:idx+1]
 		}
 		old = &s.memo[idx]
 	} else {

@@ -74,7 +74,23 @@ func References(data []byte) ([]zodb.Oid, error) {
 // A Scanner finds the references of object records, reusing its buffers
 // from one record to the next. The zero value is ready to use. A Scanner
 // must not be used by more than one goroutine at a time.
+//
+// Records are untrusted (a client chose their bytes): what scanning one
+// costs is bounded by Limits. The scan runs without recursion, and models
+// values flat (a container is its kind, a tuple its length and first item,
+// a list its length), so that nesting costs nothing beyond the MARKs that
+// make it, and a memo reference (GET) costs one value, never a copy of
+// what it refers to. Each value held (on the stack, in the memo, a MARK, a
+// list, a persistent id) was made by at least one byte of the record, so
+// the memory a scan allocates is bounded in proportion to the
+// (decompressed) record, at most about 200 bytes per byte (slices grow by
+// doubling; FuzzReferencesAlloc checks the bound), and by
+// Limits.MaxValues.
 type Scanner struct {
+	// Limits bound what scanning one record may hold; a field <= 0
+	// takes DefaultLimits' value.
+	Limits Limits
+
 	stack []value
 	marks []int
 	memo  []value // memo entries 0 .. len-1; kind kAbsent where unset
@@ -83,8 +99,36 @@ type Scanner struct {
 	lists []int // lengths of the lists the pickle built, by list id
 	pids  []pid
 
-	inflated []byte // the last zlib-compressed record, decompressed
+	inflated  []byte // the last zlib-compressed record, decompressed
+	maxHeld   int    // Limits.MaxValues of the current record
+	smallMemo int    // memo indexes below this go to memo, the others to big
 }
+
+// Limits bound the scan of one record.
+type Limits struct {
+	// MaxInflated bounds the decompressed size of a record compressed
+	// by zc.zlibstorage: a longer one is an error.
+	MaxInflated int
+	// MaxValues bounds the values a scan holds at once: the stack, the
+	// memo entries, the open MARKs, the lists and the persistent ids met.
+	// A value takes about 50 bytes of memory.
+	MaxValues int
+}
+
+// DefaultLimits are the limits of a zero Scanner: 256 MiB decompressed
+// (ZEO's biggest frame by default) and 8M values (at most about 400 MiB
+// of memory). A record that ZODB/py wrote and that is over them holds a
+// tuple of millions of items or as many distinct strings and containers;
+// pack then runs without garbage collection, as for any record whose
+// references cannot be read.
+var DefaultLimits = Limits{MaxInflated: 256 << 20, MaxValues: 1 << 23}
+
+// ErrLimit is wrapped by the errors of records over the Scanner's Limits.
+var ErrLimit = errors.New("over the scanner's limits")
+
+// keepValues is the most values of capacity each of the Scanner's buffers
+// keeps for the next record.
+const keepValues = 1 << 16
 
 // pid is a persistent id met while scanning, with the offset of its opcode.
 type pid struct {
@@ -92,7 +136,8 @@ type pid struct {
 	pos int
 }
 
-// maxSmallMemo bounds the memo slice; larger indexes go to a map.
+// maxSmallMemo bounds the memo slice; larger indexes go to a map (see
+// memoPut).
 const maxSmallMemo = 1 << 16
 
 type kind uint8
@@ -161,16 +206,26 @@ var (
 // reference and for the errors; on error dst is returned unchanged.
 func (s *Scanner) AppendReferences(dst []zodb.Oid, data []byte) ([]zodb.Oid, error) {
 	s.reset()
+	defer s.trim()
+	lim := s.Limits
+	if lim.MaxInflated <= 0 {
+		lim.MaxInflated = DefaultLimits.MaxInflated
+	}
+	if lim.MaxValues <= 0 {
+		lim.MaxValues = DefaultLimits.MaxValues
+	}
+	s.maxHeld = lim.MaxValues
 	if len(data) >= 2 && data[0] == '.' && data[1] == 'z' {
 		var err error
-		if s.inflated, err = zlibx.AppendInflate(s.inflated[:0], data[2:]); err != nil {
+		if s.inflated, err = zlibx.AppendInflateMax(s.inflated[:0], data[2:], lim.MaxInflated); err != nil {
+			if errors.Is(err, zlibx.ErrTooBig) {
+				err = fmt.Errorf("%w: %w", ErrLimit, err)
+			}
 			return dst, &Error{0, fmt.Errorf("zlib-compressed record (zc.zlibstorage): %w", err)}
 		}
 		data = s.inflated
-		if cap(s.inflated) > maxKeptInflated {
-			defer func() { s.inflated = nil }()
-		}
 	}
+	s.smallMemo = min(maxSmallMemo, len(data))
 	pos := 0
 	var err error
 	var where int
@@ -204,6 +259,33 @@ func (s *Scanner) reset() {
 	s.nmemo = 0
 	s.lists = s.lists[:0]
 	s.pids = s.pids[:0]
+}
+
+// trim drops the buffers that a big record made grow past what the next
+// records need, so that a Scanner kept for a whole pack does not hold the
+// memory of its biggest record.
+func (s *Scanner) trim() {
+	if cap(s.inflated) > maxKeptInflated {
+		s.inflated = nil
+	}
+	if cap(s.stack) > keepValues {
+		s.stack = nil
+	}
+	if cap(s.memo) > keepValues {
+		s.memo = nil
+	}
+	if len(s.big) > keepValues {
+		s.big = nil
+	}
+	if cap(s.marks) > keepValues {
+		s.marks = nil
+	}
+	if cap(s.lists) > keepValues {
+		s.lists = nil
+	}
+	if cap(s.pids) > keepValues {
+		s.pids = nil
+	}
 }
 
 // pidOid converts a persistent id to the oid it references, as referencesf

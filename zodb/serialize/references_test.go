@@ -3,24 +3,22 @@ package serialize_test
 import (
 	"bufio"
 	"bytes"
-	"compress/gzip"
 	"compress/zlib"
 	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/internal/datasets"
 	"github.com/zodbd/zodbd/internal/storagetest"
 	"github.com/zodbd/zodbd/zodb"
 	"github.com/zodbd/zodbd/zodb/serialize"
@@ -261,42 +259,8 @@ func fileRecords(t testing.TB, path string) [][]byte {
 	return recs
 }
 
-// datasetFiles decompresses the shared benchmark datasets into dir; it
-// returns nil when the shared data is not there.
-func datasetFiles(t testing.TB, dir string) []string {
-	t.Helper()
-	shared := os.Getenv("ZODBD_SHARED")
-	if shared == "" {
-		shared = filepath.Join("..", "..", "..", "shared")
-	}
-	gzs, _ := filepath.Glob(filepath.Join(shared, "testdata", "datasets", "*.fs.gz"))
-	var paths []string
-	for _, gz := range gzs {
-		f, err := os.Open(gz)
-		if err != nil {
-			t.Fatal(err)
-		}
-		zr, err := gzip.NewReader(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(dir, strings.TrimSuffix(filepath.Base(gz), ".gz"))
-		out, err := os.Create(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.Copy(out, zr); err != nil {
-			t.Fatal(err)
-		}
-		out.Close()
-		f.Close()
-		paths = append(paths, path)
-	}
-	return paths
-}
-
 // TestReferencesMatchZODBpy compares References with ZODB/py's referencesf
-// on every record of the fs1 fixtures and of the shared datasets, on a
+// on every record of the fs1 fixtures and of the benchmark datasets, on a
 // corpus of every reference form made with zodbpickle, and on mutations of
 // all of those.
 func TestReferencesMatchZODBpy(t *testing.T) {
@@ -318,15 +282,8 @@ func TestReferencesMatchZODBpy(t *testing.T) {
 	for _, p := range fixtures {
 		sets["fixtures"] = append(sets["fixtures"], fileRecords(t, p)...)
 	}
-	datasets := datasetFiles(t, t.TempDir())
-	if len(datasets) == 0 {
-		if os.Getenv("CI") != "" {
-			t.Fatal("shared datasets not found")
-		}
-		t.Log("shared datasets not found: comparing on the fixtures and the corpus only")
-	}
-	for _, p := range datasets {
-		sets[filepath.Base(p)] = fileRecords(t, p)
+	for _, name := range datasets.Names {
+		sets[name] = fileRecords(t, datasets.Path(t, name))
 	}
 
 	// Mutations: flipped, inserted and deleted bytes, and truncations.

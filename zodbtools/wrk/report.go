@@ -67,6 +67,9 @@ func (r *Result) WriteTable(w io.Writer) error {
 			r.URL, r.Clients, r.Elapsed.Seconds(), cache, r.Objects, r.Bytes, r.At)
 	}
 	fmt.Fprintf(&sb, "  %-12s %d (%.0f %s/s)\n", noun, r.Ops, r.LoadsPerSec(), noun)
+	if r.AnsweredBy != "" {
+		fmt.Fprintf(&sb, "  answered by  %s\n", r.AnsweredBy)
+	}
 	fmt.Fprintf(&sb, "  errors       %d", r.Errors)
 	if r.FirstErr != nil {
 		fmt.Fprintf(&sb, " (first: %v)", r.FirstErr)
@@ -140,6 +143,7 @@ type jsonResult struct {
 	URL          string      `json:"url"`
 	Clients      int         `json:"clients"`
 	Cache        string      `json:"cache"`
+	AnsweredBy   string      `json:"answered_by,omitempty"`
 	At           string      `json:"at"`
 	Objects      int         `json:"objects"`
 	Bytes        int64       `json:"bytes"`
@@ -176,7 +180,7 @@ func (r *Result) JSON(topic string, env interface{}) ([]byte, error) {
 		cache = "off"
 	}
 	j := jsonResult{
-		Tool: "zodbd wrk", Workload: r.noun(), URL: r.URL, Clients: r.Clients, Cache: cache, At: r.At.String(),
+		Tool: "zodbd wrk", Workload: r.noun(), URL: r.URL, Clients: r.Clients, Cache: cache, AnsweredBy: r.AnsweredBy, At: r.At.String(),
 		Objects: r.Objects, Bytes: r.Bytes, DurationS: r.Elapsed.Seconds(),
 		Ops: r.Ops, OpsPerS: r.LoadsPerSec(), Errors: r.Errors,
 		CPUS: r.CPU.Seconds(), CPUNsPerOp: float64(r.cpuPerOp()),

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/zodbd/zodbd/zodb"
+	"github.com/zodbd/zodbd/zodb/cache"
 )
 
 // Config is one wrk run.
@@ -32,7 +33,7 @@ type Config struct {
 	Duration time.Duration // measured time
 	// CacheSize is passed to zodb.Open for every client: 0 is the
 	// driver's default cache, negative turns it off (every load is a
-	// round trip).
+	// round trip: what `zodbd wrk` does unless asked).
 	CacheSize int64
 	// Progress, when not nil, receives a progress line every second,
 	// rewritten in place (for a terminal).
@@ -67,6 +68,9 @@ type Result struct {
 	CPU       time.Duration // user+system CPU time of this process during the run
 	Latency   Histogram     // all clients merged
 	PerClient []uint64      // loads per client
+	// AnsweredBy says where the loads' answers came from: the server,
+	// the client cache, or the storage itself (see answeredBy).
+	AnsweredBy string
 }
 
 // client is one simulated client; its fields are only written by its own
@@ -201,10 +205,39 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		res.PerClient = append(res.PerClient, c.hist.Count())
 	}
 	res.Ops = res.Latency.Count()
+	res.AnsweredBy = answeredBy(clients, res)
 	if err := ctx.Err(); err != nil {
 		return res, err
 	}
 	return res, nil
+}
+
+// cacheStatser is a storage with a client cache (zeo://, neo://).
+type cacheStatser interface{ CacheStats() cache.Stats }
+
+// answeredBy describes where the answers of the run came from. A client
+// with its cache on answers from it every load of an object it loaded
+// before (the first pass warms client 0's cache; the others warm their own
+// on their first load of each object); the cache keeps no hit counters
+// (they would be touched by every load), so this tells how many objects
+// the caches held at the end.
+func answeredBy(clients []*client, res *Result) string {
+	if _, ok := clients[0].stor.(cacheStatser); !ok {
+		return "the storage, opened in this process (no client cache)"
+	}
+	if res.CacheOff {
+		return "the server (client cache off)"
+	}
+	if res.Commit {
+		return "the server (commits)"
+	}
+	var cached int
+	for _, c := range clients {
+		cached += c.stor.(cacheStatser).CacheStats().Objects
+	}
+	return fmt.Sprintf("the client cache after a client's first load of an object "+
+		"(%d of %d objects cached per client at the end), else the server",
+		cached/len(clients), res.Objects)
 }
 
 // firstPass loads every object on the first client's connection, with a

@@ -37,6 +37,9 @@ func TestWrk(t *testing.T) {
 			t.Errorf("a client made no load: %v", res.PerClient)
 		}
 	}
+	if want := "the server (client cache off)"; res.AnsweredBy != want || !strings.Contains(sb.String(), "answered by  "+want+"\n") {
+		t.Errorf("answered by %q, want %q", res.AnsweredBy, want)
+	}
 	if line := res.BenchLine("zeo-nocache"); !strings.HasPrefix(line, "BenchmarkZwrk/zeo-nocache/c=4\t") || !strings.Contains(line, " p99-µs\t") {
 		t.Errorf("bench line %q", line)
 	}
@@ -58,6 +61,23 @@ func TestWrkFile(t *testing.T) {
 	}
 	if res.Errors != 0 || res.Ops == 0 {
 		t.Errorf("errors %d (%v), %d loads", res.Errors, res.FirstErr, res.Ops)
+	}
+	if want := "the storage, opened in this process (no client cache)"; res.AnsweredBy != want {
+		t.Errorf("answered by %q, want %q", res.AnsweredBy, want)
+	}
+}
+
+// TestWrkCacheOn: with the client cache on, every client's cache ends up
+// holding every object, and the report says the cache answered.
+func TestWrkCacheOn(t *testing.T) {
+	url := "zeo://" + zeotest.StartZodbd(t, zeotest.Fixture(t, "1"), false)
+	res, err := wrk.Run(context.Background(), wrk.Config{URL: url, Clients: 2, Duration: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "the client cache after a client's first load of an object (22 of 22 objects cached per client at the end), else the server"
+	if res.Errors != 0 || res.AnsweredBy != want {
+		t.Errorf("errors %d (%v); answered by %q, want %q", res.Errors, res.FirstErr, res.AnsweredBy, want)
 	}
 }
 

@@ -1,0 +1,62 @@
+package cli
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func newSet() (*flag.FlagSet, *bytes.Buffer) {
+	var defaultOut bytes.Buffer
+	fl := flag.NewFlagSet("cmd", flag.ContinueOnError)
+	fl.SetOutput(&defaultOut)
+	fl.Bool("v", false, "verbose")
+	fl.Usage = func() {
+		fmt.Fprintln(fl.Output(), "usage: zodbd cmd [-v] FILE")
+		fl.PrintDefaults()
+	}
+	return fl, &defaultOut
+}
+
+func TestParse(t *testing.T) {
+	for _, tc := range []struct {
+		args           []string
+		status         int
+		ok             bool
+		stdout, stderr string // substrings; "" wants nothing written
+	}{
+		{[]string{"-v", "FILE"}, 0, true, "", ""},
+		{[]string{"-h"}, 0, false, "usage: zodbd cmd [-v] FILE\n  -v\tverbose\n", ""},
+		{[]string{"--help", "FILE"}, 0, false, "usage: zodbd cmd", ""},
+		{[]string{"-x", "FILE"}, 2, false, "", "zodbd cmd: flag provided but not defined: -x\nRun \"zodbd cmd -h\" for usage.\n"},
+		{[]string{"-v=maybe"}, 2, false, "", "zodbd cmd: invalid boolean value"},
+	} {
+		fl, defaultOut := newSet()
+		var stdout, stderr bytes.Buffer
+		status, ok := Parse(fl, tc.args, &stdout, &stderr)
+		if status != tc.status || ok != tc.ok {
+			t.Errorf("%q: status %d ok %v, want %d %v", tc.args, status, ok, tc.status, tc.ok)
+		}
+		for _, c := range []struct {
+			name      string
+			got, want string
+		}{{"stdout", stdout.String(), tc.stdout}, {"stderr", stderr.String(), tc.stderr}} {
+			if c.want == "" && c.got != "" || !strings.Contains(c.got, c.want) {
+				t.Errorf("%q: %s %q, want %q", tc.args, c.name, c.got, c.want)
+			}
+		}
+		if tc.stderr != "" && strings.Count(stderr.String(), "\n") != 2 {
+			t.Errorf("%q: stderr has not two lines: %q", tc.args, stderr.String())
+		}
+		if defaultOut.Len() != 0 {
+			t.Errorf("%q: wrote %q to the FlagSet's own output", tc.args, defaultOut.String())
+		}
+		// The FlagSet's Usage and output are as they were.
+		fl.Usage()
+		if !strings.HasPrefix(defaultOut.String(), "usage: zodbd cmd") {
+			t.Errorf("%q: Usage afterwards wrote %q to the FlagSet's output", tc.args, defaultOut.String())
+		}
+	}
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package zlibx
+
+const raceDetector = false

@@ -1,0 +1,254 @@
+package zeo
+
+import (
+	"context"
+	"io"
+	"time"
+
+	"github.com/zodbd/zodbd/internal/eventlog"
+	"github.com/zodbd/zodbd/zodb"
+)
+
+// The invalidation queue: the last InvalidationQueueSize commits of a
+// storage and the oids each changed, from which getInvalidations answers a
+// client that reconnects (ZEO's invq).
+//
+// At start the queue is seeded with the storage's last transactions, as
+// ZEO does, so that a client reconnecting after a restart verifies its
+// cache instead of dropping it. ZEO reads their oids at start; here only
+// their tids are read (one header each), and the oids of a seeded entry
+// are read from the storage the first time a getInvalidations needs them
+// (the seeded entries after the client's tid, in one backward read), then
+// kept. The start of a server does not depend on the size of the last
+// transactions (a million records in the last 100 transactions of a large
+// import take seconds to read), and a client whose tid is recent reads
+// only the transactions after it.
+//
+// The answers are ZEO's: for a tid at least the oldest queued one, the
+// last tid and every oid changed after tid; for an older tid, None (the
+// client verifies its whole cache), unless invalidation-age lets the
+// server iterate the storage (invalidationsByIteration). A seeded entry
+// whose oids cannot be read makes the answer None as well: the client
+// then verifies everything, which is always correct.
+
+// invalidation is one commit of the queue. A lazy entry (seeded at start
+// from a recentTider) knows its tid only: its oids are read when needed.
+type invalidation struct {
+	tid  zodb.Tid
+	oids []zodb.Oid
+	lazy bool
+}
+
+// invQueue is a ring of the last size commits, oldest first from head.
+type invQueue struct {
+	ring []invalidation
+	head int // index of the oldest entry when the ring is full
+	size int
+	lazy int // lazy entries in the ring
+}
+
+func (q *invQueue) len() int { return len(q.ring) }
+
+// at returns the i-th oldest entry.
+func (q *invQueue) at(i int) *invalidation { return &q.ring[(q.head+i)%len(q.ring)] }
+
+// push adds inv as the newest entry, dropping the oldest when the queue
+// is full.
+func (q *invQueue) push(inv invalidation) {
+	if q.size <= 0 {
+		return
+	}
+	if inv.lazy {
+		q.lazy++
+	}
+	if len(q.ring) < q.size {
+		q.ring = append(q.ring, inv)
+		return
+	}
+	if q.ring[q.head].lazy {
+		q.lazy--
+	}
+	q.ring[q.head] = inv
+	q.head = (q.head + 1) % q.size
+}
+
+// lazyAfter returns the newest lazy entry with a tid > tid, if any.
+func (q *invQueue) lazyAfter(tid zodb.Tid) (zodb.Tid, bool) {
+	if q.lazy == 0 {
+		return 0, false
+	}
+	for i := q.len() - 1; i >= 0; i-- {
+		if e := q.at(i); e.lazy && e.tid > tid {
+			return e.tid, true
+		}
+	}
+	return 0, false
+}
+
+// fill gives the lazy entries with after < tid <= upto their oids, from
+// the storage's transactions in that range (tids ascending, as
+// ChangesBetween returns them). An entry whose transaction is not there
+// any more (a pack removed it) gets no oids.
+func (q *invQueue) fill(after, upto zodb.Tid, tids []zodb.Tid, oids [][]zodb.Oid) {
+	j := 0
+	for i := 0; i < q.len(); i++ {
+		e := q.at(i)
+		if !e.lazy || e.tid <= after || e.tid > upto {
+			continue
+		}
+		for j < len(tids) && tids[j] < e.tid {
+			j++
+		}
+		e.oids = nil
+		if j < len(tids) && tids[j] == e.tid {
+			e.oids = oids[j]
+		}
+		e.lazy = false
+		q.lazy--
+	}
+}
+
+// recentTider is implemented by storages that can list the tids of their
+// last transactions without reading their records, and the oids of the
+// transactions in a range of tids (fs1 reads backwards from the end).
+type recentTider interface {
+	RecentTids(ctx context.Context, n int) ([]zodb.Tid, error)
+	ChangesBetween(ctx context.Context, after, upto zodb.Tid) (tids []zodb.Tid, oids [][]zodb.Oid, err error)
+}
+
+// recentChanger is implemented by storages that can list their last
+// transactions' oids; the queue is then seeded with the oids read at
+// start.
+type recentChanger interface {
+	RecentChanges(ctx context.Context, n int) (tids []zodb.Tid, oids [][]zodb.Oid, err error)
+}
+
+// seedInvalidations fills the invalidation queue with the storage's last
+// transactions (see above).
+func (st *storage) seedInvalidations() {
+	ctx := context.Background()
+	n := st.srv.cfg.InvalidationQueueSize
+	st.invq.size = n
+	fail := func(err error) {
+		st.srv.ss.log(eventlog.Error, "storage %s: cannot read its last transactions for the invalidation queue: %v", st.name, err)
+	}
+	if rt, ok := st.st.(recentTider); ok {
+		tids, err := rt.RecentTids(ctx, n)
+		if err != nil {
+			fail(err)
+			return
+		}
+		st.rt = rt
+		for _, tid := range tids {
+			st.invq.push(invalidation{tid: tid, lazy: true})
+		}
+		return
+	}
+	if rc, ok := st.st.(recentChanger); ok {
+		tids, oids, err := rc.RecentChanges(ctx, n)
+		if err != nil {
+			fail(err)
+			return
+		}
+		for i := range tids {
+			st.invq.push(invalidation{tid: tids[i], oids: oids[i]})
+		}
+	}
+}
+
+// queuedAfterLocked calls f for each queued invalidation after tid, oldest
+// first. st.mu is held. The entries after the storage's last published
+// tid are never lazy (lazy ones were published at start).
+func (st *storage) queuedAfterLocked(tid zodb.Tid, f func(*invalidation)) {
+	for i := 0; i < st.invq.len(); i++ {
+		if inv := st.invq.at(i); inv.tid > tid {
+			f(inv)
+		}
+	}
+}
+
+// invalidationsSince answers getInvalidations(tid) from the queue: the
+// last tid and every oid changed after tid, or ok=false when tid is older
+// than the oldest queued commit (ZEO's rule; the commit just before the
+// oldest one is not known) or the oids of seeded entries cannot be read.
+func (st *storage) invalidationsSince(ctx context.Context, tid zodb.Tid) (last zodb.Tid, oids []zodb.Oid, ok bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for {
+		last = st.lastTid
+		if tid >= last {
+			return last, nil, true
+		}
+		if st.invq.len() == 0 || tid < st.invq.at(0).tid {
+			return 0, nil, false
+		}
+		upto, lazy := st.invq.lazyAfter(tid)
+		if !lazy {
+			break
+		}
+		// Read the seeded transactions after tid without the lock
+		// (commits go on), then fill what is still queued. Lazy entries
+		// are never added, so the next round finds none after tid.
+		st.mu.Unlock()
+		tids, oids, err := st.rt.ChangesBetween(ctx, tid, upto)
+		st.mu.Lock()
+		if err != nil {
+			if ctx.Err() == nil { // not a client that went away
+				st.srv.ss.log(eventlog.Error, "storage %s: getInvalidations(%s): reading the transactions of the invalidation queue: %v", st.name, tid, err)
+			}
+			return 0, nil, false
+		}
+		st.invq.fill(tid, upto, tids, oids)
+	}
+	var set oidSet
+	st.queuedAfterLocked(tid, func(inv *invalidation) { set.add(inv.oids...) })
+	return last, set.oids, true
+}
+
+// invalidationsByIteration answers getInvalidations(tid) for a tid older
+// than the invalidation queue, as ZEO does with invalidation-age: when tid
+// is less than InvalidationAge old, by iterating the transactions after
+// it, returning the last one's tid and every oid they changed; otherwise
+// ok=false (the client must then drop its cache).
+func (st *storage) invalidationsByIteration(ctx context.Context, tid zodb.Tid) (last zodb.Tid, oids []zodb.Oid, ok bool) {
+	age := st.srv.cfg.InvalidationAge
+	if age <= 0 || time.Since(tid.Time()) >= age {
+		return 0, nil, false
+	}
+	var set oidSet
+	fail := func(err error) (zodb.Tid, []zodb.Oid, bool) {
+		if ctx.Err() == nil { // not a client that went away
+			st.srv.ss.log(eventlog.Error, "storage %s: getInvalidations(%s): iterating the transactions since: %v", st.name, tid, err)
+		}
+		return 0, nil, false
+	}
+	it := st.st.Iterate(ctx, tid+1, zodb.TidMax)
+	for {
+		txn, data, err := it.NextTxn(ctx)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fail(err)
+		}
+		for {
+			d, err := data.NextData(ctx)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return fail(err)
+			}
+			set.add(d.Oid)
+		}
+		last = txn.Tid
+	}
+	// The iteration sees what the storage has published; commits already
+	// broadcast (committed) may not be published yet. Those are in the
+	// queue: add them, and answer the last tid committed, so that the
+	// client misses none (its loads wait for their state, see register).
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.queuedAfterLocked(max(last, tid), func(inv *invalidation) { set.add(inv.oids...) })
+	return st.lastTid, set.oids, true
+}

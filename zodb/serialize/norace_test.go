@@ -1,0 +1,5 @@
+//go:build !race
+
+package serialize_test
+
+const raceDetector = false
