@@ -656,10 +656,6 @@ func (n *Node) handleMaster(ctx context.Context, m *link.Conn, id uint32, code u
 		n.log.Printf("neo storage: master: %s ignored (read-only node)", proto.CodeName(code))
 		return next, nil
 	}
-	if code&proto.AnswerBit != 0 {
-		n.log.Printf("neo storage: master: unexpected answer %s (msg %d)", proto.CodeName(code), id)
-		return next, nil
-	}
 	if !proto.KnownCode(code) {
 		return next, badInput("unknown packet code 0x%04x", code)
 	}
