@@ -170,8 +170,12 @@ func (q *Writer) Cork() {
 func (q *Writer) Uncork() error {
 	q.mu.Lock()
 	q.corked = false
-	q.mu.Unlock()
-	return q.Flush()
+	if q.err != nil || q.writing || len(q.buf) == 0 {
+		err := q.err
+		q.mu.Unlock()
+		return err
+	}
+	return q.drainLocked()
 }
 
 // WaitRoom waits while more than half of the budget (or, while the
