@@ -23,8 +23,11 @@ type FileConfig struct {
 	// Msgpack is nil when the file does not say (then $ZEO_MSGPACK decides).
 	Msgpack                  *bool
 	ClientConflictResolution bool
-	SSL                      *SSLConfig
-	Storages                 []FileStorageConfig
+	// BusyPoll is zodbd's busy-poll key as written ("" when absent):
+	// "off", "on" or a duration; zodbd serve parses it as its --busy-poll.
+	BusyPoll string
+	SSL      *SSLConfig
+	Storages []FileStorageConfig
 	// EventLog is the <eventlog> section, nil when there is none (then
 	// runzeo logs to standard error at level INFO).
 	EventLog *EventLogConfig
@@ -155,6 +158,8 @@ func (cfg *FileConfig) zeoSection(s *section) error {
 			var b bool
 			b, err = parseBool(v)
 			cfg.Msgpack = &b
+		case "busy-poll":
+			cfg.BusyPoll = v
 		default:
 			err = fmt.Errorf("unknown key")
 		}

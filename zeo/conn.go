@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/busypoll"
 	"github.com/zodbd/zodbd/internal/eventlog"
 	"github.com/zodbd/zodbd/internal/memtrim"
 	"github.com/zodbd/zodbd/internal/netconn"
@@ -67,7 +68,7 @@ func newConn(s *Server, nc net.Conn) *conn {
 		srv:     s,
 		nc:      nc,
 		peer:    nc.RemoteAddr().String(),
-		br:      bufio.NewReaderSize(nc, 64<<10),
+		br:      bufio.NewReaderSize(busypoll.NewReader(nc, s.cfg.BusyPoll), 64<<10),
 		dec:     newDecoder(s.cfg.Marshal),
 		enc:     wire.Encoder{M: s.cfg.Marshal, Buf: make([]byte, 0, 64<<10)},
 		ctx:     ctx,

@@ -26,6 +26,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/busypoll"
 	"github.com/zodbd/zodbd/internal/eventlog"
 	"github.com/zodbd/zodbd/internal/netconn"
 	"github.com/zodbd/zodbd/zeo/wire"
@@ -94,6 +95,9 @@ type Config struct {
 	MaxQueuedTotal int
 	// TLS, when not nil, wraps every connection in TLS.
 	TLS *tls.Config
+	// BusyPoll, when not nil, makes each connection's reader spin on its
+	// socket before parking (internal/busypoll; not over TLS).
+	BusyPoll *busypoll.Poller
 	// Resolve, when not nil, resolves conflicts in the server at vote
 	// (as runzeo does by default); the conflicts it leaves go to the
 	// client, which resolves them in its vote.

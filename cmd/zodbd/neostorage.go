@@ -51,6 +51,8 @@ func runNeoStorage(args []string) int {
 	fl.IntVar(&gomaxprocs, "gomaxprocs", 0, "set GOMAXPROCS (0: Go's default)")
 	fl.StringVar(&cpus, "cpus", "", "pin the process to these CPUs (e.g. 0-7,16-23)")
 	fl.StringVar(&debugAddr, "debug-addr", "", "serve Go's profiler (net/http/pprof) at http://`HOST:PORT`/debug/pprof/ (keep it private)")
+	var busyPoll busyPollFlag
+	fl.Var(&busyPoll, "busy-poll", busyPollUsage)
 	var noChecksum bool
 	fl.BoolVar(&noChecksum, "no-checksum", false, "for benchmarks only: send zero checksums instead of sha1(data) (FileStorage backend); only clients that skip their check (neo://...?verify=0) can read from such a node")
 	var withMaster string
@@ -136,11 +138,15 @@ func runNeoStorage(args []string) int {
 
 		MaxQueued:      int(maxQueued),
 		MaxQueuedTotal: int(maxQueuedTotal),
+		BusyPoll:       busyPoll.poller(),
 	})
 	if err != nil {
 		return fatalf("neo-storage", "%v", err)
 	}
 	log.Printf("zodbd neo-storage: serving %s on %s for cluster %q", arg, n.Addr(), clusterName)
+	if busyPoll.spin > 0 {
+		log.Printf("zodbd neo-storage: busy-polling: a connection's reader spins up to %v before parking", busyPoll.spin)
+	}
 	if err := n.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		return fatalf("neo-storage", "%v", err)
 	}

@@ -116,6 +116,8 @@ func runServe(args []string) int {
 	fl.IntVar(&gomaxprocs, "gomaxprocs", 0, "set GOMAXPROCS (0: Go's default, the number of usable CPUs)")
 	fl.StringVar(&cpus, "cpus", "", "pin the process to these CPUs (e.g. 0-7,16-23)")
 	fl.StringVar(&debugAddr, "debug-addr", "", "serve Go's profiler (net/http/pprof) at http://`HOST:PORT`/debug/pprof/ (keep it private)")
+	var busyPoll busyPollFlag
+	fl.Var(&busyPoll, "busy-poll", busyPollUsage)
 	if status, ok := parseFlags(fl, args); !ok {
 		return status
 	}
@@ -184,6 +186,11 @@ func runServe(args []string) int {
 	if set["msgpack"] {
 		useMsgpack = msgpack
 	}
+	if fc.BusyPoll != "" && !set["busy-poll"] {
+		if err := busyPoll.Set(fc.BusyPoll); err != nil {
+			return fatalf("serve", "%s: <zeo> busy-poll: %v", conf, err)
+		}
+	}
 
 	el, err := openEventLog(fc.EventLog, logPath)
 	if err != nil {
@@ -209,6 +216,11 @@ func runServe(args []string) int {
 		MaxQueuedTotal:        int(maxQueuedTotal),
 		Marshal:               wire.Pickle,
 		Log:                   el,
+		BusyPoll:              busyPoll.poller(),
+	}
+	if p := cfg.BusyPoll; p != nil {
+		logf(eventlog.Info, "busy-polling: a connection's reader spins up to %v before parking, at most %d at once",
+			p.Spin(), p.MaxSpinners())
 	}
 	if maxQueued <= 0 {
 		return fatalf("serve", "--max-queued must be more than 0")

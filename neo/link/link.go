@@ -25,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/busypoll"
 	"github.com/zodbd/zodbd/internal/netconn"
 	"github.com/zodbd/zodbd/neo/proto"
 )
@@ -49,6 +50,9 @@ type Options struct {
 	TLS              *tls.Config   // TLS first, then the NEO handshake inside
 	HandshakeTimeout time.Duration // DefaultHandshakeTimeout when 0; < 0: none
 	MaxPacketSize    int           // proto.MaxPacketSize when 0
+	// BusyPoll, when not nil, makes the reader spin on the socket before
+	// parking (internal/busypoll; not over TLS).
+	BusyPoll *busypoll.Poller
 	// Logf logs dropped answers; log.Printf when nil.
 	Logf func(format string, args ...any)
 	// Handler, when set, receives the peer's requests and notifications
@@ -230,7 +234,7 @@ func Handshake(ctx context.Context, nc net.Conn, opt *Options, server bool) (net
 	if _, err := nc.Write(proto.Handshake[:]); err != nil {
 		return fail(err)
 	}
-	rd := proto.NewReader(nc)
+	rd := proto.NewReader(busypoll.NewReader(nc, opt.BusyPoll))
 	rd.MaxSize = opt.MaxPacketSize
 	if err := rd.ReadHandshake(); err != nil {
 		if ctx.Err() != nil {

@@ -36,6 +36,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/busypoll"
 	"github.com/zodbd/zodbd/internal/netconn"
 	"github.com/zodbd/zodbd/neo/link"
 	"github.com/zodbd/zodbd/neo/msgp"
@@ -75,6 +76,9 @@ type Config struct {
 	// 1 GiB; < 0: no bound), counted in netconn.Unit units of the
 	// connections with at least that much queued.
 	MaxQueuedTotal int
+	// BusyPoll, when not nil, makes the reader of each client connection
+	// spin on its socket before parking (internal/busypoll; not over TLS).
+	BusyPoll *busypoll.Poller
 }
 
 // Node is a storage node.

@@ -57,7 +57,7 @@ func (n *Node) acceptLoop(ctx context.Context) {
 func (n *Node) servePeer(ctx context.Context, nc net.Conn) {
 	defer nc.Close()
 	name := nc.RemoteAddr().String()
-	nc, rd, err := link.Handshake(ctx, nc, &link.Options{TLS: n.cfg.TLS, HandshakeTimeout: n.cfg.IdentifyTimeout}, true)
+	nc, rd, err := link.Handshake(ctx, nc, &link.Options{TLS: n.cfg.TLS, HandshakeTimeout: n.cfg.IdentifyTimeout, BusyPoll: n.cfg.BusyPoll}, true)
 	if err != nil {
 		n.log.Printf("neo storage: %s: %v (closing)", name, err)
 		return
