@@ -47,7 +47,7 @@ func runWrk(args []string) int {
 	dur := fl.Duration("d", 10*time.Second, "measured `duration`")
 	cacheFlag := fl.String("cache", "off", "client cache: off (every load asks the server), on (the driver's default size), or a byte `size` (64M, 1G)")
 	asJSON := fl.Bool("json", false, "print the result as one JSON object")
-	topic := fl.String("topic", "", "`name` in the benchmark line (default: the URL's scheme, -nocache when off)")
+	topic := fl.String("topic", "", "`name` in the benchmark line (default: the URL's scheme, -cache when on)")
 	commit := fl.Bool("commit", false, "the commit workload instead of loads (writes to the storage)")
 	objects := fl.Int("objects", wrk.DefaultCommitObjects, "--commit: objects per client")
 	size := fl.Int("size", wrk.DefaultCommitSize, "--commit: `bytes` of data per object stored")
@@ -65,7 +65,7 @@ func runWrk(args []string) int {
 	}
 	target := pos[0]
 	if *topic == "" {
-		*topic = wrk.Topic(target, cacheSize < 0)
+		*topic = wrk.Topic(target, cacheSize >= 0 && !*commit) // commits: the cache plays no part
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

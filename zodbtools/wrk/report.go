@@ -12,14 +12,15 @@ import (
 )
 
 // Topic is the default name of a run in benchmark lines: the URL's scheme
-// ("zeo", "file", ...), with "-nocache" when the client cache is off.
-func Topic(rawurl string, cacheOff bool) string {
+// ("zeo", "file", ...), with "-cache" when loads were answered from a
+// client cache (not wrk's default, which measures the server).
+func Topic(rawurl string, cacheOn bool) string {
 	t := "file"
 	if u, err := url.Parse(rawurl); err == nil && strings.Contains(rawurl, "://") {
 		t = u.Scheme
 	}
-	if cacheOff {
-		t += "-nocache"
+	if cacheOn {
+		t += "-cache"
 	}
 	return t
 }

@@ -40,10 +40,10 @@ func TestWrk(t *testing.T) {
 	if want := "the server (client cache off)"; res.AnsweredBy != want || !strings.Contains(sb.String(), "answered by  "+want+"\n") {
 		t.Errorf("answered by %q, want %q", res.AnsweredBy, want)
 	}
-	if line := res.BenchLine("zeo-nocache"); !strings.HasPrefix(line, "BenchmarkZwrk/zeo-nocache/c=4\t") || !strings.Contains(line, " p99-µs\t") {
+	if line := res.BenchLine("zeo"); !strings.HasPrefix(line, "BenchmarkZwrk/zeo/c=4\t") || !strings.Contains(line, " p99-µs\t") {
 		t.Errorf("bench line %q", line)
 	}
-	b, err := res.JSON("zeo-nocache", nil)
+	b, err := res.JSON("zeo", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
