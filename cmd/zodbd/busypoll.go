@@ -44,5 +44,5 @@ func (f *busyPollFlag) poller() *busypoll.Poller { return busypoll.New(f.spin, 0
 
 const busyPollUsage = "spin on a connection's socket for up to this long after answering before parking, " +
 	"so that an active client's next request does not wait for an idle CPU to wake up: off, on (" +
-	"50µs) or a duration; at most GOMAXPROCS/2 connections spin at once, a connection that finds " +
+	"50µs) or a duration; at most GOMAXPROCS/4 connections spin at once, a connection that finds " +
 	"nothing spins less (docs/scheduling.md)"
