@@ -60,6 +60,9 @@ type conn struct {
 	iters   map[int64]*iterState
 	iterSeq int64
 	recOids []zodb.Oid // oids of the record_iternext in progress
+
+	msg  wire.Message // the call being handled
+	args args         // its arguments (methods.go)
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
@@ -148,14 +151,17 @@ func (c *conn) serve() {
 		if cap(frame) <= keepFrame {
 			buf = frame[:0] // reuse moderate buffers; let big ones go
 		}
-		msg, err := c.dec.DecodeMessage(frame)
+		// The message lives in the conn: handlers are called through the
+		// method table, which would move a local one to the heap.
+		c.msg, err = c.dec.DecodeMessage(frame)
 		if err != nil {
 			if !c.undecodable(err) {
 				return
 			}
-		} else if !c.handle(&msg) {
+		} else if !c.handle(&c.msg) {
 			return
 		}
+		c.msg = wire.Message{} // nothing of the frame kept
 		c.dec.Release()
 		if cap(frame) > keepFrame {
 			memtrim.Dropped(cap(frame))

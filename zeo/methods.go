@@ -22,9 +22,10 @@ func (e *argError) Error() string { return e.msg }
 
 // args gives typed access to a call's positional arguments.
 type args struct {
-	name string
-	v    []wire.Value
-	err  error
+	name   string // the method's, for error messages
+	v      []wire.Value
+	err    error
+	oneway bool // the call was made one-way
 }
 
 func (a *args) fail(i int, want string) {
@@ -143,6 +144,260 @@ func (a *args) value(i int) *wire.Value {
 
 // handle processes one message. It returns false when the connection must
 // be closed.
+// A method is one entry of the server's method table: what a call of it
+// may pass, whether the client calls it one-way, and its handler.
+type method struct {
+	name     string // its key in the table
+	min, max int    // arguments accepted; max < 0: not checked (runzeo ignores them)
+	// oneway: the client calls it one-way, so it has no reply of its own;
+	// called synchronously (ZODB's tests do), it is answered None.
+	oneway bool
+	// call runs the method on the call's arguments, already counted. It
+	// writes its own reply (or none); an error it returns, or one left in
+	// a, is the call's exception reply (or, one-way, closes the connection).
+	call func(c *conn, id *wire.Value, a *args) error
+}
+
+// methods is the server's method table: every ZEO 5 method a client may
+// call, by name. Filled in init (the handlers refer to the table's users).
+var methods map[string]*method
+
+// anyArgs marks a method whose arguments are not checked.
+const anyArgs = -1
+
+func init() {
+	noArgs := func(f func(c *conn, id *wire.Value)) func(*conn, *wire.Value, *args) error {
+		return func(c *conn, id *wire.Value, _ *args) error { f(c, id); return nil }
+	}
+	// record appends one operation to the open transaction's log (the
+	// one-way calls of the commit); txnArg is the index of its txn id.
+	record := func(txnArg int, mk func(a *args) op) func(*conn, *wire.Value, *args) error {
+		return func(c *conn, _ *wire.Value, a *args) error { return c.record(a.int(txnArg), mk(a), a) }
+	}
+	// txnCall runs f on the call's transaction id.
+	txnCall := func(f func(c *conn, id *wire.Value, txnID int64)) func(*conn, *wire.Value, *args) error {
+		return func(c *conn, id *wire.Value, a *args) error {
+			if txnID := a.int(0); a.err == nil {
+				f(c, id, txnID)
+			}
+			return nil
+		}
+	}
+	// window reads undoLog's and undoInfo's (first, last) with their defaults.
+	window := func(a *args) (int, int) {
+		first, last := int64(0), int64(-20)
+		if len(a.v) > 0 {
+			first = a.int(0)
+		}
+		if len(a.v) > 1 {
+			last = a.int(1)
+		}
+		return int(first), int(last)
+	}
+	blobCall := func(c *conn, id *wire.Value, a *args) error { return c.blobCall(id, a.name, a, a.oneway) } // blob.go
+	newOids := func(c *conn, id *wire.Value, a *args) error {
+		n := int64(100)
+		if len(a.v) == 1 {
+			n = a.int(0)
+		}
+		if a.err != nil {
+			return nil
+		}
+		return c.newOids(id, n, a.name == "new_oid")
+	}
+
+	methods = map[string]*method{
+		// Loads.
+		"loadBefore": {min: 2, max: 2, call: func(c *conn, id *wire.Value, a *args) error {
+			if oid, tid := a.oid(0), a.tid(1); a.err == nil {
+				c.loadBefore(id, oid, tid)
+			}
+			return nil
+		}},
+		"loadSerial": {min: 2, max: 2, call: func(c *conn, id *wire.Value, a *args) error {
+			if oid, serial := a.oid(0), a.tid(1); a.err == nil {
+				return c.loadSerial(id, oid, serial)
+			}
+			return nil
+		}},
+		"getTid": {min: 1, max: 1, call: func(c *conn, id *wire.Value, a *args) error {
+			if oid := a.oid(0); a.err == nil {
+				return c.getTid(id, oid)
+			}
+			return nil
+		}},
+		"history": {min: 1, max: 2, call: func(c *conn, id *wire.Value, a *args) error {
+			oid, size := a.oid(0), int64(1)
+			if len(a.v) == 2 {
+				size = a.int(1)
+			}
+			if a.err != nil {
+				return nil
+			}
+			return c.history(id, oid, int(size))
+		}},
+		"record_iternext": {min: 0, max: 1, call: func(c *conn, id *wire.Value, a *args) error {
+			var next zodb.Oid
+			start := len(a.v) == 0 || a.v[0].IsNone()
+			if !start {
+				next = a.oid(0)
+			}
+			if a.err != nil {
+				return nil
+			}
+			return c.recordIternext(id, next, start)
+		}},
+
+		// The session.
+		"register": {min: 2, max: 2, call: func(c *conn, id *wire.Value, a *args) error {
+			return c.register(id, a.str(0), a.truth(1), a)
+		}},
+		"get_info": {min: 0, max: anyArgs, call: noArgs(func(c *conn, id *wire.Value) {
+			c.reply(id, func(e *wire.Encoder) { c.encodeInfo(e, true) })
+		})},
+		"lastTransaction": {min: 0, max: anyArgs, call: func(c *conn, id *wire.Value, _ *args) error {
+			last, err := c.st.st.LastTid(c.ctx)
+			if err == nil {
+				c.reply(id, func(e *wire.Encoder) { e.Oid8(uint64(last)) })
+			}
+			return err
+		}},
+		"ping": {min: 0, max: anyArgs, call: noArgs(func(c *conn, id *wire.Value) {
+			c.reply(id, func(e *wire.Encoder) { e.None() })
+		})},
+		"server_status": {min: 0, max: anyArgs, call: noArgs(func(c *conn, id *wire.Value) {
+			c.reply(id, func(e *wire.Encoder) { encodeDict(e, c.srv.status(c.st)) })
+		})},
+		"set_client_label": {min: 1, max: 1, oneway: true, call: func(c *conn, _ *wire.Value, a *args) error {
+			c.setLabel(a.str(0))
+			return nil
+		}},
+		"getInvalidations": {min: 1, max: 1, call: func(c *conn, id *wire.Value, a *args) error {
+			if tid := a.tid(0); a.err == nil {
+				c.getInvalidations(id, tid)
+			}
+			return nil
+		}},
+		"new_oids": {min: 0, max: 1, call: newOids},
+		"new_oid":  {min: 0, max: 1, call: newOids},
+
+		// Two-phase commit: the one-way calls are recorded, vote replays them.
+		"tpc_begin": {min: 6, max: 6, oneway: true, call: func(c *conn, _ *wire.Value, a *args) error {
+			return c.tpcBegin(a)
+		}},
+		"storea": {min: 4, max: 4, oneway: true, call: record(3, func(a *args) op {
+			return op{kind: opStore, oid: a.oid(0), serial: a.serial(1), data: clone(a.bytes(2))}
+		})},
+		"deleteObject": {min: 3, max: 3, oneway: true, call: record(2, func(a *args) op {
+			return op{kind: opDelete, oid: a.oid(0), serial: a.tid(1)}
+		})},
+		"checkCurrentSerialInTransaction": {min: 3, max: 3, oneway: true, call: record(2, func(a *args) op {
+			return op{kind: opCheck, oid: a.oid(0), serial: a.tid(1)}
+		})},
+		"restorea": {min: 5, max: 5, oneway: true, call: record(4, func(a *args) op {
+			data, hasData := a.bytesOrNone(2)
+			if hasData && data == nil {
+				data = []byte{}
+			}
+			prev, _ := a.tidOrNone(3)
+			return op{kind: opRestore, oid: a.oid(0), serial: a.tid(1), data: clone(data), prev: prev}
+		})},
+		"undoa": {min: 2, max: 2, oneway: true, call: record(1, func(a *args) op {
+			tid, err := decodeUndoID(a.bytes(0))
+			if err != nil && a.err == nil {
+				a.err = &argError{"undoa: " + err.Error()}
+			}
+			return op{kind: opUndo, serial: tid}
+		})},
+		"vote":       {min: 1, max: 1, call: txnCall((*conn).vote)},
+		"tpc_finish": {min: 1, max: 1, call: txnCall((*conn).tpcFinish)},
+		"tpc_abort":  {min: 1, max: 1, call: txnCall((*conn).tpcAbort)},
+
+		// Undo and pack.
+		"undoLog": {min: 0, max: 2, call: func(c *conn, id *wire.Value, a *args) error {
+			first, last := window(a)
+			if a.err != nil {
+				return nil
+			}
+			return c.undoLog(id, first, last, nil)
+		}},
+		"undoInfo": {min: 0, max: 3, call: func(c *conn, id *wire.Value, a *args) error {
+			first, last := window(a)
+			var spec *wire.Value
+			if len(a.v) > 2 && a.v[2].Kind == wire.Dict {
+				spec = &a.v[2]
+			}
+			if a.err != nil {
+				return nil
+			}
+			return c.undoLog(id, first, last, spec)
+		}},
+		"pack": {min: 1, max: 3, call: func(c *conn, id *wire.Value, a *args) error {
+			t, wait := a.float(0), true
+			if len(a.v) >= 2 {
+				wait = a.truth(len(a.v) - 1)
+			}
+			if a.err == nil {
+				c.pack(id, t, wait)
+			}
+			return nil
+		}},
+
+		// Iteration.
+		"iterator_start": {min: 2, max: 2, call: func(c *conn, id *wire.Value, a *args) error {
+			start, _ := a.tidOrNone(0)
+			stop, hasStop := a.tidOrNone(1)
+			if !hasStop {
+				stop = zodb.TidMax
+			}
+			if a.err == nil {
+				c.iteratorStart(id, start, stop)
+			}
+			return nil
+		}},
+		"iterator_next": {min: 1, max: 1, call: func(c *conn, id *wire.Value, a *args) error {
+			if iid := a.int(0); a.err == nil {
+				return c.iteratorNext(id, iid)
+			}
+			return nil
+		}},
+		"iterator_record_start": {min: 2, max: 2, call: func(c *conn, id *wire.Value, a *args) error {
+			if iid, tid := a.int(0), a.tid(1); a.err == nil {
+				return c.iteratorRecordStart(id, iid, tid)
+			}
+			return nil
+		}},
+		"iterator_record_next": {min: 1, max: 1, call: func(c *conn, id *wire.Value, a *args) error {
+			if riid := a.int(0); a.err == nil {
+				return c.iteratorRecordNext(id, riid)
+			}
+			return nil
+		}},
+		"iterator_gc": {min: 1, max: 1, oneway: true, call: func(c *conn, _ *wire.Value, a *args) error {
+			ids := a.value(0)
+			for i := range ids.Items {
+				if ids.Items[i].Kind == wire.Int {
+					delete(c.iters, ids.Items[i].Int)
+				}
+			}
+			return nil
+		}},
+
+		// Blobs (blob.go).
+		"sendBlob":        {min: 0, max: anyArgs, call: blobCall},
+		"storeBlobStart":  {min: 0, max: anyArgs, call: blobCall},
+		"storeBlobChunk":  {min: 0, max: anyArgs, call: blobCall},
+		"storeBlobEnd":    {min: 0, max: anyArgs, call: blobCall},
+		"storeBlobShared": {min: 0, max: anyArgs, call: blobCall},
+	}
+	for name, m := range methods {
+		m.name = name
+	}
+}
+
+// handle runs one call: the checks every call passes (message id,
+// arguments, register first), then its entry of the method table. It
+// returns false when the connection must close.
 func (c *conn) handle(m *wire.Message) bool {
 	if m.ID.Kind == wire.Int && m.ID.Int == -1 {
 		return true // heartbeat
@@ -156,266 +411,29 @@ func (c *conn) handle(m *wire.Message) bool {
 		c.logProto(eventlog.Error, "%s: arguments are a %s, not a tuple; closing", m.Name, m.Args.Kind)
 		return false
 	}
-	a := &args{v: m.Args.Items}
-	id := &m.ID
 	if c.st == nil && string(m.Name) != "register" {
 		c.logProto(eventlog.Error, "%s called before register; closing", m.Name)
 		return false
 	}
-	var err error
-	switch string(m.Name) {
-	case "loadBefore":
-		a.name = "loadBefore"
-		if a.count(2, 2) {
-			oid, tid := a.oid(0), a.tid(1)
-			if a.err == nil {
-				c.loadBefore(id, oid, tid)
-				return true
-			}
-		}
-	case "register":
-		a.name = "register"
-		if a.count(2, 2) {
-			err = c.register(id, a.str(0), a.truth(1), a)
-		}
-	case "get_info":
-		c.reply(id, func(e *wire.Encoder) { c.encodeInfo(e, true) })
-	case "lastTransaction":
-		last, err1 := c.st.st.LastTid(c.ctx)
-		if err = err1; err == nil {
-			c.reply(id, func(e *wire.Encoder) { e.Oid8(uint64(last)) })
-		}
-	case "ping":
-		c.reply(id, func(e *wire.Encoder) { e.None() })
-	case "getInvalidations":
-		a.name = "getInvalidations"
-		if a.count(1, 1) {
-			tid := a.tid(0)
-			if a.err == nil {
-				c.getInvalidations(id, tid)
-			}
-		}
-	case "loadSerial":
-		a.name = "loadSerial"
-		if a.count(2, 2) {
-			oid, serial := a.oid(0), a.tid(1)
-			if a.err == nil {
-				err = c.loadSerial(id, oid, serial)
-			}
-		}
-	case "getTid":
-		a.name = "getTid"
-		if a.count(1, 1) {
-			oid := a.oid(0)
-			if a.err == nil {
-				err = c.getTid(id, oid)
-			}
-		}
-	case "new_oids", "new_oid":
-		a.name = string(m.Name)
-		if a.count(0, 1) {
-			n := int64(100)
-			if len(a.v) == 1 {
-				n = a.int(0)
-			}
-			if a.err == nil {
-				err = c.newOids(id, n, a.name == "new_oid")
-			}
-		}
-	case "history":
-		a.name = "history"
-		if a.count(1, 2) {
-			oid := a.oid(0)
-			size := int64(1)
-			if len(a.v) == 2 {
-				size = a.int(1)
-			}
-			if a.err == nil {
-				err = c.history(id, oid, int(size))
-			}
-		}
-	case "server_status":
-		c.reply(id, func(e *wire.Encoder) { encodeDict(e, c.srv.status(c.st)) })
-	case "set_client_label":
-		a.name = "set_client_label"
-		if a.count(1, 1) {
-			c.setLabel(a.str(0))
-		}
-	case "tpc_begin":
-		a.name = "tpc_begin"
-		if a.count(6, 6) {
-			err = c.tpcBegin(a)
-		}
-	case "storea":
-		a.name = "storea"
-		if a.count(4, 4) {
-			err = c.record(a.int(3), op{kind: opStore, oid: a.oid(0), serial: a.serial(1), data: clone(a.bytes(2))}, a)
-		}
-	case "deleteObject":
-		a.name = "deleteObject"
-		if a.count(3, 3) {
-			err = c.record(a.int(2), op{kind: opDelete, oid: a.oid(0), serial: a.tid(1)}, a)
-		}
-	case "checkCurrentSerialInTransaction":
-		a.name = "checkCurrentSerialInTransaction"
-		if a.count(3, 3) {
-			err = c.record(a.int(2), op{kind: opCheck, oid: a.oid(0), serial: a.tid(1)}, a)
-		}
-	case "restorea":
-		a.name = "restorea"
-		if a.count(5, 5) {
-			data, hasData := a.bytesOrNone(2)
-			if hasData && data == nil {
-				data = []byte{}
-			}
-			prev, _ := a.tidOrNone(3)
-			err = c.record(a.int(4), op{kind: opRestore, oid: a.oid(0), serial: a.tid(1), data: clone(data), prev: prev}, a)
-		}
-	case "undoa":
-		a.name = "undoa"
-		if a.count(2, 2) {
-			tid, err1 := decodeUndoID(a.bytes(0))
-			if err1 != nil && a.err == nil {
-				a.err = &argError{"undoa: " + err1.Error()}
-			}
-			err = c.record(a.int(1), op{kind: opUndo, serial: tid}, a)
-		}
-	case "vote":
-		a.name = "vote"
-		if a.count(1, 1) {
-			txnID := a.int(0)
-			if a.err == nil {
-				c.vote(id, txnID)
-			}
-		}
-	case "tpc_finish":
-		a.name = "tpc_finish"
-		if a.count(1, 1) {
-			txnID := a.int(0)
-			if a.err == nil {
-				c.tpcFinish(id, txnID)
-			}
-		}
-	case "tpc_abort":
-		a.name = "tpc_abort"
-		if a.count(1, 1) {
-			txnID := a.int(0)
-			if a.err == nil {
-				c.tpcAbort(id, txnID)
-			}
-		}
-	case "undoLog":
-		a.name = "undoLog"
-		if a.count(0, 2) {
-			first, last := int64(0), int64(-20)
-			if len(a.v) > 0 {
-				first = a.int(0)
-			}
-			if len(a.v) > 1 {
-				last = a.int(1)
-			}
-			if a.err == nil {
-				err = c.undoLog(id, int(first), int(last), nil)
-			}
-		}
-	case "undoInfo":
-		a.name = "undoInfo"
-		if a.count(0, 3) {
-			first, last := int64(0), int64(-20)
-			if len(a.v) > 0 {
-				first = a.int(0)
-			}
-			if len(a.v) > 1 {
-				last = a.int(1)
-			}
-			var spec *wire.Value
-			if len(a.v) > 2 && a.v[2].Kind == wire.Dict {
-				spec = &a.v[2]
-			}
-			if a.err == nil {
-				err = c.undoLog(id, int(first), int(last), spec)
-			}
-		}
-	case "pack":
-		a.name = "pack"
-		if a.count(1, 3) {
-			t := a.float(0)
-			wait := true
-			if len(a.v) >= 2 {
-				wait = a.truth(len(a.v) - 1)
-			}
-			if a.err == nil {
-				c.pack(id, t, wait)
-			}
-		}
-	case "iterator_start":
-		a.name = "iterator_start"
-		if a.count(2, 2) {
-			start, _ := a.tidOrNone(0)
-			stop, hasStop := a.tidOrNone(1)
-			if !hasStop {
-				stop = zodb.TidMax
-			}
-			if a.err == nil {
-				c.iteratorStart(id, start, stop)
-			}
-		}
-	case "iterator_next":
-		a.name = "iterator_next"
-		if a.count(1, 1) {
-			iid := a.int(0)
-			if a.err == nil {
-				err = c.iteratorNext(id, iid)
-			}
-		}
-	case "iterator_record_start":
-		a.name = "iterator_record_start"
-		if a.count(2, 2) {
-			iid, tid := a.int(0), a.tid(1)
-			if a.err == nil {
-				err = c.iteratorRecordStart(id, iid, tid)
-			}
-		}
-	case "iterator_record_next":
-		a.name = "iterator_record_next"
-		if a.count(1, 1) {
-			riid := a.int(0)
-			if a.err == nil {
-				err = c.iteratorRecordNext(id, riid)
-			}
-		}
-	case "iterator_gc":
-		a.name = "iterator_gc"
-		if a.count(1, 1) {
-			ids := a.value(0)
-			for i := range ids.Items {
-				if ids.Items[i].Kind == wire.Int {
-					delete(c.iters, ids.Items[i].Int)
-				}
-			}
-		}
-	case "record_iternext":
-		a.name = "record_iternext"
-		if a.count(0, 1) {
-			var next zodb.Oid
-			start := len(a.v) == 0 || a.v[0].IsNone()
-			if !start {
-				next = a.oid(0)
-			}
-			if a.err == nil {
-				err = c.recordIternext(id, next, start)
-			}
-		}
-	case "sendBlob", "storeBlobStart", "storeBlobChunk", "storeBlobEnd", "storeBlobShared":
-		err = c.blobCall(id, string(m.Name), a, oneway) // blob.go
-	default:
+	mt := methods[string(m.Name)]
+	if mt == nil {
 		c.logProto(eventlog.Error, "Invalid method, %q; closing", m.Name)
 		return false
+	}
+	id := &m.ID
+	// The connection's args, reused: a handler called through the table
+	// would make a fresh one escape to the heap on every request.
+	a := &c.args
+	*a = args{name: mt.name, v: m.Args.Items, oneway: oneway}
+	var err error
+	if mt.max < 0 || a.count(mt.min, mt.max) {
+		err = mt.call(c, id, a)
 	}
 	if err == nil && a.err != nil {
 		err = a.err
 	}
-	if err == nil && !oneway && noReply[string(m.Name)] {
+	a.v = nil // the frame's values: not kept past the call
+	if err == nil && !oneway && mt.oneway {
 		// A method the client normally calls one-way, called
 		// synchronously (ZODB's tests do): answer None.
 		c.reply(id, func(e *wire.Encoder) { e.None() })
@@ -428,14 +446,6 @@ func (c *conn) handle(m *wire.Message) bool {
 		c.replyError(id, err)
 	}
 	return true
-}
-
-// noReply lists the methods that produce no reply of their own (the client
-// calls them one-way).
-var noReply = map[string]bool{
-	"tpc_begin": true, "storea": true, "deleteObject": true,
-	"checkCurrentSerialInTransaction": true, "restorea": true, "undoa": true,
-	"iterator_gc": true, "set_client_label": true,
 }
 
 // reply writes a normal reply whose value body writes.
