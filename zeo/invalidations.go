@@ -108,21 +108,6 @@ func (q *invQueue) fill(after, upto zodb.Tid, tids []zodb.Tid, oids [][]zodb.Oid
 	}
 }
 
-// recentTider is implemented by storages that can list the tids of their
-// last transactions without reading their records, and the oids of the
-// transactions in a range of tids (fs1 reads backwards from the end).
-type recentTider interface {
-	RecentTids(ctx context.Context, n int) ([]zodb.Tid, error)
-	ChangesBetween(ctx context.Context, after, upto zodb.Tid) (tids []zodb.Tid, oids [][]zodb.Oid, err error)
-}
-
-// recentChanger is implemented by storages that can list their last
-// transactions' oids; the queue is then seeded with the oids read at
-// start.
-type recentChanger interface {
-	RecentChanges(ctx context.Context, n int) (tids []zodb.Tid, oids [][]zodb.Oid, err error)
-}
-
 // seedInvalidations fills the invalidation queue with the storage's last
 // transactions (see above).
 func (st *storage) seedInvalidations() {
@@ -132,7 +117,7 @@ func (st *storage) seedInvalidations() {
 	fail := func(err error) {
 		st.srv.ss.log(eventlog.Error, "storage %s: cannot read its last transactions for the invalidation queue: %v", st.name, err)
 	}
-	if rt, ok := st.st.(recentTider); ok {
+	if rt := st.recentTids; rt != nil {
 		tids, err := rt.RecentTids(ctx, n)
 		if err != nil {
 			fail(err)
@@ -144,7 +129,7 @@ func (st *storage) seedInvalidations() {
 		}
 		return
 	}
-	if rc, ok := st.st.(recentChanger); ok {
+	if rc := st.recentChanges; rc != nil {
 		tids, oids, err := rc.RecentChanges(ctx, n)
 		if err != nil {
 			fail(err)

@@ -169,7 +169,7 @@ func (c *conn) logDisconnected() {
 func (c *conn) txnDesc(t *ztxn) string {
 	var b strings.Builder
 	b.WriteString("transaction")
-	if tt, ok := t.stxn.(interface{ Tid() zodb.Tid }); ok && t.stxn != nil {
+	if tt, ok := t.stxn.(tidder); ok && t.stxn != nil {
 		b.WriteString(" " + tt.Tid().String())
 	} else if t.meta.Tid != 0 {
 		b.WriteString(" " + t.meta.Tid.String())

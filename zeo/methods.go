@@ -486,7 +486,7 @@ func (c *conn) register(id *wire.Value, name string, readOnly bool, a *args) err
 // encodeInfo writes get_info's dict (or info's, with fewer keys).
 func (c *conn) encodeInfo(e *wire.Encoder, full bool) {
 	st := c.st
-	length, size := storageSize(st.st)
+	length, size := st.storageSize()
 	n := 2
 	if full {
 		n = 6
@@ -501,7 +501,7 @@ func (c *conn) encodeInfo(e *wire.Encoder, full bool) {
 		e.Str(st.st.URL())
 		e.Str("supportsUndo")
 		e.Bool(st.undoer != nil)
-		_, iterOids := st.st.(oidLister)
+		iterOids := st.oids != nil
 		e.Str("supports_record_iternext")
 		e.Bool(iterOids)
 		e.Str("interfaces")
@@ -535,30 +535,12 @@ func (c *conn) encodeInfo(e *wire.Encoder, full bool) {
 	e.EndDict(n)
 }
 
-// storageSize returns the number of objects and the size in bytes, for
-// storages that can tell (FileStorage's Len and End).
-func storageSize(s zodb.Storage) (length int, size int64) {
-	if l, ok := s.(interface{ Len() int }); ok {
-		length = l.Len()
-	}
-	if e, ok := s.(interface{ End() int64 }); ok {
-		size = e.End()
-	}
-	return
-}
-
-// oidLister is implemented by storages that can list their oids in order
-// (fs1), for record_iternext.
-type oidLister interface {
-	Oids() []zodb.Oid
-}
-
 // recordIternext answers record_iternext(next): the current record of the
 // smallest oid >= next and the oid after it (None at the end). The oid list
 // is taken when an iteration starts (next None) and kept on the connection.
 func (c *conn) recordIternext(id *wire.Value, next zodb.Oid, start bool) error {
-	ol, ok := c.st.st.(oidLister)
-	if !ok {
+	ol := c.st.oids
+	if ol == nil {
 		return &pyError{"ZODB.POSException.StorageError", "record_iternext is not supported by this storage"}
 	}
 	if start || c.recOids == nil {

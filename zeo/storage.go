@@ -18,16 +18,12 @@ var errTooManyFiles = syscall.EMFILE
 // invalidations. Its mutex is taken on register, disconnect and commit,
 // never on a load.
 type storage struct {
-	srv      *Server
-	name     string
-	st       zodb.Storage
-	ws       zodb.WriteStorage // nil if the storage cannot be written
-	bl       zodb.BeforeLoader // nil if the storage cannot tell end_tid
-	al       zodb.AppendLoader // nil if the storage cannot load without allocating
-	undoer   zodb.Undoer       // nil if the storage cannot undo
-	packer   zodb.Packer       // nil if the storage cannot pack
-	blobs    *blob.Storage     // nil if the storage has no blob directory; else wraps st
-	readOnly bool
+	srv          *Server
+	name         string
+	st           zodb.Storage
+	capabilities               // st's optional interfaces (contract.go)
+	blobs        *blob.Storage // nil if the storage has no blob directory; else wraps st
+	readOnly     bool
 
 	mu    sync.Mutex
 	conns map[*conn]struct{}
@@ -64,11 +60,7 @@ func newStorage(s *Server, sc StorageConfig) (*storage, error) {
 		readOnly: sc.ReadOnly || s.cfg.ReadOnly,
 		conns:    make(map[*conn]struct{}),
 	}
-	st.ws, _ = inner.(zodb.WriteStorage)
-	st.bl, _ = inner.(zodb.BeforeLoader)
-	st.al, _ = inner.(zodb.AppendLoader)
-	st.undoer, _ = inner.(zodb.Undoer)
-	st.packer, _ = inner.(zodb.Packer)
+	st.resolve(inner)
 	if blobs != nil {
 		// Commits and packs go through the blob wrapper.
 		if st.ws != nil {
@@ -195,7 +187,7 @@ func (st *storage) invalidationFrame(tid zodb.Tid, oids []zodb.Oid) []byte {
 // afterPack tells every client of the storage its new size, as the
 // reference does after a pack.
 func (st *storage) afterPack() {
-	length, size := storageSize(st.st)
+	length, size := st.storageSize()
 	e := wire.Encoder{M: st.srv.cfg.Marshal}
 	e.BeginCall("info")
 	e.BeginTuple(1)
