@@ -22,7 +22,8 @@ import (
 var Names = []string{"prod1-1024", "wczblk1-8"}
 
 // RepoRoot returns the repository's root directory (where go.mod is),
-// found upwards from the working directory.
+// found upwards from the working directory: where the tests of every
+// package find the fixtures and tools of the repository.
 func RepoRoot(tb testing.TB) string {
 	tb.Helper()
 	dir, err := os.Getwd()

@@ -9,6 +9,7 @@
 // skipped with the reason, and known gaps are named in Factory.Known.
 // Walk and Records read iterations for other tests.
 //
-// It imports only package zodb (and the standard library), so that the tests
-// of every other package, fs1 and zodb/serialize included, can use it.
+// It imports only package zodb, internal/datasets (for the repository's
+// root) and the standard library, so that the tests of every other
+// package, fs1 and zodb/serialize included, can use it.
 package storagetest

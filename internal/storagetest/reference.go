@@ -10,6 +10,7 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/zodbd/zodbd/internal/datasets"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -130,26 +131,6 @@ func (m *model) oidStates(oid zodb.Oid) []zodb.Tid {
 	return ats
 }
 
-// RepoRoot returns the directory of the module's go.mod, above the test's
-// working directory.
-func RepoRoot(tb testing.TB) string {
-	tb.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			tb.Fatal("storagetest: go.mod not found above the working directory")
-		}
-		dir = parent
-	}
-}
-
 // FixtureFS1 is the FileStorage fixture the conformance tests of the
 // FileStorage-based implementations serve: fs1/testdata/1.fs, written by
 // ZODB/py (every kind of record: undo backpointers, undone creations,
@@ -160,7 +141,7 @@ const FixtureFS1 = "1"
 // checked-in fixture: copy it before opening it for writing.
 func FixturePath(tb testing.TB, name string) string {
 	tb.Helper()
-	return filepath.Join(RepoRoot(tb), "fs1", "testdata", name+".fs")
+	return filepath.Join(datasets.RepoRoot(tb), "fs1", "testdata", name+".fs")
 }
 
 // CopyFixture copies fs1/testdata/NAME.fs into a new temporary directory
@@ -200,7 +181,7 @@ type expectJSON struct {
 // fs1/testdata/NAME.expect.json, which ZODB/py's iterator wrote.
 func FS1Reference(tb testing.TB, name string) *Reference {
 	tb.Helper()
-	path := filepath.Join(RepoRoot(tb), "fs1", "testdata", name+".expect.json")
+	path := filepath.Join(datasets.RepoRoot(tb), "fs1", "testdata", name+".expect.json")
 	ref, err := readExpect(path)
 	if err != nil {
 		tb.Fatal(err)

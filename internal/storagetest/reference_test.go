@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/zodbd/zodbd/internal/datasets"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -47,7 +48,7 @@ func TestModel(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, err := os.ReadFile(filepath.Join(RepoRoot(t), "fs1", "testdata", name+".expect.json"))
+			b, err := os.ReadFile(filepath.Join(datasets.RepoRoot(t), "fs1", "testdata", name+".expect.json"))
 			if err != nil {
 				t.Fatal(err)
 			}

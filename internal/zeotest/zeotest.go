@@ -39,25 +39,6 @@ var Servers = []Server{
 	{"zodbd", StartZodbd},
 }
 
-// RepoRoot returns the repository's root directory (where go.mod is).
-func RepoRoot(tb testing.TB) string {
-	tb.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			tb.Fatal("zeotest: go.mod not found above the working directory")
-		}
-		dir = parent
-	}
-}
-
 // skipOrFail skips the test, or fails it when $CI is set (CI must have
 // every prerequisite).
 func skipOrFail(tb testing.TB, format string, args ...interface{}) {
@@ -72,7 +53,7 @@ func skipOrFail(tb testing.TB, format string, args ...interface{}) {
 // the test when the venv is missing (fails under CI).
 func VenvBin(tb testing.TB) string {
 	tb.Helper()
-	bin := filepath.Join(RepoRoot(tb), ".venv", "bin")
+	bin := filepath.Join(datasets.RepoRoot(tb), ".venv", "bin")
 	if _, err := os.Stat(filepath.Join(bin, "runzeo")); err != nil {
 		skipOrFail(tb, "zeotest: no %s/runzeo (run make venv)", bin)
 	}
@@ -134,7 +115,7 @@ var zodbdBin struct {
 // zodbdBinary builds cmd/zodbd into a temporary directory, once.
 func zodbdBinary(tb testing.TB) string {
 	tb.Helper()
-	root := RepoRoot(tb)
+	root := datasets.RepoRoot(tb)
 	zodbdBin.once.Do(func() {
 		dir, err := os.MkdirTemp("", "zeotest-zodbd")
 		if err != nil {
@@ -274,7 +255,7 @@ func CopyFile(tb testing.TB, src string) string {
 // Fixture returns a writable copy of fs1/testdata/NAME.fs.
 func Fixture(tb testing.TB, name string) string {
 	tb.Helper()
-	return CopyFile(tb, filepath.Join(RepoRoot(tb), "fs1", "testdata", name+".fs"))
+	return CopyFile(tb, filepath.Join(datasets.RepoRoot(tb), "fs1", "testdata", name+".fs"))
 }
 
 // Dataset returns a writable copy of benchmark dataset NAME (e.g.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/internal/datasets"
 	"github.com/zodbd/zodbd/internal/storagetest"
 	"github.com/zodbd/zodbd/internal/zeotest"
 	"github.com/zodbd/zodbd/zeo/client"
@@ -59,7 +60,7 @@ func dial(tb testing.TB, addr string, opt *client.Options) *client.Client {
 
 func openFixtureFS(tb testing.TB) *fs1.FileStorage {
 	tb.Helper()
-	fs, err := fs1.Open(filepath.Join(zeotest.RepoRoot(tb), "fs1", "testdata", "1.fs"), &fs1.Options{Logf: tb.Logf})
+	fs, err := fs1.Open(filepath.Join(datasets.RepoRoot(tb), "fs1", "testdata", "1.fs"), &fs1.Options{Logf: tb.Logf})
 	if err != nil {
 		tb.Fatal(err)
 	}
