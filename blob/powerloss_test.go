@@ -55,22 +55,9 @@ func blobPowerLoss(t *testing.T, base string, seed int64, crashAt int) (int, int
 	t.Helper()
 	rng := rand.New(rand.NewSource(seed))
 	torn := rng.Intn(2) == 0
-	dir, err := os.MkdirTemp(base, "pl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	src := filepath.Join(dir, "src")
-	if err := os.Mkdir(src, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cfs, err := crashfs.New(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if crashAt > 0 {
-		cfs.CrashAt(crashAt)
-	}
+	pt := crashfs.NewPoint(t, base, crashAt)
+	defer pt.Remove()
+	cfs, src := pt.FS, pt.Src
 	var acked []blobRev
 	func() {
 		d, err := OpenFS(filepath.Join(src, "blobs"), "", cfs)
@@ -127,14 +114,7 @@ func blobPowerLoss(t *testing.T, base string, seed int64, crashAt int) (int, int
 	}
 	_, at := cfs.Crashed()
 	where := fmt.Sprintf("crash at %s, torn %v", at, torn)
-	after := filepath.Join(dir, "after")
-	var trng *rand.Rand
-	if torn {
-		trng = rand.New(rand.NewSource(seed))
-	}
-	if err := cfs.Materialize(after, trng); err != nil {
-		t.Fatal(err)
-	}
+	after := pt.Materialize(t, seed, torn)
 	if len(acked) == 0 {
 		return n, 0
 	}

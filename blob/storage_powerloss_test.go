@@ -65,22 +65,9 @@ func storagePowerLoss(t *testing.T, base string, seed int64, crashAt int) (int, 
 	ctx := context.Background()
 	rng := rand.New(rand.NewSource(seed))
 	torn := rng.Intn(2) == 0
-	dir, err := os.MkdirTemp(base, "spl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	src := filepath.Join(dir, "src")
-	if err := os.Mkdir(src, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cfs, err := crashfs.New(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if crashAt > 0 {
-		cfs.CrashAt(crashAt)
-	}
+	pt := crashfs.NewPoint(t, base, crashAt)
+	defer pt.Remove()
+	cfs, src := pt.FS, pt.Src
 	crashed := func() bool { c, _ := cfs.Crashed(); return c }
 	fail := func(what string, err error) {
 		if !crashed() {
@@ -194,14 +181,7 @@ func storagePowerLoss(t *testing.T, base string, seed int64, crashAt int) (int, 
 	}
 	_, at := cfs.Crashed()
 	where := fmt.Sprintf("seed %d, crash at %s, torn %v", seed, at, torn)
-	after := filepath.Join(dir, "after")
-	var trng *rand.Rand
-	if torn {
-		trng = rand.New(rand.NewSource(seed))
-	}
-	if err := cfs.Materialize(after, trng); err != nil {
-		t.Fatal(err)
-	}
+	after := pt.Materialize(t, seed, torn)
 	path := filepath.Join(after, "Data.fs")
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) && len(acked) == 0 {
 		return n, 0

@@ -118,27 +118,14 @@ func powerLossPoint(t *testing.T, base string, seed int64, crashAt int, fstest, 
 	t.Helper()
 	rng := rand.New(rand.NewSource(seed))
 	torn := rng.Intn(2) == 0
-	dir, err := os.MkdirTemp(base, "pl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	src := filepath.Join(dir, "src")
-	if err := os.Mkdir(src, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cfs, err := crashfs.New(src)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pt := crashfs.NewPoint(t, base, crashAt)
+	defer pt.Remove()
+	cfs, src := pt.FS, pt.Src
 	var oplog []string
 	if verbose {
 		cfs.Log = func(n int, op crashfs.Op, path, detail string) {
 			oplog = append(oplog, fmt.Sprintf("#%d %s %s %s", n, op, path, detail))
 		}
-	}
-	if crashAt > 0 {
-		cfs.CrashAt(crashAt)
 	}
 	m := &plModel{voted: map[zodb.Tid]map[zodb.Oid][]byte{}, acked: map[zodb.Tid]bool{}, oids: map[zodb.Oid]bool{}}
 	// Options.SingleFsync leaves ZODB/py's window open: it is only safe
@@ -151,14 +138,7 @@ func powerLossPoint(t *testing.T, base string, seed int64, crashAt int, fstest, 
 	if crashAt < 0 {
 		return nops, "", 0
 	}
-	after := filepath.Join(dir, "after")
-	var trng *rand.Rand
-	if torn {
-		trng = rand.New(rand.NewSource(seed))
-	}
-	if err := cfs.Materialize(after, trng); err != nil {
-		t.Fatal(err)
-	}
+	after := pt.Materialize(t, seed, torn)
 	where := fmt.Sprintf("crash at %s, torn %v, SingleFsync %v (replay: ZODBD_POWERLOSS_SEED=%d ZODBD_POWERLOSS_AT=%d)", at, torn, single, seed, crashAt)
 	if verbose {
 		t.Logf("%s\n%s", where, joinLines(oplog))
