@@ -420,7 +420,11 @@ func (x *ixReader) step() (v ixValue, done bool, err error) {
 			return v, false, err
 		}
 		start := len(x.scratch)
-		if x.scratch, err = appendUnquotePy2(x.scratch, l); err != nil {
+		q, err := pickle.Quoted(bytes.TrimRight(l, " \t\r"))
+		if err != nil {
+			return v, false, err
+		}
+		if x.scratch, err = pickle.AppendUnescape(x.scratch, q); err != nil {
 			return v, false, err
 		}
 		b := x.scratch[start:len(x.scratch):len(x.scratch)]
@@ -548,64 +552,4 @@ func (x *ixReader) step() (v ixValue, done bool, err error) {
 		return v, false, fmt.Errorf("opcode %q, which no index file holds", op)
 	}
 	return v, false, nil
-}
-
-// appendUnquotePy2 appends to dst the string that l, the argument of
-// STRING, stands for: a Python 2 str literal in quotes, with backslash
-// escapes.
-func appendUnquotePy2(dst, l []byte) ([]byte, error) {
-	l = bytes.TrimRight(l, " \t\r")
-	if len(l) < 2 || (l[0] != '"' && l[0] != '\'') || l[len(l)-1] != l[0] {
-		return dst, errors.New("insecure string pickle")
-	}
-	l = l[1 : len(l)-1]
-	for i := 0; i < len(l); i++ {
-		c := l[i]
-		if c != '\\' {
-			dst = append(dst, c)
-			continue
-		}
-		if i++; i == len(l) {
-			return dst, errors.New("invalid \\ escape at the end of a string")
-		}
-		switch c = l[i]; c {
-		case '\n':
-		case 'a':
-			dst = append(dst, 7)
-		case 'b':
-			dst = append(dst, 8)
-		case 'f':
-			dst = append(dst, 12)
-		case 'n':
-			dst = append(dst, '\n')
-		case 'r':
-			dst = append(dst, '\r')
-		case 't':
-			dst = append(dst, '\t')
-		case 'v':
-			dst = append(dst, 11)
-		case 'x':
-			if i+2 >= len(l) {
-				return dst, errors.New("invalid \\x escape")
-			}
-			h, err := strconv.ParseUint(string(l[i+1:i+3]), 16, 8)
-			if err != nil {
-				return dst, errors.New("invalid \\x escape")
-			}
-			dst = append(dst, byte(h))
-			i += 2
-		case '0', '1', '2', '3', '4', '5', '6', '7':
-			o := int(c - '0')
-			for k := 0; k < 2 && i+1 < len(l) && l[i+1] >= '0' && l[i+1] <= '7'; k++ {
-				i++
-				o = o*8 + int(l[i]-'0')
-			}
-			dst = append(dst, byte(o))
-		case '\\', '\'', '"':
-			dst = append(dst, c)
-		default:
-			dst = append(dst, '\\', c)
-		}
-	}
-	return dst, nil
 }

@@ -1,6 +1,6 @@
 // Package pickle holds what the pickle readers of zodbd share: the opcodes
 // of the pickle protocols 0 to 5 (Python's pickletools names, with Op
-// before them).
+// before them) and the decoding of STRING's quoted literal (string.go).
 package pickle
 
 const (

@@ -749,69 +749,17 @@ func validUTF8Surrogates(b []byte) bool {
 }
 
 // decodeStringOp decodes the argument of STRING: a quoted Python 2 string
-// literal with backslash escapes.
+// literal with backslash escapes. Without escapes the result is l's own
+// bytes, not a copy.
 func decodeStringOp(l []byte) ([]byte, error) {
 	for len(l) > 0 && l[len(l)-1] <= ' ' {
 		l = l[:len(l)-1]
 	}
-	if len(l) < 2 || (l[0] != '"' && l[0] != '\'') || l[len(l)-1] != l[0] {
-		return nil, errors.New("insecure string pickle")
+	q, err := pickle.Quoted(l)
+	if err != nil || bytes.IndexByte(q, '\\') < 0 {
+		return q, err
 	}
-	l = l[1 : len(l)-1]
-	if bytes.IndexByte(l, '\\') < 0 {
-		return l, nil
-	}
-	out := make([]byte, 0, len(l))
-	for i := 0; i < len(l); i++ {
-		c := l[i]
-		if c != '\\' {
-			out = append(out, c)
-			continue
-		}
-		i++
-		if i >= len(l) {
-			return nil, errors.New("trailing \\ in string")
-		}
-		switch c = l[i]; c {
-		case '\n':
-		case '\\', '\'', '"':
-			out = append(out, c)
-		case 'a':
-			out = append(out, 7)
-		case 'b':
-			out = append(out, 8)
-		case 'f':
-			out = append(out, 12)
-		case 'n':
-			out = append(out, '\n')
-		case 'r':
-			out = append(out, '\r')
-		case 't':
-			out = append(out, '\t')
-		case 'v':
-			out = append(out, 11)
-		case '0', '1', '2', '3', '4', '5', '6', '7':
-			x := int(c - '0')
-			for k := 0; k < 2 && i+1 < len(l) && l[i+1] >= '0' && l[i+1] <= '7'; k++ {
-				i++
-				x = x*8 + int(l[i]-'0')
-			}
-			out = append(out, byte(x))
-		case 'x':
-			if i+2 >= len(l) {
-				return nil, errors.New("invalid \\x escape")
-			}
-			h, err := strconv.ParseUint(string(l[i+1:i+3]), 16, 8)
-			if err != nil {
-				return nil, errors.New("invalid \\x escape")
-			}
-			out = append(out, byte(h))
-			i += 2
-		default:
-			out = append(out, '\\', c)
-		}
-	}
-	return out, nil
+	return pickle.AppendUnescape(make([]byte, 0, len(q)), q)
 }
 
 // decodeRawUnicodeEscape decodes the argument of UNICODE (Python's
