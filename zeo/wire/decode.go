@@ -272,6 +272,17 @@ func reduceGlobal(name string, args Value) (Value, bool) {
 
 var errTruncated = errors.New("truncated")
 
+// uncalled decides what a global that REDUCE did not call becomes, where
+// it stands as a value (where: "inside a tuple", ...): an error in what a
+// client sends, its name as a Str in a server's reply (Replies).
+func (d *Decoder) uncalled(v *Value, at int, where string) error {
+	if !d.Replies {
+		return &DecodeError{Off: at, Msg: "pickle: a global " + where}
+	}
+	v.Kind = Str
+	return nil
+}
+
 // maxGlobalName bounds the "module name" of a global.
 const maxGlobalName = 256
 
@@ -309,10 +320,9 @@ func (d *Decoder) decodePickle(b []byte) (Value, error) {
 				return fail(i, "pickle: trailing bytes after STOP")
 			}
 			if d.stack[0].v.Kind == kindGlobal {
-				if !d.Replies {
-					return fail(at, "pickle: a global that is not called")
+				if err := d.uncalled(&d.stack[0].v, at, "that is not called"); err != nil {
+					return Value{}, err
 				}
-				d.stack[0].v.Kind = Str
 			}
 			return d.stack[0].v, nil
 		case pickle.OpGlobal:
@@ -544,10 +554,9 @@ func (d *Decoder) decodePickle(b []byte) (Value, error) {
 			for j := base + 1; j < len(d.stack); j++ {
 				it := &d.stack[j]
 				if globals && it.v.Kind == kindGlobal {
-					if !d.Replies {
-						return fail(at, "pickle: a global inside a %s", k)
+					if err := d.uncalled(&it.v, at, "inside a "+k.String()); err != nil {
+						return Value{}, err
 					}
-					it.v.Kind = Str
 				}
 				c.n += it.n
 				if it.depth >= c.depth {
@@ -668,10 +677,9 @@ func (d *Decoder) collapse(at, from int, k Kind, globals bool) error {
 	for j := range items {
 		it := &items[j]
 		if globals && it.v.Kind == kindGlobal {
-			if !d.Replies {
-				return &DecodeError{Off: at, Msg: fmt.Sprintf("pickle: a global inside a %s", k)}
+			if err := d.uncalled(&it.v, at, "inside a "+k.String()); err != nil {
+				return err
 			}
-			it.v.Kind = Str
 		}
 		c.n += it.n
 		if it.depth >= c.depth {
