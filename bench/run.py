@@ -28,7 +28,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 GEN_DATASET = os.path.join(REPO, 'scripts', 'gen_dataset.py')  # the datasets and their reference hashes
 sys.path.insert(0, HERE)
+sys.path.insert(1, os.path.join(REPO, 'tests'))
 import machine  # noqa: E402
+from zeoserver import runzeo_cmd  # noqa: E402  (shared with the tests)
 
 BENCHSTAT = 'golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da'
 SMALL_DATASETS = ['prod1-1024', 'wczblk1-8']
@@ -471,19 +473,6 @@ class Setup:
                 cmd.append('--no-checksum')  # the issue's flag that both sides honour
             return cmd + [fs], env
         raise RuntimeError('no way to start %s' % name)
-
-
-def runzeo_cmd():
-    """The command that starts runzeo: the venv's script, else `python -m
-    ZEO.runzeo` where ZEO was installed without scripts; [] if no ZEO."""
-    script = os.path.join(os.path.dirname(sys.executable), 'runzeo')
-    if os.path.exists(script):
-        return [script]
-    try:
-        import ZEO.runzeo  # noqa: F401
-    except ImportError:
-        return []
-    return [sys.executable, '-m', 'ZEO.runzeo']
 
 
 def server_variants(a, caps):

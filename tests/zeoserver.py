@@ -43,6 +43,20 @@ def read(path):
         return ''
 
 
+def runzeo_cmd():
+    """The command that starts runzeo: the venv's script, else `python -m
+    ZEO.runzeo` where ZEO was installed without scripts (pip --target); []
+    where there is no ZEO."""
+    script = os.path.join(VENV_BIN, 'runzeo')
+    if os.path.exists(script):
+        return [script]
+    try:
+        import ZEO.runzeo  # noqa: F401
+    except ImportError:
+        return []
+    return [sys.executable, '-m', 'ZEO.runzeo']
+
+
 class Server:
     """A server process on 127.0.0.1. kind is 'zodbd' or 'runzeo'.
 
@@ -78,12 +92,7 @@ class Server:
         if self.kind == 'zodbd':
             cmd = [self.zodbd_bin, 'serve'] + args + self.extra
         else:
-            runzeo = os.path.join(VENV_BIN, 'runzeo')
-            if not os.path.exists(runzeo):  # ZEO installed without its scripts (pip --target)
-                runzeo = [sys.executable, '-m', 'ZEO.runzeo']
-            else:
-                runzeo = [runzeo]
-            cmd = runzeo + args + self.extra
+            cmd = runzeo_cmd() + args + self.extra
         with open(self.log, 'ab') as logf:
             self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env)
         wait_listening(self.addr, self.proc, self.log)
