@@ -155,7 +155,9 @@ func (m *Master) Close() {
 }
 
 // Stop shuts the cluster down as NEO/py's master does for neoctl set
-// cluster STOPPING: the storage is told STOPPING, then that it is DOWN.
+// cluster STOPPING: the storage is told STOPPING, then that it is DOWN, and
+// the link is closed right after those last words (the node must still act
+// on them).
 func (m *Master) Stop() {
 	m.mu.Lock()
 	s, nid, addr := m.storage, m.snid, m.saddr
@@ -166,6 +168,7 @@ func (m *Master) Stop() {
 	}
 	s.Send(&proto.NotifyClusterInformation{State: proto.Stopping})
 	s.Send(notifyNodes(ts, nodeInfo(proto.Storage, addr, nid, proto.NodeDown, proto.NoIdTime)))
+	s.Close()
 }
 
 func nodeInfo(typ proto.NodeType, addr proto.Address, nid proto.NodeID, state proto.NodeState, idTime float64) proto.NodeInfo {

@@ -388,3 +388,27 @@ func TestClusterSQLite(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterStopping: a master that stops the cluster as NEO/py's does
+// (STOPPING, then "you are DOWN", then it closes the link at once) makes
+// the node exit cleanly: the last packets before the close are acted on.
+func TestClusterStopping(t *testing.T) {
+	for i := 0; i < 10; i++ {
+		be, err := storage.OpenFS1("../../fs1/testdata/1.fs")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { be.Close() })
+		c := startCluster(t, be)
+		c.master.Stop()
+		select {
+		case err := <-c.done:
+			c.done <- err // for the cleanup
+			if err != nil {
+				t.Fatalf("round %d: Run: %v, want a clean exit", i, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: the node did not stop when told it is DOWN", i)
+		}
+	}
+}

@@ -334,8 +334,14 @@ func (n *Node) masterSession(ctx context.Context, addr string) (next int, err er
 	defer m.Close()
 	stop := context.AfterFunc(ctx, func() { m.Close() })
 	defer stop()
-	// The master's requests and notifications, in order.
+	// The master's requests and notifications, in order, including those
+	// that arrived just before the master closed the link (its last words
+	// are often NotifyNodeInformation telling us we are DOWN): Recv returns
+	// them after the close, and they are handed over until this session
+	// ends.
 	reqs := make(chan *link.Request)
+	ended := make(chan struct{})
+	defer close(ended)
 	go func() {
 		defer close(reqs)
 		for {
@@ -345,7 +351,7 @@ func (n *Node) masterSession(ctx context.Context, addr string) (next int, err er
 			}
 			select {
 			case reqs <- r:
-			case <-m.Done():
+			case <-ended:
 				r.Release()
 				return
 			}
