@@ -1,10 +1,14 @@
 """Commit workload: N committers, each a process with its own ZEO client
-(ZEO.DB), commit small transactions as fast as they can for DUR seconds;
+(ZEO.DB) or, with --neo, NEO client (neo.client.Storage: run it with a
+Python that imports NEO/py), commit small transactions as fast as they can
+for DUR seconds;
 reports commits/s and the latency of transaction.commit() (the client's
 whole two-phase commit: stores, vote, finish, invalidations).
 
 usage: zeo_commit.py HOST:PORT NAME [-c N] [-d DUR] [--warmup S]
-                     [--objects K] [--size BYTES] [--json FILE]
+                     [--objects K] [--size BYTES] [--json FILE] [--neo CLUSTER]
+
+With --neo CLUSTER, HOST:PORT is the NEO master of that cluster.
 
 Before the run, one client creates K PersistentMappings per committer
 under root['zodbd-bench-commit-N']. Each transaction then changes 1 to 3 of
@@ -25,7 +29,6 @@ import sys
 import time
 
 import transaction
-import ZEO
 from persistent.mapping import PersistentMapping
 from ZODB.POSException import ConflictError
 
@@ -33,7 +36,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import latency  # noqa: E402
 
 
+NEO_CLUSTER = None  # set by --neo
+
+
 def open_db(addr):
+    if NEO_CLUSTER is not None:
+        from neo.client.Storage import Storage
+        from ZODB import DB
+        return DB(Storage(master_nodes='%s:%d' % addr, name=NEO_CLUSTER))
+    import ZEO  # not imported at the top: NEO/py's Python may not have it
     return ZEO.DB(addr, wait_timeout=30)
 
 
@@ -102,7 +113,10 @@ def main():
     ap.add_argument('--objects', type=int, default=10)
     ap.add_argument('--size', type=int, default=300)
     ap.add_argument('--json', metavar='FILE')
+    ap.add_argument('--neo', metavar='CLUSTER', help='HOST:PORT is the master of this NEO cluster')
     a = ap.parse_args()
+    global NEO_CLUSTER
+    NEO_CLUSTER = a.neo
     host, port = a.addr.rsplit(':', 1)
     addr = (host, int(port))
     key = 'zodbd-bench-commit-%d' % a.c
