@@ -1,0 +1,62 @@
+"""One committer of tests/test_neo_writes.py's fault test, run with NEO/py's
+Python: commits to its own two objects (the same counter in both, so a
+partial transaction shows) until the stop file appears, retrying through
+the storage's deaths, and appends "k tid" to its log after every commit
+that returned (acknowledged)."""
+import faulthandler
+import os
+import signal
+import sys
+import time
+
+import transaction
+from neo.client.Storage import Storage
+from ZODB import DB
+from persistent.mapping import PersistentMapping
+
+master, name, i, logpath, stopfile = sys.argv[1:6]
+faulthandler.register(signal.SIGUSR1)  # the test dumps a stuck worker's stacks
+i = int(i)
+deadline = time.monotonic() + 60
+while True:  # the workers start together: creating the root may conflict
+    try:
+        db = DB(Storage(master_nodes=master, name=name))
+        break
+    except Exception:
+        if time.monotonic() > deadline:
+            raise
+        time.sleep(0.1)
+tm = transaction.TransactionManager()
+conn = db.open(tm)
+key = 'w%d' % i
+k = 0
+errors = 0
+with open(logpath, 'a') as log:
+    while not os.path.exists(stopfile):
+        try:
+            root = conn.root()
+            if key not in root:
+                root[key] = PersistentMapping(k=0)
+                root[key + 'b'] = PersistentMapping(k=0)
+                tm.commit()
+                continue
+            a, b = root[key], root[key + 'b']
+            if a['k'] != b['k']:
+                sys.exit('partial transaction visible: %s %r %r' % (key, a['k'], b['k']))
+            k = a['k'] + 1
+            a['k'] = k
+            b['k'] = k
+            a['pad'] = os.urandom(64)
+            tm.commit()
+            log.write('%d %s\n' % (k, a._p_serial.hex()))
+            log.flush()
+        except Exception as e:  # the storage died: retry once the cluster runs again
+            errors += 1
+            try:
+                tm.abort()
+            except Exception:
+                pass
+            time.sleep(0.05)
+conn.close()
+db.close()
+print('worker %d: %d commits, %d errors' % (i, k, errors))
