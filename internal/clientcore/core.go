@@ -169,7 +169,11 @@ func (c *Core[X]) Fail(err error) (first bool) {
 		delete(c.loads, key)
 		if !l.claimed { // else the driver finishes it
 			l.Err = err
-			c.finishLocked(l)
+			var ol *oidLoading
+			if c.conf.Unordered {
+				ol = c.loading[l.Oid]
+			}
+			c.finishLocked(l, ol)
 		}
 	}
 	c.mu.Unlock()

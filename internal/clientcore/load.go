@@ -267,25 +267,27 @@ func (c *Core[X]) Finish(l *Load[X]) {
 		c.cache.Insert(oid, l.Serial, next, l.Data)
 		l.cached = l.keep
 	}
+	key := loadKey{oid, l.Before}
+	if c.loads[key] == l {
+		delete(c.loads, key)
+	}
+	c.finishLocked(l, ol)
+	c.mu.Unlock()
+}
+
+// finishLocked marks l finished, drops it from ol, the loads in flight of
+// its oid (Config.Unordered; else nil), and signals its waiters (c.mu
+// held).
+func (c *Core[X]) finishLocked(l *Load[X], ol *oidLoading) {
 	if ol != nil {
 		if ol.n--; ol.n == 0 {
-			delete(c.loading, oid)
+			delete(c.loading, l.Oid)
 			if len(c.freeOL) < 1024 {
 				*ol = oidLoading{invals: ol.invals[:0]}
 				c.freeOL = append(c.freeOL, ol)
 			}
 		}
 	}
-	key := loadKey{oid, l.Before}
-	if c.loads[key] == l {
-		delete(c.loads, key)
-	}
-	c.finishLocked(l)
-	c.mu.Unlock()
-}
-
-// finishLocked marks l finished and signals its waiters (c.mu held).
-func (c *Core[X]) finishLocked(l *Load[X]) {
 	if l.Finish() {
 		c.recycleLocked(l)
 	}
