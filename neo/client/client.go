@@ -166,7 +166,8 @@ type Client struct {
 	// why the client is unusable (package internal/clientcore); c's
 	// transport methods are its Transport. Set once a master accepted us.
 	core  *clientcore.Core[loadScratch]
-	cache *cache.Cache // core's
+	cache *cache.Cache    // core's
+	dead  <-chan struct{} // core's Failed: closed when the client fails
 
 	closing   atomic.Bool
 	closeOnce sync.Once
@@ -250,7 +251,7 @@ func Dial(ctx context.Context, opt *Options) (*Client, error) {
 		Logf:         c.logf,
 		Prefix:       "neo client: master " + c.masterAddr,
 	})
-	c.cache = c.core.Cache()
+	c.cache, c.dead = c.core.Cache(), c.core.Failed()
 	go c.masterLoop()
 	ok := false
 	defer func() {
@@ -263,7 +264,7 @@ func Dial(ctx context.Context, opt *Options) (*Client, error) {
 	// other nodes and the partition table right after accepting us.
 	select {
 	case <-c.ready:
-	case <-c.core.Failed():
+	case <-c.dead:
 		return nil, fmt.Errorf("neo client: master %s: %w", c.masterAddr, c.failure())
 	case <-ctx.Done():
 		return nil, fmt.Errorf("neo client: master %s: waiting for the node list and partition table: %w", c.masterAddr, ctx.Err())
