@@ -22,7 +22,9 @@
 //
 // # Cache and invalidations
 //
-// Loads go through the driver-independent client cache (zodb/cache). The
+// Loads go through the core that the ZEO client shares
+// (internal/clientcore: the cache of zodb/cache, loads in flight shared and
+// reused, watchers, Sync), to which this package is the transport. The
 // invalidations come from the master and the answers from the storages,
 // on different connections, so the cache's ordering rule is kept the way
 // NEO/py's client keeps it: every load in flight is registered by oid;

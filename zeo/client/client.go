@@ -23,9 +23,10 @@
 //
 // # Cache and invalidations
 //
-// Loads go through a client cache (package zodb/cache) of revisions with
-// validity ranges: Load(oid, at) hits when at lies in a cached [serial,
-// next) range. Whoever reads inserts every loadBefore answer into
+// Loads go through the core that the NEO client shares
+// (internal/clientcore), to which this package is the transport, and its
+// client cache (package zodb/cache) of revisions with validity ranges:
+// Load(oid, at) hits when at lies in a cached [serial, next) range. Whoever reads inserts every loadBefore answer into
 // the cache and applies every invalidateTransaction message, in the order
 // the server sent them; the server sends the invalidation of a transaction
 // before any reply that exposes it, which keeps the cache coherent.
