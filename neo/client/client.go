@@ -22,7 +22,9 @@
 //
 // # Cache and invalidations
 //
-// Loads go through the driver-independent client cache (zodb/cache). The
+// Loads go through the core that the ZEO client shares
+// (internal/clientcore: the cache of zodb/cache, loads in flight shared and
+// reused, watchers, Sync), to which this package is the transport. The
 // invalidations come from the master and the answers from the storages,
 // on different connections, so the cache's ordering rule is kept the way
 // NEO/py's client keeps it: every load in flight is registered by oid;
@@ -56,12 +58,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/zodbd/zodbd/internal/flight"
+	"github.com/zodbd/zodbd/internal/clientcore"
 	"github.com/zodbd/zodbd/neo/link"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/zodb"
 	"github.com/zodbd/zodbd/zodb/cache"
-	"github.com/zodbd/zodbd/zodb/watch"
 )
 
 // DefaultCacheSize is the byte budget of the client cache when
@@ -140,7 +141,6 @@ type Client struct {
 	url     string
 	opt     Options
 	logf    func(format string, args ...interface{})
-	cache   *cache.Cache
 	verify  bool
 	timeout time.Duration
 
@@ -163,22 +163,14 @@ type Client struct {
 	readyOnce sync.Once
 	state     proto.ClusterState
 
-	// Loads in flight and the invalidations that overtook them.
-	lmu     sync.Mutex
-	loads   map[loadKey]*loadCall
-	loading map[zodb.Oid]*oidLoading
-	freeOL  []*oidLoading         // reusable oidLoading records
-	free    flight.Free[loadCall] // calls and channels for reuse (load.go)
+	// core holds the cache, the loads in flight (with the invalidations
+	// that overtook them), the watchers, the head that Sync waits for and
+	// why the client is unusable (package internal/clientcore); c's
+	// transport methods are its Transport. Set once a master accepted us.
+	core  *clientcore.Core[loadScratch]
+	cache *cache.Cache    // core's
+	dead  <-chan struct{} // core's Failed: closed when the client fails
 
-	// head notification for Sync.
-	hmu    sync.Mutex
-	headCh chan struct{}
-
-	watch watch.Hub
-
-	errMu     sync.Mutex
-	err       error         // why the client is unusable
-	dead      chan struct{} // closed with err
 	closing   atomic.Bool
 	closeOnce sync.Once
 	loopDone  chan struct{}
@@ -217,10 +209,6 @@ func Dial(ctx context.Context, opt *Options) (*Client, error) {
 		timeout:  o.Timeout,
 		nodes:    make(map[proto.NodeID]*node),
 		ready:    make(chan struct{}),
-		loads:    make(map[loadKey]*loadCall),
-		loading:  make(map[zodb.Oid]*oidLoading),
-		headCh:   make(chan struct{}),
-		dead:     make(chan struct{}),
 		loopDone: make(chan struct{}),
 	}
 	if c.logf == nil {
@@ -235,7 +223,6 @@ func Dial(ctx context.Context, opt *Options) (*Client, error) {
 	if size == 0 {
 		size = DefaultCacheSize
 	}
-	c.cache = cache.New(size)
 
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -256,6 +243,17 @@ func Dial(ctx context.Context, opt *Options) (*Client, error) {
 	if c.master == nil {
 		return nil, fmt.Errorf("neo client: cluster %q: no master accepted us: %s", o.Cluster, strings.Join(errs, "; "))
 	}
+	c.core = clientcore.New[loadScratch]((*transport)(c), clientcore.Config{
+		URL:          c.url,
+		CacheSize:    size,
+		Synchronous:  true,
+		Unordered:    true,
+		LatestIsHead: true,
+		ErrClosed:    ErrClosed,
+		Logf:         c.logf,
+		Prefix:       "neo client: master " + c.masterAddr,
+	})
+	c.cache, c.dead = c.core.Cache(), c.core.Failed()
 	go c.masterLoop()
 	ok := false
 	defer func() {
@@ -340,19 +338,14 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// failure returns why the client is unusable, nil while it works.
-func (c *Client) failure() error {
-	c.errMu.Lock()
-	defer c.errMu.Unlock()
-	return c.err
-}
+// failure returns why the client is unusable, nil while it works. It
+// takes no lock.
+func (c *Client) failure() error { return c.core.Err() }
 
-// fail makes the client unusable with cause err: closes the master and
-// storage connections and the watchers.
+// fail makes the client unusable with cause err: closes the watchers and
+// the master and storage connections.
 func (c *Client) fail(err error) {
-	c.errMu.Lock()
-	if c.err != nil {
-		c.errMu.Unlock()
+	if c.core.Err() != nil {
 		return
 	}
 	if c.closing.Load() {
@@ -360,9 +353,9 @@ func (c *Client) fail(err error) {
 	} else if !errors.Is(err, ErrClosed) {
 		err = &DisconnectedError{Addr: c.masterAddr, Err: err}
 	}
-	c.err = err
-	close(c.dead)
-	c.errMu.Unlock()
+	if !c.core.Fail(err) {
+		return
+	}
 	c.master.Close()
 	c.mu.RLock()
 	nodes := make([]*node, 0, len(c.nodes))
@@ -378,7 +371,6 @@ func (c *Client) fail(err error) {
 		}
 		n.cmu.Unlock()
 	}
-	c.watch.Stop()
 }
 
 // masterLoop handles what the master sends, in order, until the
@@ -858,7 +850,7 @@ func (c *Client) askMaster(ctx context.Context, req, ans proto.Msg) error {
 }
 
 func (c *Client) opErr(op string, args interface{}, err error) error {
-	return &zodb.OpError{URL: c.url, Op: op, Args: args, Err: err}
+	return c.core.OpErr(op, args, err)
 }
 
 // partition returns the partition of an oid or tid.

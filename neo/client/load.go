@@ -6,9 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"time"
 
-	"github.com/zodbd/zodbd/internal/flight"
+	"github.com/zodbd/zodbd/internal/clientcore"
 	"github.com/zodbd/zodbd/internal/zlibx"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/zodb"
@@ -25,74 +24,29 @@ var (
 	_ zodb.WriteStorage = (*Client)(nil)
 )
 
-// loadKey names an AskObject(oid, before).
-type loadKey struct {
-	oid    zodb.Oid
-	before zodb.Tid
-}
+// transport is the Client as its core's clientcore.Transport (methods
+// that are not the Client's API).
+type transport Client
 
-// loadCall is an AskObject in flight, shared by every caller that loads
-// the same (oid, before) meanwhile.
-//
-// Calls are reused (package internal/flight), so that a load allocates
-// nothing on the client side when the cache is off (and only the cached
-// copy of the answer when it is on): a finished call goes back to the
-// client's free list once the last caller has copied the data out. Its
-// references, waiters and flags are guarded by Client.lmu.
-type loadCall struct {
-	flight.Call
-
-	data   []byte // immutable once finished; aliases buf (or is inflated)
-	serial zodb.Tid
-	next   zodb.Tid
-	err    error // a zodb error, *proto.Error, or why the request failed
-
-	// buf receives the answer's bytes (neo/link.Conn.AskBuf): reused
-	// unless the cache keeps data, which aliases it.
-	buf []byte
-
-	// The request and its answer, here rather than in allocations of
-	// their own (the link takes them as interfaces).
+// loadScratch is the request and answer of a load, kept in the core's
+// clientcore.Load (reused) rather than in allocations of their own (the
+// link takes them as interfaces).
+type loadScratch struct {
 	req proto.AskObject
 	ans proto.AnswerObject
-
-	cached bool // data is held by the cache: buf is not reused
-}
-
-// oidLoading counts the loads of one oid in flight and collects the tids
-// of the invalidations of that oid that arrived meanwhile.
-type oidLoading struct {
-	n      int
-	invals []zodb.Tid
 }
 
 // Load implements zodb.Loader with AskObject(oid, before=at+1). xid.At ==
 // zodb.TidMax means the newest revision this client knows of: the state
 // LastTid (the cache's head), as NEO/py's client asks before=last_tid+1.
 func (c *Client) Load(ctx context.Context, xid zodb.Xid) ([]byte, zodb.Tid, error) {
-	return c.LoadAppend(ctx, xid, nil)
+	return c.core.LoadAppend(ctx, xid, nil)
 }
 
 // LoadAppend implements zodb.AppendLoader. A cache hit takes one shard's
 // read lock and copies the data into dst.
 func (c *Client) LoadAppend(ctx context.Context, xid zodb.Xid, dst []byte) ([]byte, zodb.Tid, error) {
-	if data, serial, ok := c.cache.Load(xid.Oid, xid.At, dst); ok {
-		return data, serial, nil
-	}
-	lc, done, err := c.load(ctx, xid.Oid, c.before(xid.At))
-	if err != nil {
-		return dst, 0, c.opErr("load", xid, err)
-	}
-	// The result is lc's until releaseLoad: copy out what is needed.
-	err, serial := lc.err, lc.serial
-	if err == nil {
-		dst = append(dst, lc.data...)
-	}
-	c.releaseLoad(lc, done, true)
-	if err != nil {
-		return dst, 0, c.opErr("load", xid, err)
-	}
-	return dst, serial, nil
+	return c.core.LoadAppend(ctx, xid, dst)
 }
 
 // LoadBefore implements zodb.BeforeLoader: AskObject(oid, before=before).
@@ -102,19 +56,7 @@ func (c *Client) LoadBefore(ctx context.Context, oid zodb.Oid, before zodb.Tid, 
 		err := c.missing(ctx, oid)
 		return dst, 0, 0, c.opErr("loadBefore", fmt.Sprintf("%s<%s", oid, before), err)
 	}
-	lc, done, err := c.load(ctx, oid, before)
-	if err != nil {
-		return dst, 0, 0, c.opErr("loadBefore", fmt.Sprintf("%s<%s", oid, before), err)
-	}
-	err, serial, next = lc.err, lc.serial, lc.next
-	if err == nil {
-		dst = append(dst, lc.data...)
-	}
-	c.releaseLoad(lc, done, true)
-	if err != nil {
-		return dst, 0, 0, c.opErr("loadBefore", fmt.Sprintf("%s<%s", oid, before), err)
-	}
-	return dst, serial, next, nil
+	return c.core.LoadBefore(ctx, oid, before, dst)
 }
 
 // LoadSerial returns the data of the revision of oid written by serial
@@ -133,181 +75,69 @@ func (c *Client) LoadSerial(ctx context.Context, oid zodb.Oid, serial zodb.Tid) 
 // Prefetch implements zodb.Prefetcher: it starts AskObject for xid unless
 // the revision is cached or being loaded, and returns at once.
 func (c *Client) Prefetch(ctx context.Context, xid zodb.Xid) {
-	if _, _, ok := c.cache.Load(xid.Oid, xid.At, nil); ok {
+	c.core.Prefetch(ctx, xid)
+}
+
+// Ask makes the request of l and hands its result to the core: on the
+// calling goroutine when a caller waits, else (Prefetch) on a goroutine of
+// its own, bounded by Options.Timeout.
+func (t *transport) Ask(ctx context.Context, l *clientcore.Load[loadScratch], wait bool) {
+	if wait {
+		t.runLoad(ctx, l)
 		return
 	}
-	lc, leader, _ := c.startLoad(xid.Oid, c.before(xid.At), false)
-	if leader {
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-			defer cancel()
-			c.runLoad(ctx, xid.Oid, c.before(xid.At), lc)
-		}()
-	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
+		defer cancel()
+		t.runLoad(ctx, l)
+	}()
 }
 
-// before is the AskObject before argument for a load at at.
-func (c *Client) before(at zodb.Tid) zodb.Tid {
-	if at >= zodb.TidMax {
-		at = c.cache.Head()
-	}
-	return at + 1
-}
-
-// load returns the finished AskObject(oid, before), made by this
-// goroutine or by another one already in flight. Unless err is set (ctx
-// was done while waiting for another goroutine's request), the caller
-// must call releaseLoad(lc, done, true) once done with lc's result.
-func (c *Client) load(ctx context.Context, oid zodb.Oid, before zodb.Tid) (lc *loadCall, done chan struct{}, err error) {
-	for {
-		lc, leader, done := c.startLoad(oid, before, true)
-		if leader {
-			c.runLoad(ctx, oid, before, lc)
-			return lc, nil, nil
-		}
-		select {
-		case <-done:
-		case <-ctx.Done():
-			c.releaseLoad(lc, done, false)
-			return nil, nil, ctx.Err()
-		}
-		if isCtxErr(lc.err) && ctx.Err() == nil {
-			// The goroutine that made the request gave up; ask again.
-			c.releaseLoad(lc, done, true)
-			continue
-		}
-		return lc, done, nil
-	}
-}
-
-func isCtxErr(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
-}
-
-// startLoad returns the call in flight for (oid, before), or registers a
-// new one, which the caller (leader) must run with runLoad. With use, the
-// caller takes a reference to read the result, to drop with releaseLoad; a
-// caller that is not the leader then waits on done for the result.
-func (c *Client) startLoad(oid zodb.Oid, before zodb.Tid, use bool) (lc *loadCall, leader bool, done chan struct{}) {
-	key := loadKey{oid, before}
-	c.lmu.Lock()
-	defer c.lmu.Unlock()
-	if lc = c.loads[key]; lc == nil {
-		leader = true
-		lc = c.free.Get()
-		lc.Start()
-		c.loads[key] = lc
-		ol := c.loading[oid]
-		if ol == nil {
-			if k := len(c.freeOL); k > 0 {
-				ol, c.freeOL = c.freeOL[k-1], c.freeOL[:k-1]
-			} else {
-				ol = &oidLoading{}
-			}
-			c.loading[oid] = ol
-		}
-		ol.n++
-	}
-	switch {
-	case use && leader:
-		lc.Ref()
-	case use:
-		done = c.free.Chan()
-		lc.Wait(done)
-	}
-	return lc, leader, done
-}
-
-// runLoad makes the request of lc and publishes its result: into the
-// cache, with its range closed by any invalidation of the oid that arrived
-// while it was in flight.
-func (c *Client) runLoad(ctx context.Context, oid zodb.Oid, before zodb.Tid, lc *loadCall) {
-	lc.req = proto.AskObject{Oid: oid, At: proto.InvalidTid, Before: before}
-	cache := c.cache.Enabled()
-	buf := &lc.buf
-	if cache {
-		buf = nil // the cache keeps the answer's bytes: a buffer of their own
-	}
-	r, err := c.askObject(ctx, &lc.req, &lc.ans, buf)
-	lc.ans = proto.AnswerObject{} // r.data may alias the answer's bytes; drop the rest
+// runLoad sends AskObject(oid, before) to a readable cell and finishes l
+// with the answer: the core puts it into the cache, its range closed by
+// the invalidations that overtook it.
+func (t *transport) runLoad(ctx context.Context, l *clientcore.Load[loadScratch]) {
+	c := (*Client)(t)
+	l.X.req = proto.AskObject{Oid: l.Oid, At: proto.InvalidTid, Before: l.Before}
+	// With the cache on, Buf is nil: the cache keeps the answer's bytes,
+	// which then get a buffer of their own.
+	r, err := c.askObject(ctx, &l.X.req, &l.X.ans, l.Buf())
+	l.X.ans = proto.AnswerObject{} // r.data may alias the answer's bytes; drop the rest
 	if err == nil {
-		lc.data, lc.serial, lc.next = r.data, r.serial, r.next
+		l.Data, l.Serial, l.Next = r.data, r.serial, r.next
 	} else {
-		lc.err = err
+		l.Err = err
 	}
-	c.lmu.Lock()
-	ol := c.loading[oid]
-	if err == nil {
-		next := r.next
-		if next == 0 && ol != nil {
-			for _, t := range ol.invals {
-				if t > r.serial && (next == 0 || t < next) {
-					next = t
-				}
-			}
-		}
-		c.cache.Insert(oid, r.serial, next, r.data)
-		lc.cached = cache
-	}
-	if ol != nil {
-		if ol.n--; ol.n == 0 {
-			delete(c.loading, oid)
-			if len(c.freeOL) < 1024 {
-				*ol = oidLoading{invals: ol.invals[:0]}
-				c.freeOL = append(c.freeOL, ol)
-			}
-		}
-	}
-	key := loadKey{oid, before}
-	if c.loads[key] == lc {
-		delete(c.loads, key)
-	}
-	if lc.Finish() {
-		c.recycleLocked(lc)
-	}
-	c.lmu.Unlock()
+	c.core.Finish(l)
 }
 
-// releaseLoad drops a caller's reference to lc and takes back its channel
-// (nil for the leader). signalled says whether the caller received its
-// signal.
-func (c *Client) releaseLoad(lc *loadCall, done chan struct{}, signalled bool) {
-	c.lmu.Lock()
-	if lc.Release(done, signalled) {
-		c.recycleLocked(lc)
+// Wait waits for the signal of a load that another goroutine asks.
+func (t *transport) Wait(ctx context.Context, done <-chan struct{}) error {
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	c.free.PutChan(done)
-	c.lmu.Unlock()
 }
 
-// recycleLocked puts lc, which nobody references any more, on the free
-// list, with its answer buffer unless the cache holds it. c.lmu is held.
-func (c *Client) recycleLocked(lc *loadCall) {
-	buf := lc.buf[:0]
-	if lc.cached || cap(buf) > 1<<20 {
-		buf = nil
+// LastTransaction asks the master (Sync); the core then waits for the
+// invalidations up to the answer, which the master sends before it.
+func (t *transport) LastTransaction(ctx context.Context) (zodb.Tid, error) {
+	var ans proto.AnswerLastTransaction
+	if err := (*Client)(t).askMaster(ctx, &proto.AskLastTransaction{}, &ans); err != nil {
+		return 0, err
 	}
-	lc.Reset()
-	*lc = loadCall{Call: lc.Call, buf: buf}
-	c.free.Put(lc)
+	return ans.Tid, nil
 }
 
-// invalidate applies InvalidateObjects(tid, oids) (on the master loop):
-// to the loads in flight, to the cache, then to the watchers.
+// LoadError returns err: the answers' errors are the loads' already.
+func (t *transport) LoadError(ctx context.Context, xid zodb.Xid, err error) error { return err }
+
+// invalidate applies a commit (InvalidateObjects from the master) to the
+// loads in flight, the cache and the watchers (clientcore.Core.Invalidate).
 func (c *Client) invalidate(tid zodb.Tid, oids []zodb.Oid) {
-	c.lmu.Lock()
-	for _, oid := range oids {
-		if ol := c.loading[oid]; ol != nil {
-			ol.invals = append(ol.invals, tid)
-		}
-	}
-	c.cache.Invalidate(tid, oids)
-	c.lmu.Unlock()
-	c.hmu.Lock()
-	close(c.headCh)
-	c.headCh = make(chan struct{})
-	c.hmu.Unlock()
-	c.watch.Notify(zodb.CommitEvent{Tid: tid, Oids: oids})
+	c.core.Invalidate(tid, oids)
 }
 
 // object is a decoded, checked and decompressed AnswerObject.
@@ -412,50 +242,22 @@ func (c *Client) missing(ctx context.Context, oid zodb.Oid) error {
 // master's last tid at connect time, raised by every invalidation and Sync.
 // It makes no round trip.
 func (c *Client) LastTid(ctx context.Context) (zodb.Tid, error) {
-	if err := c.failure(); err != nil {
-		return 0, c.opErr("lastTid", nil, err)
-	}
-	return c.cache.Head(), nil
+	return c.core.LastTid(ctx)
 }
 
 // Sync implements zodb.Syncer: AskLastTransaction to the master, then it
 // waits until the invalidations up to that tid, which the master sends
 // before its answer, have been applied.
 func (c *Client) Sync(ctx context.Context) (zodb.Tid, error) {
-	var ans proto.AnswerLastTransaction
-	if err := c.askMaster(ctx, &proto.AskLastTransaction{}, &ans); err != nil {
-		return 0, c.opErr("sync", nil, err)
-	}
-	tid := ans.Tid
-	// Answers and notifications may be handed over on different paths:
-	// wait for the master loop to apply what came before the answer.
-	limit := time.NewTimer(10 * time.Second)
-	defer limit.Stop()
-	for {
-		c.hmu.Lock()
-		ch := c.headCh
-		c.hmu.Unlock()
-		if c.cache.Head() >= tid {
-			return tid, nil
-		}
-		select {
-		case <-ch:
-		case <-c.dead:
-			return 0, c.opErr("sync", nil, c.failure())
-		case <-ctx.Done():
-			return 0, c.opErr("sync", nil, ctx.Err())
-		case <-limit.C:
-			// The master did not send the invalidations up to tid:
-			// the cache cannot be trusted past its head.
-			c.logf("neo client: master %s: last transaction %s but invalidations only up to %s; clearing the cache",
-				c.masterAddr, tid, c.cache.Head())
-			c.lmu.Lock()
-			c.cache.Clear()
-			c.cache.SetHead(tid)
-			c.lmu.Unlock()
-			return tid, nil
-		}
-	}
+	return c.core.Sync(ctx)
+}
+
+// Watch implements zodb.Watcher. Events come from the master's
+// InvalidateObjects messages, in commit order (this client commits
+// nothing). The Oids slice of an event is shared by all watchers: do not
+// modify it.
+func (c *Client) Watch(ctx context.Context) (<-chan zodb.CommitEvent, error) {
+	return c.core.Watch(ctx)
 }
 
 // History implements zodb.Storage: AskObjectHistory, then

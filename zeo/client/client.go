@@ -23,9 +23,10 @@
 //
 // # Cache and invalidations
 //
-// Loads go through a client cache (package zodb/cache) of revisions with
-// validity ranges: Load(oid, at) hits when at lies in a cached [serial,
-// next) range. Whoever reads inserts every loadBefore answer into
+// Loads go through the core that the NEO client shares
+// (internal/clientcore), to which this package is the transport, and its
+// client cache (package zodb/cache) of revisions with validity ranges:
+// Load(oid, at) hits when at lies in a cached [serial, next) range. Whoever reads inserts every loadBefore answer into
 // the cache and applies every invalidateTransaction message, in the order
 // the server sent them; the server sends the invalidation of a transaction
 // before any reply that exposes it, which keeps the cache coherent.
@@ -53,12 +54,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/zodbd/zodbd/internal/flight"
+	"github.com/zodbd/zodbd/internal/clientcore"
 	"github.com/zodbd/zodbd/internal/netconn"
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zodb"
 	"github.com/zodbd/zodbd/zodb/cache"
-	"github.com/zodbd/zodbd/zodb/watch"
 )
 
 // DefaultCacheSize is the byte budget of the client cache when
@@ -131,23 +131,25 @@ type Client struct {
 	marshal  wire.Marshal
 	maxFrame int
 	logf     func(format string, args ...interface{})
-	cache    *cache.Cache
 	info     Info
+
+	// core holds the cache, the loads in flight (whose table is the
+	// msgid table of loadBefore) and the watchers (package
+	// internal/clientcore); c's transport methods are its Transport.
+	core  *clientcore.Core[struct{}]
+	cache *cache.Cache // core's
 
 	// Write side: requests are encoded with enc into w's queue, under
 	// w's lock.
 	w   *netconn.Writer
 	enc wire.Encoder
 
-	// Outstanding calls, removed by the reader when answered.
+	// Outstanding calls other than loadBefore (which are core's),
+	// removed by the reader when answered.
 	pmu    sync.Mutex
 	nextID int64
 	calls  map[int64]*call
-	loads  map[loadKey]*loadCall
-	err    error                 // why the connection is unusable; nil while it works
-	free   flight.Free[loadCall] // calls and channels for reuse (loadcall.go)
-
-	watch watch.Hub
+	err    error // why the connection is unusable; nil while it works
 
 	commitSem chan struct{} // one transaction at a time (the server allows one per connection)
 	txnSeq    atomic.Int64
@@ -172,12 +174,6 @@ type call struct {
 	// valid during the call.
 	handle func(v *wire.Value) error
 	err    error
-}
-
-// loadKey is the msgid of a loadBefore: (oid, before).
-type loadKey struct {
-	oid    zodb.Oid
-	before zodb.Tid
 }
 
 // Dial connects to the ZEO server at addr (network "tcp" or "unix"), does
@@ -246,7 +242,6 @@ func newClient(ctx context.Context, nc net.Conn, urlStr, addr string, opt *Optio
 		maxFrame:  opt.MaxFrame,
 		logf:      opt.Logf,
 		calls:     make(map[int64]*call),
-		loads:     make(map[loadKey]*loadCall),
 		commitSem: make(chan struct{}, 1),
 		failed:    make(chan struct{}),
 		idleDone:  make(chan struct{}),
@@ -265,7 +260,14 @@ func newClient(ctx context.Context, nc net.Conn, urlStr, addr string, opt *Optio
 	if size == 0 {
 		size = DefaultCacheSize
 	}
-	c.cache = cache.New(size)
+	c.core = clientcore.New[struct{}]((*transport)(c), clientcore.Config{
+		URL:       urlStr,
+		CacheSize: size,
+		ErrClosed: ErrClosed,
+		Logf:      c.logf,
+		Prefix:    "zeo client: " + addr,
+	})
+	c.cache = c.core.Cache()
 
 	// Handshake: the server announces its marshalling letter and
 	// version; the client answers with the letter and min(version, "5").
@@ -423,14 +425,8 @@ func (c *Client) fail(err error) {
 	err = c.err
 	calls := c.calls
 	c.calls = make(map[int64]*call)
-	for key, lc := range c.loads {
-		delete(c.loads, key)
-		if !lc.replying { // else loadReply finishes it
-			lc.err = err
-			c.finishLocked(lc)
-		}
-	}
 	c.pmu.Unlock()
+	c.core.Fail(err) // fails the loads in flight, closes the watchers
 	for _, cl := range calls {
 		cl.err = err
 		close(cl.done)
@@ -442,7 +438,6 @@ func (c *Client) fail(err error) {
 	if c.token != nil {
 		c.token.Stop()
 	}
-	c.watch.Stop()
 }
 
 // dispatch handles one message on the reading goroutine. Its values alias
@@ -494,8 +489,7 @@ func (c *Client) dispatch(m *wire.Message) {
 			}
 			oids = append(oids, zodb.Oid(oid))
 		}
-		c.cache.Invalidate(tid, oids)
-		c.watch.Notify(zodb.CommitEvent{Tid: tid, Oids: oids})
+		c.core.Invalidate(tid, oids)
 	case "info":
 		if m.Args.Len() == 1 {
 			i := parseInfo(&m.Args.Items[0])
@@ -642,7 +636,7 @@ func (c *Client) lastTransaction(ctx context.Context) (zodb.Tid, error) {
 }
 
 func (c *Client) opErr(op string, args interface{}, err error) error {
-	return &zodb.OpError{URL: c.url, Op: op, Args: args, Err: err}
+	return c.core.OpErr(op, args, err)
 }
 
 // tidOf decodes an 8-byte id (tid or oid).

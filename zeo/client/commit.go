@@ -286,8 +286,7 @@ func (t *txn) Finish(ctx context.Context, onCommit func(tid zodb.Tid, oids []zod
 			return fmt.Errorf("tpc_finish reply: %w", err)
 		}
 		tid = tt
-		c.cache.Invalidate(tid, oids)
-		c.watch.Notify(zodb.CommitEvent{Tid: tid, Oids: oids})
+		c.core.Invalidate(tid, oids)
 		return nil
 	})
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/zodbd/zodbd/internal/clientcore"
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -17,45 +18,22 @@ var (
 	_ zodb.Watcher      = (*Client)(nil)
 )
 
+// transport is the Client as its core's clientcore.Transport (methods
+// that are not the Client's API).
+type transport Client
+
 // Load implements zodb.Loader over loadBefore(oid, at+1). xid.At ==
 // zodb.TidMax means the newest revision this client can know of: the cache
 // answers it as of LastTid, the server (on a miss) as of its own head.
 func (c *Client) Load(ctx context.Context, xid zodb.Xid) ([]byte, zodb.Tid, error) {
-	return c.LoadAppend(ctx, xid, nil)
+	return c.core.LoadAppend(ctx, xid, nil)
 }
 
 // LoadAppend implements zodb.AppendLoader. A cache hit takes one shard's
 // read lock and copies the data into dst; it allocates nothing when dst
 // has room.
 func (c *Client) LoadAppend(ctx context.Context, xid zodb.Xid, dst []byte) ([]byte, zodb.Tid, error) {
-	if data, serial, ok := c.cache.Load(xid.Oid, xid.At, dst); ok {
-		return data, serial, nil
-	}
-	lc, done, err := c.startLoad(xid.Oid, before(xid.At), true)
-	if err != nil {
-		return dst, 0, c.opErr("load", xid, err)
-	}
-	if err := c.wait(ctx, done); err != nil {
-		c.releaseLoad(lc, done, false)
-		return dst, 0, c.opErr("load", xid, err)
-	}
-	// The result is lc's until releaseLoad: copy out what is needed.
-	lerr, none, serial := lc.err, lc.none, lc.serial
-	if lerr == nil && !none {
-		dst = append(dst, lc.data...)
-	}
-	c.releaseLoad(lc, done, true)
-	switch {
-	case lerr != nil:
-		var pk *posKeyError
-		if errors.As(lerr, &pk) {
-			return dst, 0, c.opErr("load", xid, c.missing(ctx, xid))
-		}
-		return dst, 0, c.opErr("load", xid, lerr)
-	case none:
-		return dst, 0, c.opErr("load", xid, &zodb.NoDataError{Oid: xid.Oid})
-	}
-	return dst, serial, nil
+	return c.core.LoadAppend(ctx, xid, dst)
 }
 
 // Prefetch implements zodb.Prefetcher: it sends loadBefore for xid unless
@@ -63,18 +41,36 @@ func (c *Client) LoadAppend(ctx context.Context, xid zodb.Xid, dst []byte) ([]by
 // answer goes into the cache (with the cache off, only a Load that joins
 // the request in flight profits).
 func (c *Client) Prefetch(ctx context.Context, xid zodb.Xid) {
-	if _, _, ok := c.cache.Load(xid.Oid, xid.At, nil); ok {
-		return
-	}
-	c.startLoad(xid.Oid, before(xid.At), false)
+	c.core.Prefetch(ctx, xid)
 }
 
-// before is the loadBefore argument for a Load at at.
-func before(at zodb.Tid) zodb.Tid {
-	if at >= zodb.TidMax {
-		return zodb.TidMax
+// Ask sends loadBefore(oid, before), whose msgid is (oid, before); the
+// reader hands the reply to loadReply. A send error fails the connection,
+// and with it l.
+func (t *transport) Ask(ctx context.Context, l *clientcore.Load[struct{}], wait bool) {
+	oid, before := l.Oid, l.Before
+	(*Client)(t).send(func(e *wire.Encoder) { e.LoadBeforeRequest(uint64(oid), uint64(before)) })
+}
+
+// Wait waits for a load's signal, reading the connection meanwhile when
+// nobody else does (reader.go).
+func (t *transport) Wait(ctx context.Context, done <-chan struct{}) error {
+	return (*Client)(t).wait(ctx, done)
+}
+
+// LastTransaction is Sync's round trip.
+func (t *transport) LastTransaction(ctx context.Context) (zodb.Tid, error) {
+	return (*Client)(t).lastTransaction(ctx)
+}
+
+// LoadError tells apart, for loadBefore's POSKeyError, a missing object
+// from a deleted one (missing).
+func (t *transport) LoadError(ctx context.Context, xid zodb.Xid, err error) error {
+	var pk *posKeyError
+	if errors.As(err, &pk) {
+		return (*Client)(t).missing(ctx, xid)
 	}
-	return at + 1
+	return err
 }
 
 // loadReply handles the reply to loadBefore (on the reading goroutine).
@@ -89,60 +85,36 @@ func (c *Client) loadReply(id *wire.Value, isErr bool, v *wire.Value) {
 		c.logf("zeo client: %s: reply with msgid %v", c.addr, *id)
 		return
 	}
-	key := loadKey{zodb.Oid(oid), bef}
-	c.pmu.Lock()
-	lc := c.loads[key]
-	if lc != nil {
-		if lc.Finished() || lc.replying {
-			lc = nil // cannot be: the server answered one msgid twice
-		} else {
-			lc.replying = true
-		}
-	}
-	c.pmu.Unlock()
-	if lc == nil {
+	l := c.core.Claim(zodb.Oid(oid), bef)
+	if l == nil {
 		c.logf("zeo client: %s: reply to a loadBefore%v not asked for", c.addr, *id)
 		return
 	}
 	switch {
 	case isErr:
-		lc.err = serverError(v)
+		l.Err = serverError(v)
 	case v.IsNone():
-		lc.none = true
+		// Not yet created before `before`.
+		l.Err = &zodb.NoDataError{Oid: zodb.Oid(oid)}
 	case (v.Kind == wire.Tuple || v.Kind == wire.List) && len(v.Items) == 3 && v.Items[0].Kind == wire.Bytes:
 		serial, err := tidOf(&v.Items[1])
 		if err != nil {
-			lc.err = fmt.Errorf("loadBefore reply: start tid: %w", err)
+			l.Err = fmt.Errorf("loadBefore reply: start tid: %w", err)
 			break
 		}
 		var next zodb.Tid
 		if !v.Items[2].IsNone() {
 			if next, err = tidOf(&v.Items[2]); err != nil {
-				lc.err = fmt.Errorf("loadBefore reply: end tid: %w", err)
+				l.Err = fmt.Errorf("loadBefore reply: end tid: %w", err)
 				break
 			}
 		}
-		b := v.Items[0].B
-		if c.cache.Enabled() {
-			// The cache keeps the slice: a copy of its own, never reused.
-			lc.data = append(make([]byte, 0, len(b)), b...)
-			lc.cached = true
-		} else {
-			lc.data = append(lc.data[:0], b...)
-		}
-		lc.serial, lc.next = serial, next
-		// Into the cache before the call leaves the table: a concurrent
-		// Load either hits the cache or joins this call.
-		c.cache.Insert(zodb.Oid(oid), serial, next, lc.data)
+		l.SetData(v.Items[0].B) // v aliases the frame
+		l.Serial, l.Next = serial, next
 	default:
-		lc.err = fmt.Errorf("loadBefore reply: unexpected %v", *v)
+		l.Err = fmt.Errorf("loadBefore reply: unexpected %v", *v)
 	}
-	c.pmu.Lock()
-	if c.loads[key] == lc {
-		delete(c.loads, key)
-	}
-	c.finishLocked(lc)
-	c.pmu.Unlock()
+	c.core.Finish(l)
 }
 
 // missing tells apart, after loadBefore answered POSKeyError, an oid that
@@ -177,18 +149,20 @@ func (c *Client) missing(ctx context.Context, xid zodb.Xid) error {
 // commit and Sync. It makes no round trip; use Sync for the server's
 // current value.
 func (c *Client) LastTid(ctx context.Context) (zodb.Tid, error) {
-	c.pmu.Lock()
-	err := c.err
-	c.pmu.Unlock()
-	if err != nil {
-		return 0, c.opErr("lastTid", nil, err)
-	}
-	return c.cache.Head(), nil
+	return c.core.LastTid(ctx)
 }
 
 // Sync implements zodb.Syncer with a lastTransaction round trip.
 func (c *Client) Sync(ctx context.Context) (zodb.Tid, error) {
-	return c.lastTransaction(ctx)
+	return c.core.Sync(ctx)
+}
+
+// Watch implements zodb.Watcher. Events come from the server's
+// invalidateTransaction messages and from this client's own commits (which
+// the server does not send back), in commit order. The Oids slice of an
+// event is shared by all watchers: do not modify it.
+func (c *Client) Watch(ctx context.Context) (<-chan zodb.CommitEvent, error) {
+	return c.core.Watch(ctx)
 }
 
 // LastOid implements zodb.Storage. ZEO has no call for it: it walks every
