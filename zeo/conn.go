@@ -19,6 +19,7 @@ import (
 	"github.com/zodbd/zodbd/internal/eventlog"
 	"github.com/zodbd/zodbd/internal/memtrim"
 	"github.com/zodbd/zodbd/internal/netconn"
+	"github.com/zodbd/zodbd/internal/opstats"
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -54,6 +55,19 @@ type conn struct {
 
 	loadBuf []byte // reused load buffer
 
+	// For Stats (stats.go): bytes of the frames read, and with
+	// Config.Metrics each method's latency (by method.idx; nil without),
+	// both written by the reading goroutine only, except the calls that
+	// reply from their own goroutine (method.async), which observe with
+	// ObserveDurationShared. t0 is when the call being handled was read.
+	bytesIn opstats.Counter
+	latency []opstats.Hist
+	t0      time.Time
+	callIdx int  // the method being handled
+	spawned bool // it called spawn
+	// metricLabel is the client's label (set_client_label), for Stats.
+	metricLabel atomic.Pointer[string]
+
 	txmu sync.Mutex
 	txn  *ztxn // the open transaction, nil if none
 
@@ -79,6 +93,9 @@ func newConn(s *Server, nc net.Conn) *conn {
 		loadBuf: make([]byte, 0, 64<<10),
 	}
 	c.out = netconn.NewWriter(nc, netconn.Config{Max: s.cfg.MaxQueued, Budget: s.budget, Overflow: c.overflow})
+	if s.cfg.Metrics {
+		c.latency = make([]opstats.Hist, len(methodNames))
+	}
 	return c
 }
 
@@ -147,6 +164,10 @@ func (c *conn) serve() {
 				c.logProto(eventlog.Error, "%v; closing", err)
 			}
 			return
+		}
+		c.bytesIn.Add(uint64(4 + len(frame)))
+		if c.latency != nil {
+			c.t0 = time.Now()
 		}
 		if cap(frame) <= keepFrame {
 			buf = frame[:0] // reuse moderate buffers; let big ones go
