@@ -59,10 +59,16 @@ type conn struct {
 	// Config.Metrics each method's latency (by method.idx; nil without),
 	// both written by the reading goroutine only, except the calls that
 	// reply from their own goroutine (method.async), which observe with
-	// ObserveDurationShared. t0 is when the call being handled was read.
+	// ObserveDurationShared. t0 is when the call being handled was read:
+	// after a wait for the client, a fresh clock read; when its frame was
+	// already buffered, the end of the call before (chained: one clock
+	// read per pipelined request).
 	bytesIn opstats.Counter
 	latency []opstats.Hist
-	t0      time.Time
+	t0      opstats.Stamp
+	tEnd    opstats.Stamp // when the call just handled ended, if ended
+	ended   bool          // the call just handled was observed inline, at tEnd
+	chained bool          // t0 is set already, from tEnd
 	callIdx int  // the method being handled
 	spawned bool // it called spawn
 	// metricLabel is the client's label (set_client_label), for Stats.
@@ -166,9 +172,10 @@ func (c *conn) serve() {
 			return
 		}
 		c.bytesIn.Add(uint64(4 + len(frame)))
-		if c.latency != nil {
-			c.t0 = time.Now()
+		if c.latency != nil && !c.chained {
+			c.t0 = opstats.Now()
 		}
+		c.chained, c.ended = false, false
 		if cap(frame) <= keepFrame {
 			buf = frame[:0] // reuse moderate buffers; let big ones go
 		}
@@ -196,6 +203,9 @@ func (c *conn) serve() {
 			if !c.flush() {
 				return
 			}
+		} else if c.ended {
+			// The next request is here: it starts when this one ended.
+			c.t0, c.chained = c.tEnd, true
 		}
 		// Backpressure: read no more requests while the client leaves
 		// its replies unread.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/zodbd/zodbd/internal/eventlog"
+	"github.com/zodbd/zodbd/internal/opstats"
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -449,10 +450,11 @@ func (c *conn) handle(m *wire.Message) bool {
 	}
 	a.v = nil // the frame's values: not kept past the call
 	if c.latency != nil && !c.spawned {
+		c.tEnd, c.ended = opstats.Now(), true
 		if mt.async {
-			c.latency[mt.idx].ObserveDurationShared(time.Since(c.t0))
+			c.latency[mt.idx].ObserveDurationShared(c.tEnd.Sub(c.t0))
 		} else {
-			c.latency[mt.idx].ObserveDuration(time.Since(c.t0))
+			c.latency[mt.idx].ObserveDuration(c.tEnd.Sub(c.t0))
 		}
 	}
 	if err == nil && !oneway && mt.oneway {

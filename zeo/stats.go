@@ -2,7 +2,6 @@ package zeo
 
 import (
 	"sort"
-	"time"
 	"unicode/utf8"
 
 	"github.com/zodbd/zodbd/internal/opstats"
@@ -180,7 +179,7 @@ func (c *conn) spawn() (observe func()) {
 		return func() {}
 	}
 	h, t0 := &c.latency[c.callIdx], c.t0
-	return func() { h.ObserveDurationShared(time.Since(t0)) }
+	return func() { h.ObserveDurationShared(opstats.Now().Sub(t0)) }
 }
 
 // maxClasses bounds the classes a storage counts conflicts by.

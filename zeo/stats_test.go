@@ -53,10 +53,18 @@ func TestStats(t *testing.T) {
 	var id int64 = 10
 	data := []byte("\x80\x03cpersistent.mapping\nPersistentMapping\nq\x00.\x80\x03}q\x01.")
 	serial := commitRaw(t, c, &id, 1, 0, data)
-	const loads = 7
-	for i := 0; i < loads; i++ {
+	const loads = 12
+	for i := 0; i < 7; i++ {
 		id++
 		c.call(t, id, "loadBefore", func(e *wire.Encoder) { e.Oid8(1); e.Oid8(uint64(zodb.TidMax)) }, 2)
+	}
+	// Pipelined: each call's time starts where the one before ended.
+	for i := 0; i < 5; i++ {
+		c.sendLoad(1, zodb.TidMax)
+	}
+	c.flush(t)
+	for i := 0; i < 5; i++ {
+		c.read(t)
 	}
 	// A store based on a serial older than the current one: vote returns
 	// the conflict to the client, which aborts.

@@ -122,3 +122,18 @@ func (c *Counter) AddShared(d uint64) { c.n.Add(d) }
 
 // Load returns the count.
 func (c *Counter) Load() uint64 { return c.n.Load() }
+
+// A Stamp is an instant for measuring durations: the time on the
+// monotonic clock since the process started. Now reads one clock (time.Now
+// reads two: the wall clock too), which matters where a clock read is a
+// system call (some VMs have no vDSO clock).
+type Stamp time.Duration
+
+// epoch is the origin of Stamps.
+var epoch = time.Now()
+
+// Now returns the current Stamp.
+func Now() Stamp { return Stamp(time.Since(epoch)) }
+
+// Sub returns s - t.
+func (s Stamp) Sub(t Stamp) time.Duration { return time.Duration(s - t) }
