@@ -69,8 +69,8 @@ type conn struct {
 	tEnd    opstats.Stamp // when the call just handled ended, if ended
 	ended   bool          // the call just handled was observed inline, at tEnd
 	chained bool          // t0 is set already, from tEnd
-	callIdx int  // the method being handled
-	spawned bool // it called spawn
+	callIdx int           // the method being handled
+	spawned bool          // it called spawn
 	// metricLabel is the client's label (set_client_label), for Stats.
 	metricLabel atomic.Pointer[string]
 
