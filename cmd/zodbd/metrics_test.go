@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +19,10 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/zodbd/zodbd/fs1"
+	neoclient "github.com/zodbd/zodbd/neo/client"
+	"github.com/zodbd/zodbd/neo/neotest"
+	"github.com/zodbd/zodbd/neo/storage"
 	"github.com/zodbd/zodbd/zeo/client"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -398,5 +403,78 @@ func TestMetricsReady(t *testing.T) {
 	ready = true
 	if status, body := get(t, addr, "/ready"); status != 200 || body != "ready\n" {
 		t.Errorf("/ready: %d %q", status, body)
+	}
+}
+
+// TestMetricsNeo runs a storage node with its metrics (what neo-storage
+// --http-addr sets up) beside the test master, loads through the Go NEO
+// client with its cache off, and checks /metrics and /ready.
+func TestMetricsNeo(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m, err := neotest.NewMaster(neotest.MasterConfig{Cluster: "metrics"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go m.Serve(ctx)
+	fs, err := fs1.Open("../../fs1/testdata/1.fs", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+	be, err := storage.NewFS1(fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := storage.New(storage.Config{Cluster: "metrics", Masters: []string{m.Addr()}, Backend: be,
+		Logger: log.New(io.Discard, "", 0), RetryInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := startMetricsServer("127.0.0.1:0", t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ms.Close()
+	n.EnableStats()
+	c := &neoCollector{node: n, name: "1.fs", fs: be.FileStorage()}
+	ms.Register(c)
+	ms.SetReady(c.ready)
+	addr := ms.Addr().String()
+	if status, _ := get(t, addr, "/ready"); status != 503 {
+		t.Errorf("/ready before the cluster runs: %d, want 503", status)
+	}
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	for i := 0; !n.Operational(); i++ {
+		if i == 1000 {
+			t.Fatal("node not operational")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if status, _ := get(t, addr, "/ready"); status != 200 {
+		t.Errorf("/ready: %d, want 200", status)
+	}
+	cl, err := neoclient.Dial(ctx, &neoclient.Options{Cluster: "metrics", Masters: []string{m.Addr()}, CacheSize: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	oids := fs.Index().Oids()
+	for _, oid := range oids {
+		var nd *zodb.NoDataError // the fixture deleted some: an answer all the same
+		if _, _, err := cl.Load(ctx, zodb.Xid{Oid: oid, At: zodb.TidMax}); err != nil && !errors.As(err, &nd) {
+			t.Fatal(err)
+		}
+	}
+	s := scrapeMetrics(t, addr)
+	if got := s.value("zodbd_request_duration_seconds", "protocol=neo", "method=AskObject"); got != float64(len(oids)) {
+		t.Errorf("%v AskObject counted, want %d", got, len(oids))
+	}
+	if s.value("zodbd_connections", "protocol=neo") != 1 || s.value("zodbd_sent_bytes_total", "protocol=neo") == 0 ||
+		s.value("zodbd_storage_objects", "storage=1.fs") != float64(fs.Len()) || s.value("zodbd_ready") != 1 {
+		t.Errorf("connections %v, sent %v, objects %v, ready %v", s.value("zodbd_connections", "protocol=neo"),
+			s.value("zodbd_sent_bytes_total", "protocol=neo"), s.value("zodbd_storage_objects", "storage=1.fs"), s.value("zodbd_ready"))
 	}
 }
