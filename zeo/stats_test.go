@@ -170,3 +170,67 @@ func TestStatsOff(t *testing.T) {
 		t.Errorf("%+v", st)
 	}
 }
+
+// TestStatsConcurrent takes snapshots while connections load, commit and
+// come and go (run with -race): the counts only grow and end exact.
+func TestStatsConcurrent(t *testing.T) {
+	stor := openWritable(t)
+	srv, addr := startServerOn(t, Config{Storages: []StorageConfig{{Name: "1", Storage: stor}}, Metrics: true}, nil)
+	w := dialRawRW(t, addr, wire.Pickle)
+	var id int64 = 10
+	commitRaw(t, w, &id, 1, 0, []byte("x"))
+	const conns, loads = 3, 200
+	done := make(chan struct{})
+	errs := make(chan error, conns)
+	for i := 0; i < conns; i++ {
+		go func() {
+			c := dialRaw(t, addr, wire.Pickle)
+			for j := 0; j < loads; j++ {
+				c.sendLoad(1, zodb.TidMax)
+				if j%10 == 9 {
+					c.flush(t)
+					for k := 0; k < 10; k++ {
+						c.read(t)
+					}
+				}
+			}
+			c.nc.Close()
+			errs <- nil
+		}()
+	}
+	go func() {
+		defer close(done)
+		var last uint64
+		for i := 0; i < 10000; i++ {
+			st := srv.Stats()
+			var n uint64
+			for _, m := range st.Methods {
+				if m.Name == "loadBefore" {
+					n = m.Latency.Count()
+				}
+			}
+			if n < last {
+				t.Errorf("loadBefore count went back from %d to %d", last, n)
+				return
+			}
+			last = n
+			if n == conns*loads {
+				return
+			}
+		}
+	}()
+	for i := 0; i < conns; i++ {
+		<-errs
+	}
+	<-done
+	for i := 0; ; i++ {
+		st := srv.Stats()
+		if st.Storages[0].Loads == conns*loads && len(st.Connections) == 1 {
+			break
+		}
+		if i == 1000 {
+			t.Fatalf("loads %d, connections %v", st.Storages[0].Loads, st.Connections)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
