@@ -447,6 +447,11 @@ func TestMetricsNeo(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- n.Run(ctx) }()
 	defer func() { cancel(); <-done }()
+	select {
+	case <-m.Running():
+	case <-time.After(10 * time.Second):
+		t.Fatal("cluster did not start")
+	}
 	for i := 0; !n.Operational(); i++ {
 		if i == 1000 {
 			t.Fatal("node not operational")
