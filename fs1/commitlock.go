@@ -3,6 +3,9 @@ package fs1
 import (
 	"context"
 	"sync"
+	"time"
+
+	"github.com/zodbd/zodbd/internal/opstats"
 )
 
 // commitLock is the storage's commit lock: a mutex granted in FIFO order,
@@ -16,14 +19,22 @@ type commitLock struct {
 	mu      sync.Mutex
 	held    bool
 	waiters []chan struct{} // FIFO; a closed channel means "the lock is yours"
+
+	// For Stats (stats.go): how long each Lock waited and each holder
+	// held the lock; since is when the current holder got it (under mu).
+	wait, hold opstats.Hist
+	since      time.Time
 }
 
 // Lock takes the lock, waiting behind earlier callers. It returns ctx.Err()
 // without the lock if ctx is done first.
 func (l *commitLock) Lock(ctx context.Context) error {
+	start := time.Now()
 	l.mu.Lock()
 	if !l.held {
 		l.held = true
+		l.since = start
+		l.wait.ObserveShared(0, opstats.DurationShift)
 		l.mu.Unlock()
 		return nil
 	}
@@ -36,6 +47,8 @@ func (l *commitLock) Lock(ctx context.Context) error {
 	l.mu.Unlock()
 	select {
 	case <-ch:
+		// Unlock set since when it handed the lock over.
+		l.wait.ObserveDurationShared(time.Since(start))
 		return nil
 	case <-ctx.Done():
 	}
@@ -60,6 +73,9 @@ func (l *commitLock) Unlock() {
 		l.mu.Unlock()
 		panic("fs1: commit lock: unlock of unlocked lock")
 	}
+	now := time.Now()
+	l.hold.ObserveDurationShared(now.Sub(l.since))
+	l.since = now
 	if len(l.waiters) > 0 {
 		ch := l.waiters[0]
 		copy(l.waiters, l.waiters[1:])

@@ -110,7 +110,7 @@ func (w *writer) syncer() {
 		}
 		if err == nil && (flipped > 0 || hasTxn(batch)) {
 			w.nsync.Add(1)
-			if serr := w.sync(); serr != nil {
+			if serr := w.timedSync(batch); serr != nil {
 				err = fmt.Errorf("fs1: %s: fsync: %w", w.fs.path, serr)
 				w.failBatch(err, durable, batch)
 			}

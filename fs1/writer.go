@@ -76,6 +76,7 @@ type writer struct {
 	stopping bool
 	stopped  chan struct{}
 	nsync    atomic.Int64 // fsyncs done by the syncer (tests)
+	syncs    syncStats    // fsync latency and group size, for Stats (stats.go)
 
 	// Test hooks: the file operations of the commit path.
 	writeAt  func(b []byte, off int64) (int, error)

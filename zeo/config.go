@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -26,6 +27,10 @@ type FileConfig struct {
 	// BusyPoll is zodbd's busy-poll key as written ("" when absent):
 	// "off", "on" or a duration; zodbd serve parses it as its --busy-poll.
 	BusyPoll string
+	// HTTPAddr is zodbd's http-addr key ("" when absent): the HOST:PORT
+	// where zodbd serve serves its metrics (/metrics, /live, /ready), as
+	// its --http-addr. Checked by CheckHTTPAddr when parsed.
+	HTTPAddr string
 	SSL      *SSLConfig
 	Storages []FileStorageConfig
 	// EventLog is the <eventlog> section, nil when there is none (then
@@ -133,6 +138,20 @@ func ParseConfig(r io.Reader) (*FileConfig, error) {
 	return cfg, nil
 }
 
+// CheckHTTPAddr checks an address for the metrics listener (http-addr,
+// --http-addr): HOST:PORT, with an empty HOST for every interface and
+// port 0 for one the system picks.
+func CheckHTTPAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q is not HOST:PORT", addr)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("%q: port %q is not a number from 0 to 65535", addr, port)
+	}
+	return nil
+}
+
 func (cfg *FileConfig) zeoSection(s *section) error {
 	for k, vs := range s.keys {
 		v := vs[len(vs)-1]
@@ -160,6 +179,8 @@ func (cfg *FileConfig) zeoSection(s *section) error {
 			cfg.Msgpack = &b
 		case "busy-poll":
 			cfg.BusyPoll = v
+		case "http-addr":
+			cfg.HTTPAddr, err = v, CheckHTTPAddr(v)
 		default:
 			err = fmt.Errorf("unknown key")
 		}

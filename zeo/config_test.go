@@ -17,6 +17,7 @@ func TestParseConfig(t *testing.T) {
   transaction-timeout 30
   pid-filename $VAR/zeo.pid
   msgpack true
+  http-addr 127.0.0.1:9100
   <ssl>
     certificate ${VAR}/cert.pem
     key /k.pem
@@ -44,7 +45,7 @@ func TestParseConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.Address != "127.0.0.1:8100" || cfg.InvalidationQueueSize != 500 || cfg.TransactionTimeout != 30*time.Second ||
-		cfg.PidFile != "/var/zeo/zeo.pid" || cfg.Msgpack == nil || !*cfg.Msgpack ||
+		cfg.PidFile != "/var/zeo/zeo.pid" || cfg.Msgpack == nil || !*cfg.Msgpack || cfg.HTTPAddr != "127.0.0.1:9100" ||
 		cfg.EventLog == nil || len(cfg.EventLog.Handlers) != 1 || cfg.EventLog.Handlers[0].Path != "/var/log/zeo.log" {
 		t.Errorf("zeo section: %+v", cfg)
 	}
@@ -142,6 +143,8 @@ func TestParseConfigErrors(t *testing.T) {
 		"NaN invalidation-age":      "<zeo>\naddress 1\ninvalidation-age nan\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n",
 		"import with more":          "%import zc.zlibstorage os\n<zeo>\naddress 1\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n",
 		"quota 0":                   "<zeo>\naddress 1\n</zeo>\n<filestorage>\npath /x\nquota 0\n</filestorage>\n",
+		"http-addr without port":    "<zeo>\naddress 1\nhttp-addr localhost\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n",
+		"http-addr bad port":        "<zeo>\naddress 1\nhttp-addr :99999\n</zeo>\n<filestorage>\npath /x\n</filestorage>\n",
 	}
 	for name, text := range bad {
 		if cfg, err := ParseConfig(strings.NewReader(text)); err == nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/zodbd/zodbd/internal/eventlog"
 	"github.com/zodbd/zodbd/internal/memtrim"
 	"github.com/zodbd/zodbd/internal/netconn"
+	"github.com/zodbd/zodbd/internal/opstats"
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -54,6 +55,25 @@ type conn struct {
 
 	loadBuf []byte // reused load buffer
 
+	// For Stats (stats.go): bytes of the frames read, and with
+	// Config.Metrics each method's latency (by method.idx; nil without),
+	// both written by the reading goroutine only, except the calls that
+	// reply from their own goroutine (method.async), which observe with
+	// ObserveDurationShared. t0 is when the call being handled was read:
+	// after a wait for the client, a fresh clock read; when its frame was
+	// already buffered, the end of the call before (chained: one clock
+	// read per pipelined request).
+	bytesIn opstats.Counter
+	latency []opstats.Hist
+	t0      opstats.Stamp
+	tEnd    opstats.Stamp // when the call just handled ended, if ended
+	ended   bool          // the call just handled was observed inline, at tEnd
+	chained bool          // t0 is set already, from tEnd
+	callIdx int           // the method being handled
+	spawned bool          // it called spawn
+	// metricLabel is the client's label (set_client_label), for Stats.
+	metricLabel atomic.Pointer[string]
+
 	txmu sync.Mutex
 	txn  *ztxn // the open transaction, nil if none
 
@@ -79,6 +99,9 @@ func newConn(s *Server, nc net.Conn) *conn {
 		loadBuf: make([]byte, 0, 64<<10),
 	}
 	c.out = netconn.NewWriter(nc, netconn.Config{Max: s.cfg.MaxQueued, Budget: s.budget, Overflow: c.overflow})
+	if s.cfg.Metrics {
+		c.latency = make([]opstats.Hist, len(methodNames))
+	}
 	return c
 }
 
@@ -148,6 +171,11 @@ func (c *conn) serve() {
 			}
 			return
 		}
+		c.bytesIn.Add(uint64(4 + len(frame)))
+		if c.latency != nil && !c.chained {
+			c.t0 = opstats.Now()
+		}
+		c.chained, c.ended = false, false
 		if cap(frame) <= keepFrame {
 			buf = frame[:0] // reuse moderate buffers; let big ones go
 		}
@@ -175,6 +203,9 @@ func (c *conn) serve() {
 			if !c.flush() {
 				return
 			}
+		} else if c.ended {
+			// The next request is here: it starts when this one ended.
+			c.t0, c.chained = c.tEnd, true
 		}
 		// Backpressure: read no more requests while the client leaves
 		// its replies unread.

@@ -85,6 +85,7 @@ func (s *Server) logf(format string, args ...any) {
 // about the connection name it, as ZEO's "(label addr)".
 func (c *conn) setLabel(label string) {
 	c.label = label
+	c.metricLabel.Store(&label)
 	l := label + " " + c.addrLabel()
 	c.logLabel.Store(&l)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/zodbd/zodbd/internal/eventlog"
+	"github.com/zodbd/zodbd/internal/opstats"
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -147,8 +148,13 @@ func (a *args) value(i int) *wire.Value {
 // A method is one entry of the server's method table: what a call of it
 // may pass, whether the client calls it one-way, and its handler.
 type method struct {
-	name     string // its key in the table
-	min, max int    // arguments accepted; max < 0: not checked (runzeo ignores them)
+	name string // its key in the table
+	idx  int    // its index in methodNames (per-method figures, stats.go)
+	// async: the call may reply from a goroutine of its own (it calls
+	// conn.spawn), which records the call's latency when the reply is
+	// queued; its histogram is updated with ObserveDurationShared.
+	async    bool
+	min, max int // arguments accepted; max < 0: not checked (runzeo ignores them)
 	// oneway: the client calls it one-way, so it has no reply of its own;
 	// called synchronously (ZODB's tests do), it is answered None.
 	oneway bool
@@ -309,8 +315,8 @@ func init() {
 			}
 			return op{kind: opUndo, serial: tid}
 		})},
-		"vote":       {min: 1, max: 1, call: txnCall((*conn).vote)},
-		"tpc_finish": {min: 1, max: 1, call: txnCall((*conn).tpcFinish)},
+		"vote":       {min: 1, max: 1, async: true, call: txnCall((*conn).vote)},
+		"tpc_finish": {min: 1, max: 1, async: true, call: txnCall((*conn).tpcFinish)},
 		"tpc_abort":  {min: 1, max: 1, call: txnCall((*conn).tpcAbort)},
 
 		// Undo and pack.
@@ -332,7 +338,7 @@ func init() {
 			}
 			return c.undoLog(id, first, last, spec)
 		}},
-		"pack": {min: 1, max: 3, call: func(c *conn, id *wire.Value, a *args) error {
+		"pack": {min: 1, max: 3, async: true, call: func(c *conn, id *wire.Value, a *args) error {
 			t, wait := a.float(0), true
 			if len(a.v) >= 2 {
 				wait = a.truth(len(a.v) - 1)
@@ -392,8 +398,17 @@ func init() {
 	}
 	for name, m := range methods {
 		m.name = name
+		methodNames = append(methodNames, name)
+	}
+	sort.Strings(methodNames)
+	for i, name := range methodNames {
+		methods[name].idx = i
 	}
 }
+
+// methodNames are the names of the method table, sorted; a method's idx
+// is its index here.
+var methodNames []string
 
 // handle runs one call: the checks every call passes (message id,
 // arguments, register first), then its entry of the method table. It
@@ -426,6 +441,7 @@ func (c *conn) handle(m *wire.Message) bool {
 	a := &c.args
 	*a = args{name: mt.name, v: m.Args.Items, oneway: oneway}
 	var err error
+	c.callIdx, c.spawned = mt.idx, false
 	if mt.max < 0 || a.count(mt.min, mt.max) {
 		err = mt.call(c, id, a)
 	}
@@ -433,6 +449,14 @@ func (c *conn) handle(m *wire.Message) bool {
 		err = a.err
 	}
 	a.v = nil // the frame's values: not kept past the call
+	if c.latency != nil && !c.spawned {
+		c.tEnd, c.ended = opstats.Now(), true
+		if mt.async {
+			c.latency[mt.idx].ObserveDurationShared(c.tEnd.Sub(c.t0))
+		} else {
+			c.latency[mt.idx].ObserveDuration(c.tEnd.Sub(c.t0))
+		}
+	}
 	if err == nil && !oneway && mt.oneway {
 		// A method the client normally calls one-way, called
 		// synchronously (ZODB's tests do): answer None.
@@ -834,6 +858,7 @@ func (c *conn) pack(id *wire.Value, t float64, wait bool) {
 		return
 	}
 	idc := cloneValue(id)
+	observe := c.spawn()
 	go func() {
 		err := run()
 		e := wire.Encoder{M: c.srv.cfg.Marshal}
@@ -844,6 +869,7 @@ func (c *conn) pack(id *wire.Value, t float64, wait bool) {
 			e.None()
 			e.EndMessage()
 		}
+		observe()
 		c.out.Send(e.Buf, 0)
 	}()
 }

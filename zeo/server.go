@@ -98,6 +98,11 @@ type Config struct {
 	// BusyPoll, when not nil, makes each connection's reader spin on its
 	// socket before parking (internal/busypoll; not over TLS).
 	BusyPoll *busypoll.Poller
+	// Metrics, when set, makes every connection keep a latency histogram
+	// of each method it serves (Stats' Methods): two clock reads per
+	// request, into memory of the connection only. Counters (bytes,
+	// commits, conflicts, connections) are kept either way.
+	Metrics bool
 	// Resolve, when not nil, resolves conflicts in the server at vote
 	// (as runzeo does by default); the conflicts it leaves go to the
 	// client, which resolves them in its vote.
@@ -124,6 +129,8 @@ type Server struct {
 	conns     map[*conn]struct{}
 	closed    bool
 	wg        sync.WaitGroup
+	serving   int        // Serve loops running (Stats' Serving)
+	retired   connTotals // the figures of the connections that ended (stats.go)
 
 	packCtx    context.Context
 	packCancel context.CancelFunc
@@ -184,7 +191,13 @@ func (s *Server) Serve(ln net.Listener) error {
 		return nil
 	}
 	s.listeners[ln] = struct{}{}
+	s.serving++
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.serving--
+		s.mu.Unlock()
+	}()
 	var delay time.Duration
 	for {
 		nc, err := ln.Accept()
@@ -226,6 +239,7 @@ func (s *Server) Serve(ln net.Listener) error {
 			c.serve()
 			s.mu.Lock()
 			delete(s.conns, c)
+			s.retired.add(c)
 			s.mu.Unlock()
 		}()
 	}

@@ -24,6 +24,9 @@ func startServer(tb testing.TB, cfg Config) string {
 // startServerOn is startServer serving on wrap(a listener on 127.0.0.1);
 // it also returns the server.
 func startServerOn(tb testing.TB, cfg Config, wrap func(net.Listener) net.Listener) (*Server, string) {
+	if wrap == nil {
+		wrap = func(ln net.Listener) net.Listener { return ln }
+	}
 	tb.Helper()
 	if cfg.Logf == nil {
 		cfg.Logf = tb.Logf

@@ -125,6 +125,7 @@ func (c *conn) vote(id *wire.Value, txnID int64) {
 
 	idc := cloneValue(id)
 	st := c.st
+	observe := c.spawn()
 	go func() {
 		defer close(t.done)
 		defer cancel()
@@ -176,7 +177,7 @@ func (c *conn) vote(id *wire.Value, txnID int64) {
 			// transaction that holds the conflicts (zodb.ResolvingTxn)
 			// keeps the commit lock meanwhile, so that the next vote
 			// cannot meet newer revisions.
-			st.addConflicts(int64(len(conflicts)))
+			st.addConflicts(t.ops, conflicts...)
 			if held {
 				t.conflicted, t.conflict = true, conflicts[0]
 				c.startTxnTimer(t)
@@ -204,7 +205,7 @@ func (c *conn) vote(id *wire.Value, txnID int64) {
 		default:
 			var ce *zodb.ConflictError
 			if errors.As(err, &ce) {
-				st.addConflicts(1)
+				st.addConflicts(t.ops, ce)
 			}
 			if t.stxn != nil {
 				t.stxn.Abort()
@@ -224,6 +225,7 @@ func (c *conn) vote(id *wire.Value, txnID int64) {
 			encodeError(&e, &idc, err)
 		}
 		c.txmu.Unlock()
+		observe()
 		c.out.Send(e.Buf, 0)
 	}()
 }
@@ -385,6 +387,7 @@ func (c *conn) tpcFinish(id *wire.Value, txnID int64) {
 
 	idc := cloneValue(id)
 	st := c.st
+	observe := c.spawn()
 	c.out.Hold()
 	go func() {
 		// A finish is not cancelled by a disconnect: once voted, the
@@ -412,6 +415,7 @@ func (c *conn) tpcFinish(id *wire.Value, txnID int64) {
 			e.Oid8(uint64(tid))
 			e.EndMessage()
 		}
+		observe()
 		c.out.Release(e.Buf)
 	}()
 }
@@ -480,9 +484,14 @@ func (st *storage) addWaiting(n int64) {
 	st.mu.Unlock()
 }
 
-func (st *storage) addConflicts(n int64) {
+// addConflicts counts the conflicts ces of a vote whose operations are
+// ops, in all and by the class of the data the client stored (stats.go).
+func (st *storage) addConflicts(ops []op, ces ...*zodb.ConflictError) {
 	st.mu.Lock()
-	st.stats.conflicts += n
+	st.stats.conflicts += int64(len(ces))
+	for _, ce := range ces {
+		st.stats.countClass(conflictClass(lastStoreData(ops, ce.Oid)))
+	}
 	st.mu.Unlock()
 }
 

@@ -28,7 +28,7 @@ func init() {
 func runNeoStorage(args []string) int {
 	fl := flag.NewFlagSet("neo-storage", flag.ContinueOnError)
 	fl.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: zodbd neo-storage --cluster NAME --masters HOST:PORT[,...] [--bind ADDR] [--ca CA --cert CERT --key KEY] [--gomaxprocs N] [--cpus LIST] [--debug-addr ADDR] BACKEND\n\n"+
+		fmt.Fprintf(os.Stderr, "usage: zodbd neo-storage --cluster NAME --masters HOST:PORT[,...] [--bind ADDR] [--ca CA --cert CERT --key KEY] [--gomaxprocs N] [--cpus LIST] [--debug-addr ADDR] [--http-addr ADDR] BACKEND\n\n"+
 			"Joins the NEO cluster NAME as a read-only storage node and serves NEO clients.\n"+
 			"BACKEND is a FileStorage file (the cluster must have 1 partition and no replica:\n"+
 			"neomaster -p 1 -r 0) or sqlite:PATH, the SQLite database of a NEO/py storage node.\n"+
@@ -37,7 +37,7 @@ func runNeoStorage(args []string) int {
 	}
 	var clusterName, masters, bind, advertise, ca, cert, key string
 	var gomaxprocs int
-	var cpus, debugAddr string
+	var cpus, debugAddr, httpAddr string
 	fl.StringVar(&clusterName, "cluster", "", "cluster name (required)")
 	fl.StringVar(&masters, "masters", "", "master addresses, comma-separated (required)")
 	fl.StringVar(&bind, "bind", "127.0.0.1:0", "address to listen on for clients")
@@ -51,6 +51,7 @@ func runNeoStorage(args []string) int {
 	fl.IntVar(&gomaxprocs, "gomaxprocs", 0, "set GOMAXPROCS (0: Go's default)")
 	fl.StringVar(&cpus, "cpus", "", "pin the process to these CPUs (e.g. 0-7,16-23)")
 	fl.StringVar(&debugAddr, "debug-addr", "", "serve Go's profiler (net/http/pprof) at http://`HOST:PORT`/debug/pprof/ (keep it private)")
+	fl.StringVar(&httpAddr, "http-addr", "", "serve metrics (Prometheus) at http://`HOST:PORT`/metrics and the probes /live and /ready")
 	var busyPoll busyPollFlag
 	fl.Var(&busyPoll, "busy-poll", busyPollUsage)
 	var noChecksum bool
@@ -88,6 +89,16 @@ func runNeoStorage(args []string) int {
 			return fatalf("neo-storage", "--debug-addr: %v", err)
 		}
 		defer d.Close()
+	}
+	// The metrics listener before the backend opens (/live answers, /ready
+	// says 503 until the node is operational).
+	var metrics *metricsServer
+	if httpAddr != "" {
+		var err error
+		if metrics, err = startMetricsServer(httpAddr, func(f string, a ...any) { log.Printf("zodbd neo-storage: "+f, a...) }); err != nil {
+			return fatalf("neo-storage", "--http-addr: %v", err)
+		}
+		defer metrics.Close()
 	}
 	var tlsConf *tls.Config
 	if ca != "" || cert != "" || key != "" {
@@ -142,6 +153,15 @@ func runNeoStorage(args []string) int {
 	})
 	if err != nil {
 		return fatalf("neo-storage", "%v", err)
+	}
+	if metrics != nil {
+		n.EnableStats()
+		c := &neoCollector{node: n, name: arg}
+		if fb, ok := be.(*storage.FS1Backend); ok {
+			c.fs = fb.FileStorage()
+		}
+		metrics.Register(c)
+		metrics.SetReady(c.ready)
 	}
 	log.Printf("zodbd neo-storage: serving %s on %s for cluster %q", arg, n.Addr(), clusterName)
 	if busyPoll.spin > 0 {

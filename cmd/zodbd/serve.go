@@ -83,7 +83,7 @@ func runServe(args []string) int {
 		fl.PrintDefaults()
 	}
 	var files multiFlag
-	var addr, conf, pidFile, logPath, cpus, debugAddr string
+	var addr, conf, pidFile, logPath, cpus, debugAddr, httpAddr string
 	var readOnly, msgpack, create bool
 	var timeout float64
 	var maxFrame, gomaxprocs, invq int
@@ -116,6 +116,7 @@ func runServe(args []string) int {
 	fl.IntVar(&gomaxprocs, "gomaxprocs", 0, "set GOMAXPROCS (0: Go's default, the number of usable CPUs)")
 	fl.StringVar(&cpus, "cpus", "", "pin the process to these CPUs (e.g. 0-7,16-23)")
 	fl.StringVar(&debugAddr, "debug-addr", "", "serve Go's profiler (net/http/pprof) at http://`HOST:PORT`/debug/pprof/ (keep it private)")
+	fl.StringVar(&httpAddr, "http-addr", "", "serve metrics (Prometheus) at http://`HOST:PORT`/metrics and the probes /live and /ready; also http-addr in <zeo>")
 	var busyPoll busyPollFlag
 	fl.Var(&busyPoll, "busy-poll", busyPollUsage)
 	if status, ok := parseFlags(fl, args); !ok {
@@ -186,6 +187,12 @@ func runServe(args []string) int {
 	if set["msgpack"] {
 		useMsgpack = msgpack
 	}
+	if set["http-addr"] {
+		if err := zeo.CheckHTTPAddr(httpAddr); err != nil {
+			return fatalf("serve", "--http-addr: %v", err)
+		}
+		fc.HTTPAddr = httpAddr
+	}
 	if fc.BusyPoll != "" && !set["busy-poll"] {
 		if err := busyPoll.Set(fc.BusyPoll); err != nil {
 			return fatalf("serve", "%s: <zeo> busy-poll: %v", conf, err)
@@ -205,6 +212,17 @@ func runServe(args []string) int {
 		}
 		defer d.Close()
 	}
+	// The metrics listener before the storages open: /live answers and
+	// /ready says 503 while a big index is read.
+	var metrics *metricsServer
+	collector := &zeoCollector{}
+	if fc.HTTPAddr != "" {
+		if metrics, err = startMetricsServer(fc.HTTPAddr, func(f string, a ...any) { logf(eventlog.Info, f, a...) }); err != nil {
+			return fatalf("serve", "http-addr: %v", err)
+		}
+		defer metrics.Close()
+		metrics.Register(collector)
+	}
 
 	cfg := zeo.Config{
 		ReadOnly:              fc.ReadOnly,
@@ -217,6 +235,7 @@ func runServe(args []string) int {
 		Marshal:               wire.Pickle,
 		Log:                   el,
 		BusyPoll:              busyPoll.poller(),
+		Metrics:               metrics != nil,
 	}
 	if p := cfg.BusyPoll; p != nil {
 		logf(eventlog.Info, "busy-polling: a connection's reader spins up to %v before parking, at most %d at once",
@@ -274,6 +293,7 @@ func runServe(args []string) int {
 		}
 	}()
 	fslog := func(f string, a ...any) { el.Logf(eventlog.Warning, "ZODB.FileStorage", f, a...) }
+	fsByName := map[string]*fs1.FileStorage{} // for the metrics
 	for _, sc := range fc.Storages {
 		// As runzeo: the storage is opened as its own section says; the
 		// server's read-only (<zeo> read-only, -r) only refuses the
@@ -286,11 +306,12 @@ func runServe(args []string) int {
 				return fatalf("serve", "storage %s: blob-dir: %v", sc.Name, err)
 			}
 		}
-		st, err := openServedStorage(sc, fslog)
+		st, fs, err := openServedStorage(sc, fslog)
 		if err != nil {
 			return fatalf("serve", "storage %s: %v", sc.Name, err)
 		}
 		opened = append(opened, st)
+		fsByName[sc.Name] = fs
 		served := zodb.Storage(st)
 		if sc.BlobDir != "" {
 			// The blob directory is a wrapper around the storage: the
@@ -339,6 +360,10 @@ func runServe(args []string) int {
 	serveErr := make(chan error, 1)
 	serving = true
 	go func() { serveErr <- srv.Serve(ln) }()
+	if metrics != nil {
+		collector.setServer(srv, fsByName)
+		metrics.SetReady(collector.ready)
+	}
 	for {
 		select {
 		case err := <-serveErr:
@@ -417,24 +442,25 @@ func openEventLog(cfg *zeo.EventLogConfig, logPath string) (*eventlog.Logger, er
 // its lock file, cutting a torn tail) unless sc.ReadOnly; create truncates
 // it. pack-gc, pack-keep-old and quota become fs1's PackNoGC,
 // PackDiscardOld and Quota; a
-// <zlibstorage> around it wraps it in zlibstorage.Storage.
+// <zlibstorage> around it wraps it in zlibstorage.Storage. It also
+// returns the FileStorage itself (for the metrics).
 func openServedStorage(sc zeo.FileStorageConfig, logf func(string, ...interface{})) (interface {
 	zodb.Storage
 	io.Closer
-}, error) {
+}, *fs1.FileStorage, error) {
 	if sc.Create && sc.ReadOnly {
-		return nil, errors.New("create and read-only together")
+		return nil, nil, errors.New("create and read-only together")
 	}
 	fs, err := fs1.Open(sc.Path, &fs1.Options{Logf: logf, ReadWrite: !sc.ReadOnly, Create: sc.Create,
 		PackNoGC: !sc.PackGC, PackDiscardOld: !sc.PackKeepOld, Quota: sc.Quota})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if sc.Zlib == "zlibstorage" {
 		// zc.zlibstorage's ZlibStorage: the server compresses and
 		// decompresses. <serverzlibstorage> needs nothing: records pass
 		// as they are, and pack reads compressed ones by itself.
-		return zlibstorage.Wrap(fs, sc.ZlibCompress), nil
+		return zlibstorage.Wrap(fs, sc.ZlibCompress), fs, nil
 	}
-	return fs, nil
+	return fs, fs, nil
 }

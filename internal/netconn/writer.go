@@ -55,6 +55,7 @@ type Writer struct {
 	heldSeq uint64
 	seq     uint64 // the highest seq of Send's bytes in buf or written
 	charged int    // bytes charged to budget
+	written uint64 // bytes written to w (Written)
 }
 
 // Config configures a Writer. The zero value is valid: no budget.
@@ -221,9 +222,10 @@ func (q *Writer) drainLocked() error {
 		q.buf, q.spare = q.spare, nil
 		q.inflight, q.async = len(b), 0
 		q.mu.Unlock()
-		_, err := q.w.Write(b)
+		n, err := q.w.Write(b)
 		q.mu.Lock()
 		q.inflight = 0
+		q.written += uint64(n)
 		if q.spare == nil && cap(b) <= maxSpare {
 			q.spare = b[:0]
 		} else {
@@ -334,6 +336,13 @@ func (q *Writer) Queued() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.buf)
+}
+
+// Written returns the number of bytes written to the connection so far.
+func (q *Writer) Written() uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.written
 }
 
 // Close stops accepting bytes, waits for the write in progress and writes

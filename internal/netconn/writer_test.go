@@ -97,6 +97,9 @@ func TestCoalescing(t *testing.T) {
 	if got := string(readN(t, peer, 17)); got != "one,two,xy,xy,xy," {
 		t.Errorf("peer read %q", got)
 	}
+	if n := w.Written(); n != 17 {
+		t.Errorf("Written = %d, want 17", n)
+	}
 }
 
 // Notifications sent during a Hold follow the Release's bytes; a reply

@@ -99,6 +99,7 @@ type Node struct {
 
 	peersMu sync.Mutex
 	peers   map[*peer]struct{}
+	stats   nodeStats       // under peersMu (stats.go)
 	budget  *netconn.Budget // Config.MaxQueuedTotal
 
 	objPool sync.Pool // *Object with a data buffer of objBufSize

@@ -25,7 +25,8 @@ type peer struct {
 	name   string
 	sem    chan struct{}
 	wg     sync.WaitGroup
-	closed bool // CloseClient received
+	closed bool       // CloseClient received
+	stats  *peerStats // nil unless Node.EnableStats (stats.go)
 }
 
 // request is one decoded request, handed to a serving goroutine.
@@ -62,7 +63,7 @@ func (n *Node) servePeer(ctx context.Context, nc net.Conn) {
 		n.log.Printf("neo storage: %s: %v (closing)", name, err)
 		return
 	}
-	p := &peer{n: n, nc: nc, w: n.newWriter(nc), name: name, sem: make(chan struct{}, n.cfg.MaxInflight)}
+	p := &peer{n: n, nc: nc, w: n.newWriter(nc), name: name, sem: make(chan struct{}, n.cfg.MaxInflight), stats: n.newPeerStats()}
 	defer p.w.Close()
 	n.peersMu.Lock()
 	n.peers[p] = struct{}{}
@@ -70,6 +71,7 @@ func (n *Node) servePeer(ctx context.Context, nc net.Conn) {
 	defer func() {
 		n.peersMu.Lock()
 		delete(n.peers, p)
+		n.retire(p)
 		n.peersMu.Unlock()
 	}()
 	defer rd.Release()
@@ -105,7 +107,7 @@ func (n *Node) servePeer(ctx context.Context, nc net.Conn) {
 		// pipelining client gets them in one write; they go out as soon
 		// as the reader has nothing left to handle.
 		p.w.Cork()
-		err = p.dispatch(id, code, args)
+		err = p.timedDispatch(id, code, args)
 		if rd.Buffered() == 0 {
 			p.w.Uncork()
 		}
@@ -297,8 +299,10 @@ func (p *peer) dispatch(id uint32, code uint16, args []byte) error {
 	}
 	p.sem <- struct{}{}
 	p.wg.Add(1)
+	h, t0 := p.stats.spawn(code)
 	go func() {
 		p.serve(req)
+		served(h, t0)
 		<-p.sem
 		p.wg.Done()
 	}()
