@@ -160,6 +160,32 @@ func (q *Writer) Flush() error {
 	return q.drainLocked()
 }
 
+// Drain returns once everything queued so far (held notifications
+// aside) is written, writing it itself when nobody else is, or the first
+// error of the Writer. A corked Writer is written anyway: Drain is for a
+// connection's last words before it closes.
+func (q *Writer) Drain() error {
+	q.mu.Lock()
+	for {
+		if err := q.errLocked(); err != nil {
+			q.mu.Unlock()
+			return err
+		}
+		if !q.writing {
+			if len(q.buf) == 0 {
+				q.mu.Unlock()
+				return nil
+			}
+			if err := q.drainLocked(); err != nil {
+				return err
+			}
+			q.mu.Lock()
+			continue
+		}
+		q.drained.Wait()
+	}
+}
+
 // Cork makes Write and Flush queue without writing, until Uncork.
 func (q *Writer) Cork() {
 	q.mu.Lock()

@@ -321,3 +321,41 @@ func TestNoAllocs(t *testing.T) {
 		t.Errorf("%v allocations per round", allocs)
 	}
 }
+
+// TestDrain: Drain returns only once what was queued — sent in the
+// background (being written by the Writer's goroutine) or corked — is
+// written.
+func TestDrain(t *testing.T) {
+	srv, peer := pair(t)
+	w := NewWriter(srv, Config{})
+	const n = 1 << 20
+	got := make(chan int, 1)
+	go func() {
+		buf := make([]byte, 64<<10)
+		total := 0
+		for total < 2*n+5 {
+			m, err := peer.Read(buf)
+			total += m
+			if err != nil {
+				break
+			}
+			time.Sleep(time.Millisecond) // a slow reader: writes block
+		}
+		got <- total
+	}()
+	big := make([]byte, n)
+	w.Send(big, 0) // written by the Writer's goroutine
+	w.Cork()
+	w.Write(big) // queued only
+	w.Write([]byte("last!"))
+	if err := w.Drain(); err != nil {
+		t.Fatal(err)
+	}
+	if q := w.Queued(); q != 0 {
+		t.Errorf("after Drain, %d bytes queued", q)
+	}
+	srv.Close()
+	if total := <-got; total != 2*n+5 {
+		t.Errorf("peer read %d bytes, want %d", total, 2*n+5)
+	}
+}

@@ -291,6 +291,16 @@ func (c *Conn) Close() error {
 	return nil
 }
 
+// CloseAfterFlush writes what is queued (within the timeout), then closes
+// the connection: the peer gets the packets sent before, as NEO/py's
+// abort of a connection sends its last words.
+func (c *Conn) CloseAfterFlush(timeout time.Duration) error {
+	c.nc.SetWriteDeadline(time.Now().Add(timeout))
+	err := c.w.Drain()
+	c.shutdown(ErrClosed)
+	return err
+}
+
 // shutdown closes the connection for the reason err (the first reason
 // wins) and fails pending requests.
 func (c *Conn) shutdown(err error) {

@@ -168,7 +168,7 @@ func (m *Master) Stop() {
 	}
 	s.Send(&proto.NotifyClusterInformation{State: proto.Stopping})
 	s.Send(notifyNodes(ts, nodeInfo(proto.Storage, addr, nid, proto.NodeDown, proto.NoIdTime)))
-	s.Close()
+	s.CloseAfterFlush(5 * time.Second)
 }
 
 func nodeInfo(typ proto.NodeType, addr proto.Address, nid proto.NodeID, state proto.NodeState, idTime float64) proto.NodeInfo {
