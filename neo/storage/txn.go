@@ -73,12 +73,12 @@ type txn struct {
 	voted int          // 0: not voted; 1: voted without metadata; 2: with
 	born  time.Time
 
-	serials  map[zodb.Oid]zodb.Tid        // oid -> serial the store/check is based on
-	stores   map[zodb.Oid]*VotedObject    // oid -> record (Data dropped after the vote)
-	deadlock map[zodb.Oid]struct{}        // oids NotifyDeadlock was sent for
-	bytes    int                          // data held, counted in its owner's held
-	pack     *proto.PackRequest           // a pack order carried by the transaction
-	wmu      sync.Mutex                   // serializes the Writer calls for this ttid
+	serials  map[zodb.Oid]zodb.Tid     // oid -> serial the store/check is based on
+	stores   map[zodb.Oid]*VotedObject // oid -> record (Data dropped after the vote)
+	deadlock map[zodb.Oid]struct{}     // oids NotifyDeadlock was sent for
+	bytes    int                       // data held, counted in its owner's held
+	pack     *proto.PackRequest        // a pack order carried by the transaction
+	wmu      sync.Mutex                // serializes the Writer calls for this ttid
 }
 
 // event is a delayed client request of the write path.
