@@ -74,8 +74,20 @@ type replayLink struct {
 // reading until it comes (packets of other ids are kept for later).
 func (r *replayLink) expect(t *testing.T, id uint32, code uint16) proto.Packet {
 	t.Helper()
+	return r.expectFunc(t, func(p proto.Packet) bool { return p.ID == id && p.Code == code }, proto.CodeName(code))
+}
+
+// expectCode is expect of a packet of that code, whatever its id (a
+// notification).
+func (r *replayLink) expectCode(t *testing.T, code uint16) proto.Packet {
+	t.Helper()
+	return r.expectFunc(t, func(p proto.Packet) bool { return p.Code == code }, proto.CodeName(code))
+}
+
+func (r *replayLink) expectFunc(t *testing.T, match func(proto.Packet) bool, what string) proto.Packet {
+	t.Helper()
 	for i, p := range r.pending {
-		if p.ID == id && p.Code == code {
+		if match(p) {
 			r.pending = slices.Delete(r.pending, i, i+1)
 			return p
 		}
@@ -84,9 +96,9 @@ func (r *replayLink) expect(t *testing.T, id uint32, code uint16) proto.Packet {
 		r.l.Conn().SetReadDeadline(time.Now().Add(5 * time.Second))
 		p, err := r.l.Recv()
 		if err != nil {
-			t.Fatalf("waiting for %d %s: %v (pending %d)", id, proto.CodeName(code), err, len(r.pending))
+			t.Fatalf("waiting for %s: %v (pending %d)", what, err, len(r.pending))
 		}
-		if p.ID == id && p.Code == code {
+		if match(p) {
 			return p
 		}
 		r.pending = append(r.pending, p)
