@@ -175,7 +175,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("neo storage: database belongs to cluster %q, not %q", rec.Cluster, cfg.Cluster)
 	}
 	n.nid.Store(int32(rec.NID))
-	if w, ok := n.be.(Writer); ok {
+	if w := writerOf(n.be); w != nil {
 		n.tm = newTxnManager(n, w)
 	}
 	ln, err := net.Listen("tcp", cfg.Bind)
