@@ -78,7 +78,7 @@ def neopy_tls():
 
 
 class Cluster:
-    def __init__(self, tmp_path, zodbd_bin, backend, tls=False, masters=1):
+    def __init__(self, tmp_path, zodbd_bin, backend, tls=False, masters=1, storage_args=()):
         self.tls = neopy_tls() if tls else []
         self.dir = tmp_path
         self.env = dict(os.environ, PYTHONPATH=SRC)
@@ -97,7 +97,7 @@ class Cluster:
             self.wait_port(p)
         self.storage = self.spawn('storage', [zodbd_bin, 'neo-storage', '--cluster', 'vectors', '--masters',
                                               ','.join(self.masters), '--bind', '127.0.0.1:%d' % self.sport]
-                                   + self.tls + [backend])
+                                   + self.tls + list(storage_args) + [backend])
         self.spawn('admin', [PY, '-c', 'import neo.scripts.neoadmin as m; m.main()', '-c', 'vectors',
                              '-b', self.admin, '-m', self.master] + self.tls)
         self.wait_port(self.aport)
@@ -329,3 +329,103 @@ def test_neopy_two_masters(tmp_path, zodbd_bin):
     want = c.read('fs', path, 10)
     assert got['loads'] == want['loads']
     assert before == after == fshash.stdout.split()[0]
+
+
+COMMITTER = r"""
+import json, sys, transaction
+from BTrees.Length import Length
+from persistent.mapping import PersistentMapping
+from ZODB import DB
+from ZODB.POSException import ConflictError
+from neo.client.Storage import Storage
+master = sys.argv[1]
+def open_db():
+    return DB(Storage(master_nodes=master, name='vectors'))
+out = {}
+db1, db2 = open_db(), open_db()   # two NEO/py client nodes
+tm1, tm2 = transaction.TransactionManager(), transaction.TransactionManager()
+c1, c2 = db1.open(tm1), db2.open(tm2)
+r1 = c1.root()
+r1['len'] = Length(0)
+r1['m'] = PersistentMapping({'n': 0})
+r1['note'] = PersistentMapping({'text': 'x' * 5000})   # compressed by the client
+tm1.commit()
+tm2.begin(); c2.sync()
+r2 = c2.root()
+# The same Length changed by both clients: the second commit gets the
+# first one's serial as a conflict and resolves it (BTrees.Length).
+r1['len'].change(1)
+r2['len'].change(10)
+tm1.commit()
+tm2.commit()
+tm1.begin(); c1.sync()
+out['len'] = r1['len'].value
+# The same PersistentMapping: no resolution, the conflict reaches the app.
+r1['m']['a'] = 1
+tm2.begin(); c2.sync()
+r2['m']['b'] = 2
+tm1.commit()
+try:
+    tm2.commit()
+    out['mapping_conflict'] = False
+except ConflictError:
+    tm2.abort()
+    out['mapping_conflict'] = True
+# readCurrent of an object another client changes in between.
+tm2.begin(); c2.sync()
+r2['note']._p_activate()   # a ghost's serial is not recorded
+c2.readCurrent(r2['note'])
+r2['m']['c'] = 3
+r1['note']['text'] = 'y' * 10
+tm1.commit()
+try:
+    tm2.commit()
+    out['read_current_conflict'] = False
+except ConflictError:
+    tm2.abort()
+    out['read_current_conflict'] = True
+# An undo of the last change of 'note'.
+tm1.begin(); c1.sync()
+last = db1.undoLog(0, 1)[0]
+db1.undo(last['id'], txn=tm1.get())
+tm1.commit()
+tm1.begin(); c1.sync()
+out['note_after_undo'] = len(r1['note']['text'])
+out['m'] = dict(r1['m'])
+out['undo_log'] = [d['description'] if isinstance(d['description'], str) else d['description'].decode() for d in db1.undoLog(0, 20)]
+for c, db in ((c1, db1), (c2, db2)):
+    c.close(); db.close()
+print(json.dumps(out))
+"""
+
+
+def test_neopy_commits_filestorage(tmp_path, zodbd_bin):
+    """NEO/py's client commits through our node (--read-write) on a
+    FileStorage under NEO/py's master: two client nodes on the same
+    objects (a conflict resolved by BTrees.Length, one on a
+    PersistentMapping and one on readCurrent that reach the application),
+    an undo; what NEO/py's client reads back equals what ZODB/py reads from
+    the Data.fs afterwards (through zc.zlibstorage: NEO's compressed
+    records are written as zlibstorage's)."""
+    path = str(tmp_path / 'Data.fs')
+    c = Cluster(tmp_path, zodbd_bin, path, storage_args=['--read-write'])
+    try:
+        c.wait_running(start=True)
+        p = subprocess.run([PY, '-c', COMMITTER, c.master], env=c.env, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-3000:]
+        out = json.loads(p.stdout)
+        got = c.read('neo', c.master, 4)
+    finally:
+        rc = c.stop()
+    assert rc == 0
+    assert out['len'] == 11
+    assert out['mapping_conflict'] is True
+    assert out['read_current_conflict'] is True
+    assert out['note_after_undo'] == 5000
+    assert out['m'] == {'n': 0, 'a': 1}
+    assert len(out['undo_log']) >= 5
+    want = c.read('zfs', path, 4)
+    assert got['loads'] == want['loads']
+    assert got['iter'] == want['iter']
+    assert got['records'] == want['records']
+    assert [[h[0] for h in x] for x in got['history']] == [[h[0] for h in x] for x in want['history']]
