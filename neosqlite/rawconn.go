@@ -35,6 +35,14 @@ type rawConn struct {
 	tls    *libc.TLS
 	db     uintptr    // sqlite3*
 	obj    [4]uintptr // sqlite3_stmt* by objMode
+	// lastSerial is lastSerialSQL (Writer's LastSerial).
+	lastSerial uintptr
+	// stmts are the statements prepared with prepareKeep (the writer's),
+	// finalized by close.
+	stmts []uintptr
+	// scratch is C memory that blobs are copied into to be bound.
+	scratch    uintptr
+	scratchLen int
 	closed bool
 	row    objRow // the row of the current lookup
 }
@@ -147,8 +155,28 @@ var objSQL = [4]string{
 
 // open opens a read-only connection to the file and prepares the lookups.
 func (p *rawPool) open() (*rawConn, error) {
+	c, err := openRaw(p.uri, sqlite3.SQLITE_OPEN_READONLY, p.busyMS)
+	if err != nil {
+		return nil, err
+	}
+	for m, q := range objSQL {
+		if c.obj[m], err = c.prepare(q); err != nil {
+			c.close()
+			return nil, err
+		}
+	}
+	if c.lastSerial, err = c.prepare(lastSerialSQL); err != nil {
+		c.close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// openRaw opens a connection to the SQLite URI uri with the open flags
+// mode (SQLITE_OPEN_READONLY or SQLITE_OPEN_READWRITE).
+func openRaw(uri string, mode int32, busyMS int32) (*rawConn, error) {
 	c := &rawConn{tls: libc.NewTLS()}
-	curi, err := libc.CString(p.uri)
+	curi, err := libc.CString(uri)
 	if err != nil {
 		c.tls.Close()
 		return nil, err
@@ -156,7 +184,7 @@ func (p *rawPool) open() (*rawConn, error) {
 	pdb := c.tls.Alloc(int(unsafe.Sizeof(uintptr(0))))
 	*(*uintptr)(cmem(pdb)) = 0
 	rc := sqlite3.Xsqlite3_open_v2(c.tls, curi,
-		pdb, sqlite3.SQLITE_OPEN_READONLY|sqlite3.SQLITE_OPEN_URI|sqlite3.SQLITE_OPEN_NOMUTEX, 0)
+		pdb, mode|sqlite3.SQLITE_OPEN_URI|sqlite3.SQLITE_OPEN_NOMUTEX, 0)
 	c.db = *(*uintptr)(cmem(pdb))
 	c.tls.Free(int(unsafe.Sizeof(uintptr(0))))
 	libc.Xfree(c.tls, curi)
@@ -165,14 +193,8 @@ func (p *rawPool) open() (*rawConn, error) {
 		c.close()
 		return nil, err
 	}
-	if p.busyMS > 0 {
-		sqlite3.Xsqlite3_busy_timeout(c.tls, c.db, p.busyMS)
-	}
-	for m, q := range objSQL {
-		if c.obj[m], err = c.prepare(q); err != nil {
-			c.close()
-			return nil, err
-		}
+	if busyMS > 0 {
+		sqlite3.Xsqlite3_busy_timeout(c.tls, c.db, busyMS)
 	}
 	return c, nil
 }
@@ -204,6 +226,18 @@ func (c *rawConn) close() {
 			sqlite3.Xsqlite3_finalize(c.tls, st)
 			c.obj[i] = 0
 		}
+	}
+	if c.lastSerial != 0 {
+		sqlite3.Xsqlite3_finalize(c.tls, c.lastSerial)
+		c.lastSerial = 0
+	}
+	for _, st := range c.stmts {
+		sqlite3.Xsqlite3_finalize(c.tls, st)
+	}
+	c.stmts = nil
+	if c.scratch != 0 {
+		libc.Xfree(c.tls, c.scratch)
+		c.scratch, c.scratchLen = 0, 0
 	}
 	if c.db != 0 {
 		sqlite3.Xsqlite3_close_v2(c.tls, c.db)
