@@ -181,8 +181,8 @@ type DB struct {
 
 	lock io.Closer // the NEO/py storage lock held by OpenExclusive, or nil
 
-	w      *writer          // the write side; nil unless opened with OpenWriter
-	lockMu sync.Mutex       // guards locked
+	w      *writer               // the write side; nil unless opened with OpenWriter
+	lockMu sync.Mutex            // guards locked
 	locked map[zodb.Tid]zodb.Tid // ttid -> tid: locked, not yet unlocked (write.go)
 }
 

@@ -31,10 +31,10 @@ import (
 // It is used by one goroutine at a time (it holds a libc.TLS); mu only
 // guards against Close, so it is never contended in normal operation.
 type rawConn struct {
-	mu     sync.Mutex
-	tls    *libc.TLS
-	db     uintptr    // sqlite3*
-	obj    [4]uintptr // sqlite3_stmt* by objMode
+	mu  sync.Mutex
+	tls *libc.TLS
+	db  uintptr    // sqlite3*
+	obj [4]uintptr // sqlite3_stmt* by objMode
 	// lastSerial is lastSerialSQL (Writer's LastSerial).
 	lastSerial uintptr
 	// stmts are the statements prepared with prepareKeep (the writer's),
@@ -43,8 +43,8 @@ type rawConn struct {
 	// scratch is C memory that blobs are copied into to be bound.
 	scratch    uintptr
 	scratchLen int
-	closed bool
-	row    objRow // the row of the current lookup
+	closed     bool
+	row        objRow // the row of the current lookup
 }
 
 // rawRef is what the sync.Pool holds; see the file comment.

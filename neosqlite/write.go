@@ -108,7 +108,7 @@ type writer struct {
 	ops       chan *wop
 	quit      chan struct{}
 	closeOnce sync.Once
-	exit chan struct{}
+	exit      chan struct{}
 
 	dedup    bool
 	dataNext []int64         // next data id by partition

@@ -30,17 +30,17 @@ import (
 // rewrites it from the live run).
 
 type scenarioOp struct {
-	Op        string `json:"op"`
-	TTid      uint64 `json:"ttid"`
-	Tid       uint64 `json:"tid"`
-	Pack      any    `json:"pack"` // bool for lock
-	PackID    uint64 `json:"pack_id"`
-	Oids      []uint64
-	Oid       uint64 `json:"oid"`
-	LTid      uint64 `json:"ltid"`
-	UndoTid   uint64 `json:"undo_tid"`
-	Current   uint64 `json:"current"`
-	Meta      *struct {
+	Op      string `json:"op"`
+	TTid    uint64 `json:"ttid"`
+	Tid     uint64 `json:"tid"`
+	Pack    any    `json:"pack"` // bool for lock
+	PackID  uint64 `json:"pack_id"`
+	Oids    []uint64
+	Oid     uint64 `json:"oid"`
+	LTid    uint64 `json:"ltid"`
+	UndoTid uint64 `json:"undo_tid"`
+	Current uint64 `json:"current"`
+	Meta    *struct {
 		User, Description, Extension string
 		Oids                         []uint64
 		Pack                         *struct {
