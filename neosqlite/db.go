@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/zodbd/zodbd/zodb"
 
@@ -286,6 +287,7 @@ func open(ctx context.Context, path string, exclusive, writable bool) (*DB, erro
 		}
 		db.w = w
 		db.locked = map[zodb.Tid]zodb.Tid{}
+		db.raw.gen = new(atomic.Uint64)
 	}
 	db.raw.uri = dsn(abs, immutable)
 	if !immutable {
@@ -558,6 +560,12 @@ func inList(parts []uint32) string {
 // statement, so that both come from the same database state).
 const objSelect = `SELECT o.tid, o.data_id, o.value_tid, d.id, d.compression, d.hash, d.value,
  (SELECT n.tid FROM obj n WHERE n.partition=o.partition AND n.oid=o.oid AND n.tid>o.tid ORDER BY n.tid LIMIT 1)
+ FROM obj o LEFT JOIN data d ON o.data_id=d.id
+ WHERE o.partition=? AND o.oid=?`
+
+// objSelectLatest is objSelect for the newest row, which has no next
+// revision: one index search less.
+const objSelectLatest = `SELECT o.tid, o.data_id, o.value_tid, d.id, d.compression, d.hash, d.value, NULL
  FROM obj o LEFT JOIN data d ON o.data_id=d.id
  WHERE o.partition=? AND o.oid=?`
 

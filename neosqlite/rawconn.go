@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"modernc.org/libc"
@@ -43,6 +45,13 @@ type rawConn struct {
 	// scratch is C memory that blobs are copied into to be bound.
 	scratch    uintptr
 	scratchLen int
+
+	// With a writer (rawPool.gen set), the connection keeps one read
+	// transaction open across lookups, ended when the writer has
+	// committed since it began (gen): see rawPool.
+	begin, commit uintptr
+	inTxn         bool
+	gen           uint64
 	closed     bool
 	row        objRow // the row of the current lookup
 }
@@ -56,6 +65,17 @@ type rawPool struct {
 	busyMS int32  // busy timeout; 0 for an immutable file
 
 	pool sync.Pool // *rawRef
+
+	// gen, set when the DB has a writer, counts the writer's commits. A
+	// lookup in autocommit mode pays a read transaction: a lock and an
+	// unlock of the WAL (fcntl calls, the bulk of a lookup's cost). So
+	// instead each connection keeps its read transaction (its snapshot)
+	// open while gen does not change, and starts a new one when it does:
+	// a lookup sees every commit that completed before it began. sweep
+	// ends the snapshots of idle connections, which would otherwise keep
+	// checkpoints from reusing the WAL.
+	gen       *atomic.Uint64
+	lastSweep time.Time // the writer's, see sweep
 
 	mu     sync.Mutex
 	spare  []*rawConn
@@ -80,7 +100,57 @@ func (p *rawPool) get() (*rawRef, error) {
 		r.c.mu.Unlock()
 		return nil, errRawClosed
 	}
+	if p.gen != nil {
+		if err := r.c.fresh(p.gen.Load()); err != nil {
+			r.c.mu.Unlock()
+			p.pool.Put(r)
+			return nil, err
+		}
+	}
 	return r, nil
+}
+
+// fresh makes sure c is in a read transaction begun after the commit
+// number gen; c.mu is held.
+func (c *rawConn) fresh(gen uint64) error {
+	if c.inTxn && c.gen == gen {
+		return nil
+	}
+	c.endTxn()
+	if err := c.exec(c.begin, "begin"); err != nil {
+		return err
+	}
+	c.inTxn, c.gen = true, gen
+	return nil
+}
+
+// endTxn ends c's read transaction, if any; c.mu is held.
+func (c *rawConn) endTxn() {
+	if c.inTxn {
+		c.exec(c.commit, "end read")
+		c.inTxn = false
+	}
+}
+
+// sweep ends the read transactions of the idle connections that began
+// before the last commit, at most every 100 ms.
+func (p *rawPool) sweep() {
+	if p.gen == nil || time.Since(p.lastSweep) < 100*time.Millisecond {
+		return
+	}
+	p.lastSweep = time.Now()
+	gen := p.gen.Load()
+	p.mu.Lock()
+	all := append([]*rawConn(nil), p.all...)
+	p.mu.Unlock()
+	for _, c := range all {
+		if c.mu.TryLock() {
+			if !c.closed && c.gen != gen {
+				c.endTxn()
+			}
+			c.mu.Unlock()
+		}
+	}
 }
 
 // put unlocks r and returns it to the pool.
@@ -147,7 +217,7 @@ func (p *rawPool) close() {
 
 // objSQL are the statements of the lookups, by objMode.
 var objSQL = [4]string{
-	modeLatest:     objSelect + " ORDER BY o.tid DESC LIMIT 1",
+	modeLatest:     objSelectLatest + " ORDER BY o.tid DESC LIMIT 1",
 	modeAt:         objSelect + " AND o.tid=?",
 	modeBefore:     objSelect + " AND o.tid<? ORDER BY o.tid DESC LIMIT 1",
 	modeAtOrBefore: objSelect + " AND o.tid<=? ORDER BY o.tid DESC LIMIT 1",
@@ -166,6 +236,14 @@ func (p *rawPool) open() (*rawConn, error) {
 		}
 	}
 	if c.lastSerial, err = c.prepare(lastSerialSQL); err != nil {
+		c.close()
+		return nil, err
+	}
+	if c.begin, err = c.prepareKeep("BEGIN"); err != nil {
+		c.close()
+		return nil, err
+	}
+	if c.commit, err = c.prepareKeep("COMMIT"); err != nil {
 		c.close()
 		return nil, err
 	}
@@ -221,6 +299,7 @@ func (c *rawConn) close() {
 		return
 	}
 	c.closed = true
+	c.endTxn()
 	for i, st := range c.obj {
 		if st != 0 {
 			sqlite3.Xsqlite3_finalize(c.tls, st)

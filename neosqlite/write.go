@@ -284,6 +284,8 @@ func (w *writer) loop() {
 			}
 		case <-timerC:
 			timerC = nil
+			w.db.raw.lastSweep = time.Time{}
+			w.db.raw.sweep()
 			if w.dirty {
 				w.syncNow()
 			}
@@ -349,6 +351,9 @@ func (w *writer) runBatch() {
 		return
 	}
 	w.dirty = !sync
+	// Readers start a new snapshot on their next lookup.
+	w.db.raw.gen.Add(1)
+	w.db.raw.sweep()
 	for i, op := range w.batch {
 		op.done <- errs[i]
 	}
