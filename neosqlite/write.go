@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	sqlite3 "modernc.org/sqlite/lib"
@@ -115,7 +116,8 @@ type writer struct {
 	held     map[int64]int32 // data id -> references from tobj (NEO's _uncommitted_data)
 	undo     []func()        // in-memory changes of the current operation, to revert on failure
 
-	dirty  bool // a commit not yet durable
+	dirty       bool          // a commit not yet durable
+	syncCommits atomic.Uint64 // durable commits so far (tests)
 	st     wstmts
 	batch  []*wop
 	syncOn bool // the connection's synchronous is FULL
@@ -351,6 +353,9 @@ func (w *writer) runBatch() {
 		return
 	}
 	w.dirty = !sync
+	if sync {
+		w.syncCommits.Add(1)
+	}
 	// Readers start a new snapshot on their next lookup.
 	w.db.raw.gen.Add(1)
 	w.db.raw.sweep()
