@@ -118,9 +118,9 @@ type writer struct {
 
 	dirty       bool          // a commit not yet durable
 	syncCommits atomic.Uint64 // durable commits so far (tests)
-	st     wstmts
-	batch  []*wop
-	syncOn bool // the connection's synchronous is FULL
+	st          wstmts
+	batch       []*wop
+	syncOn      bool // the connection's synchronous is FULL
 }
 
 type wstmts struct {
