@@ -3,6 +3,7 @@ package neosqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sort"
 
@@ -16,9 +17,17 @@ import (
 // for different ttids; calls for one ttid come one at a time, in the order
 // Vote, Lock, Unlock (or Vote, Abort).
 
+// ErrNoPartitionTable is returned by the write methods of a database
+// whose partition table is empty (a node never given one): rows cannot be
+// placed.
+var ErrNoPartitionTable = errors.New("no partition table in the database")
+
 func (db *DB) writer() (*writer, error) {
 	if db.w == nil {
 		return nil, db.wrap(ErrReadOnly)
+	}
+	if db.np == 0 {
+		return nil, db.wrap(ErrNoPartitionTable)
 	}
 	return db.w, nil
 }
