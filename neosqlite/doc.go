@@ -42,7 +42,8 @@
 // While OpenWriter has it open the database is in WAL mode, so that reads
 // never wait for a commit; each reader connection keeps its snapshot until
 // the writer commits again, which spares a lookup the WAL's locking. Close
-// puts the database back in NEO/py's default rollback-journal mode; after a
+// puts the database back in the journal mode it had (NEO/py's default is
+// the rollback journal, DELETE); after a
 // crash it is left in WAL mode, which SQLite (this package or NEO/py)
 // recovers on the next open.
 //

@@ -47,7 +47,7 @@ import (
 // commit, hence one fsync for concurrent votes and locks (group commit).
 // The database is in WAL mode while the writer has it open, so that the
 // readers (other connections) never wait for it; Close puts it back in
-// NEO/py's rollback-journal mode.
+// the journal mode it had (NEO/py's default: DELETE).
 
 // unlockSyncDelay bounds how long an unlock's commit stays not durable
 // (NEO/py defers its commit by 1 s).
@@ -139,6 +139,7 @@ type writer struct {
 	closeOnce sync.Once
 	exit      chan struct{}
 
+	journal  string // the journal mode found at open, restored by finish
 	dedup    bool
 	dataNext []int64         // next data id by partition
 	held     map[int64]int32 // data id -> references from tobj (NEO's _uncommitted_data)
@@ -207,6 +208,9 @@ func openWriter(db *DB, uri string) (*writer, error) {
 	fail := func(err error) (*writer, error) {
 		c.close()
 		return nil, err
+	}
+	if w.journal, err = c.queryText("PRAGMA journal_mode"); err != nil {
+		return fail(fmt.Errorf("journal mode: %w", err))
 	}
 	if mode, err := c.queryText("PRAGMA journal_mode=WAL"); err != nil {
 		return fail(fmt.Errorf("journal mode: %w", err))
@@ -463,15 +467,25 @@ func (w *writer) close() {
 	<-w.exit
 }
 
-// finish puts the database back in rollback-journal mode (NEO/py's) and
-// closes the connection. Every other connection must be closed.
+// finish puts the database back in the journal mode it had at open
+// (NEO/py's default is DELETE; an operator may have chosen another with
+// NEO/py's journal_mode pragma) and closes the connection. Every other
+// connection must be closed.
 func (w *writer) finish() error {
 	c := w.c
 	if c.closed {
 		return nil
 	}
+	mode := w.journal
+	switch mode {
+	case "delete", "truncate", "persist", "wal":
+	default:
+		// memory or off (NEO/py's unsafe test mode): not across
+		// processes.
+		mode = "delete"
+	}
 	var err error
-	if _, err = c.queryText("PRAGMA journal_mode=DELETE"); err != nil {
+	if _, err = c.queryText("PRAGMA journal_mode=" + mode); err != nil {
 		err = fmt.Errorf("journal mode: %w", err)
 	}
 	c.close()

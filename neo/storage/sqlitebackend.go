@@ -29,7 +29,8 @@ type SQLiteBackend struct {
 // storage node: it takes NEO/py's storage lock on the file
 // (neosqlite.OpenWriter), so that a NEO/py node cannot use it at the same
 // time. While it is open the database is in SQLite's WAL mode (readers never
-// wait for commits); Close puts it back in NEO/py's journal mode.
+// wait for commits); Close puts it back in the journal mode it had
+// (NEO/py's default: DELETE).
 func OpenSQLite(ctx context.Context, path string) (*SQLiteBackend, error) {
 	db, err := neosqlite.OpenWriter(ctx, path)
 	if err != nil {
