@@ -78,7 +78,7 @@ def neopy_tls():
 
 
 class Cluster:
-    def __init__(self, tmp_path, zodbd_bin, backend, tls=False, masters=1, storage_args=()):
+    def __init__(self, tmp_path, zodbd_bin, backend, tls=False, masters=1, storage_args=(), neopy_storage=False):
         self.tls = neopy_tls() if tls else []
         self.dir = tmp_path
         self.env = dict(os.environ, PYTHONPATH=SRC)
@@ -95,9 +95,15 @@ class Cluster:
                 '-b', addr, '-m', self.master, '-p', '1', '-r', '0'] + self.tls)
         for p in mports:
             self.wait_port(p)
-        self.storage = self.spawn('storage', [zodbd_bin, 'neo-storage', '--cluster', 'vectors', '--masters',
-                                              ','.join(self.masters), '--bind', '127.0.0.1:%d' % self.sport]
-                                   + self.tls + list(storage_args) + [backend])
+        if neopy_storage:  # NEO/py's own storage node on a SQLite database
+            self.storage = self.spawn('neopy-storage', [
+                PY, '-c', 'import neo.scripts.neostorage as m; m.main()', '-c', 'vectors', '-b',
+                '127.0.0.1:%d' % self.sport, '-m', self.master, '-a', 'SQLite', '-d', backend[len('sqlite:'):]]
+                + self.tls)
+        else:
+            self.storage = self.spawn('storage', [zodbd_bin, 'neo-storage', '--cluster', 'vectors', '--masters',
+                                                  ','.join(self.masters), '--bind', '127.0.0.1:%d' % self.sport]
+                                      + self.tls + list(storage_args) + [backend])
         self.spawn('admin', [PY, '-c', 'import neo.scripts.neoadmin as m; m.main()', '-c', 'vectors',
                              '-b', self.admin, '-m', self.master] + self.tls)
         self.wait_port(self.aport)
@@ -399,22 +405,31 @@ print(json.dumps(out))
 """
 
 
-def test_neopy_commits_filestorage(tmp_path, zodbd_bin):
-    """NEO/py's client commits through our node (--read-write) on a
-    FileStorage under NEO/py's master: two client nodes on the same
-    objects (a conflict resolved by BTrees.Length, one on a
-    PersistentMapping and one on readCurrent that reach the application),
-    an undo; what NEO/py's client reads back equals what ZODB/py reads from
-    the Data.fs afterwards (through zc.zlibstorage: NEO's compressed
-    records are written as zlibstorage's)."""
-    path = str(tmp_path / 'Data.fs')
-    c = Cluster(tmp_path, zodbd_bin, path, storage_args=['--read-write'])
+@pytest.mark.parametrize('backend', ['fs', 'sqlite'])
+def test_neopy_commits(tmp_path, zodbd_bin, neo_testdata, backend):
+    """NEO/py's client commits through our node (--read-write) under NEO/py's
+    master: two client nodes on the same objects (a conflict resolved by
+    BTrees.Length, one on a PersistentMapping and one on readCurrent that
+    reach the application), an undo. What NEO/py's client reads back through
+    our node must equal, on a FileStorage, what ZODB/py reads from the
+    Data.fs afterwards (through zc.zlibstorage: NEO's compressed records are
+    written as zlibstorage's); on NEO/py's SQLite schema (the p1 database,
+    committed on top of), what NEO/py's own storage node then serves from
+    the database our node wrote."""
+    if backend == 'fs':
+        path, n = str(tmp_path / 'Data.fs'), 4  # a new database: the root and 3 objects
+        where = path
+    else:
+        path, n = str(tmp_path / 'storage.sqlite'), 8  # p1's 5 objects and 3 new ones
+        shutil.copyfile(os.path.join(neo_testdata, 'storage.sqlite'), path)
+        where = 'sqlite:' + path
+    c = Cluster(tmp_path, zodbd_bin, where, storage_args=['--read-write'])
     try:
-        c.wait_running(start=True)
+        c.wait_running(start=backend == 'fs')  # p1's partition table is in its database
         p = subprocess.run([PY, '-c', COMMITTER, c.master], env=c.env, capture_output=True, text=True, timeout=300)
         assert p.returncode == 0, p.stderr[-3000:]
         out = json.loads(p.stdout)
-        got = c.read('neo', c.master, 4)
+        got = c.read('neo', c.master, n)
     finally:
         rc = c.stop()
     assert rc == 0
@@ -424,7 +439,17 @@ def test_neopy_commits_filestorage(tmp_path, zodbd_bin):
     assert out['note_after_undo'] == 5000
     assert out['m'] == {'n': 0, 'a': 1}
     assert len(out['undo_log']) >= 5
-    want = c.read('zfs', path, 4)
+    if backend == 'fs':
+        want = c.read('zfs', path, n)
+    else:
+        d = tmp_path / 'neopy'
+        d.mkdir()
+        c2 = Cluster(d, zodbd_bin, where, neopy_storage=True)
+        try:
+            c2.wait_running(start=False)
+            want = c2.read('neo', c2.master, n)
+        finally:
+            c2.stop()
     assert got['loads'] == want['loads']
     assert got['iter'] == want['iter']
     assert got['records'] == want['records']

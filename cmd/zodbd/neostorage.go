@@ -15,6 +15,7 @@ import (
 
 	"github.com/zodbd/zodbd/neo/link"
 	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neosqlite"
 )
 
 func init() {
@@ -57,7 +58,7 @@ func runNeoStorage(args []string) int {
 	var noChecksum bool
 	fl.BoolVar(&noChecksum, "no-checksum", false, "for benchmarks only: send zero checksums instead of sha1(data) (FileStorage backend); only clients that skip their check (neo://...?verify=0) can read from such a node")
 	var readWrite bool
-	fl.BoolVar(&readWrite, "read-write", false, "take commits (FileStorage: PATH.neo keeps the final tids of NEO's transactions beside it)")
+	fl.BoolVar(&readWrite, "read-write", false, "take commits (FileStorage: PATH.neo keeps the final tids of NEO's transactions beside it; SQLite: written as NEO/py's storage writes it)")
 	var withMaster string
 	fl.StringVar(&withMaster, "with-master", "", "test build only (bin/zodbd-test), for tests, demos and benchmarks: also run the test master (`zodbd-test neo-master`) in this process, listening on `ADDR`, and join it (then --masters is not needed)")
 	if status, ok := parseFlags(fl, args); !ok {
@@ -109,7 +110,16 @@ func runNeoStorage(args []string) int {
 	var err error
 	if p, ok := strings.CutPrefix(arg, "sqlite:"); ok {
 		p = strings.TrimPrefix(p, "//")
-		be, err = storage.OpenSQLite(ctx, p)
+		if readWrite {
+			be, err = storage.OpenSQLite(ctx, p)
+		} else {
+			// Read-only, with NEO/py's storage lock all the same.
+			var db *neosqlite.DB
+			if db, err = neosqlite.OpenExclusive(ctx, p); err == nil {
+				defer db.Close()
+				be = storage.NewSQLite(db)
+			}
+		}
 	} else if readWrite {
 		be, err = storage.OpenFS1Writer(arg, nil)
 	} else {
