@@ -675,3 +675,68 @@ func TestTTIDLogRewrite(t *testing.T) {
 		t.Errorf("torn tail: %v %v", locked2, err)
 	}
 }
+
+// TestFS1WriterReadersDuringCommits runs readers while transactions are
+// committed and the file packed: a reader never sees a revision newer than
+// the last tid LastIDs reported after its read, nor an error.
+func TestFS1WriterReadersDuringCommits(t *testing.T) {
+	ctx := context.Background()
+	path := fs1Copy(t)
+	b := openWriter(t, path)
+	defer b.Close()
+	g := newTids(t, b)
+	ids, _ := b.LastIDs(ctx)
+	oid := ids.Oid + 1
+	commit(t, b, g, "first", raw(oid, "0"))
+	stop := make(chan struct{})
+	errs := make(chan error, 4)
+	for r := 0; r < 2; r++ {
+		go func() {
+			o := Object{Data: make([]byte, 0, 4096)}
+			for {
+				select {
+				case <-stop:
+					errs <- nil
+					return
+				default:
+				}
+				if err := b.Object(ctx, oid, 0, 0, &o); err != nil {
+					errs <- err
+					return
+				}
+				ids, err := b.LastIDs(ctx)
+				if err != nil || o.Serial > ids.Tid {
+					errs <- fmt.Errorf("serial %s after last tid %s (%v)", o.Serial, ids.Tid, err)
+					return
+				}
+				if o.Checksum != sha1.Sum(o.Data) {
+					errs <- fmt.Errorf("serial %s: bad checksum", o.Serial)
+					return
+				}
+				if _, err := b.TransactionInformation(ctx, o.Serial); err != nil {
+					errs <- err
+					return
+				}
+				if _, err := b.ObjectHistory(ctx, oid, 0, 3); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	var tids []zodb.Tid
+	for i := 1; i <= 60; i++ {
+		tids = append(tids, commit(t, b, g, "more", raw(oid, fmt.Sprint(i))))
+		if i%20 == 0 {
+			if err := b.Pack(ctx, tids[len(tids)-5], nil); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	close(stop)
+	for r := 0; r < 2; r++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
