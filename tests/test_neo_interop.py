@@ -399,6 +399,23 @@ tm1.begin(); c1.sync()
 out['note_after_undo'] = len(r1['note']['text'])
 out['m'] = dict(r1['m'])
 out['undo_log'] = [d['description'] if isinstance(d['description'], str) else d['description'].decode() for d in db1.undoLog(0, 20)]
+# A pack now: the revisions of 'note' before its current one go (the
+# node packs in the background; the client does not wait).
+import time
+note = r1['note']
+old = [h['tid'] for h in db1.storage.history(note._p_oid, size=10)][1:]
+out['note_revisions_before_pack'] = len(old) + 1
+time.sleep(0.01)
+db1.pack()
+st = db1.storage
+gone = False
+for _ in range(300):  # history asks the node (loadSerial may hit the client's cache)
+    if len(st.history(note._p_oid, size=10)) == 1:
+        gone = True
+        break
+    time.sleep(0.05)
+out['packed'] = gone
+out['note_revisions_after_pack'] = len(st.history(note._p_oid, size=10))
 for c, db in ((c1, db1), (c2, db2)):
     c.close(); db.close()
 print(json.dumps(out))
@@ -439,6 +456,9 @@ def test_neopy_commits(tmp_path, zodbd_bin, neo_testdata, backend):
     assert out['note_after_undo'] == 5000
     assert out['m'] == {'n': 0, 'a': 1}
     assert len(out['undo_log']) >= 5
+    assert out['note_revisions_before_pack'] == 3  # created, changed, undone
+    assert out['packed'] is True
+    assert out['note_revisions_after_pack'] == 1
     if backend == 'fs':
         want = c.read('zfs', path, n)
     else:
