@@ -323,6 +323,10 @@ func (tm *txnManager) tryEvent(ev *event) bool {
 		tm.answerLock(ev, zeroTid)
 		tm.dropEventData(t, ev)
 		return true
+	case lockError:
+		tm.sendError(ev.p, ev.msgID, proto.NotReady, "database error on "+ev.oid.String())
+		tm.dropEventData(t, ev)
+		return true
 	}
 	if ev.code == proto.CodeAskCheckCurrentSerial {
 		t.serials[ev.oid] = ev.serial
@@ -377,6 +381,9 @@ func (tm *txnManager) tryRelock(ev *event, t *txn) bool {
 	switch res {
 	case lockDelay:
 		return false
+	case lockError:
+		tm.sendError(ev.p, ev.msgID, proto.NotReady, "database error on "+ev.oid.String())
+		return true
 	case lockConflict:
 		c := &proto.RelockConflict{Serial: serial, ConflictTid: conflict}
 		if o := tm.unstore(t, ev.oid); o != nil && !o.NoData {
@@ -409,6 +416,7 @@ const (
 	lockDelay                         // wait for another transaction
 	lockConflict                      // the serial is not the last committed one
 	lockNonReadable                   // this node does not hold the oid's partition
+	lockError                         // the database failed (logged)
 )
 
 // lockObject takes oid's write lock for t after checking that serial is
@@ -454,10 +462,9 @@ func (tm *txnManager) lockObject(t *txn, serial zodb.Tid, oid zodb.Oid) (lockRes
 		var err error
 		prev, err = tm.w.LastSerial(context.Background(), oid)
 		if err != nil {
-			// Answered as a conflict with nothing to resolve would loop;
-			// the client gets no lock and sees the error at vote.
+			// The client gets an error, not a lock: its commit fails.
 			tm.n.log.Printf("neo storage: last serial of %s: %v", oid, err)
-			return lockNonReadable, 0
+			return lockError, 0
 		}
 	}
 	if prev != 0 && prev != serial {

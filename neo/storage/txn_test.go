@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha1"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,15 +34,19 @@ const nodeNID = proto.NodeID(1)
 // startWriteCluster starts the node and takes it through identification,
 // a partition table of one partition and StartOperation; before is called
 // between the partition table and StartOperation (verification).
-func startWriteCluster(t *testing.T, be *memWriter, before func(c *writeCluster)) *writeCluster {
+func startWriteCluster(t *testing.T, be *memWriter, before func(c *writeCluster), opts ...func(*storage.Config)) *writeCluster {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	n, err := storage.New(storage.Config{Cluster: cluster, Masters: []string{ln.Addr().String()}, Bind: "127.0.0.1:0",
-		Backend: be, Logger: testLogger(t), IdentifyTimeout: 2 * time.Second, MaxInflight: 8})
+	cfg := storage.Config{Cluster: cluster, Masters: []string{ln.Addr().String()}, Bind: "127.0.0.1:0",
+		Backend: be, Logger: testLogger(t), IdentifyTimeout: 2 * time.Second, MaxInflight: 8}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	n, err := storage.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,19 +399,54 @@ func TestTxnValidate(t *testing.T) {
 }
 
 // TestTxnBadStore: a store whose checksum is wrong closes the connection
-// after a PROTOCOL_ERROR; one over the connection's data bound too.
+// after a PROTOCOL_ERROR; so do a vote of an unknown transaction, too
+// many stores waiting for locks, and more data than the connection's
+// bound; the transactions of the connection are aborted.
 func TestTxnBadStore(t *testing.T) {
-	c := startWriteCluster(t, newMemWriter(), nil)
+	c := startWriteCluster(t, newMemWriter(), nil, func(cfg *storage.Config) { cfg.MaxTxnBytes = 100 })
+	closed := func(cl *testClient, id uint32, what string) {
+		t.Helper()
+		p := cl.expect(t, id, proto.CodeError)
+		if e := decodeArgs(t, p).(*proto.Error); e.ErrCode != proto.ProtocolError {
+			t.Errorf("%s: error %+v", what, e)
+		}
+		cl.l.Conn().SetReadDeadline(time.Now().Add(5 * time.Second))
+		if p, err := cl.l.Recv(); err == nil {
+			t.Errorf("%s: connection still open (%s)", what, proto.CodeName(p.Code))
+		}
+	}
 	a := c.client(-536870911)
 	id := a.send(&proto.AskStoreObject{Oid: 1, Checksum: sha1.Sum([]byte("x")), Data: []byte("y"), DataSerial: proto.InvalidTid, TTid: 10})
-	p := a.expect(t, id, proto.CodeError)
-	if e := decodeArgs(t, p).(*proto.Error); e.ErrCode != proto.ProtocolError {
-		t.Errorf("error %+v", e)
+	closed(a, id, "bad checksum")
+
+	b := c.client(-536870910)
+	closed(b, b.send(&proto.AskVoteTransaction{TTid: 99}), "vote of an unknown transaction")
+
+	d := c.client(-536870909)
+	if got := d.storeAnswer(d.store(10, 1, 0, strings.Repeat("x", 60))); got != proto.InvalidTid {
+		t.Fatal(got)
 	}
-	a.l.Conn().SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := a.l.Recv(); err == nil {
-		t.Error("connection still open")
+	closed(d, d.store(10, 2, 0, strings.Repeat("x", 60)), "120 bytes held, bound 100")
+
+	// D's transaction is gone with its lock: E stores oid 1.
+	e := c.client(-536870908)
+	if got := e.storeAnswer(e.store(20, 1, 0, "e")); got != proto.InvalidTid {
+		t.Fatalf("E's store after D's connection closed: %s", got)
 	}
+	// E waits for the locks of F, which voted: its ninth waiting store is
+	// past MaxInflight (8).
+	f := c.client(-536870907)
+	for oid := zodb.Oid(100); oid < 109; oid++ {
+		if got := f.storeAnswer(f.store(30, oid, 0, "f")); got != proto.InvalidTid {
+			t.Fatal(got)
+		}
+	}
+	f.vote(30, 100, 101, 102, 103, 104, 105, 106, 107, 108) // voted: E waits, no deadlock avoidance
+	var last uint32
+	for oid := zodb.Oid(100); oid < 109; oid++ {
+		last = e.store(20, oid, 0, "e")
+	}
+	closed(e, last, "9 stores waiting, bound 8")
 }
 
 // TestTxnPack: a transaction carrying a pack order, approved at lock,
