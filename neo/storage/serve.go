@@ -301,8 +301,14 @@ func (p *peer) dispatch(id uint32, code uint16, args []byte) error {
 		n.reqPool.Put(req)
 		return badInput("bad arguments: %v", err)
 	}
-	if n.tm != nil && n.tm.delayRead(p, req) {
-		return nil // served when the transaction that locks it ends
+	if n.tm != nil && n.tm.nlocked.Load() != 0 { // else lock-free
+		if delayed, err := n.tm.delayRead(p, req); delayed || err != nil {
+			if err != nil {
+				n.reqPool.Put(req)
+				p.errorAndClose(id, proto.ProtocolError, err.Error())
+			}
+			return err // else served when the transaction that locks it ends
+		}
 	}
 	if req.code == proto.CodeAskObject {
 		// Loads are answered inline: a pread from the page cache costs

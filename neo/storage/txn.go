@@ -724,19 +724,22 @@ func (tm *txnManager) dropPeer(p *peer) {
 
 // delayRead tells whether req (a read) must wait for the unlock of a
 // transaction, and then queues it; p.wg counts it until it is served.
-// Lock-free while no transaction is locked.
-func (tm *txnManager) delayRead(p *peer, req *request) bool {
-	if tm.nlocked.Load() == 0 {
-		return false
-	}
+// The caller skips it while nlocked is 0 (the read path's only cost).
+// A connection with too many requests waiting (reads and stores together,
+// Config.MaxInflight) gets a *limitError.
+func (tm *txnManager) delayRead(p *peer, req *request) (bool, error) {
 	tm.mu.Lock()
 	defer tm.mu.Unlock()
 	if !tm.readLocked(req) {
-		return false
+		return false, nil
 	}
+	if p.delayed >= tm.n.cfg.MaxInflight {
+		return false, &limitError{fmt.Sprintf("over %d requests waiting for locked transactions", tm.n.cfg.MaxInflight)}
+	}
+	p.delayed++
 	p.wg.Add(1)
 	tm.reads = append(tm.reads, delayedRead{p, req})
-	return true
+	return true, nil
 }
 
 // readLocked tells whether req must wait (mu held): a read of an oid a
@@ -773,6 +776,7 @@ func (tm *txnManager) runReads() {
 		if tm.readLocked(r.req) {
 			return false
 		}
+		r.p.delayed--
 		go func() {
 			r.p.serve(r.req)
 			r.p.wg.Done()
