@@ -71,7 +71,6 @@ type txn struct {
 	nid   proto.NodeID // its client's node id
 	tid   zodb.Tid     // final tid, once locked
 	voted int          // 0: not voted; 1: voted without metadata; 2: with
-	born  time.Time
 
 	serials  map[zodb.Oid]zodb.Tid     // oid -> serial the store/check is based on
 	stores   map[zodb.Oid]*VotedObject // oid -> record (Data dropped after the vote)
@@ -160,7 +159,7 @@ func (tm *txnManager) sendError(p *peer, id uint32, code proto.ErrorCode, msg st
 func (tm *txnManager) register(p *peer, ttid zodb.Tid) *txn {
 	t := tm.txns[ttid]
 	if t == nil {
-		t = &txn{ttid: ttid, owner: p, nid: p.nid, born: time.Now(),
+		t = &txn{ttid: ttid, owner: p, nid: p.nid,
 			serials: map[zodb.Oid]zodb.Tid{}, stores: map[zodb.Oid]*VotedObject{}}
 		tm.txns[ttid] = t
 	}
@@ -169,7 +168,8 @@ func (tm *txnManager) register(p *peer, ttid zodb.Tid) *txn {
 
 // ---- client requests ----
 
-// errTooMuch is returned to close a connection that holds too much.
+// limitError closes a connection past one of its bounds (data held,
+// requests waiting).
 type limitError struct{ what string }
 
 func (e *limitError) Error() string { return e.what }
