@@ -230,7 +230,9 @@ func (n *Node) waitKnown(ctx context.Context, nid proto.NodeID, typ proto.NodeTy
 // dispatch decodes one request and serves it on its own goroutine.
 func (p *peer) dispatch(id uint32, code uint16, args []byte) error {
 	n := p.n
-	if n.tm != nil && isWriteCode(code) {
+	if n.tm != nil && p.typ == proto.Client && isWriteCode(code) {
+		// (A storage peer gets the read-only answers: NEO/py's storages
+		// take no writes from each other.)
 		return p.dispatchWrite(id, code, args)
 	}
 	req := n.reqPool.Get().(*request)

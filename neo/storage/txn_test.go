@@ -19,7 +19,7 @@ import (
 // packet by packet (lock, unlock, abort, node notifications), with
 // clients the test plays too.
 type writeCluster struct {
-	t      *testing.T
+	t      testing.TB
 	n      *storage.Node
 	be     *memWriter
 	m      *replayLink
@@ -34,7 +34,7 @@ const nodeNID = proto.NodeID(1)
 // startWriteCluster starts the node and takes it through identification,
 // a partition table of one partition and StartOperation; before is called
 // between the partition table and StartOperation (verification).
-func startWriteCluster(t *testing.T, be *memWriter, before func(c *writeCluster), opts ...func(*storage.Config)) *writeCluster {
+func startWriteCluster(t testing.TB, be *memWriter, before func(c *writeCluster), opts ...func(*storage.Config)) *writeCluster {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -134,7 +134,7 @@ func (c *writeCluster) unlock(ttid zodb.Tid) {
 
 // testClient is a client connection to the node.
 type testClient struct {
-	t   *testing.T
+	t   testing.TB
 	c   *writeCluster
 	nid proto.NodeID
 	*replayLink

@@ -72,19 +72,19 @@ type replayLink struct {
 
 // expect returns the node's packet with message id id and code code,
 // reading until it comes (packets of other ids are kept for later).
-func (r *replayLink) expect(t *testing.T, id uint32, code uint16) proto.Packet {
+func (r *replayLink) expect(t testing.TB, id uint32, code uint16) proto.Packet {
 	t.Helper()
 	return r.expectFunc(t, func(p proto.Packet) bool { return p.ID == id && p.Code == code }, proto.CodeName(code))
 }
 
 // expectCode is expect of a packet of that code, whatever its id (a
 // notification).
-func (r *replayLink) expectCode(t *testing.T, code uint16) proto.Packet {
+func (r *replayLink) expectCode(t testing.TB, code uint16) proto.Packet {
 	t.Helper()
 	return r.expectFunc(t, func(p proto.Packet) bool { return p.Code == code }, proto.CodeName(code))
 }
 
-func (r *replayLink) expectFunc(t *testing.T, match func(proto.Packet) bool, what string) proto.Packet {
+func (r *replayLink) expectFunc(t testing.TB, match func(proto.Packet) bool, what string) proto.Packet {
 	t.Helper()
 	for i, p := range r.pending {
 		if match(p) {
