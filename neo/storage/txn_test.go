@@ -5,6 +5,8 @@ import (
 	"context"
 	"crypto/sha1"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -34,7 +36,7 @@ const nodeNID = proto.NodeID(1)
 // startWriteCluster starts the node and takes it through identification,
 // a partition table of one partition and StartOperation; before is called
 // between the partition table and StartOperation (verification).
-func startWriteCluster(t testing.TB, be *memWriter, before func(c *writeCluster), opts ...func(*storage.Config)) *writeCluster {
+func startWriteCluster(t testing.TB, backend storage.Backend, before func(c *writeCluster), opts ...func(*storage.Config)) *writeCluster {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -42,7 +44,7 @@ func startWriteCluster(t testing.TB, be *memWriter, before func(c *writeCluster)
 	}
 	t.Cleanup(func() { ln.Close() })
 	cfg := storage.Config{Cluster: cluster, Masters: []string{ln.Addr().String()}, Bind: "127.0.0.1:0",
-		Backend: be, Logger: testLogger(t), IdentifyTimeout: 2 * time.Second, MaxInflight: 8}
+		Backend: backend, Logger: testLogger(t), IdentifyTimeout: 2 * time.Second, MaxInflight: 8}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -51,6 +53,7 @@ func startWriteCluster(t testing.TB, be *memWriter, before func(c *writeCluster)
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	be, _ := backend.(*memWriter)
 	c := &writeCluster{t: t, n: n, be: be, done: make(chan error, 1), cancel: cancel, id: 100, ts: 1000}
 	go func() { c.done <- n.Run(ctx) }()
 	t.Cleanup(c.stop)
@@ -71,7 +74,11 @@ func startWriteCluster(t testing.TB, be *memWriter, before func(c *writeCluster)
 	}
 	c.write(p.ID, &proto.AcceptIdentification{NodeType: proto.Master, MyNID: -268435455, YourNID: nodeNID})
 	c.notifyNodes(proto.NodeInfo{Type: proto.Storage, NID: nodeNID, State: proto.NodeRunning, IdTime: proto.NoIdTime})
-	c.send(&proto.SendPartitionTable{PTid: 1, Rows: [][]proto.CellInfo{{{NID: nodeNID, State: proto.UpToDate}}}})
+	rows := make([][]proto.CellInfo, max(backend.NumPartitions(), 1))
+	for i := range rows {
+		rows[i] = []proto.CellInfo{{NID: nodeNID, State: proto.UpToDate}}
+	}
+	c.send(&proto.SendPartitionTable{PTid: 1, Rows: rows})
 	if before != nil {
 		before(c)
 	}
@@ -475,5 +482,43 @@ func TestTxnPack(t *testing.T) {
 	id = a.send(&proto.AskObjectHistory{Oid: 1, First: 0, Last: 10})
 	if h := a.answer(id, proto.CodeAnswerObjectHistory).(*proto.AnswerObjectHistory).History; len(h) != 1 || h[0].Serial != 13 {
 		t.Errorf("history after pack: %+v", h)
+	}
+}
+
+// TestTxnValidateSQLite: NEO/py's p2 database was left with its last
+// transaction locked, not unlocked (T5, an undo); the master's
+// ValidateTransaction at verification finishes it through the SQLite
+// backend's Writer, and the node then serves it.
+func TestTxnValidateSQLite(t *testing.T) {
+	data, err := os.ReadFile("../../neosqlite/testdata/db/p2-unfinished.sqlite")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "storage.sqlite")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	be, err := storage.OpenSQLite(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	const ttid, tid, undone = zodb.Tid(0x040d2ea05cd6a3aa), zodb.Tid(0x040d2ea05cda5688), zodb.Tid(0x040d2ea05cb5ba23)
+	c := startWriteCluster(t, be, func(c *writeCluster) {
+		id := c.send(&proto.AskLockedTransactions{})
+		a := decodeArgs(t, c.m.expect(t, id, proto.CodeAnswerLockedTransactions)).(*proto.AnswerLockedTransactions)
+		if len(a.TidDict) != 1 || a.TidDict[0].TTid != ttid || a.TidDict[0].Tid != tid {
+			t.Fatalf("locked transactions %+v", a.TidDict)
+		}
+		c.send(&proto.ValidateTransaction{TTid: ttid, Tid: tid})
+		c.sync()
+	})
+	cl := c.client(-536870911)
+	id := cl.send(&proto.AskObject{Oid: 1, At: proto.InvalidTid, Before: proto.InvalidTid})
+	if o := cl.answer(id, proto.CodeAnswerObject).(*proto.AnswerObject); o.Serial != tid || o.DataSerial != undone {
+		t.Errorf("oid 1 after validation: serial %s data serial %s, want %s %s", o.Serial, o.DataSerial, tid, undone)
+	}
+	if locked, err := be.LockedTransactions(context.Background()); err != nil || len(locked) != 0 {
+		t.Errorf("still locked: %v %v", locked, err)
 	}
 }
