@@ -553,3 +553,107 @@ def test_neopy_concurrent_commits(tmp_path, zodbd_bin):
     assert out['alive'] == 0 and out['errors'] == [], out
     assert out['done'] == 6 * 30 * 3
     assert out['total'] == out['done']
+
+
+KILL_COMMITTER = r"""
+import json, sys, time, transaction
+from persistent.mapping import PersistentMapping
+from ZODB import DB
+from neo.client.Storage import Storage
+master, seconds = sys.argv[1], float(sys.argv[2])
+db = DB(Storage(master_nodes=master, name='vectors'))
+tm = transaction.TransactionManager()
+conn = db.open(tm)
+root = conn.root()
+for k in range(7):
+    root['k%d' % k] = PersistentMapping({'i': 0})
+tm.commit()
+done, failed, i = [], 0, 0
+end = time.time() + seconds
+while time.time() < end:
+    i += 1
+    try:
+        tm.begin()
+        root = conn.root()
+        root['k%d' % (i % 7)]['i'] = i
+        tm.commit()
+        done.append([i % 7, i, root['k%d' % (i % 7)]._p_serial.hex()])
+    except Exception as e:
+        failed += 1
+        try:
+            tm.abort()
+        except Exception:
+            pass
+        time.sleep(0.1)
+print(json.dumps({'done': done, 'failed': failed}))
+sys.stdout.flush()
+import os
+os._exit(0)  # NEO/py's client may fail to close after its storage died
+"""
+
+KILL_CHECKER = r"""
+import json, sys
+from ZODB import DB
+from ZODB.utils import p64
+from neo.client.Storage import Storage
+master, done = sys.argv[1], json.load(open(sys.argv[2]))
+db = DB(Storage(master_nodes=master, name='vectors'))
+conn = db.open()
+root = conn.root()
+bad = []
+last = {}
+for k, i, serial in done:
+    last[k] = (i, serial)
+for k, (i, serial) in last.items():
+    ob = root['k%d' % k]
+    if ob['i'] != i or ob._p_serial.hex() != serial:
+        bad.append(['latest', k, i, ob['i'], serial, ob._p_serial.hex()])
+st = db.storage
+for k, i, serial in done:  # every acknowledged revision is there
+    oid = root['k%d' % k]._p_oid
+    try:
+        st.loadSerial(oid, bytes.fromhex(serial))
+    except Exception as e:
+        bad.append(['missing', k, i, serial, repr(e)])
+conn.close(); db.close()
+print(json.dumps(bad))
+"""
+
+
+def test_neopy_node_killed(tmp_path, zodbd_bin, neo_testdata):
+    """A NEO/py client commits in a loop while our node (SQLite backend,
+    whose database keeps the node id and the partition table, so that
+    the master takes it back) is SIGKILLed and restarted 3 times: every
+    commit that returned is there afterwards, each oid at its last
+    acknowledged revision (locked transactions finished by the master's
+    ValidateTransaction, voted ones dropped). NEO_KILLS=N kills N times."""
+    db = str(tmp_path / 'storage.sqlite')
+    shutil.copyfile(os.path.join(neo_testdata, 'storage.sqlite'), db)
+    c = Cluster(tmp_path, zodbd_bin, 'sqlite:' + db, storage_args=['--read-write'])
+    cmd = c.storage.args
+    try:
+        c.wait_running(start=False)
+        out = open(str(tmp_path / 'committer.json'), 'w')
+        kills = int(os.environ.get('NEO_KILLS', '3'))
+        committer = subprocess.Popen([PY, '-c', KILL_COMMITTER, c.master, str(3 + 3 * kills)], env=c.env,
+                                     stdout=out, stderr=subprocess.PIPE, text=True)
+        for n in range(kills):
+            time.sleep(2)
+            c.storage.kill()
+            c.storage.wait()
+            c.storage = c.spawn('storage-%d' % (n + 1), cmd)
+            c.wait_running(start=False)
+        _, err = committer.communicate(timeout=120)
+        assert committer.returncode == 0, err[-3000:]
+        out.close()
+        res = json.load(open(str(tmp_path / 'committer.json')))
+        json.dump(res['done'], open(str(tmp_path / 'done.json'), 'w'))
+        p = subprocess.run([PY, '-c', KILL_CHECKER, c.master, str(tmp_path / 'done.json')], env=c.env,
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-3000:]
+        bad = json.loads(p.stdout)
+    finally:
+        rc = c.stop()
+    assert rc == 0
+    assert len(res['done']) > 20, res
+    assert bad == []
