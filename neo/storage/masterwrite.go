@@ -28,7 +28,8 @@ func (n *Node) validate(ctx context.Context, ttid, tid zodb.Tid) error {
 		return nil
 	}
 	if final == 0 {
-		if err := w.Lock(ctx, ttid, tid); err != nil {
+		// (NEO/py approves the pack order of a validated transaction.)
+		if err := lockPack(ctx, w, ttid, tid, true); err != nil {
 			return fmt.Errorf("validating transaction %s (ttid %s): %w", tid, ttid, err)
 		}
 	} else if final != tid {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/zodbd/zodbd/neo/link"
 	"github.com/zodbd/zodbd/neo/proto"
+	"github.com/zodbd/zodbd/neosqlite"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -36,6 +37,36 @@ import (
 // (SQLiteBackend: pt.pack): PackOrder is Pack for the order packID.
 type packOrderer interface {
 	PackOrder(ctx context.Context, packID, tid zodb.Tid, oids []zodb.Oid) error
+}
+
+// packVoter is implemented by a backend that stores the pack order a
+// transaction carries with the transaction, as NEO/py does
+// (SQLiteBackend: its pack table): VotePack is Vote with the order,
+// LockPack is Lock with AskLockInformation's approval.
+type packVoter interface {
+	VotePack(ctx context.Context, t *VotedTxn, pack *neosqlite.PackRequest) error
+	LockPack(ctx context.Context, ttid, tid zodb.Tid, approve bool) error
+}
+
+// votePack is w.Vote of t, with its pack order where w keeps them.
+func votePack(ctx context.Context, w Writer, t *VotedTxn, pack *proto.PackRequest) error {
+	if pv, ok := w.(packVoter); ok && pack != nil {
+		req := &neosqlite.PackRequest{PackTid: pack.PackTid}
+		if pack.OidsSet {
+			req.Oids = append([]zodb.Oid{}, pack.Oids...)
+		}
+		return pv.VotePack(ctx, t, req)
+	}
+	return w.Vote(ctx, t)
+}
+
+// lockPack is w.Lock, with the approval of the transaction's pack order
+// where w keeps them.
+func lockPack(ctx context.Context, w Writer, ttid, tid zodb.Tid, approve bool) error {
+	if pv, ok := w.(packVoter); ok {
+		return pv.LockPack(ctx, ttid, tid, approve)
+	}
+	return w.Lock(ctx, ttid, tid)
 }
 
 // packState is the node's pack orders, for one master session.

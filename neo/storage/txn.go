@@ -515,7 +515,7 @@ func (tm *txnManager) vote(p *peer, id uint32, ttid zodb.Tid, meta *TxnMeta, pac
 	t.wmu.Lock()
 	tm.unlockAndFlush()
 
-	err := tm.w.Vote(context.Background(), vt)
+	err := votePack(context.Background(), tm.w, vt, pack)
 	t.wmu.Unlock()
 
 	tm.mu.Lock()
@@ -605,7 +605,7 @@ func (tm *txnManager) lock(ctx context.Context, ttid, tid zodb.Tid, approvePack 
 	t.wmu.Lock()
 	tm.unlockAndFlush()
 	defer t.wmu.Unlock()
-	if err := tm.w.Lock(ctx, ttid, tid); err != nil {
+	if err := lockPack(ctx, tm.w, ttid, tid, approvePack); err != nil {
 		return fmt.Errorf("lock of transaction %s (ttid %s): %w", tid, ttid, err)
 	}
 	return nil
