@@ -68,7 +68,7 @@ func (r *recorded) packet(t *testing.T, i int) ([]byte, proto.Packet, proto.Msg)
 }
 
 // decodeArgs decodes the arguments of p into a message of its type.
-func decodeArgs(t *testing.T, p proto.Packet) proto.Msg {
+func decodeArgs(t testing.TB, p proto.Packet) proto.Msg {
 	t.Helper()
 	m, ok := proto.NewMsg(p.Code)
 	if !ok {
