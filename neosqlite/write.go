@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -385,6 +386,7 @@ func (w *writer) runBatch() {
 		fail(err)
 		return
 	}
+	changes := sqlite3.Xsqlite3_total_changes64(c.tls, c.db)
 	for i, op := range w.batch {
 		errs[i] = w.runOp(op)
 	}
@@ -397,9 +399,12 @@ func (w *writer) runBatch() {
 		fail(err)
 		return
 	}
-	w.dirty = !sync
-	if sync {
+	switch {
+	case sync:
+		w.dirty = false
 		w.syncCommits.Add(1)
+	case sqlite3.Xsqlite3_total_changes64(c.tls, c.db) != changes:
+		w.dirty = true
 	}
 	// Readers start a new snapshot on their next lookup.
 	w.db.raw.gen.Add(1)
@@ -452,12 +457,18 @@ func (w *writer) runOp(op *wop) error {
 	return err
 }
 
-// syncNow makes the commits done so far durable: a WAL checkpoint syncs
-// the WAL (and copies it into the database).
+// syncNow makes the commits done so far durable: an fsync of the WAL file
+// (a checkpoint would skip it when a reader's snapshot leaves it nothing
+// to copy).
 func (w *writer) syncNow() {
-	if err := w.c.execSQL("PRAGMA wal_checkpoint(PASSIVE)"); err == nil {
+	f, err := os.Open(w.db.abs + "-wal")
+	if err != nil {
+		return
+	}
+	if f.Sync() == nil {
 		w.dirty = false
 	}
+	f.Close()
 }
 
 // close stops the committer after the queued operations; the caller then
@@ -586,8 +597,13 @@ func (w *writer) storeData(o *VotedObject) (id int64, ok bool, err error) {
 			c.reset(st)
 			return id, !null, nil
 		}
-		if w.db.readable[p] || o.Data == nil {
+		if w.db.readable[p] {
 			return 0, false, fmt.Errorf("oid %s: undo to %s: %w", o.Oid, o.DataSerial, ErrUndoPack)
+		}
+		// A partition being replicated: the data the client sent
+		// along, if any (NEO/py's storeData).
+		if o.Data == nil {
+			return 0, false, nil
 		}
 	}
 	if o.NoData {

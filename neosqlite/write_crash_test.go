@@ -288,3 +288,39 @@ func waitQueued(t *testing.T, w *writer, n int) {
 		runtime.Gosched()
 	}
 }
+
+// TestWriteUnlockSync: an Unlock's commit is not synced when Unlock
+// returns, and is within about unlockSyncDelay.
+func TestWriteUnlockSync(t *testing.T) {
+	ctx := context.Background()
+	db := openWriterCopy(t, "testdata/storage.sqlite")
+	dirty := func() bool {
+		var d bool
+		if err := db.w.do(ctx, false, func(w *writer) error { d = w.dirty; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	if err := db.Vote(ctx, votedTxn(testTid, true, "x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Lock(ctx, testTid, testTid+1, false); err != nil {
+		t.Fatal(err)
+	}
+	if dirty() {
+		t.Fatal("not synced after Lock")
+	}
+	start := time.Now()
+	if err := db.Unlock(ctx, testTid, testTid+1); err != nil {
+		t.Fatal(err)
+	}
+	if !dirty() {
+		t.Fatal("Unlock synced at once, want its fsync deferred")
+	}
+	for dirty() {
+		if time.Since(start) > 5*unlockSyncDelay {
+			t.Fatalf("Unlock not synced after %v", time.Since(start))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
