@@ -146,6 +146,7 @@ type writer struct {
 	held     map[int64]int32 // data id -> references from tobj (NEO's _uncommitted_data)
 	undo     []undoEntry     // in-memory changes of the current operation, to revert on failure
 	ids      []int64         // tobjData's result, reused
+	errs     []error         // runBatch's, reused
 	oidBuf   []byte          // oidField's result, reused
 
 	dirty       bool          // a commit not yet durable
@@ -292,8 +293,19 @@ func (w *writer) doOp(ctx context.Context, op *wop) error {
 	select {
 	case w.ops <- op:
 		// Once queued, the operation runs: wait for its outcome even
-		// if ctx ends, so that the caller knows what happened.
-		err = <-op.done
+		// if ctx ends, so that the caller knows what happened. Only
+		// when the committer is gone (Close) it may never run.
+		select {
+		case err = <-op.done:
+		case <-w.exit:
+			select {
+			case err = <-op.done:
+			default:
+				// Still in the queue, which nobody reads any more:
+				// not back to the pool.
+				return errRawClosed
+			}
+		}
 	case <-w.quit:
 		err = errRawClosed
 	case <-ctx.Done():
@@ -365,7 +377,11 @@ func (w *writer) runBatch() {
 	for _, op := range w.batch {
 		sync = sync || op.sync
 	}
-	errs := make([]error, len(w.batch))
+	errs := w.errs[:0]
+	for range w.batch {
+		errs = append(errs, nil)
+	}
+	w.errs = errs
 	fail := func(err error) {
 		for _, op := range w.batch {
 			op.done <- err
@@ -413,6 +429,7 @@ func (w *writer) runBatch() {
 		op.done <- errs[i]
 	}
 	clear(w.batch)
+	clear(errs)
 }
 
 // runOp runs op under a savepoint: on error its changes, in the database

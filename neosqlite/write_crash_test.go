@@ -324,3 +324,50 @@ func TestWriteUnlockSync(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestWriteClose: operations racing with Close either complete or fail;
+// none hangs, and the database closes consistent.
+func TestWriteClose(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "storage.sqlite")
+	copyFile(t, "testdata/storage.sqlite", path)
+	db, err := OpenWriter(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 1000; i++ {
+				ttid := testTid + zodb.Tid(g*1000+i)*2
+				if db.Vote(ctx, votedTxn(ttid, true, "c")) != nil {
+					return
+				}
+				if db.Lock(ctx, ttid, ttid, false) != nil || db.Unlock(ctx, ttid, ttid) != nil {
+					return
+				}
+			}
+		}(g)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("writes still blocked 30s after Close")
+	}
+	db, err = OpenWriter(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.LockedTransactions(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
