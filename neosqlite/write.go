@@ -415,15 +415,23 @@ func (w *writer) runBatch() {
 		fail(err)
 		return
 	}
+	changed := sqlite3.Xsqlite3_total_changes64(c.tls, c.db) != changes
 	switch {
-	case sync:
+	case sync && changed:
+		// The commit synced the WAL, earlier commits included.
 		w.dirty = false
 		w.syncCommits.Add(1)
-	case sqlite3.Xsqlite3_total_changes64(c.tls, c.db) != changes:
+	case sync && w.dirty:
+		// Nothing written, so nothing synced; an earlier unlock's
+		// commit must be durable now all the same.
+		w.syncNow()
+	case changed:
 		w.dirty = true
 	}
-	// Readers start a new snapshot on their next lookup.
-	w.db.raw.gen.Add(1)
+	if changed {
+		// Readers start a new snapshot on their next lookup.
+		w.db.raw.gen.Add(1)
+	}
 	w.db.raw.sweep()
 	for i, op := range w.batch {
 		op.done <- errs[i]
