@@ -183,7 +183,9 @@ func (db *DB) LastSerial(ctx context.Context, oid zodb.Oid) (zodb.Tid, error) {
 // whether no later transaction changed oid (after following undo records
 // that restore undoTid's data). ok is false when undoTid did not change
 // oid. Among undo-identical revisions, the newest is given (NEO's rule,
-// which keeps undo working after a pack).
+// which keeps undo working after a pack). ok true with current 0: the
+// undoing transaction does not see undoTid (ltid <= undoTid, NEO/py's
+// (None, None, False)), which NEO's storage answers as OID_NOT_FOUND.
 func (db *DB) UndoSerial(ctx context.Context, oid zodb.Oid, ltid, undoTid, currentOverride zodb.Tid) (current, undo zodb.Tid, isCurrent, ok bool, err error) {
 	part, err := db.readablePartition(uint64(oid))
 	if err != nil {

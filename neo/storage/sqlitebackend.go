@@ -235,7 +235,9 @@ func (b *SQLiteBackend) Abort(ctx context.Context, ttid zodb.Tid) error { return
 // DropUnlocked implements Writer.
 func (b *SQLiteBackend) DropUnlocked(ctx context.Context) error { return b.db.DropUnlocked(ctx) }
 
-// UndoSerial implements Writer.
+// UndoSerial implements Writer. As NEO/py's findUndoTID, it may return ok
+// with current 0: the undoing transaction (ltid) does not see undoTid;
+// NEO/py's storage answers that as OID_NOT_FOUND.
 func (b *SQLiteBackend) UndoSerial(ctx context.Context, oid zodb.Oid, ltid, undoTid, currentOverride zodb.Tid) (current, undo zodb.Tid, isCurrent, ok bool, err error) {
 	current, undo, isCurrent, ok, err = b.db.UndoSerial(ctx, oid, ltid, undoTid, currentOverride)
 	return current, undo, isCurrent, ok, mapErr(err)
