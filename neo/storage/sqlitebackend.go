@@ -235,7 +235,9 @@ func (b *SQLiteBackend) Abort(ctx context.Context, ttid zodb.Tid) error { return
 // DropUnlocked implements Writer.
 func (b *SQLiteBackend) DropUnlocked(ctx context.Context) error { return b.db.DropUnlocked(ctx) }
 
-// UndoSerial implements Writer.
+// UndoSerial implements Writer. As NEO/py's findUndoTID, it may return ok
+// with current 0: the undoing transaction (ltid) does not see undoTid;
+// NEO/py's storage answers that as OID_NOT_FOUND.
 func (b *SQLiteBackend) UndoSerial(ctx context.Context, oid zodb.Oid, ltid, undoTid, currentOverride zodb.Tid) (current, undo zodb.Tid, isCurrent, ok bool, err error) {
 	current, undo, isCurrent, ok, err = b.db.UndoSerial(ctx, oid, ltid, undoTid, currentOverride)
 	return current, undo, isCurrent, ok, mapErr(err)
@@ -252,6 +254,19 @@ func (b *SQLiteBackend) Pack(ctx context.Context, tid zodb.Tid, oids []zodb.Oid)
 // PackID report), as NEO/py does.
 func (b *SQLiteBackend) PackOrder(ctx context.Context, packID, tid zodb.Tid, oids []zodb.Oid) error {
 	return b.db.Pack(ctx, packID, tid, oids)
+}
+
+// SetIdentity stores the cluster name and the node id the master gave this
+// node (config "name" and "nid", as NEO/py's storage stores them when it
+// joins; a changed nid moves this node's cells of the stored partition
+// table), so that Recovery answers them after a restart.
+func (b *SQLiteBackend) SetIdentity(ctx context.Context, cluster string, nid proto.NodeID) error {
+	if cfg := b.db.Config(); cfg.Name != cluster {
+		if err := b.db.SetName(ctx, cluster); err != nil {
+			return err
+		}
+	}
+	return b.db.SetNID(ctx, int32(nid))
 }
 
 var (
