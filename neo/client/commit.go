@@ -225,17 +225,17 @@ type txn struct {
 	ctx       context.Context // of the storage requests; cancelled when the txn ends
 	cancel    context.CancelFunc
 
-	mu      sync.Mutex
-	stores  map[zodb.Oid]*store
-	order   []zodb.Oid // oids in the order first recorded
-	conns   map[proto.NodeID]*link.Conn
+	mu       sync.Mutex
+	stores   map[zodb.Oid]*store
+	order    []zodb.Oid // oids in the order first recorded
+	conns    map[proto.NodeID]*link.Conn
 	inflight int           // requests in flight
 	idle     chan struct{} // closed when inflight drops to 0
-	err     error          // first failure of a request: Vote fails with it
-	undos   []zodb.Tid
-	undone  []zodb.Oid // oids whose data the client produced: undo, resolution
-	deleted map[zodb.Oid]bool
-	voting  bool // AskStoreTransaction sent: NotifyDeadlock is ignored
+	err      error         // first failure of a request: Vote fails with it
+	undos    []zodb.Tid
+	undone   []zodb.Oid // oids whose data the client produced: undo, resolution
+	deleted  map[zodb.Oid]bool
+	voting   bool // AskStoreTransaction sent: NotifyDeadlock is ignored
 
 	finished chan zodb.Tid // the finish answer, applied by the master loop
 }
