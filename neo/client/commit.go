@@ -253,6 +253,16 @@ func (t *txn) record(st *store) error {
 		return err
 	}
 	old := t.stores[st.oid]
+	if old != nil && old.pending > 0 {
+		// Stored again while the first store is in flight: the
+		// storage must get them in order, one answered before the
+		// other (the second replaces the first).
+		t.mu.Unlock()
+		if err := t.wait(t.ctx); err != nil {
+			return t.opErr("store", err)
+		}
+		t.mu.Lock()
+	}
 	if old == nil {
 		t.order = append(t.order, st.oid)
 	} else {
@@ -435,21 +445,22 @@ func (t *txn) send(st *store) error {
 		t.mu.Lock()
 		t.inflight++
 		t.mu.Unlock()
-		go func() {
-			defer t.requestDone()
-			var conflict zodb.Tid
-			var err error
-			if st.check {
-				var ans proto.AnswerCheckCurrentSerial
-				err = conn.Ask(t.ctx, req, &ans)
-				conflict = ans.Conflict
-			} else {
-				var ans proto.AnswerStoreObject
-				err = conn.Ask(t.ctx, req, &ans)
-				conflict = ans.Conflict
-			}
-			t.answered(st, gen, n.nid, conflict, err)
-		}()
+		// Sent now, in the order of the calls (an Abort after them
+		// reaches the storage after them); answered on a goroutine.
+		nid := n.nid
+		if st.check {
+			ans := new(proto.AnswerCheckCurrentSerial)
+			conn.AskAsync(t.ctx, req, ans, func(err error) {
+				t.answered(st, gen, nid, ans.Conflict, err)
+				t.requestDone()
+			})
+		} else {
+			ans := new(proto.AnswerStoreObject)
+			conn.AskAsync(t.ctx, req, ans, func(err error) {
+				t.answered(st, gen, nid, ans.Conflict, err)
+				t.requestDone()
+			})
+		}
 	}
 	return nil
 }

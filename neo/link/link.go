@@ -382,6 +382,32 @@ func (c *Conn) AskQueued(ctx context.Context, req, answer proto.Msg) error {
 }
 
 func (c *Conn) ask(ctx context.Context, req, answer proto.Msg, buf []byte, queue bool) ([]byte, error) {
+	cl, id, err := c.start(req, buf, queue)
+	if err != nil {
+		return buf, err
+	}
+	return c.finish(ctx, cl, id, answer, buf)
+}
+
+// AskAsync sends req before it returns, and waits for the answer on a
+// goroutine of its own, which calls done with what Ask would return.
+// Requests sent by one goroutine reach the peer in the order of the
+// calls (with Ask, a request is written by the goroutine that asks: two
+// goroutines' requests are in no set order).
+func (c *Conn) AskAsync(ctx context.Context, req, answer proto.Msg, done func(error)) {
+	cl, id, err := c.start(req, nil, false)
+	if err != nil {
+		done(err)
+		return
+	}
+	go func() {
+		_, err := c.finish(ctx, cl, id, answer, nil)
+		done(err)
+	}()
+}
+
+// start registers a call and writes its request.
+func (c *Conn) start(req proto.Msg, buf []byte, queue bool) (*call, uint32, error) {
 	cl := callPool.Get().(*call)
 	cl.buf = buf[:0]
 	cl.queue = queue
@@ -392,7 +418,7 @@ func (c *Conn) ask(ctx context.Context, req, answer proto.Msg, buf []byte, queue
 		c.pmu.Unlock()
 		cl.buf, cl.queue = nil, false
 		callPool.Put(cl)
-		return buf, err
+		return nil, 0, err
 	}
 	c.pending[id] = cl
 	c.pmu.Unlock()
@@ -400,8 +426,13 @@ func (c *Conn) ask(ctx context.Context, req, answer proto.Msg, buf []byte, queue
 	if err := c.write(id, req); err != nil {
 		c.abandon(id, cl)
 		// Not put back: the reader may still deliver to it.
-		return buf, err
+		return nil, 0, err
 	}
+	return cl, id, nil
+}
+
+// finish waits for the answer of a started call and decodes it.
+func (c *Conn) finish(ctx context.Context, cl *call, id uint32, answer proto.Msg, buf []byte) ([]byte, error) {
 	r, ok := c.waitAnswer(ctx, cl)
 	if !ok {
 		if c.abandon(id, cl) {
