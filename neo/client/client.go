@@ -83,6 +83,10 @@ type Options struct {
 	// ReadOnly identifies to the master with {read_only: true}; Begin
 	// and NewOids return zodb.ErrReadOnly.
 	ReadOnly bool
+	// NoCommit makes Begin and NewOids return zodb.ErrReadOnly without
+	// asking the master, which is not told (zodb.Open without
+	// OpenOptions.ReadWrite).
+	NoCommit bool
 	// Resolve resolves the conflicts of Txn.Vote (a conflict it does not
 	// merge fails the vote); nil resolves none. VoteResolving takes its
 	// own.

@@ -70,7 +70,7 @@ type commitState struct {
 // oid stored by a transaction of this client is never handed out after
 // (the master raises its counter to the largest oid stored).
 func (c *Client) NewOids(ctx context.Context, n int) ([]zodb.Oid, error) {
-	if c.opt.ReadOnly {
+	if c.opt.ReadOnly || c.opt.NoCommit {
 		return nil, c.opErr("newOids", n, zodb.ErrReadOnly)
 	}
 	if n < 1 {
@@ -116,7 +116,7 @@ func masterErr(err error) error {
 // the others of this client finished, and the others wait for it, as NEO's
 // master refuses a tid given while another transaction is in progress.
 func (c *Client) Begin(ctx context.Context, meta zodb.TxnMeta) (zodb.Txn, error) {
-	if c.opt.ReadOnly {
+	if c.opt.ReadOnly || c.opt.NoCommit {
 		return nil, c.opErr("begin", nil, zodb.ErrReadOnly)
 	}
 	if err := c.failure(); err != nil {

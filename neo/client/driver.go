@@ -33,8 +33,9 @@ import (
 //	                  $NEO_CA, $NEO_CERT, $NEO_KEY for those not given
 //
 // zodb.OpenOptions.CacheSize sizes the client cache (negative: off).
-// Without OpenOptions.ReadWrite the client identifies as read-only (as a
-// ZEO client registers read-only); with it, it commits, and Txn.Vote
+// Without OpenOptions.ReadWrite the client does not commit (Begin and
+// NewOids return zodb.ErrReadOnly; read_only=1 also tells the master);
+// with it, it commits, and Txn.Vote
 // resolves the conflicts that package zodb/resolve resolves natively
 // (BTrees.Length, BTrees buckets), as zodbd's ZEO server does for a ZEO
 // client.
@@ -51,7 +52,7 @@ func openURL(ctx context.Context, u *url.URL, opt *zodb.OpenOptions) (zodb.Stora
 	o.CacheSize = opt.CacheSize
 	o.Logf = opt.Logf
 	if !opt.ReadWrite {
-		o.ReadOnly = true
+		o.NoCommit = true
 	} else {
 		o.Resolve = resolve.Resolve
 	}
