@@ -906,6 +906,9 @@ func (t *txn) Finish(ctx context.Context, onCommit func(tid zodb.Tid, oids []zod
 		}()
 		return 0, t.opErr("finish", fmt.Errorf("%w (the transaction may commit still)", ctx.Err()))
 	}
+	if t.exclusive && tid != t.meta.Tid {
+		return 0, t.opErr("finish", fmt.Errorf("committed as %s, not the tid %s given at Begin", tid, t.meta.Tid))
+	}
 	if t.exclusive {
 		c.commit.mu.Lock()
 		if c.commit.restored == nil {
