@@ -299,6 +299,22 @@ func (fs *FileStorage) CountTxn(ctx context.Context) (int, error) {
 	return n, nil
 }
 
+// View is one published state of a FileStorage, its parts taken together:
+// the positions of Index and End refer to File (an online pack replaces the
+// file; File, Index and End read one by one may straddle that).
+type View struct {
+	File    io.ReaderAt
+	Index   *Index // must not be modified
+	End     int64
+	LastTid zodb.Tid
+}
+
+// View returns the published state.
+func (fs *FileStorage) View() View {
+	s := fs.state.Load()
+	return View{File: s.file, Index: s.index, End: s.end, LastTid: s.lastTid}
+}
+
 // Index returns the current index. It must not be modified.
 func (fs *FileStorage) Index() *Index { return fs.state.Load().index }
 

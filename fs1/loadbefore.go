@@ -37,6 +37,10 @@ type Revision struct {
 	// record; its data is the data of the end of that chain), 0 for a
 	// record with its own data.
 	BackPos int64
+	// BackTid is the tid of the record at BackPos (one link, as ZODB/py's
+	// iterator gives data_txn), 0 when BackPos is 0. It comes from the
+	// same published state as the rest of the Revision.
+	BackTid zodb.Tid
 	// NoData: the revision has no data (a deletion or an undone creation).
 	NoData bool
 }
@@ -112,8 +116,19 @@ func (fs *FileStorage) loadRevision(oid zodb.Oid, before zodb.Tid, dst []byte) (
 	}
 	rev = Revision{Serial: dh.Tid, Next: next, Pos: pos, BackPos: dh.BackPos}
 	if dh.DataLen == 0 {
-		// Backpointer: follow the chain to the record with the data.
-		data, src, err := dh.LoadData(s.file, fs.path, dst[:n0])
+		// Backpointer: follow the chain to the record with the data,
+		// noting the tid of its first link.
+		first := dh
+		if dh.BackPos != 0 {
+			if err := first.Load(s.file, fs.path, dh.BackPos, pos); err != nil {
+				return dst[:n0], Revision{}, &Error{fs.path, pos, "data record", fmt.Errorf("backpointer %d: %w", dh.BackPos, err)}
+			}
+			if first.Oid != oid {
+				return dst[:n0], Revision{}, &Error{fs.path, pos, "data record", fmt.Errorf("backpointer %d: points to a record of oid %s, not %s", dh.BackPos, first.Oid, oid)}
+			}
+			rev.BackTid = first.Tid
+		}
+		data, src, err := first.LoadData(s.file, fs.path, dst[:n0])
 		if err != nil {
 			return dst[:n0], Revision{}, err
 		}

@@ -18,17 +18,24 @@ func TestSumCache(t *testing.T) {
 	}
 	da, db := []byte("data of a"), []byte("data of b")
 	for i := 0; i < 3; i++ {
-		if got := c.sum(a, da); got != sha1.Sum(da) {
+		if got := c.sum(a, 1, 2, da); got != sha1.Sum(da) {
 			t.Fatalf("round %d: sum(a) = %x", i, got)
 		}
-		if got := c.sum(b, db); got != sha1.Sum(db) {
+		if got := c.sum(b, 1, 2, db); got != sha1.Sum(db) {
 			t.Fatalf("round %d: sum(b) = %x", i, got)
 		}
 	}
 	// A hit does not hash again: the cached sum comes back even for other
 	// bytes (which a record at a given position never has).
-	c.sum(a, da)
-	if got := c.sum(a, []byte("other")); got != sha1.Sum(da) {
+	c.sum(a, 1, 2, da)
+	if got := c.sum(a, 1, 2, []byte("other")); got != sha1.Sum(da) {
 		t.Errorf("hit rehashed: %x", got)
+	}
+	// Another revision at the same position (a packed file) is hashed.
+	if got := c.sum(a, 1, 3, []byte("other")); got != sha1.Sum([]byte("other")) {
+		t.Errorf("other serial at a: %x", got)
+	}
+	if got := c.sum(a, 5, 3, da); got != sha1.Sum(da) {
+		t.Errorf("other oid at a: %x", got)
 	}
 }

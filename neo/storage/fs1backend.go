@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"sync/atomic"
 
 	"github.com/zodbd/zodbd/fs1"
 	"github.com/zodbd/zodbd/neo/proto"
@@ -13,7 +14,9 @@ import (
 	"github.com/zodbd/zodbd/zodb"
 )
 
-// FS1Backend serves a FileStorage file (read-only) to a NEO cluster.
+// FS1Backend serves a FileStorage file to a NEO cluster: read-only
+// (OpenFS1, NewFS1), or read-write (OpenFS1Writer: it implements Writer,
+// see fs1writer.go).
 //
 // Layout: a FileStorage is one partition. The cluster must therefore have
 // exactly one partition and no replica (neomaster -p 1 -r 0), and this node
@@ -34,19 +37,33 @@ import (
 // checksum). Transactions with status 'u' are not shown; a packed
 // transaction ('p') is reported packed.
 //
-// The file is read as it was at open: transactions committed later by
-// another process are not seen.
+// Read-only, the file is read as it was at open: transactions committed
+// later by another process are not seen. Read-write, the node is the only
+// writer (fs1's lock file), and readers see the transactions up to the
+// last one unlocked.
 type FS1Backend struct {
 	fs    *fs1.FileStorage
 	path  string
-	file  io.ReaderAt
-	index *fs1.Index
-	end   int64
-	last  zodb.Tid // the last tid of the state served
-	txns  []txnPos // ascending tid
 	own   bool     // Close closes fs
 	sums  sumCache // checksums of records served, by position
 	noSum bool     // SkipChecksums: send zero checksums
+
+	// view is the state served: readers load it once per request (a plain
+	// load on the hardware that matters); Unlock and Pack publish a new
+	// one.
+	view atomic.Pointer[fs1View]
+
+	w *fs1Writes // nil: read-only (OpenFS1, NewFS1)
+}
+
+// fs1View is the part of the FileStorage that readers see: the
+// transactions up to last. It is immutable once published, but for txns'
+// backing array, which Unlock may extend beyond len(txns) in place.
+type fs1View struct {
+	file io.ReaderAt // the file the positions of txns refer to
+	end  int64       // the end of the last transaction of txns
+	last zodb.Tid    // the last tid of the state served (0: none)
+	txns []txnPos    // ascending tid
 }
 
 // SkipChecksums makes Object send an all-zero checksum instead of the
@@ -81,21 +98,38 @@ func OpenFS1(path string) (*FS1Backend, error) {
 // (Close does not close it). The state served is fs's published state at
 // the time of the call.
 func NewFS1(fs *fs1.FileStorage) (*FS1Backend, error) {
-	b := &FS1Backend{fs: fs, path: fs.URL(), file: fs.File(), index: fs.Index(), end: fs.End()}
-	// One header read per transaction: the tid -> position table that
-	// AskTIDs, AskTIDsFrom and AskTransactionInformation need.
+	b := &FS1Backend{fs: fs, path: fs.URL()}
+	fv := fs.View()
+	v, _, err := b.scanView(fv, fv.LastTid)
+	if err != nil {
+		return nil, err
+	}
+	b.view.Store(v)
+	return b, nil
+}
+
+// scanView reads the header of every transaction of fv (the tid ->
+// position table that AskTIDs, AskTIDsFrom and AskTransactionInformation
+// need): those up to last make the view, those after it are returned
+// apart.
+func (b *FS1Backend) scanView(fv fs1.View, last zodb.Tid) (v *fs1View, after []txnPos, err error) {
+	v = &fs1View{file: fv.File, end: fs1.HeaderSize}
 	var th fs1.TxnHeader
-	for pos := int64(fs1.HeaderSize); pos < b.end; pos = th.Next() {
-		if err := th.Load(b.file, b.path, pos, b.end); err != nil {
-			return nil, err
+	for pos := int64(fs1.HeaderSize); pos < fv.End; pos = th.Next() {
+		if err := th.Load(fv.File, b.path, pos, fv.End); err != nil {
+			return nil, nil, err
 		}
 		if th.Status == zodb.TxnInprogress {
 			continue
 		}
-		b.txns = append(b.txns, txnPos{th.Tid, pos})
-		b.last = th.Tid
+		if th.Tid > last {
+			after = append(after, txnPos{th.Tid, pos})
+			continue
+		}
+		v.txns = append(v.txns, txnPos{th.Tid, pos})
+		v.last, v.end = th.Tid, th.Next()
 	}
-	return b, nil
+	return v, after, nil
 }
 
 // Path implements Backend.
@@ -103,10 +137,17 @@ func (b *FS1Backend) Path() string { return b.path }
 
 // Close implements Backend.
 func (b *FS1Backend) Close() error {
-	if b.own {
-		return b.fs.Close()
+	var err error
+	if b.w != nil {
+		err = b.w.log.close()
 	}
-	return nil
+	if b.own {
+		if cerr := b.fs.Close(); err == nil {
+			err = cerr
+		}
+		return err
+	}
+	return err
 }
 
 // NumPartitions implements Backend: a FileStorage is one partition.
@@ -121,7 +162,8 @@ func (b *FS1Backend) Recovery(ctx context.Context) (RecoveryInfo, error) {
 // enough capacity in o.Data it makes no allocation; one pread for a record
 // of up to a few KiB), bounded by the state the backend was opened on.
 func (b *FS1Backend) Object(ctx context.Context, oid zodb.Oid, at, before zodb.Tid, o *Object) error {
-	bound := b.last + 1 // latest, as of the state served
+	last := b.view.Load().last
+	bound := last + 1 // latest, as of the state served
 	switch {
 	case at != 0:
 		bound = min(at+1, bound)
@@ -142,23 +184,17 @@ func (b *FS1Backend) Object(ctx context.Context, oid zodb.Oid, at, before zodb.T
 	case at != 0 && rev.Serial != at:
 		return fmt.Errorf("oid %s @%s: %w", oid, at, ErrOidNotFound)
 	}
-	if rev.Next > b.last {
+	if rev.Next > last {
 		rev.Next = 0 // committed after the state served
 	}
 	*o = Object{Oid: oid, Serial: rev.Serial, NextSerial: rev.Next, Data: data, NoData: rev.NoData}
 	if rev.NoData {
 		return nil
 	}
-	if rev.BackPos != 0 {
-		// data_serial names the record the backpointer points to (one
-		// link), as ZODB/py's iterator gives data_txn and so as NEO/py's
-		// Importer stores value_tid; the data is the chain's end.
-		var bh fs1.DataHeader
-		if err := bh.Load(b.file, b.path, rev.BackPos, rev.Pos); err != nil {
-			return err
-		}
-		o.DataSerial = bh.Tid
-	}
+	// data_serial names the record the backpointer points to (one link),
+	// as ZODB/py's iterator gives data_txn and so as NEO/py's Importer
+	// stores value_tid; the data is the chain's end.
+	o.DataSerial = rev.BackTid
 	if zlibstorage.Compressed(data) && len(data) > 2 {
 		// A record zc.zlibstorage compressed (".z" + zlib) is what NEO
 		// calls compression 1: the zlib data goes out as such, and the
@@ -169,7 +205,7 @@ func (b *FS1Backend) Object(ctx context.Context, oid zodb.Oid, at, before zodb.T
 		o.Data, o.Compression = data, 1
 	}
 	if !b.noSum {
-		o.Checksum = b.sums.sum(rev.Pos, data)
+		o.Checksum = b.sums.sum(rev.Pos, oid, rev.Serial, data)
 	}
 	return nil
 }
@@ -184,10 +220,10 @@ func (b *FS1Backend) OIDsFrom(ctx context.Context, p uint32, length int, minOid 
 	if length <= 0 {
 		return nil, minOid, true, nil
 	}
-	bound := min(tid, b.last) + 1
+	bound := min(tid, b.view.Load().last) + 1
 	var buf []byte
 	examined := 0
-	b.index.AllFrom(minOid, func(oid zodb.Oid, _ int64) bool {
+	b.fs.View().Index.AllFrom(minOid, func(oid zodb.Oid, _ int64) bool {
 		var rev fs1.Revision
 		buf, rev, err = b.fs.LoadRevision(ctx, oid, bound, buf[:0])
 		if err != nil {
@@ -217,12 +253,15 @@ func (b *FS1Backend) OIDsFrom(ctx context.Context, p uint32, length int, minOid 
 // LastIDs implements Backend.
 func (b *FS1Backend) LastIDs(ctx context.Context) (LastIDs, error) {
 	r := LastIDs{FirstTid: proto.MaxTid}
-	if n := len(b.txns); n > 0 {
-		r.Tid, r.HasTid = b.txns[n-1].tid, true
-		r.FirstTid = b.txns[0].tid
+	txns := b.view.Load().txns
+	if n := len(txns); n > 0 {
+		r.Tid, r.HasTid = txns[n-1].tid, true
+		r.FirstTid = txns[0].tid
 	}
-	if b.index.Len() > 0 {
-		r.Oid, r.HasOid = b.index.MaxOid(), true
+	// The greatest oid stored, also by a transaction locked but not yet
+	// unlocked (the master allocates oids above it).
+	if idx := b.fs.View().Index; idx.Len() > 0 {
+		r.Oid, r.HasOid = idx.MaxOid(), true
 	}
 	return r, nil
 }
@@ -244,11 +283,12 @@ func (b *FS1Backend) TIDs(ctx context.Context, first, last int, partitions []uin
 	if partitions != nil && len(partitions) == 0 {
 		return nil, nil
 	}
-	n := len(b.txns)
+	txns := b.view.Load().txns
+	n := len(txns)
 	first, last = max(first, 0), min(last, n)
 	var tids []zodb.Tid
 	for i := first; i < last; i++ {
-		tids = append(tids, b.txns[n-1-i].tid)
+		tids = append(tids, txns[n-1-i].tid)
 	}
 	return tids, nil
 }
@@ -261,30 +301,32 @@ func (b *FS1Backend) TIDsFrom(ctx context.Context, minTid, maxTid zodb.Tid, leng
 	if partitions != nil && len(partitions) == 0 {
 		return nil, nil
 	}
-	i := sort.Search(len(b.txns), func(i int) bool { return b.txns[i].tid >= minTid })
+	txns := b.view.Load().txns
+	i := sort.Search(len(txns), func(i int) bool { return txns[i].tid >= minTid })
 	var tids []zodb.Tid
-	for ; i < len(b.txns) && b.txns[i].tid <= maxTid && (length < 0 || len(tids) < length); i++ {
-		tids = append(tids, b.txns[i].tid)
+	for ; i < len(txns) && txns[i].tid <= maxTid && (length < 0 || len(tids) < length); i++ {
+		tids = append(tids, txns[i].tid)
 	}
 	return tids, nil
 }
 
-func (b *FS1Backend) findTxn(tid zodb.Tid) (int64, bool) {
-	i := sort.Search(len(b.txns), func(i int) bool { return b.txns[i].tid >= tid })
-	if i < len(b.txns) && b.txns[i].tid == tid {
-		return b.txns[i].pos, true
+func (v *fs1View) findTxn(tid zodb.Tid) (int64, bool) {
+	i := sort.Search(len(v.txns), func(i int) bool { return v.txns[i].tid >= tid })
+	if i < len(v.txns) && v.txns[i].tid == tid {
+		return v.txns[i].pos, true
 	}
 	return 0, false
 }
 
 // TransactionInformation implements Backend.
 func (b *FS1Backend) TransactionInformation(ctx context.Context, tid zodb.Tid) (*TxnInfo, error) {
-	pos, ok := b.findTxn(tid)
+	v := b.view.Load()
+	pos, ok := v.findTxn(tid)
 	if !ok {
 		return nil, fmt.Errorf("tid %s: %w", tid, ErrTidNotFound)
 	}
 	var th fs1.TxnHeader
-	if err := th.Load(b.file, b.path, pos, b.end); err != nil {
+	if err := th.Load(v.file, b.path, pos, v.end); err != nil {
 		return nil, err
 	}
 	t := &TxnInfo{
@@ -297,7 +339,7 @@ func (b *FS1Backend) TransactionInformation(ctx context.Context, tid zodb.Tid) (
 	}
 	var dh fs1.DataHeader
 	for dpos := th.DataPos(); dpos < th.End(); dpos += dh.Len() {
-		if err := dh.Load(b.file, b.path, dpos, th.End()); err != nil {
+		if err := dh.Load(v.file, b.path, dpos, th.End()); err != nil {
 			return nil, err
 		}
 		t.Oids = append(t.Oids, dh.Oid)
@@ -310,21 +352,29 @@ func clone(b []byte) []byte { return append([]byte{}, b...) }
 // ObjectHistory implements Backend. The size of an undo record is the size
 // of the data it reuses, as NEO reports it.
 func (b *FS1Backend) ObjectHistory(ctx context.Context, oid zodb.Oid, first, last int) ([]HistoryEntry, error) {
-	pos, ok := b.index.Get(oid)
+	visible := b.view.Load().last
+	fv := b.fs.View() // (after the view: it holds every transaction the view does)
+	pos, ok := fv.Index.Get(oid)
 	if !ok || first < 0 || first >= last {
 		return nil, fmt.Errorf("oid %s: %w", oid, ErrOidNotFound)
 	}
 	var h []HistoryEntry
 	var dh fs1.DataHeader
 	for i := 0; pos != 0 && i < last; i++ {
-		if err := dh.Load(b.file, b.path, pos, b.end); err != nil {
+		if err := dh.Load(fv.File, b.path, pos, fv.End); err != nil {
 			return nil, err
+		}
+		if dh.Tid > visible {
+			// Locked, not yet unlocked: not shown.
+			i--
+			pos = dh.PrevRevPos
+			continue
 		}
 		if i >= first {
 			size := dh.DataLen
 			for back := dh; back.DataLen == 0 && back.BackPos != 0; {
 				from := back.Pos
-				if err := back.Load(b.file, b.path, back.BackPos, from); err != nil {
+				if err := back.Load(fv.File, b.path, back.BackPos, from); err != nil {
 					return nil, err
 				}
 				size = back.DataLen
@@ -337,20 +387,6 @@ func (b *FS1Backend) ObjectHistory(ctx context.Context, oid zodb.Oid, first, las
 		return nil, fmt.Errorf("oid %s: %w", oid, ErrOidNotFound)
 	}
 	return h, nil
-}
-
-// LockedTransactions implements Backend: a FileStorage has none.
-func (b *FS1Backend) LockedTransactions(ctx context.Context) (map[zodb.Tid]zodb.Tid, error) {
-	return map[zodb.Tid]zodb.Tid{}, nil
-}
-
-// FinalTID implements Backend. A FileStorage keeps no temporary ids: a
-// transaction is reported committed under ttid when its tid is ttid.
-func (b *FS1Backend) FinalTID(ctx context.Context, ttid zodb.Tid) (zodb.Tid, error) {
-	if _, ok := b.findTxn(ttid); ok {
-		return ttid, nil
-	}
-	return 0, nil
 }
 
 var _ Backend = (*FS1Backend)(nil)

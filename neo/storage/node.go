@@ -76,6 +76,10 @@ type Config struct {
 	// 1 GiB; < 0: no bound), counted in netconn.Unit units of the
 	// connections with at least that much queued.
 	MaxQueuedTotal int
+	// MaxTxnBytes bounds the object data that the transactions of one
+	// connection hold until their vote (default 512 MiB): past it the
+	// connection is closed and its transactions aborted.
+	MaxTxnBytes int
 	// BusyPoll, when not nil, makes the reader of each client connection
 	// spin on its socket before parking (internal/busypoll; not over TLS).
 	BusyPoll *busypoll.Poller
@@ -86,6 +90,7 @@ type Node struct {
 	cfg  Config
 	log  *log.Logger
 	be   Backend
+	tm   *txnManager // nil: a read-only node (the backend is no Writer)
 	ln   net.Listener
 	addr proto.Address
 
@@ -151,6 +156,9 @@ func New(cfg Config) (*Node, error) {
 	if cfg.MaxQueued <= 0 {
 		cfg.MaxQueued = 64 << 20
 	}
+	if cfg.MaxTxnBytes <= 0 {
+		cfg.MaxTxnBytes = 512 << 20
+	}
 	if cfg.MaxQueuedTotal == 0 {
 		cfg.MaxQueuedTotal = 1 << 30
 	}
@@ -167,6 +175,9 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("neo storage: database belongs to cluster %q, not %q", rec.Cluster, cfg.Cluster)
 	}
 	n.nid.Store(int32(rec.NID))
+	if w := writerOf(n.be); w != nil {
+		n.tm = newTxnManager(n, w)
+	}
 	ln, err := net.Listen("tcp", cfg.Bind)
 	if err != nil {
 		return nil, fmt.Errorf("neo storage: %w", err)
@@ -282,6 +293,9 @@ func (n *Node) stopOperation() {
 		n.log.Printf("neo storage: operation stopped")
 	}
 	n.closePeers()
+	if n.tm != nil {
+		n.tm.reset()
+	}
 }
 
 func (n *Node) closePeers() {
@@ -569,6 +583,9 @@ func (n *Node) handleMaster(ctx context.Context, m *link.Conn, id uint32, code u
 		if err := decode(&msg); err != nil {
 			return next, err
 		}
+		if n.tm != nil {
+			return next, n.validate(ctx, msg.TTid, msg.Tid)
+		}
 		final, err := n.be.FinalTID(ctx, msg.TTid)
 		if err != nil && !errors.Is(err, ErrNonReadableCell) {
 			return next, err
@@ -632,6 +649,14 @@ func (n *Node) handleMaster(ctx context.Context, m *link.Conn, id uint32, code u
 		if pt.np() == 0 {
 			return next, badInput("StartOperation without a partition table")
 		}
+		if n.tm != nil {
+			// What the verification did not validate is dropped before
+			// any client is served (NEO/py: dropUnfinishedData when
+			// operation starts).
+			if err := n.tm.w.DropUnlocked(ctx); err != nil {
+				return next, fmt.Errorf("dropping unfinished transactions: %w", err)
+			}
+		}
 		n.operational.Store(true)
 		n.log.Printf("neo storage: operational (ptid %d, %d partitions, readable %v)", pt.ptid, pt.np(), pt.rlist)
 		return next, m.Send(&proto.NotifyReady{})
@@ -658,12 +683,56 @@ func (n *Node) handleMaster(ctx context.Context, m *link.Conn, id uint32, code u
 		return n.notPrimary(m.RemoteAddr().String(), args), nil
 
 	case proto.CodeAskLockInformation:
-		return next, m.ReplyError(id, proto.ReadOnlyAccess, "read-only storage node")
+		if n.tm == nil {
+			return next, m.ReplyError(id, proto.ReadOnlyAccess, "read-only storage node")
+		}
+		var msg proto.AskLockInformation
+		if err := decode(&msg); err != nil {
+			return next, err
+		}
+		if err := n.tm.lock(ctx, msg.TTid, msg.Tid); err != nil {
+			return next, err
+		}
+		return next, m.Reply(id, &proto.AnswerInformationLocked{TTid: msg.TTid})
 
+	case proto.CodeNotifyUnlockInformation:
+		if n.tm == nil {
+			break
+		}
+		var msg proto.NotifyUnlockInformation
+		if err := decode(&msg); err != nil {
+			return next, err
+		}
+		return next, n.tm.unlock(ctx, msg.TTid)
+
+	case proto.CodeAbortTransaction:
+		if n.tm == nil {
+			break
+		}
+		var msg proto.AbortTransaction
+		if err := decode(&msg); err != nil {
+			return next, err
+		}
+		n.tm.abort(msg.TTid)
+		return next, nil
+
+	case proto.CodeNotifyTransactionFinished:
+		if n.tm == nil {
+			break
+		}
+		var msg proto.NotifyTransactionFinished
+		if err := decode(&msg); err != nil {
+			return next, err
+		}
+		n.tm.abort(msg.TTid)
+		return next, nil
+
+	}
+	switch code {
 	case proto.CodeNotifyUnlockInformation, proto.CodeAbortTransaction, proto.CodeNotifyTransactionFinished,
 		proto.CodeNotifyPackSigned, proto.CodeFlushLog, proto.CodeCheckPartition, proto.CodeNotifyRepair,
 		proto.CodeTruncate, proto.CodeReplicate, proto.CodeCloseClient:
-		n.log.Printf("neo storage: master: %s ignored (read-only node)", proto.CodeName(code))
+		n.log.Printf("neo storage: master: %s ignored", proto.CodeName(code))
 		return next, nil
 	}
 	if !proto.KnownCode(code) {
@@ -704,6 +773,14 @@ func (n *Node) nodeInformation(args []byte) error {
 	}
 	me := n.NID()
 	down := false
+	if n.tm != nil {
+		for _, ni := range msg.Nodes {
+			if ni.Type == proto.Client && ni.State != proto.NodeRunning {
+				// The client is gone: even its voted transactions go.
+				n.tm.abortFor(ni.NID, true)
+			}
+		}
+	}
 	n.nodesMu.Lock()
 	for _, ni := range msg.Nodes {
 		if ni.NID == me && me != proto.NoNode && (ni.State == proto.NodeDown || ni.State == proto.NodeUnknown) {

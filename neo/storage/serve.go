@@ -26,6 +26,12 @@ type peer struct {
 	sem    chan struct{}
 	wg     sync.WaitGroup
 	closed bool // CloseClient received
+	typ    proto.NodeType
+	nid    proto.NodeID
+	// held and delayed are guarded by the transaction manager's mu: the
+	// bytes of data its transactions hold until their vote, and its
+	// requests waiting for write locks.
+	held, delayed int
 }
 
 // request is one decoded request, handed to a serving goroutine.
@@ -90,6 +96,9 @@ func (n *Node) servePeer(ctx context.Context, nc net.Conn) {
 	}
 	nc.SetReadDeadline(time.Time{})
 	defer p.wg.Wait()
+	if n.tm != nil {
+		defer n.tm.dropPeer(p) // before the wait: it drops the delayed reads
+	}
 	for {
 		pk, err := rd.ReadPacket()
 		id, code, args := pk.ID, pk.Code, pk.Args
@@ -135,6 +144,7 @@ func (p *peer) identify(ctx context.Context, id uint32, args []byte) bool {
 		return false
 	}
 	typ, nid, cluster := m.NodeType, m.NID, m.ClusterName
+	p.typ, p.nid = typ, nid
 	ts, hasTS := m.IdTime, m.IdTime != proto.NoIdTime
 	p.name = fmt.Sprintf("%s (%s)", p.name, nidString(typ, nid))
 	if string(cluster) != n.cfg.Cluster {
@@ -220,6 +230,11 @@ func (n *Node) waitKnown(ctx context.Context, nid proto.NodeID, typ proto.NodeTy
 // dispatch decodes one request and serves it on its own goroutine.
 func (p *peer) dispatch(id uint32, code uint16, args []byte) error {
 	n := p.n
+	if n.tm != nil {
+		if handled, err := p.dispatchWrite(id, code, args); handled {
+			return err
+		}
+	}
 	req := n.reqPool.Get().(*request)
 	*req = request{msgID: id, code: code}
 	var err error
@@ -287,6 +302,9 @@ func (p *peer) dispatch(id uint32, code uint16, args []byte) error {
 	if err != nil {
 		n.reqPool.Put(req)
 		return badInput("bad arguments: %v", err)
+	}
+	if n.tm != nil && n.tm.delayRead(p, req) {
+		return nil // served when the transaction that locks it ends
 	}
 	if req.code == proto.CodeAskObject {
 		// Loads are answered inline: a pread from the page cache costs

@@ -86,6 +86,26 @@ type Writer interface {
 	Pack(ctx context.Context, tid zodb.Tid, oids []zodb.Oid) error
 }
 
+// ReadOnlyBackend is implemented by a Backend whose type has Writer's
+// methods but that may have been opened read-only (FS1Backend from
+// OpenFS1): when ReadOnly returns true the node serves it read-only, as a
+// Backend that is no Writer.
+type ReadOnlyBackend interface {
+	ReadOnly() bool
+}
+
+// writerOf returns be as a Writer, or nil when it serves reads only.
+func writerOf(be Backend) Writer {
+	w, ok := be.(Writer)
+	if !ok {
+		return nil
+	}
+	if ro, ok := be.(ReadOnlyBackend); ok && ro.ReadOnly() {
+		return nil
+	}
+	return w
+}
+
 // VotedTxn is what a transaction stores on a node at vote.
 type VotedTxn struct {
 	TTid zodb.Tid

@@ -1,0 +1,145 @@
+package storage
+
+import (
+	"context"
+	"errors"
+
+	"github.com/zodbd/zodbd/neo/proto"
+)
+
+// dispatchWrite handles, on a node whose backend is a Writer, the client
+// requests of the write path (txn.go), in the connection's reader
+// goroutine and so in the order the client sent them. handled is false
+// for the requests dispatch serves as on a read-only node.
+func (p *peer) dispatchWrite(id uint32, code uint16, args []byte) (handled bool, err error) {
+	tm := p.n.tm
+	err = p.dispatchWrite1(tm, id, code, args)
+	if le, ok := errors.AsType[*limitError](err); ok {
+		p.errorAndClose(id, proto.ProtocolError, le.what)
+	} else if ie, ok := errors.AsType[*inputError](err); ok && code&proto.AnswerBit == 0 {
+		p.errorAndClose(id, proto.ProtocolError, ie.Error())
+	}
+	return err != errNotWrite, nilIfNotWrite(err)
+}
+
+// errNotWrite: not a request of the write path.
+var errNotWrite = errors.New("not a write")
+
+func nilIfNotWrite(err error) error {
+	if err == errNotWrite {
+		return nil
+	}
+	return err
+}
+
+func (p *peer) dispatchWrite1(tm *txnManager, id uint32, code uint16, args []byte) error {
+	decode := func(m proto.Msg) error {
+		if err := m.DecodeArgs(args); err != nil {
+			return badInput("bad arguments: %v", err)
+		}
+		return nil
+	}
+	switch code {
+	case proto.CodeAskStoreObject:
+		var m proto.AskStoreObject
+		if err := decode(&m); err != nil {
+			return err
+		}
+		return tm.storeObject(p, id, &m)
+
+	case proto.CodeAskCheckCurrentSerial:
+		var m proto.AskCheckCurrentSerial
+		if err := decode(&m); err != nil {
+			return err
+		}
+		return tm.checkCurrentSerial(p, id, &m)
+
+	case proto.CodeAskRelockObject:
+		var m proto.AskRelockObject
+		if err := decode(&m); err != nil {
+			return err
+		}
+		return tm.relockObject(p, id, &m)
+
+	case proto.CodeAskStoreTransaction:
+		var m proto.AskStoreTransaction
+		if err := decode(&m); err != nil {
+			return err
+		}
+		if len(m.Oids) >= 1<<21 {
+			return badInput("AskStoreTransaction: too many oids (%d)", len(m.Oids))
+		}
+		meta := &TxnMeta{User: copyBytes(m.User), Description: copyBytes(m.Description), Extension: copyBytes(m.Extension), Oids: m.Oids}
+		return tm.vote(p, id, m.TTid, meta, m.Pack)
+
+	case proto.CodeAskVoteTransaction:
+		var m proto.AskVoteTransaction
+		if err := decode(&m); err != nil {
+			return err
+		}
+		return tm.vote(p, id, m.TTid, nil, nil)
+
+	case proto.CodeAbortTransaction:
+		var m proto.AbortTransaction
+		if err := decode(&m); err != nil {
+			return err
+		}
+		tm.abort(m.TTid)
+		return nil
+
+	case proto.CodeAskFinalTID:
+		var m proto.AskFinalTID
+		if err := decode(&m); err != nil {
+			return err
+		}
+		tid, ok := tm.finalTID(m.TTid)
+		if !ok {
+			var err error
+			tid, err = p.n.be.FinalTID(context.Background(), m.TTid)
+			if err != nil && !errors.Is(err, ErrNonReadableCell) {
+				p.w.Write(appendError(nil, id, proto.NotReady, err.Error()))
+				return nil
+			}
+		}
+		p.w.Write(proto.AppendPacket(nil, id, &proto.AnswerFinalTID{Tid: nilTid(tid)}))
+		return nil
+
+	case proto.CodeAskObjectUndoSerial:
+		var m proto.AskObjectUndoSerial
+		if err := decode(&m); err != nil {
+			return err
+		}
+		p.w.Write(p.undoSerial(tm, id, &m))
+		return nil
+	}
+	return errNotWrite
+}
+
+// undoSerial answers AskObjectUndoSerial: for each oid that the undone
+// transaction changed, the serials the undo is based on.
+func (p *peer) undoSerial(tm *txnManager, id uint32, m *proto.AskObjectUndoSerial) []byte {
+	pt := p.n.pt.Load()
+	np := uint64(pt.np())
+	var a proto.AnswerObjectUndoSerial
+	for _, oid := range m.Oids {
+		if np == 0 || !pt.readable[uint64(oid)%np] {
+			return appendError(nil, id, proto.NonReadableCell, "")
+		}
+		cur, undo, isCur, ok, err := tm.w.UndoSerial(context.Background(), oid, m.LTid, m.UndoneTid, tm.undoOverride(m.TTid, oid))
+		if err != nil {
+			req := request{msgID: id, code: proto.CodeAskObjectUndoSerial, oid: oid}
+			return p.appendErr(nil, &req, err)
+		}
+		if !ok {
+			continue
+		}
+		if cur == 0 {
+			return appendError(nil, id, proto.OidNotFound, oid.String())
+		}
+		a.ObjectTidDict = append(a.ObjectTidDict, proto.UndoSerial{Oid: oid, CurrentSerial: cur, UndoSerial: nilTid(undo), IsCurrent: isCur})
+	}
+	return proto.AppendPacket(nil, id, &a)
+}
+
+// copyBytes copies b (never nil), out of the reader's buffer.
+func copyBytes(b []byte) []byte { return append([]byte{}, b...) }

@@ -1,0 +1,316 @@
+package storage
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+
+	"github.com/zodbd/zodbd/zodb"
+)
+
+// The final-tid log of the FileStorage backend: PATH.neo beside the
+// Data.fs, the small durable record of NEO's ttid -> tid that a FileStorage
+// has no place for.
+//
+// It is a sequence of 32-byte records after a 32-byte header (the magic
+// "NEOFS1T1", then zeros):
+//
+//	0  ttid   8 bytes, big-endian
+//	8  tid    8 bytes, big-endian
+//	16 kind   'L': ttid is locked with tid (its Data.fs transaction may
+//	             not be there yet: a crash during Lock);
+//	          'U': ttid, committed as tid, is unlocked (visible)
+//	17 zeros  11 bytes
+//	28 crc32c of bytes 0..27, big-endian
+//
+// Lock appends an 'L' record and makes it durable (ttidLog.sync: a group
+// commit, one fdatasync for the records of all the Locks waiting at once)
+// before it appends the transaction to Data.fs; Unlock appends a 'U'
+// record without syncing it (the next Lock's fdatasync, or Close, makes it
+// durable). Reading the log back, the first record that is short or fails
+// its checksum ends it (a torn tail).
+//
+// The log is rewritten (a new file, fsynced, renamed over the old one)
+// when the backend opens and whenever it grows past ttidLogMax: the
+// rewrite keeps the locked transactions and the ttidRecent most recent
+// unlocked ones, which is how far back FinalTID answers.
+
+const (
+	ttidLogMagic = "NEOFS1T1"
+	ttidRecSize  = 32
+	// ttidLogMax is the size past which the log is rewritten.
+	ttidLogMax = 1 << 20
+	// ttidRecent is how many unlocked transactions FinalTID remembers.
+	ttidRecent = 1 << 12
+)
+
+var crc32c = crc32.MakeTable(crc32.Castagnoli)
+
+// ttidPair is a ttid and its final tid.
+type ttidPair struct{ ttid, tid zodb.Tid }
+
+// ttidLog is the open final-tid log. Its methods may be called from
+// several goroutines at once.
+type ttidLog struct {
+	path string
+
+	mu      sync.Mutex
+	cond    sync.Cond
+	f       *os.File
+	gen     uint64 // rewrites so far: an offset is of the file of its generation
+	end     int64  // where the next record goes
+	synced  int64  // bytes of the current file known durable
+	syncing bool   // an fdatasync is in flight
+	err     error  // a write or fsync failed: the log (and Lock) is broken
+
+	// What a rewrite keeps: the 'L' records not followed by their 'U',
+	// and the recent 'U' records (a ring, oldest first from recentAt).
+	locked   map[zodb.Tid]zodb.Tid
+	recent   []ttidPair
+	recentAt int
+}
+
+// readTTIDLog reads the log at path: the ttids locked and not unlocked,
+// and the unlocked ones in log order. A missing file is an empty log.
+func readTTIDLog(path string) (locked map[zodb.Tid]zodb.Tid, unlocked []ttidPair, err error) {
+	locked = map[zodb.Tid]zodb.Tid{}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return locked, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("neo: fs1: %w", err)
+	}
+	if len(b) < ttidRecSize || string(b[:8]) != ttidLogMagic {
+		return nil, nil, fmt.Errorf("neo: fs1: %s: not a final-tid log (bad header)", path)
+	}
+	for off := ttidRecSize; off+ttidRecSize <= len(b); off += ttidRecSize {
+		r := b[off : off+ttidRecSize]
+		if crc32.Checksum(r[:28], crc32c) != binary.BigEndian.Uint32(r[28:]) {
+			break // torn tail
+		}
+		ttid, tid := zodb.Tid(binary.BigEndian.Uint64(r[0:])), zodb.Tid(binary.BigEndian.Uint64(r[8:]))
+		switch r[16] {
+		case 'L':
+			locked[ttid] = tid
+		case 'U':
+			delete(locked, ttid)
+			unlocked = append(unlocked, ttidPair{ttid, tid})
+		default:
+			return nil, nil, fmt.Errorf("neo: fs1: %s:%d: unknown record kind %q", path, off, r[16])
+		}
+	}
+	return locked, unlocked, nil
+}
+
+// createTTIDLog writes a new log at path holding locked and the last
+// ttidRecent of unlocked, durably (a temporary file renamed over path, and
+// the directory synced), and returns it open for appending.
+func createTTIDLog(path string, locked map[zodb.Tid]zodb.Tid, unlocked []ttidPair) (*ttidLog, error) {
+	l := &ttidLog{path: path, locked: locked, recent: make([]ttidPair, 0, ttidRecent)}
+	l.cond.L = &l.mu
+	if n := len(unlocked); n > ttidRecent {
+		unlocked = unlocked[n-ttidRecent:]
+	}
+	l.recent = append(l.recent, unlocked...)
+	if err := l.rewrite(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// rewrite writes the log anew from l.locked and l.recent and switches to
+// it. Called with l.mu held, or before l is shared.
+func (l *ttidLog) rewrite() error {
+	tmp := l.path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o666)
+	if err != nil {
+		return fmt.Errorf("neo: fs1: %w", err)
+	}
+	b := make([]byte, ttidRecSize, ttidRecSize*(1+len(l.locked)+len(l.recent)))
+	copy(b, ttidLogMagic)
+	locked := make([]ttidPair, 0, len(l.locked))
+	for ttid, tid := range l.locked {
+		locked = append(locked, ttidPair{ttid, tid})
+	}
+	sort.Slice(locked, func(i, j int) bool { return locked[i].tid < locked[j].tid })
+	for _, p := range l.recentInOrder() {
+		b = appendTTIDRec(b, 'U', p.ttid, p.tid)
+	}
+	for _, p := range locked {
+		b = appendTTIDRec(b, 'L', p.ttid, p.tid)
+	}
+	fail := func(err error) error {
+		f.Close()
+		os.Remove(tmp)
+		return fmt.Errorf("neo: fs1: %s: %w", l.path, err)
+	}
+	if _, err := f.WriteAt(b, 0); err != nil {
+		return fail(err)
+	}
+	if err := f.Sync(); err != nil {
+		return fail(err)
+	}
+	if err := os.Rename(tmp, l.path); err != nil {
+		return fail(err)
+	}
+	if err := syncDir(filepath.Dir(l.path)); err != nil {
+		f.Close()
+		return fmt.Errorf("neo: fs1: %s: fsync of the directory: %w", l.path, err)
+	}
+	if l.f != nil {
+		l.f.Close()
+	}
+	l.f, l.end, l.synced = f, int64(len(b)), int64(len(b))
+	l.gen++
+	l.recent = append(l.recent[:0], l.recentInOrder()...)
+	l.recentAt = 0
+	l.cond.Broadcast()
+	return nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+func appendTTIDRec(b []byte, kind byte, ttid, tid zodb.Tid) []byte {
+	var r [ttidRecSize]byte
+	binary.BigEndian.PutUint64(r[0:], uint64(ttid))
+	binary.BigEndian.PutUint64(r[8:], uint64(tid))
+	r[16] = kind
+	binary.BigEndian.PutUint32(r[28:], crc32.Checksum(r[:28], crc32c))
+	return append(b, r[:]...)
+}
+
+// recentInOrder returns the recent unlocked pairs, oldest first.
+func (l *ttidLog) recentInOrder() []ttidPair {
+	if l.recentAt == 0 {
+		return l.recent
+	}
+	out := make([]ttidPair, 0, len(l.recent))
+	out = append(out, l.recent[l.recentAt:]...)
+	return append(out, l.recent[:l.recentAt]...)
+}
+
+// final returns the tid ttid was unlocked as, if it is among the recent.
+func (l *ttidLog) final(ttid zodb.Tid) (zodb.Tid, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := len(l.recent) - 1; i >= 0; i-- {
+		if l.recent[i].ttid == ttid {
+			return l.recent[i].tid, true
+		}
+	}
+	return 0, false
+}
+
+// add appends a record (without syncing it) and returns the position the
+// log must be durable up to for it, with the file generation.
+func (l *ttidLog) add(kind byte, ttid, tid zodb.Tid) (off int64, gen uint64, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return 0, 0, l.err
+	}
+	switch kind {
+	case 'L':
+		l.locked[ttid] = tid
+	case 'U':
+		delete(l.locked, ttid)
+		if len(l.recent) < ttidRecent {
+			l.recent = append(l.recent, ttidPair{ttid, tid})
+		} else {
+			l.recent[l.recentAt] = ttidPair{ttid, tid}
+			l.recentAt = (l.recentAt + 1) % ttidRecent
+		}
+	}
+	if l.end >= ttidLogMax {
+		// The rewrite holds the record just added, durably.
+		if err := l.rewrite(); err != nil {
+			l.err = err
+			return 0, 0, err
+		}
+		return l.end, l.gen, nil
+	}
+	var buf [ttidRecSize]byte
+	rec := appendTTIDRec(buf[:0], kind, ttid, tid)
+	if _, err := l.f.WriteAt(rec, l.end); err != nil {
+		l.err = fmt.Errorf("neo: fs1: %s: write: %w", l.path, err)
+		return 0, 0, l.err
+	}
+	l.end += ttidRecSize
+	return l.end, l.gen, nil
+}
+
+// forget drops ttid's 'L' from what a rewrite keeps: its Lock failed before
+// its transaction reached Data.fs (the record itself, if durable, is
+// dropped when the log is read back, the tid being absent from Data.fs).
+func (l *ttidLog) forget(ttid zodb.Tid) {
+	l.mu.Lock()
+	delete(l.locked, ttid)
+	l.mu.Unlock()
+}
+
+// sync makes the log durable up to off (of generation gen). Callers that
+// come while an fdatasync is in flight wait for it and share the next
+// one: one fdatasync serves every record added before it started.
+func (l *ttidLog) sync(off int64, gen uint64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for l.gen == gen && l.synced < off {
+		if l.err != nil {
+			return l.err
+		}
+		if l.syncing {
+			l.cond.Wait()
+			continue
+		}
+		l.syncing = true
+		f, target, g := l.f, l.end, l.gen
+		l.mu.Unlock()
+		err := f.Sync()
+		l.mu.Lock()
+		l.syncing = false
+		if g == l.gen {
+			if err != nil {
+				l.err = fmt.Errorf("neo: fs1: %s: fsync: %w", l.path, err)
+			} else {
+				l.synced = target
+			}
+		}
+		l.cond.Broadcast()
+	}
+	// A rewrite since (gen changed) made every record durable.
+	return l.err
+}
+
+// close makes the log durable and closes it.
+func (l *ttidLog) close() error {
+	l.mu.Lock()
+	off, gen := l.end, l.gen
+	l.mu.Unlock()
+	err := l.sync(off, gen)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for l.syncing {
+		l.cond.Wait()
+	}
+	if cerr := l.f.Close(); err == nil && cerr != nil && !errors.Is(cerr, os.ErrClosed) {
+		err = cerr
+	}
+	if l.err == nil {
+		l.err = fmt.Errorf("neo: fs1: %s: %w", l.path, io.ErrClosedPipe)
+	}
+	return err
+}

@@ -1,0 +1,778 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha1"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/zodbd/zodbd/neo/proto"
+	"github.com/zodbd/zodbd/zodb"
+)
+
+// This file is the node's transaction manager: NEO's write path on a
+// storage node, with NEO/py's semantics (neo/storage/transactions.py and
+// handlers/client.py, read for facts only).
+//
+// A transaction is known by its ttid from its first store (or check, or
+// metadata) on. Each store or check takes the oid's write lock for the
+// ttid after checking that the client's serial is the oid's last committed
+// one; a lock held by another transaction delays the request (it waits in
+// a queue ordered by ttid, retried whenever a lock is released), except
+// when the holder is younger (greater ttid) and has not voted: then the
+// holder's client is told (NotifyDeadlock) to give the lock back and take
+// it again (AskRelockObject), so that two clients storing the same oids
+// in different orders never wait for each other. A serial older than the
+// last committed one is a conflict: the answer carries the committed
+// serial, the client resolves it and stores again.
+//
+// The vote hands the transaction's records to the Writer; the master's
+// AskLockInformation makes them durable under the final tid (Writer.Lock)
+// and from then on, until NotifyUnlockInformation makes them visible
+// (Writer.Unlock), reads of the oids the transaction changes are delayed,
+// so that a client that already saw the commit end never reads the
+// previous revision here.
+//
+// Concurrency: one mutex (mu) guards the manager's state; it is never held
+// across a Writer call that writes, nor across a network write (answers
+// for other connections are queued under mu and written after). The read
+// path takes mu only while some transaction is locked (nlocked != 0,
+// one atomic load otherwise). Writer calls for one ttid are serialized by
+// the transaction's own mutex (wmu).
+
+// txnManager is a node's transaction manager (nil on a read-only node).
+type txnManager struct {
+	n *Node
+	w Writer
+
+	// nlocked counts the transactions between Lock and Unlock: while it
+	// is 0 reads are served without taking mu.
+	nlocked atomic.Int32
+
+	mu         sync.Mutex
+	txns       map[zodb.Tid]*txn
+	storeLocks map[zodb.Oid]zodb.Tid // write locks: oid -> ttid
+	loadLocks  map[zodb.Oid]zodb.Tid // oids of locked transactions -> ttid
+	events     []*event              // delayed stores, checks, relocks, by ttid
+	reads      []delayedRead         // delayed reads, in arrival order
+	running    bool                  // runEvents is running
+	rerun      bool                  // a lock was released while it ran
+	out        []outPacket           // to write once mu is released
+}
+
+// txn is a transaction in progress on this node.
+type txn struct {
+	ttid  zodb.Tid
+	owner *peer        // the client connection that registered it
+	nid   proto.NodeID // its client's node id
+	tid   zodb.Tid     // final tid, once locked
+	voted int          // 0: not voted; 1: voted without metadata; 2: with
+	born  time.Time
+
+	serials  map[zodb.Oid]zodb.Tid     // oid -> serial the store/check is based on
+	stores   map[zodb.Oid]*VotedObject // oid -> record (Data dropped after the vote)
+	deadlock map[zodb.Oid]struct{}     // oids NotifyDeadlock was sent for
+	bytes    int                       // data held, counted in its owner's held
+	pack     *proto.PackRequest        // a pack order carried by the transaction
+	wmu      sync.Mutex                // serializes the Writer calls for this ttid
+}
+
+// event is a delayed client request of the write path.
+type event struct {
+	ttid   zodb.Tid
+	p      *peer
+	msgID  uint32
+	code   uint16 // CodeAskStoreObject, CodeAskCheckCurrentSerial or CodeAskRelockObject
+	oid    zodb.Oid
+	serial zodb.Tid
+	obj    *VotedObject // the store's record
+	since  time.Time
+}
+
+// delayedRead is a read of an oid that a locked transaction changes.
+type delayedRead struct {
+	p   *peer
+	req *request
+}
+
+type outPacket struct {
+	p *peer
+	b []byte
+}
+
+func newTxnManager(n *Node, w Writer) *txnManager {
+	tm := &txnManager{n: n, w: w}
+	tm.resetLocked()
+	return tm
+}
+
+// reset forgets every transaction in progress (the master session ended:
+// NEO/py makes a new TransactionManager; what the database holds is sorted
+// out by the next verification). Delayed reads are dropped: their
+// connections are being closed.
+func (tm *txnManager) reset() {
+	tm.mu.Lock()
+	for _, r := range tm.reads {
+		r.p.wg.Done()
+		tm.n.reqPool.Put(r.req)
+	}
+	tm.resetLocked()
+	tm.mu.Unlock()
+}
+
+func (tm *txnManager) resetLocked() {
+	tm.txns = map[zodb.Tid]*txn{}
+	tm.storeLocks = map[zodb.Oid]zodb.Tid{}
+	tm.loadLocks = map[zodb.Oid]zodb.Tid{}
+	tm.events = nil
+	tm.reads = nil
+	tm.out = nil
+	tm.nlocked.Store(0)
+}
+
+// unlockAndFlush releases mu and writes the packets queued under it.
+func (tm *txnManager) unlockAndFlush() {
+	out := tm.out
+	tm.out = nil
+	tm.mu.Unlock()
+	for _, o := range out {
+		o.p.w.Write(o.b)
+	}
+}
+
+// send queues packet m for p (mu held).
+func (tm *txnManager) send(p *peer, id uint32, m proto.Msg) {
+	if p == nil {
+		return
+	}
+	tm.out = append(tm.out, outPacket{p, proto.AppendPacket(nil, id, m)})
+}
+
+func (tm *txnManager) sendError(p *peer, id uint32, code proto.ErrorCode, msg string) {
+	tm.out = append(tm.out, outPacket{p, appendError(nil, id, code, msg)})
+}
+
+// register returns the transaction ttid, created for p if new (mu held).
+func (tm *txnManager) register(p *peer, ttid zodb.Tid) *txn {
+	t := tm.txns[ttid]
+	if t == nil {
+		t = &txn{ttid: ttid, owner: p, nid: p.nid, born: time.Now(),
+			serials: map[zodb.Oid]zodb.Tid{}, stores: map[zodb.Oid]*VotedObject{}}
+		tm.txns[ttid] = t
+	}
+	return t
+}
+
+// ---- client requests ----
+
+// errTooMuch is returned to close a connection that holds too much.
+type limitError struct{ what string }
+
+func (e *limitError) Error() string { return e.what }
+
+// storeObject handles AskStoreObject. m.Data aliases the reader's buffer:
+// it is copied when the store is kept.
+func (tm *txnManager) storeObject(p *peer, id uint32, m *proto.AskStoreObject) error {
+	if m.Compression > 1 {
+		return badInput("AskStoreObject: invalid compression %d", m.Compression)
+	}
+	o := &VotedObject{Oid: m.Oid, Compression: m.Compression, Checksum: m.Checksum, DataSerial: optTid(m.DataSerial)}
+	if len(m.Data) > 0 || m.Checksum != ([20]byte{}) {
+		if sha1.Sum(m.Data) != m.Checksum {
+			return badInput("AskStoreObject: invalid checksum")
+		}
+		o.Data = bytes.Clone(m.Data)
+		if o.Data == nil {
+			o.Data = []byte{}
+		}
+	} else if o.DataSerial == 0 {
+		o.NoData = true
+	}
+	tm.mu.Lock()
+	defer tm.unlockAndFlush()
+	t := tm.register(p, m.TTid)
+	if t.owner == p {
+		// The data is counted from receipt (a delayed store holds it too).
+		if p.held+len(o.Data) > tm.n.cfg.MaxTxnBytes {
+			return &limitError{fmt.Sprintf("transactions of this connection hold over %d bytes", tm.n.cfg.MaxTxnBytes)}
+		}
+		p.held += len(o.Data)
+		t.bytes += len(o.Data)
+	}
+	ev := &event{ttid: m.TTid, p: p, msgID: id, code: proto.CodeAskStoreObject, oid: m.Oid, serial: m.Serial, obj: o}
+	if !tm.tryEvent(ev) {
+		return tm.queue(ev)
+	}
+	return nil
+}
+
+// checkCurrentSerial handles AskCheckCurrentSerial (readCurrent).
+func (tm *txnManager) checkCurrentSerial(p *peer, id uint32, m *proto.AskCheckCurrentSerial) error {
+	tm.mu.Lock()
+	defer tm.unlockAndFlush()
+	tm.register(p, m.TTid)
+	ev := &event{ttid: m.TTid, p: p, msgID: id, code: proto.CodeAskCheckCurrentSerial, oid: m.Oid, serial: m.Serial}
+	if !tm.tryEvent(ev) {
+		return tm.queue(ev)
+	}
+	return nil
+}
+
+// relockObject handles AskRelockObject: the client gives the write lock
+// of oid back (it was told of a deadlock) and takes it again, waiting
+// behind the older transactions.
+func (tm *txnManager) relockObject(p *peer, id uint32, m *proto.AskRelockObject) error {
+	tm.mu.Lock()
+	defer tm.unlockAndFlush()
+	t := tm.txns[m.TTid]
+	if t == nil {
+		tm.n.log.Printf("neo storage: %s: forget relock of %s by %s", p.name, m.Oid, m.TTid)
+		tm.send(p, id, &proto.AnswerRelockObject{})
+		return nil
+	}
+	if _, ok := t.serials[m.Oid]; !ok {
+		tm.send(p, id, &proto.AnswerRelockObject{})
+		return nil
+	}
+	delete(t.deadlock, m.Oid)
+	if tm.storeLocks[m.Oid] == m.TTid {
+		delete(tm.storeLocks, m.Oid)
+		// The younger transaction that caused the deadlock takes it now.
+		tm.runEvents()
+	}
+	ev := &event{ttid: m.TTid, p: p, msgID: id, code: proto.CodeAskRelockObject, oid: m.Oid}
+	if !tm.tryEvent(ev) {
+		return tm.queue(ev)
+	}
+	return nil
+}
+
+// queue delays ev behind the events of older transactions (mu held).
+func (tm *txnManager) queue(ev *event) error {
+	if ev.p.delayed >= tm.n.cfg.MaxInflight {
+		return &limitError{fmt.Sprintf("over %d requests waiting for write locks", tm.n.cfg.MaxInflight)}
+	}
+	ev.p.delayed++
+	ev.since = time.Now()
+	i := len(tm.events)
+	for i > 0 && tm.events[i-1].ttid > ev.ttid {
+		i--
+	}
+	tm.events = slices.Insert(tm.events, i, ev)
+	return nil
+}
+
+// runEvents retries the delayed events in ttid order (mu held). It is not
+// reentrant: a lock released while it runs makes it start over, so that
+// the events of one connection keep their order.
+func (tm *txnManager) runEvents() {
+	if tm.running {
+		tm.rerun = true
+		return
+	}
+	tm.running = true
+	defer func() { tm.running = false }()
+	for {
+		tm.rerun = false
+		for i := 0; i < len(tm.events); {
+			ev := tm.events[i]
+			if tm.tryEvent(ev) {
+				ev.p.delayed--
+				tm.events = slices.Delete(tm.events, i, i+1)
+			} else {
+				i++
+			}
+			if tm.rerun {
+				break
+			}
+		}
+		if !tm.rerun {
+			return
+		}
+	}
+}
+
+// slowRequest is how long a delayed store waits before it is logged.
+const slowRequest = 2 * time.Second
+
+// tryEvent serves ev unless it must wait for a write lock; false: it
+// waits (mu held).
+func (tm *txnManager) tryEvent(ev *event) bool {
+	t := tm.txns[ev.ttid]
+	if ev.code == proto.CodeAskRelockObject {
+		return tm.tryRelock(ev, t)
+	}
+	if t == nil {
+		// Aborted while the request waited.
+		tm.answerLock(ev, zeroTid)
+		return true
+	}
+	res, conflict := tm.lockObject(t, ev.serial, ev.oid)
+	switch res {
+	case lockDelay:
+		return false
+	case lockConflict:
+		tm.answerLock(ev, conflict)
+		tm.dropEventData(t, ev)
+		return true
+	case lockNonReadable:
+		tm.answerLock(ev, zeroTid)
+		tm.dropEventData(t, ev)
+		return true
+	}
+	if ev.code == proto.CodeAskCheckCurrentSerial {
+		t.serials[ev.oid] = ev.serial
+	} else {
+		if _, ok := t.serials[ev.oid]; ok {
+			tm.unstore(t, ev.oid)
+		}
+		t.serials[ev.oid] = ev.serial
+		t.stores[ev.oid] = ev.obj
+	}
+	if !ev.since.IsZero() {
+		if d := time.Since(ev.since); d > slowRequest {
+			tm.n.log.Printf("neo storage: %s: %s of %s by %s delayed %.1fs", ev.p.name, proto.CodeName(ev.code), ev.oid, ev.ttid, d.Seconds())
+		}
+	}
+	tm.answerLock(ev, proto.InvalidTid)
+	return true
+}
+
+// dropEventData uncounts the data of a store that is not kept.
+func (tm *txnManager) dropEventData(t *txn, ev *event) {
+	if ev.obj != nil && t != nil && t.owner == ev.p {
+		t.bytes -= len(ev.obj.Data)
+		ev.p.held -= len(ev.obj.Data)
+	}
+}
+
+// answerLock answers a store or check: InvalidTid (nil): stored and
+// locked; ZeroTid: accepted without lock; else the conflicting serial.
+func (tm *txnManager) answerLock(ev *event, conflict zodb.Tid) {
+	if ev.code == proto.CodeAskCheckCurrentSerial {
+		tm.send(ev.p, ev.msgID, &proto.AnswerCheckCurrentSerial{Conflict: conflict})
+	} else {
+		tm.send(ev.p, ev.msgID, &proto.AnswerStoreObject{Conflict: conflict})
+	}
+}
+
+// tryRelock takes the write lock again for a relock (mu held): on a
+// conflict, the answer gives the client back the data it had stored, for
+// it to resolve.
+func (tm *txnManager) tryRelock(ev *event, t *txn) bool {
+	if t == nil {
+		tm.send(ev.p, ev.msgID, &proto.AnswerRelockObject{})
+		return true
+	}
+	serial, ok := t.serials[ev.oid]
+	if !ok {
+		tm.send(ev.p, ev.msgID, &proto.AnswerRelockObject{})
+		return true
+	}
+	res, conflict := tm.lockObject(t, serial, ev.oid)
+	switch res {
+	case lockDelay:
+		return false
+	case lockConflict:
+		c := &proto.RelockConflict{Serial: serial, ConflictTid: conflict}
+		if o := tm.unstore(t, ev.oid); o != nil && !o.NoData {
+			c.HasData, c.Compression, c.Checksum, c.Data = true, o.Compression, o.Checksum, o.Data
+			if o.DataSerial != 0 {
+				tm.undoData(o, c)
+			}
+		}
+		tm.send(ev.p, ev.msgID, &proto.AnswerRelockObject{Conflict: c})
+		return true
+	}
+	tm.send(ev.p, ev.msgID, &proto.AnswerRelockObject{})
+	return true
+}
+
+// undoData fills c with the data an undo record reuses (mu held; a read).
+func (tm *txnManager) undoData(o *VotedObject, c *proto.RelockConflict) {
+	var r Object
+	if err := tm.n.be.Object(context.Background(), o.Oid, o.DataSerial, 0, &r); err != nil || r.NoData {
+		c.HasData = false
+		return
+	}
+	c.Compression, c.Checksum, c.Data = r.Compression, r.Checksum, r.Data
+}
+
+type lockResult int
+
+const (
+	lockTaken       lockResult = iota // the write lock is held by the transaction
+	lockDelay                         // wait for another transaction
+	lockConflict                      // the serial is not the last committed one
+	lockNonReadable                   // this node does not hold the oid's partition
+)
+
+// lockObject takes oid's write lock for t after checking that serial is
+// oid's current serial (mu held); NEO/py's TransactionManager.lockObject.
+func (tm *txnManager) lockObject(t *txn, serial zodb.Tid, oid zodb.Oid) (lockResult, zodb.Tid) {
+	var prev zodb.Tid
+	if holder, ok := tm.storeLocks[oid]; ok {
+		other := tm.txns[holder]
+		if other != nil && other != t {
+			if holder < t.ttid || other.voted > 0 {
+				// We are younger, or the holder voted (no deadlock is
+				// possible): wait for its end.
+				return lockDelay, 0
+			}
+			// We are older: the younger holder may wait for a lock we
+			// hold. Tell its client to give this one back (once).
+			if other.deadlock == nil {
+				other.deadlock = map[zodb.Oid]struct{}{}
+			}
+			if _, sent := other.deadlock[oid]; !sent {
+				other.deadlock[oid] = struct{}{}
+				tm.n.log.Printf("neo storage: deadlock on %s: %s waits for %s", oid, t.ttid, holder)
+				tm.send(other.owner, 0, &proto.NotifyDeadlock{TTid: holder, Oid: oid})
+			}
+			return lockDelay, 0
+		}
+		if other == t {
+			// A second store of oid by t: it must be based on what the
+			// first stored (an undo: its data serial).
+			if o := t.stores[oid]; o != nil {
+				prev = o.DataSerial
+			}
+			if prev == 0 {
+				return lockTaken, 0
+			}
+		}
+	}
+	if prev == 0 {
+		pt := tm.n.pt.Load()
+		if np := uint64(pt.np()); np == 0 || !pt.readable[uint64(oid)%np] {
+			return lockNonReadable, 0
+		}
+		var err error
+		prev, err = tm.w.LastSerial(context.Background(), oid)
+		if err != nil {
+			// Answered as a conflict with nothing to resolve would loop;
+			// the client gets no lock and sees the error at vote.
+			tm.n.log.Printf("neo storage: last serial of %s: %v", oid, err)
+			return lockNonReadable, 0
+		}
+	}
+	if prev != 0 && prev != serial {
+		return lockConflict, prev
+	}
+	tm.storeLocks[oid] = t.ttid
+	return lockTaken, 0
+}
+
+// unstore removes oid from t's stores and checks, returning the record
+// it stored (nil: a check) (mu held).
+func (tm *txnManager) unstore(t *txn, oid zodb.Oid) *VotedObject {
+	o := t.stores[oid]
+	delete(t.stores, oid)
+	delete(t.serials, oid)
+	if o != nil && t.owner != nil {
+		t.bytes -= len(o.Data)
+		t.owner.held -= len(o.Data)
+	}
+	return o
+}
+
+// vote handles AskStoreTransaction (meta != nil) and AskVoteTransaction.
+func (tm *txnManager) vote(p *peer, id uint32, ttid zodb.Tid, meta *TxnMeta, pack *proto.PackRequest) error {
+	tm.mu.Lock()
+	t := tm.txns[ttid]
+	if t == nil {
+		if meta == nil {
+			tm.unlockAndFlush()
+			return badInput("AskVoteTransaction: unknown ttid %s", ttid)
+		}
+		t = tm.register(p, ttid)
+	}
+	if t.voted > 0 || t.tid != 0 {
+		tm.unlockAndFlush()
+		return badInput("vote: transaction %s voted twice", ttid)
+	}
+	vt := &VotedTxn{TTid: ttid, Meta: meta, Objects: make([]VotedObject, 0, len(t.stores))}
+	for _, o := range t.stores {
+		vt.Objects = append(vt.Objects, *o)
+	}
+	slices.SortFunc(vt.Objects, func(a, b VotedObject) int { return cmpOid(a.Oid, b.Oid) })
+	t.voted = 1
+	if meta != nil {
+		t.voted = 2
+		t.pack = pack
+	}
+	t.wmu.Lock()
+	tm.unlockAndFlush()
+
+	err := tm.w.Vote(context.Background(), vt)
+	t.wmu.Unlock()
+
+	tm.mu.Lock()
+	// The records are in the database now: only what UndoSerial and the
+	// unlock need is kept.
+	for _, o := range t.stores {
+		o.Data = nil
+	}
+	if t.owner != nil {
+		t.owner.held -= t.bytes
+	}
+	t.bytes = 0
+	if err != nil {
+		tm.n.log.Printf("neo storage: %s: vote of %s: %v", p.name, ttid, err)
+		tm.sendError(p, id, proto.NotReady, "vote failed: "+err.Error())
+	} else if meta != nil {
+		tm.send(p, id, &proto.AnswerStoreTransaction{})
+	} else {
+		tm.send(p, id, &proto.AnswerVoteTransaction{})
+	}
+	tm.unlockAndFlush()
+	return nil
+}
+
+func cmpOid(a, b zodb.Oid) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// finalTID answers a client's AskFinalTID: the tid of a transaction
+// locked here, else what the database knows.
+func (tm *txnManager) finalTID(ttid zodb.Tid) (zodb.Tid, bool) {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	if t := tm.txns[ttid]; t != nil {
+		return t.tid, true
+	}
+	return 0, false
+}
+
+// undoOverride is the serial a store of oid by ttid is based on (for
+// AskObjectUndoSerial): its data serial for an undo, else ttid; 0 when
+// ttid stores no oid.
+func (tm *txnManager) undoOverride(ttid zodb.Tid, oid zodb.Oid) zodb.Tid {
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	if t := tm.txns[ttid]; t != nil {
+		if o := t.stores[oid]; o != nil {
+			if o.DataSerial != 0 {
+				return o.DataSerial
+			}
+			return ttid
+		}
+	}
+	return 0
+}
+
+// ---- the master's orders ----
+
+// lock handles AskLockInformation: the transaction's oids are read-locked,
+// then the Writer makes it durable under tid.
+func (tm *txnManager) lock(ctx context.Context, ttid, tid zodb.Tid) error {
+	tm.mu.Lock()
+	t := tm.txns[ttid]
+	if t == nil {
+		tm.mu.Unlock()
+		return badInput("AskLockInformation: unknown ttid %s", ttid)
+	}
+	if t.tid != 0 || t.voted == 0 || tid < ttid {
+		tm.mu.Unlock()
+		return badInput("AskLockInformation: transaction %s not voted, already locked, or tid %s < ttid", ttid, tid)
+	}
+	t.tid = tid
+	for oid := range t.stores {
+		tm.loadLocks[oid] = ttid
+	}
+	tm.nlocked.Add(1)
+	if t.pack != nil {
+		tm.n.log.Printf("neo storage: transaction %s carries a pack order (pack tid %s): not kept, packing is not implemented", tid, t.pack.PackTid)
+	}
+	t.wmu.Lock()
+	tm.unlockAndFlush()
+	defer t.wmu.Unlock()
+	if err := tm.w.Lock(ctx, ttid, tid); err != nil {
+		return fmt.Errorf("lock of transaction %s (ttid %s): %w", tid, ttid, err)
+	}
+	return nil
+}
+
+// unlock handles NotifyUnlockInformation: the transaction becomes
+// visible, its locks are released and the requests waiting for them run.
+func (tm *txnManager) unlock(ctx context.Context, ttid zodb.Tid) error {
+	tm.mu.Lock()
+	t := tm.txns[ttid]
+	if t == nil || t.tid == 0 {
+		tm.mu.Unlock()
+		return badInput("NotifyUnlockInformation: transaction %s is not locked", ttid)
+	}
+	tm.mu.Unlock()
+	t.wmu.Lock()
+	err := tm.w.Unlock(ctx, ttid, t.tid)
+	t.wmu.Unlock()
+	if err != nil {
+		return fmt.Errorf("unlock of transaction %s (ttid %s): %w", t.tid, ttid, err)
+	}
+	tm.mu.Lock()
+	if tm.txns[ttid] == t {
+		tm.release(t)
+	}
+	tm.unlockAndFlush()
+	return nil
+}
+
+// abort drops transaction ttid unless it is locked (AbortTransaction from
+// a client or the master, NotifyTransactionFinished).
+func (tm *txnManager) abort(ttid zodb.Tid) {
+	tm.mu.Lock()
+	t := tm.txns[ttid]
+	if t == nil || t.tid != 0 {
+		tm.mu.Unlock()
+		return
+	}
+	tm.release(t)
+	tm.unlockAndFlush()
+	tm.writerAbort(t)
+}
+
+func (tm *txnManager) writerAbort(t *txn) {
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	if err := tm.w.Abort(context.Background(), t.ttid); err != nil {
+		tm.n.log.Printf("neo storage: abort of %s: %v", t.ttid, err)
+	}
+}
+
+// abortFor aborts the transactions of client nid that are not locked
+// (voted ones too when evenIfVoted: the master says the client is gone).
+func (tm *txnManager) abortFor(nid proto.NodeID, evenIfVoted bool) {
+	tm.mu.Lock()
+	var dropped []*txn
+	for _, t := range tm.txns {
+		if t.nid == nid && t.tid == 0 && (evenIfVoted || t.voted == 0) {
+			tm.release(t)
+			dropped = append(dropped, t)
+		}
+	}
+	tm.unlockAndFlush()
+	for _, t := range dropped {
+		tm.writerAbort(t)
+	}
+}
+
+// release forgets t: its locks are released and the delayed requests run
+// (mu held).
+func (tm *txnManager) release(t *txn) {
+	for oid := range t.serials {
+		if tm.storeLocks[oid] == t.ttid {
+			delete(tm.storeLocks, oid)
+		}
+	}
+	if t.tid != 0 {
+		for oid := range t.stores {
+			if tm.loadLocks[oid] == t.ttid {
+				delete(tm.loadLocks, oid)
+			}
+		}
+		tm.nlocked.Add(-1)
+	}
+	if t.owner != nil {
+		t.owner.held -= t.bytes
+	}
+	t.bytes = 0
+	delete(tm.txns, t.ttid)
+	tm.rerun = true
+	tm.runReads()
+	tm.runEvents()
+}
+
+// dropPeer forgets what a closed connection left: its delayed requests
+// and the transactions of its client that did not vote.
+func (tm *txnManager) dropPeer(p *peer) {
+	tm.mu.Lock()
+	tm.events = slices.DeleteFunc(tm.events, func(ev *event) bool { return ev.p == p })
+	tm.reads = slices.DeleteFunc(tm.reads, func(r delayedRead) bool {
+		if r.p == p {
+			r.p.wg.Done()
+			tm.n.reqPool.Put(r.req)
+			return true
+		}
+		return false
+	})
+	p.delayed = 0
+	tm.mu.Unlock()
+	if p.nid != proto.NoNode && p.typ == proto.Client {
+		tm.abortFor(p.nid, false)
+	}
+}
+
+// ---- delayed reads ----
+
+// delayRead tells whether req (a read) must wait for the unlock of a
+// transaction, and then queues it; p.wg counts it until it is served.
+// Lock-free while no transaction is locked.
+func (tm *txnManager) delayRead(p *peer, req *request) bool {
+	if tm.nlocked.Load() == 0 {
+		return false
+	}
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	if !tm.readLocked(req) {
+		return false
+	}
+	p.wg.Add(1)
+	tm.reads = append(tm.reads, delayedRead{p, req})
+	return true
+}
+
+// readLocked tells whether req must wait (mu held): a read of an oid a
+// locked transaction changes, or a list of tids up to one being committed.
+func (tm *txnManager) readLocked(req *request) bool {
+	switch req.code {
+	case proto.CodeAskObject, proto.CodeAskObjectHistory:
+		_, ok := tm.loadLocks[req.oid]
+		return ok
+	case proto.CodeAskTIDsFrom:
+		return tm.lockedUpTo(req.max)
+	case proto.CodeAskOIDsFrom:
+		return tm.lockedUpTo(req.tid)
+	}
+	return false
+}
+
+func (tm *txnManager) lockedUpTo(tid zodb.Tid) bool {
+	for _, t := range tm.txns {
+		if t.tid != 0 && t.tid <= tid {
+			return true
+		}
+	}
+	return false
+}
+
+// runReads serves the delayed reads no longer locked, each on its own
+// goroutine (mu held).
+func (tm *txnManager) runReads() {
+	if len(tm.reads) == 0 {
+		return
+	}
+	tm.reads = slices.DeleteFunc(tm.reads, func(r delayedRead) bool {
+		if tm.readLocked(r.req) {
+			return false
+		}
+		go func() {
+			r.p.serve(r.req)
+			r.p.wg.Done()
+		}()
+		return true
+	})
+}
+
+// zeroTid answers a store or check accepted without a write lock (the
+// oid's partition is not readable here: another node checks it).
+const zeroTid = zodb.Tid(0)

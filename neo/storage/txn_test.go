@@ -1,0 +1,410 @@
+package storage_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha1"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/zodbd/zodbd/neo/neotest"
+	"github.com/zodbd/zodbd/neo/proto"
+	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/zodb"
+)
+
+// writeCluster is a node on a memWriter, run by a master the test plays
+// packet by packet (lock, unlock, abort, node notifications), with
+// clients the test plays too.
+type writeCluster struct {
+	t      *testing.T
+	n      *storage.Node
+	be     *memWriter
+	m      *replayLink
+	id     uint32 // the master's next msg id
+	done   chan error
+	cancel context.CancelFunc
+	ts     float64 // the master's notification clock
+}
+
+const nodeNID = proto.NodeID(1)
+
+// startWriteCluster starts the node and takes it through identification,
+// a partition table of one partition and StartOperation; before is called
+// between the partition table and StartOperation (verification).
+func startWriteCluster(t *testing.T, be *memWriter, before func(c *writeCluster)) *writeCluster {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	n, err := storage.New(storage.Config{Cluster: cluster, Masters: []string{ln.Addr().String()}, Bind: "127.0.0.1:0",
+		Backend: be, Logger: testLogger(t), IdentifyTimeout: 2 * time.Second, MaxInflight: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &writeCluster{t: t, n: n, be: be, done: make(chan error, 1), cancel: cancel, id: 100, ts: 1000}
+	go func() { c.done <- n.Run(ctx) }()
+	t.Cleanup(c.stop)
+	nc, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := neotest.NewLink(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	c.m = &replayLink{l: l}
+	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	p, err := l.Recv()
+	if err != nil || p.Code != proto.CodeRequestIdentification {
+		t.Fatalf("identification: %v %v", p.Code, err)
+	}
+	c.write(p.ID, &proto.AcceptIdentification{NodeType: proto.Master, MyNID: -268435455, YourNID: nodeNID})
+	c.notifyNodes(proto.NodeInfo{Type: proto.Storage, NID: nodeNID, State: proto.NodeRunning, IdTime: proto.NoIdTime})
+	c.send(&proto.SendPartitionTable{PTid: 1, Rows: [][]proto.CellInfo{{{NID: nodeNID, State: proto.UpToDate}}}})
+	if before != nil {
+		before(c)
+	}
+	c.send(&proto.StartOperation{})
+	c.m.expectCode(t, proto.CodeNotifyReady) // the node's first packet of its own
+	return c
+}
+
+func (c *writeCluster) stop() {
+	c.cancel()
+	select {
+	case <-c.done:
+	case <-time.After(5 * time.Second):
+		c.t.Error("node did not stop")
+	}
+}
+
+func (c *writeCluster) write(id uint32, m proto.Msg) {
+	c.t.Helper()
+	if err := c.m.l.Write(proto.AppendPacket(nil, id, m)); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// send sends a packet from the master and returns its id.
+func (c *writeCluster) send(m proto.Msg) uint32 {
+	c.t.Helper()
+	c.id++
+	c.write(c.id, m)
+	return c.id
+}
+
+// sync waits until the node handled every packet the master sent.
+func (c *writeCluster) sync() {
+	c.t.Helper()
+	c.m.expect(c.t, c.send(&proto.Ping{}), proto.CodePong)
+}
+
+func (c *writeCluster) notifyNodes(nodes ...proto.NodeInfo) {
+	c.t.Helper()
+	c.ts++
+	c.send(&proto.NotifyNodeInformation{IdTime: c.ts, Nodes: nodes})
+}
+
+// lock has the master lock ttid as tid.
+func (c *writeCluster) lock(ttid, tid zodb.Tid) {
+	c.t.Helper()
+	id := c.send(&proto.AskLockInformation{TTid: ttid, Tid: tid})
+	p := c.m.expect(c.t, id, proto.CodeAnswerInformationLocked)
+	if a := decodeArgs(c.t, p).(*proto.AnswerInformationLocked); a.TTid != ttid {
+		c.t.Fatalf("AnswerInformationLocked %s, want %s", a.TTid, ttid)
+	}
+}
+
+func (c *writeCluster) unlock(ttid zodb.Tid) {
+	c.t.Helper()
+	c.send(&proto.NotifyUnlockInformation{TTid: ttid})
+	c.sync()
+}
+
+// testClient is a client connection to the node.
+type testClient struct {
+	t   *testing.T
+	c   *writeCluster
+	nid proto.NodeID
+	*replayLink
+	id uint32
+}
+
+// client announces a client to the node (as the master does) and
+// connects it.
+func (c *writeCluster) client(nid proto.NodeID) *testClient {
+	c.t.Helper()
+	c.notifyNodes(proto.NodeInfo{Type: proto.Client, NID: nid, State: proto.NodeRunning, IdTime: float64(nid) + 0.5})
+	c.sync()
+	l, err := neotest.Dial(c.n.Addr().String(), nil)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { l.Close() })
+	cl := &testClient{t: c.t, c: c, nid: nid, replayLink: &replayLink{l: l}}
+	id := cl.send(&proto.RequestIdentification{NodeType: proto.Client, NID: nid, ClusterName: cluster, IdTime: float64(nid) + 0.5})
+	cl.expect(c.t, id, proto.CodeAcceptIdentification)
+	return cl
+}
+
+func (cl *testClient) send(m proto.Msg) uint32 {
+	cl.t.Helper()
+	cl.id++
+	if err := cl.l.Write(proto.AppendPacket(nil, cl.id, m)); err != nil {
+		cl.t.Fatal(err)
+	}
+	return cl.id
+}
+
+// store sends AskStoreObject and returns its id.
+func (cl *testClient) store(ttid zodb.Tid, oid zodb.Oid, serial zodb.Tid, data string) uint32 {
+	cl.t.Helper()
+	return cl.send(&proto.AskStoreObject{Oid: oid, Serial: serial, Checksum: sha1.Sum([]byte(data)), Data: []byte(data),
+		DataSerial: proto.InvalidTid, TTid: ttid})
+}
+
+// answer waits for the answer to id and decodes it.
+func (cl *testClient) answer(id uint32, code uint16) proto.Msg {
+	cl.t.Helper()
+	return decodeArgs(cl.t, cl.expect(cl.t, id, code))
+}
+
+// storeAnswer waits for the answer of store id: its conflict (InvalidTid:
+// stored and locked).
+func (cl *testClient) storeAnswer(id uint32) zodb.Tid {
+	cl.t.Helper()
+	return cl.answer(id, proto.CodeAnswerStoreObject).(*proto.AnswerStoreObject).Conflict
+}
+
+// quiet checks that the node sent nothing more on this connection than
+// what is pending: a Ping's Pong comes after the answers to the requests
+// sent before it that the node could answer (it handles a connection's
+// write requests in order).
+func (cl *testClient) quiet(what string) {
+	cl.t.Helper()
+	cl.expect(cl.t, cl.send(&proto.Ping{}), proto.CodePong)
+	if len(cl.pending) > 0 {
+		cl.t.Fatalf("%s: got %s, want nothing yet", what, proto.CodeName(cl.pending[0].Code))
+	}
+}
+
+func (cl *testClient) vote(ttid zodb.Tid, oids ...zodb.Oid) {
+	cl.t.Helper()
+	id := cl.send(&proto.AskStoreTransaction{TTid: ttid, Description: []byte("test"), Oids: oids})
+	cl.answer(id, proto.CodeAnswerStoreTransaction)
+}
+
+// commit stores data under oid as ttid and has the master commit it as tid.
+func (c *writeCluster) commit(cl *testClient, ttid, tid zodb.Tid, oid zodb.Oid, serial zodb.Tid, data string) {
+	c.t.Helper()
+	if got := cl.storeAnswer(cl.store(ttid, oid, serial, data)); got != proto.InvalidTid {
+		c.t.Fatalf("store of %s by %s: conflict %s", oid, ttid, got)
+	}
+	cl.vote(ttid, oid)
+	c.lock(ttid, tid)
+	c.unlock(ttid)
+}
+
+// TestTxnConflict: a store based on a serial older than the committed one
+// is answered with the committed serial; a store of an oid that a locked
+// transaction changes, and a read of it, wait for its unlock.
+func TestTxnConflict(t *testing.T) {
+	c := startWriteCluster(t, newMemWriter(), nil)
+	a, b := c.client(-536870911), c.client(-536870910)
+	c.commit(a, 10, 11, 1, 0, "v1")
+
+	// A stores oid 1 on tid 11 and is locked as 21; B, based on 11 too,
+	// waits, and so does its read of oid 1.
+	if got := a.storeAnswer(a.store(20, 1, 11, "v2-a")); got != proto.InvalidTid {
+		t.Fatalf("A's store: conflict %s", got)
+	}
+	a.vote(20, 1)
+	c.lock(20, 21)
+	bs := b.store(22, 1, 11, "v2-b")
+	br := b.send(&proto.AskObject{Oid: 1, At: proto.InvalidTid, Before: proto.InvalidTid})
+	b.quiet("store and read of an oid locked by another transaction")
+	c.unlock(20)
+	if got := b.storeAnswer(bs); got != 21 {
+		t.Errorf("B's store after A's commit: conflict %s, want 21", got)
+	}
+	o := b.answer(br, proto.CodeAnswerObject).(*proto.AnswerObject)
+	if o.Serial != 21 || string(o.Data) != "v2-a" {
+		t.Errorf("B's read: serial %s data %q, want 21 v2-a", o.Serial, o.Data)
+	}
+	// Resolved, B stores again on 21.
+	if got := b.storeAnswer(b.store(22, 1, 21, "v3-b")); got != proto.InvalidTid {
+		t.Errorf("B's resolved store: conflict %s", got)
+	}
+	b.vote(22, 1)
+	c.lock(22, 23)
+	c.unlock(22)
+	// readCurrent of an outdated serial, then of the current one.
+	id := a.send(&proto.AskCheckCurrentSerial{TTid: 30, Oid: 1, Serial: 21})
+	if got := a.answer(id, proto.CodeAnswerCheckCurrentSerial).(*proto.AnswerCheckCurrentSerial).Conflict; got != 23 {
+		t.Errorf("check of serial 21: conflict %s, want 23", got)
+	}
+	id = a.send(&proto.AskCheckCurrentSerial{TTid: 30, Oid: 1, Serial: 23})
+	if got := a.answer(id, proto.CodeAnswerCheckCurrentSerial).(*proto.AnswerCheckCurrentSerial).Conflict; got != proto.InvalidTid {
+		t.Errorf("check of serial 23: conflict %s, want none", got)
+	}
+	a.send(&proto.AbortTransaction{TTid: 30})
+	id = a.send(&proto.AskObject{Oid: 1, At: proto.InvalidTid, Before: proto.InvalidTid})
+	if o := a.answer(id, proto.CodeAnswerObject).(*proto.AnswerObject); o.Serial != 23 || string(o.Data) != "v3-b" {
+		t.Errorf("read after B's commit: %s %q", o.Serial, o.Data)
+	}
+	if err := c.be.check(); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestTxnWaitOrder: stores waiting for the same lock are served in ttid
+// order, whatever their arrival order.
+func TestTxnWaitOrder(t *testing.T) {
+	c := startWriteCluster(t, newMemWriter(), nil)
+	a, b, d := c.client(-536870911), c.client(-536870910), c.client(-536870909)
+	if got := a.storeAnswer(a.store(10, 5, 0, "a")); got != proto.InvalidTid {
+		t.Fatal(got)
+	}
+	a.vote(10, 5) // voted: the others wait, no deadlock avoidance
+	ds := d.store(30, 5, 0, "d")
+	bs := b.store(20, 5, 0, "b")
+	b.quiet("B waits")
+	d.quiet("D waits")
+	a.send(&proto.AbortTransaction{TTid: 10})
+	// B (ttid 20) takes the lock; D (30) still waits.
+	if got := b.storeAnswer(bs); got != proto.InvalidTid {
+		t.Fatalf("B after A's abort: %s", got)
+	}
+	d.quiet("D waits behind B")
+	b.send(&proto.AbortTransaction{TTid: 20})
+	if got := d.storeAnswer(ds); got != proto.InvalidTid {
+		t.Fatalf("D after B's abort: %s", got)
+	}
+	if err := c.be.check(); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestTxnDeadlock: an older transaction that waits for a lock held by a
+// younger one that did not vote makes the node tell the younger's client
+// (NotifyDeadlock); its AskRelockObject gives the lock to the older, and
+// waits; after the older's commit the relock answers the conflict with
+// the data the younger had stored.
+func TestTxnDeadlock(t *testing.T) {
+	c := startWriteCluster(t, newMemWriter(), nil)
+	a, b := c.client(-536870911), c.client(-536870910)
+	// B (younger, ttid 20) locks oid 2; A (older, 10) wants it.
+	if got := b.storeAnswer(b.store(20, 2, 0, "b")); got != proto.InvalidTid {
+		t.Fatal(got)
+	}
+	as := a.store(10, 2, 0, "a")
+	a.quiet("A waits")
+	p := b.expectCode(t, proto.CodeNotifyDeadlock)
+	if m := decodeArgs(t, p).(*proto.NotifyDeadlock); m.TTid != 20 || m.Oid != 2 {
+		t.Fatalf("NotifyDeadlock %+v", m)
+	}
+	rl := b.send(&proto.AskRelockObject{TTid: 20, Oid: 2})
+	if got := a.storeAnswer(as); got != proto.InvalidTid {
+		t.Fatalf("A after B's relock: %s", got)
+	}
+	b.quiet("B's relock waits for A")
+	a.vote(10, 2)
+	c.lock(10, 11)
+	c.unlock(10)
+	r := b.answer(rl, proto.CodeAnswerRelockObject).(*proto.AnswerRelockObject)
+	if r.Conflict == nil || r.Conflict.Serial != 0 || r.Conflict.ConflictTid != 11 || !r.Conflict.HasData || string(r.Conflict.Data) != "b" {
+		t.Fatalf("relock answer %+v, want conflict with 11 and B's data", r.Conflict)
+	}
+	// B resolves and stores on 11.
+	if got := b.storeAnswer(b.store(20, 2, 11, "ab")); got != proto.InvalidTid {
+		t.Fatalf("B's resolved store: %s", got)
+	}
+}
+
+// TestTxnClientGone: a client that disconnects loses its transactions
+// that did not vote, and their locks; one that the master says is gone
+// loses its voted ones too.
+func TestTxnClientGone(t *testing.T) {
+	c := startWriteCluster(t, newMemWriter(), nil)
+	a, b := c.client(-536870911), c.client(-536870910)
+	if got := a.storeAnswer(a.store(10, 3, 0, "a")); got != proto.InvalidTid {
+		t.Fatal(got)
+	}
+	bs := b.store(20, 3, 0, "b")
+	b.quiet("B waits for A")
+	a.l.Close()
+	if got := b.storeAnswer(bs); got != proto.InvalidTid {
+		t.Fatalf("B after A left: %s", got)
+	}
+	b.vote(20, 3)
+	d := c.client(-536870909)
+	ds := d.store(30, 3, 0, "d")
+	d.quiet("D waits for B's vote")
+	c.notifyNodes(proto.NodeInfo{Type: proto.Client, NID: b.nid, State: proto.NodeDown, IdTime: proto.NoIdTime})
+	if got := d.storeAnswer(ds); got != proto.InvalidTid {
+		t.Fatalf("D after B is down: %s", got)
+	}
+	c.sync() // the abort is done when the notification is
+	if _, err := c.be.FinalTID(context.Background(), 20); err != nil {
+		t.Fatal(err)
+	}
+	locked, _ := c.be.LockedTransactions(context.Background())
+	if _, ok := locked[20]; ok {
+		t.Errorf("B's voted transaction not aborted: %v", c.be.log())
+	}
+}
+
+// TestTxnValidate: at verification the master finishes a transaction
+// that was locked (ValidateTransaction); the one only voted is dropped
+// when operation starts.
+func TestTxnValidate(t *testing.T) {
+	be := newMemWriter()
+	ctx := context.Background()
+	be.Vote(ctx, &storage.VotedTxn{TTid: 10, Meta: &storage.TxnMeta{Oids: []zodb.Oid{1}},
+		Objects: []storage.VotedObject{{Oid: 1, Data: []byte("x"), Checksum: sha1.Sum([]byte("x"))}}})
+	be.Lock(ctx, 10, 11)
+	be.Vote(ctx, &storage.VotedTxn{TTid: 12, Meta: &storage.TxnMeta{Oids: []zodb.Oid{2}},
+		Objects: []storage.VotedObject{{Oid: 2, Data: []byte("y"), Checksum: sha1.Sum([]byte("y"))}}})
+	c := startWriteCluster(t, be, func(c *writeCluster) {
+		id := c.send(&proto.AskLockedTransactions{})
+		a := decodeArgs(t, c.m.expect(t, id, proto.CodeAnswerLockedTransactions)).(*proto.AnswerLockedTransactions)
+		if len(a.TidDict) != 2 {
+			t.Errorf("locked transactions %+v", a.TidDict)
+		}
+		c.send(&proto.ValidateTransaction{TTid: 10, Tid: 11})
+		c.sync()
+	})
+	cl := c.client(-536870911)
+	id := cl.send(&proto.AskObject{Oid: 1, At: proto.InvalidTid, Before: proto.InvalidTid})
+	if o := cl.answer(id, proto.CodeAnswerObject).(*proto.AnswerObject); o.Serial != 11 || !bytes.Equal(o.Data, []byte("x")) {
+		t.Errorf("validated object: %+v", o)
+	}
+	if locked, _ := be.LockedTransactions(ctx); len(locked) != 0 {
+		t.Errorf("after StartOperation: %v", locked)
+	}
+	if err := be.check(); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestTxnBadStore: a store whose checksum is wrong closes the connection
+// after a PROTOCOL_ERROR; one over the connection's data bound too.
+func TestTxnBadStore(t *testing.T) {
+	c := startWriteCluster(t, newMemWriter(), nil)
+	a := c.client(-536870911)
+	id := a.send(&proto.AskStoreObject{Oid: 1, Checksum: sha1.Sum([]byte("x")), Data: []byte("y"), DataSerial: proto.InvalidTid, TTid: 10})
+	p := a.expect(t, id, proto.CodeError)
+	if e := decodeArgs(t, p).(*proto.Error); e.ErrCode != proto.ProtocolError {
+		t.Errorf("error %+v", e)
+	}
+	a.l.Conn().SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := a.l.Recv(); err == nil {
+		t.Error("connection still open")
+	}
+}
