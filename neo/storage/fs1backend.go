@@ -176,7 +176,14 @@ func (b *FS1Backend) Object(ctx context.Context, oid zodb.Oid, at, before zodb.T
 		// errors.As, and would cost an allocation per load.)
 		var nd *zodb.NoDataError
 		if errors.As(err, &nd) {
-			return fmt.Errorf("oid %s: %w", oid, ErrOidNotFound) // no revision before bound
+			if bound <= last {
+				if _, _, err := b.fs.LoadRevision(ctx, oid, last+1, o.Data[:0]); err == nil {
+					return fmt.Errorf("oid %s: %w", oid, ErrOidNotFound) // no revision before bound
+				}
+			}
+			// Only in transactions locked and not yet unlocked: the oid
+			// does not exist yet for readers.
+			return fmt.Errorf("oid %s: %w", oid, &zodb.NoObjectError{Oid: oid})
 		}
 		return err
 	}

@@ -68,6 +68,7 @@ type ttidLog struct {
 	synced  int64  // bytes of the current file known durable
 	syncing bool   // an fdatasync is in flight
 	err     error  // a write or fsync failed: the log (and Lock) is broken
+	nsync   int64  // fdatasyncs done (benchmarks)
 
 	// What a rewrite keeps: the 'L' records not followed by their 'U',
 	// and the recent 'U' records (a ring, oldest first from recentAt).
@@ -277,6 +278,7 @@ func (l *ttidLog) sync(off int64, gen uint64) error {
 			continue
 		}
 		l.syncing = true
+		l.nsync++
 		f, target, g := l.f, l.end, l.gen
 		l.mu.Unlock()
 		err := f.Sync()

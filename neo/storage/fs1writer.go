@@ -57,11 +57,15 @@ import (
 type fs1Writes struct {
 	log *ttidLog
 
-	mu         sync.Mutex
-	voted      map[zodb.Tid]*fs1Voted
-	locked     map[zodb.Tid]*fs1Locked // Lock returned, Unlock not called
-	lastLocked zodb.Tid                // the greatest tid given to Lock
-	turn       chan struct{}           // closed once the last Lock's fs1 vote is done
+	mu     sync.Mutex
+	cond   sync.Cond // signalled when pending shrinks
+	voted  map[zodb.Tid]*fs1Voted
+	locked map[zodb.Tid]*fs1Locked // Lock returned, Unlock not called
+	// The Locks in progress that have not yet voted their transaction
+	// into fs1 (by tid), and the greatest tid that has: fs1 takes
+	// transactions in tid order only.
+	pending map[zodb.Tid]struct{}
+	fs1Tid  zodb.Tid
 }
 
 // fs1Voted is a voted transaction, copied.
@@ -138,8 +142,8 @@ func newFS1Writer(fs *fs1.FileStorage) (*FS1Backend, error) {
 		}
 		n--
 	}
-	w := &fs1Writes{voted: map[zodb.Tid]*fs1Voted{}, locked: map[zodb.Tid]*fs1Locked{}, turn: make(chan struct{})}
-	close(w.turn)
+	w := &fs1Writes{voted: map[zodb.Tid]*fs1Voted{}, locked: map[zodb.Tid]*fs1Locked{}, pending: map[zodb.Tid]struct{}{}}
+	w.cond.L = &w.mu
 	v := &fs1View{file: fv.File, end: fs1.HeaderSize, txns: all.txns[:n:n]}
 	if n > 0 {
 		v.last = all.txns[n-1].tid
@@ -165,7 +169,7 @@ func newFS1Writer(fs *fs1.FileStorage) (*FS1Backend, error) {
 		unlocked = append(unlocked, ttidPair{ttid, tid})
 	}
 	if len(all.txns) > 0 {
-		w.lastLocked = all.txns[len(all.txns)-1].tid
+		w.fs1Tid = all.txns[len(all.txns)-1].tid
 	}
 	if w.log, err = createTTIDLog(logPath, lockedLog, unlocked); err != nil {
 		return nil, err
@@ -342,8 +346,14 @@ func (b *FS1Backend) checkBackpointer(oid zodb.Oid, serial zodb.Tid) error {
 
 // Lock implements Writer (see fs1Writes for how it is made durable). A
 // ttid already locked with tid (ValidateTransaction after a restart), or
-// already unlocked as tid, is a no-op. Lock calls must begin in tid order:
-// a tid not above every tid locked before is refused.
+// already unlocked as tid, is a no-op.
+//
+// Concurrent Locks reach fs1 in tid order: one waits, after its log
+// record is durable, for the Locks of smaller tids that began before. A
+// Lock that begins after one of a greater tid has reached fs1 is refused
+// (the node calls Lock in the order of the master's AskLockInformation,
+// which is tid order; the wait makes that order hold even if its
+// goroutines start Lock a little out of order).
 func (b *FS1Backend) Lock(ctx context.Context, ttid, tid zodb.Tid) error {
 	w, err := b.writes()
 	if err != nil {
@@ -365,21 +375,20 @@ func (b *FS1Backend) Lock(ctx context.Context, ttid, tid zodb.Tid) error {
 		}
 		return fmt.Errorf("neo: fs1: %s: lock of %s: not voted", b.path, ttid)
 	}
+	_, dup := w.pending[tid]
 	switch {
 	case v.locking:
 		w.mu.Unlock()
 		return fmt.Errorf("neo: fs1: %s: lock of %s: already being locked", b.path, ttid)
-	case tid < ttid || tid <= w.lastLocked:
+	case tid < ttid || tid <= w.fs1Tid || dup:
 		w.mu.Unlock()
-		return fmt.Errorf("neo: fs1: %s: lock of %s as %s: the tid must be >= the ttid and > %s, the last tid locked", b.path, ttid, tid, w.lastLocked)
+		return fmt.Errorf("neo: fs1: %s: lock of %s as %s: the tid must be >= the ttid, > %s (the last tid locked) and not being locked", b.path, ttid, tid, w.fs1Tid)
 	}
 	v.locking = true
-	w.lastLocked = tid
-	prev, mine := w.turn, make(chan struct{})
-	w.turn = mine
+	w.pending[tid] = struct{}{}
 	w.mu.Unlock()
 
-	l, err := b.lock(ctx, w, ttid, tid, v, prev, mine)
+	l, err := b.lock(ctx, w, ttid, tid, v)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err != nil {
@@ -392,15 +401,23 @@ func (b *FS1Backend) Lock(ctx context.Context, ttid, tid zodb.Tid) error {
 	return nil
 }
 
-// lock does Lock's I/O. The fs1 votes of concurrent Locks go in the order
-// their Locks began (their tids'): each waits for prev, and closes mine
-// once its own fs1 vote is done (then fs1's commit lock keeps the order).
-func (b *FS1Backend) lock(ctx context.Context, w *fs1Writes, ttid, tid zodb.Tid, v *fs1Voted, prev, mine chan struct{}) (*fs1Locked, error) {
-	turnDone := false
+// lock does Lock's I/O; it takes tid out of w.pending when its fs1 vote is
+// done (or failed).
+func (b *FS1Backend) lock(ctx context.Context, w *fs1Writes, ttid, tid zodb.Tid, v *fs1Voted) (*fs1Locked, error) {
+	done := false
+	passed := func(ok bool) {
+		done = true
+		w.mu.Lock()
+		delete(w.pending, tid)
+		if ok {
+			w.fs1Tid = max(w.fs1Tid, tid)
+		}
+		w.cond.Broadcast()
+		w.mu.Unlock()
+	}
 	defer func() {
-		if !turnDone {
-			<-prev
-			close(mine)
+		if !done {
+			passed(false)
 		}
 	}()
 	off, gen, err := w.log.add('L', ttid, tid)
@@ -410,7 +427,11 @@ func (b *FS1Backend) lock(ctx context.Context, w *fs1Writes, ttid, tid zodb.Tid,
 	if err != nil {
 		return nil, err
 	}
-	<-prev
+	w.mu.Lock()
+	for w.smallerPending(tid) {
+		w.cond.Wait()
+	}
+	w.mu.Unlock()
 	txn, err := b.fs.Begin(ctx, zodb.TxnMeta{User: v.meta.User, Description: v.meta.Description, Extension: v.meta.Extension, Tid: tid})
 	if err != nil {
 		return nil, err
@@ -430,8 +451,7 @@ func (b *FS1Backend) lock(ctx context.Context, w *fs1Writes, ttid, tid zodb.Tid,
 		}
 	}
 	_, err = txn.Vote(context.WithoutCancel(ctx))
-	turnDone = true
-	close(mine)
+	passed(err == nil)
 	if err != nil {
 		return nil, fmt.Errorf("neo: fs1: %s: lock of %s as %s: %w", b.path, ttid, tid, err)
 	}
@@ -454,6 +474,17 @@ func (b *FS1Backend) lock(ctx context.Context, w *fs1Writes, ttid, tid zodb.Tid,
 		}
 	}
 	return nil, fmt.Errorf("neo: fs1: %s: lock of %s as %s: the transaction is not in the file after its commit", b.path, ttid, tid)
+}
+
+// smallerPending reports whether a Lock of a tid below tid has not voted
+// into fs1 yet. Called with w.mu held.
+func (w *fs1Writes) smallerPending(tid zodb.Tid) bool {
+	for p := range w.pending {
+		if p < tid {
+			return true
+		}
+	}
+	return false
 }
 
 // Unlock implements Writer: the locked transaction becomes visible. Its
