@@ -18,6 +18,20 @@ import (
 func BenchmarkObject(b *testing.B) {
 	b.Run("shared", func(b *testing.B) { benchObject(b, openT(b, "testdata/storage.sqlite")) })
 	b.Run("exclusive", func(b *testing.B) { benchObject(b, openExclusiveCopy(b, "testdata/storage.sqlite")) })
+	b.Run("writer", func(b *testing.B) { benchObject(b, openWriterCopy(b, "testdata/storage.sqlite")) })
+}
+
+// openWriterCopy opens a copy of the database at path with OpenWriter.
+func openWriterCopy(t testing.TB, path string) *DB {
+	t.Helper()
+	cp := filepath.Join(t.TempDir(), filepath.Base(path))
+	copyFile(t, path, cp)
+	db, err := OpenWriter(context.Background(), cp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
 }
 
 // openExclusiveCopy opens a copy of the database at path with

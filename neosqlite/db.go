@@ -12,6 +12,8 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/zodbd/zodbd/zodb"
 
@@ -179,6 +181,10 @@ type DB struct {
 	raw rawPool // the object lookups (rawconn.go)
 
 	lock io.Closer // the NEO/py storage lock held by OpenExclusive, or nil
+
+	w      *writer               // the write side; nil unless opened with OpenWriter
+	lockMu sync.Mutex            // guards locked
+	locked map[zodb.Tid]zodb.Tid // ttid -> tid: locked, not yet unlocked (write.go)
 }
 
 type stmts struct {
@@ -213,7 +219,7 @@ const (
 // Errors: a missing file, a file that is not SQLite, or a database that is
 // not a NEO/py storage of schema version 4 (wrapping ErrNotNEO).
 func Open(ctx context.Context, path string) (*DB, error) {
-	return open(ctx, path, false)
+	return open(ctx, path, false, false)
 }
 
 // OpenExclusive opens the database as the storage node that owns it: it
@@ -226,10 +232,22 @@ func Open(ctx context.Context, path string) (*DB, error) {
 // stopped in the middle of a write), it is opened as Open does instead, so
 // that SQLite sees the last committed state. Close releases the lock.
 func OpenExclusive(ctx context.Context, path string) (*DB, error) {
-	return open(ctx, path, true)
+	return open(ctx, path, true, false)
 }
 
-func open(ctx context.Context, path string, exclusive bool) (*DB, error) {
+// OpenWriter opens the database read-write, as the storage node that owns
+// it: it takes NEO/py's storage lock on the file as OpenExclusive does, and
+// accepts commits (Vote, Lock, Unlock, Abort, DropUnlocked, Pack; see
+// write.go) besides every read. While it is open the database is in WAL
+// mode (a -wal and a -shm file beside it); Close puts it back in NEO/py's
+// rollback-journal mode, so that a NEO/py node takes it over as it left it.
+// A database left in WAL mode by a crash is opened and recovered as usual,
+// by this package or by NEO/py.
+func OpenWriter(ctx context.Context, path string) (*DB, error) {
+	return open(ctx, path, true, true)
+}
+
+func open(ctx context.Context, path string, exclusive, writable bool) (*DB, error) {
 	db := &DB{path: path}
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -258,8 +276,18 @@ func open(ctx context.Context, path string, exclusive bool) (*DB, error) {
 			return nil, db.wrap(err)
 		default:
 			db.lock = lock
-			immutable = !exists(abs+"-journal") && !exists(abs+"-wal")
+			immutable = !writable && !exists(abs+"-journal") && !exists(abs+"-wal")
 		}
+	}
+	if writable {
+		w, err := openWriter(db, dsnRW(abs))
+		if err != nil {
+			db.unlock()
+			return nil, db.wrap(err)
+		}
+		db.w = w
+		db.locked = map[zodb.Tid]zodb.Tid{}
+		db.raw.gen = new(atomic.Uint64)
 	}
 	db.raw.uri = dsn(abs, immutable)
 	if !immutable {
@@ -267,14 +295,28 @@ func open(ctx context.Context, path string, exclusive bool) (*DB, error) {
 	}
 	sdb, err := sql.Open("sqlite", dsn(abs, immutable))
 	if err != nil {
+		if db.w != nil {
+			db.w.finish()
+		}
 		db.unlock()
 		return nil, db.wrap(err)
 	}
 	n := runtime.GOMAXPROCS(0)
 	sdb.SetMaxIdleConns(2 * n)
 	db.sql = sdb
-	if err := db.init(ctx); err != nil {
+	if err == nil {
+		err = db.init(ctx)
+	}
+	if err == nil && db.w != nil {
+		if err = db.w.load(db.np); err == nil {
+			db.w.start()
+		}
+	}
+	if err != nil {
 		sdb.Close()
+		if db.w != nil {
+			db.w.finish()
+		}
 		db.unlock()
 		return nil, db.wrap(err)
 	}
@@ -319,6 +361,22 @@ func dsn(abs string, immutable bool) string {
 		return b.String()
 	}
 	fmt.Fprintf(&b, "?mode=ro&immutable=0&_busy_timeout=%d&_query_only=1", busyTimeoutMS)
+	return b.String()
+}
+
+// dsnRW is the SQLite URI of the read-write connection of OpenWriter.
+func dsnRW(abs string) string {
+	var b strings.Builder
+	b.WriteString("file:")
+	for i := 0; i < len(abs); i++ {
+		switch c := abs[i]; c {
+		case '%', '?', '#':
+			fmt.Fprintf(&b, "%%%02X", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteString("?mode=rw")
 	return b.String()
 }
 
@@ -505,6 +563,12 @@ const objSelect = `SELECT o.tid, o.data_id, o.value_tid, d.id, d.compression, d.
  FROM obj o LEFT JOIN data d ON o.data_id=d.id
  WHERE o.partition=? AND o.oid=?`
 
+// objSelectLatest is objSelect for the newest row, which has no next
+// revision: one index search less.
+const objSelectLatest = `SELECT o.tid, o.data_id, o.value_tid, d.id, d.compression, d.hash, d.value, NULL
+ FROM obj o LEFT JOIN data d ON o.data_id=d.id
+ WHERE o.partition=? AND o.oid=?`
+
 func (db *DB) prepare(ctx context.Context) error {
 	type stmt struct {
 		dst **sql.Stmt
@@ -554,9 +618,17 @@ func (db *DB) closeStmts() {
 
 // Close closes the database. Operations in flight or after Close fail.
 func (db *DB) Close() error {
+	if db.w != nil {
+		db.w.close()
+	}
 	db.raw.close()
 	db.closeStmts()
 	err := db.sql.Close()
+	if db.w != nil {
+		if werr := db.w.finish(); err == nil {
+			err = werr
+		}
+	}
 	db.unlock()
 	return db.wrap(err)
 }
@@ -569,7 +641,11 @@ func (db *DB) Config() Config { return db.cfg }
 
 // PartitionTable returns every cell of the partition table read at Open,
 // ordered by partition then node id. The slice is the caller's.
-func (db *DB) PartitionTable() []Cell { return append([]Cell(nil), db.pt...) }
+func (db *DB) PartitionTable() []Cell {
+	db.lockMu.Lock()
+	defer db.lockMu.Unlock()
+	return append([]Cell(nil), db.pt...)
+}
 
 // NumPartitions returns the number of partitions (Config().NumPartitions).
 func (db *DB) NumPartitions() int { return int(db.np) }

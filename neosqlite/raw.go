@@ -566,13 +566,26 @@ func (db *DB) LockedTransactions(ctx context.Context) (map[zodb.Tid]zodb.Tid, er
 	if err := rows.Err(); err != nil {
 		return nil, db.wrap(fmt.Errorf("ttrans: %w", err))
 	}
+	if db.locked != nil {
+		// Locked by this process without a ttrans row (no metadata
+		// on this node).
+		db.lockMu.Lock()
+		for ttid, tid := range db.locked {
+			if _, ok := m[ttid]; ok {
+				m[ttid] = tid
+			}
+		}
+		db.lockMu.Unlock()
+	}
 	return m, nil
 }
 
 // FinalTID answers NEO's AskFinalTID from the database: the tid of the
 // committed transaction whose ttid is ttid, or 0 when there is none (not
-// committed, or only locked). partition(ttid) must be readable (the final
-// tid is congruent to the ttid modulo the number of partitions).
+// committed, or only voted). A DB opened with OpenWriter also answers the
+// tid of a locked transaction (Lock of this process, or ttrans.tid).
+// partition(ttid) must be readable (the final tid is congruent to the ttid
+// modulo the number of partitions).
 func (db *DB) FinalTID(ctx context.Context, ttid zodb.Tid) (zodb.Tid, error) {
 	part, err := db.readablePartition(uint64(ttid))
 	if err != nil {
@@ -580,6 +593,19 @@ func (db *DB) FinalTID(ctx context.Context, ttid zodb.Tid) (zodb.Tid, error) {
 	}
 	if ttid > zodb.TidMax {
 		return 0, nil
+	}
+	if tid, ok := db.lockedTid(ttid); ok {
+		return tid, nil
+	}
+	if db.w != nil {
+		var tid sql.NullInt64
+		err := db.sql.QueryRowContext(ctx, "SELECT tid FROM ttrans WHERE ttid=? AND tid IS NOT NULL LIMIT 1", int64(ttid)).Scan(&tid)
+		switch {
+		case err == nil && tid.Valid:
+			return zodb.Tid(tid.Int64), nil
+		case err != nil && err != sql.ErrNoRows:
+			return 0, db.wrap(fmt.Errorf("final tid of %s: %w", ttid, err))
+		}
 	}
 	var tid int64
 	err = db.st.finalTid.QueryRowContext(ctx, int64(part), int64(ttid), int64(ttid)).Scan(&tid)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"modernc.org/libc"
@@ -31,12 +33,27 @@ import (
 // It is used by one goroutine at a time (it holds a libc.TLS); mu only
 // guards against Close, so it is never contended in normal operation.
 type rawConn struct {
-	mu     sync.Mutex
-	tls    *libc.TLS
-	db     uintptr    // sqlite3*
-	obj    [4]uintptr // sqlite3_stmt* by objMode
-	closed bool
-	row    objRow // the row of the current lookup
+	mu  sync.Mutex
+	tls *libc.TLS
+	db  uintptr    // sqlite3*
+	obj [4]uintptr // sqlite3_stmt* by objMode
+	// lastSerial is lastSerialSQL (Writer's LastSerial).
+	lastSerial uintptr
+	// stmts are the statements prepared with prepareKeep (the writer's),
+	// finalized by close.
+	stmts []uintptr
+	// scratch is C memory that blobs are copied into to be bound.
+	scratch    uintptr
+	scratchLen int
+
+	// With a writer (rawPool.gen set), the connection keeps one read
+	// transaction open across lookups, ended when the writer has
+	// committed since it began (gen): see rawPool.
+	begin, commit uintptr
+	inTxn         bool
+	gen           uint64
+	closed     bool
+	row        objRow // the row of the current lookup
 }
 
 // rawRef is what the sync.Pool holds; see the file comment.
@@ -48,6 +65,17 @@ type rawPool struct {
 	busyMS int32  // busy timeout; 0 for an immutable file
 
 	pool sync.Pool // *rawRef
+
+	// gen, set when the DB has a writer, counts the writer's commits. A
+	// lookup in autocommit mode pays a read transaction: a lock and an
+	// unlock of the WAL (fcntl calls, the bulk of a lookup's cost). So
+	// instead each connection keeps its read transaction (its snapshot)
+	// open while gen does not change, and starts a new one when it does:
+	// a lookup sees every commit that completed before it began. sweep
+	// ends the snapshots of idle connections, which would otherwise keep
+	// checkpoints from reusing the WAL.
+	gen       *atomic.Uint64
+	lastSweep time.Time // the writer's, see sweep
 
 	mu     sync.Mutex
 	spare  []*rawConn
@@ -72,7 +100,57 @@ func (p *rawPool) get() (*rawRef, error) {
 		r.c.mu.Unlock()
 		return nil, errRawClosed
 	}
+	if p.gen != nil {
+		if err := r.c.fresh(p.gen.Load()); err != nil {
+			r.c.mu.Unlock()
+			p.pool.Put(r)
+			return nil, err
+		}
+	}
 	return r, nil
+}
+
+// fresh makes sure c is in a read transaction begun after the commit
+// number gen; c.mu is held.
+func (c *rawConn) fresh(gen uint64) error {
+	if c.inTxn && c.gen == gen {
+		return nil
+	}
+	c.endTxn()
+	if err := c.exec(c.begin, "begin"); err != nil {
+		return err
+	}
+	c.inTxn, c.gen = true, gen
+	return nil
+}
+
+// endTxn ends c's read transaction, if any; c.mu is held.
+func (c *rawConn) endTxn() {
+	if c.inTxn {
+		c.exec(c.commit, "end read")
+		c.inTxn = false
+	}
+}
+
+// sweep ends the read transactions of the idle connections that began
+// before the last commit, at most every 100 ms.
+func (p *rawPool) sweep() {
+	if p.gen == nil || time.Since(p.lastSweep) < 100*time.Millisecond {
+		return
+	}
+	p.lastSweep = time.Now()
+	gen := p.gen.Load()
+	p.mu.Lock()
+	all := append([]*rawConn(nil), p.all...)
+	p.mu.Unlock()
+	for _, c := range all {
+		if c.mu.TryLock() {
+			if !c.closed && c.gen != gen {
+				c.endTxn()
+			}
+			c.mu.Unlock()
+		}
+	}
 }
 
 // put unlocks r and returns it to the pool.
@@ -139,7 +217,7 @@ func (p *rawPool) close() {
 
 // objSQL are the statements of the lookups, by objMode.
 var objSQL = [4]string{
-	modeLatest:     objSelect + " ORDER BY o.tid DESC LIMIT 1",
+	modeLatest:     objSelectLatest + " ORDER BY o.tid DESC LIMIT 1",
 	modeAt:         objSelect + " AND o.tid=?",
 	modeBefore:     objSelect + " AND o.tid<? ORDER BY o.tid DESC LIMIT 1",
 	modeAtOrBefore: objSelect + " AND o.tid<=? ORDER BY o.tid DESC LIMIT 1",
@@ -147,8 +225,36 @@ var objSQL = [4]string{
 
 // open opens a read-only connection to the file and prepares the lookups.
 func (p *rawPool) open() (*rawConn, error) {
+	c, err := openRaw(p.uri, sqlite3.SQLITE_OPEN_READONLY, p.busyMS)
+	if err != nil {
+		return nil, err
+	}
+	for m, q := range objSQL {
+		if c.obj[m], err = c.prepare(q); err != nil {
+			c.close()
+			return nil, err
+		}
+	}
+	if c.lastSerial, err = c.prepare(lastSerialSQL); err != nil {
+		c.close()
+		return nil, err
+	}
+	if c.begin, err = c.prepareKeep("BEGIN"); err != nil {
+		c.close()
+		return nil, err
+	}
+	if c.commit, err = c.prepareKeep("COMMIT"); err != nil {
+		c.close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// openRaw opens a connection to the SQLite URI uri with the open flags
+// mode (SQLITE_OPEN_READONLY or SQLITE_OPEN_READWRITE).
+func openRaw(uri string, mode int32, busyMS int32) (*rawConn, error) {
 	c := &rawConn{tls: libc.NewTLS()}
-	curi, err := libc.CString(p.uri)
+	curi, err := libc.CString(uri)
 	if err != nil {
 		c.tls.Close()
 		return nil, err
@@ -156,7 +262,7 @@ func (p *rawPool) open() (*rawConn, error) {
 	pdb := c.tls.Alloc(int(unsafe.Sizeof(uintptr(0))))
 	*(*uintptr)(cmem(pdb)) = 0
 	rc := sqlite3.Xsqlite3_open_v2(c.tls, curi,
-		pdb, sqlite3.SQLITE_OPEN_READONLY|sqlite3.SQLITE_OPEN_URI|sqlite3.SQLITE_OPEN_NOMUTEX, 0)
+		pdb, mode|sqlite3.SQLITE_OPEN_URI|sqlite3.SQLITE_OPEN_NOMUTEX, 0)
 	c.db = *(*uintptr)(cmem(pdb))
 	c.tls.Free(int(unsafe.Sizeof(uintptr(0))))
 	libc.Xfree(c.tls, curi)
@@ -165,14 +271,8 @@ func (p *rawPool) open() (*rawConn, error) {
 		c.close()
 		return nil, err
 	}
-	if p.busyMS > 0 {
-		sqlite3.Xsqlite3_busy_timeout(c.tls, c.db, p.busyMS)
-	}
-	for m, q := range objSQL {
-		if c.obj[m], err = c.prepare(q); err != nil {
-			c.close()
-			return nil, err
-		}
+	if busyMS > 0 {
+		sqlite3.Xsqlite3_busy_timeout(c.tls, c.db, busyMS)
 	}
 	return c, nil
 }
@@ -199,11 +299,24 @@ func (c *rawConn) close() {
 		return
 	}
 	c.closed = true
+	c.endTxn()
 	for i, st := range c.obj {
 		if st != 0 {
 			sqlite3.Xsqlite3_finalize(c.tls, st)
 			c.obj[i] = 0
 		}
+	}
+	if c.lastSerial != 0 {
+		sqlite3.Xsqlite3_finalize(c.tls, c.lastSerial)
+		c.lastSerial = 0
+	}
+	for _, st := range c.stmts {
+		sqlite3.Xsqlite3_finalize(c.tls, st)
+	}
+	c.stmts = nil
+	if c.scratch != 0 {
+		libc.Xfree(c.tls, c.scratch)
+		c.scratch, c.scratchLen = 0, 0
 	}
 	if c.db != 0 {
 		sqlite3.Xsqlite3_close_v2(c.tls, c.db)

@@ -11,7 +11,9 @@ import (
 )
 
 // SQLiteBackend serves the SQLite database of a NEO/py storage node
-// (neosqlite, read-only). The cluster name, the node id, the partition
+// (neosqlite) and, opened with OpenSQLite, writes it (Writer) exactly as
+// NEO/py's storage node does, so that either node can take the database
+// over from the other. The cluster name, the node id, the partition
 // table, its id and the number of replicas are those stored in the
 // database by NEO/py; the node presents them to the master as NEO/py's
 // storage would, so a NEO/py cluster restarts with this node in place of
@@ -23,12 +25,13 @@ type SQLiteBackend struct {
 	own bool
 }
 
-// OpenSQLite opens the NEO/py SQLite database at path read-only, as its
+// OpenSQLite opens the NEO/py SQLite database at path read-write, as its
 // storage node: it takes NEO/py's storage lock on the file
-// (neosqlite.OpenExclusive), so that a NEO/py node cannot use it at the
-// same time, and reads it without SQLite's per-statement locking.
+// (neosqlite.OpenWriter), so that a NEO/py node cannot use it at the same
+// time. While it is open the database is in SQLite's WAL mode (readers never
+// wait for commits); Close puts it back in NEO/py's journal mode.
 func OpenSQLite(ctx context.Context, path string) (*SQLiteBackend, error) {
-	db, err := neosqlite.OpenExclusive(ctx, path)
+	db, err := neosqlite.OpenWriter(ctx, path)
 	if err != nil {
 		return nil, err
 	}
@@ -36,6 +39,7 @@ func OpenSQLite(ctx context.Context, path string) (*SQLiteBackend, error) {
 }
 
 // NewSQLite serves db, which the caller keeps open (Close does not close it).
+// The Writer methods fail unless db was opened with neosqlite.OpenWriter.
 func NewSQLite(db *neosqlite.DB) *SQLiteBackend { return &SQLiteBackend{db: db} }
 
 // Path implements Backend.
@@ -180,4 +184,76 @@ func (b *SQLiteBackend) FinalTID(ctx context.Context, ttid zodb.Tid) (zodb.Tid, 
 	return t, mapErr(err)
 }
 
-var _ Backend = (*SQLiteBackend)(nil)
+// LastSerial implements Writer.
+func (b *SQLiteBackend) LastSerial(ctx context.Context, oid zodb.Oid) (zodb.Tid, error) {
+	return b.db.LastSerial(ctx, oid)
+}
+
+// Vote implements Writer.
+func (b *SQLiteBackend) Vote(ctx context.Context, t *VotedTxn) error {
+	return b.VotePack(ctx, t, nil)
+}
+
+// VotePack is Vote for a transaction that carries a pack order
+// (AskStoreTransaction's pack: oids nil for a full pack, the pack tid),
+// stored in the pack table as NEO/py does; pack nil is Vote.
+func (b *SQLiteBackend) VotePack(ctx context.Context, t *VotedTxn, pack *neosqlite.PackRequest) error {
+	vt := neosqlite.VotedTxn{TTid: t.TTid, Objects: make([]neosqlite.VotedObject, len(t.Objects))}
+	if m := t.Meta; m != nil {
+		vt.Meta = &neosqlite.TxnMeta{User: m.User, Description: m.Description, Extension: m.Extension, Oids: m.Oids, Pack: pack}
+	}
+	for i := range t.Objects {
+		o := &t.Objects[i]
+		vt.Objects[i] = neosqlite.VotedObject{Oid: o.Oid, Compression: o.Compression, Checksum: o.Checksum,
+			Data: o.Data, DataSerial: o.DataSerial, NoData: o.NoData}
+	}
+	return b.db.Vote(ctx, &vt)
+}
+
+// Lock implements Writer.
+func (b *SQLiteBackend) Lock(ctx context.Context, ttid, tid zodb.Tid) error {
+	return b.db.Lock(ctx, ttid, tid, false)
+}
+
+// LockPack is Lock with AskLockInformation's pack flag: with approve, the
+// pack order the transaction carries is approved (pack.approved = 1), as
+// NEO/py does; the master's ValidateTransaction after a restart locks with
+// approve true.
+func (b *SQLiteBackend) LockPack(ctx context.Context, ttid, tid zodb.Tid, approve bool) error {
+	return b.db.Lock(ctx, ttid, tid, approve)
+}
+
+// Unlock implements Writer.
+func (b *SQLiteBackend) Unlock(ctx context.Context, ttid, tid zodb.Tid) error {
+	return b.db.Unlock(ctx, ttid, tid)
+}
+
+// Abort implements Writer.
+func (b *SQLiteBackend) Abort(ctx context.Context, ttid zodb.Tid) error { return b.db.Abort(ctx, ttid) }
+
+// DropUnlocked implements Writer.
+func (b *SQLiteBackend) DropUnlocked(ctx context.Context) error { return b.db.DropUnlocked(ctx) }
+
+// UndoSerial implements Writer.
+func (b *SQLiteBackend) UndoSerial(ctx context.Context, oid zodb.Oid, ltid, undoTid, currentOverride zodb.Tid) (current, undo zodb.Tid, isCurrent, ok bool, err error) {
+	current, undo, isCurrent, ok, err = b.db.UndoSerial(ctx, oid, ltid, undoTid, currentOverride)
+	return current, undo, isCurrent, ok, mapErr(err)
+}
+
+// Pack implements Writer.
+func (b *SQLiteBackend) Pack(ctx context.Context, tid zodb.Tid, oids []zodb.Oid) error {
+	return b.db.Pack(ctx, 0, tid, oids)
+}
+
+// PackOrder is Pack for the pack order whose transaction has tid packID:
+// each partition packed records packID as its last completed pack
+// (pt.pack of this node's cell, what NotifyPackCompleted and Recovery's
+// PackID report), as NEO/py does.
+func (b *SQLiteBackend) PackOrder(ctx context.Context, packID, tid zodb.Tid, oids []zodb.Oid) error {
+	return b.db.Pack(ctx, packID, tid, oids)
+}
+
+var (
+	_ Backend = (*SQLiteBackend)(nil)
+	_ Writer  = (*SQLiteBackend)(nil)
+)

@@ -1,0 +1,205 @@
+package storage_test
+
+import (
+	"context"
+	"crypto/sha1"
+	"math/rand/v2"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/neo/proto"
+	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neosqlite"
+	"github.com/zodbd/zodbd/zodb"
+)
+
+// The backends compared on the same object: one 4 KiB revision (random
+// bytes, stored uncompressed) committed on a fresh FileStorage and, through
+// the Writer, on a copy of the NEO/py test database (one partition).
+
+const benchObjSize = 4096
+
+func benchData() []byte {
+	r := rand.New(rand.NewPCG(1, 2))
+	b := make([]byte, benchObjSize)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+// benchFS1 returns a FileStorage backend whose oid 0 is the 4 KiB object.
+func benchFS1(b *testing.B) (storage.Backend, zodb.Oid) {
+	ctx := context.Background()
+	path := filepath.Join(b.TempDir(), "Data.fs")
+	fs, err := fs1.Open(path, &fs1.Options{Create: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	txn, err := fs.Begin(ctx, zodb.TxnMeta{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := txn.Store(0, 0, benchData()); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := txn.Vote(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := txn.Finish(ctx, nil); err != nil {
+		b.Fatal(err)
+	}
+	if err := fs.Close(); err != nil {
+		b.Fatal(err)
+	}
+	be, err := storage.OpenFS1(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { be.Close() })
+	return be, 0
+}
+
+// benchSQLite returns an SQLite backend (read-write, as zodbd neo-storage
+// opens it) whose oid 100 is the 4 KiB object.
+func benchSQLite(b *testing.B) (storage.Backend, zodb.Oid) {
+	ctx := context.Background()
+	be, err := storage.OpenSQLite(ctx, testSQLite(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { be.Close() })
+	ids, err := be.LastIDs(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	data := benchData()
+	const oid = 100
+	ttid := ids.Tid + 1
+	t := &storage.VotedTxn{TTid: ttid, Meta: &storage.TxnMeta{Oids: []zodb.Oid{oid}},
+		Objects: []storage.VotedObject{{Oid: oid, Checksum: sha1.Sum(data), Data: data}}}
+	if err := be.Vote(ctx, t); err != nil {
+		b.Fatal(err)
+	}
+	if err := be.Lock(ctx, ttid, ttid+1); err != nil {
+		b.Fatal(err)
+	}
+	if err := be.Unlock(ctx, ttid, ttid+1); err != nil {
+		b.Fatal(err)
+	}
+	return be, oid
+}
+
+// cpuTime is the CPU time (user and system) the process used so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// startCPU resets the timer and returns the CPU time so far; stopCPU
+// reports cpu-ns/op, the process's CPU time (user and system, every
+// thread) per operation since then: on a shared machine it varies much
+// less than the wall time.
+func startCPU(b *testing.B) time.Duration {
+	b.ResetTimer()
+	return cpuTime()
+}
+
+func stopCPU(b *testing.B, start time.Duration) {
+	b.StopTimer()
+	if b.N > 0 {
+		b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
+	}
+}
+
+// benchSQLiteRO is benchSQLite's database closed and opened again
+// read-only as immutable (neosqlite.OpenExclusive), how the node served it
+// before it wrote: the reference for the read path's cost.
+func benchSQLiteRO(b *testing.B) (storage.Backend, zodb.Oid) {
+	be, oid := benchSQLite(b)
+	path := be.Path()
+	if err := be.Close(); err != nil {
+		b.Fatal(err)
+	}
+	db, err := neosqlite.OpenExclusive(context.Background(), path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close() })
+	return storage.NewSQLite(db), oid
+}
+
+var benchBackends = []struct {
+	name string
+	open func(*testing.B) (storage.Backend, zodb.Oid)
+}{{"fs1", benchFS1}, {"sqlite", benchSQLite}, {"sqlite-ro", benchSQLiteRO}}
+
+// BenchmarkBackendObject measures Backend.Object, the latest revision of a
+// 4 KiB object, on each backend: what the node does per AskObject besides
+// the network.
+func BenchmarkBackendObject(b *testing.B) {
+	for _, bk := range benchBackends {
+		b.Run(bk.name, func(b *testing.B) {
+			be, oid := bk.open(b)
+			ctx := context.Background()
+			var o storage.Object
+			o.Data = make([]byte, 0, 2*benchObjSize)
+			b.ReportAllocs()
+			cpu := startCPU(b)
+			for i := 0; i < b.N; i++ {
+				if err := be.Object(ctx, oid, 0, 0, &o); err != nil {
+					b.Fatal(err)
+				}
+			}
+			stopCPU(b, cpu)
+		})
+	}
+}
+
+// BenchmarkAskObjectBackends is BenchmarkAskObject on each backend, for the
+// 4 KiB object.
+func BenchmarkAskObjectBackends(b *testing.B) {
+	for _, bk := range benchBackends {
+		b.Run(bk.name, func(b *testing.B) {
+			be, oid := bk.open(b)
+			c := startCluster(b, be)
+			req := &proto.AskObject{Oid: oid, At: proto.InvalidTid, Before: proto.InvalidTid}
+			b.ReportAllocs()
+			b.SetParallelism(4)
+			cpu := startCPU(b)
+			defer stopCPU(b, cpu)
+			b.RunParallel(func(pb *testing.PB) {
+				l := c.client(b)
+				const depth = 16
+				inflight := 0
+				for pb.Next() {
+					if _, err := l.Send(req); err != nil {
+						b.Error(err)
+						return
+					}
+					inflight++
+					if inflight == depth {
+						for ; inflight > depth/2; inflight-- {
+							if p, err := l.Recv(); err != nil || p.Code != proto.CodeAnswerObject {
+								b.Errorf("%v %v", p, err)
+								return
+							}
+						}
+					}
+				}
+				for ; inflight > 0; inflight-- {
+					if _, err := l.Recv(); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}

@@ -1,0 +1,764 @@
+package neosqlite
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/zodbd/zodbd/zodb"
+)
+
+// This file holds the write path of a DB opened with OpenWriter: NEO's
+// commit (vote, lock, unlock, abort), written to the database exactly as
+// NEO/py's storage node writes it (neo/storage/database/sqlite.py and
+// manager.py, read for facts), so that either node can take over the file
+// from the other.
+//
+// The rows, as NEO/py writes them:
+//
+//   - vote: one data row per object with data (id allocated per partition
+//     of the oid: partition<<48 + n, n growing from the greatest id of the
+//     range present at open; with NEO/py's --dedup unique index on
+//     data(hash, compression), an identical row is reused), one tobj row
+//     (partition, oid, ttid, data_id, value_tid) per object, the ttrans row
+//     (partition of ttid, NULL, packed 0, oids, user, description, ext,
+//     ttid) when this node holds the metadata, and the pack row of a pack
+//     order (ttid, approved NULL, partial, oids, pack_tid); committed.
+//   - lock: ttrans.tid set, the pack order approved when the lock says so;
+//     committed (durable) before Lock returns.
+//   - unlock: trans and obj rows copied from ttrans/tobj with the final
+//     tid, pack.tid moved from ttid to tid, the temporary rows deleted. Its
+//     commit makes it visible; its fsync is deferred (at most
+//     unlockSyncDelay later, or the next durable commit).
+//   - abort: tobj/ttrans rows deleted, data rows no longer referenced
+//     pruned; committed.
+//
+// One goroutine (the committer) owns the read-write connection and runs
+// the operations that callers queue, several per SQLite transaction: the
+// operations waiting when a transaction starts are run in it (each under a
+// savepoint, so that one failing does not undo the others) and share its
+// commit, hence one fsync for concurrent votes and locks (group commit).
+// The database is in WAL mode while the writer has it open, so that the
+// readers (other connections) never wait for it; Close puts it back in
+// NEO/py's rollback-journal mode.
+
+// unlockSyncDelay bounds how long an unlock's commit stays not durable
+// (NEO/py defers its commit by 1 s).
+const unlockSyncDelay = time.Second
+
+// VotedTxn is what a transaction stores on this node at vote.
+type VotedTxn struct {
+	TTid zodb.Tid
+	// Meta is nil when this node does not hold partition(TTid).
+	Meta    *TxnMeta
+	Objects []VotedObject
+}
+
+// TxnMeta is a transaction's metadata (NEO's AskStoreTransaction).
+type TxnMeta struct {
+	User, Description, Extension []byte
+	Oids                         []zodb.Oid // every oid of the transaction, all partitions
+	// Pack is the pack order the transaction carries, or nil.
+	Pack *PackRequest
+}
+
+// PackRequest is a pack order as a transaction carries it.
+type PackRequest struct {
+	Oids    []zodb.Oid // a partial pack's oids; nil: a full pack
+	PackTid zodb.Tid
+}
+
+// VotedObject is one object record of a voted transaction.
+type VotedObject struct {
+	Oid         zodb.Oid
+	Compression uint8
+	Checksum    [20]byte
+	Data        []byte
+	// DataSerial != 0: an undo record reusing the data of oid's revision
+	// DataSerial (obj.value_tid).
+	DataSerial zodb.Tid
+	NoData     bool
+}
+
+// ErrUndoPack is returned by Vote for an undo record whose revision is gone
+// from a readable partition (NEO's UndoPackError).
+var ErrUndoPack = errors.New("undo: the revision the undo restores was packed")
+
+// ErrReadOnly is returned by the write methods of a DB not opened with
+// OpenWriter.
+var ErrReadOnly = errors.New("database opened read-only")
+
+// wop is one operation queued for the committer.
+type wop struct {
+	run  func(w *writer) error
+	sync bool // durable when done
+	done chan error
+}
+
+// writer is the write side of a DB (see the file comment).
+type writer struct {
+	db *DB
+	c  *rawConn // read-write connection, used by the committer only
+
+	ops       chan *wop
+	quit      chan struct{}
+	closeOnce sync.Once
+	exit      chan struct{}
+
+	dedup    bool
+	dataNext []int64         // next data id by partition
+	held     map[int64]int32 // data id -> references from tobj (NEO's _uncommitted_data)
+	undo     []func()        // in-memory changes of the current operation, to revert on failure
+
+	dirty  bool // a commit not yet durable
+	st     wstmts
+	batch  []*wop
+	syncOn bool // the connection's synchronous is FULL
+}
+
+type wstmts struct {
+	begin, commit, rollback, savepoint, release, rollbackTo uintptr
+	syncFull, syncNormal                                    uintptr
+
+	insData, dupData, undoData, insTobj, insTtrans, insPack uintptr
+	lockTtrans, approvePack                                 uintptr
+	unlockTrans, unlockPack, delTtransTid                   uintptr
+	tobjData, unlockObj, delTobj, delTtransTtid             uintptr
+	objRef, delData                                         uintptr
+}
+
+var wstmtSQL = []struct {
+	dst func(*wstmts) *uintptr
+	sql string
+}{
+	{func(s *wstmts) *uintptr { return &s.begin }, "BEGIN IMMEDIATE"},
+	{func(s *wstmts) *uintptr { return &s.commit }, "COMMIT"},
+	{func(s *wstmts) *uintptr { return &s.rollback }, "ROLLBACK"},
+	{func(s *wstmts) *uintptr { return &s.savepoint }, "SAVEPOINT op"},
+	{func(s *wstmts) *uintptr { return &s.release }, "RELEASE op"},
+	{func(s *wstmts) *uintptr { return &s.rollbackTo }, "ROLLBACK TO op"},
+	{func(s *wstmts) *uintptr { return &s.syncFull }, "PRAGMA synchronous=FULL"},
+	{func(s *wstmts) *uintptr { return &s.syncNormal }, "PRAGMA synchronous=NORMAL"},
+	{func(s *wstmts) *uintptr { return &s.insData }, "INSERT INTO data VALUES (?,?,?,?)"},
+	{func(s *wstmts) *uintptr { return &s.dupData }, "SELECT id, value FROM data WHERE hash=? AND compression=?"},
+	{func(s *wstmts) *uintptr { return &s.undoData }, "SELECT data_id FROM obj WHERE partition=? AND oid=? AND tid=?"},
+	{func(s *wstmts) *uintptr { return &s.insTobj }, "INSERT OR FAIL INTO tobj VALUES (?,?,?,?,?)"},
+	{func(s *wstmts) *uintptr { return &s.insTtrans }, "INSERT OR FAIL INTO ttrans VALUES (?,?,?,?,?,?,?,?)"},
+	{func(s *wstmts) *uintptr { return &s.insPack }, "INSERT INTO pack VALUES (?,?,?,?,?)"},
+	{func(s *wstmts) *uintptr { return &s.lockTtrans }, "UPDATE ttrans SET tid=? WHERE ttid=?"},
+	{func(s *wstmts) *uintptr { return &s.approvePack }, "UPDATE pack SET approved=1 WHERE tid=?"},
+	{func(s *wstmts) *uintptr { return &s.unlockTrans }, "INSERT INTO trans SELECT * FROM ttrans WHERE tid=?"},
+	{func(s *wstmts) *uintptr { return &s.unlockPack }, "UPDATE pack SET tid=? WHERE tid=?"},
+	{func(s *wstmts) *uintptr { return &s.delTtransTid }, "DELETE FROM ttrans WHERE tid=?"},
+	{func(s *wstmts) *uintptr { return &s.tobjData }, "SELECT data_id FROM tobj WHERE tid=? AND data_id IS NOT NULL"},
+	{func(s *wstmts) *uintptr { return &s.unlockObj }, "INSERT INTO obj SELECT partition, oid, ?, data_id, value_tid FROM tobj WHERE tid=?"},
+	{func(s *wstmts) *uintptr { return &s.delTobj }, "DELETE FROM tobj WHERE tid=?"},
+	{func(s *wstmts) *uintptr { return &s.delTtransTtid }, "DELETE FROM ttrans WHERE ttid=?"},
+	{func(s *wstmts) *uintptr { return &s.objRef }, "SELECT 1 FROM obj WHERE data_id=? LIMIT 1"},
+	{func(s *wstmts) *uintptr { return &s.delData }, "DELETE FROM data WHERE id=?"},
+}
+
+// openWriter opens the read-write connection of db (its file is locked
+// with NEO/py's storage lock), switches the database to WAL mode and reads
+// the state the writer keeps in memory. It runs before the readers open.
+func openWriter(db *DB, uri string) (*writer, error) {
+	c, err := openRaw(uri, sqlite3.SQLITE_OPEN_READWRITE, busyTimeoutMS)
+	if err != nil {
+		return nil, err
+	}
+	w := &writer{db: db, c: c, ops: make(chan *wop, 256), quit: make(chan struct{}), exit: make(chan struct{}), held: map[int64]int32{}}
+	fail := func(err error) (*writer, error) {
+		c.close()
+		return nil, err
+	}
+	if mode, err := c.queryText("PRAGMA journal_mode=WAL"); err != nil {
+		return fail(fmt.Errorf("journal mode: %w", err))
+	} else if mode != "wal" {
+		return fail(fmt.Errorf("journal mode: cannot switch to WAL (%q)", mode))
+	}
+	for _, s := range wstmtSQL {
+		st, err := c.prepareKeep(s.sql)
+		if err != nil {
+			return fail(fmt.Errorf("prepare %q: %w", s.sql, err))
+		}
+		*s.dst(&w.st) = st
+	}
+	return w, nil
+}
+
+// load reads what the writer keeps in memory: whether data rows are
+// deduplicated, the next data id of each partition, the references of the
+// temporary rows to data rows. np is the number of partitions.
+func (w *writer) load(np uint64) error {
+	c := w.c
+	idx, err := c.queryText("SELECT 1 FROM sqlite_master WHERE type='index' AND name='_data_i1'")
+	if err != nil {
+		return err
+	}
+	w.dedup = idx == "1"
+	w.dataNext = make([]int64, np)
+	st, err := c.prepare("SELECT MAX(id) FROM data WHERE ?<=id AND id<?")
+	if err != nil {
+		return err
+	}
+	defer sqlite3.Xsqlite3_finalize(c.tls, st)
+	for p := range w.dataNext {
+		c.bindInt(st, 1, int64(p)<<48)
+		c.bindInt(st, 2, int64(p+1)<<48)
+		ok, err := c.step(st, "data ids")
+		if err != nil {
+			return err
+		}
+		w.dataNext[p] = int64(p) << 48
+		if ok && c.colType(st, 0) == sqlite3.SQLITE_INTEGER {
+			w.dataNext[p] = c.int64(st, 0) + 1
+		}
+		c.reset(st)
+	}
+	clear(w.held)
+	st2, err := c.prepare("SELECT data_id, COUNT(*) FROM tobj WHERE data_id IS NOT NULL GROUP BY data_id")
+	if err != nil {
+		return err
+	}
+	defer sqlite3.Xsqlite3_finalize(c.tls, st2)
+	for {
+		ok, err := c.step(st2, "tobj data ids")
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return nil
+		}
+		w.held[c.int64(st2, 0)] = int32(c.int64(st2, 1))
+	}
+}
+
+// start runs the committer.
+func (w *writer) start() { go w.loop() }
+
+// do queues op and waits for it (its commit included).
+func (w *writer) do(ctx context.Context, sync bool, run func(*writer) error) error {
+	op := &wop{run: run, sync: sync, done: make(chan error, 1)}
+	select {
+	case w.ops <- op:
+	case <-w.quit:
+		return errRawClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	// Once queued, the operation runs: wait for its outcome even if ctx
+	// ends, so that the caller knows what happened.
+	return <-op.done
+}
+
+func (w *writer) loop() {
+	defer close(w.exit)
+	var timer *time.Timer
+	var timerC <-chan time.Time
+	for {
+		select {
+		case op := <-w.ops:
+			w.batch = append(w.batch[:0], op)
+		drain:
+			for len(w.batch) < cap(w.ops) {
+				select {
+				case op := <-w.ops:
+					w.batch = append(w.batch, op)
+				default:
+					break drain
+				}
+			}
+			w.runBatch()
+			if w.dirty && timerC == nil {
+				if timer == nil {
+					timer = time.NewTimer(unlockSyncDelay)
+				} else {
+					timer.Reset(unlockSyncDelay)
+				}
+				timerC = timer.C
+			}
+		case <-timerC:
+			timerC = nil
+			w.db.raw.lastSweep = time.Time{}
+			w.db.raw.sweep()
+			if w.dirty {
+				w.syncNow()
+			}
+		case <-w.quit:
+			if timer != nil {
+				timer.Stop()
+			}
+			// Operations queued before Close still run.
+			for {
+				select {
+				case op := <-w.ops:
+					w.batch = append(w.batch[:0], op)
+					w.runBatch()
+				default:
+					if w.dirty {
+						w.syncNow()
+					}
+					return
+				}
+			}
+		}
+	}
+}
+
+// runBatch runs the operations of w.batch in one SQLite transaction.
+func (w *writer) runBatch() {
+	c := w.c
+	sync := false
+	for _, op := range w.batch {
+		sync = sync || op.sync
+	}
+	errs := make([]error, len(w.batch))
+	fail := func(err error) {
+		for _, op := range w.batch {
+			op.done <- err
+		}
+	}
+	if sync != w.syncOn {
+		st := w.st.syncNormal
+		if sync {
+			st = w.st.syncFull
+		}
+		if err := c.exec(st, "synchronous"); err != nil {
+			fail(err)
+			return
+		}
+		w.syncOn = sync
+	}
+	if err := c.exec(w.st.begin, "begin"); err != nil {
+		fail(err)
+		return
+	}
+	for i, op := range w.batch {
+		errs[i] = w.runOp(op)
+	}
+	if err := c.exec(w.st.commit, "commit"); err != nil {
+		c.exec(w.st.rollback, "rollback")
+		// The in-memory state may reflect operations that are gone.
+		if lerr := w.load(uint64(len(w.dataNext))); lerr != nil {
+			err = fmt.Errorf("%w (and reloading the writer's state: %v)", err, lerr)
+		}
+		fail(err)
+		return
+	}
+	w.dirty = !sync
+	// Readers start a new snapshot on their next lookup.
+	w.db.raw.gen.Add(1)
+	w.db.raw.sweep()
+	for i, op := range w.batch {
+		op.done <- errs[i]
+	}
+	clear(w.batch)
+}
+
+// runOp runs op under a savepoint: on error its changes, in the database
+// and in memory, are undone.
+func (w *writer) runOp(op *wop) error {
+	c := w.c
+	if err := c.exec(w.st.savepoint, "savepoint"); err != nil {
+		return err
+	}
+	w.undo = w.undo[:0]
+	err := op.run(w)
+	if err != nil {
+		c.exec(w.st.rollbackTo, "rollback to")
+		for i := len(w.undo) - 1; i >= 0; i-- {
+			w.undo[i]()
+		}
+	}
+	w.undo = w.undo[:0]
+	if rerr := c.exec(w.st.release, "release"); err == nil {
+		err = rerr
+	}
+	return err
+}
+
+// syncNow makes the commits done so far durable: a WAL checkpoint syncs
+// the WAL (and copies it into the database).
+func (w *writer) syncNow() {
+	if err := w.c.execSQL("PRAGMA wal_checkpoint(PASSIVE)"); err == nil {
+		w.dirty = false
+	}
+}
+
+// close stops the committer after the queued operations; the caller then
+// closes the readers and calls finish.
+func (w *writer) close() {
+	w.closeOnce.Do(func() { close(w.quit) })
+	<-w.exit
+}
+
+// finish puts the database back in rollback-journal mode (NEO/py's) and
+// closes the connection. Every other connection must be closed.
+func (w *writer) finish() error {
+	c := w.c
+	if c.closed {
+		return nil
+	}
+	var err error
+	if _, err = c.queryText("PRAGMA journal_mode=DELETE"); err != nil {
+		err = fmt.Errorf("journal mode: %w", err)
+	}
+	c.close()
+	return err
+}
+
+// held references --------------------------------------------------------
+
+func (w *writer) hold(id int64) {
+	w.held[id]++
+	w.undo = append(w.undo, func() { w.releaseOne(id) })
+}
+
+func (w *writer) releaseOne(id int64) {
+	if n := w.held[id] - 1; n > 0 {
+		w.held[id] = n
+	} else {
+		delete(w.held, id)
+	}
+}
+
+// release drops one reference to each id (NEO's releaseData), then, with
+// prune, deletes the data rows no longer referenced by a temporary or a
+// committed record.
+func (w *writer) release(ids []int64, prune bool) error {
+	for _, id := range ids {
+		n := w.held[id]
+		w.releaseOne(id)
+		w.undo = append(w.undo, func() {
+			if n > 0 {
+				w.held[id] = n
+			}
+		})
+	}
+	if prune {
+		return w.prune(ids)
+	}
+	return nil
+}
+
+// prune deletes the data rows of ids that no temporary record holds and
+// no obj row references (NEO's _pruneData). It returns how many it deleted.
+func (w *writer) prune(ids []int64) error {
+	_, err := w.pruneCount(ids)
+	return err
+}
+
+func (w *writer) pruneCount(ids []int64) (int, error) {
+	c := w.c
+	n := 0
+	for i, id := range ids {
+		if w.held[id] > 0 || contains(ids[:i], id) {
+			continue
+		}
+		c.bindInt(w.st.objRef, 1, id)
+		ref, err := c.step(w.st.objRef, "prune")
+		if err != nil {
+			return n, err
+		}
+		if ref {
+			c.reset(w.st.objRef)
+			continue
+		}
+		c.bindInt(w.st.delData, 1, id)
+		if err := c.exec(w.st.delData, "prune"); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+func contains(ids []int64, id int64) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+// the operations -----------------------------------------------------------
+
+func (w *writer) partition(x uint64) int64 { return int64(x % w.db.np) }
+
+// storeData stores the data of o (NEO's storeData) and returns its data id,
+// 0 with ok false for a record without data.
+func (w *writer) storeData(o *VotedObject) (id int64, ok bool, err error) {
+	c := w.c
+	p := w.partition(uint64(o.Oid))
+	if o.DataSerial != 0 {
+		st := w.st.undoData
+		c.bindInt(st, 1, p)
+		c.bindInt(st, 2, int64(o.Oid))
+		c.bindInt(st, 3, int64(o.DataSerial))
+		row, err := c.step(st, "undo data")
+		if err != nil {
+			return 0, false, err
+		}
+		if row {
+			null := c.colType(st, 0) == sqlite3.SQLITE_NULL
+			id := c.int64(st, 0)
+			c.reset(st)
+			return id, !null, nil
+		}
+		if w.db.readable[p] || o.Data == nil {
+			return 0, false, fmt.Errorf("oid %s: undo to %s: %w", o.Oid, o.DataSerial, ErrUndoPack)
+		}
+	}
+	if o.NoData {
+		return 0, false, nil
+	}
+	id = w.dataNext[p]
+	st := w.st.insData
+	c.bindInt(st, 1, id)
+	if err := c.bindBlob(st, 2, o.Checksum[:]); err != nil {
+		return 0, false, err
+	}
+	c.bindInt(st, 3, int64(o.Compression))
+	if err := c.bindBlob(st, 4, o.Data); err != nil {
+		return 0, false, err
+	}
+	if err := c.exec(st, "insert data"); err != nil {
+		if w.dedup && sqlite3.Xsqlite3_extended_errcode(c.tls, c.db) == sqlite3.SQLITE_CONSTRAINT_UNIQUE {
+			return w.dupData(o, err)
+		}
+		return 0, false, err
+	}
+	w.dataNext[p] = id + 1
+	w.undo = append(w.undo, func() { w.dataNext[p] = id })
+	return id, true, nil
+}
+
+// dupData finds the data row identical to o's (dedup); insErr is the
+// failed insert's error, returned if the row with o's hash differs.
+func (w *writer) dupData(o *VotedObject, insErr error) (int64, bool, error) {
+	c := w.c
+	st := w.st.dupData
+	if err := c.bindBlob(st, 1, o.Checksum[:]); err != nil {
+		return 0, false, err
+	}
+	c.bindInt(st, 2, int64(o.Compression))
+	row, err := c.step(st, "dedup data")
+	if err != nil {
+		return 0, false, err
+	}
+	if !row {
+		return 0, false, insErr
+	}
+	defer c.reset(st)
+	if !bytes.Equal(c.blob(st, 1), o.Data) {
+		return 0, false, fmt.Errorf("oid %s: data hash collision: %w", o.Oid, insErr)
+	}
+	return c.int64(st, 0), true, nil
+}
+
+// vote stores t in the temporary tables (NEO's holdData for each object,
+// storeTransaction and storePackOrder).
+func (w *writer) vote(t *VotedTxn) error {
+	c := w.c
+	for i := range t.Objects {
+		o := &t.Objects[i]
+		id, ok, err := w.storeData(o)
+		if err != nil {
+			return err
+		}
+		st := w.st.insTobj
+		c.bindInt(st, 1, w.partition(uint64(o.Oid)))
+		c.bindInt(st, 2, int64(o.Oid))
+		c.bindInt(st, 3, int64(t.TTid))
+		if ok {
+			w.hold(id)
+			c.bindInt(st, 4, id)
+		} else {
+			c.bindNull(st, 4)
+		}
+		c.bindIntOrNull(st, 5, int64(o.DataSerial))
+		if err := c.exec(st, "insert tobj"); err != nil {
+			return fmt.Errorf("oid %s: %w", o.Oid, err)
+		}
+	}
+	m := t.Meta
+	if m == nil {
+		return nil
+	}
+	st := w.st.insTtrans
+	c.bindInt(st, 1, w.partition(uint64(t.TTid)))
+	c.bindNull(st, 2)
+	c.bindInt(st, 3, 0)
+	if err := c.bindBlob(st, 4, oidField(m.Oids)); err != nil {
+		return err
+	}
+	for i, b := range [][]byte{m.User, m.Description, m.Extension} {
+		if err := c.bindBlob(st, int32(5+i), b); err != nil {
+			return err
+		}
+	}
+	c.bindInt(st, 8, int64(t.TTid))
+	if err := c.exec(st, "insert ttrans"); err != nil {
+		return err
+	}
+	if m.Pack == nil {
+		return nil
+	}
+	st = w.st.insPack
+	c.bindInt(st, 1, int64(t.TTid))
+	c.bindNull(st, 2)
+	partial := int64(0)
+	if len(m.Pack.Oids) > 0 {
+		partial = 1
+	}
+	c.bindInt(st, 3, partial)
+	if m.Pack.Oids == nil {
+		c.bindNull(st, 4)
+	} else if err := c.bindBlob(st, 4, oidField(m.Pack.Oids)); err != nil {
+		return err
+	}
+	c.bindInt(st, 5, int64(m.Pack.PackTid))
+	return c.exec(st, "insert pack")
+}
+
+// oidField is NEO's oids field: the 8-byte big-endian oids concatenated.
+func oidField(oids []zodb.Oid) []byte {
+	b := make([]byte, 8*len(oids))
+	for i, o := range oids {
+		for j := 0; j < 8; j++ {
+			b[8*i+j] = byte(uint64(o) >> (56 - 8*j))
+		}
+	}
+	return b
+}
+
+func (w *writer) lock(ttid, tid zodb.Tid, approvePack bool) error {
+	c := w.c
+	c.bindInt(w.st.lockTtrans, 1, int64(tid))
+	c.bindInt(w.st.lockTtrans, 2, int64(ttid))
+	if err := c.exec(w.st.lockTtrans, "lock"); err != nil {
+		return err
+	}
+	if approvePack {
+		c.bindInt(w.st.approvePack, 1, int64(ttid))
+		return c.exec(w.st.approvePack, "approve pack")
+	}
+	return nil
+}
+
+// tobjData returns the data ids of the tobj rows of ttid.
+func (w *writer) tobjData(ttid zodb.Tid) ([]int64, error) {
+	c := w.c
+	st := w.st.tobjData
+	c.bindInt(st, 1, int64(ttid))
+	var ids []int64
+	for {
+		row, err := c.step(st, "tobj data")
+		if err != nil || !row {
+			return ids, err
+		}
+		ids = append(ids, c.int64(st, 0))
+	}
+}
+
+func (w *writer) unlock(ttid, tid zodb.Tid) error {
+	c := w.c
+	s := &w.st
+	c.bindInt(s.unlockTrans, 1, int64(tid))
+	if err := c.exec(s.unlockTrans, "unlock trans"); err != nil {
+		return err
+	}
+	c.bindInt(s.unlockPack, 1, int64(tid))
+	c.bindInt(s.unlockPack, 2, int64(ttid))
+	if err := c.exec(s.unlockPack, "unlock pack"); err != nil {
+		return err
+	}
+	c.bindInt(s.delTtransTid, 1, int64(tid))
+	if err := c.exec(s.delTtransTid, "unlock ttrans"); err != nil {
+		return err
+	}
+	ids, err := w.tobjData(ttid)
+	if err != nil {
+		return err
+	}
+	c.bindInt(s.unlockObj, 1, int64(tid))
+	c.bindInt(s.unlockObj, 2, int64(ttid))
+	if err := c.exec(s.unlockObj, "unlock obj"); err != nil {
+		return err
+	}
+	c.bindInt(s.delTobj, 1, int64(ttid))
+	if err := c.exec(s.delTobj, "unlock tobj"); err != nil {
+		return err
+	}
+	return w.release(ids, false)
+}
+
+func (w *writer) abort(ttid zodb.Tid) error {
+	c := w.c
+	ids, err := w.tobjData(ttid)
+	if err != nil {
+		return err
+	}
+	c.bindInt(w.st.delTobj, 1, int64(ttid))
+	if err := c.exec(w.st.delTobj, "abort tobj"); err != nil {
+		return err
+	}
+	c.bindInt(w.st.delTtransTtid, 1, int64(ttid))
+	if err := c.exec(w.st.delTtransTtid, "abort ttrans"); err != nil {
+		return err
+	}
+	return w.release(ids, true)
+}
+
+// dropUnlocked drops the voted transactions that are not locked (NEO/py's
+// dropUnfinishedData, which runs when no transaction is locked, restricted
+// to those: ttrans rows without a tid, tobj rows of the other ttids).
+func (w *writer) dropUnlocked(locked map[zodb.Tid]bool) error {
+	c := w.c
+	st, err := c.prepare("SELECT DISTINCT tid FROM tobj UNION SELECT ttid FROM ttrans WHERE tid IS NULL")
+	if err != nil {
+		return err
+	}
+	var ttids []zodb.Tid
+	for {
+		row, err := c.step(st, "unfinished")
+		if err != nil {
+			sqlite3.Xsqlite3_finalize(c.tls, st)
+			return err
+		}
+		if !row {
+			break
+		}
+		ttids = append(ttids, zodb.Tid(c.int64(st, 0)))
+	}
+	sqlite3.Xsqlite3_finalize(c.tls, st)
+	lockedInDB, err := c.prepare("SELECT 1 FROM ttrans WHERE ttid=? AND tid IS NOT NULL")
+	if err != nil {
+		return err
+	}
+	defer sqlite3.Xsqlite3_finalize(c.tls, lockedInDB)
+	for _, ttid := range ttids {
+		if locked[ttid] {
+			continue
+		}
+		c.bindInt(lockedInDB, 1, int64(ttid))
+		row, err := c.step(lockedInDB, "unfinished")
+		if err != nil {
+			return err
+		}
+		if row {
+			c.reset(lockedInDB)
+			continue
+		}
+		if err := w.abort(ttid); err != nil {
+			return err
+		}
+	}
+	return nil
+}
