@@ -93,6 +93,10 @@ var ErrUndoPack = errors.New("undo: the revision the undo restores was packed")
 // OpenWriter.
 var ErrReadOnly = errors.New("database opened read-only")
 
+// Writable tells whether db was opened with OpenWriter (its write methods
+// work).
+func (db *DB) Writable() bool { return db.w != nil }
+
 // wop is one operation queued for the committer.
 type wop struct {
 	run  func(w *writer) error

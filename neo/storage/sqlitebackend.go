@@ -42,6 +42,10 @@ func OpenSQLite(ctx context.Context, path string) (*SQLiteBackend, error) {
 // The Writer methods fail unless db was opened with neosqlite.OpenWriter.
 func NewSQLite(db *neosqlite.DB) *SQLiteBackend { return &SQLiteBackend{db: db} }
 
+// ReadOnly implements ReadOnlyBackend: a database not opened with
+// neosqlite.OpenWriter (NewSQLite of neosqlite.Open) is served read-only.
+func (b *SQLiteBackend) ReadOnly() bool { return !b.db.Writable() }
+
 // Path implements Backend.
 func (b *SQLiteBackend) Path() string { return b.db.Path() }
 
