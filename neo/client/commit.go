@@ -776,6 +776,13 @@ func (t *txn) undo(ctx context.Context, tid zodb.Tid, resolve zodb.Resolver) err
 		byPart[p] = append(byPart[p], oid)
 	}
 	snapshot := c.cache.Head() + 1
+	// A storage answers AskObjectUndoSerial from what it has unlocked: a
+	// load of each object first (which a storage delays while a
+	// transaction that changed it is being committed) makes sure it has
+	// every commit this client knows of.
+	for _, oid := range ti.Oids {
+		c.LoadBefore(ctx, oid, snapshot, nil)
+	}
 	var entries []proto.UndoSerial
 	for p, oids := range byPart {
 		var ans proto.AnswerObjectUndoSerial
