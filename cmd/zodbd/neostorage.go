@@ -55,6 +55,8 @@ func runNeoStorage(args []string) int {
 	fl.Var(&busyPoll, "busy-poll", busyPollUsage)
 	var noChecksum bool
 	fl.BoolVar(&noChecksum, "no-checksum", false, "for benchmarks only: send zero checksums instead of sha1(data) (FileStorage backend); only clients that skip their check (neo://...?verify=0) can read from such a node")
+	var readWrite bool
+	fl.BoolVar(&readWrite, "read-write", false, "commit: open a FileStorage BACKEND for NEO's writes (storage.OpenFS1Writer: PATH.neo keeps the final tids of locked transactions); without it a FileStorage is served read-only")
 	var withMaster string
 	fl.StringVar(&withMaster, "with-master", "", "test build only (bin/zodbd-test), for tests, demos and benchmarks: also run the test master (`zodbd-test neo-master`) in this process, listening on `ADDR`, and join it (then --masters is not needed)")
 	if status, ok := parseFlags(fl, args); !ok {
@@ -107,6 +109,8 @@ func runNeoStorage(args []string) int {
 	if p, ok := strings.CutPrefix(arg, "sqlite:"); ok {
 		p = strings.TrimPrefix(p, "//")
 		be, err = storage.OpenSQLite(ctx, p)
+	} else if readWrite {
+		be, err = storage.OpenFS1Writer(arg, nil)
 	} else {
 		be, err = storage.OpenFS1(arg)
 	}
