@@ -295,3 +295,95 @@ func testConflictResolution(t *testing.T, cluster, master string) {
 		t.Errorf("after the undo: %q@%s, want 19@%s", d, s, utid)
 	}
 }
+
+// TestNEOPyDeadlock: see testDeadlock.
+func TestNEOPyDeadlock(t *testing.T) {
+	master := startNEOPy(t, "deadlock", filepath.Join(t.TempDir(), "db.sqlite"))
+	testDeadlock(t, "deadlock", master)
+}
+
+// testDeadlock has two clients change two objects in opposite orders, at
+// once, both based on the same revisions, round after round: the older
+// transaction may wait for a lock the younger holds while the younger
+// waits for the older (the storage then tells the younger to take its
+// lock again: NotifyDeadlock, AskRelockObject). Both commit every round,
+// the second by resolving its conflicts, and no change is lost.
+func testDeadlock(t *testing.T, cluster, master string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	logf := func(string, ...interface{}) {}
+	a := dialT(t, &client.Options{Cluster: cluster, Masters: []string{master}, Logf: logf, Resolve: counterResolver})
+	b := dialT(t, &client.Options{Cluster: cluster, Masters: []string{master}, Logf: logf, Resolve: counterResolver})
+	oids, err := a.NewOids(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, y := oids[0], oids[1]
+	txn, err := a.Begin(ctx, zodb.TxnMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	txn.Store(x, 0, []byte("0"))
+	txn.Store(y, 0, []byte("0"))
+	if _, err := txn.Vote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	serial, err := txn.Finish(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 0
+	for round := range 20 {
+		ta, err := a.Begin(ctx, zodb.TxnMeta{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tb, err := b.Begin(ctx, zodb.TxnMeta{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		add := func(txn zodb.Txn, oid zodb.Oid, n int) {
+			if err := txn.Store(oid, serial, []byte(strconv.Itoa(want+n))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Each stores its first object twice: the second store waits
+		// for the first's answer, so that each holds its lock before the
+		// other asks for it.
+		add(ta, x, 1)
+		add(tb, y, 10)
+		add(ta, x, 1)
+		add(tb, y, 10)
+		add(ta, y, 1) // waits for b's lock: b is told to relock
+		add(tb, x, 10)
+		var wg sync.WaitGroup
+		tids := make([]zodb.Tid, 2)
+		errs := make([]error, 2)
+		for i, txn := range []zodb.Txn{ta, tb} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, errs[i] = txn.Vote(ctx); errs[i] == nil {
+					tids[i], errs[i] = txn.Finish(ctx, nil)
+				} else {
+					txn.Abort()
+				}
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		want += 11
+		serial = max(tids[0], tids[1])
+		for _, oid := range []zodb.Oid{x, y} {
+			if _, err := a.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			data, s, err := a.Load(ctx, zodb.Xid{Oid: oid, At: zodb.TidMax})
+			if err != nil || string(data) != strconv.Itoa(want) || s != serial {
+				t.Fatalf("round %d: %s = %q@%s, %v; want %d@%s", round, oid, data, s, err, want, serial)
+			}
+		}
+	}
+}

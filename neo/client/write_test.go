@@ -91,3 +91,14 @@ func TestClusterConflict(t *testing.T) {
 	master := startNEO(t, "conflict", be)
 	testConflictResolution(t, "conflict", master)
 }
+
+// TestClusterDeadlock: see testDeadlock.
+func TestClusterDeadlock(t *testing.T) {
+	be, err := storage.OpenFS1Writer(filepath.Join(t.TempDir(), "Data.fs"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { be.Close() })
+	master := startNEO(t, "deadlock", be)
+	testDeadlock(t, "deadlock", master)
+}
