@@ -49,7 +49,10 @@ import (
 // transaction may commit the object meanwhile, and the caller's new store
 // then conflicts again.
 
-var _ zodb.ResolvingTxn = (*txn)(nil)
+var (
+	_ zodb.ResolvingTxn = (*txn)(nil)
+	_ zodb.Packer       = (*Client)(nil)
+)
 
 // oidBatch is how many oids NewOids asks the master for at a time (NEO/py's
 // client asks 100).
@@ -100,6 +103,10 @@ func (c *Client) NewOids(ctx context.Context, n int) ([]zodb.Oid, error) {
 		cs.mu.Unlock()
 	}
 }
+
+// failed is closed when the client becomes unusable (the one place of this
+// file that knows how the client keeps that).
+func (c *Client) failed() <-chan struct{} { return c.dead }
 
 // masterErr maps the master's refusals to zodb errors.
 func masterErr(err error) error {
@@ -235,7 +242,8 @@ type txn struct {
 	undos    []zodb.Tid
 	undone   []zodb.Oid // oids whose data the client produced: undo, resolution
 	deleted  map[zodb.Oid]bool
-	voting   bool // AskStoreTransaction sent: NotifyDeadlock is ignored
+	voting   bool               // AskStoreTransaction sent: NotifyDeadlock is ignored
+	pack     *proto.PackRequest // a pack order carried by the transaction (Pack)
 
 	finished chan zodb.Tid // the finish answer, applied by the master loop
 }
@@ -511,7 +519,7 @@ func (t *txn) wait(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-t.c.dead:
+	case <-t.c.failed():
 		return t.c.failure()
 	}
 }
@@ -634,7 +642,7 @@ func (t *txn) vote(ctx context.Context, resolve zodb.Resolver, keep bool) (undon
 	if ext == nil {
 		ext = []byte{}
 	}
-	storeTxn := &proto.AskStoreTransaction{TTid: t.ttid, User: nonNil(meta.User), Description: nonNil(meta.Description), Extension: ext, Oids: oids}
+	storeTxn := &proto.AskStoreTransaction{TTid: t.ttid, User: nonNil(meta.User), Description: nonNil(meta.Description), Extension: ext, Oids: oids, Pack: t.pack}
 	trans := map[proto.NodeID]bool{}
 	var errs []error
 	var emu sync.Mutex
@@ -869,7 +877,7 @@ func (t *txn) Finish(ctx context.Context, onCommit func(tid zodb.Tid, oids []zod
 		}
 	}()
 	oids, all, deleted, checked := t.finishLists()
-	req := &proto.AskFinishTransaction{TTid: t.ttid, Oids: oids, Deleted: deleted, Checked: checked}
+	req := &proto.AskFinishTransaction{TTid: t.ttid, Oids: oids, Deleted: deleted, Checked: checked, Pack: t.pack}
 	askErr := make(chan error, 1)
 	go func() {
 		// Not bounded by ctx: the answer must reach the master loop
@@ -884,7 +892,7 @@ func (t *txn) Finish(ctx context.Context, onCommit func(tid zodb.Tid, oids []zod
 		if err == nil {
 			select {
 			case tid = <-t.finished:
-			case <-c.dead:
+			case <-c.failed():
 				err = c.failure()
 			}
 		}
@@ -906,7 +914,7 @@ func (t *txn) Finish(ctx context.Context, onCommit func(tid zodb.Tid, oids []zod
 			if <-askErr == nil {
 				select {
 				case <-t.finished:
-				case <-c.dead:
+				case <-c.failed():
 				}
 			}
 			t.end()
@@ -1093,4 +1101,40 @@ func (c *Client) notifyDeadlock(conn *link.Conn, args []byte) {
 		}
 		t.answered(st, gen, 0, conflict, err)
 	}()
+}
+
+// Pack implements zodb.Packer as NEO/py's client does: a transaction that
+// carries a pack order up to at (AskStoreTransaction's and
+// AskFinishTransaction's pack argument, [nil, at]: every object), which the
+// master approves at its commit and the storages then carry out; then
+// WaitForPack, answered by the master once they did. NEO removes the
+// revisions that are not current at at, but collects no unreachable object:
+// gc is refused. Cancelling ctx stops the wait, not the pack.
+func (c *Client) Pack(ctx context.Context, at zodb.Tid, gc bool) error {
+	if gc {
+		return c.opErr("pack", at, errors.New("NEO does not collect unreachable objects (pack without gc)"))
+	}
+	if at == 0 {
+		return nil
+	}
+	zt, err := c.Begin(ctx, zodb.TxnMeta{Description: []byte("IStorage.pack")})
+	if err != nil {
+		return err
+	}
+	t := zt.(*txn)
+	t.pack = &proto.PackRequest{PackTid: at}
+	if _, err := t.Vote(ctx); err != nil {
+		return err
+	}
+	tid, err := t.Finish(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := c.askMaster(ctx, &proto.WaitForPack{Tid: tid}, new(proto.WaitedForPack)); err != nil {
+		return c.opErr("pack", at, err)
+	}
+	// Revisions the cache holds may be gone from the storages: NEO/py's
+	// client clears its cache too.
+	c.cache.Clear()
+	return nil
 }

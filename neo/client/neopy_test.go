@@ -387,3 +387,51 @@ func testDeadlock(t *testing.T, cluster, master string) {
 		}
 	}
 }
+
+// TestNEOPyPack packs a NEO/py cluster through the client: the revisions
+// not current at the pack time are gone, the current ones stay.
+func TestNEOPyPack(t *testing.T) {
+	master := startNEOPy(t, "pack", filepath.Join(t.TempDir(), "db.sqlite"))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := dialT(t, &client.Options{Cluster: "pack", Masters: []string{master}, Logf: func(string, ...interface{}) {}})
+	oids, err := c.NewOids(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := oids[0]
+	var tids []zodb.Tid
+	for i := range 3 {
+		txn, err := c.Begin(ctx, zodb.TxnMeta{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var serial zodb.Tid
+		if i > 0 {
+			serial = tids[i-1]
+		}
+		txn.Store(x, serial, []byte(strconv.Itoa(i)))
+		if _, err := txn.Vote(ctx); err != nil {
+			t.Fatal(err)
+		}
+		tid, err := txn.Finish(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tids = append(tids, tid)
+	}
+	if err := c.Pack(ctx, tids[1], true); err == nil {
+		t.Errorf("Pack with gc: no error")
+	}
+	if err := c.Pack(ctx, tids[1], false); err != nil {
+		t.Fatalf("Pack: %v", err)
+	}
+	if _, _, err := c.LoadSerial(ctx, x, tids[0]); err == nil {
+		t.Errorf("the revision %s, not current at the pack time %s, is still there", tids[0], tids[1])
+	}
+	for _, tid := range tids[1:] {
+		if data, _, err := c.LoadSerial(ctx, x, tid); err != nil || len(data) != 1 {
+			t.Errorf("revision %s after the pack: %q, %v", tid, data, err)
+		}
+	}
+}

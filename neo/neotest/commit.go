@@ -34,6 +34,14 @@ import (
 //	                          the tid once a pending one commits, MAX_TID
 //	                          ("ask the storages") for one that finished
 //
+// A transaction may carry a pack order (AskFinishTransaction's pack,
+// [oids|nil, pack_tid], pack_tid at most the last commit): the master
+// records it, approved (NEO/py's automatic approval), with the
+// transaction's tid as its id, and tells the storage at the lock
+// (AskLockInformation's pack). The storage asks for it (AskPackOrders: the
+// first approved order from an id on) and reports it done
+// (NotifyPackCompleted), which answers the clients waiting for it
+// (WaitForPack).
 // A client that leaves aborts its transactions not yet finishing.
 
 // mtxn is a transaction the master knows.
@@ -47,6 +55,13 @@ type mtxn struct {
 	locked   bool
 	failed   error // AskLockInformation failed
 	waiters  []finalWaiter
+	pack     *proto.PackOrder
+}
+
+// packOrder is a pack order and the WaitForPack requests waiting for it.
+type packOrder struct {
+	order   proto.PackOrder
+	waiters []finalWaiter
 }
 
 // finalWaiter is an AskFinalTID waiting for a transaction being finished.
@@ -157,6 +172,19 @@ func (m *Master) clientRequest(c *link.Conn, r *link.Request) (handled bool) {
 		} else {
 			c.ReplyError(r.ID, proto.IncompleteTransaction, "the storage for which the vote failed can not be disconnected")
 		}
+	case proto.CodeWaitForPack:
+		var req proto.WaitForPack
+		if err := r.Decode(&req); err != nil {
+			c.ReplyError(r.ID, proto.ProtocolError, err.Error())
+			return true
+		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if p := m.packs[req.Tid]; p != nil {
+			p.waiters = append(p.waiters, finalWaiter{c, r.ID})
+		} else {
+			c.Reply(r.ID, &proto.WaitedForPack{})
+		}
 	case proto.CodeAskFinalTID:
 		var req proto.AskFinalTID
 		if err := r.Decode(&req); err != nil {
@@ -211,14 +239,25 @@ func (m *Master) finish(c *link.Conn, id uint32, req *proto.AskFinishTransaction
 		t.tid = m.nextTidLocked(t.ttid, len(m.rows))
 		m.queue = append(m.queue, t.ttid)
 	}
+	if p := req.Pack; p != nil {
+		if p.PackTid == 0 || p.PackTid == proto.InvalidTid || p.PackTid > m.lastTid {
+			m.dropLocked(t)
+			m.mu.Unlock()
+			c.ReplyError(id, proto.ProtocolError, "invalid pack time")
+			c.Close()
+			return
+		}
+		t.pack = &proto.PackOrder{PackID: t.tid, Approved: true, ApprovedSet: true, Partial: p.OidsSet,
+			Oids: slices.Clone(p.Oids), OidsSet: p.OidsSet, PackTid: p.PackTid}
+	}
 	t.finishID = id
 	t.oids = slices.Clone(req.Oids)
 	for _, oid := range t.oids {
 		m.lastOid = max(m.lastOid, oid)
 	}
-	ttid, tid := t.ttid, t.tid
+	ttid, tid, pack := t.ttid, t.tid, t.pack != nil
 	m.mu.Unlock()
-	s.AskAsync(context.Background(), &proto.AskLockInformation{TTid: ttid, Tid: tid, Pack: false, PackSet: true},
+	s.AskAsync(context.Background(), &proto.AskLockInformation{TTid: ttid, Tid: tid, Pack: pack, PackSet: true},
 		new(proto.AnswerInformationLocked), func(err error) { m.locked(ttid, err) })
 }
 
@@ -245,6 +284,12 @@ func (m *Master) locked(ttid zodb.Tid, err error) {
 			continue
 		}
 		m.lastTid = max(m.lastTid, t.tid)
+		if t.pack != nil {
+			if m.packs == nil {
+				m.packs = make(map[zodb.Tid]*packOrder)
+			}
+			m.packs[t.tid] = &packOrder{order: *t.pack}
+		}
 		t.client.Reply(t.finishID, &proto.AnswerTransactionFinished{TTid: t.ttid, Tid: t.tid})
 		inval := &proto.InvalidateObjects{Tid: t.tid, Oids: t.oids}
 		for cl := range m.clients {
@@ -279,4 +324,49 @@ func (m *Master) clientLost(c *link.Conn) {
 			s.Send(&proto.AbortTransaction{TTid: ttid, NodeList: []proto.NodeID{}})
 		}
 	}
+}
+
+// storagePackRequest handles the storage's pack requests and notifications
+// during operation; it returns false for another packet.
+func (m *Master) storagePackRequest(s *link.Conn, r *link.Request) bool {
+	switch r.Code {
+	case proto.CodeAskPackOrders:
+		var req proto.AskPackOrders
+		if err := r.Decode(&req); err != nil {
+			s.ReplyError(r.ID, proto.ProtocolError, err.Error())
+			return true
+		}
+		// The first approved order from the id on.
+		m.mu.Lock()
+		var first *proto.PackOrder
+		for _, p := range m.packs {
+			if p.order.PackID >= req.MinPackID && (first == nil || p.order.PackID < first.PackID) {
+				first = &p.order
+			}
+		}
+		ans := &proto.AnswerPackOrders{Orders: []proto.PackOrder{}}
+		if first != nil {
+			ans.Orders = append(ans.Orders, *first)
+		}
+		m.mu.Unlock()
+		s.Reply(r.ID, ans)
+	case proto.CodeNotifyPackCompleted:
+		var req proto.NotifyPackCompleted
+		if err := r.Decode(&req); err != nil {
+			return true
+		}
+		m.mu.Lock()
+		for id, p := range m.packs {
+			if id <= req.PackID {
+				delete(m.packs, id)
+				for _, w := range p.waiters {
+					w.c.Reply(w.id, &proto.WaitedForPack{})
+				}
+			}
+		}
+		m.mu.Unlock()
+	default:
+		return false
+	}
+	return true
 }

@@ -51,7 +51,8 @@ const firstClientNID proto.NodeID = -0x20000000 + 1
 // Clients commit as with NEO/py's master (commit.go): AskBeginTransaction,
 // AskNewOIDs, AskFinishTransaction with AskLockInformation and
 // NotifyUnlockInformation to the storage and InvalidateObjects to the other
-// clients, AbortTransaction, FailedVote, AskFinalTID. A client that
+// clients, AbortTransaction, FailedVote, AskFinalTID, pack orders
+// (WaitForPack; AskPackOrders and NotifyPackCompleted from the storage). A client that
 // identified read-only is refused commits with READ_ONLY_ACCESS.
 type Master struct {
 	cfg MasterConfig
@@ -73,9 +74,10 @@ type Master struct {
 
 	// Commits (commit.go).
 	lastOid zodb.Oid
-	tidMax  zodb.Tid           // greatest ttid or tid given out
-	txns    map[zodb.Tid]*mtxn // by ttid
-	queue   []zodb.Tid         // ttids of the transactions finishing, in tid order
+	tidMax  zodb.Tid                // greatest ttid or tid given out
+	txns    map[zodb.Tid]*mtxn      // by ttid
+	packs   map[zodb.Tid]*packOrder // pack orders not completed, by id
+	queue   []zodb.Tid              // ttids of the transactions finishing, in tid order
 	runOnce sync.Once
 }
 
@@ -291,6 +293,8 @@ func (m *Master) serveStorage(c *link.Conn, id uint32, req *proto.RequestIdentif
 		}
 		if r.Code == proto.CodePing {
 			c.Reply(r.ID, &proto.Pong{})
+		} else {
+			m.storagePackRequest(c, r)
 		}
 		r.Release()
 	}
@@ -439,7 +443,7 @@ func (m *Master) serveClient(c *link.Conn, id uint32, readOnly bool) {
 			c.Reply(r.ID, &proto.Pong{})
 		case proto.CodeAskPackOrders:
 			c.Reply(r.ID, &proto.AnswerPackOrders{})
-		case proto.CodeAskBeginTransaction, proto.CodeAskNewOIDs, proto.CodeAskFinishTransaction, proto.CodeFailedVote, proto.CodeAskFinalTID, proto.CodeAbortTransaction:
+		case proto.CodeAskBeginTransaction, proto.CodeAskNewOIDs, proto.CodeAskFinishTransaction, proto.CodeFailedVote, proto.CodeAskFinalTID, proto.CodeAbortTransaction, proto.CodeWaitForPack:
 			if readOnly {
 				if r.Code != proto.CodeAbortTransaction {
 					c.ReplyError(r.ID, proto.ReadOnlyAccess, "read-only access as requested by the client")

@@ -479,6 +479,43 @@ func testMasterCommit(t *testing.T, s, c *link.Conn) {
 		t.Errorf("AskNewOIDs after a store of oid 9: %v %v, want [10]", oids.Oids, err)
 	}
 
+	// A pack order: approved at the lock, given to the storage that asks
+	// for it, and WaitForPack answered once the storage completed it.
+	packTid := lock.Tid
+	if err := ask(t, c, &proto.AskBeginTransaction{Tid: proto.InvalidTid}, &begin); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		done <- ask(t, c, &proto.AskFinishTransaction{TTid: begin.TTid, Oids: []zodb.Oid{}, Deleted: []uint32{}, Checked: []uint32{},
+			Pack: &proto.PackRequest{PackTid: packTid}}, &fin)
+	}()
+	id, msg = recv(t, s)
+	lock, _ = msg.(*proto.AskLockInformation)
+	if lock == nil || !lock.Pack {
+		t.Fatalf("storage got %+v, want AskLockInformation with pack", msg)
+	}
+	s.Reply(id, &proto.AnswerInformationLocked{TTid: lock.TTid})
+	if err := <-done; err != nil || fin.Tid != lock.Tid {
+		t.Fatalf("AskFinishTransaction of the pack: %+v %v", fin, err)
+	}
+	expect(t, s, &proto.NotifyUnlockInformation{TTid: begin.TTid})
+	waited := make(chan error, 1)
+	go func() { waited <- ask(t, c, &proto.WaitForPack{Tid: lock.Tid}, &proto.WaitedForPack{}) }()
+	var orders proto.AnswerPackOrders
+	if err := ask(t, s, &proto.AskPackOrders{MinPackID: 1}, &orders); err != nil || len(orders.Orders) != 1 ||
+		orders.Orders[0].PackID != lock.Tid || !orders.Orders[0].Approved || orders.Orders[0].OidsSet || orders.Orders[0].PackTid != packTid {
+		t.Fatalf("AskPackOrders from the storage: %+v %v", orders.Orders, err)
+	}
+	select {
+	case err := <-waited:
+		t.Fatalf("WaitForPack answered (%v) before the pack completed", err)
+	case <-time.After(10 * time.Millisecond):
+	}
+	s.Send(&proto.NotifyPackCompleted{PackID: lock.Tid})
+	if err := <-waited; err != nil {
+		t.Errorf("WaitForPack: %v", err)
+	}
+
 	// An abort is passed on to the storage.
 	if err := ask(t, c, &proto.AskBeginTransaction{Tid: proto.InvalidTid}, &begin); err != nil || begin.TTid <= lock.Tid {
 		t.Fatalf("AskBeginTransaction: %v %v", begin.TTid, err)
