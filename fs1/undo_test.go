@@ -324,12 +324,15 @@ func TestLoadRevision(t *testing.T) {
 	u2, _ := mustUndo(t, fs, t1) // undoes the creation of 2 (and of 1)
 
 	data, rev, err := fs.LoadRevision(bg, 1, u2, nil)
-	if err != nil || string(data) != "a1" || rev.Serial != u || rev.Next != u2 || rev.BackPos != p1 || rev.NoData {
-		t.Fatalf("undo record: %q %+v %v (backpointer want %d)", data, rev, err, p1)
+	if err != nil || string(data) != "a1" || rev.Serial != u || rev.Next != u2 || rev.BackPos != p1 || rev.BackTid != t1 || rev.NoData {
+		t.Fatalf("undo record: %q %+v %v (backpointer want %d, of %s)", data, rev, err, p1, t1)
 	}
 	data, rev, err = fs.LoadRevision(bg, 1, u, nil)
-	if err != nil || string(data) != "a2" || rev.Serial != t2 || rev.Next != u || rev.BackPos != 0 {
+	if err != nil || string(data) != "a2" || rev.Serial != t2 || rev.Next != u || rev.BackPos != 0 || rev.BackTid != 0 {
 		t.Fatalf("own data: %q %+v %v", data, rev, err)
+	}
+	if v := fs.View(); v.LastTid != u2 || v.End != fs.End() || v.File != fs.File() || v.Index != fs.Index() {
+		t.Fatalf("View = %+v, want last tid %s, end %d", v, u2, fs.End())
 	}
 	data, rev, err = fs.LoadRevision(bg, 2, zodb.TidMax, []byte("x"))
 	if err != nil || string(data) != "x" || !rev.NoData || rev.Serial != u2 || rev.Next != 0 {

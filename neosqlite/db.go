@@ -239,8 +239,9 @@ func OpenExclusive(ctx context.Context, path string) (*DB, error) {
 // it: it takes NEO/py's storage lock on the file as OpenExclusive does, and
 // accepts commits (Vote, Lock, Unlock, Abort, DropUnlocked, Pack; see
 // write.go) besides every read. While it is open the database is in WAL
-// mode (a -wal and a -shm file beside it); Close puts it back in NEO/py's
-// rollback-journal mode, so that a NEO/py node takes it over as it left it.
+// mode (a -wal and a -shm file beside it); Close puts it back in the
+// journal mode it had (NEO/py's default: DELETE), so that a NEO/py node
+// takes it over as it left it.
 // A database left in WAL mode by a crash is opened and recovered as usual,
 // by this package or by NEO/py.
 func OpenWriter(ctx context.Context, path string) (*DB, error) {

@@ -1,11 +1,16 @@
-// Package neosqlite reads the SQLite database of a NEO/py storage node
-// (neo/storage/database/sqlite.py, schema version 4), read-only.
+// Package neosqlite reads and writes the SQLite database of a NEO/py
+// storage node (neo/storage/database/sqlite.py, schema version 4).
 //
-// The file is opened with SQLite's mode=ro through the pure-Go driver
+// Open opens the file with SQLite's mode=ro through the pure-Go driver
 // modernc.org/sqlite: it is never created nor written, so the database of
 // a running NEO/py node can be read (each query sees that node's last
-// commit). Open checks that the file is SQLite, has NEO's tables and the
-// schema version 4.
+// commit). OpenExclusive takes NEO/py's storage lock and reads the file as
+// immutable. OpenWriter takes the lock too and accepts NEO's commits
+// (write.go): votes, locks, unlocks, aborts, undo records, pack orders and
+// packs write exactly the rows NEO/py's storage writes (checked against
+// NEO/py's own database manager in write_test.go), so that either node
+// takes over a database the other wrote. Every open checks that the file is
+// SQLite, has NEO's tables and the schema version 4.
 //
 // Two views of the same data:
 //
@@ -26,11 +31,21 @@
 //     fs1 reports them. The driver registered for the URL scheme "sqlite"
 //     (sqlite:///abs/path) lets zodb.Open and the zodbd tools use it.
 //
-// The object lookups (Object, Load and what is built on them) bypass
-// database/sql: they run prepared statements on connections of the SQLite
-// library itself (modernc.org/sqlite/lib), kept in a sync.Pool, with no
-// allocation and one copy of the stored bytes (rawconn.go). The other
-// queries go through database/sql.
+// The object lookups (Object, Load and what is built on them, LastSerial)
+// bypass database/sql: they run prepared statements on connections of the
+// SQLite library itself (modernc.org/sqlite/lib), kept in a sync.Pool, with
+// no allocation and one copy of the stored bytes (rawconn.go). So do the
+// writes, on one read-write connection owned by a committer goroutine that
+// groups concurrent operations in one SQLite transaction (one fsync). The
+// other queries go through database/sql.
+//
+// While OpenWriter has it open the database is in WAL mode, so that reads
+// never wait for a commit; each reader connection keeps its snapshot until
+// the writer commits again, which spares a lookup the WAL's locking. Close
+// puts the database back in the journal mode it had (NEO/py's default is
+// the rollback journal, DELETE); after a
+// crash it is left in WAL mode, which SQLite (this package or NEO/py)
+// recovers on the next open.
 //
 // Layout facts (neo-protocol.md §8): the partition of an oid or tid is its
 // value modulo the number of partitions, which is 1 + the greatest

@@ -52,8 +52,8 @@ type rawConn struct {
 	begin, commit uintptr
 	inTxn         bool
 	gen           uint64
-	closed     bool
-	row        objRow // the row of the current lookup
+	closed        bool
+	row           objRow // the row of the current lookup
 }
 
 // rawRef is what the sync.Pool holds; see the file comment.

@@ -3,9 +3,11 @@ package neosqlite
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	sqlite3 "modernc.org/sqlite/lib"
@@ -45,7 +47,7 @@ import (
 // commit, hence one fsync for concurrent votes and locks (group commit).
 // The database is in WAL mode while the writer has it open, so that the
 // readers (other connections) never wait for it; Close puts it back in
-// NEO/py's rollback-journal mode.
+// the journal mode it had (NEO/py's default: DELETE).
 
 // unlockSyncDelay bounds how long an unlock's commit stays not durable
 // (NEO/py defers its commit by 1 s).
@@ -93,15 +95,38 @@ var ErrUndoPack = errors.New("undo: the revision the undo restores was packed")
 // OpenWriter.
 var ErrReadOnly = errors.New("database opened read-only")
 
-// Writable tells whether db was opened with OpenWriter (its write methods
-// work).
-func (db *DB) Writable() bool { return db.w != nil }
-
-// wop is one operation queued for the committer.
+// wop is one operation queued for the committer: one of the commit's
+// (kind, with its arguments, so that queuing one allocates nothing) or a
+// function (run, for the rare ones).
 type wop struct {
+	kind opKind
 	run  func(w *writer) error
+	t    *VotedTxn
+	ttid zodb.Tid
+	tid  zodb.Tid
+	flag bool
 	sync bool // durable when done
 	done chan error
+}
+
+type opKind uint8
+
+const (
+	opRun opKind = iota
+	opVote
+	opLock
+	opUnlock
+	opAbort
+)
+
+var wopPool = sync.Pool{New: func() any { return &wop{done: make(chan error, 1)} }}
+
+// undoEntry is an in-memory change of the current operation, to revert if
+// it fails: dataNext[key] or held[key] had the value old.
+type undoEntry struct {
+	held bool // held[key], else dataNext[key]
+	key  int64
+	old  int64
 }
 
 // writer is the write side of a DB (see the file comment).
@@ -114,15 +139,19 @@ type writer struct {
 	closeOnce sync.Once
 	exit      chan struct{}
 
+	journal  string // the journal mode found at open, restored by finish
 	dedup    bool
 	dataNext []int64         // next data id by partition
 	held     map[int64]int32 // data id -> references from tobj (NEO's _uncommitted_data)
-	undo     []func()        // in-memory changes of the current operation, to revert on failure
+	undo     []undoEntry     // in-memory changes of the current operation, to revert on failure
+	ids      []int64         // tobjData's result, reused
+	oidBuf   []byte          // oidField's result, reused
 
-	dirty  bool // a commit not yet durable
-	st     wstmts
-	batch  []*wop
-	syncOn bool // the connection's synchronous is FULL
+	dirty       bool          // a commit not yet durable
+	syncCommits atomic.Uint64 // durable commits so far (tests)
+	st          wstmts
+	batch       []*wop
+	syncOn      bool // the connection's synchronous is FULL
 }
 
 type wstmts struct {
@@ -179,6 +208,9 @@ func openWriter(db *DB, uri string) (*writer, error) {
 	fail := func(err error) (*writer, error) {
 		c.close()
 		return nil, err
+	}
+	if w.journal, err = c.queryText("PRAGMA journal_mode"); err != nil {
+		return fail(fmt.Errorf("journal mode: %w", err))
 	}
 	if mode, err := c.queryText("PRAGMA journal_mode=WAL"); err != nil {
 		return fail(fmt.Errorf("journal mode: %w", err))
@@ -245,19 +277,30 @@ func (w *writer) load(np uint64) error {
 // start runs the committer.
 func (w *writer) start() { go w.loop() }
 
-// do queues op and waits for it (its commit included).
+// do queues run and waits for it (its commit included).
 func (w *writer) do(ctx context.Context, sync bool, run func(*writer) error) error {
-	op := &wop{run: run, sync: sync, done: make(chan error, 1)}
+	op := wopPool.Get().(*wop)
+	op.kind, op.run, op.sync = opRun, run, sync
+	return w.doOp(ctx, op)
+}
+
+// doOp queues op (from wopPool) and waits for it (its commit included);
+// op goes back to the pool.
+func (w *writer) doOp(ctx context.Context, op *wop) error {
+	var err error
 	select {
 	case w.ops <- op:
+		// Once queued, the operation runs: wait for its outcome even
+		// if ctx ends, so that the caller knows what happened.
+		err = <-op.done
 	case <-w.quit:
-		return errRawClosed
+		err = errRawClosed
 	case <-ctx.Done():
-		return ctx.Err()
+		err = ctx.Err()
 	}
-	// Once queued, the operation runs: wait for its outcome even if ctx
-	// ends, so that the caller knows what happened.
-	return <-op.done
+	*op = wop{done: op.done}
+	wopPool.Put(op)
+	return err
 }
 
 func (w *writer) loop() {
@@ -355,6 +398,9 @@ func (w *writer) runBatch() {
 		return
 	}
 	w.dirty = !sync
+	if sync {
+		w.syncCommits.Add(1)
+	}
 	// Readers start a new snapshot on their next lookup.
 	w.db.raw.gen.Add(1)
 	w.db.raw.sweep()
@@ -372,11 +418,31 @@ func (w *writer) runOp(op *wop) error {
 		return err
 	}
 	w.undo = w.undo[:0]
-	err := op.run(w)
+	var err error
+	switch op.kind {
+	case opVote:
+		err = w.vote(op.t)
+	case opLock:
+		err = w.lock(op.ttid, op.tid, op.flag)
+	case opUnlock:
+		err = w.unlock(op.ttid, op.tid)
+	case opAbort:
+		err = w.abort(op.ttid)
+	default:
+		err = op.run(w)
+	}
 	if err != nil {
 		c.exec(w.st.rollbackTo, "rollback to")
 		for i := len(w.undo) - 1; i >= 0; i-- {
-			w.undo[i]()
+			u := w.undo[i]
+			switch {
+			case !u.held:
+				w.dataNext[u.key] = u.old
+			case u.old > 0:
+				w.held[u.key] = int32(u.old)
+			default:
+				delete(w.held, u.key)
+			}
 		}
 	}
 	w.undo = w.undo[:0]
@@ -401,15 +467,25 @@ func (w *writer) close() {
 	<-w.exit
 }
 
-// finish puts the database back in rollback-journal mode (NEO/py's) and
-// closes the connection. Every other connection must be closed.
+// finish puts the database back in the journal mode it had at open
+// (NEO/py's default is DELETE; an operator may have chosen another with
+// NEO/py's journal_mode pragma) and closes the connection. Every other
+// connection must be closed.
 func (w *writer) finish() error {
 	c := w.c
 	if c.closed {
 		return nil
 	}
+	mode := w.journal
+	switch mode {
+	case "delete", "truncate", "persist", "wal":
+	default:
+		// memory or off (NEO/py's unsafe test mode): not across
+		// processes.
+		mode = "delete"
+	}
 	var err error
-	if _, err = c.queryText("PRAGMA journal_mode=DELETE"); err != nil {
+	if _, err = c.queryText("PRAGMA journal_mode=" + mode); err != nil {
 		err = fmt.Errorf("journal mode: %w", err)
 	}
 	c.close()
@@ -419,8 +495,8 @@ func (w *writer) finish() error {
 // held references --------------------------------------------------------
 
 func (w *writer) hold(id int64) {
+	w.undo = append(w.undo, undoEntry{held: true, key: id, old: int64(w.held[id])})
 	w.held[id]++
-	w.undo = append(w.undo, func() { w.releaseOne(id) })
 }
 
 func (w *writer) releaseOne(id int64) {
@@ -436,13 +512,8 @@ func (w *writer) releaseOne(id int64) {
 // committed record.
 func (w *writer) release(ids []int64, prune bool) error {
 	for _, id := range ids {
-		n := w.held[id]
+		w.undo = append(w.undo, undoEntry{held: true, key: id, old: int64(w.held[id])})
 		w.releaseOne(id)
-		w.undo = append(w.undo, func() {
-			if n > 0 {
-				w.held[id] = n
-			}
-		})
 	}
 	if prune {
 		return w.prune(ids)
@@ -538,8 +609,8 @@ func (w *writer) storeData(o *VotedObject) (id int64, ok bool, err error) {
 		}
 		return 0, false, err
 	}
+	w.undo = append(w.undo, undoEntry{key: p, old: id})
 	w.dataNext[p] = id + 1
-	w.undo = append(w.undo, func() { w.dataNext[p] = id })
 	return id, true, nil
 }
 
@@ -599,7 +670,8 @@ func (w *writer) vote(t *VotedTxn) error {
 	c.bindInt(st, 1, w.partition(uint64(t.TTid)))
 	c.bindNull(st, 2)
 	c.bindInt(st, 3, 0)
-	if err := c.bindBlob(st, 4, oidField(m.Oids)); err != nil {
+	w.oidBuf = appendOidField(w.oidBuf[:0], m.Oids)
+	if err := c.bindBlob(st, 4, w.oidBuf); err != nil {
 		return err
 	}
 	for i, b := range [][]byte{m.User, m.Description, m.Extension} {
@@ -624,20 +696,18 @@ func (w *writer) vote(t *VotedTxn) error {
 	c.bindInt(st, 3, partial)
 	if m.Pack.Oids == nil {
 		c.bindNull(st, 4)
-	} else if err := c.bindBlob(st, 4, oidField(m.Pack.Oids)); err != nil {
+	} else if err := c.bindBlob(st, 4, appendOidField(nil, m.Pack.Oids)); err != nil {
 		return err
 	}
 	c.bindInt(st, 5, int64(m.Pack.PackTid))
 	return c.exec(st, "insert pack")
 }
 
-// oidField is NEO's oids field: the 8-byte big-endian oids concatenated.
-func oidField(oids []zodb.Oid) []byte {
-	b := make([]byte, 8*len(oids))
-	for i, o := range oids {
-		for j := 0; j < 8; j++ {
-			b[8*i+j] = byte(uint64(o) >> (56 - 8*j))
-		}
+// appendOidField appends NEO's oids field to b: the 8-byte big-endian
+// oids concatenated.
+func appendOidField(b []byte, oids []zodb.Oid) []byte {
+	for _, o := range oids {
+		b = binary.BigEndian.AppendUint64(b, uint64(o))
 	}
 	return b
 }
@@ -656,12 +726,14 @@ func (w *writer) lock(ttid, tid zodb.Tid, approvePack bool) error {
 	return nil
 }
 
-// tobjData returns the data ids of the tobj rows of ttid.
+// tobjData returns the data ids of the tobj rows of ttid, valid until the
+// next call.
 func (w *writer) tobjData(ttid zodb.Tid) ([]int64, error) {
 	c := w.c
 	st := w.st.tobjData
 	c.bindInt(st, 1, int64(ttid))
-	var ids []int64
+	ids := w.ids[:0]
+	defer func() { w.ids = ids[:0] }()
 	for {
 		row, err := c.step(st, "tobj data")
 		if err != nil || !row {

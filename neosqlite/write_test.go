@@ -289,11 +289,32 @@ func compareDumps(t *testing.T, got, want any) {
 }
 
 func TestWriteScenario(t *testing.T) {
-	for _, c := range []struct{ db, want string }{
-		{"testdata/db/p2-unfinished.sqlite", "testdata/writes/p2-unfinished.neopy.json"},
+	for _, c := range []struct {
+		name, db, want string
+		dedup          bool
+	}{
+		{"p2-unfinished", "testdata/db/p2-unfinished.sqlite", "testdata/writes/p2-unfinished.neopy.json", false},
+		// NEO/py's --dedup: a unique index on data(hash, compression),
+		// identical data stored once.
+		{"p2-unfinished-dedup", "testdata/db/p2-unfinished.sqlite", "testdata/writes/p2-unfinished-dedup.neopy.json", true},
 	} {
-		t.Run(filepath.Base(c.db), func(t *testing.T) {
+		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
+			src := c.db
+			if c.dedup {
+				src = filepath.Join(dir, "dedup.sqlite")
+				copyFile(t, c.db, src)
+				sdb, err := sql.Open("sqlite", "file:"+src)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, err = sdb.Exec("CREATE UNIQUE INDEX _data_i1 ON data(hash, compression)")
+				sdb.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.db = src
 			ours := filepath.Join(dir, "zodbd.sqlite")
 			copyFile(t, c.db, ours)
 			answers := runScenario(t, ours, "testdata/writes/scenario.json")

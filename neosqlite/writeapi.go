@@ -3,6 +3,7 @@ package neosqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sort"
 
@@ -16,9 +17,17 @@ import (
 // for different ttids; calls for one ttid come one at a time, in the order
 // Vote, Lock, Unlock (or Vote, Abort).
 
+// ErrNoPartitionTable is returned by the write methods of a database
+// whose partition table is empty (a node never given one): rows cannot be
+// placed.
+var ErrNoPartitionTable = errors.New("no partition table in the database")
+
 func (db *DB) writer() (*writer, error) {
 	if db.w == nil {
 		return nil, db.wrap(ErrReadOnly)
+	}
+	if db.np == 0 {
+		return nil, db.wrap(ErrNoPartitionTable)
 	}
 	return db.w, nil
 }
@@ -32,7 +41,9 @@ func (db *DB) Vote(ctx context.Context, t *VotedTxn) error {
 	if err != nil {
 		return err
 	}
-	err = w.do(ctx, true, func(w *writer) error { return w.vote(t) })
+	op := wopPool.Get().(*wop)
+	op.kind, op.t, op.sync = opVote, t, true
+	err = w.doOp(ctx, op)
 	if err != nil {
 		return db.wrap(fmt.Errorf("vote %s: %w", t.TTid, err))
 	}
@@ -50,7 +61,9 @@ func (db *DB) Lock(ctx context.Context, ttid, tid zodb.Tid, approvePack bool) er
 	if err != nil {
 		return err
 	}
-	if err := w.do(ctx, true, func(w *writer) error { return w.lock(ttid, tid, approvePack) }); err != nil {
+	op := wopPool.Get().(*wop)
+	op.kind, op.ttid, op.tid, op.flag, op.sync = opLock, ttid, tid, approvePack, true
+	if err := w.doOp(ctx, op); err != nil {
 		return db.wrap(fmt.Errorf("lock %s as %s: %w", ttid, tid, err))
 	}
 	db.lockMu.Lock()
@@ -69,7 +82,9 @@ func (db *DB) Unlock(ctx context.Context, ttid, tid zodb.Tid) error {
 	if err != nil {
 		return err
 	}
-	if err := w.do(ctx, false, func(w *writer) error { return w.unlock(ttid, tid) }); err != nil {
+	op := wopPool.Get().(*wop)
+	op.kind, op.ttid, op.tid = opUnlock, ttid, tid
+	if err := w.doOp(ctx, op); err != nil {
 		return db.wrap(fmt.Errorf("unlock %s (%s): %w", ttid, tid, err))
 	}
 	db.lockMu.Lock()
@@ -85,7 +100,9 @@ func (db *DB) Abort(ctx context.Context, ttid zodb.Tid) error {
 	if err != nil {
 		return err
 	}
-	if err := w.do(ctx, true, func(w *writer) error { return w.abort(ttid) }); err != nil {
+	op := wopPool.Get().(*wop)
+	op.kind, op.ttid, op.sync = opAbort, ttid, true
+	if err := w.doOp(ctx, op); err != nil {
 		return db.wrap(fmt.Errorf("abort %s: %w", ttid, err))
 	}
 	return nil

@@ -78,7 +78,7 @@ def neopy_tls():
 
 
 class Cluster:
-    def __init__(self, tmp_path, zodbd_bin, backend, tls=False, masters=1):
+    def __init__(self, tmp_path, zodbd_bin, backend, tls=False, masters=1, storage_args=(), neopy_storage=False):
         self.tls = neopy_tls() if tls else []
         self.dir = tmp_path
         self.env = dict(os.environ, PYTHONPATH=SRC)
@@ -95,9 +95,15 @@ class Cluster:
                 '-b', addr, '-m', self.master, '-p', '1', '-r', '0'] + self.tls)
         for p in mports:
             self.wait_port(p)
-        self.storage = self.spawn('storage', [zodbd_bin, 'neo-storage', '--cluster', 'vectors', '--masters',
-                                              ','.join(self.masters), '--bind', '127.0.0.1:%d' % self.sport]
-                                   + self.tls + [backend])
+        if neopy_storage:  # NEO/py's own storage node on a SQLite database
+            self.storage = self.spawn('neopy-storage', [
+                PY, '-c', 'import neo.scripts.neostorage as m; m.main()', '-c', 'vectors', '-b',
+                '127.0.0.1:%d' % self.sport, '-m', self.master, '-a', 'SQLite', '-d', backend[len('sqlite:'):]]
+                + self.tls)
+        else:
+            self.storage = self.spawn('storage', [zodbd_bin, 'neo-storage', '--cluster', 'vectors', '--masters',
+                                                  ','.join(self.masters), '--bind', '127.0.0.1:%d' % self.sport]
+                                      + self.tls + list(storage_args) + [backend])
         self.spawn('admin', [PY, '-c', 'import neo.scripts.neoadmin as m; m.main()', '-c', 'vectors',
                              '-b', self.admin, '-m', self.master] + self.tls)
         self.wait_port(self.aport)
@@ -329,3 +335,142 @@ def test_neopy_two_masters(tmp_path, zodbd_bin):
     want = c.read('fs', path, 10)
     assert got['loads'] == want['loads']
     assert before == after == fshash.stdout.split()[0]
+
+
+COMMITTER = r"""
+import json, sys, transaction
+from BTrees.Length import Length
+from persistent.mapping import PersistentMapping
+from ZODB import DB
+from ZODB.POSException import ConflictError
+from neo.client.Storage import Storage
+master = sys.argv[1]
+def open_db():
+    return DB(Storage(master_nodes=master, name='vectors'))
+out = {}
+db1, db2 = open_db(), open_db()   # two NEO/py client nodes
+tm1, tm2 = transaction.TransactionManager(), transaction.TransactionManager()
+c1, c2 = db1.open(tm1), db2.open(tm2)
+r1 = c1.root()
+r1['len'] = Length(0)
+r1['m'] = PersistentMapping({'n': 0})
+r1['note'] = PersistentMapping({'text': 'x' * 5000})   # compressed by the client
+tm1.commit()
+tm2.begin(); c2.sync()
+r2 = c2.root()
+# The same Length changed by both clients: the second commit gets the
+# first one's serial as a conflict and resolves it (BTrees.Length).
+r1['len'].change(1)
+r2['len'].change(10)
+tm1.commit()
+tm2.commit()
+tm1.begin(); c1.sync()
+out['len'] = r1['len'].value
+# The same PersistentMapping: no resolution, the conflict reaches the app.
+r1['m']['a'] = 1
+tm2.begin(); c2.sync()
+r2['m']['b'] = 2
+tm1.commit()
+try:
+    tm2.commit()
+    out['mapping_conflict'] = False
+except ConflictError:
+    tm2.abort()
+    out['mapping_conflict'] = True
+# readCurrent of an object another client changes in between.
+tm2.begin(); c2.sync()
+r2['note']._p_activate()   # a ghost's serial is not recorded
+c2.readCurrent(r2['note'])
+r2['m']['c'] = 3
+r1['note']['text'] = 'y' * 10
+tm1.commit()
+try:
+    tm2.commit()
+    out['read_current_conflict'] = False
+except ConflictError:
+    tm2.abort()
+    out['read_current_conflict'] = True
+# An undo of the last change of 'note'.
+tm1.begin(); c1.sync()
+last = db1.undoLog(0, 1)[0]
+db1.undo(last['id'], txn=tm1.get())
+tm1.commit()
+tm1.begin(); c1.sync()
+out['note_after_undo'] = len(r1['note']['text'])
+out['m'] = dict(r1['m'])
+out['undo_log'] = [d['description'] if isinstance(d['description'], str) else d['description'].decode() for d in db1.undoLog(0, 20)]
+# A pack now: the revisions of 'note' before its current one go (the
+# node packs in the background; the client does not wait).
+import time
+note = r1['note']
+old = [h['tid'] for h in db1.storage.history(note._p_oid, size=10)][1:]
+out['note_revisions_before_pack'] = len(old) + 1
+time.sleep(0.01)
+db1.pack()
+st = db1.storage
+gone = False
+for _ in range(300):  # history asks the node (loadSerial may hit the client's cache)
+    if len(st.history(note._p_oid, size=10)) == 1:
+        gone = True
+        break
+    time.sleep(0.05)
+out['packed'] = gone
+out['note_revisions_after_pack'] = len(st.history(note._p_oid, size=10))
+for c, db in ((c1, db1), (c2, db2)):
+    c.close(); db.close()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize('backend', ['fs', 'sqlite'])
+def test_neopy_commits(tmp_path, zodbd_bin, neo_testdata, backend):
+    """NEO/py's client commits through our node (--read-write) under NEO/py's
+    master: two client nodes on the same objects (a conflict resolved by
+    BTrees.Length, one on a PersistentMapping and one on readCurrent that
+    reach the application), an undo. What NEO/py's client reads back through
+    our node must equal, on a FileStorage, what ZODB/py reads from the
+    Data.fs afterwards (through zc.zlibstorage: NEO's compressed records are
+    written as zlibstorage's); on NEO/py's SQLite schema (the p1 database,
+    committed on top of), what NEO/py's own storage node then serves from
+    the database our node wrote."""
+    if backend == 'fs':
+        path, n = str(tmp_path / 'Data.fs'), 4  # a new database: the root and 3 objects
+        where = path
+    else:
+        path, n = str(tmp_path / 'storage.sqlite'), 8  # p1's 5 objects and 3 new ones
+        shutil.copyfile(os.path.join(neo_testdata, 'storage.sqlite'), path)
+        where = 'sqlite:' + path
+    c = Cluster(tmp_path, zodbd_bin, where, storage_args=['--read-write'])
+    try:
+        c.wait_running(start=backend == 'fs')  # p1's partition table is in its database
+        p = subprocess.run([PY, '-c', COMMITTER, c.master], env=c.env, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-3000:]
+        out = json.loads(p.stdout)
+        got = c.read('neo', c.master, n)
+    finally:
+        rc = c.stop()
+    assert rc == 0
+    assert out['len'] == 11
+    assert out['mapping_conflict'] is True
+    assert out['read_current_conflict'] is True
+    assert out['note_after_undo'] == 5000
+    assert out['m'] == {'n': 0, 'a': 1}
+    assert len(out['undo_log']) >= 5
+    assert out['note_revisions_before_pack'] == 3  # created, changed, undone
+    assert out['packed'] is True
+    assert out['note_revisions_after_pack'] == 1
+    if backend == 'fs':
+        want = c.read('zfs', path, n)
+    else:
+        d = tmp_path / 'neopy'
+        d.mkdir()
+        c2 = Cluster(d, zodbd_bin, where, neopy_storage=True)
+        try:
+            c2.wait_running(start=False)
+            want = c2.read('neo', c2.master, n)
+        finally:
+            c2.stop()
+    assert got['loads'] == want['loads']
+    assert got['iter'] == want['iter']
+    assert got['records'] == want['records']
+    assert [[h[0] for h in x] for x in got['history']] == [[h[0] for h in x] for x in want['history']]

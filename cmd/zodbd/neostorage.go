@@ -15,6 +15,7 @@ import (
 
 	"github.com/zodbd/zodbd/neo/link"
 	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neosqlite"
 )
 
 func init() {
@@ -28,8 +29,9 @@ func init() {
 func runNeoStorage(args []string) int {
 	fl := flag.NewFlagSet("neo-storage", flag.ContinueOnError)
 	fl.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: zodbd neo-storage --cluster NAME --masters HOST:PORT[,...] [--bind ADDR] [--ca CA --cert CERT --key KEY] [--gomaxprocs N] [--cpus LIST] [--debug-addr ADDR] BACKEND\n\n"+
-			"Joins the NEO cluster NAME as a read-only storage node and serves NEO clients.\n"+
+		fmt.Fprintf(os.Stderr, "usage: zodbd neo-storage --cluster NAME --masters HOST:PORT[,...] [--bind ADDR] [--ca CA --cert CERT --key KEY] [--gomaxprocs N] [--cpus LIST] [--debug-addr ADDR] [--read-write] BACKEND\n\n"+
+			"Joins the NEO cluster NAME as a storage node and serves NEO clients, read-only\n"+
+			"unless --read-write is given (then NEO clients commit through it).\n"+
 			"BACKEND is a FileStorage file (the cluster must have 1 partition and no replica:\n"+
 			"neomaster -p 1 -r 0) or sqlite:PATH, the SQLite database of a NEO/py storage node.\n"+
 			"See docs/neo.md.\n\n")
@@ -56,7 +58,7 @@ func runNeoStorage(args []string) int {
 	var noChecksum bool
 	fl.BoolVar(&noChecksum, "no-checksum", false, "for benchmarks only: send zero checksums instead of sha1(data) (FileStorage backend); only clients that skip their check (neo://...?verify=0) can read from such a node")
 	var readWrite bool
-	fl.BoolVar(&readWrite, "read-write", false, "commit: open a FileStorage BACKEND for NEO's writes (storage.OpenFS1Writer: PATH.neo keeps the final tids of locked transactions); without it a FileStorage is served read-only")
+	fl.BoolVar(&readWrite, "read-write", false, "take commits (FileStorage: PATH.neo keeps the final tids of NEO's transactions beside it; SQLite: written as NEO/py's storage writes it)")
 	var withMaster string
 	fl.StringVar(&withMaster, "with-master", "", "test build only (bin/zodbd-test), for tests, demos and benchmarks: also run the test master (`zodbd-test neo-master`) in this process, listening on `ADDR`, and join it (then --masters is not needed)")
 	if status, ok := parseFlags(fl, args); !ok {
@@ -108,7 +110,16 @@ func runNeoStorage(args []string) int {
 	var err error
 	if p, ok := strings.CutPrefix(arg, "sqlite:"); ok {
 		p = strings.TrimPrefix(p, "//")
-		be, err = storage.OpenSQLite(ctx, p)
+		if readWrite {
+			be, err = storage.OpenSQLite(ctx, p)
+		} else {
+			// Read-only, with NEO/py's storage lock all the same.
+			var db *neosqlite.DB
+			if db, err = neosqlite.OpenExclusive(ctx, p); err == nil {
+				defer db.Close()
+				be = storage.NewSQLite(db)
+			}
+		}
 	} else if readWrite {
 		be, err = storage.OpenFS1Writer(arg, nil)
 	} else {

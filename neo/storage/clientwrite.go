@@ -7,27 +7,29 @@ import (
 	"github.com/zodbd/zodbd/neo/proto"
 )
 
-// dispatchWrite handles, on a node whose backend is a Writer, the client
-// requests of the write path (txn.go), in the connection's reader
-// goroutine and so in the order the client sent them. handled is false
-// for the requests dispatch serves as on a read-only node.
-func (p *peer) dispatchWrite(id uint32, code uint16, args []byte) (handled bool, err error) {
-	tm := p.n.tm
-	err = p.dispatchWrite1(tm, id, code, args)
-	if le, ok := errors.AsType[*limitError](err); ok {
-		p.errorAndClose(id, proto.ProtocolError, le.what)
-	} else if ie, ok := errors.AsType[*inputError](err); ok && code&proto.AnswerBit == 0 {
-		p.errorAndClose(id, proto.ProtocolError, ie.Error())
+// isWriteCode tells whether a client's packet is one of those
+// dispatchWrite handles on a node that takes commits.
+func isWriteCode(code uint16) bool {
+	switch code {
+	case proto.CodeAskStoreObject, proto.CodeAskCheckCurrentSerial, proto.CodeAskRelockObject,
+		proto.CodeAskStoreTransaction, proto.CodeAskVoteTransaction, proto.CodeAbortTransaction,
+		proto.CodeAskFinalTID, proto.CodeAskObjectUndoSerial:
+		return true
 	}
-	return err != errNotWrite, nilIfNotWrite(err)
+	return false
 }
 
-// errNotWrite: not a request of the write path.
-var errNotWrite = errors.New("not a write")
-
-func nilIfNotWrite(err error) error {
-	if err == errNotWrite {
-		return nil
+// dispatchWrite handles, on a node whose backend is a Writer, the client
+// requests of the write path (txn.go; isWriteCode), in the connection's
+// reader goroutine and so in the order the client sent them. A malformed
+// request, or one past the connection's bounds, is answered with
+// PROTOCOL_ERROR and the error returned closes the connection.
+func (p *peer) dispatchWrite(id uint32, code uint16, args []byte) error {
+	err := p.dispatchWrite1(p.n.tm, id, code, args)
+	if le, ok := errors.AsType[*limitError](err); ok {
+		p.errorAndClose(id, proto.ProtocolError, le.what)
+	} else if ie, ok := errors.AsType[*inputError](err); ok {
+		p.errorAndClose(id, proto.ProtocolError, ie.Error())
 	}
 	return err
 }
@@ -112,7 +114,7 @@ func (p *peer) dispatchWrite1(tm *txnManager, id uint32, code uint16, args []byt
 		p.w.Write(p.undoSerial(tm, id, &m))
 		return nil
 	}
-	return errNotWrite
+	panic("dispatchWrite: not a write: " + proto.CodeName(code))
 }
 
 // undoSerial answers AskObjectUndoSerial: for each oid that the undone

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/zodbd/zodbd/internal/vfs"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -29,8 +30,10 @@ import (
 //	17 zeros  11 bytes
 //	28 crc32c of bytes 0..27, big-endian
 //
-// Lock appends an 'L' record and makes it durable (ttidLog.sync: a group
-// commit, one fdatasync for the records of all the Locks waiting at once)
+// The file is ttidLogMax bytes and a record long from the start, zeros
+// after the records, so that an append changes no metadata. Lock appends
+// an 'L' record and makes it durable (ttidLog.sync: a group commit, one
+// fdatasync for the records of all the Locks waiting at once)
 // before it appends the transaction to Data.fs; Unlock appends a 'U'
 // record without syncing it (the next Lock's fdatasync, or Close, makes it
 // durable). Reading the log back, the first record that is short or fails
@@ -147,6 +150,14 @@ func (l *ttidLog) rewrite() error {
 	for _, p := range locked {
 		b = appendTTIDRec(b, 'L', p.ttid, p.tid)
 	}
+	// The file is written out to its full size, zeros after the records
+	// (a zero record ends the log: its checksum fails), so that appends
+	// overwrite allocated blocks and their fdatasync writes the data
+	// blocks only, not the file's size and extents.
+	end := int64(len(b))
+	if n := ttidLogMax + ttidRecSize; len(b) < n {
+		b = append(b, make([]byte, n-len(b))...)
+	}
 	fail := func(err error) error {
 		f.Close()
 		os.Remove(tmp)
@@ -168,7 +179,7 @@ func (l *ttidLog) rewrite() error {
 	if l.f != nil {
 		l.f.Close()
 	}
-	l.f, l.end, l.synced = f, int64(len(b)), int64(len(b))
+	l.f, l.end, l.synced = f, end, end
 	l.gen++
 	l.recent = append(l.recent[:0], l.recentInOrder()...)
 	l.recentAt = 0
@@ -281,7 +292,7 @@ func (l *ttidLog) sync(off int64, gen uint64) error {
 		l.nsync++
 		f, target, g := l.f, l.end, l.gen
 		l.mu.Unlock()
-		err := f.Sync()
+		err := vfs.Datasync(f)
 		l.mu.Lock()
 		l.syncing = false
 		if g == l.gen {

@@ -5,10 +5,12 @@ import (
 	"compress/zlib"
 	"context"
 	"crypto/sha1"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"os"
 	"os/exec"
@@ -437,13 +439,7 @@ func TestFS1WriterCrash(t *testing.T) {
 			// The crash loses the Unlock's record, which was not
 			// synced (a copy from the page cache has it: cut it).
 			crashed2 := crashCopy(t, crashed)
-			st, err := os.Stat(crashed2 + ".neo")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Truncate(crashed2+".neo", st.Size()-ttidRecSize); err != nil {
-				t.Fatal(err)
-			}
+			dropLastRecord(t, crashed2+".neo")
 			cb.Close()
 			crashed = crashed2
 		} else {
@@ -653,6 +649,9 @@ func TestTTIDLogRewrite(t *testing.T) {
 	if err := l.close(); err != nil {
 		t.Fatal(err)
 	}
+	if crc32.Checksum(make([]byte, 28), crc32c) == 0 {
+		t.Fatal("a zero record passes its checksum: zeros would not end the log")
+	}
 	if st, _ := os.Stat(path); st.Size() > ttidLogMax+ttidRecSize {
 		t.Errorf("log of %d bytes", st.Size())
 	}
@@ -668,10 +667,102 @@ func TestTTIDLogRewrite(t *testing.T) {
 		t.Errorf("%d unlocked, the last %v", len(unlocked), unlocked[len(unlocked)-1])
 	}
 	// A torn record at the end is ignored.
-	f, _ := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
-	f.Write([]byte("torn"))
+	f, _ := os.OpenFile(path, os.O_WRONLY, 0)
+	f.WriteAt([]byte("torn"), l.end)
 	f.Close()
 	if locked2, _, err := readTTIDLog(path); err != nil || len(locked2) != 2 {
 		t.Errorf("torn tail: %v %v", locked2, err)
+	}
+}
+
+// TestFS1WriterReadersDuringCommits runs readers while transactions are
+// committed and the file packed: a reader never sees a revision newer than
+// the last tid LastIDs reported after its read, nor an error.
+func TestFS1WriterReadersDuringCommits(t *testing.T) {
+	ctx := context.Background()
+	path := fs1Copy(t)
+	b := openWriter(t, path)
+	defer b.Close()
+	g := newTids(t, b)
+	ids, _ := b.LastIDs(ctx)
+	oid := ids.Oid + 1
+	commit(t, b, g, "first", raw(oid, "0"))
+	stop := make(chan struct{})
+	errs := make(chan error, 4)
+	for r := 0; r < 2; r++ {
+		go func() {
+			o := Object{Data: make([]byte, 0, 4096)}
+			for {
+				select {
+				case <-stop:
+					errs <- nil
+					return
+				default:
+				}
+				if err := b.Object(ctx, oid, 0, 0, &o); err != nil {
+					errs <- err
+					return
+				}
+				ids, err := b.LastIDs(ctx)
+				if err != nil || o.Serial > ids.Tid {
+					errs <- fmt.Errorf("serial %s after last tid %s (%v)", o.Serial, ids.Tid, err)
+					return
+				}
+				if o.Checksum != sha1.Sum(o.Data) {
+					errs <- fmt.Errorf("serial %s: bad checksum", o.Serial)
+					return
+				}
+				if _, err := b.TransactionInformation(ctx, o.Serial); err != nil {
+					errs <- err
+					return
+				}
+				if _, err := b.ObjectHistory(ctx, oid, 0, 3); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	var tids []zodb.Tid
+	for i := 1; i <= 60; i++ {
+		tids = append(tids, commit(t, b, g, "more", raw(oid, fmt.Sprint(i))))
+		if i%20 == 0 {
+			if err := b.Pack(ctx, tids[len(tids)-5], nil); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	close(stop)
+	for r := 0; r < 2; r++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// dropLastRecord zeroes the last record of the final-tid log at path.
+func dropLastRecord(t testing.TB, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := -1
+	for off := ttidRecSize; off+ttidRecSize <= len(b); off += ttidRecSize {
+		r := b[off : off+ttidRecSize]
+		if crc32.Checksum(r[:28], crc32c) != binary.BigEndian.Uint32(r[28:]) {
+			break
+		}
+		last = off
+	}
+	if last < 0 {
+		t.Fatalf("%s: no record", path)
+	}
+	if r := b[last : last+ttidRecSize]; r[16] != 'U' {
+		t.Fatalf("%s: last record %q, not an unlock", path, r[16])
+	}
+	clear(b[last : last+ttidRecSize])
+	if err := os.WriteFile(path, b, 0o666); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -369,8 +369,27 @@ func (m *memWriter) UndoSerial(ctx context.Context, oid zodb.Oid, ltid, undoTid,
 	return current, undo, isCurrent, true, nil
 }
 
+// Pack drops the revisions older than each oid's revision current at tid
+// (no garbage collection), for oids only when not nil.
 func (m *memWriter) Pack(ctx context.Context, tid zodb.Tid, oids []zodb.Oid) error {
-	return errors.New("memWriter: pack not implemented")
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.calls = append(m.calls, "Pack "+tid.String())
+	for oid, revs := range m.revs {
+		if oids != nil && !slices.Contains(oids, oid) {
+			continue
+		}
+		cur := -1
+		for i, r := range revs {
+			if r.tid <= tid {
+				cur = i
+			}
+		}
+		if cur > 0 {
+			m.revs[oid] = slices.Clone(revs[cur:])
+		}
+	}
+	return nil
 }
 
 var _ storage.Writer = (*memWriter)(nil)

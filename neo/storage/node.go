@@ -91,6 +91,7 @@ type Node struct {
 	log  *log.Logger
 	be   Backend
 	tm   *txnManager // nil: a read-only node (the backend is no Writer)
+	pack packState   // pack orders, with tm
 	ln   net.Listener
 	addr proto.Address
 
@@ -177,6 +178,7 @@ func New(cfg Config) (*Node, error) {
 	n.nid.Store(int32(rec.NID))
 	if w := writerOf(n.be); w != nil {
 		n.tm = newTxnManager(n, w)
+		n.pack.n = n
 	}
 	ln, err := net.Listen("tcp", cfg.Bind)
 	if err != nil {
@@ -418,6 +420,16 @@ func (n *Node) masterSession(ctx context.Context, addr string) (next int, err er
 	}
 	n.nid.Store(int32(acc.YourNID))
 	n.log.Printf("neo storage: identified by master %s as node %d", addr, n.NID())
+	if n.tm != nil {
+		rec, err := n.be.Recovery(ctx)
+		if err != nil {
+			return next, err
+		}
+		pctx, cancel := context.WithCancel(ctx) // a pack in progress ends with the session
+		defer cancel()
+		n.pack.start(pctx, m, rec.PackID)
+		defer n.pack.stop()
+	}
 
 	for {
 		r := first
@@ -631,8 +643,12 @@ func (n *Node) handleMaster(ctx context.Context, m *link.Conn, id uint32, code u
 		return next, m.Reply(id, &a)
 
 	case proto.CodeAskPackOrders:
-		if err := decode(&proto.AskPackOrders{}); err != nil {
+		var msg proto.AskPackOrders
+		if err := decode(&msg); err != nil {
 			return next, err
+		}
+		if n.tm != nil {
+			return next, m.Reply(id, &proto.AnswerPackOrders{Orders: n.pack.list(msg.MinPackID)})
 		}
 		// A read-only node packs nothing: no order is pending here.
 		return next, m.Reply(id, &proto.AnswerPackOrders{})
@@ -690,7 +706,7 @@ func (n *Node) handleMaster(ctx context.Context, m *link.Conn, id uint32, code u
 		if err := decode(&msg); err != nil {
 			return next, err
 		}
-		if err := n.tm.lock(ctx, msg.TTid, msg.Tid); err != nil {
+		if err := n.tm.lock(ctx, msg.TTid, msg.Tid, msg.PackSet && msg.Pack); err != nil {
 			return next, err
 		}
 		return next, m.Reply(id, &proto.AnswerInformationLocked{TTid: msg.TTid})
@@ -714,6 +730,17 @@ func (n *Node) handleMaster(ctx context.Context, m *link.Conn, id uint32, code u
 			return next, err
 		}
 		n.tm.abort(msg.TTid)
+		return next, nil
+
+	case proto.CodeNotifyPackSigned:
+		if n.tm == nil {
+			break
+		}
+		var msg proto.NotifyPackSigned
+		if err := decode(&msg); err != nil {
+			return next, err
+		}
+		n.pack.signed(msg.Approved, msg.Rejected)
 		return next, nil
 
 	case proto.CodeNotifyTransactionFinished:

@@ -230,10 +230,8 @@ func (n *Node) waitKnown(ctx context.Context, nid proto.NodeID, typ proto.NodeTy
 // dispatch decodes one request and serves it on its own goroutine.
 func (p *peer) dispatch(id uint32, code uint16, args []byte) error {
 	n := p.n
-	if n.tm != nil {
-		if handled, err := p.dispatchWrite(id, code, args); handled {
-			return err
-		}
+	if n.tm != nil && isWriteCode(code) {
+		return p.dispatchWrite(id, code, args)
 	}
 	req := n.reqPool.Get().(*request)
 	*req = request{msgID: id, code: code}

@@ -29,7 +29,8 @@ type SQLiteBackend struct {
 // storage node: it takes NEO/py's storage lock on the file
 // (neosqlite.OpenWriter), so that a NEO/py node cannot use it at the same
 // time. While it is open the database is in SQLite's WAL mode (readers never
-// wait for commits); Close puts it back in NEO/py's journal mode.
+// wait for commits); Close puts it back in the journal mode it had
+// (NEO/py's default: DELETE).
 func OpenSQLite(ctx context.Context, path string) (*SQLiteBackend, error) {
 	db, err := neosqlite.OpenWriter(ctx, path)
 	if err != nil {
@@ -41,10 +42,6 @@ func OpenSQLite(ctx context.Context, path string) (*SQLiteBackend, error) {
 // NewSQLite serves db, which the caller keeps open (Close does not close it).
 // The Writer methods fail unless db was opened with neosqlite.OpenWriter.
 func NewSQLite(db *neosqlite.DB) *SQLiteBackend { return &SQLiteBackend{db: db} }
-
-// ReadOnly implements ReadOnlyBackend: a database not opened with
-// neosqlite.OpenWriter (NewSQLite of neosqlite.Open) is served read-only.
-func (b *SQLiteBackend) ReadOnly() bool { return !b.db.Writable() }
 
 // Path implements Backend.
 func (b *SQLiteBackend) Path() string { return b.db.Path() }

@@ -574,8 +574,9 @@ func (tm *txnManager) undoOverride(ttid zodb.Tid, oid zodb.Oid) zodb.Tid {
 // ---- the master's orders ----
 
 // lock handles AskLockInformation: the transaction's oids are read-locked,
-// then the Writer makes it durable under tid.
-func (tm *txnManager) lock(ctx context.Context, ttid, tid zodb.Tid) error {
+// then the Writer makes it durable under tid. approvePack: the master
+// approves at once the pack order the transaction carries, if any.
+func (tm *txnManager) lock(ctx context.Context, ttid, tid zodb.Tid, approvePack bool) error {
 	tm.mu.Lock()
 	t := tm.txns[ttid]
 	if t == nil {
@@ -592,7 +593,7 @@ func (tm *txnManager) lock(ctx context.Context, ttid, tid zodb.Tid) error {
 	}
 	tm.nlocked.Add(1)
 	if t.pack != nil {
-		tm.n.log.Printf("neo storage: transaction %s carries a pack order (pack tid %s): not kept, packing is not implemented", tid, t.pack.PackTid)
+		tm.n.pack.locked(tid, t.pack, approvePack)
 	}
 	t.wmu.Lock()
 	tm.unlockAndFlush()

@@ -408,3 +408,32 @@ func TestTxnBadStore(t *testing.T) {
 		t.Error("connection still open")
 	}
 }
+
+// TestTxnPack: a transaction carrying a pack order, approved at lock,
+// is packed once the master signs it (after the unlock), and reported
+// with NotifyPackCompleted; the master's AskPackOrders lists it.
+func TestTxnPack(t *testing.T) {
+	c := startWriteCluster(t, newMemWriter(), nil)
+	a := c.client(-536870911)
+	c.commit(a, 10, 11, 1, 0, "v1")
+	c.commit(a, 12, 13, 1, 11, "v2")
+	id := a.send(&proto.AskStoreTransaction{TTid: 20, Description: []byte("pack"), Pack: &proto.PackRequest{PackTid: 13}})
+	a.answer(id, proto.CodeAnswerStoreTransaction)
+	id = c.send(&proto.AskLockInformation{TTid: 20, Tid: 21, Pack: true, PackSet: true})
+	c.m.expect(t, id, proto.CodeAnswerInformationLocked)
+	c.unlock(20)
+	id = c.send(&proto.AskPackOrders{MinPackID: 1})
+	orders := decodeArgs(t, c.m.expect(t, id, proto.CodeAnswerPackOrders)).(*proto.AnswerPackOrders).Orders
+	if len(orders) != 1 || orders[0].PackID != 21 || orders[0].PackTid != 13 || !orders[0].Approved || orders[0].OidsSet {
+		t.Fatalf("pack orders %+v", orders)
+	}
+	c.send(&proto.NotifyPackSigned{Approved: []zodb.Tid{21}})
+	p := c.m.expectCode(t, proto.CodeNotifyPackCompleted)
+	if m := decodeArgs(t, p).(*proto.NotifyPackCompleted); m.PackID != 21 {
+		t.Fatalf("NotifyPackCompleted %s, want 21", m.PackID)
+	}
+	id = a.send(&proto.AskObjectHistory{Oid: 1, First: 0, Last: 10})
+	if h := a.answer(id, proto.CodeAnswerObjectHistory).(*proto.AnswerObjectHistory).History; len(h) != 1 || h[0].Serial != 13 {
+		t.Errorf("history after pack: %+v", h)
+	}
+}
