@@ -637,8 +637,13 @@ func (db *DB) Close() error {
 // Path returns the path given to Open.
 func (db *DB) Path() string { return db.path }
 
-// Config returns the configuration read at Open.
-func (db *DB) Config() Config { return db.cfg }
+// Config returns the configuration read at Open (with the changes made by
+// SetName and SetNID since).
+func (db *DB) Config() Config {
+	db.lockMu.Lock()
+	defer db.lockMu.Unlock()
+	return db.cfg
+}
 
 // PartitionTable returns every cell of the partition table read at Open,
 // ordered by partition then node id. The slice is the caller's.

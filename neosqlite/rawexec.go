@@ -42,21 +42,43 @@ func (c *rawConn) bindIntOrNull(st uintptr, i int32, v int64) {
 // as Python's sqlite3 binds b""). SQLite copies the bytes (TRANSIENT), from
 // c's scratch C memory: Go memory is not handed to SQLite.
 func (c *rawConn) bindBlob(st uintptr, i int32, b []byte) error {
+	p, err := c.toScratch(b)
+	if err != nil {
+		return err
+	}
+	if rc := sqlite3.Xsqlite3_bind_blob(c.tls, st, i, p, int32(len(b)), sqlite3.SQLITE_TRANSIENT); rc != sqlite3.SQLITE_OK {
+		return c.errorf(rc, "bind")
+	}
+	return nil
+}
+
+// bindText binds s as TEXT (NEO/py's config values), copied as bindBlob.
+func (c *rawConn) bindText(st uintptr, i int32, s string) error {
+	p, err := c.toScratch([]byte(s))
+	if err != nil {
+		return err
+	}
+	if rc := sqlite3.Xsqlite3_bind_text(c.tls, st, i, p, int32(len(s)), sqlite3.SQLITE_TRANSIENT); rc != sqlite3.SQLITE_OK {
+		return c.errorf(rc, "bind")
+	}
+	return nil
+}
+
+// toScratch copies b into c's scratch C memory (grown as needed) and
+// returns its address, never 0.
+func (c *rawConn) toScratch(b []byte) (uintptr, error) {
 	if len(b) > c.scratchLen || c.scratch == 0 {
 		n := max(len(b), 4096, 2*c.scratchLen)
 		p := libc.Xrealloc(c.tls, c.scratch, libc.Tsize_t(n))
 		if p == 0 {
-			return c.errorf(sqlite3.SQLITE_NOMEM, "bind")
+			return 0, c.errorf(sqlite3.SQLITE_NOMEM, "bind")
 		}
 		c.scratch, c.scratchLen = p, n
 	}
 	if len(b) > 0 {
 		copy(unsafe.Slice((*byte)(cmem(c.scratch)), len(b)), b)
 	}
-	if rc := sqlite3.Xsqlite3_bind_blob(c.tls, st, i, c.scratch, int32(len(b)), sqlite3.SQLITE_TRANSIENT); rc != sqlite3.SQLITE_OK {
-		return c.errorf(rc, "bind")
-	}
-	return nil
+	return c.scratch, nil
 }
 
 // exec steps st to its end and resets it.

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -145,6 +146,7 @@ type writer struct {
 	held     map[int64]int32 // data id -> references from tobj (NEO's _uncommitted_data)
 	undo     []undoEntry     // in-memory changes of the current operation, to revert on failure
 	ids      []int64         // tobjData's result, reused
+	errs     []error         // runBatch's, reused
 	oidBuf   []byte          // oidField's result, reused
 
 	dirty       bool          // a commit not yet durable
@@ -291,8 +293,19 @@ func (w *writer) doOp(ctx context.Context, op *wop) error {
 	select {
 	case w.ops <- op:
 		// Once queued, the operation runs: wait for its outcome even
-		// if ctx ends, so that the caller knows what happened.
-		err = <-op.done
+		// if ctx ends, so that the caller knows what happened. Only
+		// when the committer is gone (Close) it may never run.
+		select {
+		case err = <-op.done:
+		case <-w.exit:
+			select {
+			case err = <-op.done:
+			default:
+				// Still in the queue, which nobody reads any more:
+				// not back to the pool.
+				return errRawClosed
+			}
+		}
 	case <-w.quit:
 		err = errRawClosed
 	case <-ctx.Done():
@@ -364,7 +377,11 @@ func (w *writer) runBatch() {
 	for _, op := range w.batch {
 		sync = sync || op.sync
 	}
-	errs := make([]error, len(w.batch))
+	errs := w.errs[:0]
+	for range w.batch {
+		errs = append(errs, nil)
+	}
+	w.errs = errs
 	fail := func(err error) {
 		for _, op := range w.batch {
 			op.done <- err
@@ -385,6 +402,7 @@ func (w *writer) runBatch() {
 		fail(err)
 		return
 	}
+	changes := sqlite3.Xsqlite3_total_changes64(c.tls, c.db)
 	for i, op := range w.batch {
 		errs[i] = w.runOp(op)
 	}
@@ -397,17 +415,29 @@ func (w *writer) runBatch() {
 		fail(err)
 		return
 	}
-	w.dirty = !sync
-	if sync {
+	changed := sqlite3.Xsqlite3_total_changes64(c.tls, c.db) != changes
+	switch {
+	case sync && changed:
+		// The commit synced the WAL, earlier commits included.
+		w.dirty = false
 		w.syncCommits.Add(1)
+	case sync && w.dirty:
+		// Nothing written, so nothing synced; an earlier unlock's
+		// commit must be durable now all the same.
+		w.syncNow()
+	case changed:
+		w.dirty = true
 	}
-	// Readers start a new snapshot on their next lookup.
-	w.db.raw.gen.Add(1)
+	if changed {
+		// Readers start a new snapshot on their next lookup.
+		w.db.raw.gen.Add(1)
+	}
 	w.db.raw.sweep()
 	for i, op := range w.batch {
 		op.done <- errs[i]
 	}
 	clear(w.batch)
+	clear(errs)
 }
 
 // runOp runs op under a savepoint: on error its changes, in the database
@@ -452,12 +482,18 @@ func (w *writer) runOp(op *wop) error {
 	return err
 }
 
-// syncNow makes the commits done so far durable: a WAL checkpoint syncs
-// the WAL (and copies it into the database).
+// syncNow makes the commits done so far durable: an fsync of the WAL file
+// (a checkpoint would skip it when a reader's snapshot leaves it nothing
+// to copy).
 func (w *writer) syncNow() {
-	if err := w.c.execSQL("PRAGMA wal_checkpoint(PASSIVE)"); err == nil {
+	f, err := os.Open(w.db.abs + "-wal")
+	if err != nil {
+		return
+	}
+	if f.Sync() == nil {
 		w.dirty = false
 	}
+	f.Close()
 }
 
 // close stops the committer after the queued operations; the caller then
@@ -586,8 +622,13 @@ func (w *writer) storeData(o *VotedObject) (id int64, ok bool, err error) {
 			c.reset(st)
 			return id, !null, nil
 		}
-		if w.db.readable[p] || o.Data == nil {
+		if w.db.readable[p] {
 			return 0, false, fmt.Errorf("oid %s: undo to %s: %w", o.Oid, o.DataSerial, ErrUndoPack)
+		}
+		// A partition being replicated: the data the client sent
+		// along, if any (NEO/py's storeData).
+		if o.Data == nil {
+			return 0, false, nil
 		}
 	}
 	if o.NoData {

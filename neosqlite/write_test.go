@@ -40,6 +40,8 @@ type scenarioOp struct {
 	LTid    uint64 `json:"ltid"`
 	UndoTid uint64 `json:"undo_tid"`
 	Current uint64 `json:"current"`
+	Name    string `json:"name"`
+	Nid     int32  `json:"nid"`
 	Meta    *struct {
 		User, Description, Extension string
 		Oids                         []uint64
@@ -173,6 +175,13 @@ func runScenario(t *testing.T, dbPath, path string) []any {
 				if ferr != nil || uint64(ft) != x[1] {
 					t.Errorf("%s: FinalTID(%x) = %x, %v; want %x", where, x[0], ft, ferr, x[1])
 				}
+			}
+		case "set_name":
+			err = db.SetName(ctx, op.Name)
+		case "set_nid":
+			err = db.SetNID(ctx, op.Nid)
+			if err == nil && db.Config().Nid != op.Nid {
+				t.Errorf("%s: Config().Nid = %d", where, db.Config().Nid)
 			}
 		case "reopen":
 			if err = db.Close(); err == nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 
 	sqlite3 "modernc.org/sqlite/lib"
 
@@ -330,13 +331,13 @@ func (db *DB) Pack(ctx context.Context, packID, tid zodb.Tid, oids []zodb.Oid) e
 				return db.wrap(fmt.Errorf("pack partition %d at %s: %w", p, tid, err))
 			}
 		}
-		if packID != 0 && db.cfg.HasNid {
-			if err := w.do(ctx, true, func(w *writer) error { return w.setPacked(p, packID) }); err != nil {
+		if cfg := db.Config(); packID != 0 && cfg.HasNid {
+			if err := w.do(ctx, true, func(w *writer) error { return w.setPacked(p, packID, cfg.Nid) }); err != nil {
 				return db.wrap(fmt.Errorf("pack partition %d: %w", p, err))
 			}
 			db.lockMu.Lock()
 			for i := range db.pt {
-				if c := &db.pt[i]; c.Partition == p && c.Nid == db.cfg.Nid {
+				if c := &db.pt[i]; c.Partition == p && c.Nid == cfg.Nid {
 					c.Pack, c.HasPack = packID, true
 				}
 			}
@@ -493,7 +494,7 @@ func (w *writer) packCands(p uint32, cands func(func(n, oid, max int64) bool)) e
 
 // setPacked records packID as the last pack completed on partition p by
 // this node (pt.pack).
-func (w *writer) setPacked(p uint32, packID zodb.Tid) error {
+func (w *writer) setPacked(p uint32, packID zodb.Tid, nid int32) error {
 	c := w.c
 	st, err := c.prepare("UPDATE pt SET pack=? WHERE partition=? AND nid=?")
 	if err != nil {
@@ -502,6 +503,91 @@ func (w *writer) setPacked(p uint32, packID zodb.Tid) error {
 	defer sqlite3.Xsqlite3_finalize(c.tls, st)
 	c.bindInt(st, 1, int64(packID))
 	c.bindInt(st, 2, int64(p))
-	c.bindInt(st, 3, int64(w.db.cfg.Nid))
+	c.bindInt(st, 3, int64(nid))
 	return c.exec(st, "pt pack")
+}
+
+// SetName stores the cluster name (config "name"), durably, as NEO/py's
+// setName does when its node first joins a cluster.
+func (db *DB) SetName(ctx context.Context, name string) error {
+	w, err := db.writerAny()
+	if err != nil {
+		return err
+	}
+	err = w.do(ctx, true, func(w *writer) error { return w.setConfig("name", name) })
+	if err != nil {
+		return db.wrap(fmt.Errorf("set name: %w", err))
+	}
+	db.lockMu.Lock()
+	db.cfg.Name = name
+	db.lockMu.Unlock()
+	return nil
+}
+
+// SetNID stores the node id the master gave this node (config "nid"),
+// durably, as NEO/py's setUUID does: when it changes, this node's cells of
+// the pt table move to the new id (their state and pack id kept).
+func (db *DB) SetNID(ctx context.Context, nid int32) error {
+	w, err := db.writerAny()
+	if err != nil {
+		return err
+	}
+	cfg := db.Config()
+	if cfg.HasNid && cfg.Nid == nid {
+		return nil
+	}
+	err = w.do(ctx, true, func(w *writer) error {
+		if cfg.HasNid && cfg.Nid != 0 {
+			if err := w.c.execSQL(fmt.Sprintf("INSERT INTO pt SELECT partition, %d, tid, pack FROM pt WHERE nid=%d", nid, cfg.Nid)); err != nil {
+				return err
+			}
+			if err := w.c.execSQL(fmt.Sprintf("DELETE FROM pt WHERE nid=%d", cfg.Nid)); err != nil {
+				return err
+			}
+		}
+		return w.setConfig("nid", strconv.Itoa(int(nid)))
+	})
+	if err != nil {
+		return db.wrap(fmt.Errorf("set nid %d: %w", nid, err))
+	}
+	db.lockMu.Lock()
+	if db.cfg.HasNid && db.cfg.Nid != 0 {
+		for i := range db.pt {
+			if db.pt[i].Nid == db.cfg.Nid {
+				db.pt[i].Nid = nid
+			}
+		}
+		sort.Slice(db.pt, func(i, j int) bool {
+			a, b := db.pt[i], db.pt[j]
+			return a.Partition < b.Partition || a.Partition == b.Partition && a.Nid < b.Nid
+		})
+	}
+	db.cfg.Nid, db.cfg.HasNid = nid, true
+	db.lockMu.Unlock()
+	return nil
+}
+
+// writerAny is writer without the partition table check.
+func (db *DB) writerAny() (*writer, error) {
+	if db.w == nil {
+		return nil, db.wrap(ErrReadOnly)
+	}
+	return db.w, nil
+}
+
+// setConfig is NEO/py's _setConfiguration: REPLACE INTO config.
+func (w *writer) setConfig(key, value string) error {
+	c := w.c
+	st, err := c.prepare("REPLACE INTO config VALUES (?,?)")
+	if err != nil {
+		return err
+	}
+	defer sqlite3.Xsqlite3_finalize(c.tls, st)
+	if err := c.bindText(st, 1, key); err != nil {
+		return err
+	}
+	if err := c.bindText(st, 2, value); err != nil {
+		return err
+	}
+	return c.exec(st, "config")
 }

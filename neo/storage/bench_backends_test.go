@@ -140,24 +140,37 @@ var benchBackends = []struct {
 	open func(*testing.B) (storage.Backend, zodb.Oid)
 }{{"fs1", benchFS1}, {"sqlite", benchSQLite}, {"sqlite-ro", benchSQLiteRO}}
 
-// BenchmarkBackendObject measures Backend.Object, the latest revision of a
-// 4 KiB object, on each backend: what the node does per AskObject besides
-// the network.
+// BenchmarkBackendObject measures Backend.Object on each backend, for the
+// 4 KiB object: its latest revision, and the revision before a tid (what
+// NEO's client asks for a load in a snapshot): what the node does per
+// AskObject besides the network.
 func BenchmarkBackendObject(b *testing.B) {
 	for _, bk := range benchBackends {
 		b.Run(bk.name, func(b *testing.B) {
 			be, oid := bk.open(b)
 			ctx := context.Background()
-			var o storage.Object
-			o.Data = make([]byte, 0, 2*benchObjSize)
-			b.ReportAllocs()
-			cpu := startCPU(b)
-			for i := 0; i < b.N; i++ {
-				if err := be.Object(ctx, oid, 0, 0, &o); err != nil {
-					b.Fatal(err)
+			for _, before := range []bool{false, true} {
+				name, bt := "latest", zodb.Tid(0)
+				if before {
+					ids, err := be.LastIDs(ctx)
+					if err != nil {
+						b.Fatal(err)
+					}
+					name, bt = "before", ids.Tid+1
 				}
+				b.Run(name, func(b *testing.B) {
+					var o storage.Object
+					o.Data = make([]byte, 0, 2*benchObjSize)
+					b.ReportAllocs()
+					cpu := startCPU(b)
+					for i := 0; i < b.N; i++ {
+						if err := be.Object(ctx, oid, 0, bt, &o); err != nil {
+							b.Fatal(err)
+						}
+					}
+					stopCPU(b, cpu)
+				})
 			}
-			stopCPU(b, cpu)
 		})
 	}
 }

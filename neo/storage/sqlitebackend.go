@@ -254,6 +254,19 @@ func (b *SQLiteBackend) PackOrder(ctx context.Context, packID, tid zodb.Tid, oid
 	return b.db.Pack(ctx, packID, tid, oids)
 }
 
+// SetIdentity stores the cluster name and the node id the master gave this
+// node (config "name" and "nid", as NEO/py's storage stores them when it
+// joins; a changed nid moves this node's cells of the stored partition
+// table), so that Recovery answers them after a restart.
+func (b *SQLiteBackend) SetIdentity(ctx context.Context, cluster string, nid proto.NodeID) error {
+	if cfg := b.db.Config(); cfg.Name != cluster {
+		if err := b.db.SetName(ctx, cluster); err != nil {
+			return err
+		}
+	}
+	return b.db.SetNID(ctx, int32(nid))
+}
+
 var (
 	_ Backend = (*SQLiteBackend)(nil)
 	_ Writer  = (*SQLiteBackend)(nil)

@@ -126,6 +126,10 @@ def main(path, scenario, outpath):
         elif kind == 'locked':
             d = dm.getUnfinishedTIDDict()
             answers.append(sorted([u64(k), u64(v) if v else 0] for k, v in d.items()))
+        elif kind == 'set_name':
+            dm.setName(op['name'])
+        elif kind == 'set_nid':
+            dm.setUUID(op['nid'])
         elif kind == 'reopen':
             dm.close()
             dm = open_dm(path)
