@@ -392,9 +392,15 @@ func testDeadlock(t *testing.T, cluster, master string) {
 // not current at the pack time are gone, the current ones stay.
 func TestNEOPyPack(t *testing.T) {
 	master := startNEOPy(t, "pack", filepath.Join(t.TempDir(), "db.sqlite"))
+	testPack(t, "pack", master)
+}
+
+// testPack packs through the client: the revisions not current at the pack
+// time are gone, the current ones stay.
+func testPack(t *testing.T, cluster, master string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c := dialT(t, &client.Options{Cluster: "pack", Masters: []string{master}, Logf: func(string, ...interface{}) {}})
+	c := dialT(t, &client.Options{Cluster: cluster, Masters: []string{master}, Logf: func(string, ...interface{}) {}})
 	oids, err := c.NewOids(ctx, 1)
 	if err != nil {
 		t.Fatal(err)

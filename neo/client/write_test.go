@@ -102,3 +102,14 @@ func TestClusterDeadlock(t *testing.T) {
 	master := startNEO(t, "deadlock", be)
 	testDeadlock(t, "deadlock", master)
 }
+
+// TestClusterPack: see testPack (FileStorage backend).
+func TestClusterPack(t *testing.T) {
+	be, err := storage.OpenFS1Writer(filepath.Join(t.TempDir(), "Data.fs"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { be.Close() })
+	master := startNEO(t, "pack", be)
+	testPack(t, "pack", master)
+}

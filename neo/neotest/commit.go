@@ -37,8 +37,9 @@ import (
 // A transaction may carry a pack order (AskFinishTransaction's pack,
 // [oids|nil, pack_tid], pack_tid at most the last commit): the master
 // records it, approved (NEO/py's automatic approval), with the
-// transaction's tid as its id, and tells the storage at the lock
-// (AskLockInformation's pack). The storage asks for it (AskPackOrders: the
+// transaction's tid as its id, tells the storage at the lock
+// (AskLockInformation's pack) and signs it after the unlock
+// (NotifyPackSigned). The storage may ask for it (AskPackOrders: the
 // first approved order from an id on) and reports it done
 // (NotifyPackCompleted), which answers the clients waiting for it
 // (WaitForPack).
@@ -302,6 +303,10 @@ func (m *Master) locked(ttid zodb.Tid, err error) {
 		}
 		if m.storage != nil {
 			m.storage.Send(&proto.NotifyUnlockInformation{TTid: t.ttid})
+			if t.pack != nil {
+				// Approved at once: signed to the storages.
+				m.storage.Send(&proto.NotifyPackSigned{Approved: []zodb.Tid{t.tid}, Rejected: []zodb.Tid{}})
+			}
 		}
 	}
 }

@@ -499,6 +499,7 @@ func testMasterCommit(t *testing.T, s, c *link.Conn) {
 		t.Fatalf("AskFinishTransaction of the pack: %+v %v", fin, err)
 	}
 	expect(t, s, &proto.NotifyUnlockInformation{TTid: begin.TTid})
+	expect(t, s, &proto.NotifyPackSigned{Approved: []zodb.Tid{lock.Tid}})
 	waited := make(chan error, 1)
 	go func() { waited <- ask(t, c, &proto.WaitForPack{Tid: lock.Tid}, &proto.WaitedForPack{}) }()
 	var orders proto.AnswerPackOrders
