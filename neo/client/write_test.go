@@ -1,9 +1,14 @@
 package client_test
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/zodbd/zodbd/internal/storagetest"
 	"github.com/zodbd/zodbd/neo/client"
@@ -112,4 +117,64 @@ func TestClusterPack(t *testing.T) {
 	t.Cleanup(func() { be.Close() })
 	master := startNEO(t, "pack", be)
 	testPack(t, "pack", master)
+}
+
+// TestClusterConcurrentCommits has several clients commit at once, each on
+// objects of its own, through zodbd's master and node on a FileStorage
+// (which appends the locked transactions in tid order: the master must
+// send the locks in that order): every commit succeeds and is read back.
+func TestClusterConcurrentCommits(t *testing.T) {
+	be, err := storage.OpenFS1Writer(filepath.Join(t.TempDir(), "Data.fs"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { be.Close() })
+	master := startNEO(t, "concurrent", be)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const clients, commits = 16, 30
+	errs := make([]error, clients)
+	last := make([]zodb.Tid, clients)
+	oids := make([]zodb.Oid, clients)
+	var wg sync.WaitGroup
+	for i := range clients {
+		c := dialT(t, &client.Options{Cluster: "concurrent", Masters: []string{master}, Logf: func(string, ...interface{}) {}})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = func() error {
+				o, err := c.NewOids(ctx, 1)
+				if err != nil {
+					return err
+				}
+				oids[i] = o[0]
+				for k := range commits {
+					txn, err := c.Begin(ctx, zodb.TxnMeta{})
+					if err != nil {
+						return err
+					}
+					txn.Store(oids[i], last[i], []byte(fmt.Sprintf("client %d commit %d", i, k)))
+					if _, err := txn.Vote(ctx); err != nil {
+						txn.Abort()
+						return err
+					}
+					if last[i], err = txn.Finish(ctx, nil); err != nil {
+						return err
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	c := dialT(t, &client.Options{Cluster: "concurrent", Masters: []string{master}, Logf: func(string, ...interface{}) {}})
+	for i := range clients {
+		data, serial, err := c.Load(ctx, zodb.Xid{Oid: oids[i], At: zodb.TidMax})
+		if want := fmt.Sprintf("client %d commit %d", i, commits-1); err != nil || string(data) != want || serial != last[i] {
+			t.Errorf("client %d's object: %q@%s, %v; want %q@%s", i, data, serial, err, want, last[i])
+		}
+	}
 }

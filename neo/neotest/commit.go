@@ -257,9 +257,17 @@ func (m *Master) finish(c *link.Conn, id uint32, req *proto.AskFinishTransaction
 		m.lastOid = max(m.lastOid, oid)
 	}
 	ttid, tid, pack := t.ttid, t.tid, t.pack != nil
-	m.mu.Unlock()
+	// Sent under m.mu: the storage gets the locks in tid order, as from
+	// NEO/py's master (a FileStorage backend appends in that order).
 	s.AskAsync(context.Background(), &proto.AskLockInformation{TTid: ttid, Tid: tid, Pack: pack, PackSet: true},
-		new(proto.AnswerInformationLocked), func(err error) { m.locked(ttid, err) })
+		new(proto.AnswerInformationLocked), func(err error) {
+			if err != nil {
+				go m.locked(ttid, err) // maybe called at once, m.mu held
+				return
+			}
+			m.locked(ttid, nil)
+		})
+	m.mu.Unlock()
 }
 
 // locked records the storage's answer to AskLockInformation and commits
