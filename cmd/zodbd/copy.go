@@ -37,7 +37,11 @@ func runCopy(args []string) int {
 			"With --src-blob-dir and --dst-blob-dir, the blob file of every record copied\n"+
 			"is put in DST's blob directory (created if missing) under the same oid and\n"+
 			"tid (a hard link where both are on one file system, else a copy), durable\n"+
-			"before its transaction commits.\n\n")
+			"before its transaction commits.\n\n"+
+			"SRC may also be a storage URL (zeo://, neo://, sqlite:...; read), and DST\n"+
+			"a NEO cluster, neo://CLUSTER@MASTER (written through its master, each\n"+
+			"transaction begun with its tid; the master hands out oids above those\n"+
+			"stored); without blob directories.\n\n")
 		fl.PrintDefaults()
 	}
 	quiet := fl.Bool("q", false, "do not print the summary")
@@ -77,6 +81,13 @@ func runCopy(args []string) int {
 			return fatalf("copy", "%v", err)
 		}
 	}
+	l := log.New(os.Stderr, "", 0)
+	if isURL(pos[0]) || isURL(pos[1]) {
+		if *srcBlobs != "" {
+			return fatalf("copy", "blob directories are for FileStorage SRC and DST only")
+		}
+		return copyURLs(pos[0], pos[1], *quiet, l)
+	}
 	src, err := openFS(pos[0])
 	if err != nil {
 		return fatalf("copy", "%v", err)
@@ -87,7 +98,6 @@ func runCopy(args []string) int {
 	if err != nil {
 		return fatalf("copy", "%v", err)
 	}
-	l := log.New(os.Stderr, "", 0)
 	dst, err := fs1.Open(pos[1], &fs1.Options{ReadWrite: true, Logf: l.Printf})
 	if err != nil {
 		return fatalf("copy", "%v", err)
@@ -115,6 +125,50 @@ func runCopy(args []string) int {
 		} else {
 			fmt.Printf("copied %d transactions, %d data records\n", ntxn, nrec)
 		}
+	}
+	return 0
+}
+
+// isURL tells a storage URL (scheme://..., or a registered scheme:rest)
+// from a file path.
+func isURL(s string) bool {
+	u, err := zodb.ParseURL(s)
+	return err == nil && u.Scheme != "file"
+}
+
+// copyURLs copies src into dst where either is a URL: src opened
+// read-only (a path is a FileStorage), dst read-write (a path is a
+// FileStorage created if missing).
+func copyURLs(srcURL, dstURL string, quiet bool, l *log.Logger) int {
+	ctx := context.Background()
+	src, err := zodb.Open(ctx, srcURL, &zodb.OpenOptions{CacheSize: -1, Logf: l.Printf})
+	if err != nil {
+		return fatalf("copy", "%v", err)
+	}
+	defer src.Close()
+	var dst zodb.Storage
+	if isURL(dstURL) {
+		dst, err = zodb.Open(ctx, dstURL, &zodb.OpenOptions{ReadWrite: true, CacheSize: -1, Logf: l.Printf})
+	} else {
+		dst, err = fs1.Open(dstURL, &fs1.Options{ReadWrite: true, Logf: l.Printf})
+	}
+	if err != nil {
+		return fatalf("copy", "%v", err)
+	}
+	to, ok := dst.(zodb.WriteStorage)
+	if !ok {
+		dst.Close()
+		return fatalf("copy", "%s cannot be written", dstURL)
+	}
+	ntxn, nrec, _, err := copyTransactions(ctx, to, src, nil)
+	if cerr := dst.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return fatalf("copy", "%v", err)
+	}
+	if !quiet {
+		fmt.Printf("copied %d transactions, %d data records\n", ntxn, nrec)
 	}
 	return 0
 }

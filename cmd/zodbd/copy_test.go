@@ -2,13 +2,22 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"io"
+	"log"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/internal/storagetest"
+	"github.com/zodbd/zodbd/neo/neotest"
+	"github.com/zodbd/zodbd/neo/storage"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -96,5 +105,87 @@ func TestCopyOidMark(t *testing.T) {
 	}
 	if _, err := os.Stat(other); !os.IsNotExist(err) {
 		t.Errorf("failed copy created %s", other)
+	}
+}
+
+// zodbd copy into a NEO cluster (zodbd's test master and storage node on a
+// new FileStorage) keeps every transaction: tid, status, metadata, and each
+// record's data and backpointer (the order of a transaction's records is
+// the storage's).
+func TestCopyToNEO(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	m, err := neotest.NewMaster(neotest.MasterConfig{Cluster: "copy"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go m.Serve(ctx)
+	defer m.Close()
+	dstPath := filepath.Join(t.TempDir(), "Data.fs")
+	be, err := storage.OpenFS1Writer(dstPath, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := storage.New(storage.Config{Cluster: "copy", Masters: []string{m.Addr()}, Bind: "127.0.0.1:0", Backend: be,
+		Logger: log.New(io.Discard, "", 0), RetryInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- node.Run(nctx) }()
+	select {
+	case <-m.Running():
+	case err := <-done:
+		t.Fatalf("storage node: %v", err)
+	case <-ctx.Done():
+		t.Fatal("cluster did not start")
+	}
+	src := filepath.Join("..", "..", "fs1", "testdata", "1.fs")
+	url := "neo://copy@" + m.Addr()
+	if rc := runCopy([]string{"-q", src, url}); rc != 0 {
+		t.Fatalf("zodbd copy %s %s: status %d", src, url, rc)
+	}
+	if rc := runCopy([]string{"-q", src, url}); rc == 0 {
+		t.Errorf("a second copy into the same cluster succeeded")
+	}
+	stop()
+	<-done
+	be.Close()
+
+	type rec struct {
+		oid     zodb.Oid
+		dataTid zodb.Tid
+		data    string
+	}
+	type txn struct {
+		tid             zodb.Tid
+		status          zodb.TxnStatus
+		user, desc, ext string
+	}
+	read := func(path string) (txns []txn, recs [][]rec) {
+		fs, err := fs1.Open(path, &fs1.Options{Logf: t.Logf})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fs.Close()
+		storagetest.Walk(t, ctx, fs.Iterate(ctx, 0, zodb.TidMax), func(ti *zodb.TxnInfo, rs []zodb.DataInfo) {
+			txns = append(txns, txn{ti.Tid, ti.Status, string(ti.User), string(ti.Description), string(ti.Extension)})
+			var r []rec
+			for _, d := range rs {
+				r = append(r, rec{d.Oid, d.DataTid, string(d.Data)})
+			}
+			slices.SortFunc(r, func(a, b rec) int { return cmp.Compare(a.oid, b.oid) })
+			recs = append(recs, r)
+		})
+		return txns, recs
+	}
+	wantTxns, wantRecs := read(src)
+	gotTxns, gotRecs := read(dstPath)
+	if !reflect.DeepEqual(gotTxns, wantTxns) {
+		t.Errorf("transactions of the copy:\n%+v\nwant\n%+v", gotTxns, wantTxns)
+	}
+	if !reflect.DeepEqual(gotRecs, wantRecs) {
+		t.Errorf("records of the copy differ from the source's")
 	}
 }

@@ -34,8 +34,10 @@
 //
 // # Writes
 //
-// Commits are not implemented: the storage is read-only (Begin and
-// NewOids return zodb.ErrReadOnly).
+// The client commits with NEO's two-phase commit (commit.go): a Client
+// implements zodb.WriteStorage and its transactions zodb.ResolvingTxn,
+// unless Options.ReadOnly (Begin and NewOids then return
+// zodb.ErrReadOnly).
 //
 // # Lost connections
 //
@@ -79,8 +81,17 @@ type Options struct {
 	// TLS, when not nil, is used for every connection (NEO's TLS is
 	// mutual: the config needs a client certificate).
 	TLS *tls.Config
-	// ReadOnly identifies to the master with {read_only: true}.
+	// ReadOnly identifies to the master with {read_only: true}; Begin
+	// and NewOids return zodb.ErrReadOnly.
 	ReadOnly bool
+	// NoCommit makes Begin and NewOids return zodb.ErrReadOnly without
+	// asking the master, which is not told (zodb.Open without
+	// OpenOptions.ReadWrite).
+	NoCommit bool
+	// Resolve resolves the conflicts of Txn.Vote (a conflict it does not
+	// merge fails the vote); nil resolves none. VoteResolving takes its
+	// own.
+	Resolve zodb.Resolver
 	// NoVerify skips the check of sha1(data) against the checksum the
 	// storage sends (for benchmarks).
 	NoVerify bool
@@ -170,6 +181,8 @@ type Client struct {
 	core  *clientcore.Core[loadScratch]
 	cache *cache.Cache    // core's
 	dead  <-chan struct{} // core's Failed: closed when the client fails
+
+	commit commitState // commit.go
 
 	closing   atomic.Bool
 	closeOnce sync.Once
@@ -428,6 +441,16 @@ func (c *Client) handleMaster(req *link.Request) error {
 		c.mu.Lock()
 		c.state = m.State
 		c.mu.Unlock()
+	case proto.CodeAnswerTransactionFinished:
+		// The copy of a Finish's answer (link.Conn.AskQueued), in
+		// order with the invalidations (commit.go).
+		var m proto.AnswerTransactionFinished
+		if err := m.DecodeArgs(req.Args); err != nil {
+			return fmt.Errorf("AnswerTransactionFinished: %w", err)
+		}
+		c.finished(m.TTid, m.Tid)
+	case proto.CodeError:
+		// The copy of a Finish's error answer: Finish reports it.
 	case proto.CodePing:
 		return c.master.Reply(req.ID, &proto.Pong{})
 	case proto.CodeStopOperation, proto.CodeCloseClient, proto.CodeFlushLog:
@@ -745,11 +768,15 @@ func (c *Client) dialStorage(ctx context.Context, n *node, addr proto.Address) (
 	return conn, nil
 }
 
-// storageRequest handles what a storage sends besides answers (nothing a
-// reader expects), on the goroutine reading its connection: Ping is
-// answered, CloseClient closes the connection, other requests are refused.
+// storageRequest handles what a storage sends besides answers, on the
+// goroutine reading its connection: Ping is answered, CloseClient closes
+// the connection, NotifyDeadlock goes to the transaction (commit.go), other
+// requests are refused.
 func (c *Client) storageRequest(n *node, conn *link.Conn, req *link.Request) {
 	id, code := req.ID, req.Code
+	if code == proto.CodeNotifyDeadlock {
+		c.notifyDeadlock(conn, req.Args)
+	}
 	req.Release()
 	switch {
 	case code == proto.CodePing:

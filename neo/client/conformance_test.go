@@ -67,6 +67,6 @@ func neoFixture(t *testing.T, cluster string, open func() (storage.Backend, erro
 	t.Cleanup(func() { be.Close() })
 	master := startNEO(t, cluster, be)
 	return func(t *testing.T) zodb.Storage {
-		return dialT(t, &client.Options{Cluster: cluster, Masters: []string{master}, Logf: func(string, ...interface{}) {}})
+		return dialT(t, &client.Options{Cluster: cluster, Masters: []string{master}, NoCommit: true, Logf: func(string, ...interface{}) {}})
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/zodbd/zodbd/neo/msgp"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/zodb"
+	"github.com/zodbd/zodbd/zodb/resolve"
 )
 
 // The "neo" and "neos" drivers of zodb.Open, with NEO/py's zodburi syntax:
@@ -31,8 +32,13 @@ import (
 //	                  TLS when all three are given, neos:// always, with
 //	                  $NEO_CA, $NEO_CERT, $NEO_KEY for those not given
 //
-// zodb.OpenOptions.CacheSize sizes the client cache (negative: off). The
-// storage is read-only whatever OpenOptions.ReadWrite says.
+// zodb.OpenOptions.CacheSize sizes the client cache (negative: off).
+// Without OpenOptions.ReadWrite the client does not commit (Begin and
+// NewOids return zodb.ErrReadOnly; read_only=1 also tells the master);
+// with it, it commits, and Txn.Vote
+// resolves the conflicts that package zodb/resolve resolves natively
+// (BTrees.Length, BTrees buckets), as zodbd's ZEO server does for a ZEO
+// client.
 func init() {
 	zodb.RegisterDriver("neo", openURL)
 	zodb.RegisterDriver("neos", openURL)
@@ -45,6 +51,11 @@ func openURL(ctx context.Context, u *url.URL, opt *zodb.OpenOptions) (zodb.Stora
 	}
 	o.CacheSize = opt.CacheSize
 	o.Logf = opt.Logf
+	if !opt.ReadWrite {
+		o.NoCommit = true
+	} else {
+		o.Resolve = resolve.Resolve
+	}
 	c, err := Dial(ctx, o)
 	if err != nil {
 		return nil, err

@@ -331,16 +331,6 @@ func (c *Client) LastOid(ctx context.Context) (zodb.Oid, error) {
 	return 0, c.opErr("lastOid", nil, errors.New("not supported by the NEO client"))
 }
 
-// NewOids implements zodb.WriteStorage: the NEO client is read-only.
-func (c *Client) NewOids(ctx context.Context, n int) ([]zodb.Oid, error) {
-	return nil, c.opErr("newOids", nil, zodb.ErrReadOnly)
-}
-
-// Begin implements zodb.WriteStorage: the NEO client is read-only.
-func (c *Client) Begin(ctx context.Context, meta zodb.TxnMeta) (zodb.Txn, error) {
-	return nil, c.opErr("begin", nil, zodb.ErrReadOnly)
-}
-
 func clone(b []byte) []byte {
 	if b == nil {
 		return nil

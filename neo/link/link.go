@@ -100,6 +100,8 @@ type call struct {
 	// buf is where the reader copies the answer's arguments (AskBuf's
 	// buffer; nil for Ask: a new one). Set before the call is pending.
 	buf []byte
+	// queue: the answer is also queued for Recv (AskQueued).
+	queue bool
 }
 
 type result struct {
@@ -372,16 +374,61 @@ func (c *Conn) Ask(ctx context.Context, req, answer proto.Msg) error {
 // answer). On error the returned buffer may be buf or its grown copy, with
 // unspecified contents.
 func (c *Conn) AskBuf(ctx context.Context, req, answer proto.Msg, buf []byte) ([]byte, error) {
+	return c.ask(ctx, req, answer, buf, false)
+}
+
+// AskQueued is Ask whose answer is also queued for Recv, as a Request with
+// the answer's code, at its place among the peer's requests and
+// notifications: the goroutine that handles those sees it after
+// everything the peer sent before it, and before everything it sent
+// after. (NEO/py's client applies its own commit to its cache that way,
+// in order with the master's invalidations of other commits.) An answer
+// that comes after the Ask was abandoned (ctx done) is dropped, copy
+// included. A connection with Options.Handler gives the copy to the
+// handler.
+func (c *Conn) AskQueued(ctx context.Context, req, answer proto.Msg) error {
+	_, err := c.ask(ctx, req, answer, nil, true)
+	return err
+}
+
+func (c *Conn) ask(ctx context.Context, req, answer proto.Msg, buf []byte, queue bool) ([]byte, error) {
+	cl, id, err := c.start(req, buf, queue)
+	if err != nil {
+		return buf, err
+	}
+	return c.finish(ctx, cl, id, answer, buf)
+}
+
+// AskAsync sends req before it returns, and waits for the answer on a
+// goroutine of its own, which calls done with what Ask would return.
+// Requests sent by one goroutine reach the peer in the order of the
+// calls (with Ask, a request is written by the goroutine that asks: two
+// goroutines' requests are in no set order).
+func (c *Conn) AskAsync(ctx context.Context, req, answer proto.Msg, done func(error)) {
+	cl, id, err := c.start(req, nil, false)
+	if err != nil {
+		done(err)
+		return
+	}
+	go func() {
+		_, err := c.finish(ctx, cl, id, answer, nil)
+		done(err)
+	}()
+}
+
+// start registers a call and writes its request.
+func (c *Conn) start(req proto.Msg, buf []byte, queue bool) (*call, uint32, error) {
 	cl := callPool.Get().(*call)
 	cl.buf = buf[:0]
+	cl.queue = queue
 	id := c.newID()
 	c.pmu.Lock()
 	if c.perr != nil {
 		err := c.perr
 		c.pmu.Unlock()
-		cl.buf = nil
+		cl.buf, cl.queue = nil, false
 		callPool.Put(cl)
-		return buf, err
+		return nil, 0, err
 	}
 	c.pending[id] = cl
 	c.pmu.Unlock()
@@ -389,18 +436,23 @@ func (c *Conn) AskBuf(ctx context.Context, req, answer proto.Msg, buf []byte) ([
 	if err := c.write(id, req); err != nil {
 		c.abandon(id, cl)
 		// Not put back: the reader may still deliver to it.
-		return buf, err
+		return nil, 0, err
 	}
+	return cl, id, nil
+}
+
+// finish waits for the answer of a started call and decodes it.
+func (c *Conn) finish(ctx context.Context, cl *call, id uint32, answer proto.Msg, buf []byte) ([]byte, error) {
 	r, ok := c.waitAnswer(ctx, cl)
 	if !ok {
 		if c.abandon(id, cl) {
-			cl.buf = nil
+			cl.buf, cl.queue = nil, false
 			callPool.Put(cl)
 			return buf, ctx.Err()
 		}
 		r = <-cl.ch // delivered meanwhile
 	}
-	cl.buf = nil
+	cl.buf, cl.queue = nil, false
 	callPool.Put(cl)
 	if r.err != nil {
 		return buf, r.err

@@ -132,15 +132,20 @@ func (c *Conn) dispatch(p proto.Packet) {
 	if p.Code&proto.AnswerBit != 0 {
 		c.pmu.Lock()
 		cl := c.pending[p.ID]
+		queue := false
 		if cl != nil {
 			delete(c.pending, p.ID)
+			queue = cl.queue
 			cl.ch <- result{code: p.Code, args: append(cl.buf, p.Args...)}
 		}
 		c.pmu.Unlock()
 		if cl == nil {
 			c.logf("link: %v: dropping %s with unexpected msg_id %d", c.nc.RemoteAddr(), proto.CodeName(p.Code), p.ID)
 		}
-		return
+		if !queue {
+			return
+		}
+		// AskQueued: a copy for Recv too, in stream order.
 	}
 	r := requestPool.Get().(*Request)
 	r.ID, r.Code = p.ID, p.Code

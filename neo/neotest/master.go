@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/zodbd/zodbd/neo/link"
+	"github.com/zodbd/zodbd/neo/msgp"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -46,10 +47,13 @@ const firstClientNID proto.NodeID = -0x20000000 + 1
 // AskLockedTransactions + ValidateTransaction, AskLastIDs, AskPackOrders,
 // StartOperation), then accepts clients: it announces them to the storage
 // with their id timestamps, sends them the node list and the partition
-// table, and answers AskLastTransaction, Ping, AskFinalTID (nil: nothing
-// was committed) and AskPackOrders (none); commits (AskBeginTransaction,
-// AskNewOIDs, AskFinishTransaction, FailedVote) are refused with
-// READ_ONLY_ACCESS.
+// table, and answers AskLastTransaction, Ping and AskPackOrders (none).
+// Clients commit as with NEO/py's master (commit.go): AskBeginTransaction,
+// AskNewOIDs, AskFinishTransaction with AskLockInformation and
+// NotifyUnlockInformation to the storage and InvalidateObjects to the other
+// clients, AbortTransaction, FailedVote, AskFinalTID, pack orders
+// (WaitForPack; AskPackOrders and NotifyPackCompleted from the storage). A client that
+// identified read-only is refused commits with READ_ONLY_ACCESS.
 type Master struct {
 	cfg MasterConfig
 	ln  net.Listener
@@ -65,8 +69,16 @@ type Master struct {
 	ts       float64
 	nclients int
 	conns    map[*link.Conn]bool
+	clients  map[*link.Conn]bool // identified clients (invalidations)
 	running  chan struct{}
-	runOnce  sync.Once
+
+	// Commits (commit.go).
+	lastOid zodb.Oid
+	tidMax  zodb.Tid                // greatest ttid or tid given out
+	txns    map[zodb.Tid]*mtxn      // by ttid
+	packs   map[zodb.Tid]*packOrder // pack orders not completed, by id
+	queue   []zodb.Tid              // ttids of the transactions finishing, in tid order
+	runOnce sync.Once
 }
 
 // NewMaster listens on cfg.Bind, by default a free loopback port.
@@ -81,7 +93,7 @@ func NewMaster(cfg MasterConfig) (*Master, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Master{cfg: cfg, ln: ln, conns: map[*link.Conn]bool{}, running: make(chan struct{})}, nil
+	return &Master{cfg: cfg, ln: ln, conns: map[*link.Conn]bool{}, clients: map[*link.Conn]bool{}, running: make(chan struct{})}, nil
 }
 
 // Addr is the master's address.
@@ -229,7 +241,11 @@ func (m *Master) serveConn(nc net.Conn) {
 	case proto.Storage:
 		m.serveStorage(c, r.ID, &req)
 	case proto.Client:
-		m.serveClient(c, r.ID)
+		ro := false
+		if v, ok := proto.LookupPair(req.Extra, "read_only"); ok {
+			ro, _, _ = msgp.ReadBool(v)
+		}
+		m.serveClient(c, r.ID, ro)
 	default:
 		c.ReplyError(r.ID, proto.ProtocolError, "unsupported node type")
 	}
@@ -277,6 +293,8 @@ func (m *Master) serveStorage(c *link.Conn, id uint32, req *proto.RequestIdentif
 		}
 		if r.Code == proto.CodePing {
 			c.Reply(r.ID, &proto.Pong{})
+		} else {
+			m.storagePackRequest(c, r)
 		}
 		r.Release()
 	}
@@ -342,11 +360,14 @@ func (m *Master) runStorage(c *link.Conn, nid proto.NodeID, addr proto.Address, 
 	if err := ask(c, &proto.AskLastIDs{}, &ids); err != nil {
 		return err
 	}
+	m.mu.Lock()
 	if ids.LastTid != proto.InvalidTid {
-		m.mu.Lock()
-		m.lastTid = ids.LastTid
-		m.mu.Unlock()
+		m.lastTid = max(m.lastTid, ids.LastTid)
 	}
+	if ids.LastOid != proto.InvalidOid {
+		m.lastOid = max(m.lastOid, ids.LastOid)
+	}
+	m.mu.Unlock()
 	if err := ask(c, &proto.AskPackOrders{MinPackID: 1}, &proto.AnswerPackOrders{}); err != nil {
 		return err
 	}
@@ -369,7 +390,7 @@ func (m *Master) runStorage(c *link.Conn, nid proto.NodeID, addr proto.Address, 
 	}
 }
 
-func (m *Master) serveClient(c *link.Conn, id uint32) {
+func (m *Master) serveClient(c *link.Conn, id uint32, readOnly bool) {
 	select {
 	case <-m.running:
 	default:
@@ -383,7 +404,9 @@ func (m *Master) serveClient(c *link.Conn, id uint32) {
 	ts := m.now()
 	s, snid, saddr := m.storage, m.snid, m.saddr
 	pt := m.partitionTable()
+	m.clients[c] = true
 	m.mu.Unlock()
+	defer m.clientLost(c)
 	me := nodeInfo(proto.Client, proto.Address{}, cnid, proto.NodeRunning, idts)
 	if s != nil {
 		s.Send(notifyNodes(ts, me))
@@ -418,13 +441,17 @@ func (m *Master) serveClient(c *link.Conn, id uint32) {
 			c.Reply(r.ID, &proto.AnswerLastTransaction{Tid: zodb.Tid(m.LastTid())})
 		case proto.CodePing:
 			c.Reply(r.ID, &proto.Pong{})
-		case proto.CodeAskFinalTID:
-			c.Reply(r.ID, &proto.AnswerFinalTID{Tid: proto.InvalidTid})
 		case proto.CodeAskPackOrders:
 			c.Reply(r.ID, &proto.AnswerPackOrders{})
-		case proto.CodeAskBeginTransaction, proto.CodeAskNewOIDs, proto.CodeAskFinishTransaction, proto.CodeFailedVote:
-			c.ReplyError(r.ID, proto.ReadOnlyAccess, "read-only cluster")
-		case proto.CodeAbortTransaction, proto.CodeCloseClient:
+		case proto.CodeAskBeginTransaction, proto.CodeAskNewOIDs, proto.CodeAskFinishTransaction, proto.CodeFailedVote, proto.CodeAskFinalTID, proto.CodeAbortTransaction, proto.CodeWaitForPack:
+			if readOnly {
+				if r.Code != proto.CodeAbortTransaction {
+					c.ReplyError(r.ID, proto.ReadOnlyAccess, "read-only access as requested by the client")
+				}
+			} else {
+				m.clientRequest(c, r)
+			}
+		case proto.CodeCloseClient:
 		default:
 			c.ReplyError(r.ID, proto.ProtocolError, "unexpected "+r.Name())
 		}

@@ -12,6 +12,7 @@ import (
 	"math/big"
 	"net"
 	"reflect"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/zodbd/zodbd/neo/link"
 	"github.com/zodbd/zodbd/neo/neotest"
 	"github.com/zodbd/zodbd/neo/proto"
+	"github.com/zodbd/zodbd/zodb"
 )
 
 // These tests play a storage node and clients against the Master, packet
@@ -272,20 +274,17 @@ func TestMasterNewTable(t *testing.T) {
 		t.Errorf("Ping: %v", err)
 	}
 	var final proto.AnswerFinalTID
-	if err := ask(t, c, &proto.AskFinalTID{TTid: 9}, &final); err != nil || final.Tid != proto.InvalidTid {
-		t.Errorf("AskFinalTID: %v %v", final.Tid, err)
+	if err := ask(t, c, &proto.AskFinalTID{TTid: 0x43}, &final); err != nil || final.Tid != proto.InvalidTid {
+		t.Errorf("AskFinalTID after the last tid: %v %v, want nil", final.Tid, err)
+	}
+	if err := ask(t, c, &proto.AskFinalTID{TTid: 9}, &final); err != nil || final.Tid != proto.MaxTid {
+		t.Errorf("AskFinalTID before the last tid: %v %v, want MAX_TID", final.Tid, err)
 	}
 	var orders proto.AnswerPackOrders
 	if err := ask(t, c, &proto.AskPackOrders{MinPackID: 1}, &orders); err != nil || len(orders.Orders) != 0 {
 		t.Errorf("AskPackOrders: %v %v", orders, err)
 	}
-	readOnly := &proto.Error{ErrCode: proto.ReadOnlyAccess, Message: "read-only cluster"}
-	if err := ask(t, c, &proto.AskBeginTransaction{Tid: proto.InvalidTid}, &proto.AnswerBeginTransaction{}); !errors.Is(err, readOnly) {
-		t.Errorf("AskBeginTransaction: %v", err)
-	}
-	if err := ask(t, c, &proto.AskNewOIDs{NumOIDs: 1}, &proto.AnswerNewOIDs{}); !errors.Is(err, readOnly) {
-		t.Errorf("AskNewOIDs: %v", err)
-	}
+	testMasterCommit(t, s, c)
 	if err := ask(t, c, &proto.AskClusterState{}, &proto.AnswerClusterState{}); !errors.Is(err, &proto.Error{ErrCode: proto.ProtocolError, Message: "unexpected AskClusterState"}) {
 		t.Errorf("AskClusterState: %v", err)
 	}
@@ -296,8 +295,9 @@ func TestMasterNewTable(t *testing.T) {
 		t.Errorf("Ping: %v", err)
 	}
 
-	// A second client has the next id; when it leaves the storage is told
-	// it is unknown.
+	// A second client has the next id; it gets the invalidations of the
+	// first one's commits; when it leaves the storage is told it is
+	// unknown.
 	c2 := dial(t, m, nil)
 	if cnid2, err := identify(t, c2, proto.Client, proto.Address{}); err != nil || cnid2 != cnid+1 {
 		t.Errorf("second client: nid %d, %v", cnid2, err)
@@ -306,6 +306,29 @@ func TestMasterNewTable(t *testing.T) {
 	ni2, _ := msg.(*proto.NotifyNodeInformation)
 	if ni2 == nil || len(ni2.Nodes) != 1 || ni2.Nodes[0].NID != cnid+1 {
 		t.Fatalf("storage got %+v", msg)
+	}
+	recv(t, c2) // nodes
+	recv(t, c2) // partition table
+	var begin proto.AnswerBeginTransaction
+	if err := ask(t, c, &proto.AskBeginTransaction{Tid: proto.InvalidTid}, &begin); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *proto.AnswerTransactionFinished, 1)
+	go func() {
+		var fin proto.AnswerTransactionFinished
+		ask(t, c, &proto.AskFinishTransaction{TTid: begin.TTid, Oids: []zodb.Oid{4}, Deleted: []uint32{}, Checked: []uint32{}}, &fin)
+		done <- &fin
+	}()
+	id, msg := recv(t, s)
+	lock, _ := msg.(*proto.AskLockInformation)
+	if lock == nil {
+		t.Fatalf("storage got %+v, want AskLockInformation", msg)
+	}
+	s.Reply(id, &proto.AnswerInformationLocked{TTid: lock.TTid})
+	expect(t, c2, &proto.InvalidateObjects{Tid: lock.Tid, Oids: []zodb.Oid{4}})
+	expect(t, s, &proto.NotifyUnlockInformation{TTid: begin.TTid})
+	if fin := <-done; fin.Tid != lock.Tid {
+		t.Errorf("AnswerTransactionFinished %+v, locked %+v", fin, lock)
 	}
 	c2.Close()
 	gone := ni2.Nodes[0]
@@ -410,4 +433,97 @@ func TestMasterTLS(t *testing.T) {
 		t.Fatalf("got %s", proto.CodeName(msg.Code()))
 	}
 	expect(t, s, &proto.AskRecovery{})
+}
+
+// testMasterCommit commits through the master as client c, playing the
+// storage s: the tid, the lock, the answer, the unlock; an abort; the
+// refusals of a tid given while another transaction is in progress.
+func testMasterCommit(t *testing.T, s, c *link.Conn) {
+	var oids proto.AnswerNewOIDs
+	if err := ask(t, c, &proto.AskNewOIDs{NumOIDs: 2}, &oids); err != nil || !slices.Equal(oids.Oids, []zodb.Oid{4, 5}) {
+		t.Errorf("AskNewOIDs(2): %v %v, want the 2 oids after the storage's last (3)", oids.Oids, err)
+	}
+	var begin proto.AnswerBeginTransaction
+	if err := ask(t, c, &proto.AskBeginTransaction{Tid: proto.InvalidTid}, &begin); err != nil || begin.TTid <= 0x42 {
+		t.Fatalf("AskBeginTransaction: %v %v", begin.TTid, err)
+	}
+	var final proto.AnswerFinalTID
+	done := make(chan error, 1)
+	var fin proto.AnswerTransactionFinished
+	go func() {
+		done <- ask(t, c, &proto.AskFinishTransaction{TTid: begin.TTid, Oids: []zodb.Oid{9}, Deleted: []uint32{}, Checked: []uint32{}}, &fin)
+	}()
+	id, msg := recv(t, s)
+	lock, _ := msg.(*proto.AskLockInformation)
+	if lock == nil || lock.TTid != begin.TTid || lock.Tid < begin.TTid || !lock.PackSet || lock.Pack {
+		t.Fatalf("storage got %+v, want AskLockInformation of %s", msg, begin.TTid)
+	}
+	// While it is being finished, AskFinalTID waits for the tid.
+	finalDone := make(chan error, 1)
+	go func() { finalDone <- ask(t, c, &proto.AskFinalTID{TTid: begin.TTid}, &final) }()
+	time.Sleep(10 * time.Millisecond)
+	s.Reply(id, &proto.AnswerInformationLocked{TTid: lock.TTid})
+	if err := <-done; err != nil || fin.TTid != begin.TTid || fin.Tid != lock.Tid {
+		t.Errorf("AskFinishTransaction: %+v %v, want the locked tid %s", fin, err, lock.Tid)
+	}
+	if err := <-finalDone; err != nil || final.Tid != lock.Tid {
+		t.Errorf("AskFinalTID during the finish: %v %v, want %s", final.Tid, err, lock.Tid)
+	}
+	expect(t, s, &proto.NotifyUnlockInformation{TTid: begin.TTid})
+	var last proto.AnswerLastTransaction
+	if err := ask(t, c, &proto.AskLastTransaction{}, &last); err != nil || last.Tid != lock.Tid {
+		t.Errorf("AskLastTransaction after the commit: %v %v, want %s", last.Tid, err, lock.Tid)
+	}
+	// The oid stored is above the oids handed out: the next are after it.
+	if err := ask(t, c, &proto.AskNewOIDs{NumOIDs: 1}, &oids); err != nil || !slices.Equal(oids.Oids, []zodb.Oid{10}) {
+		t.Errorf("AskNewOIDs after a store of oid 9: %v %v, want [10]", oids.Oids, err)
+	}
+
+	// A pack order: approved at the lock, given to the storage that asks
+	// for it, and WaitForPack answered once the storage completed it.
+	packTid := lock.Tid
+	if err := ask(t, c, &proto.AskBeginTransaction{Tid: proto.InvalidTid}, &begin); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		done <- ask(t, c, &proto.AskFinishTransaction{TTid: begin.TTid, Oids: []zodb.Oid{}, Deleted: []uint32{}, Checked: []uint32{},
+			Pack: &proto.PackRequest{PackTid: packTid}}, &fin)
+	}()
+	id, msg = recv(t, s)
+	lock, _ = msg.(*proto.AskLockInformation)
+	if lock == nil || !lock.Pack {
+		t.Fatalf("storage got %+v, want AskLockInformation with pack", msg)
+	}
+	s.Reply(id, &proto.AnswerInformationLocked{TTid: lock.TTid})
+	if err := <-done; err != nil || fin.Tid != lock.Tid {
+		t.Fatalf("AskFinishTransaction of the pack: %+v %v", fin, err)
+	}
+	expect(t, s, &proto.NotifyUnlockInformation{TTid: begin.TTid})
+	expect(t, s, &proto.NotifyPackSigned{Approved: []zodb.Tid{lock.Tid}})
+	waited := make(chan error, 1)
+	go func() { waited <- ask(t, c, &proto.WaitForPack{Tid: lock.Tid}, &proto.WaitedForPack{}) }()
+	var orders proto.AnswerPackOrders
+	if err := ask(t, s, &proto.AskPackOrders{MinPackID: 1}, &orders); err != nil || len(orders.Orders) != 1 ||
+		orders.Orders[0].PackID != lock.Tid || !orders.Orders[0].Approved || orders.Orders[0].OidsSet || orders.Orders[0].PackTid != packTid {
+		t.Fatalf("AskPackOrders from the storage: %+v %v", orders.Orders, err)
+	}
+	select {
+	case err := <-waited:
+		t.Fatalf("WaitForPack answered (%v) before the pack completed", err)
+	case <-time.After(10 * time.Millisecond):
+	}
+	s.Send(&proto.NotifyPackCompleted{PackID: lock.Tid})
+	if err := <-waited; err != nil {
+		t.Errorf("WaitForPack: %v", err)
+	}
+
+	// An abort is passed on to the storage.
+	if err := ask(t, c, &proto.AskBeginTransaction{Tid: proto.InvalidTid}, &begin); err != nil || begin.TTid <= lock.Tid {
+		t.Fatalf("AskBeginTransaction: %v %v", begin.TTid, err)
+	}
+	c.Send(&proto.AbortTransaction{TTid: begin.TTid, NodeList: []proto.NodeID{1}})
+	expect(t, s, &proto.AbortTransaction{TTid: begin.TTid})
+	if err := ask(t, c, &proto.FailedVote{TTid: begin.TTid, NodeList: []proto.NodeID{}}, &proto.AnswerLastTransaction{}); !errors.Is(err, &proto.Error{ErrCode: proto.Ack, Message: ""}) {
+		t.Errorf("FailedVote without failed nodes: %v, want ACK", err)
+	}
 }

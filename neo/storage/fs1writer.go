@@ -688,8 +688,9 @@ var ErrPartialPack = errors.New("a FileStorage cannot pack some objects only")
 // Pack implements Writer with fs1's online pack, without garbage
 // collection (NEO packs old revisions, it does not collect unreachable
 // objects): readers and commits carry on; the transaction table is read
-// again from the packed file afterwards. A partial pack (oids != nil)
-// fails with ErrPartialPack.
+// again from the packed file afterwards. A tid past the last unlocked
+// transaction packs as of that one. A partial pack (oids != nil) fails
+// with ErrPartialPack.
 func (b *FS1Backend) Pack(ctx context.Context, tid zodb.Tid, oids []zodb.Oid) error {
 	w, err := b.writes()
 	if err != nil {
@@ -698,6 +699,10 @@ func (b *FS1Backend) Pack(ctx context.Context, tid zodb.Tid, oids []zodb.Oid) er
 	if oids != nil {
 		return fmt.Errorf("neo: fs1: %s: pack at %s of %d oids: %w", b.path, tid, len(oids), ErrPartialPack)
 	}
+	// Not past the last visible transaction: fs1 would take the
+	// revisions of a transaction locked and not yet unlocked for current,
+	// and remove the ones readers see.
+	tid = min(tid, b.view.Load().last)
 	if _, err := b.fs.PackStats(ctx, tid, &fs1.PackOptions{NoGC: true}); err != nil {
 		return err
 	}

@@ -743,7 +743,8 @@ func (tm *txnManager) delayRead(p *peer, req *request) (bool, error) {
 }
 
 // readLocked tells whether req must wait (mu held): a read of an oid a
-// locked transaction changes, or a list of tids up to one being committed.
+// locked transaction changes, or a list of tids up to one being committed,
+// or the metadata of a transaction up to one being committed.
 func (tm *txnManager) readLocked(req *request) bool {
 	switch req.code {
 	case proto.CodeAskObject, proto.CodeAskObjectHistory:
@@ -751,6 +752,11 @@ func (tm *txnManager) readLocked(req *request) bool {
 		return ok
 	case proto.CodeAskTIDsFrom:
 		return tm.lockedUpTo(req.max)
+	case proto.CodeAskTransactionInformation:
+		// A transaction locked but not yet unlocked: its metadata
+		// becomes readable at the unlock (a client that got the
+		// master's answer may ask before the node had it).
+		return tm.lockedUpTo(req.tid)
 	case proto.CodeAskOIDsFrom:
 		return tm.lockedUpTo(req.tid)
 	}

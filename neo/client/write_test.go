@@ -1,0 +1,180 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/zodbd/zodbd/internal/storagetest"
+	"github.com/zodbd/zodbd/neo/client"
+	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/zodb"
+)
+
+// The write tests run the client read-write against zodbd's own cluster:
+// the in-test master (neo/neotest) and zodbd's storage node on a backend
+// that writes (a FileStorage through storage.OpenFS1Writer, NEO/py's
+// SQLite database through storage.OpenSQLite).
+
+// writeCluster starts a cluster on be and returns a function that dials a
+// read-write client to it.
+func writeCluster(t *testing.T, cluster string, be storage.Backend) func(*testing.T) zodb.Storage {
+	t.Cleanup(func() { be.Close() })
+	master := startNEO(t, cluster, be)
+	return func(tt *testing.T) zodb.Storage {
+		return dialT(tt, &client.Options{Cluster: cluster, Masters: []string{master}, Logf: func(string, ...interface{}) {}})
+	}
+}
+
+// TestConformanceWrite runs the conformance suite on read-write clients:
+// on a new FileStorage, and on a copy of NEO/py's SQLite fixture (the
+// write tests after the read tests, on the same database).
+func TestConformanceWrite(t *testing.T) {
+	known := map[string]string{
+		"Read/LastOid": "NEO has no request for the last oid: the client does not implement it",
+	}
+	t.Run("FS1", func(t *testing.T) {
+		storagetest.Run(t, storagetest.Factory{
+			Fixture: neoFixture(t, "test", func() (storage.Backend, error) {
+				return storage.OpenFS1(storagetest.CopyFixture(t, storagetest.FixtureFS1))
+			}),
+			New: func(t *testing.T) (zodb.Storage, func(*testing.T) zodb.Storage) {
+				be, err := storage.OpenFS1Writer(filepath.Join(t.TempDir(), "Data.fs"), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				open := writeCluster(t, "new", be)
+				return open(t), open
+			},
+			Known: map[string]string{
+				"Read/LastOid": known["Read/LastOid"],
+				"Read/HistorySize": "for an undo record NEO reports the size of the data it points to (NEO/py's rule), " +
+					"where FileStorage reports 0 (ZODB/py's); zodb.HistoryEntry.Size does not say which",
+			},
+		})
+	})
+	t.Run("SQLite", func(t *testing.T) {
+		src := filepath.Join("..", "..", "neosqlite", "testdata", "storage.sqlite")
+		ref, err := storagetest.NEOReference(src + ".contents.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(t.TempDir(), "storage.sqlite")
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		be, err := storage.OpenSQLite(t.Context(), path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		open := writeCluster(t, "vectors", be)
+		storagetest.Run(t, storagetest.Factory{
+			Reference: ref,
+			Fixture:   open,
+			Known:     known,
+		})
+	})
+}
+
+// TestClusterConflict has two clients of zodbd's cluster conflict on one
+// object (see testConflictResolution).
+func TestClusterConflict(t *testing.T) {
+	be, err := storage.OpenFS1Writer(filepath.Join(t.TempDir(), "Data.fs"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { be.Close() })
+	master := startNEO(t, "conflict", be)
+	testConflictResolution(t, "conflict", master)
+}
+
+// TestClusterDeadlock: see testDeadlock.
+func TestClusterDeadlock(t *testing.T) {
+	be, err := storage.OpenFS1Writer(filepath.Join(t.TempDir(), "Data.fs"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { be.Close() })
+	master := startNEO(t, "deadlock", be)
+	testDeadlock(t, "deadlock", master)
+}
+
+// TestClusterPack: see testPack (FileStorage backend).
+func TestClusterPack(t *testing.T) {
+	be, err := storage.OpenFS1Writer(filepath.Join(t.TempDir(), "Data.fs"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { be.Close() })
+	master := startNEO(t, "pack", be)
+	testPack(t, "pack", master)
+}
+
+// TestClusterConcurrentCommits has several clients commit at once, each on
+// objects of its own, through zodbd's master and node on a FileStorage
+// (which appends the locked transactions in tid order: the master must
+// send the locks in that order): every commit succeeds and is read back.
+func TestClusterConcurrentCommits(t *testing.T) {
+	be, err := storage.OpenFS1Writer(filepath.Join(t.TempDir(), "Data.fs"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { be.Close() })
+	master := startNEO(t, "concurrent", be)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const clients, commits = 16, 30
+	errs := make([]error, clients)
+	last := make([]zodb.Tid, clients)
+	oids := make([]zodb.Oid, clients)
+	var wg sync.WaitGroup
+	for i := range clients {
+		c := dialT(t, &client.Options{Cluster: "concurrent", Masters: []string{master}, Logf: func(string, ...interface{}) {}})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = func() error {
+				o, err := c.NewOids(ctx, 1)
+				if err != nil {
+					return err
+				}
+				oids[i] = o[0]
+				for k := range commits {
+					txn, err := c.Begin(ctx, zodb.TxnMeta{})
+					if err != nil {
+						return err
+					}
+					txn.Store(oids[i], last[i], []byte(fmt.Sprintf("client %d commit %d", i, k)))
+					if _, err := txn.Vote(ctx); err != nil {
+						txn.Abort()
+						return err
+					}
+					if last[i], err = txn.Finish(ctx, nil); err != nil {
+						return err
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	c := dialT(t, &client.Options{Cluster: "concurrent", Masters: []string{master}, Logf: func(string, ...interface{}) {}})
+	for i := range clients {
+		data, serial, err := c.Load(ctx, zodb.Xid{Oid: oids[i], At: zodb.TidMax})
+		if want := fmt.Sprintf("client %d commit %d", i, commits-1); err != nil || string(data) != want || serial != last[i] {
+			t.Errorf("client %d's object: %q@%s, %v; want %q@%s", i, data, serial, err, want, last[i])
+		}
+	}
+}
