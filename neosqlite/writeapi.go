@@ -567,6 +567,9 @@ func (db *DB) SetNID(ctx context.Context, nid int32) error {
 	return nil
 }
 
+// Writable reports whether db takes writes (it was opened with OpenWriter).
+func (db *DB) Writable() bool { return db.w != nil }
+
 // writerAny is writer without the partition table check.
 func (db *DB) writerAny() (*writer, error) {
 	if db.w == nil {

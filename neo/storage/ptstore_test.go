@@ -13,6 +13,7 @@ import (
 
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neosqlite"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -169,5 +170,32 @@ func TestSQLiteNewDatabase(t *testing.T) {
 	}
 	if g := recoveryJSON(t, rec, be.NumPartitions()); !reflect.DeepEqual(g, ref) {
 		t.Errorf("zodbd reads %v from NEO/py's database, NEO/py %v", g, ref)
+	}
+}
+
+// TestSQLiteReadOnlyPTStore: a backend on a read-only database keeps
+// nothing of what the master says, and does not fail the node for it.
+func TestSQLiteReadOnlyPTStore(t *testing.T) {
+	ctx := context.Background()
+	path := testSQLite(t)
+	db, err := neosqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	be := storage.NewSQLite(db)
+	before, err := be.Recovery(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := be.SetIdentity(ctx, "other", before.NID+1); err != nil {
+		t.Fatal(err)
+	}
+	if err := be.SetPartitionTable(ctx, before.PTID+1, 0, []storage.Cell{{Partition: 0, NID: before.NID + 1, State: proto.UpToDate}}, true, 0); err != nil {
+		t.Fatal(err)
+	}
+	after, err := be.Recovery(ctx)
+	if err != nil || !reflect.DeepEqual(before, after) {
+		t.Fatalf("Recovery changed on a read-only database: %+v -> %+v, %v", before, after, err)
 	}
 }

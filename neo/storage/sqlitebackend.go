@@ -268,11 +268,16 @@ func (b *SQLiteBackend) PackOrder(ctx context.Context, packID, tid zodb.Tid, oid
 	return b.db.Pack(ctx, packID, tid, oids)
 }
 
-// SetIdentity stores the cluster name and the node id the master gave this
-// node (config "name" and "nid", as NEO/py's storage stores them when it
-// joins; a changed nid moves this node's cells of the stored partition
-// table), so that Recovery answers them after a restart.
+// SetIdentity implements PTStore: it stores the cluster name and the node
+// id the master gave this node (config "name" and "nid", as NEO/py's
+// storage stores them when it joins; a changed nid moves this node's cells
+// of the stored partition table), so that Recovery answers them after a
+// restart. On a database not opened for writing (NewSQLite of a read-only
+// neosqlite.DB) it stores nothing and returns nil.
 func (b *SQLiteBackend) SetIdentity(ctx context.Context, cluster string, nid proto.NodeID) error {
+	if !b.db.Writable() {
+		return nil
+	}
 	if cfg := b.db.Config(); cfg.Name != cluster {
 		if err := b.db.SetName(ctx, cluster); err != nil {
 			return err
@@ -284,8 +289,12 @@ func (b *SQLiteBackend) SetIdentity(ctx context.Context, cluster string, nid pro
 // SetPartitionTable implements PTStore: the pt rows and config "ptid" and
 // "replicas" NEO/py's storage writes for the same table
 // (neosqlite.DB.SetPartitionTable); reads and writes follow the new table
-// at once, and NumPartitions is its number of partitions.
+// at once, and NumPartitions is its number of partitions. On a database
+// not opened for writing it stores nothing and returns nil.
 func (b *SQLiteBackend) SetPartitionTable(ctx context.Context, ptid uint64, numReplicas int, cells []Cell, reset bool, lastPackID zodb.Tid) error {
+	if !b.db.Writable() {
+		return nil
+	}
 	cc := make([]neosqlite.CellChange, len(cells))
 	for i, c := range cells {
 		if c.State > proto.Discarded || int64(c.NID) != int64(int32(c.NID)) {
