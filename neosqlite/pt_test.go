@@ -359,3 +359,85 @@ func TestSetPartitionTableLive(t *testing.T) {
 		t.Fatal("a bad cell state is accepted")
 	}
 }
+
+// TestSetPartitionTableConcurrent: reads and commits go on while the
+// table changes (run with -race): each read sees either table, never a
+// mix, and the commits all land.
+func TestSetPartitionTableConcurrent(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "db.sqlite")
+	if err := Create(path, CreateOptions{Name: "c1"}); err != nil {
+		t.Fatal(err)
+	}
+	db, err := OpenWriter(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.SetNID(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	// Partition 0 stays readable; partition 1 goes UP_TO_DATE <-> FEEDING
+	// (both readable) and partition 0's second cell, another node's, comes
+	// and goes.
+	if err := db.SetPartitionTable(ctx, 1, 1, []CellChange{{0, 1, UpToDate}, {1, 1, UpToDate}}, true, 0); err != nil {
+		t.Fatal(err)
+	}
+	const n = 20
+	done := make(chan error, 2)
+	go func() {
+		for i := range n {
+			ttid := testTid + zodb.Tid(4*i)
+			vt := votedTxn(ttid, true, "a", "b") // oids 10 and 11: both partitions
+			err := db.Vote(ctx, vt)
+			if err == nil {
+				err = db.Lock(ctx, ttid, ttid+1, false)
+			}
+			if err == nil {
+				err = db.Unlock(ctx, ttid, ttid+1)
+			}
+			if err != nil {
+				done <- err
+				return
+			}
+			for _, oid := range []zodb.Oid{10, 11} {
+				if _, _, err := db.Load(ctx, zodb.Xid{Oid: oid, At: ttid + 1}); err != nil {
+					done <- err
+					return
+				}
+			}
+		}
+		done <- nil
+	}()
+	go func() {
+		ptid := uint64(1)
+		for i := range n {
+			ptid++
+			st := Feeding
+			other := UpToDate
+			if i%2 == 1 {
+				st, other = UpToDate, Discarded
+			}
+			if err := db.SetPartitionTable(ctx, ptid, 1, []CellChange{{1, 1, st}, {0, 2, other}}, false, 0); err != nil {
+				done <- err
+				return
+			}
+			if _, err := db.LastIDsFull(ctx, nil); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	for range 2 {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := db.ReadablePartitions(); !reflect.DeepEqual(got, []uint32{0, 1}) {
+		t.Fatalf("readable partitions: %v", got)
+	}
+	if last, err := db.LastTid(ctx); err != nil || last != testTid+zodb.Tid(4*(n-1))+1 {
+		t.Fatalf("LastTid: %s, %v", last, err)
+	}
+}
