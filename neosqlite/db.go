@@ -184,7 +184,7 @@ type DB struct {
 	lock io.Closer // the NEO/py storage lock held by OpenExclusive, or nil
 
 	w      *writer               // the write side; nil unless opened with OpenWriter
-	lockMu sync.Mutex            // guards locked
+	lockMu sync.Mutex            // guards locked, cfg, pt and lays
 	locked map[zodb.Tid]zodb.Tid // ttid -> tid: locked, not yet unlocked (write.go)
 }
 
