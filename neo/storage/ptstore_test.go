@@ -199,3 +199,20 @@ func TestSQLiteReadOnlyPTStore(t *testing.T) {
 		t.Fatalf("Recovery changed on a read-only database: %+v -> %+v, %v", before, after, err)
 	}
 }
+
+// TestSQLiteEmptyFile: OpenSQLite on an empty file creates the database
+// in it, as on a missing path.
+func TestSQLiteEmptyFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "empty.sqlite")
+	if err := os.WriteFile(path, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	be, err := storage.OpenSQLite(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	if rec, err := be.Recovery(context.Background()); err != nil || rec.HasPTID || rec.NID != proto.NoNode {
+		t.Fatalf("Recovery of a new database: %+v, %v", rec, err)
+	}
+}
