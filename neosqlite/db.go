@@ -170,12 +170,13 @@ type DB struct {
 	url  string
 	sql  *sql.DB
 
-	cfg      Config
-	pt       []Cell
-	np       uint64
-	readable []bool   // by partition
-	rlist    []uint32 // readable partitions, ascending
-	rsql     string   // "(p1,p2,...)" for rlist; "" when empty
+	cfg Config
+	pt  []Cell
+	// lay is the partition layout derived from pt and cfg.Nid (layout.go),
+	// replaced as a whole when SetPartitionTable or SetNID change them;
+	// lays holds every layout made, whose statements Close closes.
+	lay  atomic.Pointer[layout]
+	lays []*layout
 
 	st  stmts
 	raw rawPool // the object lookups (rawconn.go)
@@ -183,7 +184,7 @@ type DB struct {
 	lock io.Closer // the NEO/py storage lock held by OpenExclusive, or nil
 
 	w      *writer               // the write side; nil unless opened with OpenWriter
-	lockMu sync.Mutex            // guards locked
+	lockMu sync.Mutex            // guards locked, cfg, pt and lays
 	locked map[zodb.Tid]zodb.Tid // ttid -> tid: locked, not yet unlocked (write.go)
 }
 
@@ -193,8 +194,6 @@ type stmts struct {
 	history                                    *sql.Stmt
 	trans                                      *sql.Stmt
 	finalTid                                   *sql.Stmt
-	// Over the readable partitions; nil when there is none.
-	lastIDs, tids, tidsFrom, iterTrans *sql.Stmt
 }
 
 // Queries over a set of partitions; %[1]s is the SQL list "(p1,p2,...)".
@@ -309,7 +308,7 @@ func open(ctx context.Context, path string, exclusive, writable bool) (*DB, erro
 		err = db.init(ctx)
 	}
 	if err == nil && db.w != nil {
-		if err = db.w.load(db.np); err == nil {
+		if err = db.w.load(db.l().np); err == nil {
 			db.w.start()
 		}
 	}
@@ -421,7 +420,16 @@ func (db *DB) init(ctx context.Context) error {
 	if err := db.readPT(ctx); err != nil {
 		return err
 	}
-	return db.prepare(ctx)
+	if err := db.prepare(ctx); err != nil {
+		return err
+	}
+	l, err := db.newLayout(ctx, db.pt, db.cfg)
+	if err != nil {
+		db.closeStmts()
+		return err
+	}
+	db.lay.Store(l)
+	return nil
 }
 
 func (db *DB) readConfig(ctx context.Context) error {
@@ -522,24 +530,7 @@ func (db *DB) readPT(ctx context.Context) error {
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("pt: %w", err)
 	}
-	db.np = uint64(maxp + 1)
-	db.cfg.NumPartitions = int(db.np)
-	db.readable = make([]bool, db.np)
-	if db.cfg.HasNid {
-		for _, c := range db.pt {
-			if c.Nid == db.cfg.Nid && c.State.Readable() {
-				db.readable[c.Partition] = true
-			}
-		}
-	}
-	for p, ok := range db.readable {
-		if ok {
-			db.rlist = append(db.rlist, uint32(p))
-		}
-	}
-	if len(db.rlist) > 0 {
-		db.rsql = inList(db.rlist)
-	}
+	db.cfg.NumPartitions = int(maxp + 1)
 	return nil
 }
 
@@ -588,14 +579,6 @@ func (db *DB) prepare(ctx context.Context) error {
  FROM trans t LEFT JOIN pack p ON p.tid=t.tid WHERE t.partition=? AND t.tid=?`},
 		{&db.st.finalTid, "SELECT tid FROM trans WHERE partition=? AND tid>=? AND ttid=? LIMIT 1"},
 	}
-	if db.rsql != "" {
-		// Over the readable partitions (none: these stay nil).
-		stmts = append(stmts,
-			stmt{&db.st.lastIDs, fmt.Sprintf(lastIDsSQL, db.rsql)},
-			stmt{&db.st.tids, fmt.Sprintf(tidsSQL, db.rsql)},
-			stmt{&db.st.tidsFrom, fmt.Sprintf(tidsFromSQL, db.rsql)},
-			stmt{&db.st.iterTrans, fmt.Sprintf(iterTransSQL, db.rsql)})
-	}
 	for _, s := range stmts {
 		st, err := db.sql.PrepareContext(ctx, s.sql)
 		if err != nil {
@@ -609,12 +592,15 @@ func (db *DB) prepare(ctx context.Context) error {
 
 func (db *DB) closeStmts() {
 	for _, st := range []*sql.Stmt{db.st.objAt, db.st.objBefore, db.st.objAtOrBefore, db.st.objLatest,
-		db.st.objExists, db.st.history, db.st.trans, db.st.finalTid,
-		db.st.lastIDs, db.st.tids, db.st.tidsFrom, db.st.iterTrans} {
+		db.st.objExists, db.st.history, db.st.trans, db.st.finalTid} {
 		if st != nil {
 			st.Close()
 		}
 	}
+	for _, l := range db.lays {
+		l.close()
+	}
+	db.lays = nil
 }
 
 // Close closes the database. Operations in flight or after Close fail.
@@ -654,31 +640,25 @@ func (db *DB) PartitionTable() []Cell {
 }
 
 // NumPartitions returns the number of partitions (Config().NumPartitions).
-func (db *DB) NumPartitions() int { return int(db.np) }
+func (db *DB) NumPartitions() int { return int(db.l().np) }
 
 // ReadablePartitions returns the partitions where this node (config nid)
 // has an UP_TO_DATE or FEEDING cell, ascending. Reads of other partitions
 // fail with ErrNonReadableCell.
-func (db *DB) ReadablePartitions() []uint32 { return append([]uint32(nil), db.rlist...) }
+func (db *DB) ReadablePartitions() []uint32 { return append([]uint32(nil), db.l().rlist...) }
 
 // Partition returns the partition of an oid or tid: x mod NumPartitions.
 // It returns 0 when the partition table is empty.
 func (db *DB) Partition(x uint64) uint32 {
-	if db.np == 0 {
+	np := db.l().np
+	if np == 0 {
 		return 0
 	}
-	return uint32(x % db.np)
+	return uint32(x % np)
 }
 
 // readablePartition returns the partition of x (an oid or a tid) if this
 // node can read it.
 func (db *DB) readablePartition(x uint64) (uint32, error) {
-	if db.np == 0 {
-		return 0, fmt.Errorf("%w (empty partition table)", ErrNonReadableCell)
-	}
-	p := x % db.np
-	if !db.readable[p] {
-		return 0, fmt.Errorf("partition %d: %w", p, ErrNonReadableCell)
-	}
-	return uint32(p), nil
+	return db.l().readablePartition(x)
 }

@@ -10,7 +10,11 @@
 // packs write exactly the rows NEO/py's storage writes (checked against
 // NEO/py's own database manager in write_test.go), so that either node
 // takes over a database the other wrote. Every open checks that the file is
-// SQLite, has NEO's tables and the schema version 4.
+// SQLite, has NEO's tables and the schema version 4. Create makes a new
+// database as NEO/py's storage does at its first start (create.go); SetName,
+// SetNID and SetPartitionTable store what the master tells the node, as
+// NEO/py's do (pt.go), and reads and writes follow a new table at once
+// (layout.go).
 //
 // Two views of the same data:
 //

@@ -23,7 +23,8 @@ const oidsFromSQL = `SELECT o.oid, o.data_id FROM obj o JOIN (
 // were, more is true and next is the last one examined plus the number of
 // partitions, where to go on; otherwise the partition has no more.
 func (db *DB) OIDsFrom(ctx context.Context, p uint32, length int, minOid zodb.Oid, tid zodb.Tid) (oids []zodb.Oid, next zodb.Oid, more bool, err error) {
-	if uint64(p) >= db.np || !db.readable[p] {
+	l := db.l()
+	if !l.isReadable(p) {
 		return nil, 0, false, db.wrap(fmt.Errorf("partition %d: %w", p, ErrNonReadableCell))
 	}
 	if length <= 0 {
@@ -53,5 +54,5 @@ func (db *DB) OIDsFrom(ctx context.Context, p uint32, length int, minOid zodb.Oi
 	if n < length {
 		return oids, 0, false, nil
 	}
-	return oids, zodb.Oid(uint64(last) + db.np), true, nil
+	return oids, zodb.Oid(uint64(last) + l.np), true, nil
 }

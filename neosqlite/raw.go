@@ -262,7 +262,8 @@ func (db *DB) LastIDs(ctx context.Context, partitions []uint32) (lastTid zodb.Ti
 // LastIDsFull is LastIDs with the "none" cases explicit.
 func (db *DB) LastIDsFull(ctx context.Context, partitions []uint32) (LastIDsInfo, error) {
 	res := LastIDsInfo{FirstTid: MaxTid}
-	in := db.rsql
+	l := db.l()
+	in := l.rsql
 	if partitions != nil {
 		in = ""
 		if len(partitions) > 0 {
@@ -275,7 +276,7 @@ func (db *DB) LastIDsFull(ctx context.Context, partitions []uint32) (LastIDsInfo
 	var otid, ttid, oid, ftid sql.NullInt64
 	var row *sql.Row
 	if partitions == nil {
-		row = db.st.lastIDs.QueryRowContext(ctx)
+		row = l.lastIDs.QueryRowContext(ctx)
 	} else {
 		row = db.sql.QueryRowContext(ctx, fmt.Sprintf(lastIDsSQL, in))
 	}
@@ -302,10 +303,11 @@ func (db *DB) LastIDsFull(ctx context.Context, partitions []uint32) (LastIDsInfo
 // after checking that each is readable; "" when there is none.
 func (db *DB) checkReadable(partitions []uint32) (string, error) {
 	if partitions == nil {
-		return db.rsql, nil
+		return db.l().rsql, nil
 	}
+	l := db.l()
 	for _, p := range partitions {
-		if uint64(p) >= db.np || !db.readable[p] {
+		if !l.isReadable(p) {
 			return "", fmt.Errorf("partition %d: %w", p, ErrNonReadableCell)
 		}
 	}
@@ -328,7 +330,7 @@ func (db *DB) TIDs(ctx context.Context, first, last int, partitions []uint32) ([
 	if err != nil || in == "" {
 		return nil, db.wrap(err)
 	}
-	return db.tidList(ctx, db.st.tids, partitions, tidsSQL, in, int64(last-first), int64(first))
+	return db.tidList(ctx, db.l().tids, partitions, tidsSQL, in, int64(last-first), int64(first))
 }
 
 // TIDsFrom answers NEO's AskTIDsFrom: the tids of the committed
@@ -338,7 +340,8 @@ func (db *DB) TIDs(ctx context.Context, first, last int, partitions []uint32) ([
 // serves replication too), partitions given explicitly are not checked for
 // readability.
 func (db *DB) TIDsFrom(ctx context.Context, minTid, maxTid zodb.Tid, length int, partitions []uint32) ([]zodb.Tid, error) {
-	in := db.rsql
+	l := db.l()
+	in := l.rsql
 	if partitions != nil {
 		in = ""
 		if len(partitions) > 0 {
@@ -349,7 +352,7 @@ func (db *DB) TIDsFrom(ctx context.Context, minTid, maxTid zodb.Tid, length int,
 	if in == "" || length == 0 || minTid > maxTid {
 		return nil, nil
 	}
-	return db.tidList(ctx, db.st.tidsFrom, partitions, tidsFromSQL, in, int64(minTid), int64(maxTid), int64(length))
+	return db.tidList(ctx, l.tidsFrom, partitions, tidsFromSQL, in, int64(minTid), int64(maxTid), int64(length))
 }
 
 // tidList runs the prepared statement st (over the readable partitions)

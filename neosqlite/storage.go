@@ -180,7 +180,8 @@ const iterBatch = 100
 // value_tid.
 func (db *DB) Iterate(ctx context.Context, tidMin, tidMax zodb.Tid) zodb.Iterator {
 	tidMax = min(tidMax, zodb.TidMax)
-	return &txnIter{db: db, next: tidMin, max: tidMax, done: db.rsql == "" || tidMin > tidMax}
+	l := db.l()
+	return &txnIter{db: db, lay: l, next: tidMin, max: tidMax, done: l.rsql == "" || tidMin > tidMax}
 }
 
 type txnRow struct {
@@ -192,6 +193,7 @@ type txnRow struct {
 
 type txnIter struct {
 	db    *DB
+	lay   *layout  // the layout at Iterate
 	next  zodb.Tid // first tid of the next batch
 	max   zodb.Tid
 	batch []txnRow
@@ -244,7 +246,7 @@ func (it *txnIter) NextTxn(ctx context.Context) (*zodb.TxnInfo, zodb.DataIterato
 
 func (it *txnIter) fetch(ctx context.Context) error {
 	it.batch, it.i = it.batch[:0], 0
-	rows, err := it.db.st.iterTrans.QueryContext(ctx, int64(it.next), int64(it.max), iterBatch)
+	rows, err := it.lay.iterTrans.QueryContext(ctx, int64(it.next), int64(it.max), iterBatch)
 	if err != nil {
 		return err
 	}
@@ -278,7 +280,7 @@ func (d *dataIter) NextData(ctx context.Context) (*zodb.DataInfo, error) {
 	for d.i < len(d.oids) {
 		oid := d.oids[d.i]
 		d.i++
-		if p := d.db.Partition(uint64(oid)); d.db.np == 0 || !d.db.readable[p] {
+		if _, err := d.db.readablePartition(uint64(oid)); err != nil {
 			continue
 		}
 		var found bool

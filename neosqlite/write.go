@@ -239,24 +239,8 @@ func (w *writer) load(np uint64) error {
 		return err
 	}
 	w.dedup = idx == "1"
-	w.dataNext = make([]int64, np)
-	st, err := c.prepare("SELECT MAX(id) FROM data WHERE ?<=id AND id<?")
-	if err != nil {
+	if w.dataNext, err = w.loadDataNext(np); err != nil {
 		return err
-	}
-	defer sqlite3.Xsqlite3_finalize(c.tls, st)
-	for p := range w.dataNext {
-		c.bindInt(st, 1, int64(p)<<48)
-		c.bindInt(st, 2, int64(p+1)<<48)
-		ok, err := c.step(st, "data ids")
-		if err != nil {
-			return err
-		}
-		w.dataNext[p] = int64(p) << 48
-		if ok && c.colType(st, 0) == sqlite3.SQLITE_INTEGER {
-			w.dataNext[p] = c.int64(st, 0) + 1
-		}
-		c.reset(st)
 	}
 	clear(w.held)
 	st2, err := c.prepare("SELECT data_id, COUNT(*) FROM tobj WHERE data_id IS NOT NULL GROUP BY data_id")
@@ -274,6 +258,33 @@ func (w *writer) load(np uint64) error {
 		}
 		w.held[c.int64(st2, 0)] = int32(c.int64(st2, 1))
 	}
+}
+
+// loadDataNext returns the next data id of each of np partitions (NEO's
+// _data_last_ids: one past the greatest id of the partition's range
+// [p<<48, (p+1)<<48), or its start).
+func (w *writer) loadDataNext(np uint64) ([]int64, error) {
+	c := w.c
+	next := make([]int64, np)
+	st, err := c.prepare("SELECT MAX(id) FROM data WHERE ?<=id AND id<?")
+	if err != nil {
+		return nil, err
+	}
+	defer sqlite3.Xsqlite3_finalize(c.tls, st)
+	for p := range next {
+		c.bindInt(st, 1, int64(p)<<48)
+		c.bindInt(st, 2, int64(p+1)<<48)
+		ok, err := c.step(st, "data ids")
+		if err != nil {
+			return nil, err
+		}
+		next[p] = int64(p) << 48
+		if ok && c.colType(st, 0) == sqlite3.SQLITE_INTEGER {
+			next[p] = c.int64(st, 0) + 1
+		}
+		c.reset(st)
+	}
+	return next, nil
 }
 
 // start runs the committer.
@@ -600,7 +611,7 @@ func contains(ids []int64, id int64) bool {
 
 // the operations -----------------------------------------------------------
 
-func (w *writer) partition(x uint64) int64 { return int64(x % w.db.np) }
+func (w *writer) partition(x uint64) int64 { return int64(x % w.db.l().np) }
 
 // storeData stores the data of o (NEO's storeData) and returns its data id,
 // 0 with ok false for a record without data.
@@ -622,7 +633,7 @@ func (w *writer) storeData(o *VotedObject) (id int64, ok bool, err error) {
 			c.reset(st)
 			return id, !null, nil
 		}
-		if w.db.readable[p] {
+		if w.db.l().isReadable(uint32(p)) {
 			return 0, false, fmt.Errorf("oid %s: undo to %s: %w", o.Oid, o.DataSerial, ErrUndoPack)
 		}
 		// A partition being replicated: the data the client sent

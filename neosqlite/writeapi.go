@@ -27,7 +27,7 @@ func (db *DB) writer() (*writer, error) {
 	if db.w == nil {
 		return nil, db.wrap(ErrReadOnly)
 	}
-	if db.np == 0 {
+	if db.l().np == 0 {
 		return nil, db.wrap(ErrNoPartitionTable)
 	}
 	return db.w, nil
@@ -147,7 +147,8 @@ const lastSerialSQL = "SELECT tid FROM obj WHERE partition=? AND oid=? ORDER BY 
 // deletion included), 0 when it has none. It reads any partition, readable
 // or not (NEO/py checks conflicts on partitions being replicated too).
 func (db *DB) LastSerial(ctx context.Context, oid zodb.Oid) (zodb.Tid, error) {
-	if db.np == 0 || uint64(oid) > uint64(zodb.TidMax) {
+	np := db.l().np
+	if np == 0 || uint64(oid) > uint64(zodb.TidMax) {
 		return 0, nil
 	}
 	if err := ctx.Err(); err != nil {
@@ -159,7 +160,7 @@ func (db *DB) LastSerial(ctx context.Context, oid zodb.Oid) (zodb.Tid, error) {
 	}
 	c := ref.c
 	st := c.lastSerial
-	c.bindInt(st, 1, int64(uint64(oid)%db.np))
+	c.bindInt(st, 1, int64(uint64(oid)%np))
 	c.bindInt(st, 2, int64(oid))
 	var tid zodb.Tid
 	row, err := c.step(st, "last serial")
@@ -302,11 +303,12 @@ func (db *DB) Pack(ctx context.Context, packID, tid zodb.Tid, oids []zodb.Oid) e
 	if tid > zodb.TidMax {
 		tid = zodb.TidMax
 	}
-	for _, p := range db.rlist {
+	l := db.l()
+	for _, p := range l.rlist {
 		var partial []int64
 		if oids != nil {
 			for _, o := range oids {
-				if uint64(o)%db.np == uint64(p) && uint64(o) <= uint64(zodb.TidMax) {
+				if uint64(o)%l.np == uint64(p) && uint64(o) <= uint64(zodb.TidMax) {
 					partial = append(partial, int64(o))
 				}
 			}
@@ -547,27 +549,26 @@ func (db *DB) SetNID(ctx context.Context, nid int32) error {
 				return err
 			}
 		}
-		return w.setConfig("nid", strconv.Itoa(int(nid)))
+		if err := w.setConfig("nid", strconv.Itoa(int(nid))); err != nil {
+			return err
+		}
+		// This node's readable partitions follow its id.
+		pt, err := w.readPT()
+		if err != nil {
+			return err
+		}
+		now := w.db.Config()
+		now.Nid, now.HasNid = nid, true
+		return w.publish(pt, now)
 	})
 	if err != nil {
 		return db.wrap(fmt.Errorf("set nid %d: %w", nid, err))
 	}
-	db.lockMu.Lock()
-	if db.cfg.HasNid && db.cfg.Nid != 0 {
-		for i := range db.pt {
-			if db.pt[i].Nid == db.cfg.Nid {
-				db.pt[i].Nid = nid
-			}
-		}
-		sort.Slice(db.pt, func(i, j int) bool {
-			a, b := db.pt[i], db.pt[j]
-			return a.Partition < b.Partition || a.Partition == b.Partition && a.Nid < b.Nid
-		})
-	}
-	db.cfg.Nid, db.cfg.HasNid = nid, true
-	db.lockMu.Unlock()
 	return nil
 }
+
+// Writable reports whether db takes writes (it was opened with OpenWriter).
+func (db *DB) Writable() bool { return db.w != nil }
 
 // writerAny is writer without the partition table check.
 func (db *DB) writerAny() (*writer, error) {

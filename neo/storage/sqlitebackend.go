@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neosqlite"
@@ -15,9 +17,9 @@ import (
 // NEO/py's storage node does, so that either node can take the database
 // over from the other. The cluster name, the node id, the partition
 // table, its id and the number of replicas are those stored in the
-// database by NEO/py; the node presents them to the master as NEO/py's
-// storage would, so a NEO/py cluster restarts with this node in place of
-// the NEO/py one. Only the partitions this node's cells make readable in the
+// database (by NEO/py, or by this backend as PTStore); the node presents
+// them to the master as NEO/py's storage would, so a NEO/py cluster
+// restarts with this node in place of the NEO/py one. Only the partitions this node's cells make readable in the
 // database (UP_TO_DATE or FEEDING) are served. Records are served exactly
 // as stored (compression flag, stored checksum, undo backpointer).
 type SQLiteBackend struct {
@@ -31,7 +33,17 @@ type SQLiteBackend struct {
 // time. While it is open the database is in SQLite's WAL mode (readers never
 // wait for commits); Close puts it back in the journal mode it had
 // (NEO/py's default: DELETE).
+//
+// When path does not exist, or is an empty file, it is first created as
+// NEO/py's storage creates its database at its first start
+// (neosqlite.Create): NEO's schema, no cluster name, node id nor partition
+// table, which the node stores when it joins a cluster (PTStore).
 func OpenSQLite(ctx context.Context, path string) (*SQLiteBackend, error) {
+	if fi, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) || err == nil && fi.Mode().IsRegular() && fi.Size() == 0 {
+		if err := neosqlite.Create(path, neosqlite.CreateOptions{}); err != nil && !errors.Is(err, fs.ErrExist) {
+			return nil, err
+		}
+	}
 	db, err := neosqlite.OpenWriter(ctx, path)
 	if err != nil {
 		return nil, err
@@ -256,11 +268,16 @@ func (b *SQLiteBackend) PackOrder(ctx context.Context, packID, tid zodb.Tid, oid
 	return b.db.Pack(ctx, packID, tid, oids)
 }
 
-// SetIdentity stores the cluster name and the node id the master gave this
-// node (config "name" and "nid", as NEO/py's storage stores them when it
-// joins; a changed nid moves this node's cells of the stored partition
-// table), so that Recovery answers them after a restart.
+// SetIdentity implements PTStore: it stores the cluster name and the node
+// id the master gave this node (config "name" and "nid", as NEO/py's
+// storage stores them when it joins; a changed nid moves this node's cells
+// of the stored partition table), so that Recovery answers them after a
+// restart. On a database not opened for writing (NewSQLite of a read-only
+// neosqlite.DB) it stores nothing and returns nil.
 func (b *SQLiteBackend) SetIdentity(ctx context.Context, cluster string, nid proto.NodeID) error {
+	if !b.db.Writable() {
+		return nil
+	}
 	if cfg := b.db.Config(); cfg.Name != cluster {
 		if err := b.db.SetName(ctx, cluster); err != nil {
 			return err
@@ -269,7 +286,27 @@ func (b *SQLiteBackend) SetIdentity(ctx context.Context, cluster string, nid pro
 	return b.db.SetNID(ctx, int32(nid))
 }
 
+// SetPartitionTable implements PTStore: the pt rows and config "ptid" and
+// "replicas" NEO/py's storage writes for the same table
+// (neosqlite.DB.SetPartitionTable); reads and writes follow the new table
+// at once, and NumPartitions is its number of partitions. On a database
+// not opened for writing it stores nothing and returns nil.
+func (b *SQLiteBackend) SetPartitionTable(ctx context.Context, ptid uint64, numReplicas int, cells []Cell, reset bool, lastPackID zodb.Tid) error {
+	if !b.db.Writable() {
+		return nil
+	}
+	cc := make([]neosqlite.CellChange, len(cells))
+	for i, c := range cells {
+		if c.State > proto.Discarded || int64(c.NID) != int64(int32(c.NID)) {
+			return fmt.Errorf("%s: partition table %d: bad cell %+v", b.db.Path(), ptid, c)
+		}
+		cc[i] = neosqlite.CellChange{Partition: c.Partition, Nid: int32(c.NID), State: neosqlite.CellState(c.State)}
+	}
+	return b.db.SetPartitionTable(ctx, ptid, numReplicas, cc, reset, lastPackID)
+}
+
 var (
 	_ Backend = (*SQLiteBackend)(nil)
 	_ Writer  = (*SQLiteBackend)(nil)
+	_ PTStore = (*SQLiteBackend)(nil)
 )
