@@ -62,13 +62,18 @@ def test_commits_survive_storage_kills(kind, tmp_path, zodbd_bin):
     stop = tmp_path / 'stop'
     logs = [str(tmp_path / ('w%d.log' % i)) for i in range(4)]
     env = neo_env()
+    outs = [str(tmp_path / ('w%d.out' % i)) for i in range(4)]  # files: a full pipe would block a worker
     workers = [subprocess.Popen([PY, os.path.join(HERE, 'neo_fault_worker.py'), c.master, c.name, str(i),
-                                 logs[i], str(stop)], env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True) for i in range(4)]
+                                 logs[i], str(stop)], env=env, stdout=open(outs[i], 'wb'),
+                                stderr=subprocess.STDOUT) for i in range(4)]
+
+    def output(i):
+        with open(outs[i], errors='replace') as f:
+            return f.read()[-3000:]
+
     def dead():
-        # the workers that exited, with their output (never wait for a live one)
-        return [(i, w.returncode, w.stdout.read(), w.stderr.read()[-3000:])
-                for i, w in enumerate(workers) if w.poll() is not None]
+        # the workers that exited, with their output
+        return [(i, w.returncode, output(i)) for i, w in enumerate(workers) if w.poll() is not None]
 
     try:
         def acked():
@@ -88,7 +93,12 @@ def test_commits_survive_storage_kills(kind, tmp_path, zodbd_bin):
             c.start_storage()
             deadline = time.monotonic() + 60
             while acked() <= before:  # commits go on after the restart
-                assert time.monotonic() < deadline, 'no commit after restart %d:\n%s' % (n, c.logs())
+                if time.monotonic() > deadline:
+                    for w in workers:
+                        w.send_signal(signal.SIGUSR1)
+                    time.sleep(1)
+                    raise AssertionError('no commit after restart %d:\n%s\n%s' % (
+                        n, c.logs(), '\n'.join(output(i) for i in range(4))))
                 d = dead()
                 assert not d, d
                 time.sleep(0.02)

@@ -11,8 +11,8 @@ import (
 // node, so that after a restart Recovery answers it and the node rejoins
 // its cluster with the same identity and partition table, as NEO/py's
 // storage does (its database's config and pt tables). The SQLite backend
-// implements it (storing nothing when opened read-only); a FileStorage has
-// nowhere to keep it.
+// implements it (storing nothing when opened read-only); a backend without
+// it is given a new node id and table by the master at every start.
 //
 // The node calls, each returning once the change is durable:
 //
