@@ -17,20 +17,35 @@ from persistent.mapping import PersistentMapping
 master, name, i, logpath, stopfile = sys.argv[1:6]
 faulthandler.register(signal.SIGUSR1)  # the test dumps a stuck worker's stacks
 i = int(i)
-deadline = time.monotonic() + 60
-while True:  # the workers start together: creating the root may conflict
+
+
+def connect():
+    """A new client (DB, transaction manager, connection), retried while
+    the cluster is down; the workers start together: creating the root may
+    conflict."""
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            db = DB(Storage(master_nodes=master, name=name))
+            tm = transaction.TransactionManager()
+            return db, tm, db.open(tm)
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def close(db):
     try:
-        db = DB(Storage(master_nodes=master, name=name))
-        break
+        db.close()
     except Exception:
-        if time.monotonic() > deadline:
-            raise
-        time.sleep(0.1)
-tm = transaction.TransactionManager()
-conn = db.open(tm)
+        pass
+
+
+db, tm, conn = connect()
 key = 'w%d' % i
 k = 0
-errors = 0
+errors = failed = 0  # failed: errors in a row
 with open(logpath, 'a') as log:
     while not os.path.exists(stopfile):
         try:
@@ -50,13 +65,20 @@ with open(logpath, 'a') as log:
             tm.commit()
             log.write('%d %s\n' % (k, a._p_serial.hex()))
             log.flush()
-        except Exception as e:  # the storage died: retry once the cluster runs again
+            failed = 0
+        except Exception:  # the storage died: retry once the cluster runs again
             errors += 1
+            failed += 1
             try:
                 tm.abort()
             except Exception:
                 pass
+            if failed % 50 == 0:
+                # NEO/py's client can be left unusable by a storage that
+                # died in the middle of a commit: start a new one, as an
+                # application would.
+                close(db)
+                db, tm, conn = connect()
             time.sleep(0.05)
-conn.close()
-db.close()
+close(db)
 print('worker %d: %d commits, %d errors' % (i, k, errors))

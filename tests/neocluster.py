@@ -84,7 +84,7 @@ class Cluster:
             open(self.db, 'wb').write(b'FS21')  # an empty FileStorage
         backend = self.db if self.kind == 'zodbd-fs' else 'sqlite:' + self.db
         return [self.zodbd, 'neo-storage', '--cluster', self.name, '--masters', self.master,
-                '--bind', bind] + self.zodbd_args + [backend]
+                '--bind', bind, '--read-write'] + self.zodbd_args + [backend]
 
     def start_storage(self):
         self.sproc = self._spawn('storage', self.storage_cmd())

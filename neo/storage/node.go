@@ -420,6 +420,11 @@ func (n *Node) masterSession(ctx context.Context, addr string) (next int, err er
 		n.log.Printf("neo storage: master %s gave node id %d", addr, acc.YourNID)
 	}
 	n.nid.Store(int32(acc.YourNID))
+	if ps, ok := n.be.(PTStore); ok {
+		if err := ps.SetIdentity(ctx, n.cfg.Cluster, acc.YourNID); err != nil {
+			return next, err
+		}
+	}
 	n.log.Printf("neo storage: identified by master %s as node %d", addr, n.NID())
 	if n.tm != nil {
 		rec, err := n.be.Recovery(ctx)
@@ -545,7 +550,19 @@ func (n *Node) handleMaster(ctx context.Context, m *link.Conn, id uint32, code u
 		if !pt.hasPTID {
 			pt.ptid = 0
 		}
-		return next, n.setPT(pt)
+		if err := n.setPT(pt); err != nil {
+			return next, err
+		}
+		if ps, ok := n.be.(PTStore); ok && pt.hasPTID {
+			var cells []Cell
+			for p, row := range msg.Rows {
+				for _, c := range row {
+					cells = append(cells, Cell{Partition: uint32(p), NID: c.NID, State: c.State})
+				}
+			}
+			return next, ps.SetPartitionTable(ctx, msg.PTid, int(msg.NumReplicas), cells, true, 0)
+		}
+		return next, nil
 
 	case proto.CodeNotifyPartitionChanges:
 		var msg proto.NotifyPartitionChanges
@@ -575,7 +592,17 @@ func (n *Node) handleMaster(ctx context.Context, m *link.Conn, id uint32, code u
 			}
 			rows[c.Offset] = r
 		}
-		return next, n.setPT(&ptState{ptid: msg.PTid, hasPTID: true, nr: int(msg.NumReplicas), rows: rows})
+		if err := n.setPT(&ptState{ptid: msg.PTid, hasPTID: true, nr: int(msg.NumReplicas), rows: rows}); err != nil {
+			return next, err
+		}
+		if ps, ok := n.be.(PTStore); ok {
+			cells := make([]Cell, len(msg.Changes))
+			for i, c := range msg.Changes {
+				cells[i] = Cell{Partition: c.Offset, NID: c.NID, State: c.State}
+			}
+			return next, ps.SetPartitionTable(ctx, msg.PTid, int(msg.NumReplicas), cells, false, 0)
+		}
+		return next, nil
 
 	case proto.CodeAskLockedTransactions:
 		if err := decode(&proto.AskLockedTransactions{}); err != nil {
