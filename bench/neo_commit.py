@@ -21,67 +21,21 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from neopy import free_port, wait_listen  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, '..', 'tests'))
+import neocluster  # noqa: E402
 
 CLUSTER = 'bench'
 
 
-class Cluster:
-    """A NEO/py master (autostart) and one storage node of the given kind."""
-
-    def __init__(self, a, kind, work):
-        self.procs, self.work = [], work
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([a.src] + [p for p in [os.environ.get('PYTHONPATH')] if p]))
-        self.env = env
-        self.master = '127.0.0.1:%d' % free_port()
-        self.spawn('master', [a.python, '-c', 'import neo.scripts.neomaster as m; m.main()', '-c', CLUSTER,
-                              '-b', self.master, '-m', self.master, '-p', '1', '-r', '0', '-A', '1'])
-        wait_listen(self.master)
-        bind = '127.0.0.1:%d' % free_port()
-        if kind == 'neopy':
-            self.spawn('storage', [a.python, '-c', 'import neo.scripts.neostorage as m; m.main()', '-c', CLUSTER,
-                                   '-b', bind, '-m', self.master, '-a', 'SQLite', '-d',
-                                   os.path.join(work, 'neo.sqlite')])
-        elif kind == 'zodbd-sqlite':
-            self.spawn('storage', [a.zodbd, 'neo-storage', '--cluster', CLUSTER, '--masters', self.master,
-                                   '--bind', bind, 'sqlite:' + os.path.join(work, 'neo.sqlite')])
-        elif kind == 'zodbd-fs':
-            fs = os.path.join(work, 'Data.fs')
-            subprocess.run([a.python, '-c', 'import sys; from ZODB.FileStorage import FileStorage; '
-                            'FileStorage(sys.argv[1], create=True).close()', fs], check=True, env=env)
-            self.spawn('storage', [a.zodbd, 'neo-storage', '--cluster', CLUSTER, '--masters', self.master,
-                                   '--bind', bind, fs])
-        else:
-            raise SystemExit('neo_commit: unknown storage %r' % kind)
-
-    def spawn(self, name, cmd):
-        log = open(os.path.join(self.work, name + '.log'), 'ab')
-        p = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=self.work)
-        self.procs.append(p)
-
-    def stop(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-
-
 def run_point(a, cl, kind, c):
-    out = os.path.join(cl.work, 'c%d.json' % c)
+    out = os.path.join(cl.dir, 'c%d.json' % c)
     cmd = [a.python, os.path.join(HERE, 'zeo_commit.py'), cl.master, kind, '-c', str(c), '-d', str(a.d),
            '--neo', CLUSTER, '--json', out]
     p = subprocess.run(cmd, env=cl.env, capture_output=True, text=True, timeout=a.d * 4 + 300)
     if p.returncode != 0:
-        raise SystemExit('neo_commit: %s c=%d failed: %s\n(logs in %s)' % (kind, c, p.stderr[-2000:], cl.work))
+        raise SystemExit('neo_commit: %s c=%d failed: %s\n(logs in %s)' % (kind, c, p.stderr[-2000:], cl.dir))
     with open(out) as f:
         return json.load(f)
 
@@ -104,7 +58,7 @@ def main():
         order = kinds if r % 2 == 0 else kinds[::-1]
         for kind in order:
             work = tempfile.mkdtemp(prefix='neo-commit-%s-' % kind)
-            cl = Cluster(a, kind, work)
+            cl = neocluster.Cluster(kind, work, a.src, a.python, zodbd=a.zodbd, name=CLUSTER).start()
             try:
                 for c in cs:
                     res = run_point(a, cl, kind, c)

@@ -47,7 +47,8 @@ class Cluster:
         self.kind, self.dir, self.src, self.python = kind, workdir, src, python
         self.zodbd, self.name, self.want_admin = zodbd, name, admin
         self.zodbd_args = list(zodbd_args)
-        self.env = dict(os.environ, PYTHONPATH=src)
+        self.env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [src] + [p for p in [os.environ.get('PYTHONPATH')] if p]))
         self.master = '127.0.0.1:%d' % free_port()
         self.admin = '127.0.0.1:%d' % free_port() if admin else None
         self.sport = free_port()

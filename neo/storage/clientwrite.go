@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/zodbd/zodbd/neo/proto"
 )
@@ -110,6 +111,10 @@ func (p *peer) dispatchWrite1(tm *txnManager, id uint32, code uint16, args []byt
 		var m proto.AskObjectUndoSerial
 		if err := decode(&m); err != nil {
 			return err
+		}
+		if !tm.waitUnlockedBefore(m.LTid, time.Minute) {
+			p.w.Write(appendError(nil, id, proto.NotReady, "transactions before the undo's snapshot stay locked"))
+			return nil
 		}
 		p.w.Write(p.undoSerial(tm, id, &m))
 		return nil

@@ -412,3 +412,29 @@ func TestClusterStopping(t *testing.T) {
 		}
 	}
 }
+
+// TestAskObjectZeroBound: AskObject with tid 0 itself as at or before (not
+// nil) finds no revision of an existing oid (OID_NOT_FOUND: ZODB's
+// loadBefore(oid, z64) is None) and OID_DOES_NOT_EXIST for a missing one,
+// as NEO/py's storage answers.
+func TestAskObjectZeroBound(t *testing.T) {
+	be, err := storage.OpenFS1("../../fs1/testdata/1.fs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	c := startCluster(t, be)
+	l := c.client(t)
+	reqs := []proto.Msg{
+		&proto.AskObject{Oid: 0, At: proto.InvalidTid, Before: 0},
+		&proto.AskObject{Oid: 0, At: 0, Before: proto.InvalidTid},
+		&proto.AskObject{Oid: 1 << 40, At: proto.InvalidTid, Before: 0},
+		askObject(0, 0, 0),
+	}
+	want := []proto.ErrorCode{proto.OidNotFound, proto.OidNotFound, proto.OidDoesNotExist, 0}
+	for i, p := range askPipelined(t, l, reqs) {
+		if _, code := decodeAnswerObject(t, p); code != want[i] {
+			t.Errorf("request %d (%+v): error %v, want %v", i, reqs[i], code, want[i])
+		}
+	}
+}

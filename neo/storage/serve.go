@@ -44,6 +44,9 @@ type request struct {
 	min, max          zodb.Tid
 	first, last, len_ int
 	partition         uint32
+	// zeroBound: AskObject's at or before is tid 0 itself (not nil): no
+	// revision can be at or before it.
+	zeroBound bool
 }
 
 func (n *Node) acceptLoop(ctx context.Context) {
@@ -245,6 +248,7 @@ func (p *peer) dispatch(id uint32, code uint16, args []byte) error {
 		var m proto.AskObject
 		err = m.DecodeArgs(args)
 		req.oid, req.at, req.before = m.Oid, optTid(m.At), optTid(m.Before)
+		req.zeroBound = m.At == 0 || m.Before == 0
 	case proto.CodeAskTIDs:
 		var m proto.AskTIDs
 		err = m.DecodeArgs(args)
@@ -375,6 +379,11 @@ func (p *peer) serve(req *request) {
 		}
 		o := n.objPool.Get().(*Object)
 		err := n.be.Object(ctx, req.oid, req.at, req.before, o)
+		if err == nil && req.zeroBound {
+			// The oid exists (its newest revision was read), but not at or
+			// before tid 0: ZODB's loadBefore(oid, z64) is None.
+			err = ErrOidNotFound
+		}
 		if err != nil {
 			b = p.appendErr(b, req, err)
 		} else {

@@ -62,6 +62,9 @@ type txnManager struct {
 	running    bool                  // runEvents is running
 	rerun      bool                  // a lock was released while it ran
 	out        []outPacket           // to write once mu is released
+	// released is closed (and replaced) when a transaction is released or
+	// everything is reset: waitUnlockedBefore waits on it.
+	released chan struct{}
 }
 
 // txn is a transaction in progress on this node.
@@ -131,6 +134,10 @@ func (tm *txnManager) resetLocked() {
 	tm.reads = nil
 	tm.out = nil
 	tm.nlocked.Store(0)
+	if tm.released != nil {
+		close(tm.released)
+	}
+	tm.released = make(chan struct{})
 }
 
 // unlockAndFlush releases mu and writes the packets queued under it.
@@ -695,6 +702,8 @@ func (tm *txnManager) release(t *txn) {
 	}
 	t.bytes = 0
 	delete(tm.txns, t.ttid)
+	close(tm.released)
+	tm.released = make(chan struct{})
 	tm.rerun = true
 	tm.runReads()
 	tm.runEvents()
@@ -761,6 +770,33 @@ func (tm *txnManager) readLocked(req *request) bool {
 		return tm.lockedUpTo(req.tid)
 	}
 	return false
+}
+
+// waitUnlockedBefore returns once no transaction with a final tid below
+// tid is locked, or after timeout (then false). An undo sees the database
+// as of its ltid (exclusive), and the client knows of the commits before
+// it from the master, possibly before this node had their unlock:
+// AskObjectUndoSerial waits for them as reads of locked oids do.
+func (tm *txnManager) waitUnlockedBefore(tid zodb.Tid, timeout time.Duration) bool {
+	if tid == 0 || tm.nlocked.Load() == 0 {
+		return true
+	}
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		tm.mu.Lock()
+		locked := tm.lockedUpTo(tid - 1)
+		ch := tm.released
+		tm.mu.Unlock()
+		if !locked {
+			return true
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return false
+		}
+	}
 }
 
 func (tm *txnManager) lockedUpTo(tid zodb.Tid) bool {
