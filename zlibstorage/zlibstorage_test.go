@@ -25,7 +25,7 @@ func TestMethods(t *testing.T) {
 	fs1Only := map[string]bool{
 		"CountTxn": true, "NumTxn": true, "TornPos": true, // statistics of the file (zodbd info)
 		"File": true, "Index": true, "LoadRevision": true, "PackStats": true, // fs1 types, raw records
-		"View": true,  // fs1's index and file end (the NEO node's FileStorage backend)
+		"View":  true, // fs1's index and file end (the NEO node's FileStorage backend)
 		"Stats": true, // fs1's figures for metrics: read on the FileStorage itself (cmd/zodbd/metrics.go)
 	}
 	w := reflect.TypeOf((*zlibstorage.Storage)(nil))
