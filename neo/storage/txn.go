@@ -759,6 +759,13 @@ func (tm *txnManager) readLocked(req *request) bool {
 	case proto.CodeAskObject, proto.CodeAskObjectHistory:
 		_, ok := tm.loadLocks[req.oid]
 		return ok
+	case proto.CodeAskTIDs:
+		// The newest tids (the undo log): a transaction locked here
+		// with its metadata is among them once unlocked, and its
+		// client may ask right after its commit (NEO/py's master
+		// answers it before it tells the storage nodes to unlock):
+		// ZODB's undoInfo must list it.
+		return tm.lockedWithMeta(req.partition)
 	case proto.CodeAskTIDsFrom:
 		return tm.lockedUpTo(req.max)
 	case proto.CodeAskTransactionInformation:
@@ -797,6 +804,19 @@ func (tm *txnManager) waitUnlockedBefore(tid zodb.Tid, timeout time.Duration) bo
 			return false
 		}
 	}
+}
+
+// lockedWithMeta tells whether a transaction whose metadata this node
+// stores (its trans row, in the partition of its ttid) is locked, in
+// partition p or any (InvalidPartition) (mu held).
+func (tm *txnManager) lockedWithMeta(p uint32) bool {
+	np := uint64(tm.n.pt.Load().np())
+	for _, t := range tm.txns {
+		if t.tid != 0 && t.voted == 2 && (p == proto.InvalidPartition || np == 0 || uint64(t.ttid)%np == uint64(p)) {
+			return true
+		}
+	}
+	return false
 }
 
 func (tm *txnManager) lockedUpTo(tid zodb.Tid) bool {

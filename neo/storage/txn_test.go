@@ -522,3 +522,66 @@ func TestTxnValidateSQLite(t *testing.T) {
 		t.Errorf("still locked: %v %v", locked, err)
 	}
 }
+
+// TestTxnReadsWaitUnlock: NEO/py's master answers the committing client
+// before it tells the storage nodes to unlock, so the client's next
+// requests may reach the node between its lock and its unlock. Every read
+// that the committed transaction changes waits for the unlock and then
+// sees it: the undo log (AskTIDs, which ZODB's undoInfo reads right after
+// a commit, for every readable partition or one), the transaction's
+// metadata, the object and its history. On the SQLite backend the unlock
+// goes through its writer's queue, so this window is wide on a loaded
+// machine: ZODB's undo tests undid the transaction before the last one.
+func TestTxnReadsWaitUnlock(t *testing.T) {
+	for _, kind := range []string{"mem", "sqlite"} {
+		t.Run(kind, func(t *testing.T) {
+			var be storage.Backend = newMemWriter()
+			if kind == "sqlite" {
+				sb, err := storage.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "new.sqlite"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer sb.Close()
+				be = sb
+			}
+			c := startWriteCluster(t, be, nil)
+			a, b := c.client(-536870911), c.client(-536870910)
+			c.commit(a, 10, 11, 1, 0, "v1")
+
+			if got := a.storeAnswer(a.store(20, 2, 0, "v2")); got != proto.InvalidTid {
+				t.Fatalf("store: conflict %s", got)
+			}
+			a.vote(20, 2)
+			c.lock(20, 21)
+			// A got the master's answer: it and B read.
+			ids := []uint32{
+				a.send(&proto.AskTIDs{First: 0, Last: 10, Partition: proto.InvalidPartition}),
+				a.send(&proto.AskTIDs{First: 0, Last: 10, Partition: 0}),
+				a.send(&proto.AskTransactionInformation{Tid: 21}),
+				a.send(&proto.AskObject{Oid: 2, At: proto.InvalidTid, Before: proto.InvalidTid}),
+				a.send(&proto.AskObjectHistory{Oid: 2, First: 0, Last: 10}),
+			}
+			bid := b.send(&proto.AskTIDs{First: 0, Last: 1, Partition: proto.InvalidPartition})
+			a.quiet("reads of a locked transaction")
+			b.quiet("undo log while a transaction is locked")
+			c.unlock(20)
+			for i, id := range ids[:2] {
+				if got := a.answer(id, proto.CodeAnswerTIDs).(*proto.AnswerTIDs).Tids; len(got) != 2 || got[0] != 21 || got[1] != 11 {
+					t.Errorf("AskTIDs %d after the unlock: %v, want [21 11]", i, got)
+				}
+			}
+			if got := b.answer(bid, proto.CodeAnswerTIDs).(*proto.AnswerTIDs).Tids; len(got) != 1 || got[0] != 21 {
+				t.Errorf("B's AskTIDs after the unlock: %v, want [21]", got)
+			}
+			if got := a.answer(ids[2], proto.CodeAnswerTransactionInformation).(*proto.AnswerTransactionInformation); got.Tid != 21 {
+				t.Errorf("transaction information: %s, want 21", got.Tid)
+			}
+			if o := a.answer(ids[3], proto.CodeAnswerObject).(*proto.AnswerObject); o.Serial != 21 || string(o.Data) != "v2" {
+				t.Errorf("object: %s %q, want 21 v2", o.Serial, o.Data)
+			}
+			if h := a.answer(ids[4], proto.CodeAnswerObjectHistory).(*proto.AnswerObjectHistory).History; len(h) != 1 || h[0].Serial != 21 {
+				t.Errorf("history: %+v, want 21", h)
+			}
+		})
+	}
+}
