@@ -69,13 +69,12 @@ type writer struct {
 	// The syncer (groupcommit.go).
 	mu       sync.Mutex
 	cond     sync.Cond
-	queue    []*commitEntry // finished, waiting for an fsync, in commit order
-	spare    []*commitEntry
-	flips    []statusFlip // finished transactions whose status byte is not written yet, in commit order
-	failed   error        // a write or fsync failed: the storage refuses commits
+	queue    []*commitEntry // finished, not yet published, in commit order
+	ss       syncState
+	failed   error // a write or fsync failed: the storage refuses commits
 	stopping bool
 	stopped  chan struct{}
-	nsync    atomic.Int64 // fsyncs done by the syncer (tests)
+	nsync    atomic.Int64 // fsyncs done by the syncers (tests)
 
 	// Test hooks: the file operations of the commit path.
 	writeAt  func(b []byte, off int64) (int, error)
@@ -165,7 +164,7 @@ func openWriter(path string, opt *Options, logf func(string, ...interface{})) (*
 			logf("fs1: warning: %v", err)
 		}
 	}
-	go w.syncer()
+	w.startSyncers(s.end)
 	return fs, nil
 }
 
@@ -243,11 +242,17 @@ func (w *writer) usable() error {
 // index.
 func (w *writer) fail(err error) {
 	w.mu.Lock()
+	w.failLocked(err)
+	w.mu.Unlock()
+}
+
+// failLocked is fail with w.mu held.
+func (w *writer) failLocked(err error) {
 	if w.failed == nil {
 		w.failed = fmt.Errorf("fs1: %s: storage refuses commits after an I/O error: %w", w.fs.path, err)
 		w.fs.logf("%v", w.failed)
+		w.cond.Broadcast() // the syncers fail what is queued
 	}
-	w.mu.Unlock()
 }
 
 // close stops the writer: it lets a voted transaction finish (or abort),
