@@ -80,9 +80,9 @@ type commitEntry struct {
 type entryStage uint8
 
 const (
-	entryWaiting entryStage = iota // its data is not known durable
-	entryFlipping                  // a syncer writes its status byte and fdatasyncs
-	entryDurable                   // its status byte is durable: it may be published
+	entryWaiting  entryStage = iota // its data is not known durable
+	entryFlipping                   // a syncer writes its status byte and fdatasyncs
+	entryDurable                    // its status byte is durable: it may be published
 )
 
 // syncState is the syncers' view of the file, guarded by writer.mu.

@@ -226,4 +226,3 @@ func TestSyncOrderConcurrent(t *testing.T) {
 	fs.Close()
 	checkScan(t, fs.path)
 }
-
