@@ -186,7 +186,7 @@ func (w *writer) syncer() {
 				e.stage = entryFlipping
 				claimed = append(claimed, e)
 			}
-			if len(claimed) > 0 || w.ss.written > w.ss.started {
+			if len(claimed) > 0 || w.needData() {
 				w.sync1(claimed)
 				continue
 			}
@@ -206,6 +206,27 @@ func (w *writer) syncer() {
 	if last {
 		close(w.stopped)
 	}
+}
+
+// needData reports whether an fdatasync should begin for data alone: there
+// is data no running fdatasync covers, and no fdatasync runs or a
+// finished transaction waits for that data. (While one runs, data that
+// only a voted transaction waits for is left to the next one: where the
+// commit lock is held long between Vote and Finish, each vote would cost
+// an fdatasync.) Called with w.mu held.
+func (w *writer) needData() bool {
+	if w.ss.written <= w.ss.started {
+		return false
+	}
+	if w.ss.inflight == 0 {
+		return true
+	}
+	for i := len(w.queue) - 1; i >= 0; i-- {
+		if e := w.queue[i]; !e.barrier {
+			return e.end > w.ss.started
+		}
+	}
+	return false
 }
 
 // sync1 writes the status bytes of claimed, then runs one fdatasync, which
