@@ -20,10 +20,11 @@ import (
 // FIFO lock, commitlock.go), assigns the tid, checks conflicts against the
 // writer's head index, encodes the whole transaction record with status
 // 'c' into a reusable buffer and writes it with one pwrite at the end of
-// the finished data; it also derives the index the transaction leads to
+// the finished data, which an fdatasync may begin to make durable at once;
+// it also derives the index the transaction leads to
 // (Index.Clone + Set: O(oids written)). Finish makes the transaction the
-// writer's new head, hands it to the syncer and releases the commit lock;
-// it then waits until the syncer has made its bytes durable, written its
+// writer's new head, hands it to the syncers and releases the commit lock;
+// it then waits until the syncers have made its bytes durable, written its
 // status byte (' ', or 'p' for a restored packed transaction) and made
 // that durable too (groupcommit.go).
 //
