@@ -40,12 +40,11 @@ import (
 // 'c', or its bytes not all there: a torn tail) or complete, never
 // visible with damaged data.
 //
-// What synced covers is tracked by file generation: a truncation (a voted
-// transaction aborted, or a failed vote's partial write) or the switch to
-// a packed file starts a new generation, lowers synced to the new end,
-// and an fdatasync that began in an older generation no longer raises it
-// (it still makes the status bytes it was started for durable: their
-// data lies below the truncation).
+// What an fdatasync covers is the end of the written file when it began,
+// lowered by a truncation while it runs (a voted transaction aborted, or a
+// failed vote's partial write: what is written beyond is new), or nothing
+// once the file is replaced by a packed one; a truncation also lowers
+// synced.
 //
 // Until its status byte is written, a finished transaction reads as 'c'
 // in the file; the head's readers (undo, restore) read through
@@ -87,13 +86,17 @@ const (
 
 // syncState is the syncers' view of the file, guarded by writer.mu.
 type syncState struct {
-	written  int64  // the end of what votes wrote (with SingleFsync: of what Finish completed)
-	started  int64  // the largest written seen by an fdatasync begun in this generation
-	synced   int64  // every byte below it is durable
-	gen      uint64 // the file generation: a truncation or a packed file starts a new one
-	inflight int    // fdatasyncs running
-	running  int    // syncer goroutines not yet exited
-	publish  bool   // a syncer is publishing
+	written  int64 // the end of what votes wrote (with SingleFsync: of what Finish completed)
+	started  int64 // the end of what the fdatasyncs begun so far cover
+	synced   int64 // every byte below it is durable
+	inflight int   // fdatasyncs running
+	running  int   // syncer goroutines not yet exited
+	publish  bool  // a syncer is publishing
+
+	// covers[i] is what the running fdatasync in slot i will have made
+	// durable when it returns: the file up to there (-1: nothing).
+	covers [syncers]int64
+	busy   [syncers]bool
 }
 
 // enqueue hands a finished transaction to the syncers.
@@ -125,14 +128,17 @@ func (w *writer) written(end int64) {
 	w.mu.Unlock()
 }
 
-// truncated records that the file was cut at size (a new generation).
-// Called with the commit lock held, after the truncation.
+// truncated records that the file was cut at size: what lies beyond is
+// new data, even where a running fdatasync began before the cut. Called
+// with the commit lock held, after the truncation.
 func (w *writer) truncated(size int64) {
 	w.mu.Lock()
-	w.ss.gen++
 	w.ss.written = min(w.ss.written, size)
 	w.ss.started = min(w.ss.started, size)
 	w.ss.synced = min(w.ss.synced, size)
+	for i := range w.ss.covers {
+		w.ss.covers[i] = min(w.ss.covers[i], size)
+	}
 	w.mu.Unlock()
 }
 
@@ -141,8 +147,10 @@ func (w *writer) truncated(size int64) {
 // published everything (drain).
 func (w *writer) replaced(size int64) {
 	w.mu.Lock()
-	w.ss.gen++
 	w.ss.written, w.ss.started, w.ss.synced = size, size, size
+	for i := range w.ss.covers {
+		w.ss.covers[i] = -1 // an fdatasync of the old file
+	}
 	w.mu.Unlock()
 }
 
@@ -233,8 +241,12 @@ func (w *writer) needData() bool {
 // makes them and the file up to w.ss.written durable. Called with w.mu
 // held; it is released meanwhile.
 func (w *writer) sync1(claimed []*commitEntry) {
-	end, gen := w.ss.written, w.ss.gen
-	w.ss.started = max(w.ss.started, end)
+	slot := 0
+	for w.ss.busy[slot] {
+		slot++
+	}
+	w.ss.busy[slot], w.ss.covers[slot] = true, w.ss.written
+	w.ss.started = max(w.ss.started, w.ss.written)
 	w.ss.inflight++
 	w.mu.Unlock()
 	var err error
@@ -251,13 +263,12 @@ func (w *writer) sync1(claimed []*commitEntry) {
 	}
 	w.mu.Lock()
 	w.ss.inflight--
+	w.ss.busy[slot] = false
 	if err != nil {
 		w.failLocked(err)
 		w.failQueue()
 	} else {
-		if gen == w.ss.gen && end > w.ss.synced {
-			w.ss.synced = end
-		}
+		w.ss.synced = max(w.ss.synced, w.ss.covers[slot])
 		for _, e := range claimed {
 			e.stage = entryDurable
 		}

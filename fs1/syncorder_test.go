@@ -226,3 +226,49 @@ func TestSyncOrderConcurrent(t *testing.T) {
 	fs.Close()
 	checkScan(t, fs.path)
 }
+
+// A transaction voted and aborted while the fdatasync that covers the
+// transaction finished before it runs: that fdatasync still counts for
+// the data below the cut, and the finished transaction completes.
+func TestSyncAbortDuringSync(t *testing.T) {
+	fs := createStorage(t, nil)
+	commit(t, fs, nil, map[zodb.Oid]string{0: "root"})
+	l := watchSyncs(fs)
+	logged := fs.w.sync
+	gate := make(chan struct{})
+	fs.w.sync = func() error { <-gate; return logged() }
+	x, _ := fs.Begin(bg, zodb.TxnMeta{})
+	x.Store(1, 0, []byte("x"))
+	if _, err := x.Vote(bg); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; fs.w.nsync.Load() < 3; i++ { // root's two, then x's data
+		if i == 1000 {
+			t.Fatal("no fdatasync began at Vote")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	finished := make(chan error, 1)
+	go func() {
+		_, err := x.Finish(bg, nil)
+		finished <- err
+	}()
+	y, _ := fs.Begin(bg, zodb.TxnMeta{})
+	y.Store(2, 0, []byte("y"))
+	if _, err := y.Vote(bg); err != nil { // after x's Finish released the lock
+		t.Fatal(err)
+	}
+	y.Abort()
+	close(gate)
+	select {
+	case err := <-finished:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Finish did not return: the fdatasync begun before the abort was not counted")
+	}
+	checkOrder(t, l)
+	fs.Close()
+	checkScan(t, fs.path)
+}
