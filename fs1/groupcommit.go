@@ -16,7 +16,8 @@ import (
 //
 //   - data: bytes written since the last fdatasync began (a voted
 //     transaction: its fdatasync starts at Vote, while the caller has yet
-//     to call Finish);
+//     to call Finish). Beside a running fdatasync, only when a finished
+//     transaction waits for them (needData);
 //   - status bytes: the finished transactions whose data a completed
 //     fdatasync made durable (their end is at most synced). Their status
 //     bytes (' ' or 'p' over the vote's 'c') are written, then made
@@ -39,6 +40,11 @@ import (
 // was not acknowledged is either absent after recovery (its status still
 // 'c', or its bytes not all there: a torn tail) or complete, never
 // visible with damaged data.
+//
+// With Options.SingleFsync, Finish writes the status byte, Vote begins no
+// fdatasync, and a transaction is durable once an fdatasync begun after
+// Finish wrote its status byte and queued it has returned: one fdatasync,
+// ZODB/py's order and its window.
 //
 // What an fdatasync covers is the end of the written file when it began,
 // lowered by a truncation while it runs (a voted transaction aborted, or a
