@@ -11,7 +11,8 @@ import (
 // commitLock is the storage's commit lock: a mutex granted in FIFO order,
 // whose wait can be abandoned when a context is done. (sync.Mutex is
 // neither fair nor cancellable.) A voter holds it from the start of Vote
-// until Finish has written the transaction's status byte, or until Abort.
+// until Finish has queued the transaction for the syncers (with
+// NoGroupCommit: until it is durable), or until Abort.
 //
 // Unlock hands the lock directly to the first waiter, so that a goroutine
 // arriving later cannot overtake the queue.

@@ -198,6 +198,7 @@ func (fs *FileStorage) installPacked(ctx context.Context, w *writer, p *Packer, 
 	old := fs.file
 	fs.file = dst
 	w.head, w.pos, w.lastTid = idx, size, p.LastTid()
+	w.replaced(size)
 	w.recent.reset()
 	if w.retired != nil {
 		w.retired.Close()
@@ -211,7 +212,7 @@ func (fs *FileStorage) installPacked(ctx context.Context, w *writer, p *Packer, 
 // transaction finished so far. Called with the commit lock held, so that
 // no transaction finishes meanwhile.
 func (w *writer) drain() error {
-	e := &commitEntry{barrier: true, done: make(chan struct{})}
+	e := &commitEntry{barrier: true, stage: entryDurable, done: make(chan struct{})}
 	w.enqueue(e)
 	<-e.done
 	return e.err

@@ -131,7 +131,7 @@ func (w *writer) waitPublished(last zodb.Tid) error {
 	if w.fs.state.Load().lastTid >= last {
 		return nil
 	}
-	e := &commitEntry{barrier: true, done: make(chan struct{})}
+	e := &commitEntry{barrier: true, stage: entryDurable, done: make(chan struct{})}
 	w.mu.Lock()
 	if w.stopping {
 		// Close is draining the queue: everything is published by

@@ -24,9 +24,8 @@ type Stats struct {
 	// written or it aborts).
 	LockWait, LockHold opstats.Snapshot
 	// Fsync is the duration of each fdatasync of the group commit;
-	// FsyncGroup the number of transactions whose data each one made
-	// durable (0 for an fsync that only made earlier status bytes
-	// durable).
+	// FsyncGroup the number of transactions whose status byte each one
+	// made durable (0 for an fdatasync begun at vote for data only).
 	Fsync, FsyncGroup opstats.Snapshot
 }
 
@@ -43,24 +42,21 @@ func (fs *FileStorage) Stats() Stats {
 	return st
 }
 
-// syncStats are the syncer's figures; only the syncer goroutine updates
-// them.
+// syncStats are the syncers' figures, updated under the writer's mu (two
+// syncers may finish an fdatasync at once).
 type syncStats struct {
 	latency, group opstats.Hist
 }
 
-// timedSync is the syncer's w.sync, timed: batch is the queue the fsync
-// makes durable.
-func (w *writer) timedSync(batch []*commitEntry) error {
+// observe records one fdatasync that took d and made the status bytes of
+// claimed durable (barriers aside).
+func (s *syncStats) observe(d time.Duration, claimed []*commitEntry) {
 	n := 0
-	for _, e := range batch {
+	for _, e := range claimed {
 		if !e.barrier {
 			n++
 		}
 	}
-	start := time.Now()
-	err := w.sync()
-	w.syncs.latency.ObserveDuration(time.Since(start))
-	w.syncs.group.Observe(uint64(n), 0)
-	return err
+	s.latency.ObserveDuration(d)
+	s.group.Observe(uint64(n), 0)
 }

@@ -238,6 +238,7 @@ func (t *txn) vote() ([]zodb.Oid, error) {
 		return nil, err
 	}
 	w.keepBuf(buf)
+	w.written(e.tpos + int64(len(buf)))
 
 	idx := w.head.Clone()
 	var maxOid zodb.Oid
@@ -424,6 +425,7 @@ func (w *writer) truncateTo(pos int64) {
 	if err := w.truncate(pos); err != nil {
 		w.fail(&Error{w.fs.path, pos, "transaction record", fmt.Errorf("truncate: %w", err)})
 	}
+	w.truncated(pos)
 }
 
 // txnEncoder encodes one transaction record into a buffer: the header

@@ -20,10 +20,11 @@ import (
 // FIFO lock, commitlock.go), assigns the tid, checks conflicts against the
 // writer's head index, encodes the whole transaction record with status
 // 'c' into a reusable buffer and writes it with one pwrite at the end of
-// the finished data; it also derives the index the transaction leads to
+// the finished data, which an fdatasync may begin to make durable at once;
+// it also derives the index the transaction leads to
 // (Index.Clone + Set: O(oids written)). Finish makes the transaction the
-// writer's new head, hands it to the syncer and releases the commit lock;
-// it then waits until the syncer has made its bytes durable, written its
+// writer's new head, hands it to the syncers and releases the commit lock;
+// it then waits until the syncers have made its bytes durable, written its
 // status byte (' ', or 'p' for a restored packed transaction) and made
 // that durable too (groupcommit.go).
 //
@@ -69,14 +70,13 @@ type writer struct {
 	// The syncer (groupcommit.go).
 	mu       sync.Mutex
 	cond     sync.Cond
-	queue    []*commitEntry // finished, waiting for an fsync, in commit order
-	spare    []*commitEntry
-	flips    []statusFlip // finished transactions whose status byte is not written yet, in commit order
-	failed   error        // a write or fsync failed: the storage refuses commits
+	queue    []*commitEntry // finished, not yet published, in commit order
+	ss       syncState
+	failed   error // a write or fsync failed: the storage refuses commits
 	stopping bool
 	stopped  chan struct{}
-	nsync    atomic.Int64 // fsyncs done by the syncer (tests)
-	syncs    syncStats    // fsync latency and group size, for Stats (stats.go)
+	nsync    atomic.Int64 // fsyncs done by the syncers (tests)
+	syncs    syncStats    // fsync latency and group size, for Stats (stats.go); under mu
 
 	// Test hooks: the file operations of the commit path.
 	writeAt  func(b []byte, off int64) (int, error)
@@ -166,7 +166,7 @@ func openWriter(path string, opt *Options, logf func(string, ...interface{})) (*
 			logf("fs1: warning: %v", err)
 		}
 	}
-	go w.syncer()
+	w.startSyncers(s.end)
 	return fs, nil
 }
 
@@ -244,11 +244,17 @@ func (w *writer) usable() error {
 // index.
 func (w *writer) fail(err error) {
 	w.mu.Lock()
+	w.failLocked(err)
+	w.mu.Unlock()
+}
+
+// failLocked is fail with w.mu held.
+func (w *writer) failLocked(err error) {
 	if w.failed == nil {
 		w.failed = fmt.Errorf("fs1: %s: storage refuses commits after an I/O error: %w", w.fs.path, err)
 		w.fs.logf("%v", w.failed)
+		w.cond.Broadcast() // the syncers fail what is queued
 	}
-	w.mu.Unlock()
 }
 
 // close stops the writer: it lets a voted transaction finish (or abort),
