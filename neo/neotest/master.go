@@ -54,6 +54,14 @@ const firstClientNID proto.NodeID = -0x20000000 + 1
 // clients, AbortTransaction, FailedVote, AskFinalTID, pack orders
 // (WaitForPack; AskPackOrders and NotifyPackCompleted from the storage). A client that
 // identified read-only is refused commits with READ_ONLY_ACCESS.
+//
+// As NEO/py's master, it keeps its partition table when the storage
+// leaves: a storage that comes back is given the node id it presents (a
+// new one when it presents none), the table is replaced only by a storage
+// table of a greater ptid, and the cluster goes back to running only if
+// every partition has a readable cell of that node; otherwise the master
+// stays in recovery (it closes the link and waits for a storage that
+// fits).
 type Master struct {
 	cfg MasterConfig
 	ln  net.Listener
@@ -61,6 +69,7 @@ type Master struct {
 	mu       sync.Mutex
 	storage  *link.Conn // the storage node's connection, nil if none
 	snid     proto.NodeID
+	nextSNID proto.NodeID // the id a storage that presents none gets (0: 1)
 	saddr    proto.Address
 	ptid     uint64
 	replicas uint32
@@ -263,10 +272,11 @@ func (m *Master) serveStorage(c *link.Conn, id uint32, req *proto.RequestIdentif
 		c.ReplyError(id, proto.NotReady, "this test master takes one storage")
 		return
 	}
-	nid := proto.NodeID(1)
+	nid := max(m.nextSNID, 1)
 	if req.NID != proto.NoNode {
 		nid = req.NID
 	}
+	m.nextSNID = max(m.nextSNID, nid+1)
 	addr := req.Addr
 	m.storage, m.snid, m.saddr = c, nid, addr
 	idts := m.now()
@@ -319,9 +329,9 @@ func (m *Master) runStorage(c *link.Conn, nid proto.NodeID, addr proto.Address, 
 		return err
 	}
 	m.mu.Lock()
-	m.rows = nil
+	newer := len(m.rows) == 0 || rec.PTid > m.ptid
 	m.mu.Unlock()
-	if rec.PTid != proto.NoPTid {
+	if rec.PTid != proto.NoPTid && newer {
 		var pt proto.AnswerPartitionTable
 		if err := ask(c, &proto.AskPartitionTable{}, &pt); err != nil {
 			return err
@@ -338,6 +348,17 @@ func (m *Master) runStorage(c *link.Conn, nid proto.NodeID, addr proto.Address, 
 			rows[i] = []proto.CellInfo{{NID: nid, State: proto.UpToDate}}
 		}
 		m.rows = rows
+	}
+	for p, row := range m.rows {
+		ok := false
+		for _, c := range row {
+			ok = ok || c.NID == nid && c.State.Readable()
+		}
+		if !ok {
+			ptid := m.ptid
+			m.mu.Unlock()
+			return fmt.Errorf("storage %d has no readable cell of partition %d (ptid %d): staying in recovery", nid, p, ptid)
+		}
 	}
 	ts := m.now()
 	pt := m.partitionTable()

@@ -153,9 +153,20 @@ func (b *FS1Backend) Close() error {
 // NumPartitions implements Backend: a FileStorage is one partition.
 func (b *FS1Backend) NumPartitions() int { return 1 }
 
-// Recovery implements Backend: nothing NEO-specific is stored.
+// Recovery implements Backend. Opened for writing, it returns the
+// identity and partition table stored as PTStore (PATH.neo);
+// read-only, nothing.
 func (b *FS1Backend) Recovery(ctx context.Context) (RecoveryInfo, error) {
-	return RecoveryInfo{}, nil
+	if b.w == nil {
+		return RecoveryInfo{}, nil
+	}
+	cl := b.w.log.cluster()
+	r := RecoveryInfo{Cluster: cl.cluster, NID: cl.nid}
+	if cl.hasPT {
+		r.PTID, r.HasPTID, r.NumReplicas = cl.ptid, true, cl.nr
+		r.Cells = append([]Cell(nil), cl.cells...)
+	}
+	return r, nil
 }
 
 // Object implements Backend with fs1's LoadRevision (with a buffer of

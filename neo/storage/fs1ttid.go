@@ -30,6 +30,21 @@ import (
 //	17 zeros  11 bytes
 //	28 crc32c of bytes 0..27, big-endian
 //
+// It also keeps what the node stores as ClusterStore (fs1cluster.go), as
+// groups of records of the same layout, a header and the k records that
+// follow it, each group the whole value (the last group of a kind wins):
+//
+//	'I' identity: bytes 0..7 the node id (int64), 8..11 the length of
+//	    the cluster name, 12..15 k; then k 'i' records of 16 bytes of
+//	    the name each (0..15), the last one padded with zeros.
+//	'P' partition table: bytes 0..7 the ptid, 8..11 the number of
+//	    replicas, 12..15 k, the number of cells; then k 'C' records:
+//	    0..3 the partition, 4..7 the node id (int32), 8..11 the state.
+//
+// A group is written at once and made durable before SetIdentity or
+// SetPartitionTable returns; a group cut short (a torn tail) ends the log
+// and is not used, so the value before it holds.
+//
 // The file is ttidLogMax bytes and a record long from the start, zeros
 // after the records, so that an append changes no metadata. Lock appends
 // an 'L' record and makes it durable (ttidLog.sync: a group commit, one
@@ -41,8 +56,9 @@ import (
 //
 // The log is rewritten (a new file, fsynced, renamed over the old one)
 // when the backend opens and whenever it grows past ttidLogMax: the
-// rewrite keeps the locked transactions and the ttidRecent most recent
-// unlocked ones, which is how far back FinalTID answers.
+// rewrite keeps the identity and the partition table, the locked
+// transactions and the ttidRecent most recent unlocked ones, which is how
+// far back FinalTID answers.
 
 const (
 	ttidLogMagic = "NEOFS1T1"
@@ -78,25 +94,39 @@ type ttidLog struct {
 	locked   map[zodb.Tid]zodb.Tid
 	recent   []ttidPair
 	recentAt int
+	cl       fs1Cluster // the identity and partition table stored
 }
 
 // readTTIDLog reads the log at path: the ttids locked and not unlocked,
-// and the unlocked ones in log order. A missing file is an empty log.
-func readTTIDLog(path string) (locked map[zodb.Tid]zodb.Tid, unlocked []ttidPair, err error) {
+// the unlocked ones in log order, and the identity and partition table
+// stored. A missing file is an empty log.
+func readTTIDLog(path string) (locked map[zodb.Tid]zodb.Tid, unlocked []ttidPair, cl fs1Cluster, err error) {
 	locked = map[zodb.Tid]zodb.Tid{}
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return locked, nil, nil
+		return locked, nil, cl, nil
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("neo: fs1: %w", err)
+		return nil, nil, cl, fmt.Errorf("neo: fs1: %w", err)
 	}
 	if len(b) < ttidRecSize || string(b[:8]) != ttidLogMagic {
-		return nil, nil, fmt.Errorf("neo: fs1: %s: not a final-tid log (bad header)", path)
+		return nil, nil, cl, fmt.Errorf("neo: fs1: %s: not a final-tid log (bad header)", path)
 	}
-	for off := ttidRecSize; off+ttidRecSize <= len(b); off += ttidRecSize {
+	// rec returns the record at off, nil past a torn tail.
+	rec := func(off int) []byte {
+		if off+ttidRecSize > len(b) {
+			return nil
+		}
 		r := b[off : off+ttidRecSize]
 		if crc32.Checksum(r[:28], crc32c) != binary.BigEndian.Uint32(r[28:]) {
+			return nil
+		}
+		return r
+	}
+records:
+	for off := ttidRecSize; ; off += ttidRecSize {
+		r := rec(off)
+		if r == nil {
 			break // torn tail
 		}
 		ttid, tid := zodb.Tid(binary.BigEndian.Uint64(r[0:])), zodb.Tid(binary.BigEndian.Uint64(r[8:]))
@@ -106,18 +136,33 @@ func readTTIDLog(path string) (locked map[zodb.Tid]zodb.Tid, unlocked []ttidPair
 		case 'U':
 			delete(locked, ttid)
 			unlocked = append(unlocked, ttidPair{ttid, tid})
+		case 'I', 'P':
+			k := int(binary.BigEndian.Uint32(r[12:]))
+			if k > clusterGroupMax {
+				return nil, nil, cl, fmt.Errorf("neo: fs1: %s:%d: %q record of %d records", path, off, r[16], k)
+			}
+			group := make([][]byte, k)
+			for i := range group {
+				if group[i] = rec(off + (i+1)*ttidRecSize); group[i] == nil {
+					break records // a group cut short: torn tail
+				}
+			}
+			if err := cl.decode(r, group); err != nil {
+				return nil, nil, cl, fmt.Errorf("neo: fs1: %s:%d: %w", path, off, err)
+			}
+			off += k * ttidRecSize
 		default:
-			return nil, nil, fmt.Errorf("neo: fs1: %s:%d: unknown record kind %q", path, off, r[16])
+			return nil, nil, cl, fmt.Errorf("neo: fs1: %s:%d: unknown record kind %q", path, off, r[16])
 		}
 	}
-	return locked, unlocked, nil
+	return locked, unlocked, cl, nil
 }
 
-// createTTIDLog writes a new log at path holding locked and the last
+// createTTIDLog writes a new log at path holding cl, locked and the last
 // ttidRecent of unlocked, durably (a temporary file renamed over path, and
 // the directory synced), and returns it open for appending.
-func createTTIDLog(path string, locked map[zodb.Tid]zodb.Tid, unlocked []ttidPair) (*ttidLog, error) {
-	l := &ttidLog{path: path, locked: locked, recent: make([]ttidPair, 0, ttidRecent)}
+func createTTIDLog(path string, locked map[zodb.Tid]zodb.Tid, unlocked []ttidPair, cl fs1Cluster) (*ttidLog, error) {
+	l := &ttidLog{path: path, locked: locked, recent: make([]ttidPair, 0, ttidRecent), cl: cl}
 	l.cond.L = &l.mu
 	if n := len(unlocked); n > ttidRecent {
 		unlocked = unlocked[n-ttidRecent:]
@@ -139,6 +184,7 @@ func (l *ttidLog) rewrite() error {
 	}
 	b := make([]byte, ttidRecSize, ttidRecSize*(1+len(l.locked)+len(l.recent)))
 	copy(b, ttidLogMagic)
+	b = l.cl.appendGroups(b)
 	locked := make([]ttidPair, 0, len(l.locked))
 	for ttid, tid := range l.locked {
 		locked = append(locked, ttidPair{ttid, tid})
@@ -197,9 +243,14 @@ func syncDir(dir string) error {
 }
 
 func appendTTIDRec(b []byte, kind byte, ttid, tid zodb.Tid) []byte {
+	return appendLogRec(b, kind, uint64(ttid), uint64(tid))
+}
+
+// appendLogRec appends a record of kind with bytes 0..7 x and 8..15 y.
+func appendLogRec(b []byte, kind byte, x, y uint64) []byte {
 	var r [ttidRecSize]byte
-	binary.BigEndian.PutUint64(r[0:], uint64(ttid))
-	binary.BigEndian.PutUint64(r[8:], uint64(tid))
+	binary.BigEndian.PutUint64(r[0:], x)
+	binary.BigEndian.PutUint64(r[8:], y)
 	r[16] = kind
 	binary.BigEndian.PutUint32(r[28:], crc32.Checksum(r[:28], crc32c))
 	return append(b, r[:]...)

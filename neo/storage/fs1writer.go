@@ -55,7 +55,8 @@ import (
 // transaction is reported locked again, and the master's
 // ValidateTransaction (Lock: a no-op, then Unlock) makes it visible.
 type fs1Writes struct {
-	log *ttidLog
+	log  *ttidLog
+	clMu sync.Mutex // serializes SetIdentity and SetPartitionTable
 
 	mu     sync.Mutex
 	cond   sync.Cond // signalled when pending shrinks
@@ -114,7 +115,7 @@ func OpenFS1Writer(path string, opt *fs1.Options) (*FS1Backend, error) {
 func newFS1Writer(fs *fs1.FileStorage) (*FS1Backend, error) {
 	b := &FS1Backend{fs: fs, path: fs.URL()}
 	logPath := b.path + ".neo"
-	lockedLog, unlocked, err := readTTIDLog(logPath)
+	lockedLog, unlocked, cl, err := readTTIDLog(logPath)
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +172,7 @@ func newFS1Writer(fs *fs1.FileStorage) (*FS1Backend, error) {
 	if len(all.txns) > 0 {
 		w.fs1Tid = all.txns[len(all.txns)-1].tid
 	}
-	if w.log, err = createTTIDLog(logPath, lockedLog, unlocked); err != nil {
+	if w.log, err = createTTIDLog(logPath, lockedLog, unlocked, cl); err != nil {
 		return nil, err
 	}
 	b.view.Store(v)

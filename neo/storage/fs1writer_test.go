@@ -626,7 +626,7 @@ func TestFS1WriterPack(t *testing.T) {
 // rewritten, and keeps the locked transactions and the recent unlocked.
 func TestTTIDLogRewrite(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "Data.fs.neo")
-	l, err := createTTIDLog(path, map[zodb.Tid]zodb.Tid{1: 2}, nil)
+	l, err := createTTIDLog(path, map[zodb.Tid]zodb.Tid{1: 2}, nil, fs1Cluster{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -657,7 +657,7 @@ func TestTTIDLogRewrite(t *testing.T) {
 	if st, _ := os.Stat(path); st.Size() > ttidLogMax+ttidRecSize {
 		t.Errorf("log of %d bytes", st.Size())
 	}
-	locked, unlocked, err := readTTIDLog(path)
+	locked, unlocked, _, err := readTTIDLog(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -672,7 +672,7 @@ func TestTTIDLogRewrite(t *testing.T) {
 	f, _ := os.OpenFile(path, os.O_WRONLY, 0)
 	f.WriteAt([]byte("torn"), l.end)
 	f.Close()
-	if locked2, _, err := readTTIDLog(path); err != nil || len(locked2) != 2 {
+	if locked2, _, _, err := readTTIDLog(path); err != nil || len(locked2) != 2 {
 		t.Errorf("torn tail: %v %v", locked2, err)
 	}
 }

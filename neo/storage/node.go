@@ -419,12 +419,19 @@ func (n *Node) masterSession(ctx context.Context, addr string) (next int, err er
 	if acc.YourNID != n.NID() {
 		n.log.Printf("neo storage: master %s gave node id %d", addr, acc.YourNID)
 	}
-	n.nid.Store(int32(acc.YourNID))
-	if ps, ok := n.be.(PTStore); ok {
-		if err := ps.SetIdentity(ctx, n.cfg.Cluster, acc.YourNID); err != nil {
+	if ps := n.ptStore(); ps != nil {
+		// Kept before it is used, as NEO/py's setUUID (and setName).
+		rec, err := n.be.Recovery(ctx)
+		if err != nil {
 			return next, err
 		}
+		if rec.NID != acc.YourNID || rec.Cluster != n.cfg.Cluster {
+			if err := ps.SetIdentity(ctx, n.cfg.Cluster, acc.YourNID); err != nil {
+				return next, fatalf("storing node id %d of cluster %q: %w", acc.YourNID, n.cfg.Cluster, err)
+			}
+		}
 	}
+	n.nid.Store(int32(acc.YourNID))
 	n.log.Printf("neo storage: identified by master %s as node %d", addr, n.NID())
 	if n.tm != nil {
 		rec, err := n.be.Recovery(ctx)
@@ -550,19 +557,16 @@ func (n *Node) handleMaster(ctx context.Context, m *link.Conn, id uint32, code u
 		if !pt.hasPTID {
 			pt.ptid = 0
 		}
-		if err := n.setPT(pt); err != nil {
-			return next, err
-		}
-		if ps, ok := n.be.(PTStore); ok && pt.hasPTID {
-			var cells []Cell
+		var cells []Cell
+		if n.ptStore() != nil && pt.hasPTID {
+			cells = []Cell{} // reset: every cell of the table
 			for p, row := range msg.Rows {
 				for _, c := range row {
 					cells = append(cells, Cell{Partition: uint32(p), NID: c.NID, State: c.State})
 				}
 			}
-			return next, ps.SetPartitionTable(ctx, msg.PTid, int(msg.NumReplicas), cells, true, 0)
 		}
-		return next, nil
+		return next, n.setPT(ctx, pt, cells, true)
 
 	case proto.CodeNotifyPartitionChanges:
 		var msg proto.NotifyPartitionChanges
@@ -592,17 +596,14 @@ func (n *Node) handleMaster(ctx context.Context, m *link.Conn, id uint32, code u
 			}
 			rows[c.Offset] = r
 		}
-		if err := n.setPT(&ptState{ptid: msg.PTid, hasPTID: true, nr: int(msg.NumReplicas), rows: rows}); err != nil {
-			return next, err
-		}
-		if ps, ok := n.be.(PTStore); ok {
-			cells := make([]Cell, len(msg.Changes))
+		var cells []Cell
+		if n.ptStore() != nil {
+			cells = make([]Cell, len(msg.Changes))
 			for i, c := range msg.Changes {
 				cells[i] = Cell{Partition: c.Offset, NID: c.NID, State: c.State}
 			}
-			return next, ps.SetPartitionTable(ctx, msg.PTid, int(msg.NumReplicas), cells, false, 0)
 		}
-		return next, nil
+		return next, n.setPT(ctx, &ptState{ptid: msg.PTid, hasPTID: true, nr: int(msg.NumReplicas), rows: rows}, cells, false)
 
 	case proto.CodeAskLockedTransactions:
 		if err := decode(&proto.AskLockedTransactions{}); err != nil {
@@ -796,12 +797,28 @@ func (n *Node) handleMaster(ctx context.Context, m *link.Conn, id uint32, code u
 	return next, m.ReplyError(id, proto.ProtocolError, "unexpected "+proto.CodeName(code))
 }
 
+// ptStore returns the backend as a PTStore when this node keeps what the
+// master tells it there (a read-write node), else nil.
+func (n *Node) ptStore() PTStore {
+	if n.tm == nil {
+		return nil
+	}
+	ps, _ := n.be.(PTStore)
+	return ps
+}
+
 // setPT installs a partition table from the master after checking that the
-// backend can serve it.
-func (n *Node) setPT(pt *ptState) error {
+// backend can serve it and storing it first (PTStore) when cells is not
+// nil: the whole table (reset), or the cells changed.
+func (n *Node) setPT(ctx context.Context, pt *ptState, cells []Cell, reset bool) error {
 	np := len(pt.rows)
 	if want := n.be.NumPartitions(); want != 0 && np != 0 && np != want {
 		return fatalf("the cluster has %d partitions, but this backend holds %d (a FileStorage needs a cluster of 1 partition: neomaster -p 1 -r 0)", np, want)
+	}
+	if ps := n.ptStore(); ps != nil && cells != nil {
+		if err := ps.SetPartitionTable(ctx, pt.ptid, pt.nr, cells, reset, n.pack.lastSigned()); err != nil {
+			return fatalf("storing partition table %d: %w", pt.ptid, err)
+		}
 	}
 	nid := n.NID()
 	pt.readable = make([]bool, np)

@@ -79,14 +79,17 @@ type packState struct {
 	orders    map[zodb.Tid]*proto.PackOrder
 	completed zodb.Tid // the last order packed (or skipped, rejected)
 	last      zodb.Tid // the greatest approved id signed
-	running   bool     // a pack or an AskPackOrders is in progress
+	// signedMax is the greatest id approved by NotifyPackSigned in this
+	// session, 0 if none (NEO/py's last_pack_id; PTStore).
+	signedMax zodb.Tid
+	running   bool // a pack or an AskPackOrders is in progress
 }
 
 // start begins a master session's pack state.
 func (ps *packState) start(ctx context.Context, m *link.Conn, completed zodb.Tid) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	ps.m, ps.ctx, ps.completed, ps.last = m, ctx, completed, completed
+	ps.m, ps.ctx, ps.completed, ps.last, ps.signedMax = m, ctx, completed, completed, 0
 	if ps.orders == nil {
 		ps.orders = map[zodb.Tid]*proto.PackOrder{}
 	}
@@ -120,6 +123,7 @@ func (ps *packState) signed(approved, rejected []zodb.Tid) {
 			o.Approved, o.ApprovedSet = true, true
 		}
 		ps.last = max(ps.last, id)
+		ps.signedMax = max(ps.signedMax, id)
 	}
 	for _, id := range rejected {
 		if o := ps.orders[id]; o != nil {
@@ -127,6 +131,14 @@ func (ps *packState) signed(approved, rejected []zodb.Tid) {
 		}
 	}
 	ps.next()
+}
+
+// lastSigned returns the greatest pack id approved by NotifyPackSigned in
+// this session, 0 if none.
+func (ps *packState) lastSigned() zodb.Tid {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return ps.signedMax
 }
 
 // list answers the master's AskPackOrders.

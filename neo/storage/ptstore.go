@@ -11,14 +11,18 @@ import (
 // node, so that after a restart Recovery answers it and the node rejoins
 // its cluster with the same identity and partition table, as NEO/py's
 // storage does (its database's config and pt tables). The SQLite backend
-// implements it (storing nothing when opened read-only); a backend without
-// it is given a new node id and table by the master at every start.
+// implements it (storing nothing when opened read-only), and the
+// FileStorage backend opened for writing (in its side file PATH.neo); a
+// backend without it is given a new node id and table by the master at
+// every start.
 //
-// The node calls, each returning once the change is durable:
+// A read-write node calls (a read-only one does not), each returning once
+// the change is durable, before the node acts on it:
 //
 //   - SetIdentity after the primary master's AcceptIdentification, with
 //     the cluster name and the node id the master gave (NEO/py's setUUID,
-//     and setName at its first start).
+//     and setName at its first start), when they differ from what
+//     Recovery returns.
 //   - SetPartitionTable with reset true on SendPartitionTable (every cell
 //     of every row), and with reset false on NotifyPartitionChanges (the
 //     changed cells, proto.Discarded removing one), once the ptid checks
