@@ -1,0 +1,98 @@
+package storage_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neosqlite"
+	"github.com/zodbd/zodbd/zodb"
+)
+
+// TestReplayConflict plays NEO/py's run cf-write (testdata/neo/README.md;
+// recorded by scripts/neo_record_conflict.py) against our node: two NEO/py
+// clients A and B, one BTrees.Length and one PersistentMapping. B stores
+// Length with the serial it read before A's T2: the node must answer with
+// T2 as conflict serial, then B loads T2, resolves and stores again with
+// serial T2 (answered "no conflict") and commits T3; later B stores the
+// mapping with a stale serial, is answered T4 (ZODB raises ConflictError,
+// unresolvable) and aborts. The master's lock/unlock of every transaction
+// and its AbortTransaction for B's aborted one are replayed in capture
+// order. Every packet the node sends must equal NEO/py's storage's, byte
+// for byte, but RequestIdentification (the node's own port); none of them
+// depends on timing: ttids and tids are the master's, and each client's
+// store is sent only after the master's unlock of the transaction it
+// conflicts with (the replay waits for the node to finish each unlock).
+//
+// It runs on a new NEO/py SQLite database, the state NEO/py's storage
+// started the run from (neostorage created it; the recorder kept a copy,
+// whose schema neosqlite.Create reproduces), and on the in-memory Writer.
+func TestReplayConflict(t *testing.T) {
+	conns := []string{"c00-storage-master", "c02-client-storage", "c04-client-storage"}
+	const (
+		t0 = zodb.Tid(0x040d44c0bec75e88) // ZODB.DB's root creation
+		t1 = zodb.Tid(0x040d44c0bee65f00)
+		t2 = zodb.Tid(0x040d44c0c30b4611)
+		t3 = zodb.Tid(0x040d44c0c469b488)
+		t4 = zodb.Tid(0x040d44c0c5d06300)
+	)
+	t.Run("sqlite", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "storage.sqlite")
+		if err := neosqlite.Create(path, neosqlite.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		be, err := storage.OpenSQLite(context.Background(), path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer be.Close()
+		replayWriteRun(t, "cf-write", conns, be)
+
+		// What NEO/py's clients read at the end: oid 1 (Length) at T3, the
+		// resolved store, oid 2 (mapping) at T4; B's T5 left nothing.
+		ctx := context.Background()
+		ids, err := be.LastIDs(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ids.HasTid || ids.Tid != t4 || ids.FirstTid != t0 {
+			t.Errorf("LastIDs: %+v, want last tid %v, first %v", ids, t4, t0)
+		}
+		for _, w := range []struct {
+			oid    zodb.Oid
+			serial zodb.Tid
+		}{{0, t1}, {1, t3}, {2, t4}} {
+			var o storage.Object
+			if err := be.Object(ctx, w.oid, 0, 0, &o); err != nil {
+				t.Errorf("oid %d: %v", w.oid, err)
+			} else if o.Serial != w.serial {
+				t.Errorf("oid %d: serial %v, want %v", w.oid, o.Serial, w.serial)
+			}
+		}
+		var o storage.Object
+		if err := be.Object(ctx, 1, 0, t3, &o); err != nil || o.Serial != t2 {
+			t.Errorf("oid 1 before T3: %v %v, want serial %v", o.Serial, err, t2)
+		}
+		if locked, err := be.LockedTransactions(ctx); err != nil || len(locked) != 0 {
+			t.Errorf("LockedTransactions: %v %v, want none", locked, err)
+		}
+	})
+	t.Run("mem", func(t *testing.T) {
+		be := newMemWriter()
+		replayWriteRun(t, "cf-write", conns, be)
+		if err := be.check(); err != nil {
+			t.Errorf("Writer contract: %v", err)
+		}
+		unlocked := 0
+		for _, c := range be.log() {
+			if strings.HasPrefix(c, "Unlock ") {
+				unlocked++
+			}
+		}
+		if unlocked != 5 {
+			t.Errorf("%d transactions unlocked, want 5 (root, T1..T4):\n%s", unlocked, strings.Join(be.log(), "\n"))
+		}
+	})
+}
