@@ -47,7 +47,6 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import neo_record  # noqa: E402
 
-RUN = 'cf-write'
 CLUSTER = 'vectors'
 
 
@@ -69,8 +68,146 @@ def wait_port(port):
     raise SystemExit('port %d not listening' % port)
 
 
+MASTER = [None]
+
+
+def workload_cf(Storage, res):
+    import transaction
+    import ZODB
+    from BTrees.Length import Length
+    from persistent.mapping import PersistentMapping
+    from ZODB.POSException import ConflictError
+    sa = Storage(master_nodes=MASTER[0], name=CLUSTER)
+    dba = ZODB.DB(sa)
+    tma = transaction.TransactionManager()
+    ca = dba.open(tma)
+    ra = ca.root()
+    ra['len'] = Length()
+    ra['m'] = PersistentMapping()
+    tma.get().note(u'T1')
+    tma.commit()
+    res['T1'] = sa.lastTransaction().hex()
+
+    sb = Storage(master_nodes=MASTER[0], name=CLUSTER)
+    dbb = ZODB.DB(sb)
+    tmb = transaction.TransactionManager()
+    cb = dbb.open(tmb)
+    tmb.begin()
+    rb = cb.root()
+    res['B_len_before'] = rb['len']()
+    res['B_m_before'] = dict(rb['m'])
+
+    tma.begin()
+    ra['len'].change(1)
+    ra['m']['a'] = 1
+    tma.get().note(u'T2')
+    tma.commit()
+    res['T2'] = sa.lastTransaction().hex()
+    time.sleep(0.3)
+
+    rb['len'].change(2)
+    tmb.get().note(u'T3')
+    tmb.commit()  # conflict on len, resolved
+    res['T3'] = sb.lastTransaction().hex()
+    res['B_len_after'] = rb['len']()
+    time.sleep(0.3)
+
+    tmb.begin()
+    res['B_m_before2'] = dict(rb['m'])
+    tma.begin()
+    ra['m']['a'] = 2
+    tma.get().note(u'T4')
+    tma.commit()
+    res['T4'] = sa.lastTransaction().hex()
+    time.sleep(0.3)
+    rb['m']['b'] = 3
+    tmb.get().note(u'T5 (conflicts)')
+    try:
+        tmb.commit()
+        res['T5'] = 'committed?!'
+    except ConflictError as e:
+        res['T5'] = 'ConflictError: %s' % e
+        tmb.abort()
+    time.sleep(0.3)
+    tma.begin()
+    res['A_final'] = {'len': ra['len'](), 'm': dict(ra['m'])}
+    tma.abort()
+    return sa, sb, dba, dbb
+
+
+def workload_dl(Storage, res):
+    """Two objects locked in opposite orders (through the raw storage API,
+    to order the stores): A begins (smaller ttid), B begins, B stores X,
+    A stores Y then X (X is locked by the younger B: the storage sends B
+    NotifyDeadlock and delays A), B stores Y (locked by the older A:
+    delayed). B votes in a thread (it relocks X: AskRelockObject), A votes
+    and finishes (T2); B is answered with conflicts on X and Y, resolves
+    both (Length) and stores them again, votes and finishes (T3)."""
+    import pickle
+    import transaction
+    import ZODB
+    from BTrees.Length import Length
+    from ZODB.Connection import TransactionMetaData
+
+    def length_pickle(v):
+        return pickle.dumps(Length, 3) + pickle.dumps(v, 3)
+
+    sa = Storage(master_nodes=MASTER[0], name=CLUSTER)
+    dba = ZODB.DB(sa)
+    tma = transaction.TransactionManager()
+    ca = dba.open(tma)
+    ra = ca.root()
+    ra['x'] = Length()
+    ra['y'] = Length()
+    tma.get().note(u'T1')
+    tma.commit()
+    x, y = ra['x']._p_oid, ra['y']._p_oid
+    res['T1'] = sa.lastTransaction().hex()
+    sb = Storage(master_nodes=MASTER[0], name=CLUSTER)
+    dbb = ZODB.DB(sb)
+    sx = sa.load(x)[1]
+    sy = sa.load(y)[1]
+    ta, tb = TransactionMetaData(description=b'T2 A'), TransactionMetaData(description=b'T3 B')
+    sa.tpc_begin(ta)
+    sb.tpc_begin(tb)
+    sb.store(x, sx, length_pickle(10), '', tb)
+    time.sleep(0.3)
+    sa.store(y, sy, length_pickle(1), '', ta)
+    time.sleep(0.2)
+    sa.store(x, sx, length_pickle(1), '', ta)
+    time.sleep(0.3)
+    sb.store(y, sy, length_pickle(10), '', tb)
+    time.sleep(0.3)
+    err = []
+
+    def vote_b():
+        try:
+            sb.tpc_vote(tb)
+        except Exception as e:
+            err.append(repr(e))
+    th = threading.Thread(target=vote_b)
+    th.start()
+    time.sleep(0.3)
+    sa.tpc_vote(ta)
+    res['T2'] = sa.tpc_finish(ta).hex()
+    th.join(20)
+    res['B_vote'] = err or 'ok'
+    if not err:
+        res['T3'] = sb.tpc_finish(tb).hex()
+    else:
+        sb.tpc_abort(tb)
+    time.sleep(0.3)
+    res['x'] = pickle.loads(sa.load(x)[0][len(pickle.dumps(Length, 3)):])
+    res['y'] = pickle.loads(sa.load(y)[0][len(pickle.dumps(Length, 3)):])
+    return sa, sb, dba, dbb
+
+
+WORKLOADS = {'cf-write': workload_cf, 'dl-write': workload_dl}
+
+
 def main():
     out = os.path.abspath(sys.argv[1])
+    run = sys.argv[2] if len(sys.argv) > 2 else 'cf-write'
     work = os.path.join(out, 'work')
     os.makedirs(work, exist_ok=True)
     py = sys.executable
@@ -139,69 +276,11 @@ def main():
         return orig(self, addr)
     connector.SocketConnector._connect = _connect
 
-    import transaction
-    import ZODB
-    from BTrees.Length import Length
-    from persistent.mapping import PersistentMapping
-    from ZODB.POSException import ConflictError
     from neo.client.Storage import Storage
+    MASTER[0] = '127.0.0.1:%d' % PM
 
     res = {}
-    sa = Storage(master_nodes='127.0.0.1:%d' % PM, name=CLUSTER)
-    dba = ZODB.DB(sa)
-    tma = transaction.TransactionManager()
-    ca = dba.open(tma)
-    ra = ca.root()
-    ra['len'] = Length()
-    ra['m'] = PersistentMapping()
-    tma.get().note(u'T1')
-    tma.commit()
-    res['T1'] = sa.lastTransaction().hex()
-
-    sb = Storage(master_nodes='127.0.0.1:%d' % PM, name=CLUSTER)
-    dbb = ZODB.DB(sb)
-    tmb = transaction.TransactionManager()
-    cb = dbb.open(tmb)
-    tmb.begin()
-    rb = cb.root()
-    res['B_len_before'] = rb['len']()
-    res['B_m_before'] = dict(rb['m'])
-
-    tma.begin()
-    ra['len'].change(1)
-    ra['m']['a'] = 1
-    tma.get().note(u'T2')
-    tma.commit()
-    res['T2'] = sa.lastTransaction().hex()
-    time.sleep(0.3)
-
-    rb['len'].change(2)
-    tmb.get().note(u'T3')
-    tmb.commit()  # conflict on len, resolved
-    res['T3'] = sb.lastTransaction().hex()
-    res['B_len_after'] = rb['len']()
-    time.sleep(0.3)
-
-    tmb.begin()
-    res['B_m_before2'] = dict(rb['m'])
-    tma.begin()
-    ra['m']['a'] = 2
-    tma.get().note(u'T4')
-    tma.commit()
-    res['T4'] = sa.lastTransaction().hex()
-    time.sleep(0.3)
-    rb['m']['b'] = 3
-    tmb.get().note(u'T5 (conflicts)')
-    try:
-        tmb.commit()
-        res['T5'] = 'committed?!'
-    except ConflictError as e:
-        res['T5'] = 'ConflictError: %s' % e
-        tmb.abort()
-    time.sleep(0.3)
-    tma.begin()
-    res['A_final'] = {'len': ra['len'](), 'm': dict(ra['m'])}
-    tma.abort()
+    sa, sb, dba, dbb = WORKLOADS[run](Storage, res)
     time.sleep(1.5)  # let the storage commit the last unlock
     dbb.close()
     dba.close()
@@ -214,7 +293,7 @@ def main():
     time.sleep(0.5)
     pm.close()
     ps.close()
-    idx = neo_record.write_run(os.path.join(out, 'decoded'), RUN, [pm, ps])
+    idx = neo_record.write_run(os.path.join(out, 'decoded'), run, [pm, ps])
     with open(os.path.join(out, 'client-results.json'), 'w') as f:
         json.dump({'results': res, 'steps': steps}, f, indent=1)
     for c in idx:
