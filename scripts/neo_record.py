@@ -195,6 +195,20 @@ def initiator_role(c2s_packets):
     return 'ctl'
 
 
+def dump_conn(j, f):
+    """Writes a connection's JSON compactly: one line per top-level key and
+    one line per packet."""
+    f.write('{\n')
+    keys = [k for k in j if k != 'packets']
+    for k in keys:
+        f.write(' %s: %s,\n' % (json.dumps(k), json.dumps(j[k])))
+    f.write(' "packets": [\n')
+    pk = j['packets']
+    for i, p in enumerate(pk):
+        f.write('  %s%s\n' % (json.dumps(p), ',' if i < len(pk) - 1 else ''))
+    f.write(' ]\n}\n')
+
+
 def write_run(out, run, proxies):
     """Writes every connection of every proxy, numbered in opening order."""
     os.makedirs(out, exist_ok=True)
@@ -218,7 +232,7 @@ def write_run(out, run, proxies):
              's2c_sha1': hashlib.sha1(data['s2c']).hexdigest(),
              'packets': pk}
         with open(os.path.join(out, name + '.json'), 'w') as f:
-            json.dump(j, f, indent=1)
+            dump_conn(j, f)
         for d in 'c2s', 's2c':
             with open(os.path.join(out, '%s.%s.bin' % (name, d)), 'wb') as f:
                 f.write(data[d])

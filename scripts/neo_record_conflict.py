@@ -3,7 +3,11 @@
 
 Run with NEO/py's interpreter and source (never in CI):
 
-    PYTHONPATH=/tmp/neopy /tmp/neovenv/bin/python scripts/neo_record_conflict.py OUTDIR
+    PYTHONPATH=/tmp/neopy /tmp/neovenv/bin/python scripts/neo_record_conflict.py OUTDIR [RUN]
+
+RUN is cf-write (the default, the workload below) or dl-write (two
+objects locked in opposite orders: NotifyDeadlock, AskRelockObject; see
+workload_dl). Each starts a new cluster.
 
 It starts NEO/py's neomaster (-p 1 -r 0), neostorage (-a SQLite) and
 neoadmin on free 127.0.0.1 ports, with two recording proxies
@@ -16,7 +20,7 @@ connector's connect call is wrapped; nothing of NEO/py's sending or
 receiving is changed, and the storage's address they know and log is the
 real one).
 
-Workload (cluster name `vectors`), two clients A and B, each its own
+Workload cf-write (cluster name `vectors`), two clients A and B, each its own
 neo.client.Storage under a ZODB.DB:
   1. A creates the root and commits root['len'] = BTrees.Length.Length()
      and root['m'] = PersistentMapping() (T1).
@@ -31,8 +35,11 @@ neo.client.Storage under a ZODB.DB:
 Then `neoctl set cluster STOPPING`.
 
 Writes OUTDIR/decoded/<run>-cNN-*.{json,c2s.bin,s2c.bin}, OUTDIR/empty.sqlite
-(the storage DB right after neostorage created it, before the cluster
-started) and OUTDIR/client-results.json (the tids and values A and B saw).
+(the storage DB 0.5 s after neostorage started, before the cluster
+started: schema, config name, version and the nid the master gave),
+OUTDIR/final.sqlite (after the run) and OUTDIR/client-results.json (the
+tids and values A and B saw). The admin and neoctl talk to the master
+directly: those connections are not recorded.
 """
 
 import json

@@ -27,20 +27,23 @@ import (
 // conflicts with (the replay waits for the node to finish each unlock).
 //
 // It runs on a new NEO/py SQLite database, the state NEO/py's storage
-// started the run from (neostorage created it; the recorder kept a copy,
-// whose schema neosqlite.Create reproduces), and on the in-memory Writer.
+// started the run from: neostorage had just created it (schema, config
+// version and cluster name; it identifies with no node id), which
+// neosqlite.Create reproduces (the recorder's copy, taken once the master
+// had given it nid 1, has the same schema statements); and on the
+// in-memory Writer.
 func TestReplayConflict(t *testing.T) {
 	conns := []string{"c00-storage-master", "c02-client-storage", "c04-client-storage"}
 	const (
-		t0 = zodb.Tid(0x040d44c0bec75e88) // ZODB.DB's root creation
-		t1 = zodb.Tid(0x040d44c0bee65f00)
-		t2 = zodb.Tid(0x040d44c0c30b4611)
-		t3 = zodb.Tid(0x040d44c0c469b488)
-		t4 = zodb.Tid(0x040d44c0c5d06300)
+		t0 = zodb.Tid(0x040d44c2cad6f700) // ZODB.DB's root creation
+		t1 = zodb.Tid(0x040d44c2caeba8ee)
+		t2 = zodb.Tid(0x040d44c2cf08ae77)
+		t3 = zodb.Tid(0x040d44c2d070c2bb)
+		t4 = zodb.Tid(0x040d44c2d1de62cc)
 	)
 	t.Run("sqlite", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "storage.sqlite")
-		if err := neosqlite.Create(path, neosqlite.CreateOptions{}); err != nil {
+		if err := neosqlite.Create(path, neosqlite.CreateOptions{Name: cluster}); err != nil {
 			t.Fatal(err)
 		}
 		be, err := storage.OpenSQLite(context.Background(), path)
@@ -113,13 +116,13 @@ func TestReplayConflict(t *testing.T) {
 func TestReplayDeadlock(t *testing.T) {
 	conns := []string{"c00-storage-master", "c02-client-storage", "c04-client-storage"}
 	const (
-		t1 = zodb.Tid(0x040d44c1ea788044)
-		t2 = zodb.Tid(0x040d44c1f492f133)
-		t3 = zodb.Tid(0x040d44c1f4fd7288)
+		t1 = zodb.Tid(0x040d44c2ee02f899)
+		t2 = zodb.Tid(0x040d44c2f8333011)
+		t3 = zodb.Tid(0x040d44c2f84d7fee)
 	)
 	t.Run("sqlite", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "storage.sqlite")
-		if err := neosqlite.Create(path, neosqlite.CreateOptions{}); err != nil {
+		if err := neosqlite.Create(path, neosqlite.CreateOptions{Name: cluster}); err != nil {
 			t.Fatal(err)
 		}
 		be, err := storage.OpenSQLite(context.Background(), path)
