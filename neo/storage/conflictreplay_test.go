@@ -2,10 +2,12 @@ package storage_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
 	"github.com/zodbd/zodbd/neosqlite"
 	"github.com/zodbd/zodbd/zodb"
@@ -41,6 +43,12 @@ func TestReplayConflict(t *testing.T) {
 		t3 = zodb.Tid(0x040d44c2d070c2bb)
 		t4 = zodb.Tid(0x040d44c2d1de62cc)
 	)
+	// The capture is what this test is about: B's two stores answered
+	// with a conflict serial.
+	wantInCapture(t, "cf-write", "c04-client-storage",
+		"AnswerStoreObject{Conflict:"+t2.String()+"}",
+		"AnswerStoreObject{Conflict:"+t4.String()+"}",
+		"AbortTransaction")
 	t.Run("sqlite", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "storage.sqlite")
 		if err := neosqlite.Create(path, neosqlite.CreateOptions{Name: cluster}); err != nil {
@@ -120,6 +128,10 @@ func TestReplayDeadlock(t *testing.T) {
 		t2 = zodb.Tid(0x040d44c2f8333011)
 		t3 = zodb.Tid(0x040d44c2f84d7fee)
 	)
+	wantInCapture(t, "dl-write", "c04-client-storage",
+		"NotifyDeadlock", "AskRelockObject",
+		"AnswerRelockObject{Conflict:"+t2.String()+"}",
+		"AnswerStoreObject{Conflict:"+t2.String()+"}")
 	t.Run("sqlite", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "storage.sqlite")
 		if err := neosqlite.Create(path, neosqlite.CreateOptions{Name: cluster}); err != nil {
@@ -154,4 +166,38 @@ func TestReplayDeadlock(t *testing.T) {
 			t.Errorf("Writer contract: %v", err)
 		}
 	})
+}
+
+// wantInCapture fails t unless the recorded connection holds packets
+// described by want, each "Name" or "Name{Conflict:tid}" (an answer to a
+// store or relock with that conflict serial).
+func wantInCapture(t *testing.T, run, name string, want ...string) {
+	t.Helper()
+	c := loadCaptured(t, run, name)
+	seen := map[string]bool{}
+	for i, rp := range c.Packets {
+		if rp.Kind == "handshake" {
+			continue
+		}
+		seen[rp.Name] = true
+		p, err := proto.ParsePacket(c.raw(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch m := decodeArgs(t, p).(type) {
+		case *proto.AnswerStoreObject:
+			if m.Conflict != 0 {
+				seen[fmt.Sprintf("AnswerStoreObject{Conflict:%v}", m.Conflict)] = true
+			}
+		case *proto.AnswerRelockObject:
+			if m.Conflict != nil {
+				seen[fmt.Sprintf("AnswerRelockObject{Conflict:%v}", m.Conflict.ConflictTid)] = true
+			}
+		}
+	}
+	for _, w := range want {
+		if !seen[w] {
+			t.Errorf("%s-%s: capture has no %s", run, name, w)
+		}
+	}
 }
