@@ -32,7 +32,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/zodbd/zodbd/internal/flight"
 	"github.com/zodbd/zodbd/zodb"
 	"github.com/zodbd/zodbd/zodb/cache"
 	"github.com/zodbd/zodbd/zodb/watch"
@@ -104,7 +103,7 @@ type Core[X any] struct {
 	loads   map[loadKey]*Load[X]
 	loading map[zodb.Oid]*oidLoading // Config.Unordered only
 	freeOL  []*oidLoading            // reusable oidLoading records
-	free    flight.Free[Load[X]]     // calls and channels for reuse
+	free    freeList[Load[X]]        // calls and channels for reuse
 
 	// err is why the client is unusable, nil while it works: set once,
 	// under mu, and read without a lock.

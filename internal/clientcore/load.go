@@ -4,20 +4,19 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/zodbd/zodbd/internal/flight"
 	"github.com/zodbd/zodbd/zodb"
 )
 
 // A Load is a request in flight for the revision of Oid before Before,
 // shared by every caller that loads the same revision meanwhile.
 //
-// Loads are reused (package internal/flight), so that a load allocates
+// Loads are reused (flight.go), so that a load allocates
 // nothing on the client side when the cache is off (and only the cached
 // copy of the data when it is on): a finished Load goes back to the
 // Core's free list once the last caller has copied the data out. Its
 // references, waiters and flags are guarded by the Core's lock.
 type Load[X any] struct {
-	flight.Call
+	flightCall
 
 	// The request, set by the Core before Transport.Ask.
 	Oid    zodb.Oid
@@ -313,6 +312,6 @@ func (c *Core[X]) recycleLocked(l *Load[X]) {
 		buf = nil
 	}
 	l.Reset()
-	*l = Load[X]{Call: l.Call, buf: buf}
+	*l = Load[X]{flightCall: l.flightCall, buf: buf}
 	c.free.Put(l)
 }

@@ -1,9 +1,9 @@
-package flight
+package clientcore
 
 import "testing"
 
 type call struct {
-	Call
+	flightCall
 	data []byte
 }
 
@@ -18,7 +18,7 @@ func ready(ch chan struct{}) bool {
 }
 
 func TestLifecycle(t *testing.T) {
-	var free Free[call]
+	var free freeList[call]
 	c := free.Get()
 	c.Start()
 	c.Ref() // the caller that makes the request
@@ -44,17 +44,17 @@ func TestLifecycle(t *testing.T) {
 	free.Put(c)
 	free.PutChan(a)
 	if free.Get() != c || free.Chan() != a {
-		t.Error("Free did not give back what was put")
+		t.Error("freeList did not give back what was put")
 	}
 	if free.Get() == c {
-		t.Error("Free gave the same call twice")
+		t.Error("freeList gave the same call twice")
 	}
 }
 
 // A waiter cancelled before the call finishes is withdrawn: Finish does
 // not signal its channel, which stays empty for reuse.
 func TestCancelBeforeFinish(t *testing.T) {
-	var c Call
+	var c flightCall
 	c.Start()
 	a, b := make(chan struct{}, 1), make(chan struct{}, 1)
 	c.Wait(a)
@@ -79,7 +79,7 @@ func TestCancelBeforeFinish(t *testing.T) {
 // A waiter cancelled after the call finished (it gave up before seeing
 // its signal) has its signal drained, so its channel can be reused.
 func TestCancelAfterFinish(t *testing.T) {
-	var c Call
+	var c flightCall
 	c.Start()
 	a := make(chan struct{}, 1)
 	c.Wait(a)
@@ -94,7 +94,7 @@ func TestCancelAfterFinish(t *testing.T) {
 
 // A request nobody waits for (a prefetch) is recycled by Finish.
 func TestNoWaiter(t *testing.T) {
-	var c Call
+	var c flightCall
 	c.Start()
 	if !c.Finish() {
 		t.Error("Finish of a call nobody waits for did not report the last reference")
@@ -102,7 +102,7 @@ func TestNoWaiter(t *testing.T) {
 }
 
 func TestFreeBound(t *testing.T) {
-	var free Free[call]
+	var free freeList[call]
 	for i := 0; i < 2*MaxFree; i++ {
 		free.Put(new(call))
 		free.PutChan(make(chan struct{}, 1))

@@ -1,4 +1,4 @@
-// Package flight keeps the books of a request in flight that several
+// flightCall and freeList keep the books of a request in flight that several
 // callers wait for (the clients' loads of one revision), so that the call
 // and the channels that wake its waiters can be reused once finished: a
 // load then allocates nothing.
@@ -7,43 +7,44 @@
 // that holds the calls (the client's), which the callers take anyway to
 // find or register a call.
 //
-// A Call counts its references: one while the request is in flight
+// A flightCall counts its references: one while the request is in flight
 // (taken by Start, dropped by Finish), one per caller that will read the
 // result (Ref, or Wait for a caller that waits on a channel; dropped by
 // Release). Each waiter has a channel of its own, of capacity 1, that
 // receives one value when the call finishes; unlike a closed channel it
 // can be reused. When the last reference goes, Finish or Release report
-// it, and the owner recycles the call (Free.Put).
-package flight
+// it, and the owner recycles the call (freeList.Put).
 
-// Call is the shared state of a request in flight, embedded in the
+package clientcore
+
+// flightCall is the shared state of a request in flight, embedded in the
 // owner's call type.
-type Call struct {
+type flightCall struct {
 	refs     int
 	waiters  []chan struct{}
 	finished bool
 }
 
 // Start makes c a new request in flight: one reference, the request's.
-func (c *Call) Start() { c.refs, c.finished = 1, false }
+func (c *flightCall) Start() { c.refs, c.finished = 1, false }
 
 // Ref adds a reference for a caller that reads the result without
 // waiting on a channel (the caller that makes the request itself).
-func (c *Call) Ref() { c.refs++ }
+func (c *flightCall) Ref() { c.refs++ }
 
 // Wait adds a reference for a caller that waits for the result on ch,
-// which must be empty (from Free.Chan).
-func (c *Call) Wait(ch chan struct{}) {
+// which must be empty (from freeList.Chan).
+func (c *flightCall) Wait(ch chan struct{}) {
 	c.refs++
 	c.waiters = append(c.waiters, ch)
 }
 
 // Finished reports whether Finish was called.
-func (c *Call) Finished() bool { return c.finished }
+func (c *flightCall) Finished() bool { return c.finished }
 
 // Finish marks the result as set, signals every waiter and drops the
 // request's reference. It reports whether that was the last reference.
-func (c *Call) Finish() (last bool) {
+func (c *flightCall) Finish() (last bool) {
 	c.finished = true
 	for i, w := range c.waiters {
 		w <- struct{}{} // capacity 1, signalled only here: never blocks
@@ -57,9 +58,9 @@ func (c *Call) Finish() (last bool) {
 // Ref); signalled says whether the caller received its signal. A caller
 // whose wait was cancelled is withdrawn from the waiters, or, if the call
 // finished meanwhile, its signal is drained, so that ch is empty again
-// and can go back to Free.PutChan. It reports whether that was the last
+// and can go back to freeList.PutChan. It reports whether that was the last
 // reference.
-func (c *Call) Release(ch chan struct{}, signalled bool) (last bool) {
+func (c *flightCall) Release(ch chan struct{}, signalled bool) (last bool) {
 	if ch != nil && !signalled {
 		if c.finished {
 			<-ch // sent by Finish, under the same lock, before finished was set
@@ -78,28 +79,28 @@ func (c *Call) Release(ch chan struct{}, signalled bool) (last bool) {
 	return c.unref()
 }
 
-func (c *Call) unref() bool {
+func (c *flightCall) unref() bool {
 	c.refs--
 	return c.refs == 0
 }
 
 // Reset returns c to its zero state, keeping the capacity of its list of
 // waiters (for a recycled call).
-func (c *Call) Reset() { *c = Call{waiters: c.waiters[:0]} }
+func (c *flightCall) Reset() { *c = flightCall{waiters: c.waiters[:0]} }
 
 // MaxFree bounds each free list: more than the requests a client has in
 // flight at once is never needed again.
 const MaxFree = 256
 
-// Free holds finished calls of type T and empty waiter channels for
+// freeList holds finished calls of type T and empty waiter channels for
 // reuse. The zero value is empty and ready.
-type Free[T any] struct {
+type freeList[T any] struct {
 	calls []*T
 	chans []chan struct{}
 }
 
 // Get returns a recycled call, or a new one.
-func (f *Free[T]) Get() *T {
+func (f *freeList[T]) Get() *T {
 	if k := len(f.calls); k > 0 {
 		x := f.calls[k-1]
 		f.calls[k-1] = nil
@@ -110,14 +111,14 @@ func (f *Free[T]) Get() *T {
 }
 
 // Put recycles x, which nobody references any more.
-func (f *Free[T]) Put(x *T) {
+func (f *freeList[T]) Put(x *T) {
 	if len(f.calls) < MaxFree {
 		f.calls = append(f.calls, x)
 	}
 }
 
 // Chan returns an empty channel of capacity 1.
-func (f *Free[T]) Chan() chan struct{} {
+func (f *freeList[T]) Chan() chan struct{} {
 	if k := len(f.chans); k > 0 {
 		ch := f.chans[k-1]
 		f.chans[k-1] = nil
@@ -127,8 +128,8 @@ func (f *Free[T]) Chan() chan struct{} {
 	return make(chan struct{}, 1)
 }
 
-// PutChan recycles ch, which must be empty (see Call.Release).
-func (f *Free[T]) PutChan(ch chan struct{}) {
+// PutChan recycles ch, which must be empty (see flightCall.Release).
+func (f *freeList[T]) PutChan(ch chan struct{}) {
 	if ch != nil && len(f.chans) < MaxFree {
 		f.chans = append(f.chans, ch)
 	}
