@@ -572,12 +572,26 @@ func (t *txn) vote(ctx context.Context, resolve zodb.Resolver, keep bool) (undon
 				conflicts = append(conflicts, st)
 			}
 		}
+		if err == nil && len(conflicts) == 0 {
+			if t.inflight > 0 {
+				// A NotifyDeadlock came after the wait: its relock
+				// may answer a conflict (the storage then dropped the
+				// store), which must be resolved and stored again
+				// before the vote.
+				t.mu.Unlock()
+				continue
+			}
+			// No request in flight and no conflict: from now on
+			// NotifyDeadlock is ignored (set under t.mu, with the
+			// check of inflight: notifyDeadlock counts its relock
+			// under it too).
+			t.voting = true
+			t.mu.Unlock()
+			break
+		}
 		t.mu.Unlock()
 		if err != nil {
 			return nil, err
-		}
-		if len(conflicts) == 0 {
-			break
 		}
 		if round > 100 {
 			return nil, t.opErr("vote", fmt.Errorf("conflicts still after %d rounds of resolution", round))
@@ -628,7 +642,6 @@ func (t *txn) vote(ctx context.Context, resolve zodb.Resolver, keep bool) (undon
 
 	// Every store is written: the vote proper.
 	t.mu.Lock()
-	t.voting = true
 	var oids []zodb.Oid
 	for _, oid := range t.order {
 		if st := t.stores[oid]; !st.check {
