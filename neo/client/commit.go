@@ -217,6 +217,8 @@ type store struct {
 	dataSerial zodb.Tid // undo/restore backpointer, or proto.InvalidTid
 	check      bool     // AskCheckCurrentSerial
 	deferred   bool     // serial newer than the client knows: sent at Vote
+	reported   bool     // serial reported by a storage (a conflict): never deferred
+	dropped    bool     // a conflict left to the caller: not written, to store again
 	gen        int      // counts the sends; answers of older sends are ignored
 	pending    int      // answers of this send still expected
 	conflict   zodb.Tid // 0, or the serial a storage reported
@@ -286,8 +288,10 @@ func (t *txn) record(st *store) error {
 		delete(t.deleted, st.oid)
 	}
 	// A serial newer than any this client knows cannot be current; the
-	// storage would take it for a bug. It is checked at Vote.
-	st.deferred = st.serial > t.c.cache.Head() && st.dataSerial == proto.InvalidTid
+	// storage would take it for a bug. It is checked at Vote. A serial a
+	// storage reported (the conflict being resolved) is committed there,
+	// whether or not its invalidation reached this client yet.
+	st.deferred = !st.reported && st.serial > t.c.cache.Head() && st.dataSerial == proto.InvalidTid
 	t.mu.Unlock()
 	if st.deferred {
 		return nil
@@ -557,10 +561,12 @@ func (t *txn) vote(ctx context.Context, resolve zodb.Resolver, keep bool) (undon
 			}
 		}
 	}
-	if err := t.sendDeferred(ctx); err != nil {
-		return nil, t.opErr("vote", err)
-	}
 	for round := 0; ; round++ {
+		// Stores recorded since the last round (the caller's, after a
+		// VoteResolving that left conflicts) may wait for their serial.
+		if err := t.sendDeferred(ctx); err != nil {
+			return nil, t.opErr("vote", err)
+		}
 		if err := t.wait(ctx); err != nil {
 			return nil, t.opErr("vote", err)
 		}
@@ -581,10 +587,17 @@ func (t *txn) vote(ctx context.Context, resolve zodb.Resolver, keep bool) (undon
 				t.mu.Unlock()
 				continue
 			}
-			// No request in flight and no conflict: from now on
-			// NotifyDeadlock is ignored (set under t.mu, with the
-			// check of inflight: notifyDeadlock counts its relock
-			// under it too).
+			// No request in flight and no conflict: every store
+			// must be written now (NEO/py's client refuses to vote
+			// otherwise: the storage would commit the transaction
+			// without it).
+			if oid, ok := t.unwritten(); ok {
+				t.mu.Unlock()
+				return nil, t.opErr("vote", fmt.Errorf("%s: its store was not written (a conflict not stored again, or a bug)", oid))
+			}
+			// From now on NotifyDeadlock is ignored (set under t.mu,
+			// with the check of inflight: notifyDeadlock counts its
+			// relock under it too).
 			t.voting = true
 			t.mu.Unlock()
 			break
@@ -609,7 +622,7 @@ func (t *txn) vote(ctx context.Context, resolve zodb.Resolver, keep bool) (undon
 					t.undone = append(t.undone, st.oid)
 				}
 				t.mu.Unlock()
-				nst := &store{oid: st.oid, serial: st.conflict, data: merged, dataSerial: proto.InvalidTid}
+				nst := &store{oid: st.oid, serial: st.conflict, data: merged, dataSerial: proto.InvalidTid, reported: true}
 				if err := t.record(nst); err != nil {
 					return nil, err
 				}
@@ -631,6 +644,7 @@ func (t *txn) vote(ctx context.Context, resolve zodb.Resolver, keep bool) (undon
 				if st := t.stores[ce.Oid]; st != nil {
 					st.conflict = 0
 					st.gen++
+					st.dropped = true
 				}
 			}
 			resolved := slices.Clone(t.undone)
@@ -702,6 +716,17 @@ func (t *txn) vote(ctx context.Context, resolve zodb.Resolver, keep bool) (undon
 	undone = slices.Clone(t.undone)
 	t.mu.Unlock()
 	return undone, nil
+}
+
+// unwritten returns an oid whose last store (or check) was not sent or not
+// answered, if any (t.mu held).
+func (t *txn) unwritten() (zodb.Oid, bool) {
+	for _, oid := range t.order {
+		if st := t.stores[oid]; st.deferred || st.dropped || st.pending > 0 || st.gen == 0 {
+			return oid, true
+		}
+	}
+	return 0, false
 }
 
 func nonNil(b []byte) []byte {
