@@ -216,3 +216,31 @@ func BenchmarkAskObjectBackends(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkBackendObjectParallel is BenchmarkBackendObject's "latest" load
+// from GOMAXPROCS×4 goroutines at once (b.RunParallel with parallelism 4,
+// as BenchmarkAskObjectBackends): what the node's lookups cost when the
+// connections serve many requests at a time, without the network. Its
+// cost above BenchmarkBackendObject's is contention in the backend.
+func BenchmarkBackendObjectParallel(b *testing.B) {
+	for _, bk := range benchBackends {
+		b.Run(bk.name, func(b *testing.B) {
+			be, oid := bk.open(b)
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.SetParallelism(4)
+			cpu := startCPU(b)
+			defer stopCPU(b, cpu)
+			b.RunParallel(func(pb *testing.PB) {
+				var o storage.Object
+				o.Data = make([]byte, 0, 2*benchObjSize)
+				for pb.Next() {
+					if err := be.Object(ctx, oid, 0, 0, &o); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
