@@ -21,6 +21,14 @@ import (
 // a step, reads of the columns in place, and a reset: no allocation, and
 // the stored data is copied once, straight into the caller's buffer.
 //
+// The connections map the database file into memory (PRAGMA mmap_size):
+// a page of the file is then read in place, without SQLite's page cache,
+// whose LRU list and its mutex are shared by every connection of the
+// process (modernc.org/sqlite is built with
+// SQLITE_ENABLE_MEMORY_MANAGEMENT, which makes the cache one group), so
+// that concurrent lookups took that mutex for every page they touched.
+// Pages still in the WAL go through the page cache.
+//
 // Connections are kept in a sync.Pool, so that a goroutine mostly gets the
 // one its P used last and no lock is shared by all lookups. The garbage
 // collector may drop pool entries: each entry (rawRef) carries a cleanup
@@ -68,12 +76,19 @@ type rawPool struct {
 
 	// gen, set when the DB has a writer, counts the writer's commits. A
 	// lookup in autocommit mode pays a read transaction: a lock and an
-	// unlock of the WAL (fcntl calls, the bulk of a lookup's cost). So
-	// instead each connection keeps its read transaction (its snapshot)
-	// open while gen does not change, and starts a new one when it does:
-	// a lookup sees every commit that completed before it began. sweep
-	// ends the snapshots of idle connections, which would otherwise keep
-	// checkpoints from reusing the WAL.
+	// unlock of the WAL (fcntl calls, the bulk of a lookup's cost), and
+	// SQLite's unlock-notify check at the end of every statement, which
+	// takes a process-wide mutex (SQLITE_MUTEX_STATIC_MAIN, modernc.org's
+	// build has SQLITE_ENABLE_UNLOCK_NOTIFY). So instead each connection
+	// keeps its read transaction (its snapshot) open while gen does not
+	// change, and starts a new one when it does: a lookup sees every
+	// commit that completed before it began. sweep ends the snapshots of
+	// idle connections, which would otherwise keep checkpoints from
+	// reusing the WAL. gen is also set, and stays 0, for a file opened as
+	// immutable: its connections keep one snapshot for good. It is nil
+	// for a file opened read-only that another process may write: each
+	// lookup then has its own read transaction, and sees that process's
+	// commits.
 	gen       *atomic.Uint64
 	lastSweep time.Time // the writer's, see sweep
 
@@ -229,6 +244,10 @@ func (p *rawPool) open() (*rawConn, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := c.setMmap(); err != nil {
+		c.close()
+		return nil, err
+	}
 	for m, q := range objSQL {
 		if c.obj[m], err = c.prepare(q); err != nil {
 			c.close()
@@ -362,3 +381,19 @@ func (c *rawConn) blob(st uintptr, i int32) []byte {
 // own allocator's, outside the Go heap, so that the garbage collector
 // neither moves nor frees it).
 func cmem(p uintptr) unsafe.Pointer { return unsafe.Add(unsafe.Pointer(nil), p) }
+
+// mmapSize is the mmap_size of the read connections: as large as SQLite
+// allows (it lowers it to its SQLITE_MAX_MMAP_SIZE, 2 GiB on 64-bit
+// Linux); the pages past it go through the page cache.
+const mmapSize = 1 << 40
+
+// setMmap maps the database file into c's memory (PRAGMA mmap_size), see
+// the file comment.
+func (c *rawConn) setMmap() error {
+	st, err := c.prepare(fmt.Sprintf("PRAGMA mmap_size=%d", int64(mmapSize)))
+	if err != nil {
+		return err
+	}
+	defer sqlite3.Xsqlite3_finalize(c.tls, st)
+	return c.exec(st, "mmap_size")
+}
