@@ -28,7 +28,9 @@ import (
 // process (modernc.org/sqlite is built with
 // SQLITE_ENABLE_MEMORY_MANAGEMENT, which makes the cache one group), so
 // that concurrent lookups took that mutex for every page they touched.
-// Pages still in the WAL go through the page cache.
+// Pages still in the WAL go through the page cache, and so, looked up
+// there first, do the pages of a file opened as immutable (SQLite treats
+// it as a temporary file).
 //
 // Connections are kept in a sync.Pool, so that a goroutine mostly gets the
 // one its P used last and no lock is shared by all lookups. The garbage
