@@ -290,7 +290,11 @@ func open(ctx context.Context, path string, exclusive, writable bool) (*DB, erro
 		db.raw.gen = new(atomic.Uint64)
 	}
 	db.raw.uri = dsn(abs, immutable)
-	if !immutable {
+	if immutable {
+		// Nothing changes the file: the read connections keep one
+		// snapshot for good (see rawPool.gen).
+		db.raw.gen = new(atomic.Uint64)
+	} else {
 		db.raw.busyMS = busyTimeoutMS
 	}
 	sdb, err := sql.Open("sqlite", dsn(abs, immutable))

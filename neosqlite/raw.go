@@ -167,6 +167,20 @@ func (r *objRow) scan(c *rawConn, st uintptr) error {
 		return corruptf("%s: data_id %d: hash of %d bytes", r.where(), r.dataID, len(hash))
 	}
 	copy(r.hash[:], hash)
+	if c.bigValues && c.colType(st, 6) == sqlite3.SQLITE_NULL {
+		// A value of more than bigValue bytes (see objSQLKeep), or NULL.
+		switch t := c.colType(st, 8); t {
+		case sqlite3.SQLITE_NULL:
+		case sqlite3.SQLITE_INTEGER:
+			var err error
+			if r.value, err = c.readValue(r.dataID, int(c.int64(st, 8))); err != nil {
+				return fmt.Errorf("%s: data_id %d: %w", r.where(), r.dataID, err)
+			}
+		default:
+			return corruptf("%s: length of value is of SQLite type %d", r.where(), t)
+		}
+		return nil
+	}
 	r.value = c.blob(st, 6)
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +21,16 @@ import (
 // two shared mutexes (the pool's and the connection's); here it is a bind,
 // a step, reads of the columns in place, and a reset: no allocation, and
 // the stored data is copied once, straight into the caller's buffer.
+//
+// The connections map the database file into memory (PRAGMA mmap_size):
+// a page of the file is then read in place, without SQLite's page cache,
+// whose LRU list and its mutex are shared by every connection of the
+// process (modernc.org/sqlite is built with
+// SQLITE_ENABLE_MEMORY_MANAGEMENT, which makes the cache one group), so
+// that concurrent lookups took that mutex for every page they touched.
+// Pages still in the WAL go through the page cache, and so, looked up
+// there first, do the pages of a file opened as immutable (SQLite treats
+// it as a temporary file).
 //
 // Connections are kept in a sync.Pool, so that a goroutine mostly gets the
 // one its P used last and no lock is shared by all lookups. The garbage
@@ -42,7 +53,8 @@ type rawConn struct {
 	// stmts are the statements prepared with prepareKeep (the writer's),
 	// finalized by close.
 	stmts []uintptr
-	// scratch is C memory that blobs are copied into to be bound.
+	// scratch is C memory that blobs are copied into to be bound, or
+	// that readValue reads values into.
 	scratch    uintptr
 	scratchLen int
 
@@ -54,6 +66,14 @@ type rawConn struct {
 	gen           uint64
 	closed        bool
 	row           objRow // the row of the current lookup
+
+	// bigValues is set when the lookups read the values of more than
+	// bigValue bytes through value (see objSQLKeep), which is an
+	// incremental-blob handle (sqlite3_blob*) on data.value, or 0. It
+	// keeps its statement active, and so the read transaction open: it
+	// is closed when the transaction ends (endTxn).
+	bigValues bool
+	value     uintptr
 }
 
 // rawRef is what the sync.Pool holds; see the file comment.
@@ -68,12 +88,19 @@ type rawPool struct {
 
 	// gen, set when the DB has a writer, counts the writer's commits. A
 	// lookup in autocommit mode pays a read transaction: a lock and an
-	// unlock of the WAL (fcntl calls, the bulk of a lookup's cost). So
-	// instead each connection keeps its read transaction (its snapshot)
-	// open while gen does not change, and starts a new one when it does:
-	// a lookup sees every commit that completed before it began. sweep
-	// ends the snapshots of idle connections, which would otherwise keep
-	// checkpoints from reusing the WAL.
+	// unlock of the WAL (fcntl calls, the bulk of a lookup's cost), and
+	// SQLite's unlock-notify check at the end of every statement, which
+	// takes a process-wide mutex (SQLITE_MUTEX_STATIC_MAIN, modernc.org's
+	// build has SQLITE_ENABLE_UNLOCK_NOTIFY). So instead each connection
+	// keeps its read transaction (its snapshot) open while gen does not
+	// change, and starts a new one when it does: a lookup sees every
+	// commit that completed before it began. sweep ends the snapshots of
+	// idle connections, which would otherwise keep checkpoints from
+	// reusing the WAL. gen is also set, and stays 0, for a file opened as
+	// immutable: its connections keep one snapshot for good. It is nil
+	// for a file opened read-only that another process may write: each
+	// lookup then has its own read transaction, and sees that process's
+	// commits.
 	gen       *atomic.Uint64
 	lastSweep time.Time // the writer's, see sweep
 
@@ -126,6 +153,7 @@ func (c *rawConn) fresh(gen uint64) error {
 
 // endTxn ends c's read transaction, if any; c.mu is held.
 func (c *rawConn) endTxn() {
+	c.closeValue()
 	if c.inTxn {
 		c.exec(c.commit, "end read")
 		c.inTxn = false
@@ -223,13 +251,49 @@ var objSQL = [4]string{
 	modeAtOrBefore: objSelect + " AND o.tid<=? ORDER BY o.tid DESC LIMIT 1",
 }
 
+// bigValue is the size above which objSQLKeep does not return a value:
+// less than what a table row holds without overflow pages with the
+// smallest page size NEO/py's databases have (4096 bytes, SQLite's
+// default). A larger value spans overflow pages, and reading it as a
+// result column costs two allocations from the process-wide allocator
+// (whose mutex is shared by every connection): the cursor's list of
+// overflow pages, and a copy of the value when it is over 4000 bytes,
+// both freed when the statement is reset. Through the blob handle, whose
+// cursor stays open, the list is kept, and the value is copied straight
+// into the connection's scratch memory.
+const bigValue = 2048
+
+// objSQLKeep are objSQL for connections that keep their read transaction
+// (rawPool.gen set): column 6 (d.value) is NULL for a value of more than
+// bigValue bytes, and column 8 is its length (NULL when d.value is).
+var objSQLKeep = func() (q [4]string) {
+	const from = "\n FROM obj o LEFT JOIN"
+	for m, s := range objSQL {
+		if strings.Count(s, from) != 1 || strings.Count(s, " d.value,") != 1 {
+			panic("neosqlite: unexpected obj lookup: " + s)
+		}
+		s = strings.Replace(s, " d.value,", fmt.Sprintf(" CASE WHEN length(d.value)<=%d THEN d.value END,", bigValue), 1)
+		q[m] = strings.Replace(s, from, ", length(d.value)"+from, 1)
+	}
+	return q
+}()
+
 // open opens a read-only connection to the file and prepares the lookups.
 func (p *rawPool) open() (*rawConn, error) {
 	c, err := openRaw(p.uri, sqlite3.SQLITE_OPEN_READONLY, p.busyMS)
 	if err != nil {
 		return nil, err
 	}
-	for m, q := range objSQL {
+	if err := c.setMmap(); err != nil {
+		c.close()
+		return nil, err
+	}
+	sqls := &objSQL
+	if p.gen != nil {
+		// The blob handle may stay open: c keeps its transaction.
+		c.bigValues, sqls = true, &objSQLKeep
+	}
+	for m, q := range sqls {
 		if c.obj[m], err = c.prepare(q); err != nil {
 			c.close()
 			return nil, err
@@ -300,6 +364,7 @@ func (c *rawConn) close() {
 	}
 	c.closed = true
 	c.endTxn()
+	c.closeValue()
 	for i, st := range c.obj {
 		if st != 0 {
 			sqlite3.Xsqlite3_finalize(c.tls, st)
@@ -362,3 +427,89 @@ func (c *rawConn) blob(st uintptr, i int32) []byte {
 // own allocator's, outside the Go heap, so that the garbage collector
 // neither moves nor frees it).
 func cmem(p uintptr) unsafe.Pointer { return unsafe.Add(unsafe.Pointer(nil), p) }
+
+// mmapSize is the mmap_size of the read connections: as large as SQLite
+// allows (it lowers it to its SQLITE_MAX_MMAP_SIZE, 2 GiB on 64-bit
+// Linux); the pages past it go through the page cache.
+const mmapSize = 1 << 40
+
+// setMmap maps the database file into c's memory (PRAGMA mmap_size), see
+// the file comment.
+func (c *rawConn) setMmap() error {
+	st, err := c.prepare(fmt.Sprintf("PRAGMA mmap_size=%d", int64(mmapSize)))
+	if err != nil {
+		return err
+	}
+	defer sqlite3.Xsqlite3_finalize(c.tls, st)
+	return c.exec(st, "mmap_size")
+}
+
+// readValue reads the value of the data row rowid, n bytes, into c's
+// scratch memory through the blob handle c.value (opened on the first
+// call of a read transaction, moved to rowid on the next ones). The
+// slice is valid until the next use of c; c.mu is held, c is in a read
+// transaction.
+func (c *rawConn) readValue(rowid int64, n int) ([]byte, error) {
+	if c.value == 0 {
+		if err := c.openValue(rowid); err != nil {
+			return nil, err
+		}
+	} else if rc := sqlite3.Xsqlite3_blob_reopen(c.tls, c.value, rowid); rc != sqlite3.SQLITE_OK {
+		err := c.errorf(rc, "data value")
+		c.closeValue()
+		return nil, err
+	}
+	if got := int(sqlite3.Xsqlite3_blob_bytes(c.tls, c.value)); got != n {
+		return nil, fmt.Errorf("sqlite: data value: %d bytes, length says %d", got, n)
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	if err := c.growScratch(n); err != nil {
+		return nil, err
+	}
+	if rc := sqlite3.Xsqlite3_blob_read(c.tls, c.value, c.scratch, int32(n), 0); rc != sqlite3.SQLITE_OK {
+		err := c.errorf(rc, "data value")
+		c.closeValue()
+		return nil, err
+	}
+	return unsafe.Slice((*byte)(cmem(c.scratch)), n), nil
+}
+
+// openValue opens c.value on the data row rowid.
+func (c *rawConn) openValue(rowid int64) error {
+	var names [3]uintptr
+	defer func() {
+		for _, p := range names {
+			if p != 0 {
+				libc.Xfree(c.tls, p)
+			}
+		}
+	}()
+	for i, s := range [...]string{"main", "data", "value"} {
+		p, err := libc.CString(s)
+		if err != nil {
+			return err
+		}
+		names[i] = p
+	}
+	pb := c.tls.Alloc(int(unsafe.Sizeof(uintptr(0))))
+	defer c.tls.Free(int(unsafe.Sizeof(uintptr(0))))
+	*(*uintptr)(cmem(pb)) = 0
+	rc := sqlite3.Xsqlite3_blob_open(c.tls, c.db, names[0], names[1], names[2], rowid, 0, pb)
+	c.value = *(*uintptr)(cmem(pb))
+	if rc != sqlite3.SQLITE_OK {
+		err := c.errorf(rc, "data value")
+		c.closeValue()
+		return err
+	}
+	return nil
+}
+
+// closeValue closes c.value, if open.
+func (c *rawConn) closeValue() {
+	if c.value != 0 {
+		sqlite3.Xsqlite3_blob_close(c.tls, c.value)
+		c.value = 0
+	}
+}

@@ -2,10 +2,14 @@ package neosqlite
 
 import (
 	"context"
+	"crypto/sha1"
 	"errors"
 	"runtime"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/zodbd/zodbd/zodb"
 )
 
 // TestObjectColumnType checks that a column of the wrong SQLite type is
@@ -135,5 +139,97 @@ func TestSeesCommits(t *testing.T) {
 	}
 	if o.NextSerial != next {
 		t.Errorf("at %s after a commit: next serial %s, want %s", last, o.NextSerial, next)
+	}
+}
+
+// TestBigValues checks the lookups of values of every size around
+// bigValue (read through the blob handle above it, see objSQLKeep):
+// right after each commit (the handle, kept by pooled connections that
+// other goroutines use meanwhile, must not keep an old snapshot), by
+// serial after all of them (the handle moves between data rows), and
+// again with the file reopened read-only.
+func TestBigValues(t *testing.T) {
+	ctx := context.Background()
+	db := openWriterCopy(t, "testdata/storage.sqlite")
+	sizes := []int{0, 100, bigValue, bigValue + 1, 4000, 4096, 70000, 3}
+	value := func(i int) string {
+		b := make([]byte, sizes[i%len(sizes)])
+		for j := range b {
+			b[j] = byte(i + j*7)
+		}
+		return string(b)
+	}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for r := 0; r < 4; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				db.Object(ctx, 10, 0, 0, nil)
+			}
+		}()
+	}
+	var serials []zodb.Tid
+	for i := 0; i < 2*len(sizes); i++ {
+		ttid := testTid + zodb.Tid(2*i)
+		tid := ttid + 1
+		data := value(i)
+		if err := db.Vote(ctx, votedTxn(ttid, true, data)); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Lock(ctx, ttid, tid, false); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Unlock(ctx, ttid, tid); err != nil {
+			t.Fatal(err)
+		}
+		serials = append(serials, tid)
+		// Every pooled connection, one after the other.
+		for k := 0; k < 8; k++ {
+			o, err := db.Object(ctx, 10, 0, 0, nil)
+			if err != nil {
+				t.Fatalf("revision %d (%d bytes) after unlock: %v", i, len(data), err)
+			}
+			if o.Serial != tid || string(o.Data) != data {
+				t.Fatalf("revision %d (%d bytes) after unlock: serial %s, %d bytes, want %s", i, len(data), o.Serial, len(o.Data), tid)
+			}
+		}
+	}
+	close(stop)
+	wg.Wait()
+	check := func(db *DB, how string) {
+		t.Helper()
+		for i, s := range serials {
+			o, err := db.Object(ctx, 10, s, 0, nil)
+			if err != nil {
+				t.Fatalf("%s: revision %d (%d bytes) by serial: %v", how, i, len(value(i)), err)
+			}
+			if o.Serial != s || string(o.Data) != value(i) || o.Checksum != sha1.Sum([]byte(value(i))) {
+				t.Fatalf("%s: revision %d (%d bytes) by serial: serial %s, %d bytes, checksum %x", how, i, len(value(i)), o.Serial, len(o.Data), o.Checksum)
+			}
+		}
+	}
+	check(db, "writer")
+	path := db.Path()
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, exclusive := range []bool{false, true} {
+		open, how := Open, "read-only"
+		if exclusive {
+			open, how = OpenExclusive, "exclusive"
+		}
+		db, err := open(ctx, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check(db, how)
+		db.Close()
 	}
 }

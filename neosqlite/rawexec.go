@@ -67,18 +67,26 @@ func (c *rawConn) bindText(st uintptr, i int32, s string) error {
 // toScratch copies b into c's scratch C memory (grown as needed) and
 // returns its address, never 0.
 func (c *rawConn) toScratch(b []byte) (uintptr, error) {
-	if len(b) > c.scratchLen || c.scratch == 0 {
-		n := max(len(b), 4096, 2*c.scratchLen)
-		p := libc.Xrealloc(c.tls, c.scratch, libc.Tsize_t(n))
-		if p == 0 {
-			return 0, c.errorf(sqlite3.SQLITE_NOMEM, "bind")
-		}
-		c.scratch, c.scratchLen = p, n
+	if err := c.growScratch(len(b)); err != nil {
+		return 0, err
 	}
 	if len(b) > 0 {
 		copy(unsafe.Slice((*byte)(cmem(c.scratch)), len(b)), b)
 	}
 	return c.scratch, nil
+}
+
+// growScratch makes c's scratch C memory at least n bytes long.
+func (c *rawConn) growScratch(n int) error {
+	if n > c.scratchLen || c.scratch == 0 {
+		n = max(n, 4096, 2*c.scratchLen)
+		p := libc.Xrealloc(c.tls, c.scratch, libc.Tsize_t(n))
+		if p == 0 {
+			return c.errorf(sqlite3.SQLITE_NOMEM, "scratch")
+		}
+		c.scratch, c.scratchLen = p, n
+	}
+	return nil
 }
 
 // exec steps st to its end and resets it.

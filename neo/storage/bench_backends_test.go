@@ -135,10 +135,28 @@ func benchSQLiteRO(b *testing.B) (storage.Backend, zodb.Oid) {
 	return storage.NewSQLite(db), oid
 }
 
+// benchSQLiteCkpt is benchSQLite's database closed (which checkpoints its
+// WAL into the file) and opened again read-write: the object's pages are
+// read from the file, as most are once the WAL was checkpointed, where
+// benchSQLite reads them from the WAL.
+func benchSQLiteCkpt(b *testing.B) (storage.Backend, zodb.Oid) {
+	be, oid := benchSQLite(b)
+	path := be.Path()
+	if err := be.Close(); err != nil {
+		b.Fatal(err)
+	}
+	be, err := storage.OpenSQLite(context.Background(), path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { be.Close() })
+	return be, oid
+}
+
 var benchBackends = []struct {
 	name string
 	open func(*testing.B) (storage.Backend, zodb.Oid)
-}{{"fs1", benchFS1}, {"sqlite", benchSQLite}, {"sqlite-ro", benchSQLiteRO}}
+}{{"fs1", benchFS1}, {"sqlite", benchSQLite}, {"sqlite-ckpt", benchSQLiteCkpt}, {"sqlite-ro", benchSQLiteRO}}
 
 // BenchmarkBackendObject measures Backend.Object on each backend, for the
 // 4 KiB object: its latest revision, and the revision before a tid (what
@@ -208,6 +226,34 @@ func BenchmarkAskObjectBackends(b *testing.B) {
 				}
 				for ; inflight > 0; inflight-- {
 					if _, err := l.Recv(); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkBackendObjectParallel is BenchmarkBackendObject's "latest" load
+// from GOMAXPROCS×4 goroutines at once (b.RunParallel with parallelism 4,
+// as BenchmarkAskObjectBackends): what the node's lookups cost when the
+// connections serve many requests at a time, without the network. Its
+// cost above BenchmarkBackendObject's is contention in the backend.
+func BenchmarkBackendObjectParallel(b *testing.B) {
+	for _, bk := range benchBackends {
+		b.Run(bk.name, func(b *testing.B) {
+			be, oid := bk.open(b)
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.SetParallelism(4)
+			cpu := startCPU(b)
+			defer stopCPU(b, cpu)
+			b.RunParallel(func(pb *testing.PB) {
+				var o storage.Object
+				o.Data = make([]byte, 0, 2*benchObjSize)
+				for pb.Next() {
+					if err := be.Object(ctx, oid, 0, 0, &o); err != nil {
 						b.Error(err)
 						return
 					}
