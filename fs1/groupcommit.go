@@ -34,10 +34,7 @@ import (
 // transactions and the data of the next ones durable, and up to syncers
 // of them run at once (the disk merges their cache flushes), so that a
 // transaction does not wait for an fdatasync that began before it was
-// written to end before its own begins. With more than overlapBacklog
-// transactions queued, the batches are big and fdatasyncs run one at a
-// time again: each makes the status bytes of one batch and the data of
-// the next durable. The order is what makes a power
+// written to end before its own begins. The order is what makes a power
 // loss safe on a disk that writes sectors in any order: a status byte that
 // says complete is written only after an fdatasync that began after every
 // byte of its transaction was written has returned, so a transaction that
@@ -68,13 +65,6 @@ import (
 
 // syncers is the number of fdatasyncs of the file that may run at once.
 const syncers = 2
-
-// overlapBacklog is the most transactions queued for which an fdatasync
-// begins beside a running one. With more, the batches are big anyway: the
-// next fdatasync waits for the running one to return and then covers
-// every status byte it made writable and all the data written meanwhile,
-// so that fewer fdatasyncs (and fewer wake-ups) serve as many commits.
-const overlapBacklog = 16
 
 // commitEntry is a finished transaction waiting to be made durable.
 type commitEntry struct {
@@ -125,9 +115,8 @@ func (w *writer) enqueue(e *commitEntry) {
 		w.ss.written = e.end
 	}
 	if w.mayStart() {
-		// Else no syncer may act on e before a running fdatasync
-		// returns, and its syncer then looks at the queue: waking
-		// another is in vain.
+		// Else every syncer runs an fdatasync and looks at the queue
+		// when it returns: none waits on w.cond.
 		w.cond.Signal()
 	}
 	w.mu.Unlock()
@@ -242,11 +231,10 @@ func (w *writer) syncer() {
 	}
 }
 
-// mayStart reports whether a syncer may begin an fdatasync now: none
-// runs, or fewer than syncers do and at most overlapBacklog transactions
-// are queued. Called with w.mu held.
+// mayStart reports whether a syncer may begin an fdatasync now: fewer
+// than syncers run. Called with w.mu held.
 func (w *writer) mayStart() bool {
-	return w.ss.inflight == 0 || w.ss.inflight < syncers && len(w.queue) <= overlapBacklog
+	return w.ss.inflight < syncers
 }
 
 // needData reports whether an fdatasync should begin for data alone: there
