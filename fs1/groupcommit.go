@@ -114,7 +114,11 @@ func (w *writer) enqueue(e *commitEntry) {
 		// SingleFsync: the data and the status byte are written.
 		w.ss.written = e.end
 	}
-	w.cond.Signal()
+	if w.mayStart() {
+		// Else every syncer runs an fdatasync and looks at the queue
+		// when it returns: none waits on w.cond.
+		w.cond.Signal()
+	}
 	w.mu.Unlock()
 }
 
@@ -130,7 +134,11 @@ func (w *writer) written(end int64) {
 	w.mu.Lock()
 	if end > w.ss.written {
 		w.ss.written = end
-		w.cond.Signal()
+		if w.ss.inflight == 0 {
+			// Data alone starts an fdatasync only when none runs
+			// (needData): else waking a syncer is in vain.
+			w.cond.Signal()
+		}
 	}
 	w.mu.Unlock()
 }
@@ -184,7 +192,7 @@ func (w *writer) syncer() {
 			continue
 		}
 		claimed = claimed[:0]
-		if w.failed == nil && w.ss.inflight < syncers {
+		if w.failed == nil && w.mayStart() {
 			for _, e := range w.queue {
 				if e.stage != entryWaiting {
 					continue
@@ -221,6 +229,12 @@ func (w *writer) syncer() {
 	if last {
 		close(w.stopped)
 	}
+}
+
+// mayStart reports whether a syncer may begin an fdatasync now: fewer
+// than syncers run. Called with w.mu held.
+func (w *writer) mayStart() bool {
+	return w.ss.inflight < syncers
 }
 
 // needData reports whether an fdatasync should begin for data alone: there

@@ -2,6 +2,7 @@ package fs1
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand"
 	"sync"
 	"testing"
@@ -181,11 +182,18 @@ func TestSyncAfterAbortedVote(t *testing.T) {
 }
 
 // Under concurrency, with votes aborted now and then, every status byte
-// is written after an fdatasync of its transaction's data.
+// is written after an fdatasync of its transaction's data, with a few
+// committers and with many (a long queue, fdatasyncs always running).
 func TestSyncOrderConcurrent(t *testing.T) {
+	for _, committers := range []int{8, 32} {
+		t.Run(fmt.Sprint(committers), func(t *testing.T) { testSyncOrderConcurrent(t, committers) })
+	}
+}
+
+func testSyncOrderConcurrent(t *testing.T, committers int) {
 	fs := createStorage(t, nil)
 	l := watchSyncs(fs)
-	const committers, each = 8, 15
+	const each = 15
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	committed := 0
