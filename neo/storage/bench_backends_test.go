@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/zodbd/zodbd/fs1"
-	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
 	"github.com/zodbd/zodbd/neosqlite"
 	"github.com/zodbd/zodbd/zodb"
@@ -199,38 +198,7 @@ func BenchmarkAskObjectBackends(b *testing.B) {
 	for _, bk := range benchBackends {
 		b.Run(bk.name, func(b *testing.B) {
 			be, oid := bk.open(b)
-			c := startCluster(b, be)
-			req := &proto.AskObject{Oid: oid, At: proto.InvalidTid, Before: proto.InvalidTid}
-			b.ReportAllocs()
-			b.SetParallelism(4)
-			cpu := startCPU(b)
-			defer stopCPU(b, cpu)
-			b.RunParallel(func(pb *testing.PB) {
-				l := c.client(b)
-				const depth = 16
-				inflight := 0
-				for pb.Next() {
-					if _, err := l.Send(req); err != nil {
-						b.Error(err)
-						return
-					}
-					inflight++
-					if inflight == depth {
-						for ; inflight > depth/2; inflight-- {
-							if p, err := l.Recv(); err != nil || p.Code != proto.CodeAnswerObject {
-								b.Errorf("%v %v", p, err)
-								return
-							}
-						}
-					}
-				}
-				for ; inflight > 0; inflight-- {
-					if _, err := l.Recv(); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
+			benchAskObject(b, be, oid, true)
 		})
 	}
 }
