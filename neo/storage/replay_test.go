@@ -92,20 +92,7 @@ func TestReplayP1Read(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer be.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	n, err := storage.New(storage.Config{Cluster: cluster, Masters: []string{ln.Addr().String()}, Bind: "127.0.0.1:0",
-		Backend: be, Logger: testLogger(t), IdentifyTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
+	ln, n, done := startReplayNode(t, be)
 
 	nc, err := ln.Accept()
 	if err != nil {
@@ -239,4 +226,27 @@ func short(v any) string {
 		s = s[:300] + "..."
 	}
 	return s
+}
+
+// startReplayNode runs a node on be whose master is the listener it
+// returns (the test plays the master's side of a recorded session on the
+// connection the node opens), until the test ends; done receives Run's
+// result.
+func startReplayNode(t *testing.T, be storage.Backend) (net.Listener, *storage.Node, <-chan error) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	n, err := storage.New(storage.Config{Cluster: cluster, Masters: []string{ln.Addr().String()}, Bind: "127.0.0.1:0",
+		Backend: be, Logger: testLogger(t), IdentifyTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	t.Cleanup(cancel)
+	return ln, n, done
 }

@@ -2,9 +2,7 @@ package storage_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -148,20 +146,7 @@ func replayWriteRun(t *testing.T, run string, names []string, be storage.Backend
 	for i, name := range names {
 		conns[i] = loadCaptured(t, run, name)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	n, err := storage.New(storage.Config{Cluster: cluster, Masters: []string{ln.Addr().String()}, Bind: "127.0.0.1:0",
-		Backend: be, Logger: testLogger(t), IdentifyTimeout: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
+	ln, n, done := startReplayNode(t, be)
 
 	// The schedule: every packet of every connection, by capture time.
 	type step struct {
@@ -191,6 +176,7 @@ func replayWriteRun(t *testing.T, run string, names []string, be storage.Backend
 		if links[s.c] == nil {
 			// The connection opens at its first packet.
 			var l *neotest.Link
+			var err error
 			if master {
 				nc, err := ln.Accept()
 				if err != nil {
