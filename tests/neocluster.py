@@ -9,30 +9,11 @@ runs from its source tree (NEOPY_SRC) with a Python that has its
 dependencies (NEOPY_PYTHON); see docs/neo.md."""
 import os
 import signal
-import socket
 import subprocess
-import time
+
+from zeoserver import free_port, wait_listening
 
 KINDS = ('neopy', 'zodbd-fs', 'zodbd-sqlite')
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(('127.0.0.1', 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def wait_port(port, timeout=20):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(('127.0.0.1', port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.02)
-    raise RuntimeError('nothing listens on port %d' % port)
 
 
 class Cluster:
@@ -62,18 +43,22 @@ class Cluster:
         log = open(os.path.join(self.dir, name + '.log'), 'ab')
         return subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=self.dir)
 
+    def _wait(self, addr, proc, name):
+        host, port = addr.rsplit(':', 1)
+        wait_listening((host, int(port)), proc, os.path.join(self.dir, name + '.log'))
+
     def _neo(self, script):
         return [self.python, '-c', 'import neo.scripts.%s as m; m.main()' % script]
 
     def start(self):
         self.mproc = self._spawn('master', self._neo('neomaster') + [
             '-c', self.name, '-b', self.master, '-m', self.master, '-p', '1', '-r', '0', '-A', '1'])
-        wait_port(int(self.master.rsplit(':', 1)[1]))
+        self._wait(self.master, self.mproc, 'master')
         self.start_storage()
         if self.want_admin:
             self.aproc = self._spawn('admin', self._neo('neoadmin') + ['-c', self.name, '-b', self.admin,
                                                                       '-m', self.master])
-            wait_port(int(self.admin.rsplit(':', 1)[1]))
+            self._wait(self.admin, self.aproc, 'admin')
         return self
 
     def storage_cmd(self):
@@ -89,7 +74,7 @@ class Cluster:
 
     def start_storage(self):
         self.sproc = self._spawn('storage', self.storage_cmd())
-        wait_port(self.sport)
+        self._wait('127.0.0.1:%d' % self.sport, self.sproc, 'storage')
 
     def kill_storage(self, sig=signal.SIGKILL):
         if self.sproc is not None and self.sproc.poll() is None:
