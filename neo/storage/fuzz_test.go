@@ -53,18 +53,7 @@ func FuzzNodeInput(f *testing.F) {
 	f.Add(proto.AppendRawPacket(nil, 1, proto.CodeAskObjectHistory, []byte{0x93, 0xc4, 0x08, 0, 0, 0, 0, 0, 0, 0, 0, 0xcf, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x00}))
 
 	f.Fuzz(func(t *testing.T, in []byte) {
-		nc, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer nc.Close()
-		nc.Write(proto.Handshake[:])
-		nc.Write(ident)
-		nc.Write(in)
-		nc.(*net.TCPConn).CloseWrite()
-		// The node answers what it can and closes the connection at the
-		// end of the stream or at the first malformed packet.
-		expectClosed(t, nc, "after the fuzzed input")
+		sendFuzzed(t, addr, ident, in)
 		if t.Failed() {
 			return
 		}
@@ -79,4 +68,22 @@ func FuzzNodeInput(f *testing.F) {
 			t.Fatal("node no longer operational")
 		}
 	})
+}
+
+// sendFuzzed opens a connection to the node at addr, sends the handshake,
+// the identification ident and then in, and checks that the node, which
+// answers what it can, closes the connection at the end of the stream or
+// at the first malformed packet.
+func sendFuzzed(t *testing.T, addr string, ident, in []byte) {
+	t.Helper()
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.Write(proto.Handshake[:])
+	nc.Write(ident)
+	nc.Write(in)
+	nc.(*net.TCPConn).CloseWrite()
+	expectClosed(t, nc, "after the fuzzed input")
 }

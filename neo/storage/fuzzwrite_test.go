@@ -2,7 +2,6 @@ package storage_test
 
 import (
 	"crypto/sha1"
-	"net"
 	"testing"
 
 	"github.com/zodbd/zodbd/neo/proto"
@@ -46,16 +45,7 @@ func FuzzNodeWriteInput(f *testing.F) {
 	ttid := zodb.Tid(1000)
 
 	f.Fuzz(func(t *testing.T, in []byte) {
-		nc, err := net.Dial("tcp", c.n.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer nc.Close()
-		nc.Write(proto.Handshake[:])
-		nc.Write(ident)
-		nc.Write(in)
-		nc.(*net.TCPConn).CloseWrite()
-		expectClosed(t, nc, "after the fuzzed input")
+		sendFuzzed(t, c.n.Addr().String(), ident, in)
 		if t.Failed() {
 			return
 		}
