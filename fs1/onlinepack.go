@@ -208,14 +208,24 @@ func (fs *FileStorage) installPacked(ctx context.Context, w *writer, p *Packer, 
 	return idx, size, nil
 }
 
-// drain waits until the syncer has made durable and published every
-// transaction finished so far. Called with the commit lock held, so that
-// no transaction finishes meanwhile.
+// drain waits until the syncers have made durable and published every
+// transaction finished so far, and no fdatasync runs any more (one begun at
+// a vote may still run when the last transaction is published: the pack
+// must not swap the file under it). Called with the commit lock held, so
+// that no transaction votes or finishes meanwhile and no fdatasync begins.
 func (w *writer) drain() error {
 	e := &commitEntry{barrier: true, stage: entryDurable, done: make(chan struct{})}
 	w.enqueue(e)
 	<-e.done
-	return e.err
+	if e.err != nil {
+		return e.err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for w.ss.inflight > 0 && w.failed == nil {
+		w.cond.Wait()
+	}
+	return w.failed
 }
 
 // replaceWithPacked puts the packed file packPath in the place of path,
