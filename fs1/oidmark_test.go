@@ -457,8 +457,9 @@ func TestOidMarkConcurrent(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "Data.fs")
 	fs := openRW(t, path, nil, true)
 	var mu sync.Mutex
-	seen := map[zodb.Oid]bool{}
-	var committed zodb.Oid // largest explicit oid whose commit finished
+	seen := map[zodb.Oid]bool{}     // handed out by NewOids
+	explicit := map[zodb.Oid]bool{} // stored explicitly (a NewOids call begun before the commit finished may return one: the floor rises at the commit)
+	var committed zodb.Oid          // largest explicit oid whose commit finished
 	var wg sync.WaitGroup
 	errc := make(chan error, 8)
 	for g := range 4 {
@@ -492,7 +493,7 @@ func TestOidMarkConcurrent(t *testing.T) {
 		defer wg.Done()
 		for i := range 30 {
 			mu.Lock()
-			oid := maxOf(seen) + 1 + zodb.Oid(i*7)
+			oid := max(maxOf(seen), maxOf(explicit)) + 1 + zodb.Oid(i*7)
 			mu.Unlock()
 			tx, _ := fs.Begin(bg, zodb.TxnMeta{})
 			tx.Store(oid, 0, []byte("explicit"))
@@ -507,7 +508,7 @@ func TestOidMarkConcurrent(t *testing.T) {
 			}
 			mu.Lock()
 			committed = max(committed, oid)
-			seen[oid] = true
+			explicit[oid] = true
 			mu.Unlock()
 		}
 	}()
@@ -520,7 +521,7 @@ func TestOidMarkConcurrent(t *testing.T) {
 	crashed := snapshotStorage(t, path)
 	fs.w.oids.markMu.Unlock()
 	fs.Close()
-	m := maxOf(seen)
+	m := max(maxOf(seen), maxOf(explicit))
 	for _, p := range []string{crashed, path} {
 		fs := openRW(t, p, nil, false)
 		if o, _ := fs.NewOids(bg, 1); o[0] <= m {
