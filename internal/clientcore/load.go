@@ -2,6 +2,7 @@ package clientcore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/zodbd/zodbd/zodb"
@@ -90,7 +91,14 @@ func (c *Core[X]) LoadAppend(ctx context.Context, xid zodb.Xid, dst []byte) ([]b
 	if data, serial, ok := c.cache.Load(xid.Oid, xid.At, dst); ok {
 		return data, serial, nil
 	}
-	l, done, err := c.load(ctx, xid.Oid, c.before(xid.At))
+	l, done, err := c.load(ctx, xid.Oid, c.before(xid.At), xid.At, true)
+	if err == errCached {
+		if data, serial, ok := c.cache.Load(xid.Oid, xid.At, dst); ok {
+			return data, serial, nil
+		}
+		// Evicted meanwhile: ask.
+		l, done, err = c.load(ctx, xid.Oid, c.before(xid.At), 0, false)
+	}
 	if err != nil {
 		return dst, 0, c.OpErr("load", xid, err)
 	}
@@ -110,7 +118,7 @@ func (c *Core[X]) LoadAppend(ctx context.Context, xid zodb.Xid, dst []byte) ([]b
 // before (which must be > 0), with the serial of the revision after it (0
 // if none).
 func (c *Core[X]) LoadBefore(ctx context.Context, oid zodb.Oid, before zodb.Tid, dst []byte) (data []byte, serial, next zodb.Tid, err error) {
-	l, done, err := c.load(ctx, oid, before)
+	l, done, err := c.load(ctx, oid, before, 0, false)
 	if err != nil {
 		return dst, 0, 0, c.OpErr("loadBefore", fmt.Sprintf("%s<%s", oid, before), err)
 	}
@@ -135,7 +143,9 @@ func (c *Core[X]) Prefetch(ctx context.Context, xid zodb.Xid) {
 	}
 	before := c.before(xid.At)
 	c.mu.Lock()
-	if c.err.Load() != nil || c.loads[loadKey{xid.Oid, before}] != nil {
+	// The cache again under c.mu: a load that finished since the check
+	// above left the table after its answer went into the cache.
+	if c.err.Load() != nil || c.loads[loadKey{xid.Oid, before}] != nil || c.cache.Has(xid.Oid, xid.At) {
 		c.mu.Unlock()
 		return
 	}
@@ -155,11 +165,19 @@ func (c *Core[X]) before(at zodb.Tid) zodb.Tid {
 	return at + 1
 }
 
+// errCached is load's answer when the revision is in the cache now.
+var errCached = errors.New("cached")
+
 // load returns the finished load of the revision of oid before before,
 // asked by this goroutine or by another one already in flight. Unless err
 // is set (the client failed, or ctx was done while waiting), the caller
 // must call release(l, done, true) once done with l's result.
-func (c *Core[X]) load(ctx context.Context, oid zodb.Oid, before zodb.Tid) (l *Load[X], done chan struct{}, err error) {
+//
+// With recheck, a caller that missed the cache for state at before
+// calling load gets errCached instead of a new request when the revision
+// is cached by the time it would ask: a load that finished in between
+// put its answer into the cache before leaving the table (Finish).
+func (c *Core[X]) load(ctx context.Context, oid zodb.Oid, before, at zodb.Tid, recheck bool) (l *Load[X], done chan struct{}, err error) {
 	for {
 		key := loadKey{oid, before}
 		c.mu.Lock()
@@ -169,6 +187,10 @@ func (c *Core[X]) load(ctx context.Context, oid zodb.Oid, before zodb.Tid) (l *L
 		}
 		l = c.loads[key]
 		leader := l == nil
+		if leader && recheck && c.cache.Has(oid, at) {
+			c.mu.Unlock()
+			return nil, nil, errCached
+		}
 		if leader {
 			l = c.startLocked(oid, before)
 		}

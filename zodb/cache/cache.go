@@ -116,25 +116,9 @@ func (c *Cache) Load(oid zodb.Oid, at zodb.Tid, dst []byte) (data []byte, serial
 	if c.off {
 		return dst, 0, false
 	}
-	head := zodb.Tid(c.head.Load())
 	s := c.shard(oid)
 	s.mu.RLock()
-	var hit *rev
-	for r := s.objs[oid]; r != nil; r = r.older {
-		if r.serial > at {
-			continue
-		}
-		// The first revision at or before at is the only candidate:
-		// older ones end at or before r.serial.
-		if r.next != 0 {
-			if at < r.next {
-				hit = r
-			}
-		} else if at <= head || at == zodb.TidMax {
-			hit = r
-		}
-		break
-	}
+	hit := c.find(s, oid, at)
 	s.mu.RUnlock()
 	if hit == nil {
 		return dst, 0, false
@@ -143,6 +127,41 @@ func (c *Cache) Load(oid zodb.Oid, at zodb.Tid, dst []byte) (data []byte, serial
 		hit.ref.Store(true)
 	}
 	return append(dst, hit.data...), hit.serial, true
+}
+
+// Has reports whether Load(oid, at, ...) would hit, without copying the
+// data or marking the revision used.
+func (c *Cache) Has(oid zodb.Oid, at zodb.Tid) bool {
+	if c.off {
+		return false
+	}
+	s := c.shard(oid)
+	s.mu.RLock()
+	hit := c.find(s, oid, at)
+	s.mu.RUnlock()
+	return hit != nil
+}
+
+// find returns the revision of oid current in state at, or nil (s.mu
+// held).
+func (c *Cache) find(s *shard, oid zodb.Oid, at zodb.Tid) *rev {
+	head := zodb.Tid(c.head.Load())
+	for r := s.objs[oid]; r != nil; r = r.older {
+		if r.serial > at {
+			continue
+		}
+		// The first revision at or before at is the only candidate:
+		// older ones end at or before r.serial.
+		if r.next != 0 {
+			if at < r.next {
+				return r
+			}
+		} else if at <= head || at == zodb.TidMax {
+			return r
+		}
+		return nil
+	}
+	return nil
 }
 
 // Insert records that data is the revision of oid written by serial and

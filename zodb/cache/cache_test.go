@@ -9,8 +9,13 @@ import (
 	"github.com/zodbd/zodbd/zodb"
 )
 
+// load loads through c and checks that Has agrees.
 func load(c *Cache, oid zodb.Oid, at zodb.Tid) string {
+	has := c.Has(oid, at)
 	data, serial, ok := c.Load(oid, at, nil)
+	if has != ok {
+		return fmt.Sprintf("Has %v, Load %v", has, ok)
+	}
 	if !ok {
 		return "miss"
 	}
