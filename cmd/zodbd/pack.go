@@ -26,7 +26,7 @@ func init() {
 func runPack(args []string) int {
 	fl := flag.NewFlagSet("pack", flag.ContinueOnError)
 	fl.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: zodbd pack [--days N | --time UNIXTIME | --tid TID] [--no-gc] [--blob-dir DIR] FILE\n\n"+
+		fmt.Fprintf(os.Stderr, "usage: zodbd pack [--days N | --time UNIXTIME | --tid TID] [--no-gc] [--blob-dir DIR] [--dry-run] FILE\n\n"+
 			"Packs the FileStorage FILE as ZODB/py's FileStorage.pack does: removes the\n"+
 			"revisions that are not current at the pack time and, unless --no-gc, the\n"+
 			"objects not reachable from the root object then. The history after the pack\n"+
@@ -36,7 +36,10 @@ func runPack(args []string) int {
 			"days (default 0: now), or --time, or --tid. With --blob-dir, the blob files\n"+
 			"of the revisions the pack removed are removed from the blob directory DIR\n"+
 			"(as ZODB/py's FileStorage pack with a blob_dir; they are not kept beside\n"+
-			"FILE.old).\n\n")
+			"FILE.old). With --dry-run, nothing is changed and no lock is taken (FILE may\n"+
+			"be in use): the pack is computed into an unlinked temporary file beside FILE\n"+
+			"and its summary printed, with the references of reachable objects that would\n"+
+			"dangle (exit status 1 when there are any).\n\n")
 		fl.PrintDefaults()
 	}
 	days := fl.Float64("days", 0, "pack to `N` days before now (ZODB/py: pack(time.time() - N*86400))")
@@ -46,6 +49,7 @@ func runPack(args []string) int {
 	workers := fl.Int("workers", 0, "goroutines reading objects during GC (default: GOMAXPROCS)")
 	quiet := fl.Bool("q", false, "no progress line and no summary")
 	blobDir := fl.String("blob-dir", "", "the storage's blob directory (`DIR`): remove the blob files of removed revisions")
+	dryRun := fl.Bool("dry-run", false, "change nothing: print what the pack would remove and whether a reachable object would dangle")
 	pos, status, ok := parseInterleaved(fl, args)
 	if !ok {
 		return status
@@ -107,6 +111,21 @@ func runPack(args []string) int {
 			fmt.Fprintf(os.Stderr, "zodbd pack: warning: "+format+"\n", args...)
 		},
 		Progress: prog.report,
+	}
+	if *dryRun {
+		if *blobDir != "" {
+			return fatalf("pack", "--dry-run does not look at blobs: give --blob-dir without --dry-run only")
+		}
+		st, err := fs1.PackDryRun(ctx, path, at, opt)
+		prog.clear()
+		if err != nil {
+			return fatalf("pack", "%v", err)
+		}
+		printDryRun(path, st)
+		if st.DanglingRefs > 0 {
+			return 1
+		}
+		return 0
 	}
 	st, err := fs1.PackFile(ctx, path, at, opt)
 	prog.clear()
@@ -192,6 +211,36 @@ func (p *packProgress) clear() {
 }
 
 func mb(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
+
+// printDryRun prints what a pack would do (PackDryRun's stats).
+func printDryRun(path string, st fs1.PackStats) {
+	when := fmt.Sprintf("%s (tid %s)", st.PackTid.TimeStamp(), st.PackTid)
+	switch {
+	case st.Redundant:
+		fmt.Printf("%s: dry run: a pack at %s would change nothing: already packed at a later time, or no changes since the last pack\n", path, when)
+		return
+	case !st.Changed:
+		fmt.Printf("%s: dry run: a pack at %s would remove nothing\n", path, when)
+		return
+	}
+	fmt.Printf("%s: dry run: a pack at %s would remove\n", path, when)
+	fmt.Printf("  %d of %d bytes, %d of %d transactions, %d of %d data records\n",
+		st.SizeBefore-st.SizeAfter, st.SizeBefore, st.TxnsBefore-st.TxnsAfter, st.TxnsBefore,
+		st.RecordsBefore-st.RecordsAfter, st.RecordsBefore)
+	switch {
+	case st.GC:
+		fmt.Printf("  %d unreachable objects (of %d current at the pack time)\n", st.Current-st.Reachable, st.Current)
+	case st.BadRecords > 0:
+		fmt.Printf("  no unreachable objects: the references of %d records could not be read, so GC would keep every object\n", st.BadRecords)
+	default:
+		fmt.Printf("  no unreachable objects (no GC)\n")
+	}
+	if st.DanglingRefs > 0 {
+		fmt.Printf("  %d references of reachable objects point to objects without a revision at the pack time: they dangle already (zodbd refs --dangling names them)\n", st.DanglingRefs)
+	} else {
+		fmt.Printf("  no reachable object would dangle\n")
+	}
+}
 
 func printPackSummary(path string, st fs1.PackStats) {
 	when := fmt.Sprintf("%s (tid %s)", st.PackTid.TimeStamp(), st.PackTid)

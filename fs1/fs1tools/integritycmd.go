@@ -1,0 +1,163 @@
+package fs1tools
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/zodbd/zodbd/blob"
+	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/internal/cli"
+	"github.com/zodbd/zodbd/zodb"
+)
+
+// The integrity and space tools: refs (fsrefs), referrers and analyze
+// (analyze.py). They open the file read-only through the fs1 reader (its
+// index: they look at current revisions, or iterate transactions), so a
+// live file can be checked while a server writes it (what the server
+// commits meanwhile may or may not be seen, as with fsrefs).
+
+func openRO(path string, stderr io.Writer) (*fs1.FileStorage, error) {
+	return fs1.Open(path, &fs1.Options{Logf: func(format string, args ...interface{}) {
+		fmt.Fprintf(stderr, "warning: "+format+"\n", args...)
+	}})
+}
+
+// RunRefs is `zodbd refs [--dangling] FILE`: with --dangling, fsrefs's
+// report of dangling references (exit status 1 when there is one); without,
+// every reference of every current revision.
+func RunRefs(args []string, stdout, stderr io.Writer) int {
+	fl := newFlagSet("refs", "refs [--dangling] FILE\n\n"+
+		"With --dangling, check the current revision of every object for references to\n"+
+		"objects that are missing, fail to load or whose creation was undone, and print\n"+
+		"ZODB/py's fsrefs report (exit status 1 when one is found). Without it, list\n"+
+		"every reference: \"REFERRER CLASS TID -> OID\" per line.", stderr)
+	dangling := fl.Bool("dangling", false, "report dangling references only (fsrefs)")
+	if status, ok := cli.Parse(fl, args, stdout, stderr); !ok {
+		return status
+	}
+	if fl.NArg() != 1 {
+		fl.Usage()
+		return 2
+	}
+	fs, err := openRO(fl.Arg(0), stderr)
+	if err != nil {
+		return fail(stderr, "refs", err)
+	}
+	defer fs.Close()
+	ctx := context.Background()
+	if !*dangling {
+		if _, err := Referrers(ctx, stdout, fs, nil); err != nil {
+			return fail(stderr, "refs", err)
+		}
+		return 0
+	}
+	cw := &countWriter{w: stdout}
+	if err := Refs(ctx, cw, fs); err != nil {
+		return fail(stderr, "refs", err)
+	}
+	if cw.n > 0 {
+		return 1
+	}
+	return 0
+}
+
+// RunReferrers is `zodbd referrers FILE OID...`.
+func RunReferrers(args []string, stdout, stderr io.Writer) int {
+	fl := newFlagSet("referrers", "referrers FILE OID...\n\n"+
+		"Print the objects whose current revision refers to one of the OIDs (hex):\n"+
+		"\"REFERRER CLASS TID -> OID\" per line. Exit status 1 when there is none.", stderr)
+	if status, ok := cli.Parse(fl, args, stdout, stderr); !ok {
+		return status
+	}
+	if fl.NArg() < 2 {
+		fl.Usage()
+		return 2
+	}
+	var oids []zodb.Oid
+	for _, a := range fl.Args()[1:] {
+		oid, err := zodb.ParseOid(a)
+		if err != nil {
+			return fail(stderr, "referrers", err)
+		}
+		oids = append(oids, oid)
+	}
+	fs, err := openRO(fl.Arg(0), stderr)
+	if err != nil {
+		return fail(stderr, "referrers", err)
+	}
+	defer fs.Close()
+	n, err := Referrers(context.Background(), stdout, fs, oids)
+	if err != nil {
+		return fail(stderr, "referrers", err)
+	}
+	if n == 0 {
+		return 1
+	}
+	return 0
+}
+
+// RunAnalyze is `zodbd analyze [--json] [--blob-dir DIR] FILE`.
+func RunAnalyze(args []string, stdout, stderr io.Writer) int {
+	fl := newFlagSet("analyze", "analyze [--json] [--blob-dir DIR] FILE\n\n"+
+		"Count records and bytes by class, current and historical, like ZODB/py's\n"+
+		"analyze.py (same report); with --blob-dir also blob files and bytes by class.", stderr)
+	asJSON := fl.Bool("json", false, "print the counts as JSON")
+	blobDir := fl.String("blob-dir", "", "the storage's blob directory (read only)")
+	if status, ok := cli.Parse(fl, args, stdout, stderr); !ok {
+		return status
+	}
+	if fl.NArg() != 1 {
+		fl.Usage()
+		return 2
+	}
+	fs, err := openRO(fl.Arg(0), stderr)
+	if err != nil {
+		return fail(stderr, "analyze", err)
+	}
+	defer fs.Close()
+	var blobs *blob.Dir
+	if *blobDir != "" {
+		if _, err := os.Stat(*blobDir); err != nil {
+			return fail(stderr, "analyze", err)
+		}
+		if blobs, err = blob.Open(*blobDir, ""); err != nil {
+			return fail(stderr, "analyze", err)
+		}
+	}
+	a, err := Analyze(context.Background(), fs, blobs)
+	if err != nil {
+		return fail(stderr, "analyze", err)
+	}
+	if *asJSON {
+		e := json.NewEncoder(stdout)
+		e.SetIndent("", "  ")
+		if err := e.Encode(a); err != nil {
+			return fail(stderr, "analyze", err)
+		}
+		return 0
+	}
+	if err := WriteAnalysis(stdout, a); err != nil {
+		return fail(stderr, "analyze", err)
+	}
+	if blobs != nil {
+		if err := WriteBlobAnalysis(stdout, a); err != nil {
+			return fail(stderr, "analyze", err)
+		}
+	}
+	return 0
+}
+
+// countWriter counts the bytes written through it.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}

@@ -1,0 +1,273 @@
+package fs1tools
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+	"sync"
+
+	"github.com/zodbd/zodbd/blob"
+	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/zodb"
+	"github.com/zodbd/zodbd/zodb/serialize"
+)
+
+// An object is the current revision of one object as the reference tools
+// see it.
+type object struct {
+	oid   zodb.Oid
+	pos   int64 // position of its current data record (the order of the reports)
+	tid   zodb.Tid
+	class string // the referrer's class (get_pickle_metadata); "" unless it has a problem or is asked for
+	state refState
+	refs  []zodb.Oid // refs of interest (dangling, or all for Graph)
+	err   error      // load or reference-scan error
+}
+
+// refState is what loading an object's current revision gave.
+type refState uint8
+
+const (
+	loadOK     refState = iota
+	loadUndone          // no data: its creation was undone (or it was deleted)
+	loadFailed          // any other load error
+)
+
+// walkCurrent loads the current revision of every object of fs, in
+// ascending position of that revision (the order fsrefs walks), on
+// GOMAXPROCS goroutines, and calls visit for each in that order. scan is
+// called on the loading goroutine with that goroutine's Scanner and may
+// fill o.refs (ascending order of visits is restored before visit).
+func walkCurrent(ctx context.Context, fs *fs1.FileStorage, scan func(sc *serialize.Scanner, o *object, data []byte), visit func(o *object) error) error {
+	type ent struct {
+		pos int64
+		oid zodb.Oid
+	}
+	idx := fs.Index()
+	ents := make([]ent, 0, idx.Len())
+	idx.All(func(oid zodb.Oid, pos int64) bool {
+		ents = append(ents, ent{pos, oid})
+		return true
+	})
+	slices.SortFunc(ents, func(a, b ent) int {
+		switch {
+		case a.pos < b.pos:
+			return -1
+		case a.pos > b.pos:
+			return 1
+		}
+		return 0
+	})
+	// Batches of consecutive objects are loaded in parallel and visited
+	// in order.
+	const batch = 4096
+	workers := runtime.GOMAXPROCS(0)
+	objs := make([]object, batch)
+	for start := 0; start < len(ents); start += batch {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		part := ents[start:min(start+batch, len(ents))]
+		var wg sync.WaitGroup
+		per := (len(part) + workers - 1) / workers
+		for w := 0; w < workers; w++ {
+			lo, hi := w*per, min((w+1)*per, len(part))
+			if lo >= hi {
+				break
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var sc serialize.Scanner
+				var buf []byte
+				for i := lo; i < hi; i++ {
+					o := &objs[i]
+					*o = object{oid: part[i].oid, pos: part[i].pos, refs: o.refs[:0]}
+					data, serial, err := fs.LoadAppend(ctx, zodb.Xid{Oid: o.oid, At: zodb.TidMax}, buf[:0])
+					buf = data
+					var nd *zodb.NoDataError
+					switch {
+					case errors.As(err, &nd):
+						o.state = loadUndone
+					case err != nil:
+						o.state, o.err = loadFailed, err
+					default:
+						o.tid = serial
+						scan(&sc, o, data)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		for i := range part {
+			if err := visit(&objs[i]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// RefsError reports objects whose references could not be read (their
+// record is not a pickle noload accepts): fsrefs stops with a traceback at
+// the first; Refs reports them all after its report.
+type RefsError struct {
+	Objects []zodb.Oid
+	First   error
+}
+
+func (e *RefsError) Error() string {
+	return fmt.Sprintf("references of %d object(s) could not be read; first: %v", len(e.Objects), e.First)
+}
+
+// Refs checks the current revision of every object of the FileStorage fs
+// for dangling references and writes the report of ZODB/py's fsrefs
+// (ZODB.scripts.fsrefs) to w: for each object, in ascending position of
+// its current record, that refers to an oid that is not in the index
+// ("missing"), whose current revision fails to load ("failed to load") or
+// has no data ("object creation was undone"), a paragraph naming the
+// object, its class and last tid, and each bad reference.
+//
+// The referenced object's class is printed as fsrefs does for records
+// ZODB writes, '<unknown>': fsrefs reads references in noload mode, which
+// leaves the class of an (oid, class) reference unresolved. (A reference
+// whose class is written as a string, which ZODB does not write, is
+// printed as '<unknown>' too, where fsrefs prints the string.)
+//
+// Objects are loaded on GOMAXPROCS goroutines, twice (as fsrefs does: first
+// to find the objects that fail to load, then to check references).
+func Refs(ctx context.Context, w io.Writer, fs *fs1.FileStorage) error {
+	idx := fs.Index()
+	bad := map[zodb.Oid]refState{}
+	err := walkCurrent(ctx, fs, func(*serialize.Scanner, *object, []byte) {}, func(o *object) error {
+		if o.state != loadOK {
+			bad[o.oid] = o.state
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	bw := bufio.NewWriter(w)
+	var rerr *RefsError
+	err = walkCurrent(ctx, fs, func(sc *serialize.Scanner, o *object, data []byte) {
+		refs, err := sc.AppendReferences(o.refs[:0], data)
+		if err != nil {
+			o.err = err
+			return
+		}
+		o.refs = refs[:0]
+		for _, r := range refs {
+			if _, ok := idx.Get(r); !ok || bad[r] != loadOK {
+				o.refs = append(o.refs, r)
+			}
+		}
+		if len(o.refs) > 0 {
+			o.class, _ = PickleClass(data)
+			if o.class == "" {
+				o.class = "."
+			}
+		}
+	}, func(o *object) error {
+		if o.state != loadOK {
+			return nil
+		}
+		if o.err != nil {
+			if rerr == nil {
+				rerr = &RefsError{First: fmt.Errorf("oid %s: %w", blob.Repr(uint64(o.oid)), o.err)}
+			}
+			rerr.Objects = append(rerr.Objects, o.oid)
+			return nil
+		}
+		if len(o.refs) == 0 {
+			return nil
+		}
+		type problem struct {
+			oid    zodb.Oid
+			reason string
+		}
+		var ps []problem
+		for _, r := range o.refs {
+			if _, ok := idx.Get(r); !ok {
+				ps = append(ps, problem{r, "missing"})
+			}
+			switch bad[r] {
+			case loadFailed:
+				ps = append(ps, problem{r, "failed to load"})
+			case loadUndone:
+				ps = append(ps, problem{r, "object creation was undone"})
+			}
+		}
+		plural := ""
+		if len(ps) > 1 {
+			plural = "s"
+		}
+		fmt.Fprintf(bw, "oid 0x%x %s\n", uint64(o.oid), o.class)
+		fmt.Fprintf(bw, "last updated: %s, tid=0x%x\n", o.tid.TimeStamp(), uint64(o.tid))
+		fmt.Fprintf(bw, "refers to invalid object%s:\n", plural)
+		for _, p := range ps {
+			fmt.Fprintf(bw, "\toid %s %s: '<unknown>'\n", blob.Repr(uint64(p.oid)), p.reason)
+		}
+		fmt.Fprintln(bw)
+		return nil
+	})
+	if ferr := bw.Flush(); err == nil {
+		err = ferr
+	}
+	if err == nil && rerr != nil {
+		return rerr
+	}
+	return err
+}
+
+// Referrers writes, for each object of fs whose current revision refers to
+// one of targets (nil: to any object), a line "REFERRER CLASS TID -> TARGET" (oids and tids as
+// 16 hex digits), in ascending position of the referrer's record. It
+// returns the number of lines. Only current revisions are searched: a
+// reference held by an old revision alone does not keep an object alive
+// after a pack.
+func Referrers(ctx context.Context, w io.Writer, fs *fs1.FileStorage, targets []zodb.Oid) (int, error) {
+	want := map[zodb.Oid]bool{}
+	for _, t := range targets {
+		want[t] = true
+	}
+	bw := bufio.NewWriter(w)
+	n := 0
+	var first error
+	err := walkCurrent(ctx, fs, func(sc *serialize.Scanner, o *object, data []byte) {
+		refs, err := sc.AppendReferences(o.refs[:0], data)
+		if err != nil {
+			o.err = err
+			return
+		}
+		o.refs = refs[:0]
+		for _, r := range refs {
+			if (targets == nil || want[r]) && !slices.Contains(o.refs, r) {
+				o.refs = append(o.refs, r)
+			}
+		}
+		if len(o.refs) > 0 {
+			o.class, _ = PickleClass(data)
+		}
+	}, func(o *object) error {
+		if o.err != nil && first == nil {
+			first = fmt.Errorf("oid %s: %w", o.oid, o.err)
+		}
+		for _, r := range o.refs {
+			fmt.Fprintf(bw, "%s %s %s -> %s\n", o.oid, o.class, o.tid, r)
+			n++
+		}
+		return nil
+	})
+	if ferr := bw.Flush(); err == nil {
+		err = ferr
+	}
+	if err == nil {
+		err = first
+	}
+	return n, err
+}
