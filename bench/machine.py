@@ -164,6 +164,8 @@ class BusyNeighbour:
 
     def __init__(self, n=1):
         self.n, self.procs = n, []
+        self.cpu_s = 0.0  # CPU seconds the neighbours got, known after the context
+
 
     def __enter__(self):
         for _ in range(self.n):
@@ -172,6 +174,13 @@ class BusyNeighbour:
         return self
 
     def __exit__(self, *exc):
+        for p in self.procs:
+            try:
+                with open('/proc/%d/stat' % p.pid) as f:
+                    fields = f.read().rsplit(')', 1)[1].split()
+                self.cpu_s += (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+            except (OSError, IndexError, ValueError):
+                pass
         for p in self.procs:
             p.kill()
         for p in self.procs:

@@ -995,13 +995,14 @@ def condition_section(meta, recs, servers, keys, ref_name, metric_of):
         L.append('Condition, load average before/after, share of CPU time idle, and the share of the '
                  'round\'s CPU time spent in each cpuidle state (deep states mean wake-up latency per '
                  'request).\n')
-        L.append('| round | condition | load before | load after | CPUs idle | idle states |')
-        L.append('|---:|---|---:|---:|---:|---|')
+        L.append('| round | condition | load before | load after | CPUs idle | neighbour CPU s | idle states |')
+        L.append('|---:|---|---:|---:|---:|---:|---|')
         for r in sorted(states, key=int):
             st = states[r]
             ist = ' '.join('%s %.0f%%' % kv for kv in (st.get('idle-states-%') or {}).items()) or 'n/a'
-            L.append('| %s | %s | %.2f | %.2f | %.0f%% | %s |' % (
-                r, st['condition'], st['loadavg-before'], st['loadavg-after'], st['idle-%'], ist))
+            L.append('| %s | %s | %.2f | %.2f | %.0f%% | %.1f | %s |' % (
+                r, st['condition'], st['loadavg-before'], st['loadavg-after'], st['idle-%'],
+                st.get('neighbour-cpu-s', 0), ist))
         L.append('')
     if len(set(conds)) < 2:
         return L
@@ -1345,10 +1346,11 @@ def main(argv=None):
             rot = order[k:] + order[:k]
             st = {'condition': cond, 'loadavg-before': round(os.getloadavg()[0], 2)}
             idle0, cpu_r0, t_r0 = machine.idle_residency(), machine.cpu_times(), time.monotonic()
-            with machine.BusyNeighbour(a.neighbours if cond == 'busy' else 0):
+            with machine.BusyNeighbour(a.neighbours if cond == 'busy' else 0) as nb:
                 for ds in datasets:
                     for name in rot:
                         session(setup, name, variants[name], ds, rnd, outdir, workloads, env, checked)
+            st['neighbour-cpu-s'] = round(nb.cpu_s, 2)
             idle1, cpu_r1, wall = machine.idle_residency(), machine.cpu_times(), time.monotonic() - t_r0
             st['loadavg-after'] = round(os.getloadavg()[0], 2)
             st['idle-%'] = round(100.0 * (cpu_r1[1] - cpu_r0[1]) / max(1, cpu_r1[0] - cpu_r0[0]), 1)
