@@ -2,6 +2,7 @@ package fs1tools
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -39,10 +40,12 @@ const (
 
 // walkCurrent loads the current revision of every object of fs, in
 // ascending position of that revision (the order fsrefs walks), on
-// GOMAXPROCS goroutines, and calls visit for each in that order. scan is
-// called on the loading goroutine with that goroutine's Scanner and may
-// fill o.refs (ascending order of visits is restored before visit).
-func walkCurrent(ctx context.Context, fs *fs1.FileStorage, scan func(sc *serialize.Scanner, o *object, data []byte), visit func(o *object) error) error {
+// GOMAXPROCS goroutines, and calls visit for each in that order. With keep
+// (nil: references are not read), o.refs holds the references of a loaded
+// object for which keep (called on the loading goroutine with the ones
+// kept so far) is true, and o.class its class when there is one; a record
+// whose references cannot be read has o.err set.
+func walkCurrent(ctx context.Context, fs *fs1.FileStorage, keep func(ref zodb.Oid, kept []zodb.Oid) bool, visit func(o *object) error) error {
 	type ent struct {
 		pos int64
 		oid zodb.Oid
@@ -53,15 +56,7 @@ func walkCurrent(ctx context.Context, fs *fs1.FileStorage, scan func(sc *seriali
 		ents = append(ents, ent{pos, oid})
 		return true
 	})
-	slices.SortFunc(ents, func(a, b ent) int {
-		switch {
-		case a.pos < b.pos:
-			return -1
-		case a.pos > b.pos:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(ents, func(a, b ent) int { return cmp.Compare(a.pos, b.pos) })
 	// Batches of consecutive objects are loaded in parallel and visited
 	// in order.
 	const batch = 4096
@@ -97,7 +92,9 @@ func walkCurrent(ctx context.Context, fs *fs1.FileStorage, scan func(sc *seriali
 						o.state, o.err = loadFailed, err
 					default:
 						o.tid = serial
-						scan(&sc, o, data)
+						if keep != nil {
+							scanRefs(&sc, o, data, keep)
+						}
 					}
 				}
 			}()
@@ -110,6 +107,28 @@ func walkCurrent(ctx context.Context, fs *fs1.FileStorage, scan func(sc *seriali
 		}
 	}
 	return nil
+}
+
+// scanRefs sets o.refs to the references of data that keep keeps, and
+// o.class when there is one.
+func scanRefs(sc *serialize.Scanner, o *object, data []byte, keep func(ref zodb.Oid, kept []zodb.Oid) bool) {
+	refs, err := sc.AppendReferences(o.refs[:0], data)
+	if err != nil {
+		o.err = err
+		return
+	}
+	o.refs = refs[:0] // filtered in place
+	for _, r := range refs {
+		if keep(r, o.refs) {
+			o.refs = append(o.refs, r)
+		}
+	}
+	if len(o.refs) > 0 {
+		o.class, _ = PickleClass(data)
+		if o.class == "" {
+			o.class = "."
+		}
+	}
 }
 
 // RefsError reports objects whose references could not be read (their
@@ -143,7 +162,7 @@ func (e *RefsError) Error() string {
 func Refs(ctx context.Context, w io.Writer, fs *fs1.FileStorage) error {
 	idx := fs.Index()
 	bad := map[zodb.Oid]refState{}
-	err := walkCurrent(ctx, fs, func(*serialize.Scanner, *object, []byte) {}, func(o *object) error {
+	err := walkCurrent(ctx, fs, nil, func(o *object) error {
 		if o.state != loadOK {
 			bad[o.oid] = o.state
 		}
@@ -154,24 +173,9 @@ func Refs(ctx context.Context, w io.Writer, fs *fs1.FileStorage) error {
 	}
 	bw := bufio.NewWriter(w)
 	var rerr *RefsError
-	err = walkCurrent(ctx, fs, func(sc *serialize.Scanner, o *object, data []byte) {
-		refs, err := sc.AppendReferences(o.refs[:0], data)
-		if err != nil {
-			o.err = err
-			return
-		}
-		o.refs = refs[:0]
-		for _, r := range refs {
-			if _, ok := idx.Get(r); !ok || bad[r] != loadOK {
-				o.refs = append(o.refs, r)
-			}
-		}
-		if len(o.refs) > 0 {
-			o.class, _ = PickleClass(data)
-			if o.class == "" {
-				o.class = "."
-			}
-		}
+	err = walkCurrent(ctx, fs, func(r zodb.Oid, _ []zodb.Oid) bool {
+		_, ok := idx.Get(r)
+		return !ok || bad[r] != loadOK
 	}, func(o *object) error {
 		if o.state != loadOK {
 			return nil
@@ -238,21 +242,8 @@ func Referrers(ctx context.Context, w io.Writer, fs *fs1.FileStorage, targets []
 	bw := bufio.NewWriter(w)
 	n := 0
 	var first error
-	err := walkCurrent(ctx, fs, func(sc *serialize.Scanner, o *object, data []byte) {
-		refs, err := sc.AppendReferences(o.refs[:0], data)
-		if err != nil {
-			o.err = err
-			return
-		}
-		o.refs = refs[:0]
-		for _, r := range refs {
-			if (targets == nil || want[r]) && !slices.Contains(o.refs, r) {
-				o.refs = append(o.refs, r)
-			}
-		}
-		if len(o.refs) > 0 {
-			o.class, _ = PickleClass(data)
-		}
+	err := walkCurrent(ctx, fs, func(r zodb.Oid, kept []zodb.Oid) bool {
+		return (targets == nil || want[r]) && !slices.Contains(kept, r)
 	}, func(o *object) error {
 		if o.err != nil && first == nil {
 			first = fmt.Errorf("oid %s: %w", o.oid, o.err)
