@@ -36,6 +36,20 @@ func TestConflictClass(t *testing.T) {
 	if len(s.byClass) != maxClasses+1 || s.byClass["other"] != 5 {
 		t.Errorf("%d classes, %d other", len(s.byClass), s.byClass["other"])
 	}
+	// Oids: a full table forgets one counted least (the smallest oid
+	// of those) for a new one; the most counted stay.
+	for i := 0; i < maxOids; i++ {
+		s.countOid(zodb.Oid(i))
+	}
+	s.countOid(7)
+	s.countOid(7)
+	s.countOid(maxOids)
+	if len(s.byOid) != maxOids || s.byOid[7] != 3 || s.byOid[maxOids] != 1 || s.byOid[0] != 0 || s.byOid[1] != 1 {
+		t.Errorf("%d oids: 7: %d, new: %d, 0: %d, 1: %d", len(s.byOid), s.byOid[7], s.byOid[maxOids], s.byOid[0], s.byOid[1])
+	}
+	if _, ok := s.byOid[0]; ok {
+		t.Error("oid 0 not forgotten")
+	}
 }
 
 // TestStats does loads, a commit, a conflict and a label on real
@@ -128,6 +142,7 @@ func TestStats(t *testing.T) {
 	}
 	ss := st.Storages[0]
 	if ss.Commits != 2 || ss.Conflicts != 1 || ss.ConflictsByClass["persistent.mapping.PersistentMapping"] != 1 ||
+		len(ss.ConflictsByOid) != 1 || ss.ConflictsByOid[1] != 1 ||
 		ss.Loads != loads || ss.Stores != 3 || ss.Objects != 1 || ss.Size == 0 || ss.InvalidationQueue != 2 || ss.Connections != 1 {
 		t.Errorf("storage: %+v", ss)
 	}
