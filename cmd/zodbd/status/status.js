@@ -7,6 +7,7 @@
 (function () {
   var samples = [], state = null, lastSeq = 0, polls = 0, capacity = 600, win = 60;
   var skew = 0; // server time - browser time, ms
+  var started = 0; // the server's start (a new one: the server restarted)
   var colors = ['#3b6fd8', '#e3892b', '#2e9e5b', '#b23ac2', '#c62828', '#6b7280'];
   var FIELDS = ['conns', 'reqs', 'p50', 'p90', 'p99', 'loads', 'stores', 'commits', 'aborts', 'conflicts', 'resolved', 'in', 'out', 'queued'];
   var $ = function (id) { return document.getElementById(id); };
@@ -252,11 +253,15 @@
     }).then(function (j) {
       skew = j.now - Date.now();
       capacity = j.capacity || capacity;
+      if (started && j.started !== started) { // the server restarted: start over
+        started = j.started; samples = []; lastSeq = 0; state = null;
+        return;
+      }
+      started = j.started;
       j.samples.forEach(function (s) {
         FIELDS.forEach(function (k) { s[k] = s[k] || 0; }); // zeros are left out
-        if (s.seq < lastSeq) samples = []; // the server restarted
-        if (s.seq !== lastSeq) samples.push(s);
-        lastSeq = s.seq;
+        if (s.seq > lastSeq) samples.push(s);
+        lastSeq = Math.max(lastSeq, s.seq);
       });
       if (samples.length > capacity) samples = samples.slice(samples.length - capacity);
       state = j.state;
