@@ -77,6 +77,20 @@ func TestStatsPack(t *testing.T) {
 	if st := fs.Stats(); st.Pack.Running || st.IndexBytes <= 0 {
 		t.Fatalf("before the pack: %+v, index %d bytes", st.Pack, st.IndexBytes)
 	}
+	// A reader polling Stats meanwhile, as a metrics scrape does (for
+	// -race).
+	stop, polled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(polled)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				fs.Stats()
+			}
+		}
+	}()
 	var seen []PackProgress
 	_, err := fs.PackStats(bg, tids[10], &PackOptions{NoGC: true, Progress: func(phase PackPhase, done, total int64) {
 		p := fs.Stats().Pack
@@ -85,6 +99,8 @@ func TestStatsPack(t *testing.T) {
 		}
 		seen = append(seen, p)
 	}})
+	close(stop)
+	<-polled
 	if err != nil {
 		t.Fatal(err)
 	}
