@@ -94,6 +94,16 @@ func (fs *FileStorage) PackStats(ctx context.Context, at zodb.Tid, opt *PackOpti
 	o := w.packOptions(opt)
 
 	s := fs.state.Load()
+	w.progress.begin(at, s.end)
+	defer w.progress.end()
+	if report := o.Progress; report != nil {
+		o.Progress = func(phase PackPhase, done, total int64) {
+			w.progress.report(phase, done, total)
+			report(phase, done, total)
+		}
+	} else {
+		o.Progress = w.progress.report
+	}
 	packPath := fs.path + ".pack"
 	fsys := fs.fsys
 	dst, err := fsys.OpenFile(packPath, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o666)
@@ -136,6 +146,7 @@ func (fs *FileStorage) PackStats(ctx context.Context, at zodb.Tid, opt *PackOpti
 	}
 
 	// Step 2: under the commit lock.
+	w.progress.install.Store(true)
 	if err := w.commit.Lock(ctx); err != nil {
 		return p.Stats(), err
 	}

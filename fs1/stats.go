@@ -1,9 +1,11 @@
 package fs1
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/zodbd/zodbd/internal/opstats"
+	"github.com/zodbd/zodbd/zodb"
 )
 
 // Stats are a FileStorage's figures for a server's metrics, read at any
@@ -15,6 +17,9 @@ type Stats struct {
 	// size in bytes as far as published (End).
 	Objects int
 	Size    int64
+	// IndexBytes estimates the memory of the in-memory index
+	// (Index.Bytes).
+	IndexBytes int64
 	// Writable: the storage was opened read-write. The histograms below
 	// are empty otherwise.
 	Writable bool
@@ -27,12 +32,66 @@ type Stats struct {
 	// FsyncGroup the number of transactions whose status byte each one
 	// made durable (0 for an fdatasync begun at vote for data only).
 	Fsync, FsyncGroup opstats.Snapshot
+	// Pack is the progress of the online pack running (Pack, PackStats),
+	// its zero value when none runs.
+	Pack PackProgress
+}
+
+// PackProgress is how far a running online pack got: its phase and, in
+// that phase, Done of Total (PackOptions.Progress: bytes of the source
+// for PackScan and PackCopy, objects for PackGC). Install is set once
+// the packed file is written and the pack waits for the commit lock,
+// copies the transactions committed meanwhile and swaps the files.
+type PackProgress struct {
+	Running     bool
+	Started     time.Time
+	At          zodb.Tid // the pack time
+	Phase       PackPhase
+	Done, Total int64
+	Install     bool
+}
+
+// packProgress is PackProgress as the pack's goroutine publishes it, read
+// by Stats at any time (the fields may be one report apart).
+type packProgress struct {
+	started     atomic.Int64 // unix nanoseconds; 0: no pack runs
+	at          atomic.Uint64
+	phase       atomic.Int32
+	done, total atomic.Int64
+	install     atomic.Bool
+}
+
+// begin marks a pack at tid at of a source of size bytes as started.
+func (p *packProgress) begin(at zodb.Tid, size int64) {
+	p.at.Store(uint64(at))
+	p.report(PackScan, 0, size)
+	p.install.Store(false)
+	p.started.Store(time.Now().UnixNano())
+}
+
+func (p *packProgress) report(phase PackPhase, done, total int64) {
+	p.phase.Store(int32(phase))
+	p.done.Store(done)
+	p.total.Store(total)
+}
+
+func (p *packProgress) end() { p.started.Store(0) }
+
+func (p *packProgress) load() PackProgress {
+	t := p.started.Load()
+	if t == 0 {
+		return PackProgress{}
+	}
+	return PackProgress{Running: true, Started: time.Unix(0, t), At: zodb.Tid(p.at.Load()),
+		Phase: PackPhase(p.phase.Load()), Done: p.done.Load(), Total: p.total.Load(), Install: p.install.Load()}
 }
 
 // Stats returns fs's figures (see Stats).
 func (fs *FileStorage) Stats() Stats {
-	st := Stats{Objects: fs.Len(), Size: fs.End()}
+	s := fs.state.Load()
+	st := Stats{Objects: s.index.Len(), Size: s.end, IndexBytes: s.index.Bytes()}
 	if w := fs.w; w != nil {
+		st.Pack = w.progress.load()
 		st.Writable = true
 		st.LockWait = w.commit.wait.Snapshot()
 		st.LockHold = w.commit.hold.Snapshot()

@@ -68,3 +68,46 @@ func TestStats(t *testing.T) {
 		t.Errorf("read-only: %+v", st)
 	}
 }
+
+// TestStatsPack checks that Stats reports a running online pack's
+// progress, as its Progress hook sees it, and nothing once it ended.
+func TestStatsPack(t *testing.T) {
+	fs := createStorage(t, nil)
+	tids := fillHistory(t, fs, 20)
+	if st := fs.Stats(); st.Pack.Running || st.IndexBytes <= 0 {
+		t.Fatalf("before the pack: %+v, index %d bytes", st.Pack, st.IndexBytes)
+	}
+	// A reader polling Stats meanwhile, as a metrics scrape does (for
+	// -race).
+	stop, polled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(polled)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				fs.Stats()
+			}
+		}
+	}()
+	var seen []PackProgress
+	_, err := fs.PackStats(bg, tids[10], &PackOptions{NoGC: true, Progress: func(phase PackPhase, done, total int64) {
+		p := fs.Stats().Pack
+		if !p.Running || p.Phase != phase || p.Done != done || p.Total != total || p.At != tids[10] || p.Started.IsZero() {
+			t.Errorf("progress %v %d/%d: Stats says %+v", phase, done, total, p)
+		}
+		seen = append(seen, p)
+	}})
+	close(stop)
+	<-polled
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) == 0 {
+		t.Fatal("no progress reported")
+	}
+	if p := fs.Stats().Pack; p != (PackProgress{}) {
+		t.Errorf("after the pack: %+v", p)
+	}
+}

@@ -60,10 +60,11 @@ type writer struct {
 	buf     []byte   // encoding buffer of Vote, reused
 	recent  recordCache
 
-	closing atomic.Bool // Close has begun: votes fail
-	packing atomic.Bool // a Pack is running (onlinepack.go)
-	packOpt Options     // the options it was opened with: PackNoGC, PackDiscardOld, Quota
-	retired *os.File    // the file the last online pack replaced, kept open for readers; guarded by the commit lock
+	closing  atomic.Bool  // Close has begun: votes fail
+	packing  atomic.Bool  // a Pack is running (onlinepack.go)
+	progress packProgress // its progress, for Stats
+	packOpt  Options      // the options it was opened with: PackNoGC, PackDiscardOld, Quota
+	retired  *os.File     // the file the last online pack replaced, kept open for readers; guarded by the commit lock
 
 	oids oidAlloc // NewOids (oidmark.go)
 

@@ -5,6 +5,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/zodbd/zodbd/internal/opstats"
+	"github.com/zodbd/zodbd/zodb"
 )
 
 // Stats is a snapshot of a server's figures, for metrics (cmd/zodbd
@@ -61,7 +62,12 @@ type StorageStats struct {
 	// resolved itself.
 	Conflicts        int64
 	ConflictsByClass map[string]int64
-	Resolved         int64
+	// ConflictsByOid counts the conflicts by object, for the maxOids
+	// objects counted most (an object counted least is forgotten to make
+	// room for a new one, so the counts of the objects that conflict
+	// most are exact unless they started late).
+	ConflictsByOid map[zodb.Oid]int64
+	Resolved       int64
 	// InvalidationQueue is the number of transactions in the queue kept
 	// for getInvalidations.
 	InvalidationQueue int
@@ -129,6 +135,10 @@ func (st *storage) figures() StorageStats {
 	for k, v := range s.byClass {
 		ss.ConflictsByClass[k] = v
 	}
+	ss.ConflictsByOid = make(map[zodb.Oid]int64, len(s.byOid))
+	for k, v := range s.byOid {
+		ss.ConflictsByOid[k] = v
+	}
 	ss.InvalidationQueue = st.invq.len()
 	st.mu.Unlock()
 	return ss
@@ -195,6 +205,30 @@ func (s *storageStats) countClass(class string) {
 		class = "other"
 	}
 	s.byClass[class]++
+}
+
+// maxOids bounds the objects a storage counts conflicts by.
+const maxOids = 256
+
+// countOid counts a conflict on oid. When maxOids objects are counted
+// already, one of those counted least is forgotten first (an O(maxOids)
+// search: conflicts are rare, and a vote that has one is slow anyway).
+// Called with st.mu held.
+func (s *storageStats) countOid(oid zodb.Oid) {
+	if s.byOid == nil {
+		s.byOid = make(map[zodb.Oid]int64)
+	}
+	if _, ok := s.byOid[oid]; !ok && len(s.byOid) >= maxOids {
+		var least zodb.Oid
+		n := int64(-1)
+		for o, c := range s.byOid {
+			if n < 0 || c < n || c == n && o < least {
+				least, n = o, c
+			}
+		}
+		delete(s.byOid, least)
+	}
+	s.byOid[oid]++
 }
 
 // conflictClass returns "module.name", the class of the object whose

@@ -45,8 +45,10 @@ type storageStats struct {
 	loads, stores              int64 // of connections that closed
 	waiting                    int64
 	lockSince                  int64 // unix nanos when the lock was last taken by a voter, 0 if free
-	// byClass counts conflicts by the class of the object (stats.go).
+	// byClass counts conflicts by the class of the object, byOid by the
+	// object (stats.go).
 	byClass map[string]int64
+	byOid   map[zodb.Oid]int64
 }
 
 func newStorage(s *Server, sc StorageConfig) (*storage, error) {

@@ -491,6 +491,7 @@ func (st *storage) addConflicts(ops []op, ces ...*zodb.ConflictError) {
 	st.stats.conflicts += int64(len(ces))
 	for _, ce := range ces {
 		st.stats.countClass(conflictClass(lastStoreData(ops, ce.Oid)))
+		st.stats.countOid(ce.Oid)
 	}
 	st.mu.Unlock()
 }

@@ -37,6 +37,7 @@ type metricsServer struct {
 
 	mu    sync.Mutex
 	ready func() bool // nil: not ready (storages not open yet)
+	ring  *statusRing // the status page's samples; nil until SetStatus
 }
 
 // startMetricsServer listens on addr (HOST:PORT; port 0 picks one) and
@@ -65,13 +66,14 @@ func startMetricsServer(addr string, logf func(string, ...any)) (*metricsServer,
 		}
 		fmt.Fprintln(w, "ready")
 	})
+	statusHandlers(mux, m.statusRing)
 	m.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := m.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logf("metrics server: %v", err)
 		}
 	}()
-	logf("metrics on http://%s/metrics (probes /live, /ready)", ln.Addr())
+	logf("metrics on http://%s/metrics (probes /live, /ready; status page http://%[1]s/)", ln.Addr())
 	return m, nil
 }
 
@@ -94,14 +96,40 @@ func (m *metricsServer) isReady() bool {
 	return ready != nil && ready()
 }
 
+// SetStatus starts sampling src for the status page (status.go); later
+// calls do nothing.
+func (m *metricsServer) SetStatus(src statusSource) {
+	m.mu.Lock()
+	if m.ring == nil {
+		m.ring = startStatusRing(src)
+	}
+	m.mu.Unlock()
+}
+
+func (m *metricsServer) statusRing() *statusRing {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ring
+}
+
 // Register adds a collector.
 func (m *metricsServer) Register(c prometheus.Collector) error { return m.reg.Register(c) }
 
 // Addr is the address listened on.
 func (m *metricsServer) Addr() net.Addr { return m.ln.Addr() }
 
-// Close stops the listener and the requests in progress.
-func (m *metricsServer) Close() error { return m.srv.Close() }
+// Close stops the listener, the requests in progress and the sampling.
+func (m *metricsServer) Close() error {
+	err := m.srv.Close()
+	m.mu.Lock()
+	ring := m.ring
+	m.ring = nil
+	m.mu.Unlock()
+	if ring != nil {
+		ring.Close()
+	}
+	return err
+}
 
 // Metric descriptions shared by the servers' collectors. Each has the
 // label protocol ("zeo" or "neo") first where it applies.
@@ -141,6 +169,13 @@ var (
 		"Objects in the storage (its index).", []string{"storage"}, nil)
 	descSize = prometheus.NewDesc("zodbd_storage_size_bytes",
 		"Size of the storage's file.", []string{"storage"}, nil)
+	descIndexBytes = prometheus.NewDesc("zodbd_storage_index_bytes",
+		"Memory of a FileStorage's in-memory index (oid to position), estimated from its nodes.", []string{"storage"}, nil)
+	descPackRunning = prometheus.NewDesc("zodbd_pack_running",
+		"1 while an online pack of the FileStorage runs, else 0.", []string{"storage"}, nil)
+	descPackProgress = prometheus.NewDesc("zodbd_pack_progress_ratio",
+		"How far the running pack got in its current phase (0 to 1): scan and copy by bytes of the file, gc by objects; install: waiting for the commit lock, copying what was committed meanwhile, swapping the files. Only while a pack runs.",
+		[]string{"storage", "phase"}, nil)
 	descLockWait = prometheus.NewDesc("zodbd_commit_lock_wait_seconds",
 		"Time each taker of a FileStorage's commit lock waited for it.", []string{"storage"}, nil)
 	descLockHold = prometheus.NewDesc("zodbd_commit_lock_hold_seconds",
@@ -196,8 +231,20 @@ func fs1Metrics(ch chan<- prometheus.Metric, files map[string]*fs1.FileStorage) 
 	sort.Strings(names)
 	for _, name := range names {
 		st := files[name].Stats()
+		ch <- gauge(descIndexBytes, float64(st.IndexBytes), name)
 		if !st.Writable {
 			continue
+		}
+		ch <- gauge(descPackRunning, b2f(st.Pack.Running), name)
+		if p := st.Pack; p.Running {
+			phase, ratio := p.Phase.String(), 0.0
+			if p.Total > 0 {
+				ratio = min(1, float64(p.Done)/float64(p.Total))
+			}
+			if p.Install {
+				phase, ratio = "install", 0
+			}
+			ch <- gauge(descPackProgress, ratio, name, phase)
 		}
 		ch <- duration(descLockWait, &st.LockWait, name)
 		ch <- duration(descLockHold, &st.LockHold, name)
@@ -231,7 +278,8 @@ func (c *zeoCollector) ready() bool {
 func (c *zeoCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descReady, descRequest, descConns, descAccepted, descBytesIn, descBytesOut,
 		descQueued, descLoads, descStores, descCommits, descAborts, descConflicts, descResolved, descInvq,
-		descObjects, descSize, descLockWait, descLockHold, descFsync, descFsyncGroup} {
+		descObjects, descSize, descIndexBytes, descPackRunning, descPackProgress, descLockWait, descLockHold,
+		descFsync, descFsyncGroup} {
 		ch <- d
 	}
 }

@@ -22,7 +22,8 @@ func (c *neoCollector) ready() bool { return c.node.Operational() }
 
 func (c *neoCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descReady, descRequest, descConns, descAccepted, descBytesIn, descBytesOut,
-		descQueued, descObjects, descSize, descLockWait, descLockHold, descFsync, descFsyncGroup} {
+		descQueued, descObjects, descSize, descIndexBytes, descPackRunning, descPackProgress, descLockWait, descLockHold,
+		descFsync, descFsyncGroup} {
 		ch <- d
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log"
@@ -325,6 +326,12 @@ func TestMetricsServe(t *testing.T) {
 	if got := after.value("zodbd_storage_size_bytes", "storage=1"); got < 100 {
 		t.Errorf("size %v", got)
 	}
+	if got := after.value("zodbd_storage_index_bytes", "storage=1"); got <= 0 {
+		t.Errorf("index %v bytes", got)
+	}
+	if m := after.find("zodbd_pack_running", "storage=1"); m == nil || m.Gauge.GetValue() != 0 || after["zodbd_pack_progress_ratio"] != nil {
+		t.Errorf("no pack runs: zodbd_pack_running %v, progress %v", m, after["zodbd_pack_progress_ratio"])
+	}
 	if got := after.value("zodbd_connections", zeo, "label="); got != 2 {
 		t.Errorf("%v connections without a label, want 2", got)
 	}
@@ -440,6 +447,7 @@ func TestMetricsNeo(t *testing.T) {
 	c := &neoCollector{node: n, name: "1.fs", fs: be.FileStorage()}
 	ms.Register(c)
 	ms.SetReady(c.ready)
+	ms.SetStatus(c)
 	addr := ms.Addr().String()
 	if status, _ := get(t, addr, "/ready"); status != 503 {
 		t.Errorf("/ready before the cluster runs: %d, want 503", status)
@@ -481,5 +489,17 @@ func TestMetricsNeo(t *testing.T) {
 		s.value("zodbd_storage_objects", "storage=1.fs") != float64(fs.Len()) || s.value("zodbd_ready") != 1 {
 		t.Errorf("connections %v, sent %v, objects %v, ready %v", s.value("zodbd_connections", "protocol=neo"),
 			s.value("zodbd_sent_bytes_total", "protocol=neo"), s.value("zodbd_storage_objects", "storage=1.fs"), s.value("zodbd_ready"))
+	}
+
+	// The status page's state: the FileStorage behind the node.
+	_, body := get(t, addr, "/status.json")
+	var j statusJSON
+	if err := json.Unmarshal([]byte(body), &j); err != nil || j.State == nil {
+		t.Fatalf("/status.json: %v %.300q", err, body)
+	}
+	last, _ := fs.LastTid(ctx)
+	if st := j.State; st.Protocol != "neo" || !st.Ready || len(st.Storages) != 1 || st.Storages[0].Name != "1.fs" ||
+		st.Storages[0].Objects != fs.Len() || st.Storages[0].LastTid != last.String() {
+		t.Errorf("state %+v, want the last tid %s", st, last)
 	}
 }

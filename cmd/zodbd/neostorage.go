@@ -53,7 +53,7 @@ func runNeoStorage(args []string) int {
 	fl.IntVar(&gomaxprocs, "gomaxprocs", 0, "set GOMAXPROCS (0: Go's default)")
 	fl.StringVar(&cpus, "cpus", "", "pin the process to these CPUs (e.g. 0-7,16-23)")
 	fl.StringVar(&debugAddr, "debug-addr", "", "serve Go's profiler (net/http/pprof) at http://`HOST:PORT`/debug/pprof/ (keep it private)")
-	fl.StringVar(&httpAddr, "http-addr", "", "serve metrics (Prometheus) at http://`HOST:PORT`/metrics and the probes /live and /ready")
+	fl.StringVar(&httpAddr, "http-addr", "", "serve metrics (Prometheus) at http://`HOST:PORT`/metrics, the probes /live and /ready and a live status page at /")
 	var busyPoll busyPollFlag
 	fl.Var(&busyPoll, "busy-poll", busyPollUsage)
 	var noChecksum bool
@@ -177,6 +177,7 @@ func runNeoStorage(args []string) int {
 		}
 		metrics.Register(c)
 		metrics.SetReady(c.ready)
+		metrics.SetStatus(c)
 	}
 	log.Printf("zodbd neo-storage: serving %s on %s for cluster %q", arg, n.Addr(), clusterName)
 	if busyPoll.spin > 0 {

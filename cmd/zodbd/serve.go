@@ -116,7 +116,7 @@ func runServe(args []string) int {
 	fl.IntVar(&gomaxprocs, "gomaxprocs", 0, "set GOMAXPROCS (0: Go's default, the number of usable CPUs)")
 	fl.StringVar(&cpus, "cpus", "", "pin the process to these CPUs (e.g. 0-7,16-23)")
 	fl.StringVar(&debugAddr, "debug-addr", "", "serve Go's profiler (net/http/pprof) at http://`HOST:PORT`/debug/pprof/ (keep it private)")
-	fl.StringVar(&httpAddr, "http-addr", "", "serve metrics (Prometheus) at http://`HOST:PORT`/metrics and the probes /live and /ready; also http-addr in <zeo>")
+	fl.StringVar(&httpAddr, "http-addr", "", "serve metrics (Prometheus) at http://`HOST:PORT`/metrics, the probes /live and /ready and a live status page at /; also http-addr in <zeo>")
 	var busyPoll busyPollFlag
 	fl.Var(&busyPoll, "busy-poll", busyPollUsage)
 	if status, ok := parseFlags(fl, args); !ok {
@@ -363,6 +363,7 @@ func runServe(args []string) int {
 	if metrics != nil {
 		collector.setServer(srv, fsByName)
 		metrics.SetReady(collector.ready)
+		metrics.SetStatus(collector)
 	}
 	for {
 		select {
