@@ -117,24 +117,9 @@ func (p *peer) dispatchRepl(id uint32, code uint16, args []byte) error {
 		return badInput("bad arguments: %v", err)
 	}
 
-	// The cell, as of now.
 	check := code == proto.CodeAskCheckTIDRange || code == proto.CodeAskCheckSerialRange
-	pt := n.pt.Load()
-	var state proto.CellState
-	held := false
-	if int(r.partition) < pt.np() {
-		for _, c := range pt.rows[r.partition] {
-			if c.NID == n.NID() {
-				state, held = c.State, true
-			}
-		}
-	}
-	switch {
-	case check && (!held || state == proto.OutOfDate):
-		p.w.Write(appendError(nil, id, proto.CheckingError, fmt.Sprintf("partition %d not readable", r.partition)))
-		return nil
-	case !check && (!held || !state.Readable()):
-		p.w.Write(appendError(nil, id, proto.ReplicationError, fmt.Sprintf("partition %d not readable", r.partition)))
+	if b := n.cellRefusal(r, check); b != nil {
+		p.w.Write(b)
 		return nil
 	}
 	if (code == proto.CodeAskFetchObjects || code == proto.CodeAskCheckSerialRange) && n.tm.isLockedUpTo(r.max) {
@@ -161,9 +146,38 @@ func (p *peer) dispatchRepl(id uint32, code uint16, args []byte) error {
 				p.w.Write(appendError(nil, id, proto.NotReady, fmt.Sprintf("a transaction up to %s stays locked", r.max)))
 				return
 			}
+			// The cell may have changed meanwhile (NEO/py handles a
+			// delayed request anew).
+			if b := n.cellRefusal(r, check); b != nil {
+				p.w.Write(b)
+				return
+			}
 		}
-		p.serveRepl(src, uint32(pt.np()), r)
+		p.serveRepl(src, uint32(n.pt.Load().np()), r)
 	}()
+	return nil
+}
+
+// cellRefusal returns the Error that answers r when this node's cell of
+// its partition does not allow it now (a check needs a cell not
+// OUT_OF_DATE, a fetch a readable one), nil when it does.
+func (n *Node) cellRefusal(r *replRequest, check bool) []byte {
+	pt := n.pt.Load()
+	var state proto.CellState
+	held := false
+	if int(r.partition) < pt.np() {
+		for _, c := range pt.rows[r.partition] {
+			if c.NID == n.NID() {
+				state, held = c.State, true
+			}
+		}
+	}
+	switch {
+	case check && (!held || state == proto.OutOfDate):
+		return appendError(nil, r.id, proto.CheckingError, fmt.Sprintf("partition %d not readable", r.partition))
+	case !check && (!held || !state.Readable()):
+		return appendError(nil, r.id, proto.ReplicationError, fmt.Sprintf("partition %d not readable", r.partition))
+	}
 	return nil
 }
 
@@ -290,7 +304,7 @@ func (s *replStream) fetchTransactions(ctx context.Context, src ReplicationSourc
 			continue
 		}
 		t, err := src.ReplicationTransaction(ctx, tid)
-		if errors.Is(err, ErrTidNotFound) {
+		if errors.Is(err, ErrTidNotFound) || errors.Is(err, ErrNonReadableCell) {
 			return s.dropped(fmt.Sprintf("partition %d dropped", r.partition))
 		}
 		if err != nil {
@@ -414,7 +428,7 @@ func (s *replStream) fetchObjects(ctx context.Context, src ReplicationSource, np
 			continue
 		}
 		err := src.ReplicationObject(ctx, rec.Oid, rec.Serial, o)
-		if _, noObj := errors.AsType[*zodb.NoObjectError](err); noObj || errors.Is(err, ErrOidNotFound) {
+		if _, noObj := errors.AsType[*zodb.NoObjectError](err); noObj || errors.Is(err, ErrOidNotFound) || errors.Is(err, ErrNonReadableCell) {
 			return s.dropped(fmt.Sprintf("partition %d dropped or truncated", r.partition))
 		}
 		if err != nil {
