@@ -17,17 +17,19 @@ KINDS = ('neopy', 'zodbd-fs', 'zodbd-sqlite')
 
 
 class Cluster:
-    """NEO/py's master (-p 1 -r 0, autostart with one storage), an optional
+    """NEO/py's master (-p PARTITIONS, default 1, -r 0, autostart with one storage), an optional
     admin, and one storage node of the given kind on a database in
     workdir (created empty unless it exists). start() returns once the
     storage's port is open; clients wait for the cluster to run."""
 
-    def __init__(self, kind, workdir, src, python, zodbd=None, name='test', admin=False, zodbd_args=()):
+    def __init__(self, kind, workdir, src, python, zodbd=None, name='test', admin=False, zodbd_args=(),
+                 partitions=1):
         if kind not in KINDS:
             raise ValueError('unknown storage kind %r' % kind)
         self.kind, self.dir, self.src, self.python = kind, workdir, src, python
         self.zodbd, self.name, self.want_admin = zodbd, name, admin
         self.zodbd_args = list(zodbd_args)
+        self.partitions = partitions
         self.env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [src] + [p for p in [os.environ.get('PYTHONPATH')] if p]))
         self.master = '127.0.0.1:%d' % free_port()
@@ -52,7 +54,7 @@ class Cluster:
 
     def start(self):
         self.mproc = self._spawn('master', self._neo('neomaster') + [
-            '-c', self.name, '-b', self.master, '-m', self.master, '-p', '1', '-r', '0', '-A', '1'])
+            '-c', self.name, '-b', self.master, '-m', self.master, '-p', str(self.partitions), '-r', '0', '-A', '1'])
         self._wait(self.master, self.mproc, 'master')
         self.start_storage()
         if self.want_admin:

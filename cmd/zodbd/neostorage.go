@@ -32,8 +32,9 @@ func runNeoStorage(args []string) int {
 		fmt.Fprintf(os.Stderr, "usage: zodbd neo-storage --cluster NAME --masters HOST:PORT[,...] [--bind ADDR] [--ca CA --cert CERT --key KEY] [--gomaxprocs N] [--cpus LIST] [--debug-addr ADDR] [--http-addr ADDR] [--read-write] BACKEND\n\n"+
 			"Joins the NEO cluster NAME as a storage node and serves NEO clients, read-only\n"+
 			"unless --read-write is given (then NEO clients commit through it).\n"+
-			"BACKEND is a FileStorage file (the cluster must have 1 partition and no replica:\n"+
-			"neomaster -p 1 -r 0) or sqlite:PATH, the SQLite database of a NEO/py storage node.\n"+
+			"BACKEND is a FileStorage file (the cluster must have 1 partition: neomaster -p 1;\n"+
+			"other storage nodes may replicate from it) or sqlite:PATH, the SQLite database of\n"+
+			"a NEO/py storage node.\n"+
 			"See docs/neo.md.\n\n")
 		fl.PrintDefaults()
 	}

@@ -19,9 +19,9 @@ import (
 // see fs1writer.go).
 //
 // Layout: a FileStorage is one partition. The cluster must therefore have
-// exactly one partition and no replica (neomaster -p 1 -r 0), and this node
-// holds its only cell, UP_TO_DATE; the node refuses any other partition
-// table. The database knows nothing of NEO: no cluster name, node id nor
+// exactly one partition (neomaster -p 1), and this node holds a cell of it,
+// UP_TO_DATE, which other storage nodes may replicate (fs1replsource.go);
+// the node refuses a partition table of another size. The database knows nothing of NEO: no cluster name, node id nor
 // partition table is stored, so the node identifies itself without a node
 // id and the master creates a new partition table (neoctl start, or
 // --autostart) each time it starts with this node.

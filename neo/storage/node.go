@@ -8,9 +8,10 @@
 // accepts CLIENT and STORAGE identifications on its listening address
 // (checked against the master's node notifications, §6.4) and serves
 // reads: AskObject, AskTIDs, AskTIDsFrom, AskTransactionInformation,
-// AskObjectHistory, AskFinalTID, Ping, CloseClient. Writes (stores, votes,
-// the master's lock orders), undo, replication and checks are refused with
-// an Error (READ_ONLY_ACCESS or BACKEND_NOT_IMPLEMENTED).
+// AskObjectHistory, AskFinalTID, Ping, CloseClient, and, to other storage
+// nodes, replication and replica checks (replserve.go). Writes (stores,
+// votes, the master's lock orders) and undo are refused with an Error
+// (READ_ONLY_ACCESS) unless the backend is a Writer.
 //
 // Concurrency: each connection has a reader goroutine that decodes
 // requests and hands each to its own goroutine (bounded per connection), so
@@ -829,9 +830,6 @@ func (n *Node) setPT(ctx context.Context, pt *ptState, cells []Cell, reset bool)
 				pt.rlist = append(pt.rlist, uint32(p))
 			}
 		}
-	}
-	if pt.nr > 0 && n.be.NumPartitions() == 1 {
-		n.log.Printf("neo storage: warning: %d replicas asked; this node cannot feed another storage", pt.nr)
 	}
 	n.pt.Store(pt)
 	return nil

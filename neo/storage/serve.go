@@ -292,8 +292,7 @@ func (p *peer) dispatch(id uint32, code uint16, args []byte) error {
 	case proto.CodeAskFetchTransactions, proto.CodeAskFetchObjects,
 		proto.CodeAskCheckTIDRange, proto.CodeAskCheckSerialRange:
 		n.reqPool.Put(req)
-		p.w.Write(appendError(nil, id, proto.BackendNotImplemented, proto.CodeName(code)+" is not implemented by this node"))
-		return nil
+		return p.dispatchRepl(id, code, args) // replserve.go
 	default:
 		n.reqPool.Put(req)
 		if code&proto.AnswerBit != 0 {

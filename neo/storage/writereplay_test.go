@@ -34,7 +34,8 @@ type capturedConn struct {
 
 func loadCaptured(t *testing.T, run, name string) *capturedConn {
 	t.Helper()
-	dir := filepath.Join(neoTestdata, "decoded", run[:2])
+	dir, _, _ := strings.Cut(run, "-") // p1-write: decoded/p1; repl: decoded/repl
+	dir = filepath.Join(neoTestdata, "decoded", dir)
 	base := filepath.Join(dir, run+"-"+name)
 	js, err := os.ReadFile(base + ".json")
 	if err != nil {
@@ -142,6 +143,13 @@ func TestReplayWrite(t *testing.T) {
 }
 
 func replayWriteRun(t *testing.T, run string, names []string, be storage.Backend) {
+	replayRunUntil(t, run, names, be, 0)
+}
+
+// replayRunUntil is replayWriteRun of the packets captured up to time
+// until (0: all of them, then the node must stop as the master tells it);
+// with a cutoff the node is left running (the test's end stops it).
+func replayRunUntil(t *testing.T, run string, names []string, be storage.Backend, until float64) {
 	conns := make([]*capturedConn, len(names))
 	for i, name := range names {
 		conns[i] = loadCaptured(t, run, name)
@@ -171,6 +179,9 @@ func replayWriteRun(t *testing.T, run string, names []string, be storage.Backend
 	links := make([]*replayLink, len(conns))
 	pingID := uint32(1 << 30)
 	for _, s := range steps {
+		if until != 0 && s.t > until {
+			break
+		}
 		cc, rp := conns[s.c], conns[s.c].Packets[s.i]
 		master := s.c == 0
 		if links[s.c] == nil {
@@ -234,6 +245,9 @@ func replayWriteRun(t *testing.T, run string, names []string, be storage.Backend
 		if rl != nil && len(rl.pending) > 0 {
 			t.Errorf("%s: %d packets from the node not in the capture, first %s", names[i], len(rl.pending), proto.CodeName(rl.pending[0].Code))
 		}
+	}
+	if until != 0 {
+		return
 	}
 	select {
 	case err := <-done:
