@@ -22,8 +22,11 @@ import (
 // pause of 100 µs between Vote and Finish (rtt: a network client's round
 // trip, during which the commit lock is held, as in ZEO; the committer
 // yields the processor until it has passed). It reports
-// commits/s, the p50 and p99 latency of a commit (Begin to Finish
-// returned) and the fsyncs per commit.
+// commits/s, the p50, p99 and mean latency of a commit (Begin to Finish
+// returned), the fsyncs per commit, the mean duration of one fsync and
+// the mean latency in fsyncs (mean/fsync: with many committers,
+// commits/s is about committers / mean latency, and a commit waits for
+// the fsyncs of its data and of its status byte in a row).
 //
 //	go test -run '^$' -bench BenchmarkCommit -benchtime 3s ./fs1
 //
@@ -50,6 +53,17 @@ func benchCommit(b *testing.B, committers int, noGroup, single bool, pause time.
 	left.Store(int64(b.N))
 	lat := make([][]time.Duration, committers)
 	var wg sync.WaitGroup
+	// The duration of each fdatasync of the commit path, for the latency
+	// of a commit in fdatasyncs (mean-µs / fsync-µs).
+	var syncNs, syncN atomic.Int64
+	realSync := fs.w.sync
+	fs.w.sync = func() error {
+		t := time.Now()
+		err := realSync()
+		syncNs.Add(int64(time.Since(t)))
+		syncN.Add(1)
+		return err
+	}
 	b.ResetTimer()
 	start := time.Now()
 	for c := 0; c < committers; c++ {
@@ -116,4 +130,15 @@ func benchCommit(b *testing.B, committers int, noGroup, single bool, pause time.
 	b.ReportMetric(pct(0.50), "p50-µs")
 	b.ReportMetric(pct(0.99), "p99-µs")
 	b.ReportMetric(float64(fs.w.nsync.Load())/float64(len(all)), "fsyncs/commit")
+	var sum time.Duration
+	for _, d := range all {
+		sum += d
+	}
+	mean := float64(sum.Nanoseconds()) / float64(len(all)) / 1e3
+	b.ReportMetric(mean, "mean-µs")
+	if n := syncN.Load(); n > 0 {
+		fsync := float64(syncNs.Load()) / float64(n) / 1e3
+		b.ReportMetric(fsync, "fsync-µs")
+		b.ReportMetric(mean/fsync, "mean/fsync")
+	}
 }
