@@ -1,0 +1,192 @@
+"""Live test of NEO replication INTO a zodbd node (opt-in like
+tests/test_neo_interop.py: NEOPY_SRC and NEOPY_PYTHON, see docs/neo.md).
+
+A NEO/py cluster (master -p 2 -r 1, admin) with one NEO/py storage (S1)
+holding data; a zodbd node (SQLite backend) is started, `neoctl add` +
+`neoctl tweak` give it both partitions OUT_OF_DATE: it replicates them
+from S1 and the master makes them UP_TO_DATE; `neoctl check` runs; then
+S1 is SIGKILLed and NEO/py's client reads every transaction record and
+every object through the zodbd node alone: identical to what it read with
+S1. The second test does the same while a NEO/py client keeps committing
+during the replication (those transactions reach the zodbd node through
+the commit path)."""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from zeoserver import free_port, wait_listening  # noqa: E402
+
+SRC = os.environ.get('NEOPY_SRC')
+PY = os.environ.get('NEOPY_PYTHON')
+pytestmark = pytest.mark.skipif(not (SRC and PY), reason='NEOPY_SRC and NEOPY_PYTHON not set (opt-in)')
+NAME = 'repl'
+
+
+class Cluster:
+    def __init__(self, d, zodbd):
+        self.d, self.zodbd = d, zodbd
+        self.env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, HERE]))
+        self.master = '127.0.0.1:%d' % free_port()
+        self.admin = '127.0.0.1:%d' % free_port()
+        self.procs = {}
+
+    def spawn(self, name, cmd, addr):
+        log = open(os.path.join(self.d, name + '.log'), 'ab')
+        p = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=self.d)
+        self.procs[name] = p
+        host, port = addr.rsplit(':', 1)
+        wait_listening((host, int(port)), p, os.path.join(self.d, name + '.log'))
+        return p
+
+    def neo(self, script):
+        return [PY, '-c', 'import neo.scripts.%s as m; m.main()' % script]
+
+    def start(self):
+        self.spawn('master', self.neo('neomaster') + ['-c', NAME, '-b', self.master, '-m', self.master,
+                                                       '-p', '2', '-r', '1', '-A', '1'], self.master)
+        s1 = '127.0.0.1:%d' % free_port()
+        self.spawn('s1', self.neo('neostorage') + ['-c', NAME, '-b', s1, '-m', self.master, '-a', 'SQLite',
+                                                   '-d', os.path.join(self.d, 's1.sqlite')], s1)
+        self.spawn('admin', self.neo('neoadmin') + ['-c', NAME, '-b', self.admin, '-m', self.master], self.admin)
+        self.wait(lambda: 'RUNNING' in self.ctl('print', 'cluster'), 'cluster running')
+
+    def start_zodbd(self):
+        s2 = '127.0.0.1:%d' % free_port()
+        self.s2 = s2
+        self.spawn('s2', [self.zodbd, 'neo-storage', '--cluster', NAME, '--masters', self.master, '--bind', s2,
+                          '--read-write', 'sqlite:' + os.path.join(self.d, 's2.sqlite')], s2)
+
+    def ctl(self, *args):
+        p = subprocess.run(self.neo('neoctl') + ['-a', self.admin] + list(args), env=self.env,
+                           capture_output=True, text=True, timeout=60)
+        if p.returncode != 0:
+            raise RuntimeError('neoctl %s: %s' % (' '.join(args), p.stdout + p.stderr))
+        return p.stdout
+
+    def client(self, *args, **kw):
+        return subprocess.run([PY, os.path.join(HERE, 'neo_repl_client.py')] + list(args[:1]) +
+                              [self.master, NAME] + list(args[1:]), env=self.env, capture_output=True,
+                              text=True, timeout=kw.get('timeout', 300))
+
+    def wait(self, cond, what, timeout=60):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                if cond():
+                    return
+            except RuntimeError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError('timeout waiting for %s\n%s' % (what, self.logs()))
+
+    def s2_nid(self):
+        for line in self.ctl('print', 'node').splitlines():
+            if self.s2 in line:
+                return line.split('|')[0].strip()
+        return None
+
+    def stop(self):
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs.values():
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def logs(self, tail=4000):
+        out = []
+        for name in self.procs:
+            with open(os.path.join(self.d, name + '.log'), errors='replace') as f:
+                out.append('--- %s.log\n%s' % (name, f.read()[-tail:]))
+        return '\n'.join(out)
+
+
+def dump(c, path):
+    p = c.client('dump', path)
+    assert p.returncode == 0, p.stderr[-3000:] + c.logs()
+    return json.load(open(path))
+
+
+def replicate_and_check(c, tmp_path, during=None):
+    c.start_zodbd()
+    c.wait(lambda: c.s2_nid() is not None, 'zodbd node known to the master')
+    nid = c.s2_nid()
+    c.ctl('add', nid)
+    if during:
+        during()
+    c.ctl('tweak')
+
+    def up_to_date():
+        pt = c.ctl('print', 'pt')
+        row = [l for l in pt.splitlines() if l.startswith(nid + ' ')]
+        return row and re.search(r' UU$', row[0]) is not None
+    c.wait(up_to_date, 'the zodbd node up to date', timeout=120)
+    return nid
+
+
+def check_and_kill(c, tmp_path, before):
+    c.ctl('check', '0:', '1:')
+    time.sleep(2)
+    pt = c.ctl('print', 'pt')
+    assert 'C' not in ''.join(l.split(' ', 2)[-1] for l in pt.splitlines() if not l.startswith('#')), pt
+    c.procs['s1'].send_signal(signal.SIGKILL)
+    c.procs['s1'].wait(20)
+    after = dump(c, str(tmp_path / 'after.json'))
+    assert after['records'] == before['records'], c.logs()
+    assert after['current'] == before['current'], c.logs()
+    assert c.procs['s2'].poll() is None, c.logs()
+
+
+def test_zodbd_replicates_from_neopy(tmp_path, zodbd_bin):
+    c = Cluster(str(tmp_path), zodbd_bin)
+    try:
+        c.start()
+        p = c.client('commit', '40', 'a')
+        assert p.returncode == 0, p.stderr[-3000:] + c.logs()
+        replicate_and_check(c, tmp_path)
+        p = c.client('commit', '5', 'b')  # committed to both nodes
+        assert p.returncode == 0, p.stderr[-3000:] + c.logs()
+        before = dump(c, str(tmp_path / 'before.json'))
+        assert len(before['records']) > 40
+        check_and_kill(c, tmp_path, before)
+    finally:
+        c.stop()
+
+
+def test_zodbd_replicates_while_committing(tmp_path, zodbd_bin):
+    c = Cluster(str(tmp_path), zodbd_bin)
+    stop = str(tmp_path / 'stop')
+    loop = []
+    try:
+        c.start()
+        p = c.client('commit', '60', 'a')
+        assert p.returncode == 0, p.stderr[-3000:] + c.logs()
+
+        def start_loop():
+            loop.append(subprocess.Popen([PY, os.path.join(HERE, 'neo_repl_client.py'), 'loop', c.master, NAME,
+                                          stop], env=c.env, stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT, text=True))
+            time.sleep(1)
+        replicate_and_check(c, tmp_path, during=start_loop)
+        time.sleep(1)  # commits go on with both nodes up to date
+        open(stop, 'w').close()
+        out, _ = loop[0].communicate(timeout=60)
+        assert loop[0].returncode == 0, out[-3000:]
+        assert int(out.split()[-1]) > 0, out
+        before = dump(c, str(tmp_path / 'before.json'))
+        check_and_kill(c, tmp_path, before)
+    finally:
+        if loop and loop[0].poll() is None:
+            loop[0].kill()
+        c.stop()
