@@ -74,15 +74,15 @@ type replicator struct {
 	sink ReplicationSink // nil: the backend cannot receive replicated data
 
 	mu      sync.Mutex
-	parts   map[uint32]*replPart    // this node's OUT_OF_DATE cells
-	ttids   map[zodb.Tid]struct{}   // transactions in progress waited for (step 4)
-	asking  bool                    // AskUnfinishedTransactions in flight
-	early   map[zodb.Tid]zodb.Tid   // NotifyTransactionFinished seen while asking: ttid -> max tid
+	parts   map[uint32]*replPart     // this node's OUT_OF_DATE cells
+	ttids   map[zodb.Tid]struct{}    // transactions in progress waited for (step 4)
+	asking  bool                     // AskUnfinishedTransactions in flight
+	early   map[zodb.Tid]zodb.Tid    // NotifyTransactionFinished seen while asking: ttid -> max tid
 	sources map[uint32]proto.Address // sources named by Replicate
-	drops   map[uint32]struct{}     // discarded partitions whose data is to delete
-	wake    chan struct{}           // capacity 1
-	cancel  context.CancelFunc      // the loop's, nil when it does not run
-	done    chan struct{}           // closed when the loop returned
+	drops   map[uint32]struct{}      // discarded partitions whose data is to delete
+	wake    chan struct{}            // capacity 1
+	cancel  context.CancelFunc       // the loop's, nil when it does not run
+	done    chan struct{}            // closed when the loop returned
 
 	// The loop's own (one goroutine).
 	src     *link.Conn

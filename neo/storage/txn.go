@@ -81,9 +81,9 @@ type txn struct {
 	// lockless: oids stored or checked without a write lock because
 	// their partition is being replicated here (replicator.go).
 	lockless map[zodb.Oid]struct{}
-	bytes    int                       // data held, counted in its owner's held
-	pack     *proto.PackRequest        // a pack order carried by the transaction
-	wmu      sync.Mutex                // serializes the Writer calls for this ttid
+	bytes    int                // data held, counted in its owner's held
+	pack     *proto.PackRequest // a pack order carried by the transaction
+	wmu      sync.Mutex         // serializes the Writer calls for this ttid
 }
 
 // event is a delayed client request of the write path.
