@@ -18,8 +18,8 @@ import (
 // partition is not readable on this node until the master says so, so no
 // reader sees a partial state.
 //
-// The queries that list what this node already has (ReplicationTIDs,
-// ReplicationObjects) are NEO/py's getReplicationTIDList and
+// The queries that list what this node already has (KnownTIDs,
+// KnownRecords) are NEO/py's getReplicationTIDList and
 // getReplicationObjectList; a source node answering AskFetch* runs the
 // same ones.
 
@@ -72,10 +72,10 @@ type ReplBatch struct {
 	DeleteObjs []SerialOid
 }
 
-// ReplicationTIDs returns the tids of partition p's committed
+// KnownTIDs returns the tids of partition p's committed
 // transactions with min <= tid <= max, ascending, at most n (NEO/py's
 // getReplicationTIDList). The partition need not be readable.
-func (db *DB) ReplicationTIDs(ctx context.Context, p uint32, min, max zodb.Tid, n int) ([]zodb.Tid, error) {
+func (db *DB) KnownTIDs(ctx context.Context, p uint32, min, max zodb.Tid, n int) ([]zodb.Tid, error) {
 	w, err := db.writer()
 	if err != nil {
 		return nil, err
@@ -106,11 +106,11 @@ func (db *DB) ReplicationTIDs(ctx context.Context, p uint32, min, max zodb.Tid, 
 	return tids, nil
 }
 
-// ReplicationObjects returns partition p's object records in (serial, oid)
+// KnownRecords returns partition p's object records in (serial, oid)
 // order from (minTid, minOid) on — serial == minTid with oid >= minOid,
 // then minTid < serial <= maxTid — at most n (NEO/py's
 // getReplicationObjectList). The partition need not be readable.
-func (db *DB) ReplicationObjects(ctx context.Context, p uint32, minTid, maxTid zodb.Tid, minOid zodb.Oid, n int) ([]SerialOid, error) {
+func (db *DB) KnownRecords(ctx context.Context, p uint32, minTid, maxTid zodb.Tid, minOid zodb.Oid, n int) ([]SerialOid, error) {
 	if maxTid < minTid || n <= 0 {
 		return nil, nil
 	}

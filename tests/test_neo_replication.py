@@ -137,7 +137,12 @@ def replicate_and_check(c, tmp_path, during=None):
 
 def check_and_kill(c, tmp_path, before):
     c.ctl('check', '0:', '1:')
-    time.sleep(2)
+
+    def checked():
+        # the master asks the node of each partition's last cell: ours
+        log = open(os.path.join(c.d, 's2.log'), errors='replace').read()
+        return all('partition %d checked' % p in log for p in (0, 1))
+    c.wait(checked, 'the zodbd node checks both partitions')
     pt = c.ctl('print', 'pt')
     assert 'C' not in ''.join(l.split(' ', 2)[-1] for l in pt.splitlines() if not l.startswith('#')), pt
     c.procs['s1'].send_signal(signal.SIGKILL)

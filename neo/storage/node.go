@@ -803,6 +803,17 @@ func (n *Node) handleMaster(ctx context.Context, m *link.Conn, id uint32, code u
 		n.repl.transactionFinished(msg.TTid, msg.MaxTid) // replication hook
 		return next, nil
 
+	case proto.CodeCheckPartition:
+		if n.repl == nil {
+			break
+		}
+		var msg proto.CheckPartition
+		if err := decode(&msg); err != nil {
+			return next, err
+		}
+		n.repl.check(&msg) // replication hook: a replica check (checker.go)
+		return next, nil
+
 	case proto.CodeReplicate:
 		if n.repl == nil {
 			break

@@ -80,6 +80,7 @@ type replicator struct {
 	early   map[zodb.Tid]zodb.Tid    // NotifyTransactionFinished seen while asking: ttid -> max tid
 	sources map[uint32]proto.Address // sources named by Replicate
 	drops   map[uint32]struct{}      // discarded partitions whose data is to delete
+	checks  []checkOrder             // CheckPartition orders (checker.go)
 	wake    chan struct{}            // capacity 1
 	cancel  context.CancelFunc       // the loop's, nil when it does not run
 	done    chan struct{}            // closed when the loop returned
@@ -113,6 +114,7 @@ func (r *replicator) resetLocked() {
 	r.early = map[zodb.Tid]zodb.Tid{}
 	r.sources = map[uint32]proto.Address{}
 	r.drops = map[uint32]struct{}{}
+	r.checks = nil
 }
 
 func (r *replicator) poke() {
@@ -306,7 +308,7 @@ func (r *replicator) loop(ctx context.Context, m *link.Conn) {
 				busy = true
 			}
 		}
-		busy = busy || len(r.drops) > 0
+		busy = busy || len(r.drops) > 0 || len(r.checks) > 0
 		r.mu.Unlock()
 		if busy {
 			// Something to do: a drain (lockless stores) is polled.
@@ -405,6 +407,30 @@ func (r *replicator) step(ctx context.Context, m *link.Conn) error {
 		}
 		r.mu.Unlock()
 		return nil
+	}
+
+	// A check, when no replication is due (it uses links of its own).
+	r.mu.Lock()
+	var (
+		ck    checkOrder
+		check bool
+	)
+	if len(r.checks) > 0 {
+		due := false
+		for _, x := range r.parts {
+			due = due || x.ask || x.pending
+		}
+		if !due {
+			ck, check = r.checks[0], true
+			r.checks = r.checks[1:]
+		}
+	}
+	r.mu.Unlock()
+	if check {
+		r.closeSource()
+		if err := r.runCheck(ctx, m, ck); err != nil {
+			r.n.log.Printf("neo storage: %v", err)
+		}
 	}
 
 	// Replicated partitions whose lockless stores are gone.
@@ -551,6 +577,18 @@ func (r *replicator) source(ctx context.Context, p uint32) (*link.Conn, error) {
 		}
 	}
 	r.closeSource()
+	c, err := r.dialStorage(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	r.src, r.srcAddr = c, addr
+	return c, nil
+}
+
+// dialStorage connects to the storage node at addr and identifies as
+// this storage node (NEO/py's replicator and checker do the same).
+func (r *replicator) dialStorage(ctx context.Context, addr proto.Address) (*link.Conn, error) {
+	me := r.n.NID()
 	hostport := addr.String()
 	ictx, cancel := context.WithTimeout(ctx, r.n.cfg.IdentifyTimeout)
 	defer cancel()
@@ -580,7 +618,6 @@ func (r *replicator) source(ctx context.Context, p uint32) (*link.Conn, error) {
 		c.Close()
 		return nil, fmt.Errorf("source %s is a %v, not a storage", hostport, acc.NodeType)
 	}
-	r.src, r.srcAddr = c, addr
 	return c, nil
 }
 
@@ -629,7 +666,7 @@ func (r *replicator) exchange(ctx context.Context, src *link.Conn, req, ans prot
 func (r *replicator) fetchTransactions(ctx context.Context, src *link.Conn, p uint32, next, upTo zodb.Tid) error {
 	first := true
 	for {
-		known, err := r.sink.ReplicationTIDs(ctx, p, next, upTo, fetchCount)
+		known, err := r.sink.KnownTIDs(ctx, p, next, upTo, fetchCount)
 		if err != nil {
 			return err
 		}
@@ -690,7 +727,7 @@ func (r *replicator) fetchTransactions(ctx context.Context, src *link.Conn, p ui
 func (r *replicator) fetchObjects(ctx context.Context, src *link.Conn, p uint32, next, upTo zodb.Tid) error {
 	minOid := zodb.Oid(0)
 	for {
-		known, err := r.sink.ReplicationObjects(ctx, p, next, upTo, minOid, fetchCount)
+		known, err := r.sink.KnownRecords(ctx, p, next, upTo, minOid, fetchCount)
 		if err != nil {
 			return err
 		}

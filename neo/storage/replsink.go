@@ -36,15 +36,15 @@ type ReplicationSink interface {
 	// replicated (0: nothing yet).
 	ReplicatedTid(p uint32) zodb.Tid
 
-	// ReplicationTIDs returns the tids of partition p's committed
+	// KnownTIDs returns the tids of partition p's committed
 	// transactions with min <= tid <= max, ascending, at most n
 	// (AskFetchTransactions' known tids).
-	ReplicationTIDs(ctx context.Context, p uint32, min, max zodb.Tid, n int) ([]zodb.Tid, error)
+	KnownTIDs(ctx context.Context, p uint32, min, max zodb.Tid, n int) ([]zodb.Tid, error)
 
-	// ReplicationObjects returns partition p's object records in (serial,
+	// KnownRecords returns partition p's object records in (serial,
 	// oid) order: serial == minTid with oid >= minOid, then minTid <
 	// serial <= maxTid, at most n (AskFetchObjects' known records).
-	ReplicationObjects(ctx context.Context, p uint32, minTid, maxTid zodb.Tid, minOid zodb.Oid, n int) ([]neosqlite.SerialOid, error)
+	KnownRecords(ctx context.Context, p uint32, minTid, maxTid zodb.Tid, minOid zodb.Oid, n int) ([]neosqlite.SerialOid, error)
 
 	// StoreReplicated stores the transactions and object records of b,
 	// then deletes what b names (see the contract).

@@ -22,14 +22,14 @@ func (b *SQLiteBackend) ReplicatedTid(p uint32) zodb.Tid {
 	return 0
 }
 
-// ReplicationTIDs implements ReplicationSink.
-func (b *SQLiteBackend) ReplicationTIDs(ctx context.Context, p uint32, min, max zodb.Tid, n int) ([]zodb.Tid, error) {
-	return b.db.ReplicationTIDs(ctx, p, min, max, n)
+// KnownTIDs implements ReplicationSink.
+func (b *SQLiteBackend) KnownTIDs(ctx context.Context, p uint32, min, max zodb.Tid, n int) ([]zodb.Tid, error) {
+	return b.db.KnownTIDs(ctx, p, min, max, n)
 }
 
-// ReplicationObjects implements ReplicationSink.
-func (b *SQLiteBackend) ReplicationObjects(ctx context.Context, p uint32, minTid, maxTid zodb.Tid, minOid zodb.Oid, n int) ([]neosqlite.SerialOid, error) {
-	return b.db.ReplicationObjects(ctx, p, minTid, maxTid, minOid, n)
+// KnownRecords implements ReplicationSink.
+func (b *SQLiteBackend) KnownRecords(ctx context.Context, p uint32, minTid, maxTid zodb.Tid, minOid zodb.Oid, n int) ([]neosqlite.SerialOid, error) {
+	return b.db.KnownRecords(ctx, p, minTid, maxTid, minOid, n)
 }
 
 // StoreReplicated implements ReplicationSink.
