@@ -385,7 +385,12 @@ func (r *replicator) step(ctx context.Context, m *link.Conn) error {
 		upTo  zodb.Tid
 	)
 	for p, x := range r.parts {
-		if x.pending && (!found || r.sink.ReplicatedTid(p) < r.sink.ReplicatedTid(best)) {
+		if !x.pending {
+			continue
+		}
+		// The furthest behind first, then the lowest (as NEO/py).
+		if !found || r.sink.ReplicatedTid(p) < r.sink.ReplicatedTid(best) ||
+			r.sink.ReplicatedTid(p) == r.sink.ReplicatedTid(best) && p < best {
 			best, found, upTo = p, true, x.upTo
 		}
 	}
@@ -442,6 +447,7 @@ func (r *replicator) step(ctx context.Context, m *link.Conn) error {
 		}
 	}
 	r.mu.Unlock()
+	sort.Slice(ready, func(i, j int) bool { return ready[i] < ready[j] })
 	for _, p := range ready {
 		if r.n.tm.hasLockless(p) {
 			continue
