@@ -348,6 +348,13 @@ func (r *replicator) step(ctx context.Context, m *link.Conn) error {
 		r.asking = true
 		r.mu.Unlock()
 		err := m.Ask(ctx, &proto.AskUnfinishedTransactions{Offsets: ask}, &a)
+		if err == nil && a.MaxTid != proto.InvalidTid {
+			// The answer can overtake the handling of the master's
+			// unlocks sent before it: a transaction up to MaxTid
+			// locked here is made visible first, so that the
+			// replication neither fetches it nor collides with it.
+			r.n.tm.waitUnlockedBefore(a.MaxTid+1, 30*time.Second)
+		}
 		r.mu.Lock()
 		r.asking = false
 		early := r.early
