@@ -2,7 +2,9 @@ package storage_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"crypto/sha1"
 	"database/sql"
 	"encoding/hex"
 	"encoding/json"
@@ -11,6 +13,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,6 +23,7 @@ import (
 	"github.com/zodbd/zodbd/neo/neotest"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/zodb"
 )
 
 // TestReplayReplicationInto plays NEO/py's run "repl" against our node on
@@ -129,6 +134,29 @@ func TestReplayReplicationInto(t *testing.T) {
 	if len(replicated) != 2 {
 		t.Fatalf("%d NotifyReplicationDone, want 2", len(replicated))
 	}
+	maxTid := decodeArgs(t, replicated[0]).(*proto.NotifyReplicationDone).Tid
+	if err := <-s1done; err != nil {
+		t.Fatalf("S1: %v", err)
+	}
+
+	// Replica checks up to the replicated tid, as the master orders them
+	// after `neoctl check`: S1 answers with the checksums of the records
+	// of the capture, right for partition 0, wrong for partition 1; the
+	// node must report partition 1 only, both cells (no source given).
+	checks := make(chan error, 1)
+	go func() { checks <- playChecks(t, sl, sc, maxTid) }()
+	for _, p := range []uint32{0, 1} {
+		if _, err := l.Send(&proto.CheckPartition{Partition: p, MaxTid: maxTid}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	corrupted := decodeArgs(t, m.expectCode(t, proto.CodeNotifyPartitionCorrupted)).(*proto.NotifyPartitionCorrupted)
+	if corrupted.Partition != 1 || !slices.Equal(corrupted.CellList, []proto.NodeID{2, 1}) {
+		t.Errorf("NotifyPartitionCorrupted %+v, want partition 1, nodes [2 1]", corrupted)
+	}
+	if err := <-checks; err != nil {
+		t.Fatalf("S1 (checks): %v", err)
+	}
 	// The master says the node is DOWN: it stops.
 	last := len(mc.Packets) - 1
 	if mc.Packets[last].Name != "NotifyNodeInformation" {
@@ -146,9 +174,6 @@ func TestReplayReplicationInto(t *testing.T) {
 		t.Fatal("node did not stop")
 	}
 	sl.Close()
-	if err := <-s1done; err != nil {
-		t.Fatalf("S1: %v", err)
-	}
 	if len(m.pending) > 0 {
 		t.Errorf("%d packets from the node to the master not in the capture, first %s", len(m.pending), proto.CodeName(m.pending[0].Code))
 	}
@@ -160,7 +185,6 @@ func TestReplayReplicationInto(t *testing.T) {
 	}
 
 	// The rows.
-	maxTid := decodeArgs(t, replicated[0]).(*proto.NotifyReplicationDone).Tid
 	got := sqliteRows(t, path, int64(maxTid))
 	for _, ref := range []struct {
 		file string
@@ -282,6 +306,118 @@ func playSource(ln net.Listener, sc *capturedConn) error {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// playChecks is S1 during the checks of partitions 0 and 1 (one
+// connection each): it answers AskCheckTIDRange and AskCheckSerialRange
+// with the checksums of the transactions and records the capture's
+// AddTransaction and AddObject carry (NEO/py's: sha1 of the comma-joined
+// decimal tids, oids), made wrong for partition 1.
+func playChecks(t *testing.T, ln net.Listener, sc *capturedConn, maxTid zodb.Tid) error {
+	tids := map[uint32][]zodb.Tid{}
+	recs := map[uint32][][2]uint64{}
+	accept := -1
+	for i, rp := range sc.Packets {
+		if rp.Kind == "handshake" {
+			continue
+		}
+		p, err := proto.ParsePacket(sc.raw(i))
+		if err != nil {
+			return err
+		}
+		switch rp.Name {
+		case "AcceptIdentification":
+			accept = i
+		case "AddTransaction":
+			m := decodeArgs(t, p).(*proto.AddTransaction)
+			tids[uint32(m.Tid%2)] = append(tids[uint32(m.Tid%2)], m.Tid)
+		case "AddObject":
+			m := decodeArgs(t, p).(*proto.AddObject)
+			recs[uint32(m.Oid%2)] = append(recs[uint32(m.Oid%2)], [2]uint64{uint64(m.Serial), uint64(m.Oid)})
+		}
+	}
+	for _, r := range recs {
+		slices.SortFunc(r, func(a, b [2]uint64) int {
+			if a[0] != b[0] {
+				return cmp.Compare(a[0], b[0])
+			}
+			return cmp.Compare(a[1], b[1])
+		})
+	}
+	digest := func(xs []uint64) [20]byte {
+		if len(xs) == 0 {
+			return [20]byte{}
+		}
+		s := make([]string, len(xs))
+		for i, x := range xs {
+			s[i] = strconv.FormatUint(x, 10)
+		}
+		return sha1.Sum([]byte(strings.Join(s, ",")))
+	}
+	for range 2 {
+		nc, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		l, err := neotest.NewLink(nc)
+		if err != nil {
+			return err
+		}
+		for {
+			l.Conn().SetReadDeadline(time.Now().Add(10 * time.Second))
+			q, err := l.Recv()
+			if err != nil {
+				break // the node closed the link: its check is over
+			}
+			var a proto.Msg
+			switch q.Code {
+			case proto.CodeRequestIdentification:
+				if err := l.Write(sc.raw(accept)); err != nil {
+					return err
+				}
+				continue
+			case proto.CodeAskCheckTIDRange:
+				m := decodeArgs(t, q).(*proto.AskCheckTIDRange)
+				var xs []uint64
+				for _, tid := range tids[m.Partition] {
+					if m.MinTid <= tid && tid <= m.MaxTid && len(xs) < int(m.Length) {
+						xs = append(xs, uint64(tid))
+					}
+				}
+				ans := &proto.AnswerCheckTIDRange{Count: uint64(len(xs)), Checksum: digest(xs)}
+				if len(xs) > 0 {
+					ans.MaxTid = zodb.Tid(xs[len(xs)-1])
+				}
+				if m.Partition == 1 {
+					ans.Checksum[0] ^= 1
+				}
+				a = ans
+			case proto.CodeAskCheckSerialRange:
+				m := decodeArgs(t, q).(*proto.AskCheckSerialRange)
+				var ts, os []uint64
+				for _, r := range recs[m.Partition] {
+					if r[0] <= uint64(m.MaxTid) && (r[0] > uint64(m.MinTid) || r[0] == uint64(m.MinTid) && r[1] >= uint64(m.MinOid)) && len(ts) < int(m.Length) {
+						ts, os = append(ts, r[0]), append(os, r[1])
+					}
+				}
+				ans := &proto.AnswerCheckSerialRange{Count: uint64(len(ts)), TidChecksum: digest(ts), OidChecksum: digest(os)}
+				if len(ts) > 0 {
+					ans.MaxTid, ans.MaxOid = zodb.Tid(ts[len(ts)-1]), zodb.Oid(os[len(os)-1])
+				}
+				a = ans
+			default:
+				return fmt.Errorf("unexpected %s during a check", proto.CodeName(q.Code))
+			}
+			if err := l.Write(proto.AppendPacket(nil, q.ID, a)); err != nil {
+				return err
+			}
+		}
+		l.Close()
+	}
+	if maxTid == 0 {
+		return fmt.Errorf("no tid")
 	}
 	return nil
 }
