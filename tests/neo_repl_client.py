@@ -1,4 +1,4 @@
-"""NEO/py client helper for tests/test_neo_replication.py (runs with NEO/py's
+"""NEO/py client helper for tests/test_neo_replication_into.py (runs with NEO/py's
 Python): `commit MASTER NAME N TAG` commits N transactions (small objects,
 one of 100 KiB, an undo); `loop MASTER NAME STOPFILE` commits until
 STOPFILE exists and prints how many it committed; `dump MASTER NAME OUT`

@@ -10,10 +10,7 @@
 // reads: AskObject, AskTIDs, AskTIDsFrom, AskTransactionInformation,
 // AskObjectHistory, AskFinalTID, Ping, CloseClient. Writes (stores, votes,
 // the master's lock orders), undo, replication and checks are refused with
-// an Error (READ_ONLY_ACCESS or BACKEND_NOT_IMPLEMENTED) unless the
-// backend is a Writer; with a ReplicationSink the node also catches up on
-// its OUT_OF_DATE cells (replicator.go) and runs replica checks
-// (checker.go).
+// an Error (READ_ONLY_ACCESS or BACKEND_NOT_IMPLEMENTED).
 //
 // Concurrency: each connection has a reader goroutine that decodes
 // requests and hands each to its own goroutine (bounded per connection), so
