@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/zodbd/zodbd/neo/link"
@@ -73,6 +74,10 @@ type replicator struct {
 	n    *Node
 	sink ReplicationSink // nil: the backend cannot receive replicated data
 
+	// modes is what writeMode answers, published (under mu) whenever
+	// parts changes, so that stores read it without taking mu.
+	modes atomic.Pointer[map[uint32]replWriteMode]
+
 	mu      sync.Mutex
 	parts   map[uint32]*replPart     // this node's OUT_OF_DATE cells
 	ttids   map[zodb.Tid]struct{}    // transactions in progress waited for (step 4)
@@ -110,6 +115,7 @@ func newReplicator(n *Node) *replicator {
 
 func (r *replicator) resetLocked() {
 	r.parts = map[uint32]*replPart{}
+	r.publishLocked()
 	r.ttids = map[zodb.Tid]struct{}{}
 	r.early = map[zodb.Tid]zodb.Tid{}
 	r.sources = map[uint32]proto.Address{}
@@ -130,16 +136,22 @@ func (r *replicator) writeMode(p uint32) replWriteMode {
 	if r == nil {
 		return replNone
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	x := r.parts[p]
-	switch {
-	case x == nil:
-		return replNone
-	case x.repl:
-		return replLocked
+	if m := r.modes.Load(); m != nil {
+		return (*m)[p]
 	}
-	return replLockless
+	return replNone
+}
+
+// publishLocked publishes the write modes of parts (mu held).
+func (r *replicator) publishLocked() {
+	m := make(map[uint32]replWriteMode, len(r.parts))
+	for p, x := range r.parts {
+		m[p] = replLockless
+		if x.repl {
+			m[p] = replLocked
+		}
+	}
+	r.modes.Store(&m)
 }
 
 // errNoSink: an OUT_OF_DATE cell for a backend that cannot take it.
@@ -167,6 +179,7 @@ func (r *replicator) start(ctx context.Context, m *link.Conn) error {
 			}
 		}
 	}
+	r.publishLocked()
 	ctx, cancel := context.WithCancel(ctx)
 	r.cancel = cancel
 	done := make(chan struct{})
@@ -225,6 +238,7 @@ func (r *replicator) cellsChanged(changes []proto.CellChange) error {
 			delete(r.sources, c.Offset)
 		}
 	}
+	r.publishLocked()
 	r.poke()
 	return nil
 }
@@ -415,6 +429,7 @@ func (r *replicator) step(ctx context.Context, m *link.Conn) error {
 			}
 			if !x.pending && !x.waiting {
 				x.repl = true
+				r.publishLocked()
 			}
 		}
 		r.mu.Unlock()
