@@ -39,7 +39,9 @@ import (
 // neosqlite/testdata/db/repl-s1.sqlite and repl-s2.sqlite, each keeping
 // one partition after the run; their later packs removed some revisions,
 // so every row they keep up to that tid is compared), and one obj row per
-// AddObject.
+// AddObject. Then replica checks (checker.go) against S1's checksums, one
+// right, one wrong; then replicas=0 as in the capture: the node's cell of
+// partition 0 is DISCARDED and its rows deleted.
 func TestReplayReplicationInto(t *testing.T) {
 	mc := loadReplCaptured(t, "c08-storage-master")
 	sc := loadReplCaptured(t, "c12-storage-storage")
@@ -157,34 +159,7 @@ func TestReplayReplicationInto(t *testing.T) {
 	if err := <-checks; err != nil {
 		t.Fatalf("S1 (checks): %v", err)
 	}
-	// The master says the node is DOWN: it stops.
-	last := len(mc.Packets) - 1
-	if mc.Packets[last].Name != "NotifyNodeInformation" {
-		t.Fatalf("capture: last packet %s", mc.Packets[last].Name)
-	}
-	if err := l.Write(mc.raw(last)); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("node did not stop")
-	}
-	sl.Close()
-	if len(m.pending) > 0 {
-		t.Errorf("%d packets from the node to the master not in the capture, first %s", len(m.pending), proto.CodeName(m.pending[0].Code))
-	}
-	if n.Operational() {
-		t.Error("node still operational")
-	}
-	if err := be.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	// The rows.
+	// The rows, while the node runs.
 	got := sqliteRows(t, path, int64(maxTid))
 	for _, ref := range []struct {
 		file string
@@ -225,13 +200,65 @@ func TestReplayReplicationInto(t *testing.T) {
 	if len(got["obj"]) != nAdds {
 		t.Errorf("%d obj rows, want one per AddObject (%d)", len(got["obj"]), nAdds)
 	}
+	// replicas=0 (capture: NotifyPartitionChanges 5 and 6): the node's cell
+	// of partition 0 is DISCARDED, and its rows are deleted.
+	for i, rp := range mc.Packets {
+		if rp.Dir == "s2c" && rp.Name == "NotifyPartitionChanges" && (rp.MsgID == 13 || rp.MsgID == 14) {
+			if err := l.Write(mc.raw(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for i := 0; ; i++ {
+		left := sqliteRows(t, path, int64(proto.MaxTid))
+		n0 := 0
+		for _, kind := range []string{"trans", "obj"} {
+			for _, r := range left[kind] {
+				if r.p == 0 {
+					n0++
+				}
+			}
+		}
+		if n0 == 0 {
+			break
+		}
+		if i == 100 {
+			t.Fatalf("%d rows of the discarded partition 0 left", n0)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// The master says the node is DOWN: it stops.
+	last := len(mc.Packets) - 1
+	if mc.Packets[last].Name != "NotifyNodeInformation" {
+		t.Fatalf("capture: last packet %s", mc.Packets[last].Name)
+	}
+	if err := l.Write(mc.raw(last)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("node did not stop")
+	}
+	sl.Close()
+	if len(m.pending) > 0 {
+		t.Errorf("%d packets from the node to the master not in the capture, first %s", len(m.pending), proto.CodeName(m.pending[0].Code))
+	}
+	if n.Operational() {
+		t.Error("node still operational")
+	}
+	if err := be.Close(); err != nil {
+		t.Fatal(err)
+	}
 	var pt []string
-	for _, c := range got["pt"] {
+	for _, c := range sqliteRows(t, path, int64(maxTid))["pt"] {
 		pt = append(pt, c.key)
 	}
-	// Both cells replicated up to the tid told to the master (the master's
-	// UP_TO_DATE then makes them -1).
-	if want := []string{"0 2 -1", "1 2 -1"}; !slices.Equal(pt, want) {
+	// Partition 1 kept, UP_TO_DATE; partition 0 gone.
+	if want := []string{"1 2 -1"}; !slices.Equal(pt, want) {
 		t.Errorf("pt rows of node 2: %q, want %q", pt, want)
 	}
 }
@@ -434,7 +461,7 @@ type dbRow struct {
 // rows of a NEO/py SQLite database.
 func sqliteRows(t *testing.T, path string, maxTid int64) map[string][]dbRow {
 	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro&immutable=1")
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
 	if err != nil {
 		t.Fatal(err)
 	}
