@@ -10,7 +10,8 @@ every object through the zodbd node alone: identical to what it read with
 S1. The second test does the same while a NEO/py client keeps committing
 during the replication (those transactions reach the zodbd node through
 the commit path); the third with a zodbd node as the source (skipped when
-that node does not serve replication)."""
+that node does not serve replication); the fourth goes on to replicas=0:
+the zodbd node deletes the rows of the partition it no longer holds."""
 import json
 import os
 import re
@@ -219,5 +220,39 @@ def test_zodbd_replicates_from_zodbd(tmp_path, zodbd_bin):
         assert p.returncode == 0, p.stderr[-3000:] + c.logs()
         before = dump(c, str(tmp_path / 'before.json'))
         check_and_kill(c, tmp_path, before)
+    finally:
+        c.stop()
+
+
+def test_zodbd_drops_discarded_partition(tmp_path, zodbd_bin):
+    """After the replication, `neoctl set replicas 0` + `neoctl tweak`: each
+    node keeps one partition; the zodbd node deletes the rows of the one it
+    no longer has, and the cluster still serves everything."""
+    import sqlite3
+    c = Cluster(str(tmp_path), zodbd_bin)
+    try:
+        c.start()
+        p = c.client('commit', '30', 'a')
+        assert p.returncode == 0, p.stderr[-3000:] + c.logs()
+        nid = replicate_and_check(c, tmp_path)
+        before = dump(c, str(tmp_path / 'before.json'))
+        c.ctl('set', 'replicas', '0')
+        c.ctl('tweak')
+
+        def dropped():
+            log = open(os.path.join(c.d, 's2.log'), errors='replace').read()
+            m = re.search(r'data of discarded partition (\d) deleted', log)
+            return m and m.group(1)
+        c.wait(dropped, 'the zodbd node deletes a discarded partition')
+        gone = int(dropped())
+        row = [l for l in c.ctl('print', 'pt').splitlines() if l.startswith(nid + ' ')][0]
+        assert row.endswith(' U.' if gone == 1 else ' .U'), row
+        db = sqlite3.connect('file:%s?mode=ro' % os.path.join(c.d, 's2.sqlite'), uri=True)
+        counts = [db.execute('SELECT COUNT(*) FROM %s WHERE partition=?' % t, (p,)).fetchone()[0]
+                  for t in ('obj', 'trans') for p in (gone, 1 - gone)]
+        db.close()
+        assert counts[0] == counts[2] == 0 and counts[1] > 0 and counts[3] > 0, counts
+        after = dump(c, str(tmp_path / 'after.json'))
+        assert after == before
     finally:
         c.stop()
