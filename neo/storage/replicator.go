@@ -48,8 +48,9 @@ import (
 //     durable.
 //
 // Partitions are replicated one at a time. A DISCARDED cell's data is
-// deleted in the background (ReplicationSink.DropPartition) unless the
-// partition is assigned to this node again meanwhile.
+// deleted in the background (ReplicationSink.DropPartition) once no
+// transaction in progress holds records of it, unless the partition is
+// assigned to this node again meanwhile.
 
 // fetchCount is NEO/py's FETCH_COUNT: the items asked per chunk.
 const fetchCount = 1000
@@ -502,6 +503,9 @@ func (r *replicator) step(ctx context.Context, m *link.Conn) error {
 			delete(r.drops, p)
 			r.mu.Unlock()
 			continue
+		}
+		if r.n.tm.hasRecords(p) {
+			continue // a transaction in progress writes some: later
 		}
 		more, err := r.sink.DropPartition(ctx, p, fetchCount)
 		if err != nil {

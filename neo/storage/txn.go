@@ -874,6 +874,30 @@ func (tm *txnManager) runReads() {
 // oid's partition is not readable here: another node checks it).
 const zeroTid = zodb.Tid(0)
 
+// hasRecords tells whether a transaction in progress holds records of
+// partition p (stores, or its metadata): the replicator deletes a
+// discarded partition's rows only once none does, so that no unlock
+// brings rows back after the deletion.
+func (tm *txnManager) hasRecords(p uint32) bool {
+	np := uint64(tm.n.pt.Load().np())
+	if np == 0 {
+		return false
+	}
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	for _, t := range tm.txns {
+		if t.voted == 2 && uint64(t.ttid)%np == uint64(p) {
+			return true
+		}
+		for oid := range t.stores {
+			if uint64(oid)%np == uint64(p) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // hasLockless tells whether a transaction in progress stored or checked
 // an oid of partition p without a write lock (the replicator waits until
 // none does before it declares p replicated, as NEO/py's
