@@ -92,6 +92,7 @@ type Node struct {
 	log  *log.Logger
 	be   Backend
 	tm   *txnManager // nil: a read-only node (the backend is no Writer)
+	repl *replicator // with tm: this node's OUT_OF_DATE cells (replicator.go)
 	pack packState   // pack orders, with tm
 	ln   net.Listener
 	addr proto.Address
@@ -116,6 +117,7 @@ type Node struct {
 
 type nodeEntry struct {
 	typ    proto.NodeType
+	addr   proto.Address // where a storage listens (the replicator's sources)
 	state  proto.NodeState
 	idTime float64
 }
@@ -181,6 +183,7 @@ func New(cfg Config) (*Node, error) {
 	if w := writerOf(n.be); w != nil {
 		n.tm = newTxnManager(n, w)
 		n.pack.n = n
+		n.repl = newReplicator(n)
 	}
 	ln, err := net.Listen("tcp", cfg.Bind)
 	if err != nil {
@@ -296,6 +299,7 @@ func (n *Node) stopOperation() {
 	if n.operational.Swap(false) {
 		n.log.Printf("neo storage: operation stopped")
 	}
+	n.repl.stop() // replication hook: stops with the operation
 	n.closePeers()
 	if n.tm != nil {
 		n.tm.reset()
@@ -604,7 +608,15 @@ func (n *Node) handleMaster(ctx context.Context, m *link.Conn, id uint32, code u
 				cells[i] = Cell{Partition: c.Offset, NID: c.NID, State: c.State}
 			}
 		}
-		return next, n.setPT(ctx, &ptState{ptid: msg.PTid, hasPTID: true, nr: int(msg.NumReplicas), rows: rows}, cells, false)
+		if err := n.setPT(ctx, &ptState{ptid: msg.PTid, hasPTID: true, nr: int(msg.NumReplicas), rows: rows}, cells, false); err != nil {
+			return next, err
+		}
+		if n.repl != nil && n.operational.Load() {
+			// Replication hook: OUT_OF_DATE cells to replicate,
+			// DISCARDED ones to drop (replicator.go).
+			return next, n.repl.cellsChanged(msg.Changes)
+		}
+		return next, nil
 
 	case proto.CodeAskLockedTransactions:
 		if err := decode(&proto.AskLockedTransactions{}); err != nil {
@@ -705,6 +717,13 @@ func (n *Node) handleMaster(ctx context.Context, m *link.Conn, id uint32, code u
 		}
 		n.operational.Store(true)
 		n.log.Printf("neo storage: operational (ptid %d, %d partitions, readable %v)", pt.ptid, pt.np(), pt.rlist)
+		if n.repl != nil {
+			// Replication hook: the OUT_OF_DATE cells of the table
+			// are replicated from now on (replicator.go).
+			if err := n.repl.start(ctx, m); err != nil {
+				return next, err
+			}
+		}
 		return next, m.Send(&proto.NotifyReady{})
 
 	case proto.CodeStopOperation:
@@ -782,6 +801,29 @@ func (n *Node) handleMaster(ctx context.Context, m *link.Conn, id uint32, code u
 			return next, err
 		}
 		n.tm.abort(msg.TTid)
+		n.repl.transactionFinished(msg.TTid, msg.MaxTid) // replication hook
+		return next, nil
+
+	case proto.CodeCheckPartition:
+		if n.repl == nil {
+			break
+		}
+		var msg proto.CheckPartition
+		if err := decode(&msg); err != nil {
+			return next, err
+		}
+		n.repl.check(&msg) // replication hook: a replica check (checker.go)
+		return next, nil
+
+	case proto.CodeReplicate:
+		if n.repl == nil {
+			break
+		}
+		var msg proto.Replicate
+		if err := decode(&msg); err != nil {
+			return next, err
+		}
+		n.repl.replicate(&msg) // replication hook: the sources to use
 		return next, nil
 
 	}
@@ -859,7 +901,7 @@ func (n *Node) nodeInformation(args []byte) error {
 		if ni.State == proto.NodeUnknown || ni.State == proto.NodeDown {
 			delete(n.nodes, ni.NID)
 		} else {
-			n.nodes[ni.NID] = nodeEntry{typ: ni.Type, state: ni.State, idTime: ni.IdTime}
+			n.nodes[ni.NID] = nodeEntry{typ: ni.Type, addr: ni.Addr, state: ni.State, idTime: ni.IdTime}
 		}
 	}
 	close(n.nodesChanged)

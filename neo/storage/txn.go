@@ -78,9 +78,12 @@ type txn struct {
 	serials  map[zodb.Oid]zodb.Tid     // oid -> serial the store/check is based on
 	stores   map[zodb.Oid]*VotedObject // oid -> record (Data dropped after the vote)
 	deadlock map[zodb.Oid]struct{}     // oids NotifyDeadlock was sent for
-	bytes    int                       // data held, counted in its owner's held
-	pack     *proto.PackRequest        // a pack order carried by the transaction
-	wmu      sync.Mutex                // serializes the Writer calls for this ttid
+	// lockless: oids stored or checked without a write lock because
+	// their partition is being replicated here (replicator.go).
+	lockless map[zodb.Oid]struct{}
+	bytes    int                // data held, counted in its owner's held
+	pack     *proto.PackRequest // a pack order carried by the transaction
+	wmu      sync.Mutex         // serializes the Writer calls for this ttid
 }
 
 // event is a delayed client request of the write path.
@@ -334,6 +337,11 @@ func (tm *txnManager) tryEvent(ev *event) bool {
 		tm.sendError(ev.p, ev.msgID, proto.NotReady, "database error on "+ev.oid.String())
 		tm.dropEventData(t, ev)
 		return true
+	case lockLockless:
+		if t.lockless == nil {
+			t.lockless = map[zodb.Oid]struct{}{}
+		}
+		t.lockless[ev.oid] = struct{}{}
 	}
 	if ev.code == proto.CodeAskCheckCurrentSerial {
 		t.serials[ev.oid] = ev.serial
@@ -349,7 +357,11 @@ func (tm *txnManager) tryEvent(ev *event) bool {
 			tm.n.log.Printf("neo storage: %s: %s of %s by %s delayed %.1fs", ev.p.name, proto.CodeName(ev.code), ev.oid, ev.ttid, d.Seconds())
 		}
 	}
-	tm.answerLock(ev, proto.InvalidTid)
+	if res == lockLockless {
+		tm.answerLock(ev, zeroTid)
+	} else {
+		tm.answerLock(ev, proto.InvalidTid)
+	}
 	return true
 }
 
@@ -424,6 +436,11 @@ const (
 	lockConflict                      // the serial is not the last committed one
 	lockNonReadable                   // this node does not hold the oid's partition
 	lockError                         // the database failed (logged)
+	// lockLockless: the oid's partition is being replicated here: the
+	// record is kept (the node must receive the transaction in full) but
+	// no lock is taken nor conflict checked (a readable cell elsewhere
+	// does it), as NEO/py's TransactionManager.lockObject.
+	lockLockless
 )
 
 // lockObject takes oid's write lock for t after checking that serial is
@@ -464,7 +481,13 @@ func (tm *txnManager) lockObject(t *txn, serial zodb.Tid, oid zodb.Oid) (lockRes
 	if prev == 0 {
 		pt := tm.n.pt.Load()
 		if np := uint64(pt.np()); np == 0 || !pt.readable[uint64(oid)%np] {
-			return lockNonReadable, 0
+			switch tm.n.repl.writeMode(uint32(uint64(oid) % max(np, 1))) {
+			case replLockless:
+				return lockLockless, 0
+			case replNone:
+				return lockNonReadable, 0
+			}
+			// replLocked: replicated, not yet readable: locks as usual.
 		}
 		var err error
 		prev, err = tm.w.LastSerial(context.Background(), oid)
@@ -850,3 +873,48 @@ func (tm *txnManager) runReads() {
 // zeroTid answers a store or check accepted without a write lock (the
 // oid's partition is not readable here: another node checks it).
 const zeroTid = zodb.Tid(0)
+
+// hasRecords tells whether a transaction in progress holds records of
+// partition p (stores, or its metadata): the replicator deletes a
+// discarded partition's rows only once none does, so that no unlock
+// brings rows back after the deletion.
+func (tm *txnManager) hasRecords(p uint32) bool {
+	np := uint64(tm.n.pt.Load().np())
+	if np == 0 {
+		return false
+	}
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	for _, t := range tm.txns {
+		if t.voted == 2 && uint64(t.ttid)%np == uint64(p) {
+			return true
+		}
+		for oid := range t.stores {
+			if uint64(oid)%np == uint64(p) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// hasLockless tells whether a transaction in progress stored or checked
+// an oid of partition p without a write lock (the replicator waits until
+// none does before it declares p replicated, as NEO/py's
+// TransactionManager._notifyReplicated).
+func (tm *txnManager) hasLockless(p uint32) bool {
+	np := uint64(tm.n.pt.Load().np())
+	if np == 0 {
+		return false
+	}
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	for _, t := range tm.txns {
+		for oid := range t.lockless {
+			if uint64(oid)%np == uint64(p) {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,65 @@
+package storage
+
+import (
+	"context"
+
+	"github.com/zodbd/zodbd/neosqlite"
+	"github.com/zodbd/zodbd/zodb"
+)
+
+// ReplicationSink is what the replicator (replicator.go) needs from a
+// backend to bring this node's OUT_OF_DATE cells up to date from another
+// node: list what a partition already holds, store what the source sends,
+// delete what the source says is gone, record the progress, and drop a
+// partition's data once this node has no cell of it any more. A backend
+// that is no ReplicationSink cannot be assigned an OUT_OF_DATE cell: the
+// node refuses it (fatal error).
+//
+// Contract:
+//   - Partition p is never readable on this node while it is being
+//     replicated (its cell is OUT_OF_DATE), so stored records need not be
+//     visible to readers before the master makes the cell UP_TO_DATE; but
+//     they must be once it does (no reopen in between).
+//   - StoreReplicated need not be durable when it returns;
+//     SetReplicatedTid is, and makes every StoreReplicated before it
+//     durable too. The node sends NotifyReplicationDone only after
+//     SetReplicatedTid(p, tid) returned.
+//   - A record (oid, serial) or transaction already present is kept: the
+//     commit path brings the transactions committed during replication
+//     and the source sends only what the node's lists do not name, but an
+//     interrupted replication may leave records behind.
+//   - Calls come from one goroutine (the replicator's), concurrently with
+//     the Writer's calls for transactions being committed.
+type ReplicationSink interface {
+	// ReplicatedTid returns the progress recorded for this node's
+	// OUT_OF_DATE cell of partition p: everything up to that tid is
+	// replicated (0: nothing yet).
+	ReplicatedTid(p uint32) zodb.Tid
+
+	// KnownTIDs returns the tids of partition p's committed
+	// transactions with min <= tid <= max, ascending, at most n
+	// (AskFetchTransactions' known tids).
+	KnownTIDs(ctx context.Context, p uint32, min, max zodb.Tid, n int) ([]zodb.Tid, error)
+
+	// KnownRecords returns partition p's object records in (serial,
+	// oid) order: serial == minTid with oid >= minOid, then minTid <
+	// serial <= maxTid, at most n (AskFetchObjects' known records).
+	KnownRecords(ctx context.Context, p uint32, minTid, maxTid zodb.Tid, minOid zodb.Oid, n int) ([]neosqlite.SerialOid, error)
+
+	// StoreReplicated stores the transactions and object records of b,
+	// then deletes what b names (see the contract).
+	StoreReplicated(ctx context.Context, b *neosqlite.ReplBatch) error
+
+	// SetReplicatedTid records durably that partition p is replicated up
+	// to tid.
+	SetReplicatedTid(ctx context.Context, p uint32, tid zodb.Tid) error
+
+	// UpdateCompletedPack tells the id of the last pack the source
+	// completed on p (AnswerFetchTransactions' completed_pack): this
+	// node's is lowered to it when greater.
+	UpdateCompletedPack(ctx context.Context, p uint32, packID zodb.Tid) error
+
+	// DropPartition deletes up to limit records of partition p, which
+	// this node has no cell of any more; more: call again.
+	DropPartition(ctx context.Context, p uint32, limit int) (more bool, err error)
+}
