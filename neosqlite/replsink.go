@@ -18,10 +18,10 @@ import (
 // partition is not readable on this node until the master says so, so no
 // reader sees a partial state.
 //
-// The queries that list what this node already has (KnownTIDs,
-// KnownRecords) are NEO/py's getReplicationTIDList and
-// getReplicationObjectList; a source node answering AskFetch* runs the
-// same ones.
+// What this node already has is listed with the queries a source node
+// answers AskFetch* with (TIDsFrom with the partition given,
+// ReplicationRecords: NEO/py's getReplicationTIDList and
+// getReplicationObjectList).
 
 // SerialOid is one object record: its serial and oid.
 type SerialOid struct {
@@ -70,80 +70,6 @@ type ReplBatch struct {
 	Objects    []ReplObject
 	DeleteTids []zodb.Tid
 	DeleteObjs []SerialOid
-}
-
-// KnownTIDs returns the tids of partition p's committed
-// transactions with min <= tid <= max, ascending, at most n (NEO/py's
-// getReplicationTIDList). The partition need not be readable.
-func (db *DB) KnownTIDs(ctx context.Context, p uint32, min, max zodb.Tid, n int) ([]zodb.Tid, error) {
-	w, err := db.writer()
-	if err != nil {
-		return nil, err
-	}
-	var tids []zodb.Tid
-	err = w.do(ctx, false, func(w *writer) error {
-		c := w.c
-		st, err := c.prepare("SELECT tid FROM trans WHERE partition=? AND ?<=tid AND tid<=? ORDER BY tid LIMIT ?")
-		if err != nil {
-			return err
-		}
-		defer sqlite3.Xsqlite3_finalize(c.tls, st)
-		c.bindInt(st, 1, int64(p))
-		c.bindInt(st, 2, int64(min))
-		c.bindInt(st, 3, int64(max))
-		c.bindInt(st, 4, int64(n))
-		for {
-			row, err := c.step(st, "replication tids")
-			if err != nil || !row {
-				return err
-			}
-			tids = append(tids, zodb.Tid(c.int64(st, 0)))
-		}
-	})
-	if err != nil {
-		return nil, db.wrap(fmt.Errorf("partition %d: replication tids: %w", p, err))
-	}
-	return tids, nil
-}
-
-// KnownRecords returns partition p's object records in (serial, oid)
-// order from (minTid, minOid) on — serial == minTid with oid >= minOid,
-// then minTid < serial <= maxTid — at most n (NEO/py's
-// getReplicationObjectList). The partition need not be readable.
-func (db *DB) KnownRecords(ctx context.Context, p uint32, minTid, maxTid zodb.Tid, minOid zodb.Oid, n int) ([]SerialOid, error) {
-	if maxTid < minTid || n <= 0 {
-		return nil, nil
-	}
-	w, err := db.writer()
-	if err != nil {
-		return nil, err
-	}
-	var r []SerialOid
-	err = w.do(ctx, false, func(w *writer) error {
-		c := w.c
-		st, err := c.prepare("SELECT tid, oid FROM obj WHERE partition=?1 AND" +
-			" (tid=?2 AND ?3<=oid OR ?2<tid AND tid<=?4) ORDER BY tid, oid LIMIT ?5")
-		if err != nil {
-			return err
-		}
-		defer sqlite3.Xsqlite3_finalize(c.tls, st)
-		c.bindInt(st, 1, int64(p))
-		c.bindInt(st, 2, int64(minTid))
-		c.bindInt(st, 3, int64(minOid))
-		c.bindInt(st, 4, int64(maxTid))
-		c.bindInt(st, 5, int64(n))
-		for {
-			row, err := c.step(st, "replication objects")
-			if err != nil || !row {
-				return err
-			}
-			r = append(r, SerialOid{Serial: zodb.Tid(c.int64(st, 0)), Oid: zodb.Oid(c.int64(st, 1))})
-		}
-	})
-	if err != nil {
-		return nil, db.wrap(fmt.Errorf("partition %d: replication objects: %w", p, err))
-	}
-	return r, nil
 }
 
 // StoreReplicated writes b in one SQLite transaction, not necessarily

@@ -13,8 +13,8 @@ import (
 
 // TestReplicationSink writes what a replication brings (transactions, a
 // pack order, records with data, an undo backpointer, a deletion), twice
-// (the second time changes nothing), lists it back (KnownTIDs,
-// KnownRecords), deletes what a source would say is gone, records the
+// (the second time changes nothing), lists it back (TIDsFrom,
+// ReplicationRecords), deletes what a source would say is gone, records the
 // progress durably (kept across a reopen), lowers the completed pack, makes
 // the cells readable and reads the data, and drops a discarded partition.
 func TestReplicationSink(t *testing.T) {
@@ -90,24 +90,34 @@ func TestReplicationSink(t *testing.T) {
 		t.Error("pack order not stored")
 	}
 
-	tids, err := db.KnownTIDs(ctx, 0, 0, zodb.TidMax, 10)
+	known := func(p uint32, min, max zodb.Tid, n int) ([]zodb.Tid, error) {
+		return db.TIDsFrom(ctx, min, max, n, []uint32{p})
+	}
+	records := func(p uint32, minTid, maxTid zodb.Tid, minOid zodb.Oid, n int) ([]SerialOid, error) {
+		var r []SerialOid
+		err := db.ReplicationRecords(ctx, p, minTid, maxTid, minOid, n, func(serial zodb.Tid, oid zodb.Oid) {
+			r = append(r, SerialOid{serial, oid})
+		})
+		return r, err
+	}
+	tids, err := known(0, 0, zodb.TidMax, 10)
 	if err != nil || !reflect.DeepEqual(tids, []zodb.Tid{t1, t3}) {
 		t.Errorf("KnownTIDs(0) = %v, %v", tids, err)
 	}
-	if tids, _ := db.KnownTIDs(ctx, 0, t1+1, zodb.TidMax, 10); !reflect.DeepEqual(tids, []zodb.Tid{t3}) {
+	if tids, _ := known(0, t1+1, zodb.TidMax, 10); !reflect.DeepEqual(tids, []zodb.Tid{t3}) {
 		t.Errorf("KnownTIDs(0, from t1+1) = %v", tids)
 	}
-	recs, err := db.KnownRecords(ctx, 0, 0, zodb.TidMax, 0, 10)
+	recs, err := records(0, 0, zodb.TidMax, 0, 10)
 	if want := []SerialOid{{t1, 2}, {t3, 2}, {t3, 4}}; err != nil || !reflect.DeepEqual(recs, want) {
 		t.Errorf("KnownRecords(0) = %v, %v; want %v", recs, err, want)
 	}
-	if recs, _ := db.KnownRecords(ctx, 0, t3, zodb.TidMax, 3, 10); !reflect.DeepEqual(recs, []SerialOid{{t3, 4}}) {
+	if recs, _ := records(0, t3, zodb.TidMax, 3, 10); !reflect.DeepEqual(recs, []SerialOid{{t3, 4}}) {
 		t.Errorf("KnownRecords(0, from (t3, 3)) = %v", recs)
 	}
-	if recs, _ := db.KnownRecords(ctx, 0, 0, t1, 0, 10); !reflect.DeepEqual(recs, []SerialOid{{t1, 2}}) {
+	if recs, _ := records(0, 0, t1, 0, 10); !reflect.DeepEqual(recs, []SerialOid{{t1, 2}}) {
 		t.Errorf("KnownRecords(0, up to t1) = %v", recs)
 	}
-	if recs, _ := db.KnownRecords(ctx, 0, 0, zodb.TidMax, 0, 1); len(recs) != 1 {
+	if recs, _ := records(0, 0, zodb.TidMax, 0, 1); len(recs) != 1 {
 		t.Errorf("KnownRecords(0, limit 1) = %v", recs)
 	}
 

@@ -2,10 +2,7 @@ package storage
 
 import (
 	"context"
-	"crypto/sha1"
 	"fmt"
-	"hash"
-	"strconv"
 	"time"
 
 	"github.com/zodbd/zodbd/neo/link"
@@ -190,60 +187,12 @@ func (r *replicator) runCheck(ctx context.Context, m *link.Conn, o checkOrder) e
 	}
 }
 
-// localCheck computes this node's answer to a check of partition p (as
-// the source side of a check answers AskCheckTIDRange or
-// AskCheckSerialRange): the number of items, sha1 of their comma-joined
-// decimal tids (and oids), the last tid (and oid).
+// localCheck computes this node's answer to a check of partition p, the
+// one it would give a peer (checkTIDs, checkSerials).
 func (r *replicator) localCheck(ctx context.Context, p uint32, minTid, maxTid zodb.Tid, minOid zodb.Oid, serials bool) (any, error) {
+	np := r.np()
 	if !serials {
-		tids, err := r.sink.KnownTIDs(ctx, p, minTid, maxTid, checkCount)
-		if err != nil {
-			return nil, err
-		}
-		var h decimalSHA1
-		a := proto.AnswerCheckTIDRange{Count: uint64(len(tids))}
-		for _, t := range tids {
-			h.add(uint64(t))
-			a.MaxTid = t
-		}
-		a.Checksum = h.sum()
-		return a, nil
+		return checkTIDs(ctx, r.sink, p, np, minTid, maxTid, checkCount)
 	}
-	recs, err := r.sink.KnownRecords(ctx, p, minTid, maxTid, minOid, checkCount)
-	if err != nil {
-		return nil, err
-	}
-	var th, oh decimalSHA1
-	a := proto.AnswerCheckSerialRange{Count: uint64(len(recs))}
-	for _, x := range recs {
-		th.add(uint64(x.Serial))
-		oh.add(uint64(x.Oid))
-		a.MaxTid, a.MaxOid = x.Serial, x.Oid
-	}
-	a.TidChecksum, a.OidChecksum = th.sum(), oh.sum()
-	return a, nil
-}
-
-// decimalSHA1 hashes a comma-joined list of decimal numbers (zero hash
-// for an empty list).
-type decimalSHA1 struct {
-	h   hash.Hash
-	buf []byte
-}
-
-func (d *decimalSHA1) add(v uint64) {
-	d.buf = d.buf[:0]
-	if d.h == nil {
-		d.h = sha1.New()
-	} else {
-		d.buf = append(d.buf, ',')
-	}
-	d.h.Write(strconv.AppendUint(d.buf, v, 10))
-}
-
-func (d *decimalSHA1) sum() (s [20]byte) {
-	if d.h != nil {
-		d.h.Sum(s[:0])
-	}
-	return s
+	return checkSerials(ctx, r.sink, p, np, minTid, maxTid, minOid, checkCount)
 }

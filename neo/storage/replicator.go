@@ -693,12 +693,16 @@ func (r *replicator) exchange(ctx context.Context, src *link.Conn, req, ans prot
 	}
 }
 
+// np is the number of partitions of the current partition table (at
+// least 1).
+func (r *replicator) np() uint32 { return uint32(max(r.n.pt.Load().np(), 1)) }
+
 // fetchTransactions replicates partition p's transaction metadata from
 // next to upTo.
 func (r *replicator) fetchTransactions(ctx context.Context, src *link.Conn, p uint32, next, upTo zodb.Tid) error {
 	first := true
 	for {
-		known, err := r.sink.KnownTIDs(ctx, p, next, upTo, fetchCount)
+		known, err := r.sink.ReplicationTIDs(ctx, p, r.np(), next, upTo, fetchCount, nil)
 		if err != nil {
 			return err
 		}
@@ -759,7 +763,7 @@ func (r *replicator) fetchTransactions(ctx context.Context, src *link.Conn, p ui
 func (r *replicator) fetchObjects(ctx context.Context, src *link.Conn, p uint32, next, upTo zodb.Tid) error {
 	minOid := zodb.Oid(0)
 	for {
-		known, err := r.sink.KnownRecords(ctx, p, next, upTo, minOid, fetchCount)
+		known, err := r.sink.ReplicationRecords(ctx, p, r.np(), next, upTo, minOid, fetchCount, nil)
 		if err != nil {
 			return err
 		}
@@ -783,7 +787,7 @@ func (r *replicator) fetchObjects(ctx context.Context, src *link.Conn, p uint32,
 			if err := q.Decode(&o); err != nil {
 				return badInput("AddObject: %v", err)
 			}
-			if uint64(o.Oid)%uint64(max(r.n.pt.Load().np(), 1)) != uint64(p) {
+			if uint64(o.Oid)%uint64(r.np()) != uint64(p) {
 				return badInput("AddObject: oid %s is not of partition %d", o.Oid, p)
 			}
 			ro := neosqlite.ReplObject{Oid: o.Oid, Serial: o.Serial, Compression: o.Compression, Checksum: o.Checksum}

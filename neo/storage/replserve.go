@@ -216,9 +216,15 @@ func (p *peer) serveRepl(src ReplicationSource, np uint32, r *replRequest) {
 	case proto.CodeAskFetchObjects:
 		err = s.fetchObjects(ctx, src, np, r)
 	case proto.CodeAskCheckTIDRange:
-		err = s.checkTIDRange(ctx, src, np, r)
+		var a proto.AnswerCheckTIDRange
+		if a, err = checkTIDs(ctx, src, r.partition, np, r.min, r.max, r.length); err == nil {
+			err = s.send(&a)
+		}
 	case proto.CodeAskCheckSerialRange:
-		err = s.checkSerialRange(ctx, src, np, r)
+		var a proto.AnswerCheckSerialRange
+		if a, err = checkSerials(ctx, src, r.partition, np, r.min, r.max, r.minOid, r.length); err == nil {
+			err = s.send(&a)
+		}
 	}
 	if err == nil {
 		err = s.flush()
@@ -477,15 +483,19 @@ func (d *decimalList) sum() (s [20]byte) {
 	return s
 }
 
-func (s *replStream) checkTIDRange(ctx context.Context, src ReplicationSource, np uint32, r *replRequest) error {
+// checkTIDs computes the answer to AskCheckTIDRange over src's partition
+// p (of np): the first length tids from min up to max, their count, the
+// sha1 of their comma-joined decimals and the last one. The node answers
+// its peers' checks with it and compares its own cells with it (checker.go).
+func checkTIDs(ctx context.Context, src ReplicationSource, p, np uint32, minTid, maxTid zodb.Tid, length int) (proto.AnswerCheckTIDRange, error) {
 	var sum decimalList
 	var last zodb.Tid
 	var tids []zodb.Tid
-	for from := r.min; sum.n < r.length && from <= r.max; {
-		chunk := min(r.length-sum.n, replChunk)
+	for from := minTid; sum.n < length && from <= maxTid; {
+		chunk := min(length-sum.n, replChunk)
 		var err error
-		if tids, err = src.ReplicationTIDs(ctx, r.partition, np, from, r.max, chunk, tids[:0]); err != nil {
-			return err
+		if tids, err = src.ReplicationTIDs(ctx, p, np, from, maxTid, chunk, tids[:0]); err != nil {
+			return proto.AnswerCheckTIDRange{}, err
 		}
 		for _, t := range tids {
 			sum.add(uint64(t))
@@ -496,20 +506,21 @@ func (s *replStream) checkTIDRange(ctx context.Context, src ReplicationSource, n
 		}
 		from = last + 1
 	}
-	a := proto.AnswerCheckTIDRange{Count: uint64(sum.n), Checksum: sum.sum(), MaxTid: last}
-	return s.send(&a)
+	return proto.AnswerCheckTIDRange{Count: uint64(sum.n), Checksum: sum.sum(), MaxTid: last}, nil
 }
 
-func (s *replStream) checkSerialRange(ctx context.Context, src ReplicationSource, np uint32, r *replRequest) error {
+// checkSerials is checkTIDs for AskCheckSerialRange: the records from
+// (minTid, minOid) up to serial maxTid.
+func checkSerials(ctx context.Context, src ReplicationSource, p, np uint32, minTid, maxTid zodb.Tid, minOid zodb.Oid, length int) (proto.AnswerCheckSerialRange, error) {
 	var tsum, osum decimalList
 	var last RecordKey
 	var recs []RecordKey
-	fromTid, fromOid := r.min, r.minOid
-	for fromTid <= r.max && tsum.n < r.length {
-		chunk := min(r.length-tsum.n, replChunk)
+	fromTid, fromOid := minTid, minOid
+	for fromTid <= maxTid && tsum.n < length {
+		chunk := min(length-tsum.n, replChunk)
 		var err error
-		if recs, err = src.ReplicationRecords(ctx, r.partition, np, fromTid, r.max, fromOid, chunk, recs[:0]); err != nil {
-			return err
+		if recs, err = src.ReplicationRecords(ctx, p, np, fromTid, maxTid, fromOid, chunk, recs[:0]); err != nil {
+			return proto.AnswerCheckSerialRange{}, err
 		}
 		for _, rec := range recs {
 			tsum.add(uint64(rec.Serial))
@@ -525,7 +536,6 @@ func (s *replStream) checkSerialRange(ctx context.Context, src ReplicationSource
 			fromTid, fromOid = last.Serial, last.Oid+1
 		}
 	}
-	a := proto.AnswerCheckSerialRange{Count: uint64(tsum.n), TidChecksum: tsum.sum(), MaxTid: last.Serial,
-		OidChecksum: osum.sum(), MaxOid: last.Oid}
-	return s.send(&a)
+	return proto.AnswerCheckSerialRange{Count: uint64(tsum.n), TidChecksum: tsum.sum(), MaxTid: last.Serial,
+		OidChecksum: osum.sum(), MaxOid: last.Oid}, nil
 }

@@ -36,15 +36,12 @@ type ReplicationSink interface {
 	// replicated (0: nothing yet).
 	ReplicatedTid(p uint32) zodb.Tid
 
-	// KnownTIDs returns the tids of partition p's committed
-	// transactions with min <= tid <= max, ascending, at most n
-	// (AskFetchTransactions' known tids).
-	KnownTIDs(ctx context.Context, p uint32, min, max zodb.Tid, n int) ([]zodb.Tid, error)
-
-	// KnownRecords returns partition p's object records in (serial,
-	// oid) order: serial == minTid with oid >= minOid, then minTid <
-	// serial <= maxTid, at most n (AskFetchObjects' known records).
-	KnownRecords(ctx context.Context, p uint32, minTid, maxTid zodb.Tid, minOid zodb.Oid, n int) ([]neosqlite.SerialOid, error)
+	// ReplicationSource lists what this node already has of a
+	// partition (AskFetchTransactions' known tids, AskFetchObjects'
+	// known records, the local side of a replica check) with the same
+	// methods it serves its peers with; here the partition need not
+	// be readable.
+	ReplicationSource
 
 	// StoreReplicated stores the transactions and object records of b,
 	// then deletes what b names (see the contract).

@@ -22,16 +22,6 @@ func (b *SQLiteBackend) ReplicatedTid(p uint32) zodb.Tid {
 	return 0
 }
 
-// KnownTIDs implements ReplicationSink.
-func (b *SQLiteBackend) KnownTIDs(ctx context.Context, p uint32, min, max zodb.Tid, n int) ([]zodb.Tid, error) {
-	return b.db.KnownTIDs(ctx, p, min, max, n)
-}
-
-// KnownRecords implements ReplicationSink.
-func (b *SQLiteBackend) KnownRecords(ctx context.Context, p uint32, minTid, maxTid zodb.Tid, minOid zodb.Oid, n int) ([]neosqlite.SerialOid, error) {
-	return b.db.KnownRecords(ctx, p, minTid, maxTid, minOid, n)
-}
-
 // StoreReplicated implements ReplicationSink.
 func (b *SQLiteBackend) StoreReplicated(ctx context.Context, batch *neosqlite.ReplBatch) error {
 	return b.db.StoreReplicated(ctx, batch)
