@@ -1,6 +1,7 @@
 // Package storage is a NEO (protocol 5) storage node: it joins a cluster
 // run by a NEO/py master (or neo/neotest's) and serves NEO clients from a
-// Backend (a FileStorage file or a NEO/py SQLite database), read-only.
+// Backend (a FileStorage file or a NEO/py SQLite database), read-only, or
+// read-write when the backend is a Writer.
 //
 // The node connects to the master, identifies as a STORAGE exactly as
 // NEO/py's storage does, and follows the master through recovery,
@@ -11,7 +12,10 @@
 // AskObjectHistory, AskFinalTID, Ping, CloseClient, and, to other storage
 // nodes, replication and replica checks (replserve.go). Writes (stores,
 // votes, the master's lock orders) and undo are refused with an Error
-// (READ_ONLY_ACCESS) unless the backend is a Writer.
+// (READ_ONLY_ACCESS) unless the backend is a Writer (txn.go). A node whose
+// backend is a ReplicationSink replicates the cells the master gives it
+// OUT_OF_DATE and runs the replica checks it is asked for (replicator.go,
+// checker.go).
 //
 // Concurrency: each connection has a reader goroutine that decodes
 // requests and hands each to its own goroutine (bounded per connection), so
