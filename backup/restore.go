@@ -4,6 +4,7 @@ import (
 	"compress/gzip"
 	"crypto/md5"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash"
 	"io"
@@ -45,6 +46,9 @@ type RestoreResult struct {
 	Index   string   // "copied", "rebuilt" or "none"
 	Blobs   int
 }
+
+// errCut stops the reading of a file after the cut.
+var errCut = errors.New("cut")
 
 // selectFiles picks the backup files a restore reads.
 func selectFiles(o RestoreOptions) (chain, error) {
@@ -176,24 +180,23 @@ func Restore(o RestoreOptions) (res RestoreResult, err error) {
 				return err
 			}
 			pos += int64(keep)
+			if w != nil && w.cutAt >= 0 && h == nil {
+				return errCut // the rest is not needed
+			}
 			return nil
 		}, func(d int64) {
 			if o.Progress != nil {
 				o.Progress(done+d, total)
 			}
 		})
-		if err != nil {
+		if err != nil && err != errCut {
 			return res, fmt.Errorf("restore: %w", err)
 		}
 		if fi, err := os.Stat(path); err == nil {
 			done += fi.Size()
 		}
-		if w != nil && w.cutAt >= 0 {
-			pos = w.cutAt
-			res.Cut = true
-			break
-		}
-		if w != nil {
+		cut := w != nil && w.cutAt >= 0
+		if w != nil && !cut {
 			if err := w.atBoundary(); err != nil {
 				return res, fmt.Errorf("restore: %s: %w", f.Name, err)
 			}
@@ -209,6 +212,11 @@ func Restore(o RestoreOptions) (res RestoreResult, err error) {
 			if s := hex.EncodeToString(h.Sum(nil)); s != e.Sum {
 				return res, fmt.Errorf("restore: %s has checksum %s instead of %s", f.Name, s, e.Sum)
 			}
+		}
+		if cut {
+			pos = w.cutAt
+			res.Cut = true
+			break
 		}
 	}
 	if w != nil {
