@@ -3,6 +3,7 @@ package backup
 import (
 	"compress/gzip"
 	"crypto/md5"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -235,13 +236,18 @@ func Restore(o RestoreOptions) (res RestoreResult, err error) {
 	idxPath := o.Output + ".index"
 	lastIdx := filepath.Join(o.Repo, c[len(c)-1].Stamp+".index")
 	var idx *fs1.Index
+	copyIdx := false
 	if !res.Cut {
-		if topPos, x, err := fs1.LoadIndexFile(lastIdx); err == nil && topPos == pos {
+		if topPos, ok := indexTopPos(lastIdx); ok {
+			copyIdx = topPos == pos
+		} else if topPos, x, err := fs1.LoadIndexFile(lastIdx); err == nil && topPos == pos {
 			idx = x
+		}
+		if copyIdx || idx != nil {
 			res.Index = "copied"
 		}
 	}
-	if idx == nil && pos > 4 {
+	if !copyIdx && idx == nil && pos > 4 {
 		idx = fs1.NewIndex(0)
 		sr, err := fs1.Scan(out, part, 4, pos, 0, idx)
 		if err != nil {
@@ -269,7 +275,14 @@ func Restore(o RestoreOptions) (res RestoreResult, err error) {
 	if err := fsys.SyncDir(filepath.Dir(o.Output)); err != nil {
 		return res, fmt.Errorf("restore: %w", err)
 	}
-	if idx != nil {
+	if copyIdx {
+		if _, err := copyFile(fsys, lastIdx, idxPath); err != nil {
+			return res, fmt.Errorf("restore: %w", err)
+		}
+		if err := fsys.SyncDir(filepath.Dir(idxPath)); err != nil {
+			return res, fmt.Errorf("restore: %w", err)
+		}
+	} else if idx != nil {
 		if err := saveIndex(fsys, idx, idxPath, pos); err != nil {
 			return res, err
 		}
@@ -385,4 +398,48 @@ func readFull(r io.Reader, b []byte) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// indexTopPos reads the position an index file covers (its first pickle,
+// an int, as ZODB/py on Python 3 writes it) without loading the index. It
+// reports false when the file does not start that way (then the caller
+// loads it whole).
+func indexTopPos(path string) (int64, bool) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	var b [16]byte
+	n, _ := io.ReadFull(f, b[:])
+	p := b[:n]
+	if len(p) < 2 || p[0] != 0x80 { // PROTO
+		return 0, false
+	}
+	p = p[2:]
+	var v int64
+	switch {
+	case len(p) >= 6 && p[0] == 'J': // BININT
+		v, p = int64(int32(binary.LittleEndian.Uint32(p[1:5]))), p[5:]
+	case len(p) >= 3 && p[0] == 'K': // BININT1
+		v, p = int64(p[1]), p[2:]
+	case len(p) >= 4 && p[0] == 'M': // BININT2
+		v, p = int64(binary.LittleEndian.Uint16(p[1:3])), p[3:]
+	case len(p) >= 2 && p[0] == 0x8a && p[1] >= 1 && p[1] <= 8 && len(p) >= 2+int(p[1])+1: // LONG1
+		k := int(p[1])
+		var u uint64
+		for i := k - 1; i >= 0; i-- {
+			u = u<<8 | uint64(p[2+i])
+		}
+		if p[2+k-1]&0x80 != 0 {
+			return 0, false // negative
+		}
+		v, p = int64(u), p[2+k:]
+	default:
+		return 0, false
+	}
+	if len(p) == 0 || p[0] != '.' { // STOP
+		return 0, false
+	}
+	return v, true
 }
