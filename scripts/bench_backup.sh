@@ -25,24 +25,25 @@ trap 'rm -rf "$work"' EXIT
 size=$(stat -c %s "$file")
 
 now() { date +%s.%N; }
-# best SECONDS of running "$@" ROUNDS times, each after PREP (a command
-# string, untimed)
+# best "WALL CPU" seconds (CPU: user+sys of the command and its children)
+# of running "$@" ROUNDS times, each after PREP (a command string, untimed)
 best() {
     local prep=$1; shift
-    local b=
+    local b= c=
     for _ in $(seq "$rounds"); do
         eval "$prep"
-        local t0 t1
-        t0=$(now); "$@" >/dev/null 2>&1; t1=$(now)
-        local d; d=$(echo "$t1 - $t0" | bc -l)
-        if [ -z "$b" ] || [ "$(echo "$d < $b" | bc -l)" = 1 ]; then b=$d; fi
+        /usr/bin/time -o "$work/time" -f '%e %U %S' "$@" >/dev/null 2>&1
+        local d u s; read -r d u s < "$work/time"
+        if [ -z "$b" ] || [ "$(echo "$d < $b" | bc -l)" = 1 ]; then b=$d; c=$(echo "$u + $s" | bc -l); fi
     done
-    echo "$b"
+    echo "$b $c"
 }
-report() { # STEP BYTES PYSECS GOSECS
-    printf '%-9s %8.1f MB  repozo %7.2fs %8.1f MB/s   zodbd %6.2fs %8.1f MB/s   %5.1fx\n' \
-        "$1" "$(echo "$2/1000000" | bc -l)" "$3" "$(echo "$2/1000000/$3" | bc -l)" \
-        "$4" "$(echo "$2/1000000/$4" | bc -l)" "$(echo "$3/$4" | bc -l)"
+report() { # STEP BYTES "PYWALL PYCPU" "GOWALL GOCPU"
+    local pw pc gw gc
+    read -r pw pc <<< "$3"; read -r gw gc <<< "$4"
+    printf '%-11s %7.1f MB  repozo %6.2fs %7.1f MB/s (cpu %6.2fs)  zodbd %6.2fs %7.1f MB/s (cpu %5.2fs)  %5.1fx\n' \
+        "$1" "$(echo "$2/1000000" | bc -l)" "$pw" "$(echo "$2/1000000/$pw" | bc -l)" "$pc" \
+        "$gw" "$(echo "$2/1000000/$gw" | bc -l)" "$gc" "$(echo "$pw/$gw" | bc -l)"
 }
 next_second() { sleep "$(echo "1.02 - $(date +%s.%N) % 1" | bc -l)"; }
 
@@ -62,16 +63,21 @@ if [ "${GZ_REPOZO:-0}" = 1 ]; then
     py=$(best 'fresh py' $repozo -B -F -z -r "$work/py" -f "$file")
     report full-gz "$size" "$py" "$go"
 else
-    printf '%-9s %8.1f MB  zodbd %6.2fs %8.1f MB/s (compressed to %s bytes; repozo: GZ_REPOZO=1)\n' full-gz \
-        "$(echo "$size/1000000" | bc -l)" "$go" "$(echo "$size/1000000/$go" | bc -l)" "$(du -b "$work"/go/*.fsz | cut -f1)"
+    read -r gw gc <<< "$go"
+    printf '%-11s %7.1f MB  zodbd %6.2fs %7.1f MB/s (cpu %5.2fs), compressed to %s bytes; repozo with GZ_REPOZO=1\n' full-gz \
+        "$(echo "$size/1000000" | bc -l)" "$gw" "$(echo "$size/1000000/$gw" | bc -l)" "$gc" "$(du -b "$work"/go/*.fsz | cut -f1)"
 fi
 
 # Restore and verify a plain full backup.
 fresh py; $repozo -B -F -r "$work/py" -f "$file"
 fresh go; "$ZODBD" backup -q --full -r "$work/go" "$file"
+# zodbd restore syncs the file it wrote (then renames it); repozo does not:
+# "restore+sync" adds a sync of repozo's output, for the same durability.
 py=$(best 'rm -f $work/r.fs*' $repozo -R -r "$work/py" -o "$work/r.fs")
 go=$(best 'rm -f $work/r.fs*' "$ZODBD" restore -q -r "$work/go" -o "$work/r.fs")
 report restore "$size" "$py" "$go"
+py=$(best 'rm -f $work/r.fs*' sh -c "$repozo -R -r '$work/py' -o '$work/r.fs' && sync '$work/r.fs'")
+report restore+sync "$size" "$py" "$go"
 py=$(best : $repozo -V -r "$work/py")
 go=$(best : "$ZODBD" backup -q --verify -r "$work/go")
 report verify "$size" "$py" "$go"
