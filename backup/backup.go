@@ -67,6 +67,11 @@ func Backup(o Options) (res Result, err error) {
 	if fi, err := os.Stat(o.Repo); err != nil || !fi.IsDir() {
 		return res, fmt.Errorf("backup: repository %s: not a directory", o.Repo)
 	}
+	unlock, err := lockRepo(o.Repo)
+	if err != nil {
+		return res, err
+	}
+	defer unlock()
 	src, err := os.Open(o.File)
 	if err != nil {
 		return res, fmt.Errorf("backup: %w", err)

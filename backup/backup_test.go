@@ -462,3 +462,36 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(m.Run())
 }
+
+func TestKillOldAndLock(t *testing.T) {
+	data := fixture(t, "1.fs")
+	ends, _ := txnEnds(t, data)
+	e := newEnv(t)
+	e.setLive(data[:ends[10]])
+	e.backup(Options{})
+	e.setLive(data[:ends[20]])
+	e.backup(Options{Gzip: true})
+	// A second backup into the same repository while one runs is refused.
+	unlock, err := lockRepo(e.repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Backup(Options{Repo: e.repo, File: e.live, Now: e.clk.Now}); err == nil || !strings.Contains(err.Error(), "another backup") {
+		t.Fatalf("backup while the repository is locked: %v", err)
+	}
+	unlock()
+	e.setLive(data)
+	r := e.backup(Options{Full: true, KillOld: true})
+	ents, _ := os.ReadDir(e.repo)
+	var names []string
+	for _, d := range ents {
+		names = append(names, d.Name())
+	}
+	stem := strings.TrimSuffix(filepath.Base(r.Path), ".fs")
+	if len(names) != 3 || names[0] != stem+".dat" || names[1] != stem+".fs" || names[2] != stem+".index" {
+		t.Fatalf("after a full backup with KillOld the repository holds %v", names)
+	}
+	if got, _ := e.restore(RestoreOptions{Verify: true}); !bytes.Equal(got, data) {
+		t.Fatal("restore after KillOld differs")
+	}
+}
