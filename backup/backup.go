@@ -1,6 +1,7 @@
 package backup
 
 import (
+	"bytes"
 	"crypto/md5"
 	"encoding/binary"
 	"encoding/hex"
@@ -12,6 +13,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/zodbd/zodbd/fs1"
@@ -189,8 +191,8 @@ type plan struct {
 
 // planBackup decides between a full and an incremental backup as repozo
 // does: incremental when the newest set's files are still a prefix of the
-// live file (their md5s match the same ranges of it: every file's, or with
-// Quick only the last's), else full (no set, shrunk, packed).
+// live file (checkRanges; with Quick only the last file's md5), else full
+// (no set, shrunk, packed, a backup file damaged).
 func planBackup(o Options, src *os.File, cs []chain, logf func(string, ...interface{})) (p plan, err error) {
 	full := func(reason string) (plan, error) {
 		logf("full backup: %s", reason)
@@ -244,7 +246,7 @@ func planBackup(o Options, src *os.File, cs []chain, logf func(string, ...interf
 	if o.Quick {
 		check = es[len(es)-1:]
 	}
-	if bad, err := checkRanges(src, check); err != nil {
+	if bad, err := checkRanges(o.Repo, src, check); err != nil {
 		return p, err
 	} else if bad != nil {
 		return full(fmt.Sprintf("file changed, possibly because of a pack (md5 of [%d, %d) differs from %s's)", bad.Start, bad.End, bad.Name()))
@@ -279,37 +281,118 @@ func txnEndingAt(f *os.File, pos int64) (zodb.Tid, error) {
 	return zodb.Tid(binary.BigEndian.Uint64(b[:8])), nil
 }
 
-// checkRanges computes the md5 of each entry's range of f, on up to
-// GOMAXPROCS goroutines, and returns the first entry that does not match.
-func checkRanges(f *os.File, es []datEntry) (*datEntry, error) {
+// checkRanges tells whether f still holds, in each entry's range, what the
+// backup file of the entry holds, and returns the first entry that does not
+// match. An uncompressed backup file of the right size is compared with f
+// byte for byte (on GOMAXPROCS goroutines: what repozo's default check
+// amounts to, since it compares the md5 of the repository's files with the
+// md5 of the file, without the md5's single-core bound); for the others the
+// md5 of f's range is compared with the entry's (in parallel across
+// entries).
+func checkRanges(repo string, f *os.File, es []datEntry) (*datEntry, error) {
+	var byMD5 []int
+	for i, e := range es {
+		path := filepath.Join(repo, e.Name())
+		if parseRepoFile(e.Name()).Gzip {
+			byMD5 = append(byMD5, i)
+			continue
+		}
+		same, err := sameBytes(f, e.Start, path, e.End-e.Start)
+		if err != nil { // missing, or not of the right size: the md5
+			byMD5 = append(byMD5, i)
+			continue
+		}
+		if !same {
+			return &es[i], nil
+		}
+	}
 	type result struct {
 		bad bool
 		err error
 	}
-	rs := make([]result, len(es))
+	rs := make([]result, len(byMD5))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
-	for i := range es {
+	for k, i := range byMD5 {
 		wg.Add(1)
 		sem <- struct{}{}
-		go func(i int) {
+		go func(k int, e datEntry) {
 			defer func() { <-sem; wg.Done() }()
 			h := md5.New()
-			e := es[i]
 			_, err := io.Copy(h, io.NewSectionReader(f, e.Start, e.End-e.Start))
-			rs[i] = result{bad: hex.EncodeToString(h.Sum(nil)) != e.Sum, err: err}
-		}(i)
+			rs[k] = result{bad: hex.EncodeToString(h.Sum(nil)) != e.Sum, err: err}
+		}(k, es[i])
 	}
 	wg.Wait()
-	for i, r := range rs {
+	for k, r := range rs {
 		if r.err != nil {
 			return nil, fmt.Errorf("backup: %s: %w", f.Name(), r.err)
 		}
 		if r.bad {
-			return &es[i], nil
+			return &es[byMD5[k]], nil
 		}
 	}
 	return nil, nil
+}
+
+// errSize is sameBytes' answer for a file that is not of the size asked.
+var errSize = errors.New("size differs")
+
+// sameBytes compares [off, off+n) of f with the file at path, which must be
+// n bytes long (else errSize), in chunkSize pieces on GOMAXPROCS goroutines.
+func sameBytes(f *os.File, off int64, path string, n int64) (bool, error) {
+	g, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer g.Close()
+	if fi, err := g.Stat(); err != nil || fi.Size() != n {
+		return false, errSize
+	}
+	nchunks := (n + chunkSize - 1) / chunkSize
+	var next atomic.Int64
+	var differ atomic.Bool
+	errs := make(chan error, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for w := 0; w < runtime.GOMAXPROCS(0); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a, b := chunkPool.Get().(*[]byte), chunkPool.Get().(*[]byte)
+			defer chunkPool.Put(a)
+			defer chunkPool.Put(b)
+			for !differ.Load() {
+				c := next.Add(1) - 1
+				if c >= nchunks {
+					return
+				}
+				k := int64(chunkSize)
+				if rest := n - c*chunkSize; rest < k {
+					k = rest
+				}
+				if _, err := f.ReadAt((*a)[:k], off+c*chunkSize); err != nil {
+					errs <- fmt.Errorf("backup: %s: %w", f.Name(), err)
+					differ.Store(true)
+					return
+				}
+				if _, err := g.ReadAt((*b)[:k], c*chunkSize); err != nil {
+					errs <- fmt.Errorf("backup: %s: %w", path, err)
+					differ.Store(true)
+					return
+				}
+				if !bytes.Equal((*a)[:k], (*b)[:k]) {
+					differ.Store(true)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return false, err
+	default:
+	}
+	return !differ.Load(), nil
 }
 
 // scanEnd finds the consistent end of the live file f: the end of its last

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -247,22 +248,42 @@ func TestFullWhenPackedOrTruncated(t *testing.T) {
 		}(), false, "full"},
 		{"same-size-other-file", packed[:pends[len(pends)-1]], false, "full"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t)
-			e.setLive(data[:ends[15]])
-			e.backup(Options{})
-			e.setLive(data[:ends[20]])
-			e.backup(Options{})
-			e.setLive(tc.next)
-			r := e.backup(Options{Quick: tc.quick})
-			if r.Kind != tc.kind {
-				t.Fatalf("backup after %s: %s (%s), want %s", tc.name, r.Kind, r.Reason, tc.kind)
-			}
-			got, _ := e.restore(RestoreOptions{Verify: true})
-			if !bytes.Equal(got, tc.next) {
-				t.Fatalf("restored %d bytes, want the %d of the live file", len(got), len(tc.next))
-			}
-		})
+		for _, gz := range []bool{false, true} { // compared byte for byte, by md5
+			t.Run(fmt.Sprintf("%s/gzip=%v", tc.name, gz), func(t *testing.T) {
+				e := newEnv(t)
+				e.setLive(data[:ends[15]])
+				e.backup(Options{Gzip: gz})
+				e.setLive(data[:ends[20]])
+				e.backup(Options{Gzip: gz})
+				e.setLive(tc.next)
+				r := e.backup(Options{Quick: tc.quick})
+				if r.Kind != tc.kind {
+					t.Fatalf("backup after %s: %s (%s), want %s", tc.name, r.Kind, r.Reason, tc.kind)
+				}
+				got, _ := e.restore(RestoreOptions{Verify: true})
+				if !bytes.Equal(got, tc.next) {
+					t.Fatalf("restored %d bytes, want the %d of the live file", len(got), len(tc.next))
+				}
+			})
+		}
+	}
+}
+
+// TestFullWhenRepositoryDamaged: a backup file that no longer holds what
+// the live file holds (bit rot in the repository) is not continued, as
+// repozo's default check (which reads the repository) does not.
+func TestFullWhenRepositoryDamaged(t *testing.T) {
+	data := fixture(t, "1.fs")
+	ends, _ := txnEnds(t, data)
+	e := newEnv(t)
+	e.setLive(data[:ends[15]])
+	full := e.backup(Options{}).Path
+	b, _ := os.ReadFile(full)
+	b[len(b)/2] ^= 1
+	os.WriteFile(full, b, 0o644)
+	e.setLive(data)
+	if r := e.backup(Options{}); r.Kind != "full" {
+		t.Fatalf("backup after damage in the repository: %s (%s), want full", r.Kind, r.Reason)
 	}
 }
 

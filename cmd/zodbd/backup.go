@@ -75,10 +75,10 @@ func runBackup(args []string) int {
 			"format of ZODB's repozo (repozo -B): an incremental file (.deltafs) with\n"+
 			"the transactions committed since the newest backup, or a full one (.fs)\n"+
 			"when there is none, with --full, or when FILE is no longer what the set\n"+
-			"holds (packed, truncated: checked by the md5 of every file of the set, or\n"+
-			"of the last only with --quick). Beside each: its .index; beside the full\n"+
-			"backup the set's .dat (positions and md5 of each file). repozo -R restores\n"+
-			"these sets, and \"zodbd restore\" repozo's.\n\n"+
+			"holds (packed, truncated: every file of the set is compared with FILE,\n"+
+			"or only the last one's md5 with --quick). Beside each: its .index;\n"+
+			"beside the full backup the set's .dat (positions and md5 of each file).\n"+
+			"repozo -R restores these sets, and \"zodbd restore\" repozo's.\n\n"+
 			"FILE may be in use by a server: it is only read, without a lock, up to the\n"+
 			"end of the last committed transaction. An interrupted backup leaves the\n"+
 			"previous set valid; the next backup removes what it left.\n\n"+
