@@ -1,0 +1,445 @@
+package backup
+
+import (
+	"compress/gzip"
+	"crypto/md5"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+
+	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/internal/vfs"
+	"github.com/zodbd/zodbd/zodb"
+)
+
+// RestoreOptions configures Restore.
+type RestoreOptions struct {
+	Repo   string
+	Output string // the FileStorage file to write (replaced when it exists)
+
+	// To, when non-zero, restores the database as of tid To: up to the
+	// end of the last transaction whose tid is ≤ To.
+	To zodb.Tid
+	// Date, when set (repozo's --date, "YYYY-MM-DD-hh-mm-ss"), restores
+	// the newest backup taken at or before it, as repozo does.
+	Date string
+
+	Verify  bool   // check each file's size and md5 against the .dat, and the transaction structure, while restoring
+	BlobDir string // copy the backed-up blob files into this blob directory
+
+	FS       vfs.FS
+	Progress progressFunc
+	Logf     func(format string, args ...interface{})
+}
+
+// RestoreResult says what Restore did.
+type RestoreResult struct {
+	Files   []string // the backup files read
+	Size    int64    // bytes of the restored file
+	LastTid zodb.Tid // its last transaction (known when cut or verified)
+	Cut     bool     // cut before the end of the files (To)
+	Index   string   // "copied", "rebuilt" or "none"
+	Blobs   int
+}
+
+// errCut stops the reading of a file after the cut.
+var errCut = errors.New("cut")
+
+// selectFiles picks the backup files a restore reads.
+func selectFiles(o RestoreOptions) (chain, error) {
+	files, err := listRepo(o.Repo)
+	if err != nil {
+		return nil, err
+	}
+	if o.Date != "" {
+		c := chainsUpTo(files, o.Date)
+		if len(c) == 0 {
+			return nil, fmt.Errorf("restore: no backup in %s at or before %s", o.Repo, o.Date)
+		}
+		return c, nil
+	}
+	cs := chains(files)
+	if len(cs) == 0 {
+		return nil, fmt.Errorf("restore: no backup in %s", o.Repo)
+	}
+	if o.To == 0 {
+		return cs[len(cs)-1], nil
+	}
+	// The newest set begun at or before the point, unless its last file
+	// was taken before it and a newer set exists: the transactions just
+	// before the point are then only in the newer set.
+	at := stampFor(o.To.Time())
+	pick := 0
+	for i, c := range cs {
+		if c[0].Stamp <= at {
+			pick = i
+		}
+	}
+	if c := cs[pick]; c[len(c)-1].Stamp <= at && pick+1 < len(cs) {
+		pick++
+	}
+	return cs[pick], nil
+}
+
+// Restore writes o.Output from the repository's files: the newest set (or
+// the one o.Date or o.To selects), cut at o.To. It writes Output+".part" and
+// renames it into place when complete, then writes Output+".index": the
+// backup's index copied when the restore ends where a backup ended, else
+// rebuilt by scanning the restored file.
+func Restore(o RestoreOptions) (res RestoreResult, err error) {
+	fsys := vfs.Or(o.FS)
+	logf := o.Logf
+	if logf == nil {
+		logf = func(string, ...interface{}) {}
+	}
+	c, err := selectFiles(o)
+	if err != nil {
+		return res, err
+	}
+	var dat map[string]datEntry
+	if o.Verify {
+		es, err := readDat(datPath(o.Repo, c[0]))
+		if err != nil {
+			return res, err
+		}
+		dat = map[string]datEntry{}
+		for _, e := range es {
+			dat[e.Name()] = e
+		}
+	}
+	// Sizes, for the progress (compressed files count as their size on
+	// disk).
+	var total int64
+	for _, f := range c {
+		if fi, err := os.Stat(filepath.Join(o.Repo, f.Name)); err == nil {
+			total += fi.Size()
+		}
+	}
+
+	part := o.Output + ".part"
+	out, err := fsys.OpenFile(part, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return res, fmt.Errorf("restore: %w", err)
+	}
+	defer func() {
+		if out != nil {
+			out.Close()
+		}
+		if err != nil {
+			fsys.Remove(part)
+		}
+	}()
+
+	var w *walker
+	if o.To != 0 || o.Verify {
+		w = newWalker(0, o.To)
+	}
+	var pos, done int64 // bytes in out; input bytes consumed
+	for _, f := range c {
+		path := filepath.Join(o.Repo, f.Name)
+		res.Files = append(res.Files, path)
+		logf("restoring %s", path)
+		if w == nil && !f.Gzip {
+			n, err := appendFileRange(out, path, pos, func(d int64) {
+				if o.Progress != nil {
+					o.Progress(done+d, total)
+				}
+			})
+			if err != nil {
+				return res, fmt.Errorf("restore: %w", err)
+			}
+			pos += n
+			if fi, err := os.Stat(path); err == nil {
+				done += fi.Size()
+			}
+			continue
+		}
+		var h hash.Hash
+		if o.Verify {
+			h = md5.New()
+		}
+		start := pos
+		n, err := streamFile(path, f.Gzip, func(b []byte) error {
+			keep := len(b)
+			if w != nil {
+				k, err := w.feed(b)
+				if err != nil {
+					return fmt.Errorf("%s: %w", f.Name, err)
+				}
+				keep = k
+			}
+			if h != nil {
+				h.Write(b)
+			}
+			if _, err := out.WriteAt(b[:keep], pos); err != nil {
+				return err
+			}
+			pos += int64(keep)
+			if w != nil && w.cutAt >= 0 && h == nil {
+				return errCut // the rest is not needed
+			}
+			return nil
+		}, func(d int64) {
+			if o.Progress != nil {
+				o.Progress(done+d, total)
+			}
+		})
+		if err != nil && err != errCut {
+			return res, fmt.Errorf("restore: %w", err)
+		}
+		if fi, err := os.Stat(path); err == nil {
+			done += fi.Size()
+		}
+		cut := w != nil && w.cutAt >= 0
+		if w != nil && !cut {
+			if err := w.atBoundary(); err != nil {
+				return res, fmt.Errorf("restore: %s: %w", f.Name, err)
+			}
+		}
+		if o.Verify {
+			e, ok := dat[f.Name]
+			if !ok {
+				return res, fmt.Errorf("restore: %s: not listed in %s.dat", f.Name, c[0].Stamp)
+			}
+			if n != e.End-e.Start || start != e.Start {
+				return res, fmt.Errorf("restore: %s is %d bytes at %d, should be %d bytes at %d", f.Name, n, start, e.End-e.Start, e.Start)
+			}
+			if s := hex.EncodeToString(h.Sum(nil)); s != e.Sum {
+				return res, fmt.Errorf("restore: %s has checksum %s instead of %s", f.Name, s, e.Sum)
+			}
+		}
+		if cut {
+			pos = w.cutAt
+			res.Cut = true
+			break
+		}
+	}
+	if w != nil {
+		res.LastTid = w.lastTid
+	}
+	if err := fsys.Truncate(out, pos); err != nil {
+		return res, fmt.Errorf("restore: %w", err)
+	}
+	if err := fsys.Sync(out); err != nil {
+		return res, fmt.Errorf("restore: %w", err)
+	}
+	res.Size = pos
+
+	// The index: the backup's own when the restore ends where the backup
+	// ended, else a new one.
+	idxPath := o.Output + ".index"
+	lastIdx := filepath.Join(o.Repo, c[len(c)-1].Stamp+".index")
+	var idx *fs1.Index
+	copyIdx := false
+	if !res.Cut {
+		if topPos, ok := indexTopPos(lastIdx); ok {
+			copyIdx = topPos == pos
+		} else if topPos, x, err := fs1.LoadIndexFile(lastIdx); err == nil && topPos == pos {
+			idx = x
+		}
+		if copyIdx || idx != nil {
+			res.Index = "copied"
+		}
+	}
+	if !copyIdx && idx == nil && pos > 4 {
+		idx = fs1.NewIndex(0)
+		sr, err := fs1.Scan(out, part, 4, pos, 0, idx)
+		if err != nil {
+			return res, fmt.Errorf("restore: %w", err)
+		}
+		if sr.End != pos {
+			return res, fmt.Errorf("restore: %s: the restored data ends with an incomplete transaction at %d", part, sr.End)
+		}
+		res.LastTid = sr.LastTid
+		res.Index = "rebuilt"
+	}
+	if err := out.Close(); err != nil {
+		out = nil
+		return res, fmt.Errorf("restore: %w", err)
+	}
+	out = nil
+	// A stale index of an older file must not survive: remove it before
+	// the data file appears.
+	if err := fsys.Remove(idxPath); err != nil && !os.IsNotExist(err) {
+		return res, fmt.Errorf("restore: %w", err)
+	}
+	if err := fsys.Rename(part, o.Output); err != nil {
+		return res, fmt.Errorf("restore: %w", err)
+	}
+	if err := fsys.SyncDir(filepath.Dir(o.Output)); err != nil {
+		return res, fmt.Errorf("restore: %w", err)
+	}
+	if copyIdx {
+		if _, err := copyFile(fsys, lastIdx, idxPath); err != nil {
+			return res, fmt.Errorf("restore: %w", err)
+		}
+		if err := fsys.SyncDir(filepath.Dir(idxPath)); err != nil {
+			return res, fmt.Errorf("restore: %w", err)
+		}
+	} else if idx != nil {
+		if err := saveIndex(fsys, idx, idxPath, pos); err != nil {
+			return res, err
+		}
+	} else {
+		res.Index = "none"
+	}
+
+	if o.BlobDir != "" {
+		upTo := zodb.TidMax
+		if res.Cut || o.To != 0 {
+			upTo = res.LastTid
+		}
+		res.Blobs, _, err = restoreBlobs(fsys, filepath.Join(o.Repo, BlobSubdir), o.BlobDir, upTo)
+		if err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// appendFileRange appends the file at path to out at off, by
+// copy_file_range where the system can (no copy through user space).
+func appendFileRange(out *os.File, path string, off int64, progress func(int64)) (int64, error) {
+	in, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer in.Close()
+	if _, err := out.Seek(off, io.SeekStart); err != nil {
+		return 0, err
+	}
+	var n int64
+	for {
+		// In big steps, for the progress; ReadFrom uses copy_file_range
+		// for an *os.File behind an io.LimitedReader.
+		k, err := out.ReadFrom(&io.LimitedReader{R: in, N: 256 << 20})
+		n += k
+		if progress != nil {
+			progress(n)
+		}
+		if err != nil {
+			return n, fmt.Errorf("%s: %w", path, err)
+		}
+		if k == 0 {
+			return n, nil
+		}
+	}
+}
+
+// streamFile reads the file at path (gunzipping it when gz) in chunkSize
+// pieces on a goroutine of its own and hands them to each in order. It
+// returns the uncompressed size.
+func streamFile(path string, gz bool, each func([]byte) error, progress func(int64)) (int64, error) {
+	in, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer in.Close()
+	var r io.Reader = in
+	cr := &countReader{r: in}
+	if gz {
+		zr, err := gzip.NewReader(cr)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", path, err)
+		}
+		r = zr
+	} else {
+		r = cr
+	}
+	var n int64
+	err = pipeChunks(func(b []byte) (int, error) {
+		m, err := readFull(r, b)
+		if err != nil && err != io.EOF {
+			err = fmt.Errorf("%s: %w", path, err)
+		}
+		return m, err
+	}, func(b []byte) error {
+		if err := each(b); err != nil {
+			return err
+		}
+		n += int64(len(b))
+		if progress != nil {
+			progress(cr.n.Load())
+		}
+		return nil
+	})
+	return n, err
+}
+
+// countReader counts the bytes read through it (the compressed bytes of a
+// gzip file, for the progress).
+type countReader struct {
+	r io.Reader
+	n atomic.Int64
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	k, err := c.r.Read(p)
+	c.n.Add(int64(k))
+	return k, err
+}
+
+// readFull reads into b until it is full or r fails. A clean end of r is
+// io.EOF (with the bytes read before it); any other error, such as a gzip
+// stream cut short, is returned as it is.
+func readFull(r io.Reader, b []byte) (int, error) {
+	n := 0
+	for n < len(b) {
+		k, err := r.Read(b[n:])
+		n += k
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// indexTopPos reads the position an index file covers (its first pickle,
+// an int, as ZODB/py on Python 3 writes it) without loading the index. It
+// reports false when the file does not start that way (then the caller
+// loads it whole).
+func indexTopPos(path string) (int64, bool) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	var b [16]byte
+	n, _ := io.ReadFull(f, b[:])
+	p := b[:n]
+	if len(p) < 2 || p[0] != 0x80 { // PROTO
+		return 0, false
+	}
+	p = p[2:]
+	var v int64
+	switch {
+	case len(p) >= 6 && p[0] == 'J': // BININT
+		v, p = int64(int32(binary.LittleEndian.Uint32(p[1:5]))), p[5:]
+	case len(p) >= 3 && p[0] == 'K': // BININT1
+		v, p = int64(p[1]), p[2:]
+	case len(p) >= 4 && p[0] == 'M': // BININT2
+		v, p = int64(binary.LittleEndian.Uint16(p[1:3])), p[3:]
+	case len(p) >= 2 && p[0] == 0x8a && p[1] >= 1 && p[1] <= 8 && len(p) >= 2+int(p[1])+1: // LONG1
+		k := int(p[1])
+		var u uint64
+		for i := k - 1; i >= 0; i-- {
+			u = u<<8 | uint64(p[2+i])
+		}
+		if p[2+k-1]&0x80 != 0 {
+			return 0, false // negative
+		}
+		v, p = int64(u), p[2+k:]
+	default:
+		return 0, false
+	}
+	if len(p) == 0 || p[0] != '.' { // STOP
+		return 0, false
+	}
+	return v, true
+}
