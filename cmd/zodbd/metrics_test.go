@@ -273,11 +273,13 @@ func TestMetricsServe(t *testing.T) {
 		t.Fatalf("stale store: %v, want a conflict", err)
 	}
 	// The client aborts with a one-way call: wait for the server to
-	// count it.
+	// count it, as an abort and as a request (the request's latency is
+	// recorded after the abort's handler returns).
 	var after scrape
 	for i := 0; ; i++ {
 		after = scrapeMetrics(t, s.httpAddr)
-		if after.value("zodbd_aborts_total", zeo, "storage=1") == 1 {
+		if after.value("zodbd_aborts_total", zeo, "storage=1") == 1 &&
+			after.value("zodbd_request_duration_seconds", zeo, method("tpc_abort")) == 1 {
 			break
 		}
 		if i == 500 {
