@@ -33,6 +33,14 @@ import (
 // read that finds nothing, as before. A read that filled what it was
 // offered is followed by another read at once.
 //
+// It waits only after a short read that brought exactly one request and
+// nothing more: the pattern of a client with one request in flight, which
+// cannot send the next before it has the reply. A read that brought
+// several requests, or part of one, is from a client that pipelines: its
+// next requests may have arrived while they were answered, and the poller
+// hears of them only when it next runs (under load, when a P runs out of
+// goroutines), so the loop reads again at once, as net.Conn.Read would.
+//
 // The loop ends when the connection must close: a handler or a write
 // failed (the writer then fails, which a flush reports), the client went,
 // or the connection was closed (the wait fails). Connections with
@@ -84,7 +92,7 @@ func (c *conn) serveEdge() bool {
 	)
 	err = rc.Read(func(fd uintptr) bool {
 		for {
-			if !c.edgeCalls(e) {
+			if _, ok := c.edgeCallsN(e); !ok {
 				stop = true
 				return true
 			}
@@ -107,15 +115,25 @@ func (c *conn) serveEdge() bool {
 				return true
 			}
 			e.got(n)
-			if n < len(dst) {
-				// The socket is empty: answer, then wait for the
-				// poller without another read.
-				if !c.edgeCalls(e) {
-					stop = true
-					return true
-				}
+			if n == len(dst) {
+				continue // there may be more: answer, read again
+			}
+			// The socket is empty.
+			calls, ok := c.edgeCallsN(e)
+			if !ok {
+				stop = true
+				return true
+			}
+			if calls == 1 && e.r == e.w && e.big == nil {
+				// One request, answered: a client with one request
+				// in flight sends no other before it reads the
+				// reply. Wait for the poller without a read.
 				return false
 			}
+			// Several requests or part of one: a client that
+			// pipelines, whose next bytes may be here already
+			// (the poller hears of them only when it next runs):
+			// read again at once, as net.Conn.Read would.
 		}
 	})
 	switch {
@@ -128,26 +146,26 @@ func (c *conn) serveEdge() bool {
 	return true
 }
 
-// edgeCalls answers every complete request in e. It returns false when the
-// connection must be closed.
-func (c *conn) edgeCalls(e *edgeBuf) bool {
-	for {
+// edgeCallsN answers every complete request in e and returns how many it
+// answered; ok is false when the connection must be closed.
+func (c *conn) edgeCallsN(e *edgeBuf) (calls int, ok bool) {
+	for ; ; calls++ {
 		var frame []byte
 		switch {
 		case e.big != nil:
 			if len(e.big) < e.bigN {
 				e.compact()
-				return true
+				return calls, true
 			}
 			frame, e.big, e.bigN = e.big, nil, 0
 		case e.w-e.r < 4:
 			e.compact()
-			return true
+			return calls, true
 		default:
 			n := int(binary.BigEndian.Uint32(e.buf[e.r:]))
 			if uint64(n) > uint64(c.srv.cfg.MaxFrame) {
 				c.readFailed(&wire.FrameTooBigError{Size: uint64(n), Max: uint64(c.srv.cfg.MaxFrame)})
-				return false
+				return calls, false
 			}
 			if 4+n > len(e.buf) {
 				// Bigger than the buffer, which holds nothing but
@@ -162,11 +180,12 @@ func (c *conn) edgeCalls(e *edgeBuf) bool {
 				}
 				copy(e.big, e.buf[e.r+4:e.w])
 				e.r, e.w = 0, 0
+				calls-- // none answered
 				continue
 			}
 			if e.w-e.r < 4+n {
 				e.compact()
-				return true
+				return calls, true
 			}
 			frame = e.buf[e.r+4 : e.r+4+n]
 			e.r += 4 + n
@@ -180,7 +199,7 @@ func (c *conn) edgeCalls(e *edgeBuf) bool {
 			memtrim.Dropped(cap(frame))
 		}
 		if !ok || !c.answered(e.buffered()) {
-			return false
+			return calls + 1, false
 		}
 	}
 }
