@@ -157,62 +157,84 @@ func (c *conn) serve() {
 	}
 	c.handshaken = true
 	c.logConnected(proto)
+	if c.serveEdge() {
+		return
+	}
 
 	var buf []byte
 	for {
 		frame, err := wire.ReadFrame(c.br, buf, c.srv.cfg.MaxFrame)
 		if err != nil {
-			switch {
-			case err == io.EOF || errors.Is(err, net.ErrClosed):
-			case errors.Is(err, io.ErrUnexpectedEOF):
-				c.logProto(eventlog.Error, "connection closed in the middle of a frame")
-			default:
-				c.logProto(eventlog.Error, "%v; closing", err)
-			}
+			c.readFailed(err)
 			return
 		}
-		c.bytesIn.Add(uint64(4 + len(frame)))
-		if c.latency != nil && !c.chained {
-			c.t0 = opstats.Now()
-		}
-		c.chained, c.ended = false, false
 		if cap(frame) <= keepFrame {
 			buf = frame[:0] // reuse moderate buffers; let big ones go
 		}
-		// The message lives in the conn: handlers are called through the
-		// method table, which would move a local one to the heap.
-		c.msg, err = c.dec.DecodeMessage(frame)
-		if err != nil {
-			if !c.undecodable(err) {
-				return
-			}
-		} else if !c.handle(&c.msg) {
-			return
-		}
-		c.msg = wire.Message{} // nothing of the frame kept
-		c.dec.Release()
+		ok := c.call(frame)
 		if cap(frame) > keepFrame {
 			memtrim.Dropped(cap(frame))
 		}
-		c.queueReplies()
-		// Write the replies queued so far unless the next request is
-		// already here in full: then answer it first and write both
-		// replies at once.
-		if !wire.FrameBuffered(c.br) || c.queued >= 256<<10 {
-			c.queued = 0
-			if !c.flush() {
-				return
-			}
-		} else if c.ended {
-			// The next request is here: it starts when this one ended.
-			c.t0, c.chained = c.tEnd, true
-		}
-		// Backpressure: read no more requests while the client leaves
-		// its replies unread.
-		if !c.out.WaitRoom() {
+		if !ok || !c.answered(wire.FrameBuffered(c.br)) {
 			return
 		}
 	}
+}
+
+// readFailed logs why reading the connection's next request failed, unless
+// the client just went.
+func (c *conn) readFailed(err error) {
+	switch {
+	case err == io.EOF || errors.Is(err, net.ErrClosed):
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		c.logProto(eventlog.Error, "connection closed in the middle of a frame")
+	default:
+		c.logProto(eventlog.Error, "%v; closing", err)
+	}
+}
+
+// call handles one request frame (whose bytes it does not keep) and moves
+// its replies, if any, to the output queue. It returns false when the
+// connection must be closed.
+func (c *conn) call(frame []byte) bool {
+	c.bytesIn.Add(uint64(4 + len(frame)))
+	if c.latency != nil && !c.chained {
+		c.t0 = opstats.Now()
+	}
+	c.chained, c.ended = false, false
+	// The message lives in the conn: handlers are called through the
+	// method table, which would move a local one to the heap.
+	var err error
+	c.msg, err = c.dec.DecodeMessage(frame)
+	if err != nil {
+		if !c.undecodable(err) {
+			return false
+		}
+	} else if !c.handle(&c.msg) {
+		return false
+	}
+	c.msg = wire.Message{} // nothing of the frame kept
+	c.dec.Release()
+	c.queueReplies()
+	return true
+}
+
+// answered follows a call: it writes the replies queued so far unless the
+// next request is already here in full (next): then that one is answered
+// first and both replies are written at once. Then it waits while the
+// client leaves its replies unread (backpressure). It returns false when
+// the connection must be closed.
+func (c *conn) answered(next bool) bool {
+	if !next || c.queued >= 256<<10 {
+		c.queued = 0
+		if !c.flush() {
+			return false
+		}
+	} else if c.ended {
+		// The next request is here: it starts when this one ended.
+		c.t0, c.chained = c.tEnd, true
+	}
+	return c.out.WaitRoom()
 }
 
 // keepFrame is the largest frame buffer a connection keeps for the next

@@ -26,12 +26,13 @@ func init() {
 func runWrk(args []string) int {
 	fl := flag.NewFlagSet("wrk", flag.ContinueOnError)
 	fl.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: zodbd wrk [-c N] [-d DURATION] [--cache=off|on|SIZE] [--json] [--topic NAME] URL\n"+
+		fmt.Fprintf(os.Stderr, "usage: zodbd wrk [-c N] [--inflight K] [-d DURATION] [--cache=off|on|SIZE] [--json] [--topic NAME] URL\n"+
 			"       zodbd wrk --commit [--objects K] [--size BYTES] [-c N] [-d DURATION] ... URL\n\n"+
 			"Opens N connections to the storage at URL (zeo://host:port, a file path, ...),\n"+
 			"reads every object once (oids 0, 1, 2, ... at the head) to record its checksum,\n"+
 			"then for DURATION each client loads the objects in its own random order, one\n"+
-			"request in flight, checking every answer. The client cache is off unless\n"+
+			"request in flight (K with --inflight, from K goroutines sharing the connection),\n"+
+			"checking every answer. The client cache is off unless\n"+
 			"--cache asks for it, so that the server answers every load; the summary says\n"+
 			"where the answers came from. Prints the environment, a summary and\n"+
 			"a Go benchmark-format line (benchstat); --json prints one JSON object instead\n"+
@@ -44,6 +45,7 @@ func runWrk(args []string) int {
 		fl.PrintDefaults()
 	}
 	nclients := fl.Int("c", 1, "number of `clients` (connections)")
+	inflight := fl.Int("inflight", 1, "loads each client keeps in flight on its connection (from as many goroutines)")
 	dur := fl.Duration("d", 10*time.Second, "measured `duration`")
 	cacheFlag := fl.String("cache", "off", "client cache: off (every load asks the server), on (the driver's default size), or a byte `size` (64M, 1G)")
 	asJSON := fl.Bool("json", false, "print the result as one JSON object")
@@ -55,7 +57,7 @@ func runWrk(args []string) int {
 	if !ok {
 		return status
 	}
-	if len(pos) != 1 || *nclients < 1 || *dur <= 0 || *objects < 1 || *size < 0 {
+	if len(pos) != 1 || *nclients < 1 || *inflight < 1 || *dur <= 0 || *objects < 1 || *size < 0 {
 		fl.Usage()
 		return 2
 	}
@@ -79,6 +81,7 @@ func runWrk(args []string) int {
 	cfg := wrk.Config{
 		URL:       target,
 		Clients:   *nclients,
+		Inflight:  *inflight,
 		Duration:  *dur,
 		CacheSize: cacheSize,
 		Logf:      log.New(os.Stderr, "", 0).Printf,

@@ -64,8 +64,12 @@ func (r *Result) WriteTable(w io.Writer) error {
 		fmt.Fprintf(&sb, "%s: %d committers, %.2fs, cache %s, %d objects of %d bytes\n",
 			r.URL, r.Clients, r.Elapsed.Seconds(), cache, r.Objects, r.Bytes)
 	} else {
-		fmt.Fprintf(&sb, "%s: %d clients, %.2fs, cache %s, %d objects (%d bytes) at %s\n",
-			r.URL, r.Clients, r.Elapsed.Seconds(), cache, r.Objects, r.Bytes, r.At)
+		inflight := ""
+		if r.Inflight > 1 {
+			inflight = fmt.Sprintf(" (%d loads in flight each)", r.Inflight)
+		}
+		fmt.Fprintf(&sb, "%s: %d clients%s, %.2fs, cache %s, %d objects (%d bytes) at %s\n",
+			r.URL, r.Clients, inflight, r.Elapsed.Seconds(), cache, r.Objects, r.Bytes, r.At)
 	}
 	fmt.Fprintf(&sb, "  %-12s %d (%.0f %s/s)\n", noun, r.Ops, r.LoadsPerSec(), noun)
 	if r.AnsweredBy != "" {
@@ -143,6 +147,7 @@ type jsonResult struct {
 	Workload     string      `json:"workload"` // "loads" or "commits"
 	URL          string      `json:"url"`
 	Clients      int         `json:"clients"`
+	Inflight     int         `json:"inflight"`
 	Cache        string      `json:"cache"`
 	AnsweredBy   string      `json:"answered_by,omitempty"`
 	At           string      `json:"at"`
@@ -181,7 +186,7 @@ func (r *Result) JSON(topic string, env interface{}) ([]byte, error) {
 		cache = "off"
 	}
 	j := jsonResult{
-		Tool: "zodbd wrk", Workload: r.noun(), URL: r.URL, Clients: r.Clients, Cache: cache, AnsweredBy: r.AnsweredBy, At: r.At.String(),
+		Tool: "zodbd wrk", Workload: r.noun(), URL: r.URL, Clients: r.Clients, Inflight: max(r.Inflight, 1), Cache: cache, AnsweredBy: r.AnsweredBy, At: r.At.String(),
 		Objects: r.Objects, Bytes: r.Bytes, DurationS: r.Elapsed.Seconds(),
 		Ops: r.Ops, OpsPerS: r.LoadsPerSec(), Errors: r.Errors,
 		CPUS: r.CPU.Seconds(), CPUNsPerOp: float64(r.cpuPerOp()),

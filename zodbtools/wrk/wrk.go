@@ -1,7 +1,8 @@
 // Package wrk is a load generator for ZODB storages, like wrk for HTTP: N
 // simulated clients in one process, each with its own storage connection
 // (zodb.Open of the same URL), each loading objects in its own random
-// order with one request in flight, for a fixed duration.
+// order with one request in flight (or Inflight, from as many goroutines
+// sharing the connection), for a fixed duration.
 //
 // A first pass, before the clock starts, loads every object (oids 0, 1, 2,
 // ... up to the first missing one, like `zodbd hash`) at the storage's head
@@ -28,8 +29,13 @@ import (
 
 // Config is one wrk run.
 type Config struct {
-	URL      string        // storage to load from (zodb.Open)
-	Clients  int           // simulated clients, each with its own connection
+	URL     string // storage to load from (zodb.Open)
+	Clients int    // simulated clients, each with its own connection
+	// Inflight is the number of loads each client keeps in flight on its
+	// connection, from as many goroutines with their own random orders
+	// (0 or 1: one; loads only). More than one lets a server batch the
+	// requests that queue on a connection.
+	Inflight int
 	Duration time.Duration // measured time
 	// CacheSize is passed to zodb.Open for every client: 0 is the
 	// driver's default cache, negative turns it off (every load is a
@@ -54,6 +60,7 @@ type Config struct {
 type Result struct {
 	URL      string
 	Clients  int
+	Inflight int // loads in flight per client (1 unless Config.Inflight asked for more)
 	CacheOff bool
 	Commit   bool     // the commit workload: Ops are commits
 	At       zodb.Tid // the state every load was made at (loads only)
@@ -67,7 +74,7 @@ type Result struct {
 	FirstErr  error         // the first of them
 	CPU       time.Duration // user+system CPU time of this process during the run
 	Latency   Histogram     // all clients merged
-	PerClient []uint64      // loads per client
+	PerClient []uint64      // loads per client (all its goroutines')
 	// AnsweredBy says where the loads' answers came from: the server,
 	// the client cache, or the storage itself (see answeredBy).
 	AnsweredBy string
@@ -97,7 +104,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, fmt.Errorf("wrk: need at least 1 client")
 	}
 	opt := &zodb.OpenOptions{CacheSize: cfg.CacheSize, Logf: cfg.Logf, ReadWrite: cfg.Commit}
-	res := &Result{URL: cfg.URL, Clients: cfg.Clients, CacheOff: cfg.CacheSize < 0, Commit: cfg.Commit}
+	inflight := max(cfg.Inflight, 1)
+	if cfg.Commit {
+		inflight = 1
+	}
+	res := &Result{URL: cfg.URL, Clients: cfg.Clients, Inflight: inflight, CacheOff: cfg.CacheSize < 0, Commit: cfg.Commit}
 	if cfg.Commit {
 		if cfg.Objects <= 0 {
 			cfg.Objects = DefaultCommitObjects
@@ -144,12 +155,21 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	// The loading goroutines: the clients, then for each client the
+	// others that share its connection (loaders[k*Clients+i] is client
+	// i's k-th).
+	loaders := clients
+	for k := 1; k < inflight; k++ {
+		for _, c := range clients {
+			loaders = append(loaders, &client{stor: c.stor})
+		}
+	}
 
 	cpu0 := processCPU()
 	start := time.Now()
 	deadline := start.Add(cfg.Duration)
 	var wg sync.WaitGroup
-	for i, c := range clients {
+	for i, c := range loaders {
 		wg.Add(1)
 		go func(seed int64) {
 			defer wg.Done()
@@ -181,7 +201,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 					return
 				case now := <-t.C:
 					var n uint64
-					for _, c := range clients {
+					for _, c := range loaders {
 						n += c.done.Load()
 					}
 					fmt.Fprintf(cfg.Progress, "\r\033[K%5.1fs %10d %s %10.0f %s/s",
@@ -196,13 +216,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res.Elapsed = time.Since(start)
 	res.CPU = processCPU() - cpu0
 
-	for _, c := range clients {
+	res.PerClient = make([]uint64, len(clients))
+	for i, c := range loaders {
 		res.Latency.Merge(&c.hist)
 		res.Errors += c.errors
 		if res.FirstErr == nil {
 			res.FirstErr = c.firstErr
 		}
-		res.PerClient = append(res.PerClient, c.hist.Count())
+		res.PerClient[i%len(clients)] += c.hist.Count()
 	}
 	res.Ops = res.Latency.Count()
 	res.AnsweredBy = answeredBy(clients, res)

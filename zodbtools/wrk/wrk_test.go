@@ -67,6 +67,29 @@ func TestWrkFile(t *testing.T) {
 	}
 }
 
+// TestWrkInflight: with several loads in flight per client, every
+// goroutine's loads are checked and counted for its client, and the
+// connections are those of the clients (the server sees 2, not 6).
+func TestWrkInflight(t *testing.T) {
+	url := "zeo://" + zeotest.StartZodbd(t, zeotest.Fixture(t, "1"), false)
+	res, err := wrk.Run(context.Background(), wrk.Config{URL: url, Clients: 2, Inflight: 3, Duration: 300 * time.Millisecond, CacheSize: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum uint64
+	for _, n := range res.PerClient {
+		sum += n
+	}
+	if res.Errors != 0 || res.Ops < 100 || res.Inflight != 3 || len(res.PerClient) != 2 || sum != res.Ops {
+		t.Errorf("errors %d (%v), %d loads, inflight %d, per client %v", res.Errors, res.FirstErr, res.Ops, res.Inflight, res.PerClient)
+	}
+	var sb strings.Builder
+	res.WriteTable(&sb)
+	if !strings.Contains(sb.String(), "2 clients (3 loads in flight each)") {
+		t.Errorf("table:\n%s", sb.String())
+	}
+}
+
 // TestWrkCacheOn: with the client cache on, every client's cache ends up
 // holding every object, and the report says the cache answered.
 func TestWrkCacheOn(t *testing.T) {
