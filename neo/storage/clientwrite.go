@@ -112,11 +112,27 @@ func (p *peer) dispatchWrite1(tm *txnManager, id uint32, code uint16, args []byt
 		if err := decode(&m); err != nil {
 			return err
 		}
-		if !tm.waitUnlockedBefore(m.LTid, time.Minute) {
-			p.w.Write(appendError(nil, id, proto.NotReady, "transactions before the undo's snapshot stay locked"))
+		answer := func() {
+			if !tm.waitUnlockedBefore(m.LTid, time.Minute) {
+				p.w.Write(appendError(nil, id, proto.NotReady, "transactions before the undo's snapshot stay locked"))
+				return
+			}
+			p.w.Write(p.undoSerial(tm, id, &m))
+		}
+		if tm.nlocked.Load() == 0 {
+			answer()
 			return nil
 		}
-		p.w.Write(p.undoSerial(tm, id, &m))
+		// It may wait for an unlock: on its own goroutine, as a read
+		// (bounded by the connection's requests in flight), so that the
+		// connection's other requests are not held behind it.
+		p.sem <- struct{}{}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			answer()
+			<-p.sem
+		}()
 		return nil
 	}
 	panic("dispatchWrite: not a write: " + proto.CodeName(code))

@@ -562,9 +562,16 @@ func TestTxnReadsWaitUnlock(t *testing.T) {
 				a.send(&proto.AskObjectHistory{Oid: 2, First: 0, Last: 10}),
 			}
 			bid := b.send(&proto.AskTIDs{First: 0, Last: 1, Partition: proto.InvalidPartition})
+			// An undo's serials up to a snapshot after the locked
+			// transaction wait for it too, without holding up B's
+			// other requests (the Ping of quiet).
+			uid := b.send(&proto.AskObjectUndoSerial{TTid: 30, LTid: 22, UndoneTid: 11, Oids: []zodb.Oid{1}})
 			a.quiet("reads of a locked transaction")
-			b.quiet("undo log while a transaction is locked")
+			b.quiet("undo log and undo serials while a transaction is locked")
 			c.unlock(20)
+			if u := b.answer(uid, proto.CodeAnswerObjectUndoSerial).(*proto.AnswerObjectUndoSerial).ObjectTidDict; len(u) != 1 || u[0].Oid != 1 || u[0].CurrentSerial != 11 {
+				t.Errorf("undo serials after the unlock: %+v, want oid 1 at 11", u)
+			}
 			for i, id := range ids[:2] {
 				if got := a.answer(id, proto.CodeAnswerTIDs).(*proto.AnswerTIDs).Tids; len(got) != 2 || got[0] != 21 || got[1] != 11 {
 					t.Errorf("AskTIDs %d after the unlock: %v, want [21 11]", i, got)
