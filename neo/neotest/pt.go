@@ -152,11 +152,12 @@ func upToDateChanges(rows [][]proto.CellInfo, nr int, p int, nid proto.NodeID) [
 // tweakChanges returns the changes that assign the cells of rows over
 // nids (the nodes of the table, those added included): each partition
 // gets k = min(nr+1, len(nids)) cells and each node about as many cells
-// as the others (at most ceil(np*k/len(nids))), keeping the cells that
-// exist where it can (readable first). A cell added is OUT_OF_DATE; a
-// kept FEEDING cell is UP_TO_DATE again; a readable cell dropped stays as
-// FEEDING while the partition has fewer than k readable cells kept, other
-// cells dropped are DISCARDED.
+// as the others (at most ceil(np*k/len(nids)) where it can), keeping the
+// cells that exist where it can (readable first, on the least loaded
+// nodes first). A cell added is OUT_OF_DATE; a kept FEEDING cell is
+// UP_TO_DATE again; a readable cell dropped stays as FEEDING while the
+// partition has fewer than k readable cells kept, other cells dropped are
+// DISCARDED. Tweaking a table tweaked over the same nodes changes nothing.
 func tweakChanges(rows [][]proto.CellInfo, nr int, nids []proto.NodeID) []proto.CellChange {
 	if len(nids) == 0 {
 		return nil
@@ -170,36 +171,66 @@ func tweakChanges(rows [][]proto.CellInfo, nr int, nids []proto.NodeID) []proto.
 		member[nid] = true
 	}
 	kept := make([][]proto.CellInfo, np)
-	// Keep the readable cells first, then the others, within the limits.
-	for pass := range 2 {
+	isKept := func(p int, nid proto.NodeID) bool {
+		return slices.ContainsFunc(kept[p], func(c proto.CellInfo) bool { return c.NID == nid })
+	}
+	// Keep existing cells, one per partition at a time, within the
+	// limit: readable ones first, on the least loaded nodes.
+	for round := range k {
 		for p, row := range rows {
-			for _, c := range row {
-				if c.State.Readable() != (pass == 0) || !member[c.NID] || len(kept[p]) >= k || count[c.NID] >= limit {
+			if len(kept[p]) > round {
+				continue
+			}
+			best := -1
+			for i, c := range row {
+				if !member[c.NID] || isKept(p, c.NID) || count[c.NID] >= limit {
 					continue
 				}
-				kept[p] = append(kept[p], c)
-				count[c.NID]++
+				if best < 0 || c.State.Readable() && !row[best].State.Readable() ||
+					c.State.Readable() == row[best].State.Readable() && count[c.NID] < count[row[best].NID] {
+					best = i
+				}
+			}
+			if best >= 0 {
+				kept[p] = append(kept[p], row[best])
+				count[row[best].NID]++
 			}
 		}
 	}
 	var changes []proto.CellChange
-	for p := range rows {
-		// Fill the row on the least loaded nodes not in it.
+	for p, row := range rows {
+		// Fill the row: nodes under the limit first, then those that
+		// have a cell there (no replication), then the least loaded.
 		for len(kept[p]) < k {
 			best := proto.NoNode
+			key := func(nid proto.NodeID) []int {
+				has := 1
+				if slices.ContainsFunc(row, func(c proto.CellInfo) bool { return c.NID == nid }) {
+					has = 0
+				}
+				over := 0
+				if count[nid] >= limit {
+					over = 1
+				}
+				return []int{over, has, count[nid]}
+			}
 			for _, nid := range nids {
-				if slices.ContainsFunc(kept[p], func(c proto.CellInfo) bool { return c.NID == nid }) {
+				if isKept(p, nid) {
 					continue
 				}
-				if best == proto.NoNode || count[nid] < count[best] {
+				if best == proto.NoNode || slices.Compare(key(nid), key(best)) < 0 {
 					best = nid
 				}
 			}
 			if best == proto.NoNode {
 				break
 			}
-			kept[p] = append(kept[p], proto.CellInfo{NID: best, State: proto.OutOfDate})
 			count[best]++
+			if i := slices.IndexFunc(row, func(c proto.CellInfo) bool { return c.NID == best }); i >= 0 {
+				kept[p] = append(kept[p], row[i])
+				continue
+			}
+			kept[p] = append(kept[p], proto.CellInfo{NID: best, State: proto.OutOfDate})
 			changes = append(changes, proto.CellChange{Offset: uint32(p), NID: best, State: proto.OutOfDate})
 		}
 		readable := 0
@@ -211,8 +242,8 @@ func tweakChanges(rows [][]proto.CellInfo, nr int, nids []proto.NodeID) []proto.
 				changes = append(changes, proto.CellChange{Offset: uint32(p), NID: c.NID, State: proto.UpToDate})
 			}
 		}
-		for _, c := range rows[p] {
-			if slices.ContainsFunc(kept[p], func(x proto.CellInfo) bool { return x.NID == c.NID }) {
+		for _, c := range row {
+			if isKept(p, c.NID) {
 				continue
 			}
 			if c.State.Readable() && readable < k {
