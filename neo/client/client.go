@@ -587,12 +587,18 @@ func (c *Client) changePT(m *proto.NotifyPartitionChanges) error {
 // partition, the running storages that hold a readable cell of it.
 type routing struct {
 	readable [][]*node
+	changed  chan struct{} // closed when another routing replaces this one
 }
 
 // publishRouting publishes the routing of the current rows and nodes
 // (c.mu held).
 func (c *Client) publishRouting() {
-	rt := &routing{readable: make([][]*node, len(c.rows))}
+	rt := &routing{readable: make([][]*node, len(c.rows)), changed: make(chan struct{})}
+	defer func() {
+		if old := c.route.Swap(rt); old != nil {
+			close(old.changed)
+		}
+	}()
 	for p, row := range c.rows {
 		for _, cell := range row {
 			if !cell.State.Readable() {
@@ -603,7 +609,6 @@ func (c *Client) publishRouting() {
 			}
 		}
 	}
-	c.route.Store(rt)
 }
 
 // readableNodes returns the storages that hold a readable cell of
@@ -611,7 +616,10 @@ func (c *Client) publishRouting() {
 // slice may be shared: the caller must not modify it. It takes no lock
 // when the partition has one readable cell.
 func (c *Client) readableNodes(p int) []*node {
-	rt := c.route.Load()
+	return readableNodes(c.route.Load(), p)
+}
+
+func readableNodes(rt *routing, p int) []*node {
 	if rt == nil || p >= len(rt.readable) {
 		return nil
 	}
@@ -775,7 +783,7 @@ func (c *Client) dialStorage(ctx context.Context, n *node, addr proto.Address) (
 func (c *Client) storageRequest(n *node, conn *link.Conn, req *link.Request) {
 	id, code := req.ID, req.Code
 	if code == proto.CodeNotifyDeadlock {
-		c.notifyDeadlock(conn, req.Args)
+		c.notifyDeadlock(n.nid, conn, req.Args)
 	}
 	req.Release()
 	switch {
@@ -799,10 +807,20 @@ func (c *Client) dropConn(n *node, conn *link.Conn) {
 	conn.Close()
 }
 
+// readRounds is how many times askRead tries the readable cells of a
+// partition, each round after the partition table changed or
+// readRetryWait (a failure may be the news of a table change on its way,
+// as NEO/py's client, which syncs with the master before trying again).
+const (
+	readRounds    = 3
+	readRetryWait = 100 * time.Millisecond
+)
+
 // askRead sends req to a readable cell of partition p and decodes the
 // answer into ans; check, if not nil, validates the answer (a checksum
 // mismatch: the next cell is tried). An Error answer other than
-// NON_READABLE_CELL is returned as *proto.Error.
+// NON_READABLE_CELL is returned as *proto.Error. When no cell answered, it
+// tries again (readRounds).
 //
 // With buf, the answer's bytes go into *buf (neo/link.Conn.AskBuf) and
 // *buf is set to the buffer used, which ans's byte fields alias.
@@ -810,18 +828,50 @@ func (c *Client) askRead(ctx context.Context, p int, req, ans proto.Msg, check f
 	if err := c.failure(); err != nil {
 		return err
 	}
-	nodes := c.readableNodes(p)
-	var errs []error
+	for round := 1; ; round++ {
+		rt := c.route.Load()
+		if rt == nil {
+			return &NoReadableCellError{Partition: p}
+		}
+		var errs []error
+		done, err := c.askReadRound(ctx, readableNodes(rt, p), req, ans, check, buf, &errs)
+		if done {
+			return err
+		}
+		if round == readRounds {
+			return &NoReadableCellError{Partition: p, Errs: errs}
+		}
+		t := time.NewTimer(readRetryWait)
+		select {
+		case <-rt.changed:
+		case <-t.C:
+		case <-ctx.Done():
+		case <-c.dead:
+		}
+		t.Stop()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if f := c.failure(); f != nil {
+			return f
+		}
+	}
+}
+
+// askReadRound is a round of askRead over nodes: done with the answer or a
+// final error, or not done with the errors of the cells that failed
+// appended to *errs.
+func (c *Client) askReadRound(ctx context.Context, nodes []*node, req, ans proto.Msg, check func() error, buf *[]byte, errs *[]error) (done bool, _ error) {
 	for _, n := range nodes {
 		conn, err := c.storageConn(ctx, n)
 		if err != nil {
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return true, ctx.Err()
 			}
 			if f := c.failure(); f != nil {
-				return f
+				return true, f
 			}
-			errs = append(errs, err)
+			*errs = append(*errs, err)
 			continue
 		}
 		if buf != nil {
@@ -831,7 +881,7 @@ func (c *Client) askRead(ctx context.Context, p int, req, ans proto.Msg, check f
 		}
 		if err == nil && check != nil {
 			if err = check(); err != nil {
-				errs = append(errs, fmt.Errorf("storage %v: %w", n.nid, err))
+				*errs = append(*errs, fmt.Errorf("storage %v: %w", n.nid, err))
 				n.cmu.Lock()
 				n.failedAt = time.Now()
 				n.cmu.Unlock()
@@ -839,27 +889,27 @@ func (c *Client) askRead(ctx context.Context, p int, req, ans proto.Msg, check f
 			}
 		}
 		if err == nil {
-			return nil
+			return true, nil
 		}
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return true, ctx.Err()
 		}
 		var pe *proto.Error
 		if errors.As(err, &pe) {
 			if pe.ErrCode == proto.NonReadableCell {
-				errs = append(errs, fmt.Errorf("storage %v: %w", n.nid, err))
+				*errs = append(*errs, fmt.Errorf("storage %v: %w", n.nid, err))
 				continue
 			}
-			return err
+			return true, err
 		}
 		// A lost or broken connection: forget it and try another cell.
 		c.dropConn(n, conn)
 		if f := c.failure(); f != nil {
-			return f
+			return true, f
 		}
-		errs = append(errs, fmt.Errorf("storage %v: %w", n.nid, err))
+		*errs = append(*errs, fmt.Errorf("storage %v: %w", n.nid, err))
 	}
-	return &NoReadableCellError{Partition: p, Errs: errs}
+	return false, nil
 }
 
 // askMaster sends req to the master.
