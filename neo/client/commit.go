@@ -223,16 +223,16 @@ const (
 // store is the last store (or check) of one oid in a transaction.
 type store struct {
 	oid        zodb.Oid
-	serial     zodb.Tid // what the store is based on
-	data       []byte   // nil: a deletion (or undo of a creation), or a check
-	dataSerial zodb.Tid // undo/restore backpointer, or proto.InvalidTid
-	check      bool     // AskCheckCurrentSerial
-	deferred   bool     // serial newer than the client knows: sent at Vote
-	reported   bool     // serial reported by a storage (a conflict): never deferred
-	dropped    bool     // a conflict left to the caller: not written, to store again
-	gen        int      // counts the sends; answers of older sends are ignored
-	pending    int      // answers of this send still expected
-	conflict   zodb.Tid // 0, or the serial a storage reported
+	serial     zodb.Tid       // what the store is based on
+	data       []byte         // nil: a deletion (or undo of a creation), or a check
+	dataSerial zodb.Tid       // undo/restore backpointer, or proto.InvalidTid
+	check      bool           // AskCheckCurrentSerial
+	deferred   bool           // serial newer than the client knows: sent at Vote
+	reported   bool           // serial reported by a storage (a conflict): never deferred
+	dropped    bool           // a conflict left to the caller: not written, to store again
+	gen        int            // counts the sends; answers of older sends are ignored
+	pending    int            // answers of this send still expected
+	conflict   zodb.Tid       // 0, or the serial a storage reported
 	lockedBy   []proto.NodeID // the storages that answered this send: stored and locked
 }
 
@@ -248,12 +248,12 @@ type txn struct {
 
 	mu       sync.Mutex
 	stores   map[zodb.Oid]*store
-	order    []zodb.Oid // oids in the order first recorded
+	order    []zodb.Oid                  // oids in the order first recorded
 	conns    map[proto.NodeID]*link.Conn // nil: the storage failed
 	failed   map[proto.NodeID]bool       // storages left out of the transaction (see above)
-	inflight int           // requests in flight
-	idle     chan struct{} // closed when inflight drops to 0
-	err      error         // first failure of a request: Vote fails with it
+	inflight int                         // requests in flight
+	idle     chan struct{}               // closed when inflight drops to 0
+	err      error                       // first failure of a request: Vote fails with it
 	undos    []zodb.Tid
 	undone   []zodb.Oid // oids whose data the client produced: undo, resolution
 	deleted  map[zodb.Oid]bool
