@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log"
+	"net"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -446,4 +448,277 @@ func TestReplicatedCluster(t *testing.T) {
 	w.waitAcks("node B down", 20)
 	w.end()
 	w.check(rc, "node B down")
+}
+
+// cutProxy forwards TCP connections to a storage node, until cut: then it
+// closes those it forwards and refuses new ones, as a network that fails
+// between the clients and the node while the node keeps its master link.
+type cutProxy struct {
+	ln net.Listener
+
+	mu     sync.Mutex
+	target string
+	cut    bool
+	conns  []net.Conn
+}
+
+func newCutProxy(t *testing.T) *cutProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln}
+	t.Cleanup(func() {
+		ln.Close()
+		p.setCut(true)
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			target, cut := p.target, p.cut
+			p.mu.Unlock()
+			if cut || target == "" {
+				c.Close()
+				continue
+			}
+			d, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			if p.cut {
+				c.Close()
+				d.Close()
+			} else {
+				p.conns = append(p.conns, c, d)
+			}
+			p.mu.Unlock()
+			pipe := func(dst, src net.Conn) {
+				io.Copy(dst, src)
+				dst.Close()
+				src.Close()
+			}
+			go pipe(d, c)
+			go pipe(c, d)
+		}
+	}()
+	return p
+}
+
+func (p *cutProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *cutProxy) setTarget(addr string) {
+	p.mu.Lock()
+	p.target = addr
+	p.mu.Unlock()
+}
+
+func (p *cutProxy) setCut(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = cut
+	if cut {
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.conns = nil
+	}
+}
+
+// TestReplicatedClusterFailover runs 2 storage nodes holding every
+// partition (2 partitions, 1 replica), the clients reaching node A through
+// a proxy that the test cuts: loads in flight on A when it is cut are
+// served by B; a transaction that stored on both and cannot vote on A
+// commits on B after FailedVote, the master disconnecting A (its cells
+// OUT_OF_DATE, then A back as a running node with its cells still out of
+// date: nothing replicates them here).
+func TestReplicatedClusterFailover(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	proxy := newCutProxy(t)
+	rc := &replCluster{t: t, cluster: "failover", log: newSyncLog(t)}
+	m, err := neotest.NewMaster(neotest.MasterConfig{Cluster: rc.cluster, Partitions: 2, Replicas: 1, Storages: 2,
+		Logf: log.New(rc.log, "", log.Lmicroseconds).Printf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mctx, mcancel := context.WithCancel(context.Background())
+	mdone := make(chan error, 1)
+	go func() { mdone <- m.Serve(mctx) }()
+	rc.m = m
+	dir := t.TempDir()
+	t.Cleanup(func() {
+		for i := range rc.nodes {
+			rc.kill(i)
+		}
+		mcancel()
+		<-mdone
+	})
+	for i := range 2 {
+		rc.nodes = append(rc.nodes, &replNode{path: filepath.Join(dir, fmt.Sprintf("s%d.sqlite", i))})
+	}
+	rc.startAdvertised(0, proxy)
+	rc.start(1, false)
+	<-m.Running()
+	rc.waitOperational(0)
+	rc.waitOperational(1)
+	rc.waitTable("new table", allUpToDate)
+	a := rc.nid(0)
+
+	c := dialT(t, &client.Options{Cluster: rc.cluster, Masters: []string{m.Addr()}, Logf: log.New(rc.log, "client: ", log.Lmicroseconds).Printf})
+	commit := func(oid zodb.Oid, serial zodb.Tid, data string) zodb.Tid {
+		t.Helper()
+		txn, err := c.Begin(ctx, zodb.TxnMeta{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := txn.Store(oid, serial, []byte(data)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := txn.Vote(ctx); err != nil {
+			t.Fatal(err)
+		}
+		tid, err := txn.Finish(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tid
+	}
+	oids, err := c.NewOids(ctx, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serials := map[zodb.Oid]zodb.Tid{}
+	for _, oid := range oids {
+		serials[oid] = commit(oid, 0, "v1 "+oid.String())
+	}
+
+	// Loads from 4 goroutines, without cache, while A is cut.
+	reader := dialT(t, &client.Options{Cluster: rc.cluster, Masters: []string{m.Addr()}, CacheSize: -1})
+	var loads atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	errc := make(chan error, 4)
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := g; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				oid := oids[i%len(oids)]
+				data, _, err := reader.Load(ctx, zodb.Xid{Oid: oid, At: zodb.TidMax})
+				if err != nil || string(data) != "v1 "+oid.String() {
+					errc <- fmt.Errorf("load %s: %q, %v", oid, data, err)
+					return
+				}
+				loads.Add(1)
+			}
+		}()
+	}
+	for loads.Load() < 200 {
+		time.Sleep(time.Millisecond)
+	}
+	proxy.setCut(true)
+	for n := loads.Load() + 200; loads.Load() < n && len(errc) == 0; {
+		time.Sleep(time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	select {
+	case err := <-errc:
+		t.Fatalf("a load failed while node A was cut: %v", err)
+	default:
+	}
+	proxy.setCut(false)
+
+	// A transaction stores on A and B, then A is cut: it commits on B.
+	txn, err := c.Begin(ctx, zodb.TxnMeta{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, oid := range oids {
+		if err := txn.Store(oid, serials[oid], []byte("v2 "+oid.String())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every store answered (by both) before the cut.
+	if _, _, err := c.Load(ctx, zodb.Xid{Oid: oids[0], At: zodb.TidMax}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	proxy.setCut(true)
+	if _, err := txn.Vote(ctx); err != nil {
+		t.Fatalf("vote with node A cut: %v", err)
+	}
+	tid, err := txn.Finish(ctx, nil)
+	if err != nil {
+		t.Fatalf("finish with node A cut: %v", err)
+	}
+	rc.waitTable("node A's cells outdated", func(pt *proto.SendPartitionTable) bool { return onlyStates(pt, a, proto.OutOfDate) })
+	if _, err := reader.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, oid := range oids {
+		data, serial, err := reader.Load(ctx, zodb.Xid{Oid: oid, At: zodb.TidMax})
+		if err != nil || serial != tid || string(data) != "v2 "+oid.String() {
+			t.Fatalf("load %s after the commit on B: %q %s, %v; want v2 at %s", oid, data, serial, err, tid)
+		}
+		serials[oid] = tid
+	}
+	// A comes back (its master link was closed, not the node): running,
+	// its cells out of date; the clients write to it too.
+	proxy.setCut(false)
+	for deadline := time.Now().Add(10 * time.Second); !rc.nodes[0].n.Operational() || !m.Operational(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("node A not back")
+		}
+	}
+	for _, oid := range oids[:2] {
+		serials[oid] = commit(oid, serials[oid], "v3 "+oid.String())
+	}
+	for _, oid := range oids[:2] {
+		if data, _, err := reader.LoadSerial(ctx, oid, serials[oid]); err != nil || string(data) != "v3 "+oid.String() {
+			t.Fatalf("load %s: %q, %v", oid, data, err)
+		}
+	}
+}
+
+// startAdvertised starts node i announced to the master at the proxy's
+// address, which forwards to it.
+func (rc *replCluster) startAdvertised(i int, proxy *cutProxy) {
+	t, rn := rc.t, rc.nodes[i]
+	ctx, cancel := context.WithCancel(context.Background())
+	be, err := storage.OpenSQLite(ctx, rn.path)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	n, err := storage.New(storage.Config{
+		Cluster: rc.cluster, Masters: []string{rc.m.Addr()}, Bind: "127.0.0.1:0", Advertise: proxy.addr(), Backend: be,
+		Logger:        log.New(rc.log, fmt.Sprintf("node %d: ", i), log.Lmicroseconds),
+		RetryInterval: 20 * time.Millisecond, IdentifyTimeout: time.Second,
+	})
+	if err != nil {
+		cancel()
+		be.Close()
+		t.Fatal(err)
+	}
+	proxy.setTarget(n.Addr().String())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	rn.n = n
+	rn.stop = func() {
+		cancel()
+		<-done
+		be.Close()
+	}
 }
