@@ -808,9 +808,11 @@ func (c *Client) dropConn(n *node, conn *link.Conn) {
 }
 
 // readRounds is how many times askRead tries the readable cells of a
-// partition, each round after the partition table changed or
-// readRetryWait (a failure may be the news of a table change on its way,
-// as NEO/py's client, which syncs with the master before trying again).
+// partition when none could answer (no readable cell, a lost connection,
+// NON_READABLE_CELL: maybe the news of a table change on its way), each
+// round after the partition table changed or readRetryWait, as NEO/py's
+// client syncs with the master before it tries again. A cell whose answer
+// is wrong (a checksum mismatch) is not asked again.
 const (
 	readRounds    = 3
 	readRetryWait = 100 * time.Millisecond
@@ -834,11 +836,11 @@ func (c *Client) askRead(ctx context.Context, p int, req, ans proto.Msg, check f
 			return &NoReadableCellError{Partition: p}
 		}
 		var errs []error
-		done, err := c.askReadRound(ctx, readableNodes(rt, p), req, ans, check, buf, &errs)
+		done, retry, err := c.askReadRound(ctx, readableNodes(rt, p), req, ans, check, buf, &errs)
 		if done {
 			return err
 		}
-		if round == readRounds {
+		if round == readRounds || !retry && len(errs) > 0 {
 			return &NoReadableCellError{Partition: p, Errs: errs}
 		}
 		t := time.NewTimer(readRetryWait)
@@ -860,18 +862,21 @@ func (c *Client) askRead(ctx context.Context, p int, req, ans proto.Msg, check f
 
 // askReadRound is a round of askRead over nodes: done with the answer or a
 // final error, or not done with the errors of the cells that failed
-// appended to *errs.
-func (c *Client) askReadRound(ctx context.Context, nodes []*node, req, ans proto.Msg, check func() error, buf *[]byte, errs *[]error) (done bool, _ error) {
+// appended to *errs; retry when a cell failed in a way that another round
+// may fix (no cell, a lost connection, NON_READABLE_CELL).
+func (c *Client) askReadRound(ctx context.Context, nodes []*node, req, ans proto.Msg, check func() error, buf *[]byte, errs *[]error) (done, retry bool, _ error) {
+	retry = len(nodes) == 0
 	for _, n := range nodes {
 		conn, err := c.storageConn(ctx, n)
 		if err != nil {
 			if ctx.Err() != nil {
-				return true, ctx.Err()
+				return true, false, ctx.Err()
 			}
 			if f := c.failure(); f != nil {
-				return true, f
+				return true, false, f
 			}
 			*errs = append(*errs, err)
+			retry = true
 			continue
 		}
 		if buf != nil {
@@ -889,27 +894,29 @@ func (c *Client) askReadRound(ctx context.Context, nodes []*node, req, ans proto
 			}
 		}
 		if err == nil {
-			return true, nil
+			return true, false, nil
 		}
 		if ctx.Err() != nil {
-			return true, ctx.Err()
+			return true, false, ctx.Err()
 		}
 		var pe *proto.Error
 		if errors.As(err, &pe) {
 			if pe.ErrCode == proto.NonReadableCell {
 				*errs = append(*errs, fmt.Errorf("storage %v: %w", n.nid, err))
+				retry = true
 				continue
 			}
-			return true, err
+			return true, false, err
 		}
 		// A lost or broken connection: forget it and try another cell.
 		c.dropConn(n, conn)
 		if f := c.failure(); f != nil {
-			return true, f
+			return true, false, f
 		}
 		*errs = append(*errs, fmt.Errorf("storage %v: %w", n.nid, err))
+		retry = true
 	}
-	return false, nil
+	return false, retry, nil
 }
 
 // askMaster sends req to the master.
