@@ -18,7 +18,10 @@
 // FEEDING) of that partition. The client connects to a storage the first
 // time it needs it, with one connection per storage shared by every
 // goroutine (requests are pipelined on it), and retries another readable
-// cell on NON_READABLE_CELL, a checksum mismatch or a lost connection.
+// cell on NON_READABLE_CELL, a checksum mismatch or a lost connection; when
+// no cell could answer (none readable, connections lost, NON_READABLE_CELL)
+// it tries again once the partition table changed, or after 100 ms, up to
+// 3 times (a node lost: the master's news may be on its way).
 //
 // # Cache and invalidations
 //
@@ -37,7 +40,9 @@
 // The client commits with NEO's two-phase commit (commit.go): a Client
 // implements zodb.WriteStorage and its transactions zodb.ResolvingTxn,
 // unless Options.ReadOnly (Begin and NewOids then return
-// zodb.ErrReadOnly).
+// zodb.ErrReadOnly). Stores go to every cell of the partition, whatever its
+// state; with replicas, a storage that fails during a transaction is left
+// out of it when the others locked every store (FailedVote to the master).
 //
 // # Lost connections
 //
