@@ -904,6 +904,13 @@ func (m *Master) verify(sel []*snode) {
 		s.conn.Send(&proto.NotifyClusterInformation{State: proto.Running})
 		m.startNodeLocked(s)
 	}
+	// The storages left pending get the table, as those that come while
+	// the cluster runs (the changes follow).
+	for _, s := range m.sortedStorages() {
+		if s.conn != nil && s.state == proto.NodePending {
+			s.conn.Send(m.partitionTable())
+		}
+	}
 	m.changedLocked()
 }
 
