@@ -226,6 +226,7 @@ type replWorkload struct {
 	t       *testing.T
 	counter zodb.Oid
 	stop    chan struct{}
+	endOnce sync.Once
 	wg      sync.WaitGroup
 
 	mu       sync.Mutex
@@ -366,9 +367,9 @@ func (w *replWorkload) waitAcks(what string, n int) {
 	}
 }
 
-// end stops the goroutines.
+// end stops the goroutines (once: it may be called again).
 func (w *replWorkload) end() {
-	close(w.stop)
+	w.endOnce.Do(func() { close(w.stop) })
 	w.wg.Wait()
 }
 
