@@ -566,6 +566,16 @@ func (t *txn) answered(st *store, gen int, nid proto.NodeID, conflict zodb.Tid, 
 	case err != nil:
 	case conflict == proto.InvalidTid:
 		st.lockedBy = append(st.lockedBy, nid)
+	case conflict != 0 && conflict < st.serial:
+		// The storage's last revision is older than the one the store
+		// is based on, which the client read from a readable cell: it
+		// is behind (a replica not up to date). Resolving against it
+		// would merge with an old revision (a lost update): the
+		// transaction fails instead, as NEO/py's client does when a
+		// storage neither stores nor reports a newer conflict.
+		if t.err == nil {
+			t.err = t.opErr("store", fmt.Errorf("%s: storage %v reports the serial %s, older than %s the store is based on (not up to date)", st.oid, nid, conflict, st.serial))
+		}
 	case conflict != 0 && conflict > st.conflict:
 		st.conflict = conflict
 	}
