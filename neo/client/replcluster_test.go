@@ -51,14 +51,17 @@ func newSyncLog(t *testing.T) *syncLog {
 	return l
 }
 
-// replCluster is a master and storage nodes on SQLite databases that take
-// commits (zodbd neo-storage --read-write).
+// replCluster is a master and storage nodes on databases that take
+// commits (zodbd neo-storage --read-write): SQLite, unless open says
+// otherwise.
 type replCluster struct {
 	t       *testing.T
 	cluster string
 	m       *neotest.Master
 	log     *syncLog
 	nodes   []*replNode
+	open    func(path string) (storage.Backend, error) // nil: SQLite
+	dir     string                                     // the databases'
 }
 
 // replNode is one storage node of a replCluster: its database survives
@@ -73,7 +76,14 @@ type replNode struct {
 // nr replicas over n storage nodes, and the nodes, and waits until the
 // cluster runs.
 func startReplCluster(t *testing.T, np, nr, n int) *replCluster {
-	rc := &replCluster{t: t, cluster: "repl", log: newSyncLog(t)}
+	return startReplClusterOn(t, np, nr, n, nil)
+}
+
+// startReplClusterOn is startReplCluster with the backends that open
+// gives (nil: SQLite).
+func startReplClusterOn(t *testing.T, np, nr, n int, open func(path string) (storage.Backend, error)) *replCluster {
+	// The directory first: removed after the nodes are stopped.
+	rc := &replCluster{t: t, cluster: "repl", log: newSyncLog(t), open: open, dir: t.TempDir()}
 	m, err := neotest.NewMaster(neotest.MasterConfig{Cluster: rc.cluster, Partitions: np, Replicas: nr, Storages: n,
 		Logf: log.New(rc.log, "", log.Lmicroseconds).Printf})
 	if err != nil {
@@ -90,9 +100,8 @@ func startReplCluster(t *testing.T, np, nr, n int) *replCluster {
 		<-done
 	})
 	rc.m = m
-	dir := t.TempDir()
 	for i := range n {
-		rc.nodes = append(rc.nodes, &replNode{path: filepath.Join(dir, fmt.Sprintf("s%d.sqlite", i))})
+		rc.nodes = append(rc.nodes, &replNode{path: filepath.Join(rc.dir, fmt.Sprintf("s%d.db", i))})
 	}
 	for i := range n {
 		rc.start(i, false)
@@ -112,7 +121,7 @@ func startReplCluster(t *testing.T, np, nr, n int) *replCluster {
 func (rc *replCluster) start(i int, wait bool) {
 	t, rn := rc.t, rc.nodes[i]
 	ctx, cancel := context.WithCancel(context.Background())
-	be, err := storage.OpenSQLite(ctx, rn.path)
+	be, err := rc.openBackend(ctx, rn.path)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -138,6 +147,13 @@ func (rc *replCluster) start(i int, wait bool) {
 	if wait {
 		rc.waitOperational(i)
 	}
+}
+
+func (rc *replCluster) openBackend(ctx context.Context, path string) (storage.Backend, error) {
+	if rc.open != nil {
+		return rc.open(path)
+	}
+	return storage.OpenSQLite(ctx, path)
 }
 
 func (rc *replCluster) waitOperational(i int) {
@@ -561,7 +577,7 @@ func TestReplicatedClusterFailover(t *testing.T) {
 		<-mdone
 	})
 	for i := range 2 {
-		rc.nodes = append(rc.nodes, &replNode{path: filepath.Join(dir, fmt.Sprintf("s%d.sqlite", i))})
+		rc.nodes = append(rc.nodes, &replNode{path: filepath.Join(dir, fmt.Sprintf("s%d.db", i))})
 	}
 	rc.startAdvertised(0, proxy)
 	rc.start(1, false)
@@ -735,7 +751,7 @@ func TestReplicatedClusterAddNode(t *testing.T) {
 	defer w.end()
 	w.waitAcks("two nodes", 10)
 
-	rc.nodes = append(rc.nodes, &replNode{path: filepath.Join(t.TempDir(), "s2.sqlite")})
+	rc.nodes = append(rc.nodes, &replNode{path: filepath.Join(rc.dir, "s2.db")})
 	rc.start(2, false)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		nid := rc.nodes[2].n.NID()
@@ -774,4 +790,22 @@ func TestReplicatedClusterAddNode(t *testing.T) {
 	w.waitAcks("first node down", 10)
 	w.end()
 	w.check(rc, "first node down")
+}
+
+// TestReplicatedClusterFS1 runs 2 FileStorage nodes with 1 replica (a
+// FileStorage holds the one partition of its cluster): both are written,
+// one is killed, and the other serves every acknowledged commit and takes
+// the next ones. (A FileStorage node cannot catch up an OUT_OF_DATE cell:
+// the killed node does not come back.)
+func TestReplicatedClusterFS1(t *testing.T) {
+	rc := startReplClusterOn(t, 1, 1, 2, func(path string) (storage.Backend, error) { return storage.OpenFS1Writer(path, nil) })
+	rc.waitTable("new table", allUpToDate)
+	w := startReplWorkload(t, rc, 1, 2)
+	defer w.end()
+	w.waitAcks("both nodes", 20)
+	rc.kill(0)
+	rc.waitTable("node A's cell outdated", func(pt *proto.SendPartitionTable) bool { return onlyStates(pt, rc.nid(0), proto.OutOfDate) })
+	w.waitAcks("node A down", 20)
+	w.end()
+	w.check(rc, "node A down")
 }
