@@ -139,11 +139,7 @@ func (rc *replCluster) start(i int, wait bool) {
 	done := make(chan error, 1)
 	go func() { done <- n.Run(ctx) }()
 	rn.n = n
-	rn.stop = func() {
-		cancel()
-		<-done
-		be.Close()
-	}
+	rn.stop = rc.stopper(i, cancel, done, be)
 	if wait {
 		rc.waitOperational(i)
 	}
@@ -161,6 +157,21 @@ func (rc *replCluster) waitOperational(i int) {
 	for deadline := time.Now().Add(10 * time.Second); !rc.nodes[i].n.Operational(); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			rc.t.Fatalf("node %d not operational", i)
+		}
+	}
+}
+
+// stopper returns the function that stops node i: its Run cancelled, then
+// its database closed. A node that does not stop within 10 s fails the
+// test (its database is left open).
+func (rc *replCluster) stopper(i int, cancel context.CancelFunc, done <-chan error, be storage.Backend) func() {
+	return func() {
+		cancel()
+		select {
+		case <-done:
+			be.Close()
+		case <-time.After(10 * time.Second):
+			rc.t.Errorf("node %d did not stop within 10 s", i)
 		}
 	}
 }
@@ -733,11 +744,7 @@ func (rc *replCluster) startAdvertised(i int, proxy *cutProxy) {
 	done := make(chan error, 1)
 	go func() { done <- n.Run(ctx) }()
 	rn.n = n
-	rn.stop = func() {
-		cancel()
-		<-done
-		be.Close()
-	}
+	rn.stop = rc.stopper(i, cancel, done, be)
 }
 
 // TestReplicatedClusterAddNode adds a third storage node to a running
