@@ -59,8 +59,9 @@ const firstClientNID proto.NodeID = -0x20000000 + 1
 // AskNewOIDs, AskFinishTransaction with AskLockInformation and
 // NotifyUnlockInformation to the storages and InvalidateObjects to the other
 // clients, AbortTransaction, FailedVote, AskFinalTID, pack orders
-// (WaitForPack; AskPackOrders and NotifyPackCompleted from the storages). A client that
-// identified read-only is refused commits with READ_ONLY_ACCESS.
+// (WaitForPack; AskPackOrders and NotifyPackCompleted from the storages).
+// A client that identified read-only is refused commits with
+// READ_ONLY_ACCESS.
 //
 // # Recovery
 //
@@ -93,7 +94,9 @@ const firstClientNID proto.NodeID = -0x20000000 + 1
 //     by NotifyTransactionFinished or AbortTransaction), picks a readable
 //     cell of another storage as its source (there is no Replicate packet
 //     outside NEO/py's backup mode), and reports NotifyReplicationDone:
-//     the cell becomes UP_TO_DATE.
+//     the cell becomes UP_TO_DATE. As with NEO/py, NotifyReplicationDone
+//     for a partition not named in an AskUnfinishedTransactions of that
+//     storage's session, or for a cell no longer OUT_OF_DATE, is ignored.
 //   - A storage not in the table stays PENDING until AddNodes (neoctl add);
 //     Tweak (neoctl tweak) then assigns cells over every node of the
 //     table: new cells are OUT_OF_DATE, cells the new assignment drops stay
