@@ -18,7 +18,10 @@
 // FEEDING) of that partition. The client connects to a storage the first
 // time it needs it, with one connection per storage shared by every
 // goroutine (requests are pipelined on it), and retries another readable
-// cell on NON_READABLE_CELL, a checksum mismatch or a lost connection.
+// cell on NON_READABLE_CELL, a checksum mismatch or a lost connection; when
+// no cell could answer (none readable, connections lost, NON_READABLE_CELL)
+// it tries again once the partition table changed, or after 100 ms, up to
+// 3 times (a node lost: the master's news may be on its way).
 //
 // # Cache and invalidations
 //
@@ -37,7 +40,9 @@
 // The client commits with NEO's two-phase commit (commit.go): a Client
 // implements zodb.WriteStorage and its transactions zodb.ResolvingTxn,
 // unless Options.ReadOnly (Begin and NewOids then return
-// zodb.ErrReadOnly).
+// zodb.ErrReadOnly). Stores go to every cell of the partition, whatever its
+// state; with replicas, a storage that fails during a transaction is left
+// out of it when the others locked every store (FailedVote to the master).
 //
 // # Lost connections
 //
@@ -587,12 +592,18 @@ func (c *Client) changePT(m *proto.NotifyPartitionChanges) error {
 // partition, the running storages that hold a readable cell of it.
 type routing struct {
 	readable [][]*node
+	changed  chan struct{} // closed when another routing replaces this one
 }
 
 // publishRouting publishes the routing of the current rows and nodes
 // (c.mu held).
 func (c *Client) publishRouting() {
-	rt := &routing{readable: make([][]*node, len(c.rows))}
+	rt := &routing{readable: make([][]*node, len(c.rows)), changed: make(chan struct{})}
+	defer func() {
+		if old := c.route.Swap(rt); old != nil {
+			close(old.changed)
+		}
+	}()
 	for p, row := range c.rows {
 		for _, cell := range row {
 			if !cell.State.Readable() {
@@ -603,7 +614,6 @@ func (c *Client) publishRouting() {
 			}
 		}
 	}
-	c.route.Store(rt)
 }
 
 // readableNodes returns the storages that hold a readable cell of
@@ -611,7 +621,10 @@ func (c *Client) publishRouting() {
 // slice may be shared: the caller must not modify it. It takes no lock
 // when the partition has one readable cell.
 func (c *Client) readableNodes(p int) []*node {
-	rt := c.route.Load()
+	return readableNodes(c.route.Load(), p)
+}
+
+func readableNodes(rt *routing, p int) []*node {
 	if rt == nil || p >= len(rt.readable) {
 		return nil
 	}
@@ -775,7 +788,7 @@ func (c *Client) dialStorage(ctx context.Context, n *node, addr proto.Address) (
 func (c *Client) storageRequest(n *node, conn *link.Conn, req *link.Request) {
 	id, code := req.ID, req.Code
 	if code == proto.CodeNotifyDeadlock {
-		c.notifyDeadlock(conn, req.Args)
+		c.notifyDeadlock(n.nid, conn, req.Args)
 	}
 	req.Release()
 	switch {
@@ -799,10 +812,22 @@ func (c *Client) dropConn(n *node, conn *link.Conn) {
 	conn.Close()
 }
 
+// readRounds is how many times askRead tries the readable cells of a
+// partition when none could answer (no readable cell, a lost connection,
+// NON_READABLE_CELL: maybe the news of a table change on its way), each
+// round after the partition table changed or readRetryWait, as NEO/py's
+// client syncs with the master before it tries again. A cell whose answer
+// is wrong (a checksum mismatch) is not asked again.
+const (
+	readRounds    = 3
+	readRetryWait = 100 * time.Millisecond
+)
+
 // askRead sends req to a readable cell of partition p and decodes the
 // answer into ans; check, if not nil, validates the answer (a checksum
 // mismatch: the next cell is tried). An Error answer other than
-// NON_READABLE_CELL is returned as *proto.Error.
+// NON_READABLE_CELL is returned as *proto.Error. When no cell answered, it
+// tries again (readRounds).
 //
 // With buf, the answer's bytes go into *buf (neo/link.Conn.AskBuf) and
 // *buf is set to the buffer used, which ans's byte fields alias.
@@ -810,18 +835,53 @@ func (c *Client) askRead(ctx context.Context, p int, req, ans proto.Msg, check f
 	if err := c.failure(); err != nil {
 		return err
 	}
-	nodes := c.readableNodes(p)
-	var errs []error
+	for round := 1; ; round++ {
+		rt := c.route.Load()
+		if rt == nil {
+			return &NoReadableCellError{Partition: p}
+		}
+		var errs []error
+		done, retry, err := c.askReadRound(ctx, readableNodes(rt, p), req, ans, check, buf, &errs)
+		if done {
+			return err
+		}
+		if round == readRounds || !retry && len(errs) > 0 {
+			return &NoReadableCellError{Partition: p, Errs: errs}
+		}
+		t := time.NewTimer(readRetryWait)
+		select {
+		case <-rt.changed:
+		case <-t.C:
+		case <-ctx.Done():
+		case <-c.dead:
+		}
+		t.Stop()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if f := c.failure(); f != nil {
+			return f
+		}
+	}
+}
+
+// askReadRound is a round of askRead over nodes: done with the answer or a
+// final error, or not done with the errors of the cells that failed
+// appended to *errs; retry when a cell failed in a way that another round
+// may fix (no cell, a lost connection, NON_READABLE_CELL).
+func (c *Client) askReadRound(ctx context.Context, nodes []*node, req, ans proto.Msg, check func() error, buf *[]byte, errs *[]error) (done, retry bool, _ error) {
+	retry = len(nodes) == 0
 	for _, n := range nodes {
 		conn, err := c.storageConn(ctx, n)
 		if err != nil {
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return true, false, ctx.Err()
 			}
 			if f := c.failure(); f != nil {
-				return f
+				return true, false, f
 			}
-			errs = append(errs, err)
+			*errs = append(*errs, err)
+			retry = true
 			continue
 		}
 		if buf != nil {
@@ -831,7 +891,7 @@ func (c *Client) askRead(ctx context.Context, p int, req, ans proto.Msg, check f
 		}
 		if err == nil && check != nil {
 			if err = check(); err != nil {
-				errs = append(errs, fmt.Errorf("storage %v: %w", n.nid, err))
+				*errs = append(*errs, fmt.Errorf("storage %v: %w", n.nid, err))
 				n.cmu.Lock()
 				n.failedAt = time.Now()
 				n.cmu.Unlock()
@@ -839,27 +899,29 @@ func (c *Client) askRead(ctx context.Context, p int, req, ans proto.Msg, check f
 			}
 		}
 		if err == nil {
-			return nil
+			return true, false, nil
 		}
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return true, false, ctx.Err()
 		}
 		var pe *proto.Error
 		if errors.As(err, &pe) {
 			if pe.ErrCode == proto.NonReadableCell {
-				errs = append(errs, fmt.Errorf("storage %v: %w", n.nid, err))
+				*errs = append(*errs, fmt.Errorf("storage %v: %w", n.nid, err))
+				retry = true
 				continue
 			}
-			return err
+			return true, false, err
 		}
 		// A lost or broken connection: forget it and try another cell.
 		c.dropConn(n, conn)
 		if f := c.failure(); f != nil {
-			return f
+			return true, false, f
 		}
-		errs = append(errs, fmt.Errorf("storage %v: %w", n.nid, err))
+		*errs = append(*errs, fmt.Errorf("storage %v: %w", n.nid, err))
+		retry = true
 	}
-	return &NoReadableCellError{Partition: p, Errs: errs}
+	return false, retry, nil
 }
 
 // askMaster sends req to the master.

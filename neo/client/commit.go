@@ -5,6 +5,7 @@ import (
 	"crypto/sha1"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 
@@ -30,7 +31,7 @@ import (
 //	          stored again based on the serial the storage reported, until
 //	          none is left; then AskStoreTransaction to the cells of
 //	          partition(ttid) and AskVoteTransaction to the other storages
-//	          written to
+//	          written to; FailedVote to the master when a storage failed
 //	Finish    AskFinishTransaction to the master (which locks the
 //	          transaction on the storages and answers with the tid), the
 //	          answer handled in order with the master's invalidations
@@ -38,6 +39,16 @@ import (
 //	          this commit in tid order among the others; a master lost
 //	          meanwhile: AskFinalTID to the storages
 //	Abort     AbortTransaction to the storages written to and to the master
+//
+// With replicas, as with NEO/py's client, a storage whose connection fails
+// (or cannot be made) during the transaction is left out of it: the
+// requests it did not answer count as answered, nothing more is sent to it,
+// and the vote goes on if every store was locked by a storage that did not
+// fail; the master is then told (FailedVote), which disconnects the
+// storage at Finish if the cluster stays operational without it, else the
+// vote fails. A store answered ZERO_TID (a cell being replicated there,
+// stored without lock) does not count as locked. An Error answer fails the
+// transaction.
 //
 // A storage may tell a transaction that holds a write lock that an older
 // one waits for it (NotifyDeadlock): the client then asks it to take the
@@ -212,16 +223,17 @@ const (
 // store is the last store (or check) of one oid in a transaction.
 type store struct {
 	oid        zodb.Oid
-	serial     zodb.Tid // what the store is based on
-	data       []byte   // nil: a deletion (or undo of a creation), or a check
-	dataSerial zodb.Tid // undo/restore backpointer, or proto.InvalidTid
-	check      bool     // AskCheckCurrentSerial
-	deferred   bool     // serial newer than the client knows: sent at Vote
-	reported   bool     // serial reported by a storage (a conflict): never deferred
-	dropped    bool     // a conflict left to the caller: not written, to store again
-	gen        int      // counts the sends; answers of older sends are ignored
-	pending    int      // answers of this send still expected
-	conflict   zodb.Tid // 0, or the serial a storage reported
+	serial     zodb.Tid       // what the store is based on
+	data       []byte         // nil: a deletion (or undo of a creation), or a check
+	dataSerial zodb.Tid       // undo/restore backpointer, or proto.InvalidTid
+	check      bool           // AskCheckCurrentSerial
+	deferred   bool           // serial newer than the client knows: sent at Vote
+	reported   bool           // serial reported by a storage (a conflict): never deferred
+	dropped    bool           // a conflict left to the caller: not written, to store again
+	gen        int            // counts the sends; answers of older sends are ignored
+	pending    int            // answers of this send still expected
+	conflict   zodb.Tid       // 0, or the serial a storage reported
+	lockedBy   []proto.NodeID // the storages that answered this send: stored and locked
 }
 
 // txn is one transaction of the client.
@@ -236,11 +248,12 @@ type txn struct {
 
 	mu       sync.Mutex
 	stores   map[zodb.Oid]*store
-	order    []zodb.Oid // oids in the order first recorded
-	conns    map[proto.NodeID]*link.Conn
-	inflight int           // requests in flight
-	idle     chan struct{} // closed when inflight drops to 0
-	err      error         // first failure of a request: Vote fails with it
+	order    []zodb.Oid                  // oids in the order first recorded
+	conns    map[proto.NodeID]*link.Conn // nil: the storage failed
+	failed   map[proto.NodeID]bool       // storages left out of the transaction (see above)
+	inflight int                         // requests in flight
+	idle     chan struct{}               // closed when inflight drops to 0
+	err      error                       // first failure of a request: Vote fails with it
 	undos    []zodb.Tid
 	undone   []zodb.Oid // oids whose data the client produced: undo, resolution
 	deleted  map[zodb.Oid]bool
@@ -384,18 +397,26 @@ func (c *Client) partitionNodes(p int) []*node {
 	return ns
 }
 
-// conn returns the connection to storage n for this transaction.
+// conn returns the connection to storage n for this transaction: the one
+// it used so far, or a new one. A storage that failed in this transaction
+// gives errStorageFailed; one that cannot be reached is marked failed.
 func (t *txn) conn(n *node) (*link.Conn, error) {
 	t.mu.Lock()
 	conn, ok := t.conns[n.nid]
 	t.mu.Unlock()
-	if ok && conn != nil {
+	if ok {
+		if conn == nil {
+			return nil, errStorageFailed
+		}
 		return conn, nil
 	}
 	ctx, cancel := context.WithTimeout(t.ctx, t.c.timeout)
 	defer cancel()
 	conn, err := t.c.storageConn(ctx, n)
 	if err != nil {
+		if t.ctx.Err() == nil {
+			t.nodeFailed(n.nid)
+		}
 		return nil, err
 	}
 	t.mu.Lock()
@@ -406,6 +427,35 @@ func (t *txn) conn(n *node) (*link.Conn, error) {
 	}
 	t.mu.Unlock()
 	return conn, nil
+}
+
+// errStorageFailed is the error of a request to a storage that failed
+// earlier in the transaction.
+var errStorageFailed = errors.New("storage left out of the transaction after a failure")
+
+// nodeFailed leaves storage nid out of the transaction.
+func (t *txn) nodeFailed(nid proto.NodeID) {
+	t.mu.Lock()
+	t.nodeFailedLocked(nid)
+	t.mu.Unlock()
+}
+
+func (t *txn) nodeFailedLocked(nid proto.NodeID) {
+	if t.failed == nil {
+		t.failed = make(map[proto.NodeID]bool)
+	}
+	if !t.failed[nid] {
+		t.failed[nid] = true
+		t.conns[nid] = nil
+	}
+}
+
+// isNodeFailure tells whether err, a request's, leaves its storage out of
+// the transaction: a lost connection or a malformed answer, not an Error
+// answer.
+func isNodeFailure(err error) bool {
+	var pe *proto.Error
+	return !errors.As(err, &pe)
 }
 
 // fail records the first error of a request.
@@ -441,25 +491,37 @@ func (t *txn) send(st *store) error {
 		}
 		req = r
 	}
-	t.mu.Lock()
-	st.gen++
-	st.pending = len(nodes)
-	st.conflict = 0
-	gen := st.gen
-	t.mu.Unlock()
+	type dest struct {
+		nid  proto.NodeID
+		conn *link.Conn
+	}
+	var dests []dest
+	var errs []error
 	for _, n := range nodes {
 		conn, err := t.conn(n)
 		if err != nil {
-			err = t.opErr("store", fmt.Errorf("storage %v: %w", n.nid, err))
-			t.fail(err)
-			return err
+			errs = append(errs, fmt.Errorf("storage %v: %w", n.nid, err))
+			continue
 		}
-		t.mu.Lock()
-		t.inflight++
-		t.mu.Unlock()
+		dests = append(dests, dest{n.nid, conn})
+	}
+	if len(dests) == 0 {
+		err := t.opErr("store", fmt.Errorf("partition %d: no storage available for write: %w", p, errors.Join(errs...)))
+		t.fail(err)
+		return err
+	}
+	t.mu.Lock()
+	st.gen++
+	st.pending = len(dests)
+	st.conflict = 0
+	st.lockedBy = st.lockedBy[:0]
+	gen := st.gen
+	t.inflight += len(dests)
+	t.mu.Unlock()
+	for _, d := range dests {
+		conn, nid := d.conn, d.nid
 		// Sent now, in the order of the calls (an Abort after them
 		// reaches the storage after them); answered on a goroutine.
-		nid := n.nid
 		if st.check {
 			ans := new(proto.AnswerCheckCurrentSerial)
 			conn.AskAsync(t.ctx, req, ans, func(err error) {
@@ -478,20 +540,43 @@ func (t *txn) send(st *store) error {
 }
 
 // answered records a storage's answer to a store or check.
+//
+// A storage that failed (see the top of the file) is left out: its answer
+// counts as given, without lock.
 func (t *txn) answered(st *store, gen int, nid proto.NodeID, conflict zodb.Tid, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if err != nil {
-		if t.err == nil && t.ctx.Err() == nil {
-			t.err = t.opErr("store", fmt.Errorf("%s: storage %v: %w", st.oid, nid, err))
+		if t.ctx.Err() != nil {
+			return
 		}
-		return
+		if !isNodeFailure(err) {
+			if t.err == nil {
+				t.err = t.opErr("store", fmt.Errorf("%s: storage %v: %w", st.oid, nid, err))
+			}
+			return
+		}
+		t.nodeFailedLocked(nid)
 	}
 	if st.gen != gen || t.stores[st.oid] != st {
 		return // stored again since
 	}
 	st.pending--
-	if conflict != proto.InvalidTid && conflict != 0 && conflict > st.conflict {
+	switch {
+	case err != nil:
+	case conflict == proto.InvalidTid:
+		st.lockedBy = append(st.lockedBy, nid)
+	case conflict != 0 && conflict < st.serial:
+		// The storage's last revision is older than the one the store
+		// is based on, which the client read from a readable cell: it
+		// is behind (a replica not up to date). Resolving against it
+		// would merge with an old revision (a lost update): the
+		// transaction fails instead, as NEO/py's client does when a
+		// storage neither stores nor reports a newer conflict.
+		if t.err == nil {
+			t.err = t.opErr("store", fmt.Errorf("%s: storage %v reports the serial %s, older than %s the store is based on (not up to date)", st.oid, nid, conflict, st.serial))
+		}
+	case conflict != 0 && conflict > st.conflict:
 		st.conflict = conflict
 	}
 }
@@ -671,7 +756,7 @@ func (t *txn) vote(ctx context.Context, resolve zodb.Resolver, keep bool) (undon
 	}
 	storeTxn := &proto.AskStoreTransaction{TTid: t.ttid, User: nonNil(meta.User), Description: nonNil(meta.Description), Extension: ext, Oids: oids, Pack: t.pack}
 	trans := map[proto.NodeID]bool{}
-	var errs []error
+	var errs, lost []error
 	var emu sync.Mutex
 	var wg sync.WaitGroup
 	ask := func(conn *link.Conn, nid proto.NodeID, req, ans proto.Msg) {
@@ -679,8 +764,14 @@ func (t *txn) vote(ctx context.Context, resolve zodb.Resolver, keep bool) (undon
 		go func() {
 			defer wg.Done()
 			if err := conn.Ask(ctx, req, ans); err != nil {
+				err = fmt.Errorf("storage %v: %s: %w", nid, proto.CodeName(req.Code()), err)
 				emu.Lock()
-				errs = append(errs, fmt.Errorf("storage %v: %s: %w", nid, proto.CodeName(req.Code()), err))
+				if isNodeFailure(err) && ctx.Err() == nil {
+					t.nodeFailed(nid)
+					lost = append(lost, err)
+				} else {
+					errs = append(errs, err)
+				}
 				emu.Unlock()
 			}
 		}()
@@ -688,13 +779,11 @@ func (t *txn) vote(ctx context.Context, resolve zodb.Resolver, keep bool) (undon
 	for _, n := range c.partitionNodes(p) {
 		conn, err := t.conn(n)
 		if err != nil {
-			return nil, t.opErr("vote", fmt.Errorf("storage %v: %w", n.nid, err))
+			lost = append(lost, fmt.Errorf("storage %v: %w", n.nid, err))
+			continue
 		}
 		trans[n.nid] = true
 		ask(conn, n.nid, storeTxn, new(proto.AnswerStoreTransaction))
-	}
-	if len(trans) == 0 {
-		return nil, t.opErr("vote", fmt.Errorf("partition %d: no storage for the transaction's metadata", p))
 	}
 	t.mu.Lock()
 	others := map[proto.NodeID]*link.Conn{}
@@ -711,6 +800,30 @@ func (t *txn) vote(ctx context.Context, resolve zodb.Resolver, keep bool) (undon
 	if len(errs) > 0 {
 		return nil, t.opErr("vote", errors.Join(errs...))
 	}
+	t.mu.Lock()
+	metaOK := slices.ContainsFunc(slices.Collect(maps.Keys(trans)), func(nid proto.NodeID) bool { return !t.failed[nid] })
+	oid, unlocked := t.unlocked()
+	var failed []proto.NodeID
+	for nid := range t.failed {
+		failed = append(failed, nid)
+	}
+	t.mu.Unlock()
+	if !metaOK {
+		return nil, t.opErr("vote", fmt.Errorf("partition %d: no storage took the transaction's metadata: %w", p, errors.Join(lost...)))
+	}
+	if unlocked {
+		return nil, t.opErr("vote", fmt.Errorf("%s: not locked by any storage that did not fail: %w", oid, errors.Join(lost...)))
+	}
+	if len(failed) > 0 {
+		// Can the transaction commit without them? The master
+		// disconnects them at Finish if so.
+		slices.Sort(failed)
+		// The answer is an Error packet: ACK, or INCOMPLETE_TRANSACTION.
+		err := c.askMaster(ctx, &proto.FailedVote{TTid: t.ttid, NodeList: failed}, new(proto.AnswerLastTransaction))
+		if pe, ok := errors.AsType[*proto.Error](err); err != nil && (!ok || pe.ErrCode != proto.Ack) {
+			return nil, t.opErr("vote", fmt.Errorf("storages %v failed (%w); the master: %w", failed, errors.Join(lost...), err))
+		}
+	}
 	t.state = txnVoted
 	t.mu.Lock()
 	undone = slices.Clone(t.undone)
@@ -723,6 +836,20 @@ func (t *txn) vote(ctx context.Context, resolve zodb.Resolver, keep bool) (undon
 func (t *txn) unwritten() (zodb.Oid, bool) {
 	for _, oid := range t.order {
 		if st := t.stores[oid]; st.deferred || st.dropped || st.pending > 0 || st.gen == 0 {
+			return oid, true
+		}
+	}
+	return 0, false
+}
+
+// unlocked returns, when a storage failed, an oid whose last store (or
+// check) no storage that did not fail locked, if any (t.mu held).
+func (t *txn) unlocked() (zodb.Oid, bool) {
+	if len(t.failed) == 0 {
+		return 0, false
+	}
+	for _, oid := range t.order {
+		if st := t.stores[oid]; !slices.ContainsFunc(st.lockedBy, func(nid proto.NodeID) bool { return !t.failed[nid] }) {
 			return oid, true
 		}
 	}
@@ -1107,7 +1234,7 @@ func (t *txn) end() {
 // goroutine reading its connection): unless the transaction is voting, it
 // asks the storage to take the lock again (AskRelockObject); a conflict
 // in the answer is resolved at Vote as a store's.
-func (c *Client) notifyDeadlock(conn *link.Conn, args []byte) {
+func (c *Client) notifyDeadlock(nid proto.NodeID, conn *link.Conn, args []byte) {
 	var m proto.NotifyDeadlock
 	if err := m.DecodeArgs(args); err != nil {
 		c.logf("neo client: NotifyDeadlock: %v", err)
@@ -1137,7 +1264,7 @@ func (c *Client) notifyDeadlock(conn *link.Conn, args []byte) {
 		if err == nil && ans.Conflict != nil {
 			conflict = ans.Conflict.ConflictTid
 		}
-		t.answered(st, gen, 0, conflict, err)
+		t.answered(st, gen, nid, conflict, err)
 	}()
 }
 

@@ -1,8 +1,10 @@
 // Package neotest helps testing NEO nodes. It provides a minimal
-// in-process master (Master), enough for a storage node and clients to
-// form a read-only cluster, and a packet-level link (Link) for tests that
-// control the bytes on the wire: pipelined requests whose answers they read
-// themselves, recorded or malformed packets.
+// in-process master (Master), enough for storage nodes and clients to form
+// a cluster that commits, with replicas (several storage nodes, cells
+// outdated when a node is lost and made up to date by its replication),
+// and a packet-level link (Link) for tests that control the bytes on the
+// wire: pipelined requests whose answers they read themselves, recorded or
+// malformed packets.
 //
 // Both use package proto for every packet; the Master uses package link
 // for its connections. The package has no protocol code of its own.

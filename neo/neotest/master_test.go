@@ -239,7 +239,7 @@ func TestMasterNewTable(t *testing.T) {
 	s := dial(t, m, nil)
 	row := []proto.CellInfo{{NID: 1, State: proto.UpToDate}}
 	pt := &proto.SendPartitionTable{PTid: 1, NumReplicas: 1, Rows: [][]proto.CellInfo{row, row, row}}
-	runStorage(t, m, s, &proto.AnswerRecovery{PTid: proto.NoPTid, BackupTid: proto.InvalidTid, TruncateTid: proto.InvalidTid}, nil, pt)
+	sidts := runStorage(t, m, s, &proto.AnswerRecovery{PTid: proto.NoPTid, BackupTid: proto.InvalidTid, TruncateTid: proto.InvalidTid}, nil, pt)
 
 	// A client: the storage is told first, then the client gets the
 	// nodes and the table.
@@ -261,7 +261,7 @@ func TestMasterNewTable(t *testing.T) {
 		t.Fatalf("storage told %+v", me)
 	}
 	if ts := expectNodes(t, c, me, node(proto.Master, ma, neotest.MasterNID, proto.NodeRunning, proto.NoIdTime),
-		node(proto.Storage, storageAddr, 1, proto.NodeRunning, proto.NoIdTime)); ts != ni.IdTime {
+		node(proto.Storage, storageAddr, 1, proto.NodeRunning, sidts)); ts != ni.IdTime {
 		t.Errorf("client's timestamp %v, storage's %v", ts, ni.IdTime)
 	}
 	expect(t, c, pt)
@@ -394,13 +394,13 @@ func TestMasterRefusals(t *testing.T) {
 		t.Errorf("malformed identification: %d %v", p.ID, err)
 	}
 
-	// One storage at a time.
+	// A node id already connected.
 	s := dial(t, m, nil)
 	if _, err := identify(t, s, proto.Storage, storageAddr); err != nil {
 		t.Fatal(err)
 	}
-	refused("second storage", &proto.RequestIdentification{NodeType: proto.Storage, ClusterName: cluster, IdTime: proto.NoIdTime},
-		&proto.Error{ErrCode: proto.NotReady, Message: "this test master takes one storage"})
+	refused("storage already connected", &proto.RequestIdentification{NodeType: proto.Storage, NID: 1, ClusterName: cluster, IdTime: proto.NoIdTime},
+		&proto.Error{ErrCode: proto.ProtocolError, Message: "already connected"})
 }
 
 func TestMasterTLS(t *testing.T) {
