@@ -467,8 +467,6 @@ func TestReplicatedCluster(t *testing.T) {
 	w.waitAcks("node A back", 20)
 	w.check(rc, "node A back")
 
-	t.Skip("needs the node's replicator (issue 23)")
-
 	rc.waitTable("node A caught up", allUpToDate)
 	w.waitAcks("node A caught up", 20)
 	rc.kill(b)
@@ -787,8 +785,6 @@ func TestReplicatedClusterAddNode(t *testing.T) {
 	})
 	w.waitAcks("third node added", 10)
 	w.check(rc, "third node added")
-
-	t.Skip("needs the node's replicator (issue 23)")
 
 	rc.waitTable("third node caught up", allUpToDate)
 	w.waitAcks("third node caught up", 10)
