@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -434,6 +435,23 @@ func (w *replWorkload) check(rc *replCluster, what string) {
 	w.mu.Lock()
 	errs := slices.Clone(w.errs)
 	w.mu.Unlock()
+	// A storage that answers a store with a serial older than the one it
+	// is based on is a replica that missed a commit: the client refuses
+	// to merge with it (the commit fails, nothing is lost), but a node
+	// should not get there. It still happens about once in 30 runs right
+	// after a node came back (issue 23: a commit whose lock reached the
+	// returning node without its stores is suspected; the node's own
+	// case, stores kept without a lock while a partition became
+	// replicated, is fixed). Counted, not failed, until that is found.
+	behind := 0
+	for _, err := range errs {
+		if strings.Contains(err.Error(), "not up to date") {
+			behind++
+		}
+	}
+	if behind > 0 {
+		t.Logf("%s: %d commits refused by the client: a storage was behind", what, behind)
+	}
 	t.Logf("%s: %d commits checked, counter %d (%d acknowledged, %d tried); %d commits failed: %v", what, len(acks), n, incAcked, incTried, len(errs), errs)
 }
 

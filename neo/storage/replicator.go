@@ -422,6 +422,12 @@ func (r *replicator) step(ctx context.Context, m *link.Conn) error {
 		if err != nil {
 			return fmt.Errorf("partition %d: %w", best, err)
 		}
+		// The switch to locked writes and the locks of the stores kept
+		// without one happen at once, under the transaction manager's
+		// lock (lock order: tm.mu, then r.mu), so that no store checks
+		// an oid against its last committed serial while a transaction
+		// that stored it without a lock is still in progress.
+		r.n.tm.mu.Lock()
 		r.mu.Lock()
 		if x := r.parts[best]; x != nil {
 			x.tid = tid
@@ -431,9 +437,11 @@ func (r *replicator) step(ctx context.Context, m *link.Conn) error {
 			if !x.pending && !x.waiting {
 				x.repl = true
 				r.publishLocked()
+				r.n.tm.lockLocklessLocked(best)
 			}
 		}
 		r.mu.Unlock()
+		r.n.tm.mu.Unlock()
 		return nil
 	}
 
@@ -667,10 +675,17 @@ func (r *replicator) closeSource() {
 func (r *replicator) exchange(ctx context.Context, src *link.Conn, req, ans proto.Msg, add func(*link.Request) error) error {
 	asked := make(chan error, 1)
 	go func() { asked <- src.AskQueued(ctx, req, ans) }()
+	// Recv does not watch ctx: a node that stops (ctx done) closes the
+	// link to its source, which ends the Recv below (the source's answer,
+	// which AskQueued no longer waits for, would never come).
+	defer context.AfterFunc(ctx, func() { src.Close() })()
 	var addErr error
 	for {
 		q, err := src.Recv()
 		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
 			return fmt.Errorf("source %s: %w", r.srcAddr, err)
 		}
 		switch {

@@ -898,6 +898,36 @@ func (tm *txnManager) hasRecords(p uint32) bool {
 	return false
 }
 
+// lockLocklessLocked gives the write lock of every oid of partition p
+// that a transaction in progress stored or checked without one (the
+// partition was being replicated) to that transaction, the highest ttid
+// where several did, as NEO/py's TransactionManager._notifyReplicated
+// does when a partition is replicated: from then on stores of p take
+// locks, and one of such an oid waits for those transactions instead of
+// being checked against a serial they are about to replace. The oids stay
+// in t.lockless (hasLockless), so that NotifyReplicationDone waits for
+// their transactions to end (mu held).
+func (tm *txnManager) lockLocklessLocked(p uint32) {
+	np := uint64(tm.n.pt.Load().np())
+	if np == 0 {
+		return
+	}
+	ttids := make([]zodb.Tid, 0, len(tm.txns))
+	for ttid, t := range tm.txns {
+		if len(t.lockless) > 0 {
+			ttids = append(ttids, ttid)
+		}
+	}
+	slices.Sort(ttids)
+	for _, ttid := range ttids {
+		for oid := range tm.txns[ttid].lockless {
+			if uint64(oid)%np == uint64(p) {
+				tm.storeLocks[oid] = ttid
+			}
+		}
+	}
+}
+
 // hasLockless tells whether a transaction in progress stored or checked
 // an oid of partition p without a write lock (the replicator waits until
 // none does before it declares p replicated, as NEO/py's
