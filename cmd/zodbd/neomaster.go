@@ -17,7 +17,7 @@ import (
 func init() {
 	register(&command{
 		name:    "neo-master",
-		summary: "(for tests and benchmarks) run a minimal read-only NEO master for one storage node",
+		summary: "(for tests and benchmarks) run the minimal NEO master of the test suite",
 		run:     runNeoMaster,
 	})
 }
@@ -25,21 +25,24 @@ func init() {
 func runNeoMaster(args []string) int {
 	fl := flag.NewFlagSet("neo-master", flag.ContinueOnError)
 	fl.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: zodbd neo-master --cluster NAME [--bind ADDR] [--partitions N] [--replicas N]\n\n"+
+		fmt.Fprintf(os.Stderr, "usage: zodbd neo-master --cluster NAME [--bind ADDR] [--partitions N] [--replicas N] [--storages N]\n\n"+
 			"Runs the minimal NEO master of the test suite (package neo/neotest): it\n"+
-			"accepts one storage node, runs it through recovery, verification and\n"+
-			"operation, then lets clients read (commits are refused). It is what\n"+
-			"`make bench` and the demos use where NEO/py's neomaster is not installed;\n"+
-			"it is not a replacement for neomaster (no elections, replication, writes).\n"+
-			"It prints its address on stdout once it listens.\n\n")
+			"waits for --storages storage nodes, runs them through recovery,\n"+
+			"verification and operation, then lets clients read and commit; with\n"+
+			"--replicas, a lost node's cells are outdated and it replicates when it\n"+
+			"comes back. It is what `make bench` and the demos use where NEO/py's\n"+
+			"neomaster is not installed; it is not a replacement for neomaster (no\n"+
+			"elections, no admin node: no neoctl). It prints its address on stdout\n"+
+			"once it listens.\n\n")
 		fl.PrintDefaults()
 	}
 	var cluster, bind string
-	var np, nr int
+	var np, nr, ns int
 	fl.StringVar(&cluster, "cluster", "", "cluster name (required)")
 	fl.StringVar(&bind, "bind", "127.0.0.1:0", "address to listen on")
 	fl.IntVar(&np, "partitions", 1, "partitions of a new partition table (FileStorage: 1)")
 	fl.IntVar(&nr, "replicas", 0, "replicas of a new partition table")
+	fl.IntVar(&ns, "storages", 1, "storage nodes a new cluster waits for")
 	if status, ok := parseFlags(fl, args); !ok {
 		return status
 	}
@@ -48,7 +51,7 @@ func runNeoMaster(args []string) int {
 		return 2
 	}
 	logger := log.New(os.Stderr, "", log.LstdFlags)
-	m, err := neotest.NewMaster(neotest.MasterConfig{Cluster: cluster, Partitions: np, Replicas: nr, Bind: bind, Logf: logger.Printf})
+	m, err := neotest.NewMaster(neotest.MasterConfig{Cluster: cluster, Partitions: np, Replicas: nr, Storages: ns, Bind: bind, Logf: logger.Printf})
 	if err != nil {
 		return fatalf("neo-master", "%v", err)
 	}
