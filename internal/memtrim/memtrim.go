@@ -25,18 +25,25 @@ const Interval = time.Second
 
 var (
 	mu      sync.Mutex
-	pending bool
+	pending bool // a trim is scheduled or running
+	dirty   bool // a buffer was dropped since the running trim began
 	last    time.Time
+
+	// freeOSMemory is debug.FreeOSMemory (tests replace it).
+	freeOSMemory = debug.FreeOSMemory
 )
 
 // Dropped tells that a buffer of n bytes is no longer referenced. When n
-// is at least Threshold, the memory is returned to the OS soon.
+// is at least Threshold, the memory is returned to the OS soon: by a trim
+// that begins after this call (one already running may have marked the
+// buffer live; another follows it then).
 func Dropped(n int) {
 	if n < Threshold {
 		return
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	dirty = true
 	if pending {
 		return
 	}
@@ -46,9 +53,17 @@ func Dropped(n int) {
 }
 
 func trim() {
-	debug.FreeOSMemory()
 	mu.Lock()
-	pending = false
-	last = time.Now()
+	dirty = false
 	mu.Unlock()
+	freeOSMemory()
+	mu.Lock()
+	defer mu.Unlock()
+	last = time.Now()
+	if dirty {
+		// Dropped while this trim ran: once more, an Interval later.
+		time.AfterFunc(Interval, trim)
+		return
+	}
+	pending = false
 }
