@@ -163,3 +163,29 @@ def test_pack_dry_run(zodbd_bin, damaged, tmp_path):
     real = zodbd(zodbd_bin, 'pack', '-q', '--tid', tid, path)
     assert real.returncode == 0, real.stderr
     assert os.path.getsize(path) == before - removed
+
+
+def test_over_zeo(zodbd_bin, damaged, tmp_path):
+    """The same reports over zeo:// (the tools iterate the server's
+    transactions to list its objects) as fsrefs and analyze.py give on the
+    file."""
+    import shutil
+    from zeoserver import Server
+    src, _ = damaged
+    path = str(tmp_path / 'Data.fs')
+    shutil.copyfile(src, path)
+    want_refs = fsrefs(path).stdout.decode()
+    want_an = analyze_py(path).stdout.decode()
+    srv = Server(zodbd_bin, path, tmp_path).start()
+    try:
+        url = 'zeo://127.0.0.1:%d' % srv.port
+        got = zodbd(zodbd_bin, 'refs', '--dangling', url)
+        assert got.returncode == 1, got.stderr
+        assert got.stdout.decode() == want_refs
+        got = zodbd(zodbd_bin, 'analyze', url)
+        assert got.returncode == 0, got.stderr
+        assert got.stdout.decode() == want_an
+        got = zodbd(zodbd_bin, 'referrers', url, '99')
+        assert got.returncode == 0 and got.stdout.decode().endswith('-> 0000000000000099\n'), got
+    finally:
+        srv.stop()

@@ -14,7 +14,6 @@ import (
 	ogórek "github.com/kisielk/og-rek"
 
 	"github.com/zodbd/zodbd/blob"
-	"github.com/zodbd/zodbd/fs1"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -55,16 +54,16 @@ type ClassStats struct {
 	BlobBytes    int64 `json:"blob_bytes,omitempty"`
 }
 
-// Analyze walks every transaction of fs and counts records and bytes by
+// Analyze walks every transaction of stor (any storage) and counts records and bytes by
 // class as ZODB/py's analyze.py does (WriteAnalysis prints its report).
 // The class of a record is the first class its class pickle names (the
 // class analyze.py's unpickler fails to find first); an oid keeps the
 // class of the first record with data it was seen with. With blobs (nil:
 // none), each record whose oid has a blob file for its revision adds that
 // file's size to its class's blob bytes.
-func Analyze(ctx context.Context, fs *fs1.FileStorage, blobs *blob.Dir) (*Analysis, error) {
+func Analyze(ctx context.Context, stor zodb.Storage, blobs *blob.Dir) (*Analysis, error) {
 	a := &Analysis{Classes: map[string]*ClassStats{}, oidClass: map[zodb.Oid]string{}, oidSize: map[zodb.Oid]int64{}}
-	it := fs.Iterate(ctx, 0, zodb.TidMax)
+	it := stor.Iterate(ctx, 0, zodb.TidMax)
 	for {
 		_, di, err := it.NextTxn(ctx)
 		if err == io.EOF {

@@ -14,13 +14,23 @@ import (
 )
 
 // The integrity and space tools: refs (fsrefs), referrers and analyze
-// (analyze.py). They open the file read-only through the fs1 reader (its
+// (analyze.py). They open a file read-only through the fs1 reader (its
 // index: they look at current revisions, or iterate transactions), so a
 // live file can be checked while a server writes it (what the server
-// commits meanwhile may or may not be seen, as with fsrefs).
+// commits meanwhile may or may not be seen, as with fsrefs); or any
+// storage their Opener opens (zeo://, neo://, sqlite:), whose transactions
+// they then iterate.
 
-func openRO(path string, stderr io.Writer) (*fs1.FileStorage, error) {
-	return fs1.Open(path, &fs1.Options{Logf: func(format string, args ...interface{}) {
+// An Opener opens the storage a tool is given on its command line: a
+// FileStorage path, or a URL (cmd/zodbd's opens URLs with zodb.Open).
+// nil opens FileStorage paths only.
+type Opener func(name string) (zodb.Storage, error)
+
+func (open Opener) open(name string, stderr io.Writer) (zodb.Storage, error) {
+	if open != nil {
+		return open(name)
+	}
+	return fs1.Open(name, &fs1.Options{Logf: func(format string, args ...interface{}) {
 		fmt.Fprintf(stderr, "warning: "+format+"\n", args...)
 	}})
 }
@@ -28,8 +38,8 @@ func openRO(path string, stderr io.Writer) (*fs1.FileStorage, error) {
 // RunRefs is `zodbd refs [--dangling] FILE`: with --dangling, fsrefs's
 // report of dangling references (exit status 1 when there is one); without,
 // every reference of every current revision.
-func RunRefs(args []string, stdout, stderr io.Writer) int {
-	fl := newFlagSet("refs", "refs [--dangling] FILE\n\n"+
+func RunRefs(args []string, open Opener, stdout, stderr io.Writer) int {
+	fl := newFlagSet("refs", "refs [--dangling] FILE|URL\n\n"+
 		"With --dangling, check the current revision of every object for references to\n"+
 		"objects that are missing, fail to load or whose creation was undone, and print\n"+
 		"ZODB/py's fsrefs report (exit status 1 when one is found). Without it, list\n"+
@@ -42,7 +52,7 @@ func RunRefs(args []string, stdout, stderr io.Writer) int {
 		fl.Usage()
 		return 2
 	}
-	fs, err := openRO(fl.Arg(0), stderr)
+	fs, err := open.open(fl.Arg(0), stderr)
 	if err != nil {
 		return fail(stderr, "refs", err)
 	}
@@ -65,8 +75,8 @@ func RunRefs(args []string, stdout, stderr io.Writer) int {
 }
 
 // RunReferrers is `zodbd referrers FILE OID...`.
-func RunReferrers(args []string, stdout, stderr io.Writer) int {
-	fl := newFlagSet("referrers", "referrers FILE OID...\n\n"+
+func RunReferrers(args []string, open Opener, stdout, stderr io.Writer) int {
+	fl := newFlagSet("referrers", "referrers FILE|URL OID...\n\n"+
 		"Print the objects whose current revision refers to one of the OIDs (hex):\n"+
 		"\"REFERRER CLASS TID -> OID\" per line. Exit status 1 when there is none.", stderr)
 	if status, ok := cli.Parse(fl, args, stdout, stderr); !ok {
@@ -84,7 +94,7 @@ func RunReferrers(args []string, stdout, stderr io.Writer) int {
 		}
 		oids = append(oids, oid)
 	}
-	fs, err := openRO(fl.Arg(0), stderr)
+	fs, err := open.open(fl.Arg(0), stderr)
 	if err != nil {
 		return fail(stderr, "referrers", err)
 	}
@@ -100,8 +110,8 @@ func RunReferrers(args []string, stdout, stderr io.Writer) int {
 }
 
 // RunAnalyze is `zodbd analyze [--json] [--blob-dir DIR] FILE`.
-func RunAnalyze(args []string, stdout, stderr io.Writer) int {
-	fl := newFlagSet("analyze", "analyze [--json] [--blob-dir DIR] FILE\n\n"+
+func RunAnalyze(args []string, open Opener, stdout, stderr io.Writer) int {
+	fl := newFlagSet("analyze", "analyze [--json] [--blob-dir DIR] FILE|URL\n\n"+
 		"Count records and bytes by class, current and historical, like ZODB/py's\n"+
 		"analyze.py (same report); with --blob-dir also blob files and bytes by class.", stderr)
 	asJSON := fl.Bool("json", false, "print the counts as JSON")
@@ -113,7 +123,7 @@ func RunAnalyze(args []string, stdout, stderr io.Writer) int {
 		fl.Usage()
 		return 2
 	}
-	fs, err := openRO(fl.Arg(0), stderr)
+	fs, err := open.open(fl.Arg(0), stderr)
 	if err != nil {
 		return fail(stderr, "analyze", err)
 	}

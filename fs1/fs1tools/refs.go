@@ -38,25 +38,87 @@ const (
 	loadFailed          // any other load error
 )
 
-// walkCurrent loads the current revision of every object of fs, in
-// ascending position of that revision (the order fsrefs walks), on
-// GOMAXPROCS goroutines, and calls visit for each in that order. With keep
-// (nil: references are not read), o.refs holds the references of a loaded
-// object for which keep (called on the loading goroutine with the ones
-// kept so far) is true, and o.class its class when there is one; a record
-// whose references cannot be read has o.err set.
-func walkCurrent(ctx context.Context, fs *fs1.FileStorage, keep func(ref zodb.Oid, kept []zodb.Oid) bool, visit func(o *object) error) error {
-	type ent struct {
-		pos int64
-		oid zodb.Oid
+// An ent is an object to load, in the order of its current revision.
+type ent struct {
+	pos int64 // file position (FileStorage) or rank of its last record
+	oid zodb.Oid
+}
+
+// current lists the objects of a storage in the order of their current
+// revision, fsrefs's order, and tells which oids the storage has.
+type current struct {
+	ents   []ent
+	exists func(zodb.Oid) bool
+}
+
+// currentOf lists stor's objects: from the index of a FileStorage (by
+// the position of their current record), else by iterating every
+// transaction (by the rank of each object's last record: the same order
+// as positions in a file), which reads the whole history once.
+func currentOf(ctx context.Context, stor zodb.Storage) (*current, error) {
+	if fs, ok := stor.(*fs1.FileStorage); ok {
+		idx := fs.Index()
+		c := &current{ents: make([]ent, 0, idx.Len()), exists: func(oid zodb.Oid) bool {
+			_, ok := idx.Get(oid)
+			return ok
+		}}
+		idx.All(func(oid zodb.Oid, pos int64) bool {
+			c.ents = append(c.ents, ent{pos, oid})
+			return true
+		})
+		slices.SortFunc(c.ents, func(a, b ent) int { return cmp.Compare(a.pos, b.pos) })
+		return c, nil
 	}
-	idx := fs.Index()
-	ents := make([]ent, 0, idx.Len())
-	idx.All(func(oid zodb.Oid, pos int64) bool {
-		ents = append(ents, ent{pos, oid})
-		return true
-	})
-	slices.SortFunc(ents, func(a, b ent) int { return cmp.Compare(a.pos, b.pos) })
+	rank := map[zodb.Oid]int64{}
+	var n int64
+	it := stor.Iterate(ctx, 0, zodb.TidMax)
+	for {
+		_, di, err := it.NextTxn(ctx)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		for {
+			d, err := di.NextData(ctx)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return nil, err
+			}
+			rank[d.Oid] = n
+			n++
+		}
+	}
+	c := &current{ents: make([]ent, 0, len(rank)), exists: func(oid zodb.Oid) bool {
+		_, ok := rank[oid]
+		return ok
+	}}
+	for oid, r := range rank {
+		c.ents = append(c.ents, ent{r, oid})
+	}
+	slices.SortFunc(c.ents, func(a, b ent) int { return cmp.Compare(a.pos, b.pos) })
+	return c, nil
+}
+
+// walkCurrent loads the current revision of every object of cur (from
+// stor), in its order, on GOMAXPROCS goroutines, and calls visit for each
+// in that order. With keep (nil: references are not read), o.refs holds
+// the references of a loaded object for which keep (called on the loading
+// goroutine with the ones kept so far) is true, and o.class its class when
+// there is one; a record whose references cannot be read has o.err set.
+func walkCurrent(ctx context.Context, stor zodb.Storage, cur *current, keep func(ref zodb.Oid, kept []zodb.Oid) bool, visit func(o *object) error) error {
+	ents := cur.ents
+	load := func(oid zodb.Oid, dst []byte) ([]byte, zodb.Tid, error) {
+		return stor.Load(ctx, zodb.Xid{Oid: oid, At: zodb.TidMax})
+	}
+	if al, ok := stor.(zodb.AppendLoader); ok {
+		load = func(oid zodb.Oid, dst []byte) ([]byte, zodb.Tid, error) {
+			return al.LoadAppend(ctx, zodb.Xid{Oid: oid, At: zodb.TidMax}, dst)
+		}
+	}
 	// Batches of consecutive objects are loaded in parallel and visited
 	// in order.
 	const batch = 4096
@@ -82,7 +144,7 @@ func walkCurrent(ctx context.Context, fs *fs1.FileStorage, keep func(ref zodb.Oi
 				for i := lo; i < hi; i++ {
 					o := &objs[i]
 					*o = object{oid: part[i].oid, pos: part[i].pos, refs: o.refs[:0]}
-					data, serial, err := fs.LoadAppend(ctx, zodb.Xid{Oid: o.oid, At: zodb.TidMax}, buf[:0])
+					data, serial, err := load(o.oid, buf[:0])
 					buf = data
 					var nd *zodb.NoDataError
 					switch {
@@ -143,8 +205,9 @@ func (e *RefsError) Error() string {
 	return fmt.Sprintf("references of %d object(s) could not be read; first: %v", len(e.Objects), e.First)
 }
 
-// Refs checks the current revision of every object of the FileStorage fs
-// for dangling references and writes the report of ZODB/py's fsrefs
+// Refs checks the current revision of every object of stor (a
+// FileStorage, or any storage, whose transactions are then iterated once
+// to list its objects) for dangling references and writes the report of ZODB/py's fsrefs
 // (ZODB.scripts.fsrefs) to w: for each object, in ascending position of
 // its current record, that refers to an oid that is not in the index
 // ("missing"), whose current revision fails to load ("failed to load") or
@@ -159,10 +222,13 @@ func (e *RefsError) Error() string {
 //
 // Objects are loaded on GOMAXPROCS goroutines, twice (as fsrefs does: first
 // to find the objects that fail to load, then to check references).
-func Refs(ctx context.Context, w io.Writer, fs *fs1.FileStorage) error {
-	idx := fs.Index()
+func Refs(ctx context.Context, w io.Writer, stor zodb.Storage) error {
+	cur, err := currentOf(ctx, stor)
+	if err != nil {
+		return err
+	}
 	bad := map[zodb.Oid]refState{}
-	err := walkCurrent(ctx, fs, nil, func(o *object) error {
+	err = walkCurrent(ctx, stor, cur, nil, func(o *object) error {
 		if o.state != loadOK {
 			bad[o.oid] = o.state
 		}
@@ -173,9 +239,8 @@ func Refs(ctx context.Context, w io.Writer, fs *fs1.FileStorage) error {
 	}
 	bw := bufio.NewWriter(w)
 	var rerr *RefsError
-	err = walkCurrent(ctx, fs, func(r zodb.Oid, _ []zodb.Oid) bool {
-		_, ok := idx.Get(r)
-		return !ok || bad[r] != loadOK
+	err = walkCurrent(ctx, stor, cur, func(r zodb.Oid, _ []zodb.Oid) bool {
+		return !cur.exists(r) || bad[r] != loadOK
 	}, func(o *object) error {
 		if o.state != loadOK {
 			return nil
@@ -196,7 +261,7 @@ func Refs(ctx context.Context, w io.Writer, fs *fs1.FileStorage) error {
 		}
 		var ps []problem
 		for _, r := range o.refs {
-			if _, ok := idx.Get(r); !ok {
+			if !cur.exists(r) {
 				ps = append(ps, problem{r, "missing"})
 			}
 			switch bad[r] {
@@ -234,7 +299,11 @@ func Refs(ctx context.Context, w io.Writer, fs *fs1.FileStorage) error {
 // returns the number of lines. Only current revisions are searched: a
 // reference held by an old revision alone does not keep an object alive
 // after a pack.
-func Referrers(ctx context.Context, w io.Writer, fs *fs1.FileStorage, targets []zodb.Oid) (int, error) {
+func Referrers(ctx context.Context, w io.Writer, stor zodb.Storage, targets []zodb.Oid) (int, error) {
+	cur, err := currentOf(ctx, stor)
+	if err != nil {
+		return 0, err
+	}
 	want := map[zodb.Oid]bool{}
 	for _, t := range targets {
 		want[t] = true
@@ -242,7 +311,7 @@ func Referrers(ctx context.Context, w io.Writer, fs *fs1.FileStorage, targets []
 	bw := bufio.NewWriter(w)
 	n := 0
 	var first error
-	err := walkCurrent(ctx, fs, func(r zodb.Oid, kept []zodb.Oid) bool {
+	err = walkCurrent(ctx, stor, cur, func(r zodb.Oid, kept []zodb.Oid) bool {
 		return (targets == nil || want[r]) && !slices.Contains(kept, r)
 	}, func(o *object) error {
 		if o.err != nil && first == nil {
