@@ -383,18 +383,45 @@ func (t *txn) Undo(tid zodb.Tid) error {
 // partitionNodes returns the running storages with a cell of partition p,
 // in any state (writes go to every assigned cell).
 func (c *Client) partitionNodes(p int) []*node {
+	ns, _ := c.writeNodes(p)
+	return ns
+}
+
+// writeNodes returns the running storages with a cell of partition p, in
+// any state, and the ids of the other storages with a cell of p (down, or
+// not yet known as running here).
+func (c *Client) writeNodes(p int) (running []*node, others []proto.NodeID) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if p >= len(c.rows) {
-		return nil
+		return nil, nil
 	}
-	var ns []*node
 	for _, cell := range c.rows[p] {
 		if n := c.nodes[cell.NID]; n != nil && n.state == proto.NodeRunning {
-			ns = append(ns, n)
+			running = append(running, n)
+		} else {
+			others = append(others, cell.NID)
 		}
 	}
-	return ns
+	return running, others
+}
+
+// writeNodes is Client.writeNodes for a write of the transaction: a
+// storage with a cell that this client cannot write to counts as failed
+// (FailedVote at vote), as with NEO/py's client. The master may involve
+// it (it may be running as far as the master knows: this client's node
+// list lags), and a storage locked for a transaction whose writes it did
+// not get would miss them.
+func (t *txn) writeNodes(p int) []*node {
+	running, others := t.c.writeNodes(p)
+	if len(others) > 0 {
+		t.mu.Lock()
+		for _, nid := range others {
+			t.nodeFailedLocked(nid)
+		}
+		t.mu.Unlock()
+	}
+	return running
 }
 
 // conn returns the connection to storage n for this transaction: the one
@@ -472,7 +499,7 @@ func (t *txn) fail(err error) {
 func (t *txn) send(st *store) error {
 	c := t.c
 	p := c.partition(uint64(st.oid))
-	nodes := c.partitionNodes(p)
+	nodes := t.writeNodes(p)
 	if len(nodes) == 0 {
 		err := t.opErr("store", fmt.Errorf("partition %d: no storage to write to", p))
 		t.fail(err)
@@ -776,7 +803,7 @@ func (t *txn) vote(ctx context.Context, resolve zodb.Resolver, keep bool) (undon
 			}
 		}()
 	}
-	for _, n := range c.partitionNodes(p) {
+	for _, n := range t.writeNodes(p) {
 		conn, err := t.conn(n)
 		if err != nil {
 			lost = append(lost, fmt.Errorf("storage %v: %w", n.nid, err))
