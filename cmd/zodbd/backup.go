@@ -27,43 +27,25 @@ func init() {
 	})
 }
 
-// backupProgress draws one progress line on stderr, at most ten times a
-// second, when stderr is a terminal.
+// backupProgress reports a backup's, restore's or verify's bytes on the
+// progress line.
 type backupProgress struct {
-	cmd   string
-	on    bool
-	start time.Time
-	last  time.Time
-	drawn bool
+	progressLine
+	cmd string
 }
 
 func newBackupProgress(cmd string, quiet bool) *backupProgress {
-	return &backupProgress{cmd: cmd, on: !quiet && packIsTerminal(os.Stderr), start: time.Now()}
+	return &backupProgress{newProgressLine(quiet), cmd}
 }
 
 func (p *backupProgress) report(done, total int64) {
-	if !p.on || time.Since(p.last) < 100*time.Millisecond && done < total {
-		return
-	}
-	p.last = time.Now()
-	pct := 100.0
-	if total > 0 {
-		pct = 100 * float64(done) / float64(total)
-	}
-	secs := time.Since(p.start).Seconds()
-	rate := 0.0
-	if secs > 0 {
-		rate = float64(done) / 1e6 / secs
-	}
-	fmt.Fprintf(os.Stderr, "\r%-78s", fmt.Sprintf("zodbd %s: %5.1f%%  %s of %s  %.0f MB/s", p.cmd, pct, mb(done), mb(total), rate))
-	p.drawn = true
-}
-
-func (p *backupProgress) clear() {
-	if p.drawn {
-		fmt.Fprintf(os.Stderr, "\r%78s\r", "")
-		p.drawn = false
-	}
+	p.draw(done, total, func(pct float64) string {
+		rate := 0.0
+		if secs := time.Since(p.start).Seconds(); secs > 0 {
+			rate = float64(done) / 1e6 / secs
+		}
+		return fmt.Sprintf("zodbd %s: %5.1f%%  %s of %s  %.0f MB/s", p.cmd, pct, mb(done), mb(total), rate)
+	})
 }
 
 func runBackup(args []string) int {

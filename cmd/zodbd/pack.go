@@ -102,7 +102,7 @@ func runPack(args []string) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	prog := &packProgress{on: !*quiet && packIsTerminal(os.Stderr), start: time.Now()}
+	prog := &packProgress{newProgressLine(*quiet)}
 	opt := &fs1.PackOptions{
 		NoGC:    *noGC,
 		Workers: *workers,
@@ -168,46 +168,20 @@ func packBlobs(ctx context.Context, path, dir string) (int, error) {
 	return blob.Wrap(fs, d).GC(ctx)
 }
 
-func packIsTerminal(f *os.File) bool {
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
-
-// packProgress draws a one-line progress report on stderr, at most ten
-// times a second.
-type packProgress struct {
-	on    bool
-	start time.Time
-	last  time.Time
-	drawn bool
-}
+// packProgress reports a pack's phases on the progress line.
+type packProgress struct{ progressLine }
 
 func (p *packProgress) report(phase fs1.PackPhase, done, total int64) {
-	if !p.on || time.Since(p.last) < 100*time.Millisecond && done < total {
-		return
-	}
-	p.last = time.Now()
-	pct := 100.0
-	if total > 0 {
-		pct = 100 * float64(done) / float64(total)
-	}
-	line := fmt.Sprintf("zodbd pack: %-4s %5.1f%%", phase, pct)
-	switch phase {
-	case fs1.PackGC:
-		line += fmt.Sprintf("  %d of %d objects reachable so far", done, total)
-	default:
-		line += fmt.Sprintf("  %s of %s", mb(done), mb(total))
-	}
-	line += fmt.Sprintf("  %.1fs", time.Since(p.start).Seconds())
-	fmt.Fprintf(os.Stderr, "\r%-78s", line)
-	p.drawn = true
-}
-
-func (p *packProgress) clear() {
-	if p.drawn {
-		fmt.Fprintf(os.Stderr, "\r%78s\r", "")
-		p.drawn = false
-	}
+	p.draw(done, total, func(pct float64) string {
+		line := fmt.Sprintf("zodbd pack: %-4s %5.1f%%", phase, pct)
+		switch phase {
+		case fs1.PackGC:
+			line += fmt.Sprintf("  %d of %d objects reachable so far", done, total)
+		default:
+			line += fmt.Sprintf("  %s of %s", mb(done), mb(total))
+		}
+		return line + fmt.Sprintf("  %.1fs", time.Since(p.start).Seconds())
+	})
 }
 
 func mb(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
