@@ -264,33 +264,7 @@ func (w *writer) storeReplicated(b *ReplBatch) error {
 // with everything StoreReplicated wrote before. A cell that is not
 // OUT_OF_DATE, or not this node's, is left as it is.
 func (db *DB) SetReplicatedTid(ctx context.Context, p uint32, tid zodb.Tid) error {
-	w, err := db.writer()
-	if err != nil {
-		return err
-	}
-	err = w.do(ctx, true, func(w *writer) error {
-		cfg := w.db.Config()
-		if !cfg.HasNid {
-			return fmt.Errorf("no node id")
-		}
-		c := w.c
-		st, err := c.prepare("UPDATE pt SET tid=? WHERE partition=? AND nid=? AND tid>=0")
-		if err != nil {
-			return err
-		}
-		defer sqlite3.Xsqlite3_finalize(c.tls, st)
-		c.bindInt(st, 1, int64(tid))
-		c.bindInt(st, 2, int64(p))
-		c.bindInt(st, 3, int64(cfg.Nid))
-		if err := c.exec(st, "update cell tid"); err != nil {
-			return err
-		}
-		pt, err := w.readPT()
-		if err != nil {
-			return err
-		}
-		return w.publish(pt, cfg)
-	})
+	err := db.updateOwnCell(ctx, true, true, "UPDATE pt SET tid=?1 WHERE partition=?2 AND nid=?3 AND tid>=0", "update cell tid", p, tid)
 	if err != nil {
 		return db.wrap(fmt.Errorf("partition %d: replicated tid %s: %w", p, tid, err))
 	}
@@ -302,23 +276,37 @@ func (db *DB) SetReplicatedTid(ctx context.Context, p uint32, tid zodb.Tid) erro
 // updateCompletedPackByReplication: the replicated data is packed as the
 // source's, so packs the source has not done must be done again here).
 func (db *DB) UpdateCompletedPack(ctx context.Context, p uint32, packID zodb.Tid) error {
+	err := db.updateOwnCell(ctx, false, false, "UPDATE pt SET pack=?1 WHERE partition=?2 AND nid=?3 AND pack>?1", "update cell pack", p, packID)
+	if err != nil {
+		return db.wrap(fmt.Errorf("partition %d: completed pack %s: %w", p, packID, err))
+	}
+	return nil
+}
+
+// updateOwnCell runs q, an UPDATE of this node's row of pt for partition
+// p with parameters ?1 = v, ?2 = p, ?3 = the node id, then publishes the
+// table; sync makes it durable, needNid refuses a database without a
+// node id.
+func (db *DB) updateOwnCell(ctx context.Context, sync, needNid bool, q, op string, p uint32, v zodb.Tid) error {
 	w, err := db.writer()
 	if err != nil {
 		return err
 	}
-	err = w.do(ctx, false, func(w *writer) error {
+	return w.do(ctx, sync, func(w *writer) error {
 		cfg := w.db.Config()
+		if needNid && !cfg.HasNid {
+			return fmt.Errorf("no node id")
+		}
 		c := w.c
-		st, err := c.prepare("UPDATE pt SET pack=? WHERE partition=? AND nid=? AND pack>?")
+		st, err := c.prepare(q)
 		if err != nil {
 			return err
 		}
 		defer sqlite3.Xsqlite3_finalize(c.tls, st)
-		c.bindInt(st, 1, int64(packID))
+		c.bindInt(st, 1, int64(v))
 		c.bindInt(st, 2, int64(p))
 		c.bindInt(st, 3, int64(cfg.Nid))
-		c.bindInt(st, 4, int64(packID))
-		if err := c.exec(st, "update cell pack"); err != nil {
+		if err := c.exec(st, op); err != nil {
 			return err
 		}
 		pt, err := w.readPT()
@@ -327,10 +315,6 @@ func (db *DB) UpdateCompletedPack(ctx context.Context, p uint32, packID zodb.Tid
 		}
 		return w.publish(pt, cfg)
 	})
-	if err != nil {
-		return db.wrap(fmt.Errorf("partition %d: completed pack %s: %w", p, packID, err))
-	}
-	return nil
 }
 
 // DropPartition deletes up to limit obj rows of partition p (and the data
