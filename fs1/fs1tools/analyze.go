@@ -63,26 +63,9 @@ type ClassStats struct {
 // file's size to its class's blob bytes.
 func Analyze(ctx context.Context, stor zodb.Storage, blobs *blob.Dir) (*Analysis, error) {
 	a := &Analysis{Classes: map[string]*ClassStats{}, oidClass: map[zodb.Oid]string{}, oidSize: map[zodb.Oid]int64{}}
-	it := stor.Iterate(ctx, 0, zodb.TidMax)
-	for {
-		_, di, err := it.NextTxn(ctx)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
-		a.Transactions++
-		for {
-			d, err := di.NextData(ctx)
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return nil, err
-			}
-			a.record(d, blobs)
-		}
+	err := eachRecord(ctx, stor, func() { a.Transactions++ }, func(d *zodb.DataInfo) { a.record(d, blobs) })
+	if err != nil {
+		return nil, err
 	}
 	// The current revision's class counts.
 	for oid, class := range a.oidClass {

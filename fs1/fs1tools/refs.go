@@ -71,26 +71,12 @@ func currentOf(ctx context.Context, stor zodb.Storage) (*current, error) {
 	}
 	rank := map[zodb.Oid]int64{}
 	var n int64
-	it := stor.Iterate(ctx, 0, zodb.TidMax)
-	for {
-		_, di, err := it.NextTxn(ctx)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
-		for {
-			d, err := di.NextData(ctx)
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return nil, err
-			}
-			rank[d.Oid] = n
-			n++
-		}
+	err := eachRecord(ctx, stor, nil, func(d *zodb.DataInfo) {
+		rank[d.Oid] = n
+		n++
+	})
+	if err != nil {
+		return nil, err
 	}
 	c := &current{ents: make([]ent, 0, len(rank)), exists: func(oid zodb.Oid) bool {
 		_, ok := rank[oid]
@@ -169,6 +155,34 @@ func walkCurrent(ctx context.Context, stor zodb.Storage, cur *current, keep func
 		}
 	}
 	return nil
+}
+
+// eachRecord calls txn (unless nil) for every transaction of stor and rec
+// for each of its data records, in order.
+func eachRecord(ctx context.Context, stor zodb.Storage, txn func(), rec func(*zodb.DataInfo)) error {
+	it := stor.Iterate(ctx, 0, zodb.TidMax)
+	for {
+		_, di, err := it.NextTxn(ctx)
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if txn != nil {
+			txn()
+		}
+		for {
+			d, err := di.NextData(ctx)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			rec(d)
+		}
+	}
 }
 
 // scanRefs sets o.refs to the references of data that keep keeps, and
