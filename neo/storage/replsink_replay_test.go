@@ -7,10 +7,8 @@ import (
 	"crypto/sha1"
 	"database/sql"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -43,8 +41,8 @@ import (
 // right, one wrong; then replicas=0 as in the capture: the node's cell of
 // partition 0 is DISCARDED and its rows deleted.
 func TestReplayReplicationInto(t *testing.T) {
-	mc := loadReplCaptured(t, "c08-storage-master")
-	sc := loadReplCaptured(t, "c12-storage-storage")
+	mc := loadCaptured(t, "repl", "c08-storage-master")
+	sc := loadCaptured(t, "repl", "c12-storage-storage")
 	path := filepath.Join(t.TempDir(), "s2.sqlite")
 	be, err := storage.OpenSQLite(context.Background(), path)
 	if err != nil {
@@ -261,28 +259,6 @@ func TestReplayReplicationInto(t *testing.T) {
 	if want := []string{"1 2 -1"}; !slices.Equal(pt, want) {
 		t.Errorf("pt rows of node 2: %q, want %q", pt, want)
 	}
-}
-
-// loadReplCaptured is loadCaptured for a connection of run "repl"
-// (directory decoded/repl).
-func loadReplCaptured(t *testing.T, name string) *capturedConn {
-	t.Helper()
-	base := filepath.Join(neoTestdata, "decoded", "repl", "repl-"+name)
-	js, err := os.ReadFile(base + ".json")
-	if err != nil {
-		t.Fatalf("capture: %v", err)
-	}
-	c := &capturedConn{name: name}
-	if err := json.Unmarshal(js, c); err != nil {
-		t.Fatal(err)
-	}
-	if c.c2s, err = os.ReadFile(base + ".c2s.bin"); err != nil {
-		t.Fatal(err)
-	}
-	if c.s2c, err = os.ReadFile(base + ".s2c.bin"); err != nil {
-		t.Fatal(err)
-	}
-	return c
 }
 
 // playSource is S1 of the capture: it accepts the node's connection,
