@@ -40,6 +40,23 @@ func testSQLite(t testing.TB) string {
 	return dst
 }
 
+// newSQLiteBackend returns a backend on a new SQLite database, created
+// as NEO/py creates one (neosqlite.Create) for cluster, closed when the
+// test ends.
+func newSQLiteBackend(t testing.TB) *storage.SQLiteBackend {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "storage.sqlite")
+	if err := neosqlite.Create(path, neosqlite.CreateOptions{Name: cluster}); err != nil {
+		t.Fatal(err)
+	}
+	be, err := storage.OpenSQLite(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { be.Close() })
+	return be
+}
+
 type testCluster struct {
 	master *neotest.Master
 	node   *storage.Node

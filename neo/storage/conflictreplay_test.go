@@ -3,13 +3,11 @@ package storage_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
-	"github.com/zodbd/zodbd/neosqlite"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -50,15 +48,7 @@ func TestReplayConflict(t *testing.T) {
 		"AnswerStoreObject{Conflict:"+t4.String()+"}",
 		"AbortTransaction")
 	t.Run("sqlite", func(t *testing.T) {
-		path := filepath.Join(t.TempDir(), "storage.sqlite")
-		if err := neosqlite.Create(path, neosqlite.CreateOptions{Name: cluster}); err != nil {
-			t.Fatal(err)
-		}
-		be, err := storage.OpenSQLite(context.Background(), path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer be.Close()
+		be := newSQLiteBackend(t)
 		replayWriteRun(t, "cf-write", conns, be)
 
 		// What NEO/py's clients read at the end: oid 1 (Length) at T3, the
@@ -133,15 +123,7 @@ func TestReplayDeadlock(t *testing.T) {
 		"AnswerRelockObject{Conflict:"+t2.String()+"}",
 		"AnswerStoreObject{Conflict:"+t2.String()+"}")
 	t.Run("sqlite", func(t *testing.T) {
-		path := filepath.Join(t.TempDir(), "storage.sqlite")
-		if err := neosqlite.Create(path, neosqlite.CreateOptions{Name: cluster}); err != nil {
-			t.Fatal(err)
-		}
-		be, err := storage.OpenSQLite(context.Background(), path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer be.Close()
+		be := newSQLiteBackend(t)
 		replayWriteRun(t, "dl-write", conns, be)
 		ctx := context.Background()
 		for _, w := range []struct {

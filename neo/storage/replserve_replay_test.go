@@ -1,12 +1,7 @@
 package storage_test
 
 import (
-	"context"
-	"path/filepath"
 	"testing"
-
-	"github.com/zodbd/zodbd/neo/storage"
-	"github.com/zodbd/zodbd/neosqlite"
 )
 
 // TestReplayReplicationSource plays NEO/py's run repl (testdata/neo
@@ -43,15 +38,7 @@ func TestReplayReplicationSource(t *testing.T) {
 		}
 	}
 
-	path := filepath.Join(t.TempDir(), "storage.sqlite")
-	if err := neosqlite.Create(path, neosqlite.CreateOptions{Name: cluster}); err != nil {
-		t.Fatal(err)
-	}
-	be, err := storage.OpenSQLite(context.Background(), path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer be.Close()
+	be := newSQLiteBackend(t)
 	replayRunUntil(t, "repl", []string{"c00-storage-master", "c05-client-storage", "c07-client-storage",
 		"c16-client-storage", "c12-storage-storage"}, be, until)
 }

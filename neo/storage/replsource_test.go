@@ -13,7 +13,6 @@ import (
 
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
-	"github.com/zodbd/zodbd/neosqlite"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -123,15 +122,7 @@ func replTestData(t testing.TB, w storage.Writer) *replModel {
 func newReplSQLite(t testing.TB, np int) *storage.SQLiteBackend {
 	t.Helper()
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "storage.sqlite")
-	if err := neosqlite.Create(path, neosqlite.CreateOptions{Name: cluster}); err != nil {
-		t.Fatal(err)
-	}
-	be, err := storage.OpenSQLite(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { be.Close() })
+	be := newSQLiteBackend(t)
 	if err := be.SetIdentity(ctx, cluster, nodeNID); err != nil {
 		t.Fatal(err)
 	}
