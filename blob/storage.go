@@ -3,7 +3,6 @@ package blob
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 
 	"github.com/zodbd/zodbd/zodb"
@@ -143,28 +142,15 @@ func (s *Storage) GC(ctx context.Context) (int, error) {
 	if len(found) == 0 {
 		return 0, nil
 	}
-	it := s.Iterate(ctx, first, last)
-	for {
-		_, dit, err := it.NextTxn(ctx)
-		if err == io.EOF {
-			break
+	err = zodb.Walk(ctx, s.Iterate(ctx, first, last), zodb.Visitor{Data: func(_ *zodb.TxnInfo, d *zodb.DataInfo) error {
+		k := rev{d.Oid, d.Tid}
+		if _, ok := found[k]; ok {
+			found[k] = true
 		}
-		if err != nil {
-			return 0, fmt.Errorf("blob: GC of %s: %w", s.dir.Path(), err)
-		}
-		for {
-			d, err := dit.NextData(ctx)
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return 0, fmt.Errorf("blob: GC of %s: %w", s.dir.Path(), err)
-			}
-			k := rev{d.Oid, d.Tid}
-			if _, ok := found[k]; ok {
-				found[k] = true
-			}
-		}
+		return nil
+	}})
+	if err != nil {
+		return 0, fmt.Errorf("blob: GC of %s: %w", s.dir.Path(), err)
 	}
 	n, err := s.dir.GC(last, func(oid zodb.Oid, tid zodb.Tid) (bool, error) {
 		if err := ctx.Err(); err != nil {

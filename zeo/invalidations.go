@@ -2,7 +2,6 @@ package zeo
 
 import (
 	"context"
-	"io"
 	"time"
 
 	"github.com/zodbd/zodbd/internal/eventlog"
@@ -207,26 +206,12 @@ func (st *storage) invalidationsByIteration(ctx context.Context, tid zodb.Tid) (
 		}
 		return 0, nil, false
 	}
-	it := st.st.Iterate(ctx, tid+1, zodb.TidMax)
-	for {
-		txn, data, err := it.NextTxn(ctx)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return fail(err)
-		}
-		for {
-			d, err := data.NextData(ctx)
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return fail(err)
-			}
-			set.add(d.Oid)
-		}
-		last = txn.Tid
+	err := zodb.Walk(ctx, st.st.Iterate(ctx, tid+1, zodb.TidMax), zodb.Visitor{
+		Data:   func(_ *zodb.TxnInfo, d *zodb.DataInfo) error { set.add(d.Oid); return nil },
+		TxnEnd: func(txn *zodb.TxnInfo) error { last = txn.Tid; return nil },
+	})
+	if err != nil {
+		return fail(err)
 	}
 	// The iteration sees what the storage has published; commits already
 	// broadcast (committed) may not be published yet. Those are in the

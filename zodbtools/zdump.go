@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/sha1"
-	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -52,27 +51,14 @@ func Dump(ctx context.Context, w io.Writer, stor zodb.Storage, tidMin, tidMax zo
 	}
 	var objv []obj
 	var arena []byte // the data of the current transaction's objects
-	it := stor.Iterate(ctx, tidMin, tidMax)
-	for {
-		txn, dit, err := it.NextTxn(ctx)
-		if errors.Is(err, io.EOF) {
+	return zodb.Walk(ctx, stor.Iterate(ctx, tidMin, tidMax), zodb.Visitor{
+		Txn: func(txn *zodb.TxnInfo) error {
+			fmt.Fprintf(bw, "txn %s %s\nuser %s\ndescription %s\nextension %s\n",
+				txn.Tid, Quote([]byte{byte(txn.Status)}), Quote(txn.User), Quote(txn.Description), Quote(txn.Extension))
+			objv, arena = objv[:0], arena[:0]
 			return nil
-		}
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(bw, "txn %s %s\nuser %s\ndescription %s\nextension %s\n",
-			txn.Tid, Quote([]byte{byte(txn.Status)}), Quote(txn.User), Quote(txn.Description), Quote(txn.Extension))
-
-		objv, arena = objv[:0], arena[:0]
-		for {
-			d, err := dit.NextData(ctx)
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return err
-			}
+		},
+		Data: func(_ *zodb.TxnInfo, d *zodb.DataInfo) error {
 			o := obj{oid: d.Oid}
 			switch {
 			case d.Data == nil:
@@ -88,30 +74,31 @@ func Dump(ctx context.Context, w io.Writer, stor zodb.Storage, tidMin, tidMax zo
 				o.data = arena[start:len(arena):len(arena)]
 			}
 			objv = append(objv, o)
-		}
-		sort.SliceStable(objv, func(i, j int) bool { return objv[i].oid < objv[j].oid })
-
-		for _, o := range objv {
-			switch {
-			case o.deleted:
-				fmt.Fprintf(bw, "obj %s delete\n", o.oid)
-			case o.from != 0:
-				fmt.Fprintf(bw, "obj %s from %s\n", o.oid, o.from)
-			default:
-				fmt.Fprintf(bw, "obj %s %d sha1:%x", o.oid, len(o.data), sha1.Sum(o.data))
-				if hashOnly {
-					bw.WriteString(" -\n")
-				} else {
-					bw.WriteByte('\n')
-					bw.Write(o.data)
-					bw.WriteByte('\n')
+			return nil
+		},
+		TxnEnd: func(*zodb.TxnInfo) error {
+			sort.SliceStable(objv, func(i, j int) bool { return objv[i].oid < objv[j].oid })
+			for _, o := range objv {
+				switch {
+				case o.deleted:
+					fmt.Fprintf(bw, "obj %s delete\n", o.oid)
+				case o.from != 0:
+					fmt.Fprintf(bw, "obj %s from %s\n", o.oid, o.from)
+				default:
+					fmt.Fprintf(bw, "obj %s %d sha1:%x", o.oid, len(o.data), sha1.Sum(o.data))
+					if hashOnly {
+						bw.WriteString(" -\n")
+					} else {
+						bw.WriteByte('\n')
+						bw.Write(o.data)
+						bw.WriteByte('\n')
+					}
 				}
 			}
-		}
-		if _, err := bw.WriteString("\n"); err != nil {
+			_, err := bw.WriteString("\n")
 			return err
-		}
-	}
+		},
+	})
 }
 
 // Quote quotes s the way pygolang's strconv.quote (and so zodbtools) does:

@@ -3,6 +3,7 @@ package zodbtools
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -160,8 +161,8 @@ obj 0000000000000001 from 0000000000000001
 	}
 
 	s.err = fmt.Errorf("disk on fire")
-	if err := Dump(context.Background(), io.Discard, s, 0, zodb.TidMax, false); err != s.err {
-		t.Errorf("Dump with a failing iterator = %v", err)
+	if err := Dump(context.Background(), io.Discard, s, 0, zodb.TidMax, false); !errors.Is(err, s.err) || !strings.Contains(err.Error(), "transaction 0000000000000003") {
+		t.Errorf("Dump with a failing iterator = %v, want %v naming its transaction", err, s.err)
 	}
 }
 

@@ -231,40 +231,27 @@ func copyTransactions(ctx context.Context, dst zodb.WriteStorage, src zodb.Stora
 	}
 	defer wg.Wait()
 
-	it := src.Iterate(ctx, 0, zodb.TidMax)
-	for {
-		if err := fail(); err != nil {
-			return ntxn, nrec, nblob, err
-		}
-		ti, dit, err := it.NextTxn(ctx)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return ntxn, nrec, nblob, err
-		}
-		tx, err := dst.Begin(ctx, zodb.TxnMeta{
-			User:        clone(ti.User),
-			Description: clone(ti.Description),
-			Extension:   clone(ti.Extension),
-			Tid:         ti.Tid,
-			Status:      ti.Status,
-		})
-		if err != nil {
-			return ntxn, nrec, nblob, err
-		}
-		// The iterator reuses its buffers: the data of the transaction
-		// is kept in one arena until its Finish returns.
-		var arena []byte
-		for {
-			d, err := dit.NextData(ctx)
-			if err == io.EOF {
-				break
+	// The iterator reuses its buffers: the data of a transaction is kept in
+	// one arena until its Finish returns.
+	var tx zodb.Txn
+	var arena []byte
+	err = zodb.Walk(ctx, src.Iterate(ctx, 0, zodb.TidMax), zodb.Visitor{
+		Txn: func(ti *zodb.TxnInfo) error {
+			if err := fail(); err != nil {
+				return err
 			}
-			if err != nil {
-				tx.Abort()
-				return ntxn, nrec, nblob, err
-			}
+			var err error
+			tx, err = dst.Begin(ctx, zodb.TxnMeta{
+				User:        clone(ti.User),
+				Description: clone(ti.Description),
+				Extension:   clone(ti.Extension),
+				Tid:         ti.Tid,
+				Status:      ti.Status,
+			})
+			arena = nil
+			return err
+		},
+		Data: func(_ *zodb.TxnInfo, d *zodb.DataInfo) error {
 			var data []byte
 			if d.Data != nil {
 				arena = append(arena, d.Data...)
@@ -274,41 +261,44 @@ func copyTransactions(ctx context.Context, dst zodb.WriteStorage, src zodb.Stora
 			if d.DataTid != d.Tid {
 				prev = d.DataTid // a backpointer (0: no data)
 			}
+			nrec++
 			if path, ok := blobs[blobKey{d.Oid, d.Tid}]; ok {
 				br, ok := tx.(blobRestorer)
 				if !ok {
-					tx.Abort()
-					return ntxn, nrec, nblob, fmt.Errorf("%s has no blob directory", dst.URL())
+					return fmt.Errorf("%s has no blob directory", dst.URL())
 				}
-				err = br.RestoreBlob(d.Oid, data, prev, path)
 				nblob++
-			} else {
-				err = tx.Restore(d.Oid, data, prev)
+				return br.RestoreBlob(d.Oid, data, prev, path)
 			}
-			if err != nil {
-				tx.Abort()
-				return ntxn, nrec, nblob, err
+			return tx.Restore(d.Oid, data, prev)
+		},
+		TxnEnd: func(ti *zodb.TxnInfo) error {
+			if _, err := tx.Vote(ctx); err != nil {
+				return fmt.Errorf("transaction %s: %w", ti.Tid, err)
 			}
-			nrec++
-		}
-		if _, err := tx.Vote(ctx); err != nil {
-			tx.Abort()
-			return ntxn, nrec, nblob, fmt.Errorf("transaction %s: %w", ti.Tid, err)
-		}
-		sem <- struct{}{}
-		wg.Add(1)
-		go func(tid zodb.Tid) {
-			defer wg.Done()
-			if _, err := tx.Finish(ctx, nil); err != nil {
-				errMu.Lock()
-				if finishErr == nil {
-					finishErr = fmt.Errorf("transaction %s: %w", tid, err)
+			sem <- struct{}{}
+			wg.Add(1)
+			go func(tx zodb.Txn, tid zodb.Tid) {
+				defer wg.Done()
+				if _, err := tx.Finish(ctx, nil); err != nil {
+					errMu.Lock()
+					if finishErr == nil {
+						finishErr = fmt.Errorf("transaction %s: %w", tid, err)
+					}
+					errMu.Unlock()
 				}
-				errMu.Unlock()
-			}
-			<-sem
-		}(ti.Tid)
-		ntxn++
+				<-sem
+			}(tx, ti.Tid)
+			tx = nil
+			ntxn++
+			return nil
+		},
+	})
+	if err != nil {
+		if tx != nil {
+			tx.Abort()
+		}
+		return ntxn, nrec, nblob, err
 	}
 	wg.Wait()
 	return ntxn, nrec, nblob, fail()

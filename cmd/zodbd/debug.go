@@ -506,28 +506,17 @@ func runDebugAnswers(args []string) int {
 func collectAnswers(ctx context.Context, fs *fs1.FileStorage) (*answers, error) {
 	last, _ := fs.LastTid(ctx)
 	a := &answers{LastTid: last.String(), Len: fs.Len(), Size: fs.End(), Objects: map[string]*answersObject{}}
-	it := fs.Iterate(ctx, 0, zodb.TidMax)
-	for {
-		ti, dit, err := it.NextTxn(ctx)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
-		t := answerTxn{
-			Tid: ti.Tid.String(), Status: string(rune(ti.Status)),
-			User: hex.EncodeToString(ti.User), Desc: hex.EncodeToString(ti.Description), Ext: hex.EncodeToString(ti.Extension),
-			Records: []answerRecord{},
-		}
-		for {
-			d, err := dit.NextData(ctx)
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return nil, err
-			}
+	err := zodb.Walk(ctx, fs.Iterate(ctx, 0, zodb.TidMax), zodb.Visitor{
+		Txn: func(ti *zodb.TxnInfo) error {
+			a.Txns = append(a.Txns, answerTxn{
+				Tid: ti.Tid.String(), Status: string(rune(ti.Status)),
+				User: hex.EncodeToString(ti.User), Desc: hex.EncodeToString(ti.Description), Ext: hex.EncodeToString(ti.Extension),
+				Records: []answerRecord{},
+			})
+			return nil
+		},
+		Data: func(_ *zodb.TxnInfo, d *zodb.DataInfo) error {
+			t := &a.Txns[len(a.Txns)-1]
 			r := answerRecord{Oid: d.Oid.String(), Tid: d.Tid.String()}
 			if d.Data != nil {
 				s := sha1hex(d.Data)
@@ -538,8 +527,11 @@ func collectAnswers(ctx context.Context, fs *fs1.FileStorage) (*answers, error) 
 				r.DataTxn = &s
 			}
 			t.Records = append(t.Records, r)
-		}
-		a.Txns = append(a.Txns, t)
+			return nil
+		},
+	})
+	if err != nil {
+		return nil, err
 	}
 	oids := fs.Index().Oids()
 	sort.Slice(oids, func(i, j int) bool { return oids[i] < oids[j] })

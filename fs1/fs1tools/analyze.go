@@ -63,7 +63,10 @@ type ClassStats struct {
 // file's size to its class's blob bytes.
 func Analyze(ctx context.Context, stor zodb.Storage, blobs *blob.Dir) (*Analysis, error) {
 	a := &Analysis{Classes: map[string]*ClassStats{}, oidClass: map[zodb.Oid]string{}, oidSize: map[zodb.Oid]int64{}}
-	err := eachRecord(ctx, stor, func() { a.Transactions++ }, func(d *zodb.DataInfo) { a.record(d, blobs) })
+	err := zodb.Walk(ctx, stor.Iterate(ctx, 0, zodb.TidMax), zodb.Visitor{
+		Txn:  func(*zodb.TxnInfo) error { a.Transactions++; return nil },
+		Data: func(_ *zodb.TxnInfo, d *zodb.DataInfo) error { a.record(d, blobs); return nil },
+	})
 	if err != nil {
 		return nil, err
 	}

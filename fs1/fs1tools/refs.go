@@ -71,10 +71,11 @@ func currentOf(ctx context.Context, stor zodb.Storage) (*current, error) {
 	}
 	rank := map[zodb.Oid]int64{}
 	var n int64
-	err := eachRecord(ctx, stor, nil, func(d *zodb.DataInfo) {
+	err := zodb.Walk(ctx, stor.Iterate(ctx, 0, zodb.TidMax), zodb.Visitor{Data: func(_ *zodb.TxnInfo, d *zodb.DataInfo) error {
 		rank[d.Oid] = n
 		n++
-	})
+		return nil
+	}})
 	if err != nil {
 		return nil, err
 	}
@@ -155,34 +156,6 @@ func walkCurrent(ctx context.Context, stor zodb.Storage, cur *current, keep func
 		}
 	}
 	return nil
-}
-
-// eachRecord calls txn (unless nil) for every transaction of stor and rec
-// for each of its data records, in order.
-func eachRecord(ctx context.Context, stor zodb.Storage, txn func(), rec func(*zodb.DataInfo)) error {
-	it := stor.Iterate(ctx, 0, zodb.TidMax)
-	for {
-		_, di, err := it.NextTxn(ctx)
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if txn != nil {
-			txn()
-		}
-		for {
-			d, err := di.NextData(ctx)
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				return err
-			}
-			rec(d)
-		}
-	}
 }
 
 // scanRefs sets o.refs to the references of data that keep keeps, and

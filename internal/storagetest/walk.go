@@ -26,24 +26,17 @@ import (
 // therefore be called from the goroutine running the test, like t.Fatalf.
 func Walk(t testing.TB, ctx context.Context, it zodb.Iterator, fn func(txn *zodb.TxnInfo, recs []zodb.DataInfo)) {
 	t.Helper()
-	var last zodb.Tid
-	for n := 0; ; n++ {
-		txn, dit, err := it.NextTxn(ctx)
-		if err == io.EOF {
-			return
-		}
-		if err != nil {
-			if n == 0 {
-				t.Fatalf("storagetest.Walk: NextTxn, at the first transaction: %v", err)
-			}
-			t.Fatalf("storagetest.Walk: NextTxn after transaction %s (%d read): %v", last, n, err)
-		}
-		recs, err := records(ctx, dit)
-		if err != nil {
-			t.Fatalf("storagetest.Walk: transaction %s: %v", txn.Tid, err)
-		}
-		last = txn.Tid
-		fn(txn, recs)
+	var recs []zodb.DataInfo
+	err := zodb.Walk(ctx, it, zodb.Visitor{
+		Txn:  func(*zodb.TxnInfo) error { recs = []zodb.DataInfo{}; return nil },
+		Data: func(_ *zodb.TxnInfo, d *zodb.DataInfo) error { recs = append(recs, clone(d)); return nil },
+		TxnEnd: func(txn *zodb.TxnInfo) error {
+			fn(txn, recs)
+			return nil
+		},
+	})
+	if err != nil {
+		t.Fatalf("storagetest.Walk: %v", err)
 	}
 }
 
@@ -73,12 +66,17 @@ func records(ctx context.Context, dit zodb.DataIterator) ([]zodb.DataInfo, error
 		}
 		if err != nil {
 			if len(recs) == 0 {
-				return nil, fmt.Errorf("NextData, at the first record: %w", err)
+				return nil, fmt.Errorf("first record: %w", err)
 			}
-			return nil, fmt.Errorf("NextData after %d records (the last %s): %w", len(recs), recs[len(recs)-1].Oid, err)
+			return nil, fmt.Errorf("record after %s (%d read): %w", recs[len(recs)-1].Oid, len(recs), err)
 		}
-		r := *d
-		r.Data = bytes.Clone(d.Data)
-		recs = append(recs, r)
+		recs = append(recs, clone(d))
 	}
+}
+
+// clone returns a copy of d whose Data belongs to the caller (nil stays nil).
+func clone(d *zodb.DataInfo) zodb.DataInfo {
+	r := *d
+	r.Data = bytes.Clone(d.Data)
+	return r
 }

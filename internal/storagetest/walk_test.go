@@ -255,10 +255,10 @@ func TestWalkErrors(t *testing.T) {
 		calls   int    // fn calls before the failure
 		where   string // in the message
 	}{
-		{txnErr: 0, dataErr: [2]int{-1, -1}, calls: 0, where: "NextTxn, at the first transaction"},
-		{txnErr: 2, dataErr: [2]int{-1, -1}, calls: 2, where: "NextTxn after transaction 0000000000000002 (2 read)"},
-		{txnErr: -1, dataErr: [2]int{0, 0}, calls: 0, where: "transaction 0000000000000001: NextData, at the first record"},
-		{txnErr: -1, dataErr: [2]int{2, 1}, calls: 2, where: "transaction 0000000000000003: NextData after 1 records (the last 000000000000001f)"},
+		{txnErr: 0, dataErr: [2]int{-1, -1}, calls: 0, where: "first transaction"},
+		{txnErr: 2, dataErr: [2]int{-1, -1}, calls: 2, where: "transaction after 0000000000000002 (2 read)"},
+		{txnErr: -1, dataErr: [2]int{0, 0}, calls: 0, where: "transaction 0000000000000001: first record"},
+		{txnErr: -1, dataErr: [2]int{2, 1}, calls: 2, where: "transaction 0000000000000003: record after 000000000000001f (1 read)"},
 	} {
 		it := &fakeIter{txns: fakeTxns(), txnErr: c.txnErr, dataErr: c.dataErr}
 		calls := 0
@@ -276,7 +276,7 @@ func TestWalkErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	msg := fails(t, func(tb testing.TB) { storagetest.Records(tb, ctx, it) })
-	if want := "NextData after 2 records (the last 000000000000000c)"; !strings.Contains(msg, want) || !strings.Contains(msg, errFake.Error()) {
+	if want := "record after 000000000000000c (2 read)"; !strings.Contains(msg, want) || !strings.Contains(msg, errFake.Error()) {
 		t.Errorf("Records failed with %q, want one naming %q and %q", msg, want, errFake)
 	}
 }
