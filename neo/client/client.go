@@ -197,13 +197,15 @@ type Client struct {
 // node is a node the master told us about; for a storage, also our
 // connection to it.
 type node struct {
-	nid    proto.NodeID
-	typ    proto.NodeType
+	nid proto.NodeID
+	typ proto.NodeType
+
+	// Under Client.mu (updateNodes writes them).
 	addr   proto.Address
 	state  proto.NodeState
 	idTime float64
 
-	cmu      sync.Mutex
+	cmu      sync.Mutex // guards the fields below
 	conn     *link.Conn
 	dialing  chan struct{} // closed when the dial in progress ends
 	dialErr  error
@@ -716,8 +718,10 @@ func (c *Client) storageConn(ctx context.Context, n *node) (*link.Conn, error) {
 		}
 		ch := make(chan struct{})
 		n.dialing = ch
-		addr := n.addr
 		n.cmu.Unlock()
+		c.mu.RLock()
+		addr := n.addr // updateNodes writes it under c.mu
+		c.mu.RUnlock()
 
 		// The dial is shared: it is bounded by the timeout, not by
 		// the context of the goroutine that happened to start it.
