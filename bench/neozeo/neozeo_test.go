@@ -24,6 +24,7 @@ import (
 	neoclient "github.com/zodbd/zodbd/neo/client"
 	"github.com/zodbd/zodbd/neo/neotest"
 	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neo/storage/fs1backend"
 	zeoclient "github.com/zodbd/zodbd/zeo/client"
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zodb"
@@ -196,7 +197,7 @@ func zeoSizes(b *testing.B, addr string, oids []zodb.Oid, at zodb.Tid) (int, []i
 // startNEO runs the in-test master and a node on the FileStorage at path
 // until the benchmark ends, and returns the master's address.
 func startNEO(b *testing.B, path string) string {
-	be, err := storage.OpenFS1(path)
+	be, err := fs1backend.OpenFS1(path)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -18,6 +18,8 @@ import (
 	"github.com/zodbd/zodbd/neo/client"
 	"github.com/zodbd/zodbd/neo/neotest"
 	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neo/storage/fs1backend"
+	"github.com/zodbd/zodbd/neo/storage/sqlitebackend"
 	"github.com/zodbd/zodbd/neosqlite"
 	"github.com/zodbd/zodbd/zodb"
 	"github.com/zodbd/zodbd/zodbtools"
@@ -89,7 +91,7 @@ func fs1Cluster(t testing.TB) (string, zodb.Storage) {
 	t.Helper()
 	src := filepath.Join("..", "..", "fs1", "testdata", "1.fs")
 	served := copyFile(t, src, t.TempDir())
-	be, err := storage.OpenFS1(served)
+	be, err := fs1backend.OpenFS1(served)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +109,7 @@ func sqliteCluster(t testing.TB) (string, zodb.Storage) {
 	t.Helper()
 	src := filepath.Join(neoTestdata, "storage.sqlite")
 	ctx := context.Background()
-	be, err := storage.OpenSQLite(ctx, copyFile(t, src, t.TempDir()))
+	be, err := sqlitebackend.OpenSQLite(ctx, copyFile(t, src, t.TempDir()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/zodbd/zodbd/fs1"
 	"github.com/zodbd/zodbd/neo/client"
-	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neo/storage/fs1backend"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -18,7 +18,7 @@ import (
 // load by load, by one that does not.
 func TestNoChecksum(t *testing.T) {
 	src := filepath.Join("..", "..", "fs1", "testdata", "1.fs")
-	be, err := storage.OpenFS1(copyFile(t, src, t.TempDir()))
+	be, err := fs1backend.OpenFS1(copyFile(t, src, t.TempDir()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/zodbd/zodbd/neo/proto"
-	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neo/storage/fs1backend"
 )
 
 // expectClosed reads until the node closes the connection.
@@ -35,7 +35,7 @@ func expectClosed(t *testing.T, nc net.Conn, what string) {
 }
 
 func TestBadInput(t *testing.T) {
-	be, err := storage.OpenFS1("../../fs1/testdata/1.fs")
+	be, err := fs1backend.OpenFS1("../../fs1/testdata/1.fs")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,8 @@ import (
 	"github.com/zodbd/zodbd/neo/neotest"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neo/storage/fs1backend"
+	"github.com/zodbd/zodbd/neo/storage/sqlitebackend"
 	"github.com/zodbd/zodbd/neosqlite"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -43,13 +45,13 @@ func testSQLite(t testing.TB) string {
 // newSQLiteBackend returns a backend on a new SQLite database, created
 // as NEO/py creates one (neosqlite.Create) for cluster, closed when the
 // test ends.
-func newSQLiteBackend(t testing.TB) *storage.SQLiteBackend {
+func newSQLiteBackend(t testing.TB) *sqlitebackend.SQLiteBackend {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "storage.sqlite")
 	if err := neosqlite.Create(path, neosqlite.CreateOptions{Name: cluster}); err != nil {
 		t.Fatal(err)
 	}
-	be, err := storage.OpenSQLite(context.Background(), path)
+	be, err := sqlitebackend.OpenSQLite(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +231,7 @@ func TestClusterFileStorage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fs.Close()
-	be, err := storage.NewFS1(fs)
+	be, err := fs1backend.NewFS1(fs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,7 +362,7 @@ func TestClusterSQLite(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	c := startCluster(t, storage.NewSQLite(db))
+	c := startCluster(t, sqlitebackend.NewSQLite(db))
 	if c.node.NID() != 1 {
 		t.Errorf("nid %d", c.node.NID())
 	}
@@ -411,7 +413,7 @@ func TestClusterSQLite(t *testing.T) {
 // the node exit cleanly: the last packets before the close are acted on.
 func TestClusterStopping(t *testing.T) {
 	for i := 0; i < 10; i++ {
-		be, err := storage.OpenFS1("../../fs1/testdata/1.fs")
+		be, err := fs1backend.OpenFS1("../../fs1/testdata/1.fs")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -435,7 +437,7 @@ func TestClusterStopping(t *testing.T) {
 // loadBefore(oid, z64) is None) and OID_DOES_NOT_EXIST for a missing one,
 // as NEO/py's storage answers.
 func TestAskObjectZeroBound(t *testing.T) {
-	be, err := storage.OpenFS1("../../fs1/testdata/1.fs")
+	be, err := fs1backend.OpenFS1("../../fs1/testdata/1.fs")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/zodbd/zodbd/neo/proto"
-	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neo/storage/fs1backend"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -14,7 +14,7 @@ import (
 // are, the node answers or closes that connection within 5 s,
 // stays in the cluster, and another client's loads go on.
 func FuzzNodeInput(f *testing.F) {
-	be, err := storage.OpenFS1("../../fs1/testdata/1.fs")
+	be, err := fs1backend.OpenFS1("../../fs1/testdata/1.fs")
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/zodbd/zodbd/neo/neotest"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neo/storage/fs1backend"
 )
 
 // secondaryMaster answers every identification as a NEO/py secondary
@@ -82,7 +83,7 @@ func TestNotPrimaryMaster(t *testing.T) {
 	ln.Close()
 	secondary, conns = secondaryMaster(t, []proto.Address{tcpAddr(t, m.Addr()), tcpAddr(t, placeholder)}, 0)
 
-	be, err := storage.OpenFS1(filepath.Join("..", "..", "fs1", "testdata", "1.fs"))
+	be, err := fs1backend.OpenFS1(filepath.Join("..", "..", "fs1", "testdata", "1.fs"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neo/storage/sqlitebackend"
 	"github.com/zodbd/zodbd/neosqlite"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -80,7 +81,7 @@ func TestSQLiteNewDatabase(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "new.sqlite")
-	be, err := storage.OpenSQLite(ctx, path)
+	be, err := sqlitebackend.OpenSQLite(ctx, path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +121,7 @@ func TestSQLiteNewDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	be, err = storage.OpenSQLite(ctx, path)
+	be, err = sqlitebackend.OpenSQLite(ctx, path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +161,7 @@ func TestSQLiteNewDatabase(t *testing.T) {
 	}
 	neopyPT(t, "apply", theirs, ops)
 	ref, _ := neopyPT(t, "read", theirs)
-	be, err = storage.OpenSQLite(ctx, theirs)
+	be, err = sqlitebackend.OpenSQLite(ctx, theirs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +184,7 @@ func TestSQLiteReadOnlyPTStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	be := storage.NewSQLite(db)
+	be := sqlitebackend.NewSQLite(db)
 	before, err := be.Recovery(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -207,7 +208,7 @@ func TestSQLiteEmptyFile(t *testing.T) {
 	if err := os.WriteFile(path, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	be, err := storage.OpenSQLite(context.Background(), path)
+	be, err := sqlitebackend.OpenSQLite(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}

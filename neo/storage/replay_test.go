@@ -14,6 +14,7 @@ import (
 	"github.com/zodbd/zodbd/neo/neotest"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neo/storage/sqlitebackend"
 )
 
 // recorded is one connection of the NEO/py captures (decoded/*.json with
@@ -87,7 +88,7 @@ func decodeArgs(t testing.TB, p proto.Packet) proto.Msg {
 func TestReplayP1Read(t *testing.T) {
 	mrec := loadRecorded(t, "p1-read-c00-storage-master")
 	crec := loadRecorded(t, "p1-read-c09-client-storage")
-	be, err := storage.OpenSQLite(context.Background(), testSQLite(t))
+	be, err := sqlitebackend.OpenSQLite(context.Background(), testSQLite(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package storage
+package sqlitebackend
 
 // ReadOnly implements ReadOnlyBackend: a database wrapped by NewSQLite
 // from neosqlite.Open is served read-only; OpenSQLite's takes commits.

@@ -1,10 +1,11 @@
-package storage
+package sqlitebackend
 
 import (
 	"context"
 	"fmt"
 
 	"github.com/zodbd/zodbd/neo/proto"
+	"github.com/zodbd/zodbd/neo/storage"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -22,20 +23,20 @@ func (b *SQLiteBackend) ReplicationTIDs(ctx context.Context, p, np uint32, min, 
 }
 
 // ReplicationRecords implements ReplicationSource.
-func (b *SQLiteBackend) ReplicationRecords(ctx context.Context, p, np uint32, minTid, maxTid zodb.Tid, minOid zodb.Oid, limit int, dst []RecordKey) ([]RecordKey, error) {
+func (b *SQLiteBackend) ReplicationRecords(ctx context.Context, p, np uint32, minTid, maxTid zodb.Tid, minOid zodb.Oid, limit int, dst []storage.RecordKey) ([]storage.RecordKey, error) {
 	err := b.db.ReplicationRecords(ctx, p, minTid, maxTid, minOid, limit, func(serial zodb.Tid, oid zodb.Oid) {
-		dst = append(dst, RecordKey{serial, oid})
+		dst = append(dst, storage.RecordKey{Serial: serial, Oid: oid})
 	})
 	return dst, mapErr(err)
 }
 
 // ReplicationTransaction implements ReplicationSource.
-func (b *SQLiteBackend) ReplicationTransaction(ctx context.Context, tid zodb.Tid) (*ReplTxn, error) {
+func (b *SQLiteBackend) ReplicationTransaction(ctx context.Context, tid zodb.Tid) (*storage.ReplTxn, error) {
 	t, err := b.db.TransactionInformation(ctx, tid)
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	r := &ReplTxn{TxnInfo: TxnInfo{Tid: t.Tid, User: t.User, Description: t.Description,
+	r := &storage.ReplTxn{TxnInfo: storage.TxnInfo{Tid: t.Tid, User: t.User, Description: t.Description,
 		Extension: t.Extension, Packed: t.Packed, Oids: t.Oids}, TTid: t.TTid}
 	if r.Oids == nil {
 		r.Oids = []zodb.Oid{}
@@ -49,7 +50,7 @@ func (b *SQLiteBackend) ReplicationTransaction(ctx context.Context, tid zodb.Tid
 
 // ReplicationObject implements ReplicationSource: the obj row (oid,
 // serial) with its data row, as stored.
-func (b *SQLiteBackend) ReplicationObject(ctx context.Context, oid zodb.Oid, serial zodb.Tid, o *Object) error {
+func (b *SQLiteBackend) ReplicationObject(ctx context.Context, oid zodb.Oid, serial zodb.Tid, o *storage.Object) error {
 	return b.Object(ctx, oid, serial, 0, o)
 }
 
@@ -61,7 +62,7 @@ func (b *SQLiteBackend) CompletedPack(ctx context.Context, p uint32) (zodb.Tid, 
 			return c.Pack, nil
 		}
 	}
-	return 0, fmt.Errorf("partition %d: no cell of this node: %w", p, ErrNonReadableCell)
+	return 0, fmt.Errorf("partition %d: no cell of this node: %w", p, storage.ErrNonReadableCell)
 }
 
-var _ ReplicationSource = (*SQLiteBackend)(nil)
+var _ storage.ReplicationSource = (*SQLiteBackend)(nil)

@@ -1,4 +1,4 @@
-package storage
+package fs1backend
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/neo/storage"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -43,7 +44,7 @@ func inPartition(x uint64, p, np uint32) bool {
 // ReplicationRecords implements ReplicationSource: the data headers of the
 // view's transactions from minTid, each transaction's records of the
 // partition sorted by oid.
-func (b *FS1Backend) ReplicationRecords(ctx context.Context, p, np uint32, minTid, maxTid zodb.Tid, minOid zodb.Oid, limit int, dst []RecordKey) ([]RecordKey, error) {
+func (b *FS1Backend) ReplicationRecords(ctx context.Context, p, np uint32, minTid, maxTid zodb.Tid, minOid zodb.Oid, limit int, dst []storage.RecordKey) ([]storage.RecordKey, error) {
 	v := b.view.Load()
 	var th fs1.TxnHeader
 	var dh fs1.DataHeader
@@ -71,7 +72,7 @@ func (b *FS1Backend) ReplicationRecords(ctx context.Context, p, np uint32, minTi
 			if n == limit {
 				break
 			}
-			dst = append(dst, RecordKey{tid, oid})
+			dst = append(dst, storage.RecordKey{Serial: tid, Oid: oid})
 			n++
 		}
 	}
@@ -80,16 +81,16 @@ func (b *FS1Backend) ReplicationRecords(ctx context.Context, p, np uint32, minTi
 
 // ReplicationTransaction implements ReplicationSource (the ttid is the
 // tid: see above).
-func (b *FS1Backend) ReplicationTransaction(ctx context.Context, tid zodb.Tid) (*ReplTxn, error) {
+func (b *FS1Backend) ReplicationTransaction(ctx context.Context, tid zodb.Tid) (*storage.ReplTxn, error) {
 	t, err := b.TransactionInformation(ctx, tid)
 	if err != nil {
 		return nil, err
 	}
-	return &ReplTxn{TxnInfo: *t, TTid: tid}, nil
+	return &storage.ReplTxn{TxnInfo: *t, TTid: tid}, nil
 }
 
 // ReplicationObject implements ReplicationSource.
-func (b *FS1Backend) ReplicationObject(ctx context.Context, oid zodb.Oid, serial zodb.Tid, o *Object) error {
+func (b *FS1Backend) ReplicationObject(ctx context.Context, oid zodb.Oid, serial zodb.Tid, o *storage.Object) error {
 	return b.Object(ctx, oid, serial, 0, o)
 }
 
@@ -99,4 +100,4 @@ func (b *FS1Backend) CompletedPack(ctx context.Context, p uint32) (zodb.Tid, err
 	return 0, nil
 }
 
-var _ ReplicationSource = (*FS1Backend)(nil)
+var _ storage.ReplicationSource = (*FS1Backend)(nil)

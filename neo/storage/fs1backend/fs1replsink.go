@@ -1,4 +1,4 @@
-package storage
+package fs1backend
 
 // FS1Backend is no ReplicationSink: a FileStorage node cannot be the
 // destination of a replication, and the node refuses an OUT_OF_DATE cell

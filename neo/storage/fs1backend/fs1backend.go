@@ -1,4 +1,4 @@
-package storage
+package fs1backend
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/zodbd/zodbd/fs1"
 	"github.com/zodbd/zodbd/neo/proto"
+	"github.com/zodbd/zodbd/neo/storage"
 	"github.com/zodbd/zodbd/zlibstorage"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -156,15 +157,15 @@ func (b *FS1Backend) NumPartitions() int { return 1 }
 // Recovery implements Backend. Opened for writing, it returns the
 // identity and partition table stored as PTStore (PATH.neo);
 // read-only, nothing.
-func (b *FS1Backend) Recovery(ctx context.Context) (RecoveryInfo, error) {
+func (b *FS1Backend) Recovery(ctx context.Context) (storage.RecoveryInfo, error) {
 	if b.w == nil {
-		return RecoveryInfo{}, nil
+		return storage.RecoveryInfo{}, nil
 	}
 	cl := b.w.log.cluster()
-	r := RecoveryInfo{Cluster: cl.cluster, NID: cl.nid}
+	r := storage.RecoveryInfo{Cluster: cl.cluster, NID: cl.nid}
 	if cl.hasPT {
 		r.PTID, r.HasPTID, r.NumReplicas = cl.ptid, true, cl.nr
-		r.Cells = append([]Cell(nil), cl.cells...)
+		r.Cells = append([]storage.Cell(nil), cl.cells...)
 	}
 	return r, nil
 }
@@ -172,7 +173,7 @@ func (b *FS1Backend) Recovery(ctx context.Context) (RecoveryInfo, error) {
 // Object implements Backend with fs1's LoadRevision (with a buffer of
 // enough capacity in o.Data it makes no allocation; one pread for a record
 // of up to a few KiB), bounded by the state the backend was opened on.
-func (b *FS1Backend) Object(ctx context.Context, oid zodb.Oid, at, before zodb.Tid, o *Object) error {
+func (b *FS1Backend) Object(ctx context.Context, oid zodb.Oid, at, before zodb.Tid, o *storage.Object) error {
 	last := b.view.Load().last
 	bound := last + 1 // latest, as of the state served
 	switch {
@@ -189,7 +190,7 @@ func (b *FS1Backend) Object(ctx context.Context, oid zodb.Oid, at, before zodb.T
 		if errors.As(err, &nd) {
 			if bound <= last {
 				if _, _, err := b.fs.LoadRevision(ctx, oid, last+1, o.Data[:0]); err == nil {
-					return fmt.Errorf("oid %s: %w", oid, ErrOidNotFound) // no revision before bound
+					return fmt.Errorf("oid %s: %w", oid, storage.ErrOidNotFound) // no revision before bound
 				}
 			}
 			// Only in transactions locked and not yet unlocked: the oid
@@ -200,12 +201,12 @@ func (b *FS1Backend) Object(ctx context.Context, oid zodb.Oid, at, before zodb.T
 	}
 	switch {
 	case at != 0 && rev.Serial != at:
-		return fmt.Errorf("oid %s @%s: %w", oid, at, ErrOidNotFound)
+		return fmt.Errorf("oid %s @%s: %w", oid, at, storage.ErrOidNotFound)
 	}
 	if rev.Next > last {
 		rev.Next = 0 // committed after the state served
 	}
-	*o = Object{Oid: oid, Serial: rev.Serial, NextSerial: rev.Next, Data: data, NoData: rev.NoData}
+	*o = storage.Object{Oid: oid, Serial: rev.Serial, NextSerial: rev.Next, Data: data, NoData: rev.NoData}
 	if rev.NoData {
 		return nil
 	}
@@ -233,7 +234,7 @@ func (b *FS1Backend) Object(ctx context.Context, oid zodb.Oid, at, before zodb.T
 // oid examined plus one).
 func (b *FS1Backend) OIDsFrom(ctx context.Context, p uint32, length int, minOid zodb.Oid, tid zodb.Tid) (oids []zodb.Oid, next zodb.Oid, more bool, err error) {
 	if p != 0 {
-		return nil, 0, false, fmt.Errorf("partition %d: %w", p, ErrNonReadableCell)
+		return nil, 0, false, fmt.Errorf("partition %d: %w", p, storage.ErrNonReadableCell)
 	}
 	if length <= 0 {
 		return nil, minOid, true, nil
@@ -269,8 +270,8 @@ func (b *FS1Backend) OIDsFrom(ctx context.Context, p uint32, length int, minOid 
 }
 
 // LastIDs implements Backend.
-func (b *FS1Backend) LastIDs(ctx context.Context) (LastIDs, error) {
-	r := LastIDs{FirstTid: proto.MaxTid}
+func (b *FS1Backend) LastIDs(ctx context.Context) (storage.LastIDs, error) {
+	r := storage.LastIDs{FirstTid: proto.MaxTid}
 	txns := b.view.Load().txns
 	if n := len(txns); n > 0 {
 		r.Tid, r.HasTid = txns[n-1].tid, true
@@ -287,7 +288,7 @@ func (b *FS1Backend) LastIDs(ctx context.Context) (LastIDs, error) {
 func checkOnePartition(partitions []uint32) error {
 	for _, p := range partitions {
 		if p != 0 {
-			return fmt.Errorf("partition %d: %w", p, ErrNonReadableCell)
+			return fmt.Errorf("partition %d: %w", p, storage.ErrNonReadableCell)
 		}
 	}
 	return nil
@@ -337,17 +338,17 @@ func (v *fs1View) findTxn(tid zodb.Tid) (int64, bool) {
 }
 
 // TransactionInformation implements Backend.
-func (b *FS1Backend) TransactionInformation(ctx context.Context, tid zodb.Tid) (*TxnInfo, error) {
+func (b *FS1Backend) TransactionInformation(ctx context.Context, tid zodb.Tid) (*storage.TxnInfo, error) {
 	v := b.view.Load()
 	pos, ok := v.findTxn(tid)
 	if !ok {
-		return nil, fmt.Errorf("tid %s: %w", tid, ErrTidNotFound)
+		return nil, fmt.Errorf("tid %s: %w", tid, storage.ErrTidNotFound)
 	}
 	var th fs1.TxnHeader
 	if err := th.Load(v.file, b.path, pos, v.end); err != nil {
 		return nil, err
 	}
-	t := &TxnInfo{
+	t := &storage.TxnInfo{
 		Tid:         tid,
 		User:        clone(th.User),
 		Description: clone(th.Description),
@@ -369,14 +370,14 @@ func clone(b []byte) []byte { return append([]byte{}, b...) }
 
 // ObjectHistory implements Backend. The size of an undo record is the size
 // of the data it reuses, as NEO reports it.
-func (b *FS1Backend) ObjectHistory(ctx context.Context, oid zodb.Oid, first, last int) ([]HistoryEntry, error) {
+func (b *FS1Backend) ObjectHistory(ctx context.Context, oid zodb.Oid, first, last int) ([]storage.HistoryEntry, error) {
 	visible := b.view.Load().last
 	fv := b.fs.View() // (after the view: it holds every transaction the view does)
 	pos, ok := fv.Index.Get(oid)
 	if !ok || first < 0 || first >= last {
-		return nil, fmt.Errorf("oid %s: %w", oid, ErrOidNotFound)
+		return nil, fmt.Errorf("oid %s: %w", oid, storage.ErrOidNotFound)
 	}
-	var h []HistoryEntry
+	var h []storage.HistoryEntry
 	var dh fs1.DataHeader
 	for i := 0; pos != 0 && i < last; i++ {
 		if err := dh.Load(fv.File, b.path, pos, fv.End); err != nil {
@@ -397,14 +398,18 @@ func (b *FS1Backend) ObjectHistory(ctx context.Context, oid zodb.Oid, first, las
 				}
 				size = back.DataLen
 			}
-			h = append(h, HistoryEntry{Serial: dh.Tid, Size: uint64(size)})
+			h = append(h, storage.HistoryEntry{Serial: dh.Tid, Size: uint64(size)})
 		}
 		pos = dh.PrevRevPos
 	}
 	if len(h) == 0 {
-		return nil, fmt.Errorf("oid %s: %w", oid, ErrOidNotFound)
+		return nil, fmt.Errorf("oid %s: %w", oid, storage.ErrOidNotFound)
 	}
 	return h, nil
 }
 
-var _ Backend = (*FS1Backend)(nil)
+var _ storage.Backend = (*FS1Backend)(nil)
+
+// FileStorage returns the FileStorage the backend serves (for its
+// figures: fs1.FileStorage.Stats).
+func (b *FS1Backend) FileStorage() *fs1.FileStorage { return b.fs }

@@ -1,4 +1,4 @@
-package storage
+package fs1backend
 
 // ReadOnly implements ReadOnlyBackend: a FileStorage opened with OpenFS1
 // (or NewFS1) is served read-only; one opened with OpenFS1Writer takes

@@ -1,4 +1,4 @@
-package storage
+package fs1backend
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/neo/storage"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -71,8 +72,8 @@ type fs1Writes struct {
 
 // fs1Voted is a voted transaction, copied.
 type fs1Voted struct {
-	meta    TxnMeta
-	objects []VotedObject // Data slices into buf
+	meta    storage.TxnMeta
+	objects []storage.VotedObject // Data slices into buf
 	buf     []byte
 	locking bool // a Lock is in progress: Abort refuses
 }
@@ -85,7 +86,7 @@ type fs1Locked struct {
 	end  int64 // after the transaction's redundant length
 }
 
-var _ Writer = (*FS1Backend)(nil)
+var _ storage.Writer = (*FS1Backend)(nil)
 
 // OpenFS1Writer opens the FileStorage file at path for NEO's commits (see
 // fs1Writes): opt is what fs1.Open gets (ReadWrite is set; nil: the
@@ -250,7 +251,7 @@ func (b *FS1Backend) LastSerial(ctx context.Context, oid zodb.Oid) (zodb.Tid, er
 
 // Vote implements Writer: t is copied and kept in memory until Lock or
 // Abort. An undo record's DataSerial must name a record of its oid.
-func (b *FS1Backend) Vote(ctx context.Context, t *VotedTxn) error {
+func (b *FS1Backend) Vote(ctx context.Context, t *storage.VotedTxn) error {
 	w, err := b.writes()
 	if err != nil {
 		return err
@@ -266,7 +267,7 @@ func (b *FS1Backend) Vote(ctx context.Context, t *VotedTxn) error {
 			return fmt.Errorf("neo: fs1: %s: vote of %s: %w", b.path, t.TTid, err)
 		}
 	}
-	var m TxnMeta
+	var m storage.TxnMeta
 	if t.Meta != nil {
 		m = *t.Meta
 	}
@@ -276,13 +277,13 @@ func (b *FS1Backend) Vote(ctx context.Context, t *VotedTxn) error {
 			return fmt.Errorf("neo: fs1: %s: vote of %s: transaction metadata of %d bytes (a FileStorage holds at most 65535)", b.path, t.TTid, len(f))
 		}
 	}
-	v := &fs1Voted{buf: make([]byte, 0, size), objects: make([]VotedObject, len(t.Objects))}
+	v := &fs1Voted{buf: make([]byte, 0, size), objects: make([]storage.VotedObject, len(t.Objects))}
 	keep := func(p []byte) []byte {
 		n := len(v.buf)
 		v.buf = append(v.buf, p...)
 		return v.buf[n:len(v.buf):len(v.buf)]
 	}
-	v.meta = TxnMeta{User: keep(m.User), Description: keep(m.Description), Extension: keep(m.Extension)}
+	v.meta = storage.TxnMeta{User: keep(m.User), Description: keep(m.Description), Extension: keep(m.Extension)}
 	for i, o := range t.Objects {
 		if o.Data != nil && !o.NoData && o.DataSerial == 0 {
 			if o.Compression == 1 {
@@ -311,7 +312,7 @@ func (b *FS1Backend) Vote(ctx context.Context, t *VotedTxn) error {
 }
 
 // checkVoted checks what a FileStorage can hold of o.
-func (b *FS1Backend) checkVoted(o *VotedObject) error {
+func (b *FS1Backend) checkVoted(o *storage.VotedObject) error {
 	switch {
 	case o.NoData:
 	case o.DataSerial != 0:

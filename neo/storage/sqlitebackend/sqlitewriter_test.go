@@ -1,4 +1,4 @@
-package storage_test
+package sqlitebackend_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neo/storage/sqlitebackend"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -17,7 +18,7 @@ import (
 // pack removes the old revision; a cancelled pack changes nothing.
 func TestSQLiteWriter(t *testing.T) {
 	ctx := context.Background()
-	be, err := storage.OpenSQLite(ctx, testSQLite(t))
+	be, err := sqlitebackend.OpenSQLite(ctx, testSQLite(t))
 	if err != nil {
 		t.Fatal(err)
 	}

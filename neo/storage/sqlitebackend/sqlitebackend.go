@@ -1,4 +1,4 @@
-package storage
+package sqlitebackend
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/zodbd/zodbd/neo/proto"
+	"github.com/zodbd/zodbd/neo/storage"
 	"github.com/zodbd/zodbd/neosqlite"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -70,9 +71,9 @@ func (b *SQLiteBackend) Close() error {
 func (b *SQLiteBackend) NumPartitions() int { return b.db.NumPartitions() }
 
 // Recovery implements Backend.
-func (b *SQLiteBackend) Recovery(ctx context.Context) (RecoveryInfo, error) {
+func (b *SQLiteBackend) Recovery(ctx context.Context) (storage.RecoveryInfo, error) {
 	cfg := b.db.Config()
-	r := RecoveryInfo{
+	r := storage.RecoveryInfo{
 		Cluster:     cfg.Name,
 		PTID:        cfg.PTID,
 		HasPTID:     cfg.HasPTID,
@@ -85,7 +86,7 @@ func (b *SQLiteBackend) Recovery(ctx context.Context) (RecoveryInfo, error) {
 	}
 	first := true
 	for _, c := range b.db.PartitionTable() {
-		r.Cells = append(r.Cells, Cell{Partition: c.Partition, NID: proto.NodeID(c.Nid), State: proto.CellState(c.State)})
+		r.Cells = append(r.Cells, storage.Cell{Partition: c.Partition, NID: proto.NodeID(c.Nid), State: proto.CellState(c.State)})
 		if cfg.HasNid && c.Nid == cfg.Nid && c.HasPack {
 			if first || c.Pack < r.PackID {
 				r.PackID = c.Pack
@@ -105,22 +106,22 @@ func mapErr(err error) error {
 	var tnf *neosqlite.TidNotFoundError
 	switch {
 	case errors.As(err, &onf):
-		return fmt.Errorf("%w: %v", ErrOidNotFound, err)
+		return fmt.Errorf("%w: %v", storage.ErrOidNotFound, err)
 	case errors.As(err, &tnf):
-		return fmt.Errorf("%w: %v", ErrTidNotFound, err)
+		return fmt.Errorf("%w: %v", storage.ErrTidNotFound, err)
 	case errors.Is(err, neosqlite.ErrNonReadableCell):
-		return fmt.Errorf("%w: %v", ErrNonReadableCell, err)
+		return fmt.Errorf("%w: %v", storage.ErrNonReadableCell, err)
 	}
 	return err // *zodb.NoObjectError stays visible to errors.As
 }
 
 // Object implements Backend.
-func (b *SQLiteBackend) Object(ctx context.Context, oid zodb.Oid, at, before zodb.Tid, o *Object) error {
+func (b *SQLiteBackend) Object(ctx context.Context, oid zodb.Oid, at, before zodb.Tid, o *storage.Object) error {
 	var so neosqlite.Object
 	if err := b.db.ObjectInto(ctx, oid, at, before, o.Data[:0], &so); err != nil {
 		return mapErr(err)
 	}
-	*o = Object{
+	*o = storage.Object{
 		Oid:         so.Oid,
 		Serial:      so.Serial,
 		NextSerial:  so.NextSerial,
@@ -140,12 +141,12 @@ func (b *SQLiteBackend) OIDsFrom(ctx context.Context, p uint32, length int, minO
 }
 
 // LastIDs implements Backend.
-func (b *SQLiteBackend) LastIDs(ctx context.Context) (LastIDs, error) {
+func (b *SQLiteBackend) LastIDs(ctx context.Context) (storage.LastIDs, error) {
 	r, err := b.db.LastIDsFull(ctx, nil)
 	if err != nil {
-		return LastIDs{}, err
+		return storage.LastIDs{}, err
 	}
-	return LastIDs{Tid: r.Tid, HasTid: r.HasTid, Oid: r.Oid, HasOid: r.HasOid, FirstTid: r.FirstTid}, nil
+	return storage.LastIDs{Tid: r.Tid, HasTid: r.HasTid, Oid: r.Oid, HasOid: r.HasOid, FirstTid: r.FirstTid}, nil
 }
 
 // TIDs implements Backend.
@@ -161,7 +162,7 @@ func (b *SQLiteBackend) TIDsFrom(ctx context.Context, minTid, maxTid zodb.Tid, l
 }
 
 // TransactionInformation implements Backend.
-func (b *SQLiteBackend) TransactionInformation(ctx context.Context, tid zodb.Tid) (*TxnInfo, error) {
+func (b *SQLiteBackend) TransactionInformation(ctx context.Context, tid zodb.Tid) (*storage.TxnInfo, error) {
 	t, err := b.db.TransactionInformation(ctx, tid)
 	if err != nil {
 		return nil, mapErr(err)
@@ -170,18 +171,18 @@ func (b *SQLiteBackend) TransactionInformation(ctx context.Context, tid zodb.Tid
 	if oids == nil {
 		oids = []zodb.Oid{}
 	}
-	return &TxnInfo{Tid: t.Tid, User: t.User, Description: t.Description, Extension: t.Extension, Packed: t.Packed, Oids: oids}, nil
+	return &storage.TxnInfo{Tid: t.Tid, User: t.User, Description: t.Description, Extension: t.Extension, Packed: t.Packed, Oids: oids}, nil
 }
 
 // ObjectHistory implements Backend.
-func (b *SQLiteBackend) ObjectHistory(ctx context.Context, oid zodb.Oid, first, last int) ([]HistoryEntry, error) {
+func (b *SQLiteBackend) ObjectHistory(ctx context.Context, oid zodb.Oid, first, last int) ([]storage.HistoryEntry, error) {
 	h, err := b.db.ObjectHistory(ctx, oid, first, last)
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	r := make([]HistoryEntry, len(h))
+	r := make([]storage.HistoryEntry, len(h))
 	for i, e := range h {
-		r[i] = HistoryEntry{Serial: e.Serial, Size: uint64(e.Size)}
+		r[i] = storage.HistoryEntry{Serial: e.Serial, Size: uint64(e.Size)}
 	}
 	return r, nil
 }
@@ -203,14 +204,14 @@ func (b *SQLiteBackend) LastSerial(ctx context.Context, oid zodb.Oid) (zodb.Tid,
 }
 
 // Vote implements Writer.
-func (b *SQLiteBackend) Vote(ctx context.Context, t *VotedTxn) error {
+func (b *SQLiteBackend) Vote(ctx context.Context, t *storage.VotedTxn) error {
 	return b.VotePack(ctx, t, nil)
 }
 
 // VotePack is Vote for a transaction that carries a pack order
 // (AskStoreTransaction's pack: oids nil for a full pack, the pack tid),
 // stored in the pack table as NEO/py does; pack nil is Vote.
-func (b *SQLiteBackend) VotePack(ctx context.Context, t *VotedTxn, pack *neosqlite.PackRequest) error {
+func (b *SQLiteBackend) VotePack(ctx context.Context, t *storage.VotedTxn, pack *neosqlite.PackRequest) error {
 	vt := neosqlite.VotedTxn{TTid: t.TTid, Objects: make([]neosqlite.VotedObject, len(t.Objects))}
 	if m := t.Meta; m != nil {
 		vt.Meta = &neosqlite.TxnMeta{User: m.User, Description: m.Description, Extension: m.Extension, Oids: m.Oids, Pack: pack}
@@ -291,7 +292,7 @@ func (b *SQLiteBackend) SetIdentity(ctx context.Context, cluster string, nid pro
 // (neosqlite.DB.SetPartitionTable); reads and writes follow the new table
 // at once, and NumPartitions is its number of partitions. On a database
 // not opened for writing it stores nothing and returns nil.
-func (b *SQLiteBackend) SetPartitionTable(ctx context.Context, ptid uint64, numReplicas int, cells []Cell, reset bool, lastPackID zodb.Tid) error {
+func (b *SQLiteBackend) SetPartitionTable(ctx context.Context, ptid uint64, numReplicas int, cells []storage.Cell, reset bool, lastPackID zodb.Tid) error {
 	if !b.db.Writable() {
 		return nil
 	}
@@ -306,7 +307,7 @@ func (b *SQLiteBackend) SetPartitionTable(ctx context.Context, ptid uint64, numR
 }
 
 var (
-	_ Backend = (*SQLiteBackend)(nil)
-	_ Writer  = (*SQLiteBackend)(nil)
-	_ PTStore = (*SQLiteBackend)(nil)
+	_ storage.Backend = (*SQLiteBackend)(nil)
+	_ storage.Writer  = (*SQLiteBackend)(nil)
+	_ storage.PTStore = (*SQLiteBackend)(nil)
 )

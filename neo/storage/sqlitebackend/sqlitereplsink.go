@@ -1,8 +1,9 @@
-package storage
+package sqlitebackend
 
 import (
 	"context"
 
+	"github.com/zodbd/zodbd/neo/storage"
 	"github.com/zodbd/zodbd/neosqlite"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -42,4 +43,4 @@ func (b *SQLiteBackend) DropPartition(ctx context.Context, p uint32, limit int) 
 	return b.db.DropPartition(ctx, p, limit)
 }
 
-var _ ReplicationSink = (*SQLiteBackend)(nil)
+var _ storage.ReplicationSink = (*SQLiteBackend)(nil)
