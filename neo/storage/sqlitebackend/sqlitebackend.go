@@ -211,10 +211,16 @@ func (b *SQLiteBackend) Vote(ctx context.Context, t *storage.VotedTxn) error {
 // VotePack is Vote for a transaction that carries a pack order
 // (AskStoreTransaction's pack: oids nil for a full pack, the pack tid),
 // stored in the pack table as NEO/py does; pack nil is Vote.
-func (b *SQLiteBackend) VotePack(ctx context.Context, t *storage.VotedTxn, pack *neosqlite.PackRequest) error {
+func (b *SQLiteBackend) VotePack(ctx context.Context, t *storage.VotedTxn, pack *proto.PackRequest) error {
 	vt := neosqlite.VotedTxn{TTid: t.TTid, Objects: make([]neosqlite.VotedObject, len(t.Objects))}
 	if m := t.Meta; m != nil {
-		vt.Meta = &neosqlite.TxnMeta{User: m.User, Description: m.Description, Extension: m.Extension, Oids: m.Oids, Pack: pack}
+		vt.Meta = &neosqlite.TxnMeta{User: m.User, Description: m.Description, Extension: m.Extension, Oids: m.Oids}
+		if pack != nil {
+			vt.Meta.Pack = &neosqlite.PackRequest{PackTid: pack.PackTid}
+			if pack.OidsSet {
+				vt.Meta.Pack.Oids = append([]zodb.Oid{}, pack.Oids...)
+			}
+		}
 	}
 	for i := range t.Objects {
 		o := &t.Objects[i]

@@ -24,8 +24,36 @@ func (b *SQLiteBackend) ReplicatedTid(p uint32) zodb.Tid {
 }
 
 // StoreReplicated implements ReplicationSink.
-func (b *SQLiteBackend) StoreReplicated(ctx context.Context, batch *neosqlite.ReplBatch) error {
-	return b.db.StoreReplicated(ctx, batch)
+func (b *SQLiteBackend) StoreReplicated(ctx context.Context, batch *storage.ReplBatch) error {
+	rb := neosqlite.ReplBatch{DeleteTids: batch.DeleteTids,
+		Txns:       make([]neosqlite.ReplTxn, len(batch.Txns)),
+		Objects:    make([]neosqlite.ReplObject, len(batch.Objects)),
+		DeleteObjs: make([]neosqlite.SerialOid, len(batch.DeleteObjs))}
+	for i, t := range batch.Txns {
+		rb.Txns[i] = neosqlite.ReplTxn{Tid: t.Tid, TTid: t.TTid, User: t.User, Description: t.Description,
+			Extension: t.Extension, Packed: t.Packed, Oids: t.Oids}
+		if tp := t.Pack; tp != nil {
+			rp := &neosqlite.ReplPack{Approved: -1, Partial: tp.Partial, PackTid: tp.PackTid}
+			if tp.ApprovedSet {
+				rp.Approved = 0
+				if tp.Approved {
+					rp.Approved = 1
+				}
+			}
+			if tp.OidsSet {
+				rp.Oids = tp.Oids
+			}
+			rb.Txns[i].Pack = rp
+		}
+	}
+	for i, o := range batch.Objects {
+		rb.Objects[i] = neosqlite.ReplObject{Oid: o.Oid, Serial: o.Serial, Compression: o.Compression,
+			Checksum: o.Checksum, Data: o.Data, DataSerial: o.DataSerial, NoData: o.NoData}
+	}
+	for i, k := range batch.DeleteObjs {
+		rb.DeleteObjs[i] = neosqlite.SerialOid(k)
+	}
+	return b.db.StoreReplicated(ctx, &rb)
 }
 
 // SetReplicatedTid implements ReplicationSink.
