@@ -121,16 +121,7 @@ func (b *SQLiteBackend) Object(ctx context.Context, oid zodb.Oid, at, before zod
 	if err := b.db.ObjectInto(ctx, oid, at, before, o.Data[:0], &so); err != nil {
 		return mapErr(err)
 	}
-	*o = storage.Object{
-		Oid:         so.Oid,
-		Serial:      so.Serial,
-		NextSerial:  so.NextSerial,
-		Compression: so.Compression,
-		Checksum:    so.Checksum,
-		Data:        so.Data,
-		DataSerial:  so.DataSerial,
-		NoData:      so.NoData,
-	}
+	*o = storage.Object(so)
 	return nil
 }
 
@@ -167,11 +158,17 @@ func (b *SQLiteBackend) TransactionInformation(ctx context.Context, tid zodb.Tid
 	if err != nil {
 		return nil, mapErr(err)
 	}
+	ti := txnInfo(t)
+	return &ti, nil
+}
+
+// txnInfo is t as the node answers it (Oids not nil).
+func txnInfo(t *neosqlite.TxnInfo) storage.TxnInfo {
 	oids := t.Oids
 	if oids == nil {
 		oids = []zodb.Oid{}
 	}
-	return &storage.TxnInfo{Tid: t.Tid, User: t.User, Description: t.Description, Extension: t.Extension, Packed: t.Packed, Oids: oids}, nil
+	return storage.TxnInfo{Tid: t.Tid, User: t.User, Description: t.Description, Extension: t.Extension, Packed: t.Packed, Oids: oids}
 }
 
 // ObjectHistory implements Backend.
@@ -222,10 +219,8 @@ func (b *SQLiteBackend) VotePack(ctx context.Context, t *storage.VotedTxn, pack 
 			}
 		}
 	}
-	for i := range t.Objects {
-		o := &t.Objects[i]
-		vt.Objects[i] = neosqlite.VotedObject{Oid: o.Oid, Compression: o.Compression, Checksum: o.Checksum,
-			Data: o.Data, DataSerial: o.DataSerial, NoData: o.NoData}
+	for i, o := range t.Objects {
+		vt.Objects[i] = neosqlite.VotedObject(o)
 	}
 	return b.db.Vote(ctx, &vt)
 }

@@ -36,11 +36,7 @@ func (b *SQLiteBackend) ReplicationTransaction(ctx context.Context, tid zodb.Tid
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	r := &storage.ReplTxn{TxnInfo: storage.TxnInfo{Tid: t.Tid, User: t.User, Description: t.Description,
-		Extension: t.Extension, Packed: t.Packed, Oids: t.Oids}, TTid: t.TTid}
-	if r.Oids == nil {
-		r.Oids = []zodb.Oid{}
-	}
+	r := &storage.ReplTxn{TxnInfo: txnInfo(t), TTid: t.TTid}
 	if po := t.Pack; po != nil {
 		r.Pack = &proto.TxnPack{Approved: po.Approved, ApprovedSet: po.HasApproved, Partial: po.Partial,
 			Oids: po.Oids, OidsSet: po.Oids != nil, PackTid: po.PackTid}
