@@ -189,6 +189,11 @@ func (b *FS1Backend) writes() (*fs1Writes, error) {
 	return b.w, nil
 }
 
+// ReadOnly implements ReadOnlyBackend: a FileStorage opened with OpenFS1
+// (or NewFS1) is served read-only; one opened with OpenFS1Writer takes
+// commits.
+func (b *FS1Backend) ReadOnly() bool { return b.w == nil }
+
 // LockedTransactions implements Backend: the transactions locked and not
 // yet unlocked (also those locked before a crash), and the voted ones.
 func (b *FS1Backend) LockedTransactions(ctx context.Context) (map[zodb.Tid]zodb.Tid, error) {

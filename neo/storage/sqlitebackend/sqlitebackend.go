@@ -56,6 +56,10 @@ func OpenSQLite(ctx context.Context, path string) (*SQLiteBackend, error) {
 // The Writer methods fail unless db was opened with neosqlite.OpenWriter.
 func NewSQLite(db *neosqlite.DB) *SQLiteBackend { return &SQLiteBackend{db: db} }
 
+// ReadOnly implements ReadOnlyBackend: a database wrapped by NewSQLite
+// from neosqlite.Open is served read-only; OpenSQLite's takes commits.
+func (b *SQLiteBackend) ReadOnly() bool { return b.db.ReadOnly() }
+
 // Path implements Backend.
 func (b *SQLiteBackend) Path() string { return b.db.Path() }
 
