@@ -81,12 +81,16 @@ type txnPos struct {
 
 // OpenFS1 opens the FileStorage file at path read-only and returns its
 // backend; Close closes the file.
-func OpenFS1(path string) (*FS1Backend, error) {
-	fs, err := fs1.Open(path, nil)
+func OpenFS1(path string) (*FS1Backend, error) { return openOwn(path, nil, NewFS1) }
+
+// openOwn opens the file at path with opt and serves it with serve; the
+// backend's Close closes the file.
+func openOwn(path string, opt *fs1.Options, serve func(*fs1.FileStorage) (*FS1Backend, error)) (*FS1Backend, error) {
+	fs, err := fs1.Open(path, opt)
 	if err != nil {
 		return nil, err
 	}
-	b, err := NewFS1(fs)
+	b, err := serve(fs)
 	if err != nil {
 		fs.Close()
 		return nil, err

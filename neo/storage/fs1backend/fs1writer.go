@@ -100,17 +100,7 @@ func OpenFS1Writer(path string, opt *fs1.Options) (*FS1Backend, error) {
 		o = *opt
 	}
 	o.ReadWrite = true
-	fs, err := fs1.Open(path, &o)
-	if err != nil {
-		return nil, err
-	}
-	b, err := newFS1Writer(fs)
-	if err != nil {
-		fs.Close()
-		return nil, err
-	}
-	b.own = true
-	return b, nil
+	return openOwn(path, &o, newFS1Writer)
 }
 
 func newFS1Writer(fs *fs1.FileStorage) (*FS1Backend, error) {
