@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"sync"
@@ -147,18 +148,8 @@ func (ps *packState) list(min zodb.Tid) []proto.PackOrder {
 			r = append(r, *o)
 		}
 	}
-	slices.SortFunc(r, func(a, b proto.PackOrder) int { return cmpTid(a.PackID, b.PackID) })
+	slices.SortFunc(r, func(a, b proto.PackOrder) int { return cmp.Compare(a.PackID, b.PackID) })
 	return r
-}
-
-func cmpTid(a, b zodb.Tid) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // next starts the pack of the next approved order, if any (mu held).
