@@ -17,11 +17,7 @@ import (
 // FileStorage: each parallel goroutine has its own link and keeps 16
 // requests in flight.
 func BenchmarkAskObject(b *testing.B) {
-	be, err := fs1backend.OpenFS1("../../fs1/testdata/1.fs")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer be.Close()
+	be := testFS1(b)
 	benchAskObject(b, be, 0, false)
 }
 

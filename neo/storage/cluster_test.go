@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zodbd/zodbd/fs1"
 	"github.com/zodbd/zodbd/neo/link"
 	"github.com/zodbd/zodbd/neo/neotest"
 	"github.com/zodbd/zodbd/neo/proto"
@@ -40,6 +39,18 @@ func testSQLite(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return dst
+}
+
+// testFS1 returns a read-only backend on fs1/testdata/1.fs, closed when
+// the test ends.
+func testFS1(tb testing.TB) *fs1backend.FS1Backend {
+	tb.Helper()
+	be, err := fs1backend.OpenFS1("../../fs1/testdata/1.fs")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { be.Close() })
+	return be
 }
 
 // newSQLiteBackend returns a backend on a new SQLite database, created
@@ -226,15 +237,8 @@ func askPipelined(t testing.TB, l *neotest.Link, reqs []proto.Msg) []proto.Packe
 }
 
 func TestClusterFileStorage(t *testing.T) {
-	fs, err := fs1.Open("../../fs1/testdata/1.fs", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fs.Close()
-	be, err := fs1backend.NewFS1(fs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	be := testFS1(t)
+	fs := be.FileStorage()
 	c := startCluster(t, be)
 	if c.master.NumPartitions() != 1 {
 		t.Fatalf("partitions: %d", c.master.NumPartitions())
@@ -413,11 +417,7 @@ func TestClusterSQLite(t *testing.T) {
 // the node exit cleanly: the last packets before the close are acted on.
 func TestClusterStopping(t *testing.T) {
 	for i := 0; i < 10; i++ {
-		be, err := fs1backend.OpenFS1("../../fs1/testdata/1.fs")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { be.Close() })
+		be := testFS1(t)
 		c := startCluster(t, be)
 		c.master.Stop()
 		select {
@@ -437,11 +437,7 @@ func TestClusterStopping(t *testing.T) {
 // loadBefore(oid, z64) is None) and OID_DOES_NOT_EXIST for a missing one,
 // as NEO/py's storage answers.
 func TestAskObjectZeroBound(t *testing.T) {
-	be, err := fs1backend.OpenFS1("../../fs1/testdata/1.fs")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer be.Close()
+	be := testFS1(t)
 	c := startCluster(t, be)
 	l := c.client(t)
 	reqs := []proto.Msg{

@@ -102,11 +102,7 @@ func cloneMap(m map[zodb.Oid]bool) map[zodb.Oid]bool {
 // not hold is NON_READABLE_CELL.
 func TestServeOIDsFrom(t *testing.T) {
 	ctx := context.Background()
-	be, err := fs1backend.OpenFS1(filepath.Join("..", "..", "fs1", "testdata", "1.fs"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer be.Close()
+	be := testFS1(t)
 	want, _, _, err := be.OIDsFrom(ctx, 0, 1000, 0, zodb.TidMax)
 	if err != nil || len(want) == 0 {
 		t.Fatalf("backend: %v %v", want, err)

@@ -3,7 +3,6 @@ package storage_test
 import (
 	"context"
 	"net"
-	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	"github.com/zodbd/zodbd/neo/neotest"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
-	"github.com/zodbd/zodbd/neo/storage/fs1backend"
 )
 
 // secondaryMaster answers every identification as a NEO/py secondary
@@ -83,11 +81,7 @@ func TestNotPrimaryMaster(t *testing.T) {
 	ln.Close()
 	secondary, conns = secondaryMaster(t, []proto.Address{tcpAddr(t, m.Addr()), tcpAddr(t, placeholder)}, 0)
 
-	be, err := fs1backend.OpenFS1(filepath.Join("..", "..", "fs1", "testdata", "1.fs"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer be.Close()
+	be := testFS1(t)
 	n, err := storage.New(storage.Config{
 		Cluster: cluster, Masters: []string{secondary, m.Addr()}, Bind: "127.0.0.1:0", Backend: be,
 		Logger: testLogger(t), RetryInterval: 200 * time.Millisecond, IdentifyTimeout: time.Second,
