@@ -197,7 +197,7 @@ func zeoSizes(b *testing.B, addr string, oids []zodb.Oid, at zodb.Tid) (int, []i
 // startNEO runs the in-test master and a node on the FileStorage at path
 // until the benchmark ends, and returns the master's address.
 func startNEO(b *testing.B, path string) string {
-	be, err := fs1backend.OpenFS1(path)
+	be, err := fs1backend.Open(path)
 	if err != nil {
 		b.Fatal(err)
 	}

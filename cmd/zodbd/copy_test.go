@@ -123,7 +123,7 @@ func TestCopyToNEO(t *testing.T) {
 	go m.Serve(ctx)
 	defer m.Close()
 	dstPath := filepath.Join(t.TempDir(), "Data.fs")
-	be, err := fs1backend.OpenFS1Writer(dstPath, nil)
+	be, err := fs1backend.OpenWriter(dstPath, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

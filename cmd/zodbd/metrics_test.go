@@ -432,7 +432,7 @@ func TestMetricsNeo(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fs.Close()
-	be, err := fs1backend.NewFS1(fs)
+	be, err := fs1backend.New(fs)
 	if err != nil {
 		t.Fatal(err)
 	}

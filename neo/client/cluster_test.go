@@ -91,7 +91,7 @@ func fs1Cluster(t testing.TB) (string, zodb.Storage) {
 	t.Helper()
 	src := filepath.Join("..", "..", "fs1", "testdata", "1.fs")
 	served := copyFile(t, src, t.TempDir())
-	be, err := fs1backend.OpenFS1(served)
+	be, err := fs1backend.Open(served)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func sqliteCluster(t testing.TB) (string, zodb.Storage) {
 	t.Helper()
 	src := filepath.Join(neoTestdata, "storage.sqlite")
 	ctx := context.Background()
-	be, err := sqlitebackend.OpenSQLite(ctx, copyFile(t, src, t.TempDir()))
+	be, err := sqlitebackend.Open(ctx, copyFile(t, src, t.TempDir()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ func BenchmarkLoadVsFloor(b *testing.B) {
 				name = "noverify"
 			}
 			b.Run(name, func(b *testing.B) {
-				be, err := fs1backend.OpenFS1(path)
+				be, err := fs1backend.Open(path)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -18,7 +18,7 @@ import (
 // load by load, by one that does not.
 func TestNoChecksum(t *testing.T) {
 	src := filepath.Join("..", "..", "fs1", "testdata", "1.fs")
-	be, err := fs1backend.OpenFS1(copyFile(t, src, t.TempDir()))
+	be, err := fs1backend.Open(copyFile(t, src, t.TempDir()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,7 @@ func BenchmarkAskObjectWritable(b *testing.B) {
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		b.Fatal(err)
 	}
-	be, err := fs1backend.OpenFS1Writer(path, nil)
+	be, err := fs1backend.OpenWriter(path, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

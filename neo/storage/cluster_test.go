@@ -43,9 +43,9 @@ func testSQLite(t testing.TB) string {
 
 // testFS1 returns a read-only backend on fs1/testdata/1.fs, closed when
 // the test ends.
-func testFS1(tb testing.TB) *fs1backend.FS1Backend {
+func testFS1(tb testing.TB) *fs1backend.Backend {
 	tb.Helper()
-	be, err := fs1backend.OpenFS1("../../fs1/testdata/1.fs")
+	be, err := fs1backend.Open("../../fs1/testdata/1.fs")
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -56,13 +56,13 @@ func testFS1(tb testing.TB) *fs1backend.FS1Backend {
 // newSQLiteBackend returns a backend on a new SQLite database, created
 // as NEO/py creates one (neosqlite.Create) for cluster, closed when the
 // test ends.
-func newSQLiteBackend(t testing.TB) *sqlitebackend.SQLiteBackend {
+func newSQLiteBackend(t testing.TB) *sqlitebackend.Backend {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "storage.sqlite")
 	if err := neosqlite.Create(path, neosqlite.CreateOptions{Name: cluster}); err != nil {
 		t.Fatal(err)
 	}
-	be, err := sqlitebackend.OpenSQLite(context.Background(), path)
+	be, err := sqlitebackend.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -366,7 +366,7 @@ func TestClusterSQLite(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	c := startCluster(t, sqlitebackend.NewSQLite(db))
+	c := startCluster(t, sqlitebackend.New(db))
 	if c.node.NID() != 1 {
 		t.Errorf("nid %d", c.node.NID())
 	}

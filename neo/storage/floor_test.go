@@ -27,7 +27,7 @@ func BenchmarkAskObjectVsFloor(b *testing.B) {
 		}
 		oids := fs.Index().Oids()
 		fs.Close()
-		be, err := fs1backend.OpenFS1(path)
+		be, err := fs1backend.Open(path)
 		if err != nil {
 			b.Fatal(err)
 		}

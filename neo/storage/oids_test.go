@@ -31,7 +31,7 @@ func TestFS1OIDsFrom(t *testing.T) {
 				t.Skipf("%v", err) // a fixture this backend does not open (e.g. empty)
 			}
 			defer fs.Close()
-			be, err := fs1backend.NewFS1(fs)
+			be, err := fs1backend.New(fs)
 			if err != nil {
 				t.Fatal(err)
 			}

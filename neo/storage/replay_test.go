@@ -88,7 +88,7 @@ func decodeArgs(t testing.TB, p proto.Packet) proto.Msg {
 func TestReplayP1Read(t *testing.T) {
 	mrec := loadRecorded(t, "p1-read-c00-storage-master")
 	crec := loadRecorded(t, "p1-read-c09-client-storage")
-	be, err := sqlitebackend.OpenSQLite(context.Background(), testSQLite(t))
+	be, err := sqlitebackend.Open(context.Background(), testSQLite(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,7 @@ func TestReplayReplicationInto(t *testing.T) {
 	mc := loadCaptured(t, "repl", "c08-storage-master")
 	sc := loadCaptured(t, "repl", "c12-storage-storage")
 	path := filepath.Join(t.TempDir(), "s2.sqlite")
-	be, err := sqlitebackend.OpenSQLite(context.Background(), path)
+	be, err := sqlitebackend.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}

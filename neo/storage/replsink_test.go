@@ -14,7 +14,7 @@ import (
 // TestReplicationRefusedOnFS1: a FileStorage node assigned an OUT_OF_DATE
 // cell stops with an error that says why; a SQLite node takes it.
 func TestReplicationRefusedOnFS1(t *testing.T) {
-	be, err := fs1backend.OpenFS1Writer(filepath.Join(t.TempDir(), "Data.fs"), nil)
+	be, err := fs1backend.OpenWriter(filepath.Join(t.TempDir(), "Data.fs"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func TestReplicationRefusedOnFS1(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	sq, err := sqlitebackend.OpenSQLite(t.Context(), filepath.Join(t.TempDir(), "s.sqlite"))
+	sq, err := sqlitebackend.Open(t.Context(), filepath.Join(t.TempDir(), "s.sqlite"))
 	if err != nil {
 		t.Fatal(err)
 	}

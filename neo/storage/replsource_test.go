@@ -121,7 +121,7 @@ func replTestData(t testing.TB, w storage.Writer) *replModel {
 
 // newReplSQLite returns a new SQLite backend whose node (nodeNID) holds
 // the np partitions of its table, UP_TO_DATE.
-func newReplSQLite(t testing.TB, np int) *sqlitebackend.SQLiteBackend {
+func newReplSQLite(t testing.TB, np int) *sqlitebackend.Backend {
 	t.Helper()
 	ctx := context.Background()
 	be := newSQLiteBackend(t)
@@ -139,9 +139,9 @@ func newReplSQLite(t testing.TB, np int) *sqlitebackend.SQLiteBackend {
 }
 
 // newReplFS1 returns a new FileStorage backend, read-write.
-func newReplFS1(t testing.TB) *fs1backend.FS1Backend {
+func newReplFS1(t testing.TB) *fs1backend.Backend {
 	t.Helper()
-	be, err := fs1backend.OpenFS1Writer(filepath.Join(t.TempDir(), "Data.fs"), nil)
+	be, err := fs1backend.OpenWriter(filepath.Join(t.TempDir(), "Data.fs"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

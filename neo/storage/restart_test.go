@@ -22,7 +22,7 @@ import (
 // backend.
 func runFS1Node(t *testing.T, m *neotest.Master, path, bind string, create bool) (n *storage.Node, stop func()) {
 	t.Helper()
-	be, err := fs1backend.OpenFS1Writer(path, &fs1.Options{Create: create})
+	be, err := fs1backend.OpenWriter(path, &fs1.Options{Create: create})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func TestFS1NodeRestart(t *testing.T) {
 	stop()
 
 	// What the node stored, as the next start reads it.
-	be, err := fs1backend.OpenFS1Writer(path, nil)
+	be, err := fs1backend.OpenWriter(path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func TestFS1NodeNewIdentity(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "Data.fs")
 	_, stop := runFS1Node(t, m, path, "127.0.0.1:0", true)
 	stop()
-	be, err := fs1backend.OpenFS1(path) // read-only: nothing kept
+	be, err := fs1backend.Open(path) // read-only: nothing kept
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -499,7 +499,7 @@ func TestTxnValidateSQLite(t *testing.T) {
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	be, err := sqlitebackend.OpenSQLite(context.Background(), path)
+	be, err := sqlitebackend.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -538,7 +538,7 @@ func TestTxnReadsWaitUnlock(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			var be storage.Backend = newMemWriter()
 			if kind == "sqlite" {
-				sb, err := sqlitebackend.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "new.sqlite"))
+				sb, err := sqlitebackend.Open(context.Background(), filepath.Join(t.TempDir(), "new.sqlite"))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -51,7 +51,7 @@ func TestFS1ZlibRecords(t *testing.T) {
 	}
 	fs.Close()
 
-	be, err := fs1backend.OpenFS1(path)
+	be, err := fs1backend.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -138,9 +138,9 @@ func (l *ttidLog) setCluster(cl fs1Cluster, kind byte) error {
 	return l.sync(off, gen)
 }
 
-// SetIdentity implements PTStore: the cluster name and node id are
+// SetIdentity implements storage.PTStore: the cluster name and node id are
 // appended to PATH.neo, durably.
-func (b *FS1Backend) SetIdentity(ctx context.Context, cluster string, nid proto.NodeID) error {
+func (b *Backend) SetIdentity(ctx context.Context, cluster string, nid proto.NodeID) error {
 	w, err := b.writes()
 	if err != nil {
 		return err
@@ -155,13 +155,13 @@ func (b *FS1Backend) SetIdentity(ctx context.Context, cluster string, nid proto.
 	return w.log.setCluster(cl, 'I')
 }
 
-// SetPartitionTable implements PTStore: the whole table (the cells
+// SetPartitionTable implements storage.PTStore: the whole table (the cells
 // given when reset, else the stored ones with the changes applied: a
 // changed cell goes last, a Discarded one goes) is appended to PATH.neo,
 // durably. A FileStorage holds one partition: the node refuses a table of
 // more before it comes here. lastPackID is not used (the backend keeps no
 // pack state per cell).
-func (b *FS1Backend) SetPartitionTable(ctx context.Context, ptid uint64, numReplicas int, cells []storage.Cell, reset bool, lastPackID zodb.Tid) error {
+func (b *Backend) SetPartitionTable(ctx context.Context, ptid uint64, numReplicas int, cells []storage.Cell, reset bool, lastPackID zodb.Tid) error {
 	w, err := b.writes()
 	if err != nil {
 		return err
@@ -202,4 +202,4 @@ func (b *FS1Backend) SetPartitionTable(ctx context.Context, ptid uint64, numRepl
 	return w.log.setCluster(cl, 'P')
 }
 
-var _ storage.PTStore = (*FS1Backend)(nil)
+var _ storage.PTStore = (*Backend)(nil)

@@ -21,16 +21,16 @@ import (
 func TestFS1PTStore(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "Data.fs")
-	open := func() *FS1Backend {
+	open := func() *Backend {
 		t.Helper()
 		_, err := os.Stat(path)
-		b, err := OpenFS1Writer(path, &fs1.Options{Create: os.IsNotExist(err)})
+		b, err := OpenWriter(path, &fs1.Options{Create: os.IsNotExist(err)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return b
 	}
-	recovery := func(b *FS1Backend) storage.RecoveryInfo {
+	recovery := func(b *Backend) storage.RecoveryInfo {
 		t.Helper()
 		r, err := b.Recovery(ctx)
 		if err != nil {
@@ -99,7 +99,7 @@ func TestFS1PTStore(t *testing.T) {
 	}
 	b.Close()
 
-	ro, err := OpenFS1(path)
+	ro, err := Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}

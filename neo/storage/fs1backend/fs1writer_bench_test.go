@@ -33,7 +33,7 @@ func BenchmarkFS1WriterCommit(b *testing.B) {
 func benchFS1Commit(b *testing.B, committers int, single bool) {
 	ctx := context.Background()
 	path := fs1Copy(b)
-	be, err := OpenFS1Writer(path, &fs1.Options{SingleFsync: single, Logf: func(string, ...interface{}) {}})
+	be, err := OpenWriter(path, &fs1.Options{SingleFsync: single, Logf: func(string, ...interface{}) {}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func benchFS1Commit(b *testing.B, committers int, single bool) {
 // changed the object read (one more header read).
 func BenchmarkFS1Object(b *testing.B) {
 	ctx := context.Background()
-	run := func(b *testing.B, be *FS1Backend) {
+	run := func(b *testing.B, be *Backend) {
 		o := storage.Object{Data: make([]byte, 0, 64<<10)}
 		b.ReportAllocs()
 		b.ResetTimer()
@@ -139,7 +139,7 @@ func BenchmarkFS1Object(b *testing.B) {
 		}
 	}
 	b.Run("readonly", func(b *testing.B) {
-		be, err := OpenFS1("../../../fs1/testdata/1.fs")
+		be, err := Open("../../../fs1/testdata/1.fs")
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -148,7 +148,7 @@ func BenchmarkFS1Object(b *testing.B) {
 	})
 	for _, locked := range []bool{false, true} {
 		b.Run(fmt.Sprintf("writer/locked=%v", locked), func(b *testing.B) {
-			be, err := OpenFS1Writer(fs1Copy(b), &fs1.Options{Logf: func(string, ...interface{}) {}})
+			be, err := OpenWriter(fs1Copy(b), &fs1.Options{Logf: func(string, ...interface{}) {}})
 			if err != nil {
 				b.Fatal(err)
 			}

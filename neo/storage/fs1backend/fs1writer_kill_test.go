@@ -138,7 +138,7 @@ func TestFS1WriterKill(t *testing.T) {
 
 // validate finishes the locked transactions as the master's
 // ValidateTransaction does, in tid order.
-func validate(t testing.TB, b *FS1Backend, locked map[zodb.Tid]zodb.Tid) {
+func validate(t testing.TB, b *Backend, locked map[zodb.Tid]zodb.Tid) {
 	ctx := context.Background()
 	var ttids []zodb.Tid
 	for ttid := range locked {
@@ -157,7 +157,7 @@ func validate(t testing.TB, b *FS1Backend, locked map[zodb.Tid]zodb.Tid) {
 
 // checkKillState checks that each object's data names its serial, which is
 // at least the tid of the newest acknowledged transaction.
-func checkKillState(t testing.TB, b *FS1Backend, acked map[zodb.Tid]zodb.Tid) {
+func checkKillState(t testing.TB, b *Backend, acked map[zodb.Tid]zodb.Tid) {
 	var newest zodb.Tid
 	for _, tid := range acked {
 		newest = max(newest, tid)

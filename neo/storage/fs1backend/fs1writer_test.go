@@ -58,9 +58,9 @@ func crashCopy(t testing.TB, path string) string {
 	return dst
 }
 
-func openWriter(t testing.TB, path string) *FS1Backend {
+func openWriter(t testing.TB, path string) *Backend {
 	t.Helper()
-	b, err := OpenFS1Writer(path, &fs1.Options{Logf: t.Logf})
+	b, err := OpenWriter(path, &fs1.Options{Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func openWriter(t testing.TB, path string) *FS1Backend {
 // tids hands out increasing tids after the database's last one.
 type tids struct{ last zodb.Tid }
 
-func newTids(t testing.TB, b *FS1Backend) *tids {
+func newTids(t testing.TB, b *Backend) *tids {
 	ids, err := b.LastIDs(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +96,7 @@ func compressed(t testing.TB, oid zodb.Oid, data string) storage.VotedObject {
 
 // commit runs one transaction through Vote, Lock and Unlock and returns
 // its tid.
-func commit(t testing.TB, b *FS1Backend, g *tids, desc string, objs ...storage.VotedObject) zodb.Tid {
+func commit(t testing.TB, b *Backend, g *tids, desc string, objs ...storage.VotedObject) zodb.Tid {
 	t.Helper()
 	ctx := context.Background()
 	ttid := g.next()
@@ -114,7 +114,7 @@ func commit(t testing.TB, b *FS1Backend, g *tids, desc string, objs ...storage.V
 }
 
 // load reads oid's newest revision through the backend, decompressed.
-func load(t testing.TB, b *FS1Backend, oid zodb.Oid) (storage.Object, string) {
+func load(t testing.TB, b *Backend, oid zodb.Oid) (storage.Object, string) {
 	t.Helper()
 	var o storage.Object
 	if err := b.Object(context.Background(), oid, 0, 0, &o); err != nil {

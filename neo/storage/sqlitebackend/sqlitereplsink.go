@@ -8,12 +8,12 @@ import (
 	"github.com/zodbd/zodbd/zodb"
 )
 
-// SQLiteBackend is a ReplicationSink: replicated rows are written as
+// Backend is a ReplicationSink: replicated rows are written as
 // NEO/py's storage writes them (neosqlite/replsink.go), so that the
 // database stays one a NEO/py node can take over.
 
-// ReplicatedTid implements ReplicationSink.
-func (b *SQLiteBackend) ReplicatedTid(p uint32) zodb.Tid {
+// ReplicatedTid implements storage.ReplicationSink.
+func (b *Backend) ReplicatedTid(p uint32) zodb.Tid {
 	cfg := b.db.Config()
 	for _, c := range b.db.PartitionTable() {
 		if c.Partition == p && cfg.HasNid && c.Nid == cfg.Nid && c.State == neosqlite.OutOfDate {
@@ -23,8 +23,8 @@ func (b *SQLiteBackend) ReplicatedTid(p uint32) zodb.Tid {
 	return 0
 }
 
-// StoreReplicated implements ReplicationSink.
-func (b *SQLiteBackend) StoreReplicated(ctx context.Context, batch *storage.ReplBatch) error {
+// StoreReplicated implements storage.ReplicationSink.
+func (b *Backend) StoreReplicated(ctx context.Context, batch *storage.ReplBatch) error {
 	rb := neosqlite.ReplBatch{DeleteTids: batch.DeleteTids,
 		Txns:       make([]neosqlite.ReplTxn, len(batch.Txns)),
 		Objects:    make([]neosqlite.ReplObject, len(batch.Objects)),
@@ -56,19 +56,19 @@ func (b *SQLiteBackend) StoreReplicated(ctx context.Context, batch *storage.Repl
 	return b.db.StoreReplicated(ctx, &rb)
 }
 
-// SetReplicatedTid implements ReplicationSink.
-func (b *SQLiteBackend) SetReplicatedTid(ctx context.Context, p uint32, tid zodb.Tid) error {
+// SetReplicatedTid implements storage.ReplicationSink.
+func (b *Backend) SetReplicatedTid(ctx context.Context, p uint32, tid zodb.Tid) error {
 	return b.db.SetReplicatedTid(ctx, p, tid)
 }
 
-// UpdateCompletedPack implements ReplicationSink.
-func (b *SQLiteBackend) UpdateCompletedPack(ctx context.Context, p uint32, packID zodb.Tid) error {
+// UpdateCompletedPack implements storage.ReplicationSink.
+func (b *Backend) UpdateCompletedPack(ctx context.Context, p uint32, packID zodb.Tid) error {
 	return b.db.UpdateCompletedPack(ctx, p, packID)
 }
 
-// DropPartition implements ReplicationSink.
-func (b *SQLiteBackend) DropPartition(ctx context.Context, p uint32, limit int) (bool, error) {
+// DropPartition implements storage.ReplicationSink.
+func (b *Backend) DropPartition(ctx context.Context, p uint32, limit int) (bool, error) {
 	return b.db.DropPartition(ctx, p, limit)
 }
 
-var _ storage.ReplicationSink = (*SQLiteBackend)(nil)
+var _ storage.ReplicationSink = (*Backend)(nil)

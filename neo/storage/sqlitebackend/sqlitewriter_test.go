@@ -18,7 +18,7 @@ import (
 // pack removes the old revision; a cancelled pack changes nothing.
 func TestSQLiteWriter(t *testing.T) {
 	ctx := context.Background()
-	be, err := sqlitebackend.OpenSQLite(ctx, testSQLite(t))
+	be, err := sqlitebackend.Open(ctx, testSQLite(t))
 	if err != nil {
 		t.Fatal(err)
 	}
