@@ -289,24 +289,27 @@ func (b *Backend) LastIDs(ctx context.Context) (storage.LastIDs, error) {
 	return r, nil
 }
 
-func checkOnePartition(partitions []uint32) error {
+// txnsOf returns the transactions of the view that partitions (nil: all)
+// select: the file is partition 0, whole; another partition is not
+// readable here.
+func (b *Backend) txnsOf(partitions []uint32) ([]txnPos, error) {
 	for _, p := range partitions {
 		if p != 0 {
-			return fmt.Errorf("partition %d: %w", p, storage.ErrNonReadableCell)
+			return nil, fmt.Errorf("partition %d: %w", p, storage.ErrNonReadableCell)
 		}
-	}
-	return nil
-}
-
-// TIDs implements storage.Backend.
-func (b *Backend) TIDs(ctx context.Context, first, last int, partitions []uint32) ([]zodb.Tid, error) {
-	if err := checkOnePartition(partitions); err != nil {
-		return nil, err
 	}
 	if partitions != nil && len(partitions) == 0 {
 		return nil, nil
 	}
-	txns := b.view.Load().txns
+	return b.view.Load().txns, nil
+}
+
+// TIDs implements storage.Backend.
+func (b *Backend) TIDs(ctx context.Context, first, last int, partitions []uint32) ([]zodb.Tid, error) {
+	txns, err := b.txnsOf(partitions)
+	if err != nil {
+		return nil, err
+	}
 	n := len(txns)
 	first, last = max(first, 0), min(last, n)
 	var tids []zodb.Tid
@@ -318,13 +321,10 @@ func (b *Backend) TIDs(ctx context.Context, first, last int, partitions []uint32
 
 // TIDsFrom implements storage.Backend.
 func (b *Backend) TIDsFrom(ctx context.Context, minTid, maxTid zodb.Tid, length int, partitions []uint32) ([]zodb.Tid, error) {
-	if err := checkOnePartition(partitions); err != nil {
+	txns, err := b.txnsOf(partitions)
+	if err != nil {
 		return nil, err
 	}
-	if partitions != nil && len(partitions) == 0 {
-		return nil, nil
-	}
-	txns := b.view.Load().txns
 	i := sort.Search(len(txns), func(i int) bool { return txns[i].tid >= minTid })
 	var tids []zodb.Tid
 	for ; i < len(txns) && txns[i].tid <= maxTid && (length < 0 || len(tids) < length); i++ {
