@@ -218,7 +218,7 @@ func (l *ttidLog) rewrite() error {
 	if err := os.Rename(tmp, l.path); err != nil {
 		return fail(err)
 	}
-	if err := syncDir(filepath.Dir(l.path)); err != nil {
+	if err := vfs.OS.SyncDir(filepath.Dir(l.path)); err != nil {
 		f.Close()
 		return fmt.Errorf("neo: fs1: %s: fsync of the directory: %w", l.path, err)
 	}
@@ -231,15 +231,6 @@ func (l *ttidLog) rewrite() error {
 	l.recentAt = 0
 	l.cond.Broadcast()
 	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 func appendTTIDRec(b []byte, kind byte, ttid, tid zodb.Tid) []byte {
