@@ -5,13 +5,11 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log"
 	"math/rand"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/zodbd/zodbd/fs1"
 	"github.com/zodbd/zodbd/internal/storagetest"
@@ -38,37 +36,7 @@ const neoTestdata = "../../testdata/neo"
 // master's address once the cluster is operational.
 func startNEO(t testing.TB, cluster string, be storage.Backend) string {
 	t.Helper()
-	m, err := neotest.NewMaster(neotest.MasterConfig{Cluster: cluster})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	go m.Serve(ctx)
-	n, err := storage.New(storage.Config{
-		Cluster: cluster, Masters: []string{m.Addr()}, Bind: "127.0.0.1:0", Backend: be,
-		Logger: log.New(io.Discard, "", 0), RetryInterval: 50 * time.Millisecond, IdentifyTimeout: time.Second,
-	})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		m.Close()
-	})
-	select {
-	case <-m.Running():
-	case err := <-done:
-		t.Fatalf("storage node stopped: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("cluster did not start")
-	}
-	for !n.Operational() {
-		time.Sleep(time.Millisecond)
-	}
+	m, _, _ := neotest.StartNode(t, cluster, be)
 	return m.Addr()
 }
 

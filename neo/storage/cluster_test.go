@@ -6,7 +6,6 @@ import (
 	"crypto/sha1"
 	"errors"
 	"io"
-	"log"
 	"os"
 	"path/filepath"
 	"testing"
@@ -73,54 +72,15 @@ func newSQLiteBackend(t testing.TB) *sqlitebackend.Backend {
 type testCluster struct {
 	master *neotest.Master
 	node   *storage.Node
-	done   chan error
-	cancel context.CancelFunc
+	done   <-chan error // the node's Run
 }
 
-func testLogger(t testing.TB) *log.Logger {
-	if testing.Verbose() {
-		return log.New(os.Stderr, "", log.Lmicroseconds)
-	}
-	return log.New(io.Discard, "", 0)
-}
-
-// startCluster runs a neotest master and a node on backend and waits until
-// the cluster is operational.
+// startCluster runs a neotest master and a node on be until the test ends
+// (neotest.StartNode).
 func startCluster(t testing.TB, be storage.Backend) *testCluster {
 	t.Helper()
-	m, err := neotest.NewMaster(neotest.MasterConfig{Cluster: cluster})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	go m.Serve(ctx)
-	n, err := storage.New(storage.Config{
-		Cluster: cluster, Masters: []string{m.Addr()}, Bind: "127.0.0.1:0", Backend: be,
-		Logger: testLogger(t), RetryInterval: 50 * time.Millisecond, IdentifyTimeout: time.Second,
-	})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	c := &testCluster{master: m, node: n, done: make(chan error, 1), cancel: cancel}
-	go func() { c.done <- n.Run(ctx) }()
-	select {
-	case <-m.Running():
-	case err := <-c.done:
-		cancel()
-		t.Fatalf("node stopped: %v", err)
-	case <-time.After(10 * time.Second):
-		cancel()
-		t.Fatal("cluster did not start")
-	}
-	for !n.Operational() {
-		time.Sleep(time.Millisecond)
-	}
-	t.Cleanup(func() {
-		cancel()
-		<-c.done
-	})
-	return c
+	m, n, done := neotest.StartNode(t, cluster, be)
+	return &testCluster{master: m, node: n, done: done}
 }
 
 // client connects to the master as a client, then to the storage node;
@@ -422,7 +382,6 @@ func TestClusterStopping(t *testing.T) {
 		c.master.Stop()
 		select {
 		case err := <-c.done:
-			c.done <- err // for the cleanup
 			if err != nil {
 				t.Fatalf("round %d: Run: %v, want a clean exit", i, err)
 			}

@@ -84,7 +84,7 @@ func TestNotPrimaryMaster(t *testing.T) {
 	be := testFS1(t)
 	n, err := storage.New(storage.Config{
 		Cluster: cluster, Masters: []string{secondary, m.Addr()}, Bind: "127.0.0.1:0", Backend: be,
-		Logger: testLogger(t), RetryInterval: 200 * time.Millisecond, IdentifyTimeout: time.Second,
+		Logger: neotest.Logger(), RetryInterval: 200 * time.Millisecond, IdentifyTimeout: time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)

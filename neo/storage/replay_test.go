@@ -198,7 +198,7 @@ func startReplayNode(t *testing.T, be storage.Backend) (net.Listener, *storage.N
 	}
 	t.Cleanup(func() { ln.Close() })
 	n, err := storage.New(storage.Config{Cluster: cluster, Masters: []string{ln.Addr().String()}, Bind: "127.0.0.1:0",
-		Backend: be, Logger: testLogger(t), IdentifyTimeout: 2 * time.Second})
+		Backend: be, Logger: neotest.Logger(), IdentifyTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ func runFS1Node(t *testing.T, m *neotest.Master, path, bind string, create bool)
 	}
 	n, err = storage.New(storage.Config{
 		Cluster: cluster, Masters: []string{m.Addr()}, Bind: bind, Backend: be,
-		Logger: testLogger(t), RetryInterval: 50 * time.Millisecond, IdentifyTimeout: time.Second,
+		Logger: neotest.Logger(), RetryInterval: 50 * time.Millisecond, IdentifyTimeout: time.Second,
 	})
 	if err != nil {
 		be.Close()
@@ -187,7 +187,7 @@ func TestFS1NodeNewIdentity(t *testing.T) {
 	defer be.Close()
 	n, err := storage.New(storage.Config{
 		Cluster: cluster, Masters: []string{m.Addr()}, Bind: "127.0.0.1:0", Backend: be,
-		Logger: testLogger(t), RetryInterval: 50 * time.Millisecond, IdentifyTimeout: time.Second,
+		Logger: neotest.Logger(), RetryInterval: 50 * time.Millisecond, IdentifyTimeout: time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)

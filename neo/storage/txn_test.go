@@ -45,7 +45,7 @@ func startWriteCluster(t testing.TB, backend storage.Backend, before func(c *wri
 	}
 	t.Cleanup(func() { ln.Close() })
 	cfg := storage.Config{Cluster: cluster, Masters: []string{ln.Addr().String()}, Bind: "127.0.0.1:0",
-		Backend: backend, Logger: testLogger(t), IdentifyTimeout: 2 * time.Second, MaxInflight: 8}
+		Backend: backend, Logger: neotest.Logger(), IdentifyTimeout: 2 * time.Second, MaxInflight: 8}
 	for _, o := range opts {
 		o(&cfg)
 	}
