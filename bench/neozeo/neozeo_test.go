@@ -49,7 +49,7 @@ func BenchmarkNEOvsZEO(b *testing.B) {
 	for _, ds := range []string{"prod1-1024", "wczblk1-8"} {
 		b.Run(ds, func(b *testing.B) {
 			path := datasets.Path(b, ds)
-			zaddr := zeotest.StartZodbd(b, zeotest.CopyFile(b, path), false)
+			zaddr := zeotest.StartZodbd(b, datasets.CopyFile(b, path), false)
 			master := startNEO(b, path)
 			for _, c := range []int{1, 4, 16} {
 				b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {

@@ -6,12 +6,12 @@ import (
 	"errors"
 	"io"
 	"math/rand"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 
 	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/internal/datasets"
 	"github.com/zodbd/zodbd/internal/storagetest"
 	"github.com/zodbd/zodbd/neo/client"
 	"github.com/zodbd/zodbd/neo/neotest"
@@ -40,31 +40,18 @@ func startNEO(t testing.TB, cluster string, be storage.Backend) string {
 	return m.Addr()
 }
 
-func copyFile(t testing.TB, src, dir string) string {
-	t.Helper()
-	data, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatalf("fixture: %v", err)
-	}
-	dst := filepath.Join(dir, filepath.Base(src))
-	if err := os.WriteFile(dst, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dst
-}
-
 // fs1Cluster serves a copy of fs1's fixture 1.fs and returns the master's
 // address and the FileStorage opened directly (on another copy).
 func fs1Cluster(t testing.TB) (string, zodb.Storage) {
 	t.Helper()
 	src := filepath.Join("..", "..", "fs1", "testdata", "1.fs")
-	served := copyFile(t, src, t.TempDir())
+	served := datasets.CopyFile(t, src)
 	be, err := fs1backend.Open(served)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { be.Close() })
-	direct, err := fs1.Open(copyFile(t, src, t.TempDir()), &fs1.Options{})
+	direct, err := fs1.Open(datasets.CopyFile(t, src), &fs1.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,12 +64,12 @@ func sqliteCluster(t testing.TB) (string, zodb.Storage) {
 	t.Helper()
 	src := filepath.Join(neoTestdata, "storage.sqlite")
 	ctx := context.Background()
-	be, err := sqlitebackend.Open(ctx, copyFile(t, src, t.TempDir()))
+	be, err := sqlitebackend.Open(ctx, datasets.CopyFile(t, src))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { be.Close() })
-	direct, err := neosqlite.Open(ctx, copyFile(t, src, t.TempDir()))
+	direct, err := neosqlite.Open(ctx, datasets.CopyFile(t, src))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,11 +6,11 @@ import (
 	"crypto/sha1"
 	"errors"
 	"io"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/datasets"
 	"github.com/zodbd/zodbd/neo/link"
 	"github.com/zodbd/zodbd/neo/neotest"
 	"github.com/zodbd/zodbd/neo/proto"
@@ -29,15 +29,7 @@ const neoTestdata = "../../testdata/neo"
 
 // testSQLite returns a copy of the p1 storage database.
 func testSQLite(t testing.TB) string {
-	data, err := os.ReadFile(filepath.Join(neoTestdata, "storage.sqlite"))
-	if err != nil {
-		t.Fatalf("NEO test database: %v", err)
-	}
-	dst := filepath.Join(t.TempDir(), "storage.sqlite")
-	if err := os.WriteFile(dst, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dst
+	return datasets.CopyFile(t, filepath.Join(neoTestdata, "storage.sqlite"))
 }
 
 // testFS1 returns a read-only backend on fs1/testdata/1.fs, closed when

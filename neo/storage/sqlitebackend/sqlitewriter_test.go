@@ -6,6 +6,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/zodbd/zodbd/internal/datasets"
 	"github.com/zodbd/zodbd/neo/storage"
 	"github.com/zodbd/zodbd/neo/storage/sqlitebackend"
 	"github.com/zodbd/zodbd/zodb"
@@ -18,7 +19,7 @@ import (
 // pack removes the old revision; a cancelled pack changes nothing.
 func TestSQLiteWriter(t *testing.T) {
 	ctx := context.Background()
-	be, err := sqlitebackend.Open(ctx, testSQLite(t))
+	be, err := sqlitebackend.Open(ctx, datasets.CopyFile(t, "../../../testdata/neo/storage.sqlite"))
 	if err != nil {
 		t.Fatal(err)
 	}
