@@ -19,19 +19,6 @@ import (
 
 func quiet(string, ...interface{}) {}
 
-func copyFile(t testing.TB, src, dir string) string {
-	t.Helper()
-	b, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, filepath.Base(src))
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 func openRO(t testing.TB, path string) *fs1.FileStorage {
 	t.Helper()
 	st, err := fs1.Open(path, &fs1.Options{Logf: quiet})
@@ -204,7 +191,7 @@ func TestPackFixtureEveryTime(t *testing.T) {
 	for _, gc := range []bool{true, false} {
 		for _, at := range ats {
 			t.Run(fmt.Sprintf("gc=%v/%s", gc, at), func(t *testing.T) {
-				path := copyFile(t, "testdata/1.fs", t.TempDir())
+				path := datasets.CopyFile(t, "testdata/1.fs")
 				st, err := fs1.PackFile(ctx, path, at, &fs1.PackOptions{NoGC: !gc, Logf: quiet})
 				if err != nil {
 					t.Fatal(err)
@@ -242,7 +229,7 @@ func TestPackFixtureEveryTime(t *testing.T) {
 // left out of the packed file.
 func TestPackEmptyAndTorn(t *testing.T) {
 	ctx := context.Background()
-	path := copyFile(t, "testdata/empty.fs", t.TempDir())
+	path := datasets.CopyFile(t, "testdata/empty.fs")
 	st, err := fs1.PackFile(ctx, path, zodb.TidMax, nil)
 	if err != nil || st.Changed {
 		t.Fatalf("empty.fs: %+v, %v", st, err)
@@ -256,7 +243,7 @@ func TestPackEmptyAndTorn(t *testing.T) {
 		t.Fatalf("empty file: %+v, %v", st, err)
 	}
 
-	path = copyFile(t, "testdata/torn.fs", t.TempDir())
+	path = datasets.CopyFile(t, "testdata/torn.fs")
 	at := zodb.Tid(0x03f58e5ca2acd9dd)
 	var warned bool
 	st, err = fs1.PackFile(ctx, path, at, &fs1.PackOptions{Logf: func(string, ...interface{}) { warned = true }})
@@ -268,7 +255,7 @@ func TestPackEmptyAndTorn(t *testing.T) {
 	}
 	// The torn transaction is 1.fs's last one: the result is 1.fs packed
 	// at the same time, less that transaction.
-	full := copyFile(t, "testdata/1.fs", t.TempDir())
+	full := datasets.CopyFile(t, "testdata/1.fs")
 	if _, err := fs1.PackFile(ctx, full, at, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +283,7 @@ func TestPackDatasets(t *testing.T) {
 			at := tids[len(tids)*frac/5]
 			for _, gc := range []bool{true, false} {
 				t.Run(fmt.Sprintf("%s/%d/gc=%v", filepath.Base(src), frac, gc), func(t *testing.T) {
-					path := copyFile(t, src, t.TempDir())
+					path := datasets.CopyFile(t, src)
 					st, err := fs1.PackFile(ctx, path, at, &fs1.PackOptions{NoGC: !gc})
 					if err != nil {
 						t.Fatal(err)
@@ -354,7 +341,7 @@ func TestPackCopyTail(t *testing.T) {
 	tids := txnTids(t, orig)
 	positions := txnPositions(t, src)
 	for _, at := range []zodb.Tid{0x03f58e5ca2acd9dd, tids[25], tids[3]} {
-		whole := copyFile(t, src, t.TempDir())
+		whole := datasets.CopyFile(t, src)
 		if _, err := fs1.PackFile(ctx, whole, at, &fs1.PackOptions{Logf: quiet}); err != nil {
 			t.Fatal(err)
 		}
@@ -435,7 +422,7 @@ func txnPositions(t testing.TB, path string) []int64 {
 func TestPackCancel(t *testing.T) {
 	for _, phase := range []fs1.PackPhase{fs1.PackScan, fs1.PackGC, fs1.PackCopy} {
 		t.Run(phase.String(), func(t *testing.T) {
-			path := copyFile(t, "testdata/1.fs", t.TempDir())
+			path := datasets.CopyFile(t, "testdata/1.fs")
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			seen := false
@@ -468,7 +455,7 @@ func TestPackCancel(t *testing.T) {
 
 // TestPackLocked: a storage open for writing is not packed.
 func TestPackLocked(t *testing.T) {
-	path := copyFile(t, "testdata/1.fs", t.TempDir())
+	path := datasets.CopyFile(t, "testdata/1.fs")
 	st, err := fs1.Open(path, &fs1.Options{ReadWrite: true, Logf: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -612,7 +599,7 @@ func TestPackGCEdges(t *testing.T) {
 			map[zodb.Oid][]byte{1: record("one v2")})
 		for _, at := range tids {
 			for _, gc := range []bool{true, false} {
-				p := copyFile(t, path, t.TempDir())
+				p := datasets.CopyFile(t, path)
 				st, err := fs1.PackFile(ctx, p, at, &fs1.PackOptions{NoGC: !gc, Logf: quiet})
 				if err != nil {
 					t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	_ "github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/internal/datasets"
 	"github.com/zodbd/zodbd/internal/zeotest"
 	_ "github.com/zodbd/zodbd/zeo/client"
 	"github.com/zodbd/zodbd/zodb"
@@ -53,7 +54,7 @@ func TestHashURL(t *testing.T) {
 			check(path, "crc32", 0)
 			check("file://"+path, "sha1", 8)
 			for _, srv := range zeotest.Servers {
-				url := "zeo://" + srv.Start(t, zeotest.CopyFile(t, path), false)
+				url := "zeo://" + srv.Start(t, datasets.CopyFile(t, path), false)
 				check(url, "crc32", 0)
 				check(url, "sha1", 16)
 			}

@@ -11,8 +11,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
-	"log"
 	"net"
 	"sync"
 	"testing"
@@ -23,7 +21,7 @@ import (
 	"github.com/zodbd/zodbd/internal/zeotest"
 	neoclient "github.com/zodbd/zodbd/neo/client"
 	"github.com/zodbd/zodbd/neo/neotest"
-	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neo/storage/fs1backend"
 	zeoclient "github.com/zodbd/zodbd/zeo/client"
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zodb"
@@ -51,7 +49,7 @@ func BenchmarkNEOvsZEO(b *testing.B) {
 	for _, ds := range []string{"prod1-1024", "wczblk1-8"} {
 		b.Run(ds, func(b *testing.B) {
 			path := datasets.Path(b, ds)
-			zaddr := zeotest.StartZodbd(b, zeotest.CopyFile(b, path), false)
+			zaddr := zeotest.StartZodbd(b, datasets.CopyFile(b, path), false)
 			master := startNEO(b, path)
 			for _, c := range []int{1, 4, 16} {
 				b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
@@ -196,38 +194,11 @@ func zeoSizes(b *testing.B, addr string, oids []zodb.Oid, at zodb.Tid) (int, []i
 // startNEO runs the in-test master and a node on the FileStorage at path
 // until the benchmark ends, and returns the master's address.
 func startNEO(b *testing.B, path string) string {
-	be, err := storage.OpenFS1(path)
+	be, err := fs1backend.Open(path)
 	if err != nil {
 		b.Fatal(err)
 	}
-	m, err := neotest.NewMaster(neotest.MasterConfig{Cluster: "bench"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	go m.Serve(ctx)
-	n, err := storage.New(storage.Config{
-		Cluster: "bench", Masters: []string{m.Addr()}, Bind: "127.0.0.1:0", Backend: be,
-		Logger: log.New(io.Discard, "", 0), RetryInterval: 50 * time.Millisecond, IdentifyTimeout: time.Second,
-	})
-	if err != nil {
-		cancel()
-		b.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
-	b.Cleanup(func() {
-		cancel()
-		<-done
-		m.Close()
-		be.Close()
-	})
-	select {
-	case <-m.Running():
-	case err := <-done:
-		b.Fatalf("node: %v", err)
-	case <-time.After(10 * time.Second):
-		b.Fatal("cluster not operational after 10 s")
-	}
+	b.Cleanup(func() { be.Close() })
+	m, _, _ := neotest.StartNode(b, "bench", be)
 	return m.Addr()
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/zodbd/zodbd/internal/storagetest"
 	"github.com/zodbd/zodbd/neo/neotest"
 	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neo/storage/fs1backend"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -122,7 +123,7 @@ func TestCopyToNEO(t *testing.T) {
 	go m.Serve(ctx)
 	defer m.Close()
 	dstPath := filepath.Join(t.TempDir(), "Data.fs")
-	be, err := storage.OpenFS1Writer(dstPath, nil)
+	be, err := fs1backend.OpenWriter(dstPath, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

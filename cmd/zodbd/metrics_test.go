@@ -24,6 +24,7 @@ import (
 	neoclient "github.com/zodbd/zodbd/neo/client"
 	"github.com/zodbd/zodbd/neo/neotest"
 	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neo/storage/fs1backend"
 	"github.com/zodbd/zodbd/zeo/client"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -431,7 +432,7 @@ func TestMetricsNeo(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fs.Close()
-	be, err := storage.NewFS1(fs)
+	be, err := fs1backend.New(fs)
 	if err != nil {
 		t.Fatal(err)
 	}

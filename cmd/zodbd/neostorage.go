@@ -15,6 +15,8 @@ import (
 
 	"github.com/zodbd/zodbd/neo/link"
 	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neo/storage/fs1backend"
+	"github.com/zodbd/zodbd/neo/storage/sqlitebackend"
 	"github.com/zodbd/zodbd/neosqlite"
 )
 
@@ -123,26 +125,26 @@ func runNeoStorage(args []string) int {
 	if p, ok := strings.CutPrefix(arg, "sqlite:"); ok {
 		p = strings.TrimPrefix(p, "//")
 		if readWrite {
-			be, err = storage.OpenSQLite(ctx, p)
+			be, err = sqlitebackend.Open(ctx, p)
 		} else {
 			// Read-only, with NEO/py's storage lock all the same.
 			var db *neosqlite.DB
 			if db, err = neosqlite.OpenExclusive(ctx, p); err == nil {
 				defer db.Close()
-				be = storage.NewSQLite(db)
+				be = sqlitebackend.New(db)
 			}
 		}
 	} else if readWrite {
-		be, err = storage.OpenFS1Writer(arg, nil)
+		be, err = fs1backend.OpenWriter(arg, nil)
 	} else {
-		be, err = storage.OpenFS1(arg)
+		be, err = fs1backend.Open(arg)
 	}
 	if err != nil {
 		return fatalf("neo-storage", "%v", err)
 	}
 	defer be.Close()
 	if noChecksum {
-		if fb, ok := be.(*storage.FS1Backend); ok {
+		if fb, ok := be.(*fs1backend.Backend); ok {
 			fb.SkipChecksums()
 			log.Printf("zodbd neo-storage: --no-checksum: zero checksums are sent; only clients with verify=0 can read")
 		} else {
@@ -173,7 +175,7 @@ func runNeoStorage(args []string) int {
 	if metrics != nil {
 		n.EnableStats()
 		c := &neoCollector{node: n, name: arg}
-		if fb, ok := be.(*storage.FS1Backend); ok {
+		if fb, ok := be.(*fs1backend.Backend); ok {
 			c.fs = fb.FileStorage()
 		}
 		metrics.Register(c)

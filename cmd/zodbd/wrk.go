@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/zodbd/zodbd/internal/benchenv"
-	"github.com/zodbd/zodbd/zodbtools/wrk"
+	"github.com/zodbd/zodbd/internal/wrk"
 )
 
 func init() {

@@ -34,7 +34,6 @@ import (
 
 	"github.com/zodbd/zodbd/zodb"
 	"github.com/zodbd/zodbd/zodb/cache"
-	"github.com/zodbd/zodbd/zodb/watch"
 )
 
 // Transport is what a protocol driver provides to its Core. X is the
@@ -114,7 +113,7 @@ type Core[X any] struct {
 	hmu    sync.Mutex
 	headCh chan struct{}
 
-	watch watch.Hub
+	watch watchHub
 }
 
 // New returns a Core over t.

@@ -86,3 +86,18 @@ func Hashes(tb testing.TB, name string) []string {
 	}
 	return strings.Split(strings.TrimSpace(string(ref)), "\n")
 }
+
+// CopyFile copies src to a new writable file in a temporary directory of
+// the test and returns its path.
+func CopyFile(tb testing.TB, src string) string {
+	tb.Helper()
+	data, err := os.ReadFile(src)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	dst := filepath.Join(tb.TempDir(), filepath.Base(src))
+	if err := os.WriteFile(dst, data, 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	return dst
+}

@@ -237,25 +237,10 @@ func StartZodbd(tb testing.TB, path string, msgpack bool) string {
 	return ln.Addr().String()
 }
 
-// CopyFile copies src to a new writable file in a temporary directory of
-// the test and returns its path.
-func CopyFile(tb testing.TB, src string) string {
-	tb.Helper()
-	data, err := os.ReadFile(src)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	dst := filepath.Join(tb.TempDir(), filepath.Base(src))
-	if err := os.WriteFile(dst, data, 0o644); err != nil {
-		tb.Fatal(err)
-	}
-	return dst
-}
-
 // Fixture returns a writable copy of fs1/testdata/NAME.fs.
 func Fixture(tb testing.TB, name string) string {
 	tb.Helper()
-	return CopyFile(tb, filepath.Join(datasets.RepoRoot(tb), "fs1", "testdata", name+".fs"))
+	return datasets.CopyFile(tb, filepath.Join(datasets.RepoRoot(tb), "fs1", "testdata", name+".fs"))
 }
 
 // Dataset returns a writable copy of benchmark dataset NAME (e.g.
@@ -263,7 +248,7 @@ func Fixture(tb testing.TB, name string) string {
 // hash lines of testdata/datasets/NAME.hash.
 func Dataset(tb testing.TB, name string) (path string, hashes []string) {
 	tb.Helper()
-	return CopyFile(tb, datasets.Path(tb, name)), datasets.Hashes(tb, name)
+	return datasets.CopyFile(tb, datasets.Path(tb, name)), datasets.Hashes(tb, name)
 }
 
 // Python runs the venv's python with script (a program text) and args,

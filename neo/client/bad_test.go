@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/zodbd/zodbd/neo/client"
-	"github.com/zodbd/zodbd/neo/msgp"
+	"github.com/zodbd/zodbd/neo/internal/msgp"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/zodb"
 )

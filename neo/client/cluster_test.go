@@ -5,19 +5,19 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log"
 	"math/rand"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/internal/datasets"
 	"github.com/zodbd/zodbd/internal/storagetest"
 	"github.com/zodbd/zodbd/neo/client"
 	"github.com/zodbd/zodbd/neo/neotest"
 	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neo/storage/fs1backend"
+	"github.com/zodbd/zodbd/neo/storage/sqlitebackend"
 	"github.com/zodbd/zodbd/neosqlite"
 	"github.com/zodbd/zodbd/zodb"
 	"github.com/zodbd/zodbd/zodbtools"
@@ -36,51 +36,8 @@ const neoTestdata = "../../testdata/neo"
 // master's address once the cluster is operational.
 func startNEO(t testing.TB, cluster string, be storage.Backend) string {
 	t.Helper()
-	m, err := neotest.NewMaster(neotest.MasterConfig{Cluster: cluster})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	go m.Serve(ctx)
-	n, err := storage.New(storage.Config{
-		Cluster: cluster, Masters: []string{m.Addr()}, Bind: "127.0.0.1:0", Backend: be,
-		Logger: log.New(io.Discard, "", 0), RetryInterval: 50 * time.Millisecond, IdentifyTimeout: time.Second,
-	})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		m.Close()
-	})
-	select {
-	case <-m.Running():
-	case err := <-done:
-		t.Fatalf("storage node stopped: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("cluster did not start")
-	}
-	for !n.Operational() {
-		time.Sleep(time.Millisecond)
-	}
+	m, _, _ := neotest.StartNode(t, cluster, be)
 	return m.Addr()
-}
-
-func copyFile(t testing.TB, src, dir string) string {
-	t.Helper()
-	data, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatalf("fixture: %v", err)
-	}
-	dst := filepath.Join(dir, filepath.Base(src))
-	if err := os.WriteFile(dst, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dst
 }
 
 // fs1Cluster serves a copy of fs1's fixture 1.fs and returns the master's
@@ -88,13 +45,13 @@ func copyFile(t testing.TB, src, dir string) string {
 func fs1Cluster(t testing.TB) (string, zodb.Storage) {
 	t.Helper()
 	src := filepath.Join("..", "..", "fs1", "testdata", "1.fs")
-	served := copyFile(t, src, t.TempDir())
-	be, err := storage.OpenFS1(served)
+	served := datasets.CopyFile(t, src)
+	be, err := fs1backend.Open(served)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { be.Close() })
-	direct, err := fs1.Open(copyFile(t, src, t.TempDir()), &fs1.Options{})
+	direct, err := fs1.Open(datasets.CopyFile(t, src), &fs1.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,12 +64,12 @@ func sqliteCluster(t testing.TB) (string, zodb.Storage) {
 	t.Helper()
 	src := filepath.Join(neoTestdata, "storage.sqlite")
 	ctx := context.Background()
-	be, err := storage.OpenSQLite(ctx, copyFile(t, src, t.TempDir()))
+	be, err := sqlitebackend.Open(ctx, datasets.CopyFile(t, src))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { be.Close() })
-	direct, err := neosqlite.Open(ctx, copyFile(t, src, t.TempDir()))
+	direct, err := neosqlite.Open(ctx, datasets.CopyFile(t, src))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"github.com/zodbd/zodbd/internal/storagetest"
 	"github.com/zodbd/zodbd/neo/client"
 	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neo/storage/fs1backend"
+	"github.com/zodbd/zodbd/neo/storage/sqlitebackend"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -33,7 +35,7 @@ func TestConformance(t *testing.T) {
 	t.Run("FS1", func(t *testing.T) {
 		storagetest.Run(t, storagetest.Factory{
 			Fixture: neoFixture(t, "test", func() (storage.Backend, error) {
-				return storage.OpenFS1(storagetest.CopyFixture(t, storagetest.FixtureFS1))
+				return fs1backend.Open(storagetest.CopyFixture(t, storagetest.FixtureFS1))
 			}),
 			Known: knownFS1,
 		})
@@ -55,7 +57,7 @@ func TestConformance(t *testing.T) {
 				if err := os.WriteFile(path, b, 0o644); err != nil {
 					return nil, err
 				}
-				return storage.OpenSQLite(context.Background(), path)
+				return sqlitebackend.Open(context.Background(), path)
 			}),
 			Known: knownNEO,
 		})

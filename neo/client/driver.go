@@ -12,8 +12,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/zodbd/zodbd/neo/internal/msgp"
 	"github.com/zodbd/zodbd/neo/link"
-	"github.com/zodbd/zodbd/neo/msgp"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/zodb"
 	"github.com/zodbd/zodbd/zodb/resolve"

@@ -14,7 +14,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/zodbd/zodbd/neo/msgp"
+	"github.com/zodbd/zodbd/neo/internal/msgp"
 	"github.com/zodbd/zodbd/neo/proto"
 )
 

@@ -7,7 +7,7 @@ import (
 	"github.com/zodbd/zodbd/internal/floortest"
 	"github.com/zodbd/zodbd/neo/client"
 	"github.com/zodbd/zodbd/neo/proto"
-	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neo/storage/fs1backend"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -28,7 +28,7 @@ func BenchmarkLoadVsFloor(b *testing.B) {
 				name = "noverify"
 			}
 			b.Run(name, func(b *testing.B) {
-				be, err := storage.OpenFS1(path)
+				be, err := fs1backend.Open(path)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/datasets"
 	"github.com/zodbd/zodbd/internal/storagetest"
 	"github.com/zodbd/zodbd/neo/client"
 	"github.com/zodbd/zodbd/zodb"
@@ -120,7 +121,7 @@ func TestNEOPyConformance(t *testing.T) {
 		Reference: ref,
 		Fixture: func(tt *testing.T) zodb.Storage {
 			once.Do(func() {
-				db := copyFile(t, src, t.TempDir())
+				db := datasets.CopyFile(t, src)
 				fixtureMaster = startNEOPy(t, "vectors", db)
 			})
 			return dialT(tt, &client.Options{Cluster: "vectors", Masters: []string{fixtureMaster}, Logf: logf})

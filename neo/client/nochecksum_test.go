@@ -8,8 +8,9 @@ import (
 	"testing"
 
 	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/internal/datasets"
 	"github.com/zodbd/zodbd/neo/client"
-	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neo/storage/fs1backend"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -18,7 +19,7 @@ import (
 // load by load, by one that does not.
 func TestNoChecksum(t *testing.T) {
 	src := filepath.Join("..", "..", "fs1", "testdata", "1.fs")
-	be, err := storage.OpenFS1(copyFile(t, src, t.TempDir()))
+	be, err := fs1backend.Open(datasets.CopyFile(t, src))
 	if err != nil {
 		t.Fatal(err)
 	}

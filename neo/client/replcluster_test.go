@@ -20,6 +20,8 @@ import (
 	"github.com/zodbd/zodbd/neo/neotest"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neo/storage/fs1backend"
+	"github.com/zodbd/zodbd/neo/storage/sqlitebackend"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -150,7 +152,7 @@ func (rc *replCluster) openBackend(ctx context.Context, path string) (storage.Ba
 	if rc.open != nil {
 		return rc.open(path)
 	}
-	return storage.OpenSQLite(ctx, path)
+	return sqlitebackend.Open(ctx, path)
 }
 
 func (rc *replCluster) waitOperational(i int) {
@@ -736,7 +738,7 @@ func TestReplicatedClusterFailover(t *testing.T) {
 func (rc *replCluster) startAdvertised(i int, proxy *cutProxy) {
 	t, rn := rc.t, rc.nodes[i]
 	ctx, cancel := context.WithCancel(context.Background())
-	be, err := storage.OpenSQLite(ctx, rn.path)
+	be, err := sqlitebackend.Open(ctx, rn.path)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -814,7 +816,7 @@ func TestReplicatedClusterAddNode(t *testing.T) {
 // the next ones. (A FileStorage node cannot catch up an OUT_OF_DATE cell:
 // the killed node does not come back.)
 func TestReplicatedClusterFS1(t *testing.T) {
-	rc := startReplClusterOn(t, 1, 1, 2, func(path string) (storage.Backend, error) { return storage.OpenFS1Writer(path, nil) })
+	rc := startReplClusterOn(t, 1, 1, 2, func(path string) (storage.Backend, error) { return fs1backend.OpenWriter(path, nil) })
 	rc.waitTable("new table", allUpToDate)
 	w := startReplWorkload(t, rc, 1, 2)
 	defer w.end()

@@ -13,13 +13,15 @@ import (
 	"github.com/zodbd/zodbd/internal/storagetest"
 	"github.com/zodbd/zodbd/neo/client"
 	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neo/storage/fs1backend"
+	"github.com/zodbd/zodbd/neo/storage/sqlitebackend"
 	"github.com/zodbd/zodbd/zodb"
 )
 
 // The write tests run the client read-write against zodbd's own cluster:
 // the in-test master (neo/neotest) and zodbd's storage node on a backend
-// that writes (a FileStorage through storage.OpenFS1Writer, NEO/py's
-// SQLite database through storage.OpenSQLite).
+// that writes (a FileStorage through fs1backend.OpenWriter, NEO/py's
+// SQLite database through sqlitebackend.Open).
 
 // writeCluster starts a cluster on be and returns a function that dials a
 // read-write client to it.
@@ -38,10 +40,10 @@ func TestConformanceWrite(t *testing.T) {
 	t.Run("FS1", func(t *testing.T) {
 		storagetest.Run(t, storagetest.Factory{
 			Fixture: neoFixture(t, "test", func() (storage.Backend, error) {
-				return storage.OpenFS1(storagetest.CopyFixture(t, storagetest.FixtureFS1))
+				return fs1backend.Open(storagetest.CopyFixture(t, storagetest.FixtureFS1))
 			}),
 			New: func(t *testing.T) (zodb.Storage, func(*testing.T) zodb.Storage) {
-				be, err := storage.OpenFS1Writer(filepath.Join(t.TempDir(), "Data.fs"), nil)
+				be, err := fs1backend.OpenWriter(filepath.Join(t.TempDir(), "Data.fs"), nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -65,7 +67,7 @@ func TestConformanceWrite(t *testing.T) {
 		if err := os.WriteFile(path, b, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		be, err := storage.OpenSQLite(t.Context(), path)
+		be, err := sqlitebackend.Open(t.Context(), path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,7 +83,7 @@ func TestConformanceWrite(t *testing.T) {
 // TestClusterConflict has two clients of zodbd's cluster conflict on one
 // object (see testConflictResolution).
 func TestClusterConflict(t *testing.T) {
-	be, err := storage.OpenFS1Writer(filepath.Join(t.TempDir(), "Data.fs"), nil)
+	be, err := fs1backend.OpenWriter(filepath.Join(t.TempDir(), "Data.fs"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +94,7 @@ func TestClusterConflict(t *testing.T) {
 
 // TestClusterDeadlock: see testDeadlock.
 func TestClusterDeadlock(t *testing.T) {
-	be, err := storage.OpenFS1Writer(filepath.Join(t.TempDir(), "Data.fs"), nil)
+	be, err := fs1backend.OpenWriter(filepath.Join(t.TempDir(), "Data.fs"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +105,7 @@ func TestClusterDeadlock(t *testing.T) {
 
 // TestClusterPack: see testPack (FileStorage backend).
 func TestClusterPack(t *testing.T) {
-	be, err := storage.OpenFS1Writer(filepath.Join(t.TempDir(), "Data.fs"), nil)
+	be, err := fs1backend.OpenWriter(filepath.Join(t.TempDir(), "Data.fs"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +119,7 @@ func TestClusterPack(t *testing.T) {
 // (which appends the locked transactions in tid order: the master must
 // send the locks in that order): every commit succeeds and is read back.
 func TestClusterConcurrentCommits(t *testing.T) {
-	be, err := storage.OpenFS1Writer(filepath.Join(t.TempDir(), "Data.fs"), nil)
+	be, err := fs1backend.OpenWriter(filepath.Join(t.TempDir(), "Data.fs"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"unsafe"
 
-	"github.com/zodbd/zodbd/neo/msgp"
+	"github.com/zodbd/zodbd/neo/internal/msgp"
 	"github.com/zodbd/zodbd/zodb"
 )
 

@@ -9,7 +9,7 @@ import (
 	"sort"
 	"testing"
 
-	"github.com/zodbd/zodbd/neo/msgp"
+	"github.com/zodbd/zodbd/neo/internal/msgp"
 )
 
 var allocSample = []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}

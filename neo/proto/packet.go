@@ -8,7 +8,7 @@ import (
 	"os"
 
 	"github.com/zodbd/zodbd/internal/memtrim"
-	"github.com/zodbd/zodbd/neo/msgp"
+	"github.com/zodbd/zodbd/neo/internal/msgp"
 )
 
 // Packet is one framed packet [msg_id, code, args] as read from a stream.

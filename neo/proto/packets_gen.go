@@ -3,7 +3,7 @@
 package proto
 
 import (
-	"github.com/zodbd/zodbd/neo/msgp"
+	"github.com/zodbd/zodbd/neo/internal/msgp"
 	"github.com/zodbd/zodbd/zodb"
 )
 

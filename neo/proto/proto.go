@@ -6,7 +6,7 @@
 // docs/neo-protocol.md in the shared material and neo/lib/protocol.py in
 // NEO/py. Every packet type is a Go struct implementing Msg; its fields are
 // the packet's arguments in wire order, named after NEO/py's handler
-// arguments. Encoding and decoding use neo/msgp directly, without
+// arguments. Encoding and decoding use neo/internal/msgp directly, without
 // reflection; decoding the hot packets (AskObject, AnswerObject) does not
 // allocate (byte fields alias the input buffer).
 //

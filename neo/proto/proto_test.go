@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/zodbd/zodbd/neo/msgp"
+	"github.com/zodbd/zodbd/neo/internal/msgp"
 	"github.com/zodbd/zodbd/zodb"
 )
 

@@ -43,9 +43,9 @@ type Backend interface {
 	// != 0 the newest revision with serial < before; else the newest. It
 	// fills *o; the data is appended to o.Data[:0] (the caller's buffer,
 	// reused across calls) as stored, or as NEO's compression of what is
-	// stored (FS1Backend: a zc.zlibstorage record without its ".z"):
+	// stored (fs1backend.Backend: a zc.zlibstorage record without its ".z"):
 	// o.Compression tells whether it is zlib-compressed, o.Checksum is
-	// sha1 of those bytes (zero from an FS1Backend told to SkipChecksums). A record
+	// sha1 of those bytes (zero from an fs1backend.Backend told to SkipChecksums). A record
 	// without data (deletion, undone creation) has NoData set, empty Data
 	// and a zero Checksum. o.DataSerial is the serial of the record whose
 	// data an undo record reuses (0: none); o.NextSerial the serial of the

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/zodbd/zodbd/neo/proto"
-	"github.com/zodbd/zodbd/neo/storage"
 )
 
 // expectClosed reads until the node closes the connection.
@@ -35,11 +34,7 @@ func expectClosed(t *testing.T, nc net.Conn, what string) {
 }
 
 func TestBadInput(t *testing.T) {
-	be, err := storage.OpenFS1("../../fs1/testdata/1.fs")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer be.Close()
+	be := testFS1(t)
 	c := startCluster(t, be)
 	addr := c.node.Addr().String()
 	good := c.client(t) // stays connected through all of it

@@ -11,6 +11,8 @@ import (
 
 	"github.com/zodbd/zodbd/fs1"
 	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neo/storage/fs1backend"
+	"github.com/zodbd/zodbd/neo/storage/sqlitebackend"
 	"github.com/zodbd/zodbd/neosqlite"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -54,7 +56,7 @@ func benchFS1(b *testing.B) (storage.Backend, zodb.Oid) {
 	if err := fs.Close(); err != nil {
 		b.Fatal(err)
 	}
-	be, err := storage.OpenFS1(path)
+	be, err := fs1backend.Open(path)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -66,7 +68,7 @@ func benchFS1(b *testing.B) (storage.Backend, zodb.Oid) {
 // opens it) whose oid 100 is the 4 KiB object.
 func benchSQLite(b *testing.B) (storage.Backend, zodb.Oid) {
 	ctx := context.Background()
-	be, err := storage.OpenSQLite(ctx, testSQLite(b))
+	be, err := sqlitebackend.Open(ctx, testSQLite(b))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -131,7 +133,7 @@ func benchSQLiteRO(b *testing.B) (storage.Backend, zodb.Oid) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { db.Close() })
-	return storage.NewSQLite(db), oid
+	return sqlitebackend.New(db), oid
 }
 
 // benchSQLiteCkpt is benchSQLite's database closed (which checkpoints its
@@ -144,7 +146,7 @@ func benchSQLiteCkpt(b *testing.B) (storage.Backend, zodb.Oid) {
 	if err := be.Close(); err != nil {
 		b.Fatal(err)
 	}
-	be, err := storage.OpenSQLite(context.Background(), path)
+	be, err := sqlitebackend.Open(context.Background(), path)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neo/storage/fs1backend"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -16,11 +17,7 @@ import (
 // FileStorage: each parallel goroutine has its own link and keeps 16
 // requests in flight.
 func BenchmarkAskObject(b *testing.B) {
-	be, err := storage.OpenFS1("../../fs1/testdata/1.fs")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer be.Close()
+	be := testFS1(b)
 	benchAskObject(b, be, 0, false)
 }
 
@@ -36,7 +33,7 @@ func BenchmarkAskObjectWritable(b *testing.B) {
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		b.Fatal(err)
 	}
-	be, err := storage.OpenFS1Writer(path, nil)
+	be, err := fs1backend.OpenWriter(path, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -6,17 +6,17 @@ import (
 	"crypto/sha1"
 	"errors"
 	"io"
-	"log"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/internal/datasets"
 	"github.com/zodbd/zodbd/neo/link"
 	"github.com/zodbd/zodbd/neo/neotest"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neo/storage/fs1backend"
+	"github.com/zodbd/zodbd/neo/storage/sqlitebackend"
 	"github.com/zodbd/zodbd/neosqlite"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -29,27 +29,31 @@ const neoTestdata = "../../testdata/neo"
 
 // testSQLite returns a copy of the p1 storage database.
 func testSQLite(t testing.TB) string {
-	data, err := os.ReadFile(filepath.Join(neoTestdata, "storage.sqlite"))
+	return datasets.CopyFile(t, filepath.Join(neoTestdata, "storage.sqlite"))
+}
+
+// testFS1 returns a read-only backend on fs1/testdata/1.fs, closed when
+// the test ends.
+func testFS1(tb testing.TB) *fs1backend.Backend {
+	tb.Helper()
+	be, err := fs1backend.Open("../../fs1/testdata/1.fs")
 	if err != nil {
-		t.Fatalf("NEO test database: %v", err)
+		tb.Fatal(err)
 	}
-	dst := filepath.Join(t.TempDir(), "storage.sqlite")
-	if err := os.WriteFile(dst, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dst
+	tb.Cleanup(func() { be.Close() })
+	return be
 }
 
 // newSQLiteBackend returns a backend on a new SQLite database, created
 // as NEO/py creates one (neosqlite.Create) for cluster, closed when the
 // test ends.
-func newSQLiteBackend(t testing.TB) *storage.SQLiteBackend {
+func newSQLiteBackend(t testing.TB) *sqlitebackend.Backend {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "storage.sqlite")
 	if err := neosqlite.Create(path, neosqlite.CreateOptions{Name: cluster}); err != nil {
 		t.Fatal(err)
 	}
-	be, err := storage.OpenSQLite(context.Background(), path)
+	be, err := sqlitebackend.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,54 +64,15 @@ func newSQLiteBackend(t testing.TB) *storage.SQLiteBackend {
 type testCluster struct {
 	master *neotest.Master
 	node   *storage.Node
-	done   chan error
-	cancel context.CancelFunc
+	done   <-chan error // the node's Run
 }
 
-func testLogger(t testing.TB) *log.Logger {
-	if testing.Verbose() {
-		return log.New(os.Stderr, "", log.Lmicroseconds)
-	}
-	return log.New(io.Discard, "", 0)
-}
-
-// startCluster runs a neotest master and a node on backend and waits until
-// the cluster is operational.
+// startCluster runs a neotest master and a node on be until the test ends
+// (neotest.StartNode).
 func startCluster(t testing.TB, be storage.Backend) *testCluster {
 	t.Helper()
-	m, err := neotest.NewMaster(neotest.MasterConfig{Cluster: cluster})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	go m.Serve(ctx)
-	n, err := storage.New(storage.Config{
-		Cluster: cluster, Masters: []string{m.Addr()}, Bind: "127.0.0.1:0", Backend: be,
-		Logger: testLogger(t), RetryInterval: 50 * time.Millisecond, IdentifyTimeout: time.Second,
-	})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	c := &testCluster{master: m, node: n, done: make(chan error, 1), cancel: cancel}
-	go func() { c.done <- n.Run(ctx) }()
-	select {
-	case <-m.Running():
-	case err := <-c.done:
-		cancel()
-		t.Fatalf("node stopped: %v", err)
-	case <-time.After(10 * time.Second):
-		cancel()
-		t.Fatal("cluster did not start")
-	}
-	for !n.Operational() {
-		time.Sleep(time.Millisecond)
-	}
-	t.Cleanup(func() {
-		cancel()
-		<-c.done
-	})
-	return c
+	m, n, done := neotest.StartNode(t, cluster, be)
+	return &testCluster{master: m, node: n, done: done}
 }
 
 // client connects to the master as a client, then to the storage node;
@@ -224,15 +189,8 @@ func askPipelined(t testing.TB, l *neotest.Link, reqs []proto.Msg) []proto.Packe
 }
 
 func TestClusterFileStorage(t *testing.T) {
-	fs, err := fs1.Open("../../fs1/testdata/1.fs", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fs.Close()
-	be, err := storage.NewFS1(fs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	be := testFS1(t)
+	fs := be.FileStorage()
 	c := startCluster(t, be)
 	if c.master.NumPartitions() != 1 {
 		t.Fatalf("partitions: %d", c.master.NumPartitions())
@@ -360,7 +318,7 @@ func TestClusterSQLite(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	c := startCluster(t, storage.NewSQLite(db))
+	c := startCluster(t, sqlitebackend.New(db))
 	if c.node.NID() != 1 {
 		t.Errorf("nid %d", c.node.NID())
 	}
@@ -411,16 +369,11 @@ func TestClusterSQLite(t *testing.T) {
 // the node exit cleanly: the last packets before the close are acted on.
 func TestClusterStopping(t *testing.T) {
 	for i := 0; i < 10; i++ {
-		be, err := storage.OpenFS1("../../fs1/testdata/1.fs")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { be.Close() })
+		be := testFS1(t)
 		c := startCluster(t, be)
 		c.master.Stop()
 		select {
 		case err := <-c.done:
-			c.done <- err // for the cleanup
 			if err != nil {
 				t.Fatalf("round %d: Run: %v, want a clean exit", i, err)
 			}
@@ -435,11 +388,7 @@ func TestClusterStopping(t *testing.T) {
 // loadBefore(oid, z64) is None) and OID_DOES_NOT_EXIST for a missing one,
 // as NEO/py's storage answers.
 func TestAskObjectZeroBound(t *testing.T) {
-	be, err := storage.OpenFS1("../../fs1/testdata/1.fs")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer be.Close()
+	be := testFS1(t)
 	c := startCluster(t, be)
 	l := c.client(t)
 	reqs := []proto.Msg{

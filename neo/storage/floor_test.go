@@ -6,7 +6,7 @@ import (
 	"github.com/zodbd/zodbd/fs1"
 	"github.com/zodbd/zodbd/internal/floortest"
 	"github.com/zodbd/zodbd/neo/proto"
-	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neo/storage/fs1backend"
 )
 
 // BenchmarkAskObjectVsFloor is one client link doing AskObject round trips
@@ -27,7 +27,7 @@ func BenchmarkAskObjectVsFloor(b *testing.B) {
 		}
 		oids := fs.Index().Oids()
 		fs.Close()
-		be, err := storage.OpenFS1(path)
+		be, err := fs1backend.Open(path)
 		if err != nil {
 			b.Fatal(err)
 		}

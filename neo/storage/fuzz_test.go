@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/zodbd/zodbd/neo/proto"
-	"github.com/zodbd/zodbd/neo/storage"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -14,11 +13,7 @@ import (
 // are, the node answers or closes that connection within 5 s,
 // stays in the cluster, and another client's loads go on.
 func FuzzNodeInput(f *testing.F) {
-	be, err := storage.OpenFS1("../../fs1/testdata/1.fs")
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { be.Close() })
+	be := testFS1(f)
 	c := startCluster(f, be)
 	addr := c.node.Addr().String()
 	good := c.client(f)

@@ -43,8 +43,8 @@ import (
 
 	"github.com/zodbd/zodbd/internal/busypoll"
 	"github.com/zodbd/zodbd/internal/netconn"
+	"github.com/zodbd/zodbd/neo/internal/msgp"
 	"github.com/zodbd/zodbd/neo/link"
-	"github.com/zodbd/zodbd/neo/msgp"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/zodb"
 )

@@ -11,6 +11,7 @@ import (
 	"github.com/zodbd/zodbd/internal/storagetest"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neo/storage/fs1backend"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -30,7 +31,7 @@ func TestFS1OIDsFrom(t *testing.T) {
 				t.Skipf("%v", err) // a fixture this backend does not open (e.g. empty)
 			}
 			defer fs.Close()
-			be, err := storage.NewFS1(fs)
+			be, err := fs1backend.New(fs)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -101,11 +102,7 @@ func cloneMap(m map[zodb.Oid]bool) map[zodb.Oid]bool {
 // not hold is NON_READABLE_CELL.
 func TestServeOIDsFrom(t *testing.T) {
 	ctx := context.Background()
-	be, err := storage.OpenFS1(filepath.Join("..", "..", "fs1", "testdata", "1.fs"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer be.Close()
+	be := testFS1(t)
 	want, _, _, err := be.OIDsFrom(ctx, 0, 1000, 0, zodb.TidMax)
 	if err != nil || len(want) == 0 {
 		t.Fatalf("backend: %v %v", want, err)

@@ -1,13 +1,13 @@
 package storage
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"sync"
 
 	"github.com/zodbd/zodbd/neo/link"
 	"github.com/zodbd/zodbd/neo/proto"
-	"github.com/zodbd/zodbd/neosqlite"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -33,29 +33,26 @@ import (
 // gets with AskLastIDs; an order approved but not yet packed when the node
 // stopped is asked of the master again when it is signed.
 
-// packOrderer is implemented by a backend that keeps NEO's pack state
-// (SQLiteBackend: pt.pack): PackOrder is Pack for the order packID.
-type packOrderer interface {
+// PackOrderer is implemented by a Writer that keeps NEO's pack state
+// (sqlitebackend: pt.pack): PackOrder is Pack for the order packID.
+type PackOrderer interface {
 	PackOrder(ctx context.Context, packID, tid zodb.Tid, oids []zodb.Oid) error
 }
 
-// packVoter is implemented by a backend that stores the pack order a
+// PackVoter is implemented by a Writer that stores the pack order a
 // transaction carries with the transaction, as NEO/py does
-// (SQLiteBackend: its pack table): VotePack is Vote with the order,
-// LockPack is Lock with AskLockInformation's approval.
-type packVoter interface {
-	VotePack(ctx context.Context, t *VotedTxn, pack *neosqlite.PackRequest) error
+// (sqlitebackend: its pack table): VotePack is Vote with the order
+// (AskStoreTransaction's; pack.Oids belongs to the packet, to be copied
+// if kept), LockPack is Lock with AskLockInformation's approval.
+type PackVoter interface {
+	VotePack(ctx context.Context, t *VotedTxn, pack *proto.PackRequest) error
 	LockPack(ctx context.Context, ttid, tid zodb.Tid, approve bool) error
 }
 
 // votePack is w.Vote of t, with its pack order where w keeps them.
 func votePack(ctx context.Context, w Writer, t *VotedTxn, pack *proto.PackRequest) error {
-	if pv, ok := w.(packVoter); ok && pack != nil {
-		req := &neosqlite.PackRequest{PackTid: pack.PackTid}
-		if pack.OidsSet {
-			req.Oids = append([]zodb.Oid{}, pack.Oids...)
-		}
-		return pv.VotePack(ctx, t, req)
+	if pv, ok := w.(PackVoter); ok && pack != nil {
+		return pv.VotePack(ctx, t, pack)
 	}
 	return w.Vote(ctx, t)
 }
@@ -63,7 +60,7 @@ func votePack(ctx context.Context, w Writer, t *VotedTxn, pack *proto.PackReques
 // lockPack is w.Lock, with the approval of the transaction's pack order
 // where w keeps them.
 func lockPack(ctx context.Context, w Writer, ttid, tid zodb.Tid, approve bool) error {
-	if pv, ok := w.(packVoter); ok {
+	if pv, ok := w.(PackVoter); ok {
 		return pv.LockPack(ctx, ttid, tid, approve)
 	}
 	return w.Lock(ctx, ttid, tid)
@@ -151,18 +148,8 @@ func (ps *packState) list(min zodb.Tid) []proto.PackOrder {
 			r = append(r, *o)
 		}
 	}
-	slices.SortFunc(r, func(a, b proto.PackOrder) int { return cmpTid(a.PackID, b.PackID) })
+	slices.SortFunc(r, func(a, b proto.PackOrder) int { return cmp.Compare(a.PackID, b.PackID) })
 	return r
-}
-
-func cmpTid(a, b zodb.Tid) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // next starts the pack of the next approved order, if any (mu held).
@@ -233,7 +220,7 @@ func (ps *packState) pack(ctx context.Context, m *link.Conn, o proto.PackOrder) 
 	w := ps.n.tm.w
 	var err error
 	ps.n.log.Printf("neo storage: packing at %s (order %s)", o.PackTid, o.PackID)
-	if po, ok := w.(packOrderer); ok {
+	if po, ok := w.(PackOrderer); ok {
 		err = po.PackOrder(ctx, o.PackID, o.PackTid, oids)
 	} else {
 		err = w.Pack(ctx, o.PackTid, oids)

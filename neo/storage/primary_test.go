@@ -3,7 +3,6 @@ package storage_test
 import (
 	"context"
 	"net"
-	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -82,14 +81,10 @@ func TestNotPrimaryMaster(t *testing.T) {
 	ln.Close()
 	secondary, conns = secondaryMaster(t, []proto.Address{tcpAddr(t, m.Addr()), tcpAddr(t, placeholder)}, 0)
 
-	be, err := storage.OpenFS1(filepath.Join("..", "..", "fs1", "testdata", "1.fs"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer be.Close()
+	be := testFS1(t)
 	n, err := storage.New(storage.Config{
 		Cluster: cluster, Masters: []string{secondary, m.Addr()}, Bind: "127.0.0.1:0", Backend: be,
-		Logger: testLogger(t), RetryInterval: 200 * time.Millisecond, IdentifyTimeout: time.Second,
+		Logger: neotest.Logger(), RetryInterval: 200 * time.Millisecond, IdentifyTimeout: time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)

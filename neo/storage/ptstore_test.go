@@ -13,6 +13,7 @@ import (
 
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neo/storage/sqlitebackend"
 	"github.com/zodbd/zodbd/neosqlite"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -69,18 +70,18 @@ func recoveryJSON(t *testing.T, rec storage.RecoveryInfo, np int) any {
 	return v
 }
 
-// TestSQLiteNewDatabase: OpenSQLite on a path that does not exist creates
+// TestSQLiteNewDatabase: sqlitebackend.Open on a path that does not exist creates
 // a NEO/py database without identity nor table; the node id, cluster name
 // and a 1-partition table stored through PTStore make it take commits, and
 // are what Recovery answers after a restart. With NEOPY_SRC, NEO/py's
 // manager reads the same identity and table from that file, and a database
 // NEO/py created and was given an id and table is read the same by
-// OpenSQLite.
+// sqlitebackend.Open.
 func TestSQLiteNewDatabase(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "new.sqlite")
-	be, err := storage.OpenSQLite(ctx, path)
+	be, err := sqlitebackend.Open(ctx, path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +121,7 @@ func TestSQLiteNewDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	be, err = storage.OpenSQLite(ctx, path)
+	be, err = sqlitebackend.Open(ctx, path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +161,7 @@ func TestSQLiteNewDatabase(t *testing.T) {
 	}
 	neopyPT(t, "apply", theirs, ops)
 	ref, _ := neopyPT(t, "read", theirs)
-	be, err = storage.OpenSQLite(ctx, theirs)
+	be, err = sqlitebackend.Open(ctx, theirs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +184,7 @@ func TestSQLiteReadOnlyPTStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	be := storage.NewSQLite(db)
+	be := sqlitebackend.New(db)
 	before, err := be.Recovery(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -200,14 +201,14 @@ func TestSQLiteReadOnlyPTStore(t *testing.T) {
 	}
 }
 
-// TestSQLiteEmptyFile: OpenSQLite on an empty file creates the database
+// TestSQLiteEmptyFile: sqlitebackend.Open on an empty file creates the database
 // in it, as on a missing path.
 func TestSQLiteEmptyFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "empty.sqlite")
 	if err := os.WriteFile(path, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	be, err := storage.OpenSQLite(context.Background(), path)
+	be, err := sqlitebackend.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}

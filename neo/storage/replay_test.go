@@ -3,63 +3,21 @@ package storage_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/zodbd/zodbd/neo/neotest"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neo/storage/sqlitebackend"
 )
 
-// recorded is one connection of the NEO/py captures (decoded/*.json with
-// its .c2s.bin and .s2c.bin streams).
-type recorded struct {
-	Packets []struct {
-		Dir    string `json:"dir"`
-		Kind   string `json:"kind"`
-		MsgID  uint32 `json:"msg_id"`
-		Code   uint16 `json:"code"`
-		Name   string `json:"name"`
-		Offset int    `json:"offset"`
-		Size   int    `json:"size"`
-	} `json:"packets"`
-	c2s, s2c []byte
-}
-
-func loadRecorded(t *testing.T, name string) *recorded {
-	t.Helper()
-	dir := filepath.Join(neoTestdata, "decoded", "p1")
-	js, err := os.ReadFile(filepath.Join(dir, name+".json"))
-	if err != nil {
-		t.Fatalf("capture: %v", err)
-	}
-	r := new(recorded)
-	if err := json.Unmarshal(js, r); err != nil {
-		t.Fatal(err)
-	}
-	if r.c2s, err = os.ReadFile(filepath.Join(dir, name+".c2s.bin")); err != nil {
-		t.Fatal(err)
-	}
-	if r.s2c, err = os.ReadFile(filepath.Join(dir, name+".s2c.bin")); err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
-
 // packet returns packet i: its bytes, parsed, and its arguments decoded.
-func (r *recorded) packet(t *testing.T, i int) ([]byte, proto.Packet, proto.Msg) {
+func (c *capturedConn) packet(t *testing.T, i int) ([]byte, proto.Packet, proto.Msg) {
 	t.Helper()
-	p := r.Packets[i]
-	stream := r.c2s
-	if p.Dir == "s2c" {
-		stream = r.s2c
-	}
-	raw := stream[p.Offset : p.Offset+p.Size]
+	raw := c.raw(i)
 	pkt, err := proto.ParsePacket(raw)
 	if err != nil {
 		t.Fatalf("packet %d: %v", i, err)
@@ -85,9 +43,9 @@ func decodeArgs(t testing.TB, p proto.Packet) proto.Msg {
 // client, and compares our node's packets with NEO/py's storage's, byte
 // for byte but where noted.
 func TestReplayP1Read(t *testing.T) {
-	mrec := loadRecorded(t, "p1-read-c00-storage-master")
-	crec := loadRecorded(t, "p1-read-c09-client-storage")
-	be, err := storage.OpenSQLite(context.Background(), testSQLite(t))
+	mrec := loadCaptured(t, "p1-read", "c00-storage-master")
+	crec := loadCaptured(t, "p1-read", "c09-client-storage")
+	be, err := sqlitebackend.Open(context.Background(), testSQLite(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +142,7 @@ func containsClientRunning(m proto.Msg) bool {
 // replayClient sends NEO/py's client's whole stream at once (pipelined)
 // and compares every answer with NEO/py's storage's, by message id, byte
 // for byte.
-func replayClient(t *testing.T, n *storage.Node, rec *recorded) {
+func replayClient(t *testing.T, n *storage.Node, rec *capturedConn) {
 	t.Helper()
 	cl, err := neotest.Dial(n.Addr().String(), nil)
 	if err != nil {
@@ -240,7 +198,7 @@ func startReplayNode(t *testing.T, be storage.Backend) (net.Listener, *storage.N
 	}
 	t.Cleanup(func() { ln.Close() })
 	n, err := storage.New(storage.Config{Cluster: cluster, Masters: []string{ln.Addr().String()}, Bind: "127.0.0.1:0",
-		Backend: be, Logger: testLogger(t), IdentifyTimeout: 2 * time.Second})
+		Backend: be, Logger: neotest.Logger(), IdentifyTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/zodbd/zodbd/neo/link"
 	"github.com/zodbd/zodbd/neo/proto"
-	"github.com/zodbd/zodbd/neosqlite"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -721,7 +720,7 @@ func (r *replicator) fetchTransactions(ctx context.Context, src *link.Conn, p ui
 		if err != nil {
 			return err
 		}
-		var b neosqlite.ReplBatch
+		var b ReplBatch
 		var a proto.AnswerFetchTransactions
 		req := &proto.AskFetchTransactions{Partition: p, Length: fetchCount, MinTid: next, MaxTid: upTo, KnownTids: known, AskPackInfo: first}
 		err = r.exchange(ctx, src, req, &a, func(q *link.Request) error {
@@ -732,20 +731,14 @@ func (r *replicator) fetchTransactions(ctx context.Context, src *link.Conn, p ui
 			if err := q.Decode(&t); err != nil {
 				return badInput("AddTransaction: %v", err)
 			}
-			rt := neosqlite.ReplTxn{Tid: t.Tid, TTid: t.TTid, Packed: t.Packed, Oids: t.Oids,
-				User: cloneBytes(t.User), Description: cloneBytes(t.Description), Extension: cloneBytes(t.Extension)}
+			rt := ReplTxn{TxnInfo: TxnInfo{Tid: t.Tid, Packed: t.Packed, Oids: t.Oids,
+				User: cloneBytes(t.User), Description: cloneBytes(t.Description), Extension: cloneBytes(t.Extension)}, TTid: t.TTid}
 			if t.Pack != nil {
-				rp := &neosqlite.ReplPack{Approved: -1, Partial: t.Pack.Partial, PackTid: t.Pack.PackTid}
-				if t.Pack.ApprovedSet {
-					rp.Approved = 0
-					if t.Pack.Approved {
-						rp.Approved = 1
-					}
+				rp := *t.Pack
+				if rp.OidsSet {
+					rp.Oids = append([]zodb.Oid{}, rp.Oids...)
 				}
-				if t.Pack.OidsSet {
-					rp.Oids = append([]zodb.Oid{}, t.Pack.Oids...)
-				}
-				rt.Pack = rp
+				rt.Pack = &rp
 			}
 			b.Txns = append(b.Txns, rt)
 			return nil
@@ -790,7 +783,7 @@ func (r *replicator) fetchObjects(ctx context.Context, src *link.Conn, p uint32,
 				dict = append(dict, proto.SerialOids{Serial: k.Serial, Oids: []zodb.Oid{k.Oid}})
 			}
 		}
-		var b neosqlite.ReplBatch
+		var b ReplBatch
 		held := 0
 		var a proto.AnswerFetchObjects
 		req := &proto.AskFetchObjects{Partition: p, Length: fetchCount, MinTid: next, MaxTid: upTo, MinOid: minOid, ObjectDict: dict}
@@ -805,7 +798,7 @@ func (r *replicator) fetchObjects(ctx context.Context, src *link.Conn, p uint32,
 			if uint64(o.Oid)%uint64(r.np()) != uint64(p) {
 				return badInput("AddObject: oid %s is not of partition %d", o.Oid, p)
 			}
-			ro := neosqlite.ReplObject{Oid: o.Oid, Serial: o.Serial, Compression: o.Compression, Checksum: o.Checksum}
+			ro := Object{Oid: o.Oid, Serial: o.Serial, Compression: o.Compression, Checksum: o.Checksum}
 			if o.DataSerial != proto.InvalidTid {
 				ro.DataSerial = o.DataSerial
 			}
@@ -829,7 +822,7 @@ func (r *replicator) fetchObjects(ctx context.Context, src *link.Conn, p uint32,
 		}
 		for _, d := range a.ObjectDict {
 			for _, oid := range d.Oids {
-				b.DeleteObjs = append(b.DeleteObjs, neosqlite.SerialOid{Serial: d.Serial, Oid: oid})
+				b.DeleteObjs = append(b.DeleteObjs, RecordKey{Serial: d.Serial, Oid: oid})
 			}
 		}
 		if err := r.sink.StoreReplicated(ctx, &b); err != nil {

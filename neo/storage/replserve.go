@@ -446,7 +446,7 @@ func (s *replStream) fetchObjects(ctx context.Context, src ReplicationSource, np
 		case o.NoData:
 			m.Compression, m.Checksum, m.Data = 0, [20]byte{}, nil
 		case m.Checksum == [20]byte{}:
-			// A backend told to skip checksums (FS1Backend.SkipChecksums):
+			// A backend told to skip checksums (fs1backend.Backend.SkipChecksums):
 			// the replica stores the checksum it is given.
 			m.Checksum = sha1.Sum(m.Data)
 		}

@@ -20,7 +20,7 @@ import (
 // the order of tids_to_delete and of the remaining known records (NEO/py's
 // Python set order; ours is the order asked) does not show.
 //
-// FileStorage is not replayed: the run has 2 partitions, and an FS1Backend
+// FileStorage is not replayed: the run has 2 partitions, and an fs1backend.Backend
 // serves a table of one (the Go tests below compare both backends).
 func TestReplayReplicationSource(t *testing.T) {
 	c12 := loadCaptured(t, "repl", "c12-storage-storage")

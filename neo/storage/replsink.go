@@ -3,7 +3,6 @@ package storage
 import (
 	"context"
 
-	"github.com/zodbd/zodbd/neosqlite"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -45,7 +44,7 @@ type ReplicationSink interface {
 
 	// StoreReplicated stores the transactions and object records of b,
 	// then deletes what b names (see the contract).
-	StoreReplicated(ctx context.Context, b *neosqlite.ReplBatch) error
+	StoreReplicated(ctx context.Context, b *ReplBatch) error
 
 	// SetReplicatedTid records durably that partition p is replicated up
 	// to tid.
@@ -59,4 +58,16 @@ type ReplicationSink interface {
 	// DropPartition deletes up to limit records of partition p, which
 	// this node has no cell of any more; more: call again.
 	DropPartition(ctx context.Context, p uint32, limit int) (more bool, err error)
+}
+
+// ReplBatch is what the replicator stores at once (StoreReplicated): the
+// transactions and object records a source sent (AddTransaction,
+// AddObject; an Object's NextSerial is not set), then what the source said
+// this node has and it has not: the tids of the partition's transactions
+// and the object records to delete.
+type ReplBatch struct {
+	Txns       []ReplTxn
+	Objects    []Object
+	DeleteTids []zodb.Tid
+	DeleteObjs []RecordKey
 }

@@ -20,7 +20,7 @@ import (
 
 	"github.com/zodbd/zodbd/neo/neotest"
 	"github.com/zodbd/zodbd/neo/proto"
-	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neo/storage/sqlitebackend"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -44,7 +44,7 @@ func TestReplayReplicationInto(t *testing.T) {
 	mc := loadCaptured(t, "repl", "c08-storage-master")
 	sc := loadCaptured(t, "repl", "c12-storage-storage")
 	path := filepath.Join(t.TempDir(), "s2.sqlite")
-	be, err := storage.OpenSQLite(context.Background(), path)
+	be, err := sqlitebackend.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neo/storage/fs1backend"
+	"github.com/zodbd/zodbd/neo/storage/sqlitebackend"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -119,7 +121,7 @@ func replTestData(t testing.TB, w storage.Writer) *replModel {
 
 // newReplSQLite returns a new SQLite backend whose node (nodeNID) holds
 // the np partitions of its table, UP_TO_DATE.
-func newReplSQLite(t testing.TB, np int) *storage.SQLiteBackend {
+func newReplSQLite(t testing.TB, np int) *sqlitebackend.Backend {
 	t.Helper()
 	ctx := context.Background()
 	be := newSQLiteBackend(t)
@@ -137,9 +139,9 @@ func newReplSQLite(t testing.TB, np int) *storage.SQLiteBackend {
 }
 
 // newReplFS1 returns a new FileStorage backend, read-write.
-func newReplFS1(t testing.TB) *storage.FS1Backend {
+func newReplFS1(t testing.TB) *fs1backend.Backend {
 	t.Helper()
-	be, err := storage.OpenFS1Writer(filepath.Join(t.TempDir(), "Data.fs"), nil)
+	be, err := fs1backend.OpenWriter(filepath.Join(t.TempDir(), "Data.fs"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

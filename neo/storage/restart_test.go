@@ -13,6 +13,7 @@ import (
 	"github.com/zodbd/zodbd/neo/neotest"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neo/storage/fs1backend"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -21,13 +22,13 @@ import (
 // backend.
 func runFS1Node(t *testing.T, m *neotest.Master, path, bind string, create bool) (n *storage.Node, stop func()) {
 	t.Helper()
-	be, err := storage.OpenFS1Writer(path, &fs1.Options{Create: create})
+	be, err := fs1backend.OpenWriter(path, &fs1.Options{Create: create})
 	if err != nil {
 		t.Fatal(err)
 	}
 	n, err = storage.New(storage.Config{
 		Cluster: cluster, Masters: []string{m.Addr()}, Bind: bind, Backend: be,
-		Logger: testLogger(t), RetryInterval: 50 * time.Millisecond, IdentifyTimeout: time.Second,
+		Logger: neotest.Logger(), RetryInterval: 50 * time.Millisecond, IdentifyTimeout: time.Second,
 	})
 	if err != nil {
 		be.Close()
@@ -130,7 +131,7 @@ func TestFS1NodeRestart(t *testing.T) {
 	stop()
 
 	// What the node stored, as the next start reads it.
-	be, err := storage.OpenFS1Writer(path, nil)
+	be, err := fs1backend.OpenWriter(path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,14 +180,14 @@ func TestFS1NodeNewIdentity(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "Data.fs")
 	_, stop := runFS1Node(t, m, path, "127.0.0.1:0", true)
 	stop()
-	be, err := storage.OpenFS1(path) // read-only: nothing kept
+	be, err := fs1backend.Open(path) // read-only: nothing kept
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer be.Close()
 	n, err := storage.New(storage.Config{
 		Cluster: cluster, Masters: []string{m.Addr()}, Bind: "127.0.0.1:0", Backend: be,
-		Logger: testLogger(t), RetryInterval: 50 * time.Millisecond, IdentifyTimeout: time.Second,
+		Logger: neotest.Logger(), RetryInterval: 50 * time.Millisecond, IdentifyTimeout: time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package storage
 import (
 	"sort"
 
-	"github.com/zodbd/zodbd/fs1"
 	"github.com/zodbd/zodbd/internal/opstats"
 	"github.com/zodbd/zodbd/neo/proto"
 )
@@ -215,7 +214,3 @@ func (n *Node) Stats() Stats {
 	sort.Slice(out.Requests, func(i, j int) bool { return out.Requests[i].Name < out.Requests[j].Name })
 	return out
 }
-
-// FileStorage returns the FileStorage the backend serves (for its
-// figures: fs1.FileStorage.Stats).
-func (b *FS1Backend) FileStorage() *fs1.FileStorage { return b.fs }

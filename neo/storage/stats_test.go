@@ -7,6 +7,7 @@ import (
 	"github.com/zodbd/zodbd/fs1"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neo/storage/fs1backend"
 )
 
 // TestStats asks objects (answered inline) and tids (on goroutines) and
@@ -17,7 +18,7 @@ func TestStats(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fs.Close()
-	be, err := storage.NewFS1(fs)
+	be, err := fs1backend.New(fs)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha1"
 	"fmt"
@@ -536,7 +537,7 @@ func (tm *txnManager) vote(p *peer, id uint32, ttid zodb.Tid, meta *TxnMeta, pac
 	for _, o := range t.stores {
 		vt.Objects = append(vt.Objects, *o)
 	}
-	slices.SortFunc(vt.Objects, func(a, b VotedObject) int { return cmpOid(a.Oid, b.Oid) })
+	slices.SortFunc(vt.Objects, func(a, b VotedObject) int { return cmp.Compare(a.Oid, b.Oid) })
 	t.voted = 1
 	if meta != nil {
 		t.voted = 2
@@ -568,16 +569,6 @@ func (tm *txnManager) vote(p *peer, id uint32, ttid zodb.Tid, meta *TxnMeta, pac
 	}
 	tm.unlockAndFlush()
 	return nil
-}
-
-func cmpOid(a, b zodb.Oid) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // finalTID answers a client's AskFinalTID: the tid of a transaction

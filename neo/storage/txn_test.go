@@ -14,6 +14,7 @@ import (
 	"github.com/zodbd/zodbd/neo/neotest"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neo/storage/sqlitebackend"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -44,7 +45,7 @@ func startWriteCluster(t testing.TB, backend storage.Backend, before func(c *wri
 	}
 	t.Cleanup(func() { ln.Close() })
 	cfg := storage.Config{Cluster: cluster, Masters: []string{ln.Addr().String()}, Bind: "127.0.0.1:0",
-		Backend: backend, Logger: testLogger(t), IdentifyTimeout: 2 * time.Second, MaxInflight: 8}
+		Backend: backend, Logger: neotest.Logger(), IdentifyTimeout: 2 * time.Second, MaxInflight: 8}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -498,7 +499,7 @@ func TestTxnValidateSQLite(t *testing.T) {
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	be, err := storage.OpenSQLite(context.Background(), path)
+	be, err := sqlitebackend.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -537,7 +538,7 @@ func TestTxnReadsWaitUnlock(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			var be storage.Backend = newMemWriter()
 			if kind == "sqlite" {
-				sb, err := storage.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "new.sqlite"))
+				sb, err := sqlitebackend.Open(context.Background(), filepath.Join(t.TempDir(), "new.sqlite"))
 				if err != nil {
 					t.Fatal(err)
 				}

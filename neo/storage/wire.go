@@ -3,7 +3,7 @@ package storage
 import (
 	"fmt"
 
-	"github.com/zodbd/zodbd/neo/msgp"
+	"github.com/zodbd/zodbd/neo/internal/msgp"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/zodb"
 )

@@ -87,8 +87,8 @@ type Writer interface {
 }
 
 // ReadOnlyBackend is implemented by a Backend whose type has Writer's
-// methods but that may have been opened read-only (FS1Backend from
-// OpenFS1): when ReadOnly returns true the node serves it read-only, as a
+// methods but that may have been opened read-only (fs1backend.Backend from
+// fs1backend.Open): when ReadOnly returns true the node serves it read-only, as a
 // Backend that is no Writer.
 type ReadOnlyBackend interface {
 	ReadOnly() bool

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/zodbd/zodbd/fs1"
-	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neo/storage/fs1backend"
 	"github.com/zodbd/zodbd/zlibstorage"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -51,7 +51,7 @@ func TestFS1ZlibRecords(t *testing.T) {
 	}
 	fs.Close()
 
-	be, err := storage.OpenFS1(path)
+	be, err := fs1backend.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}

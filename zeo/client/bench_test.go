@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/datasets"
 	"github.com/zodbd/zodbd/internal/zeotest"
 	"github.com/zodbd/zodbd/zeo/client"
 	"github.com/zodbd/zodbd/zeo/wire"
@@ -175,7 +176,7 @@ func BenchmarkClientOverhead(b *testing.B) {
 			path := zeotest.Fixture(b, "1")
 			if ds != "1" {
 				path, _ = zeotest.Dataset(b, ds)
-				path = zeotest.CopyFile(b, path)
+				path = datasets.CopyFile(b, path)
 			}
 			addr := zeotest.StartZodbdProcess(b, path, false)
 			c := dial(b, addr, &client.Options{CacheSize: -1})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/zodbd/zodbd/internal/datasets"
 	"github.com/zodbd/zodbd/internal/floortest"
 	"github.com/zodbd/zodbd/internal/zeotest"
 	"github.com/zodbd/zodbd/zeo/client"
@@ -21,7 +22,7 @@ import (
 // `make datasets` has made them.
 func BenchmarkLoadVsFloor(b *testing.B) {
 	floortest.RunFiles(b, "../..", func(b *testing.B, path string) {
-		addr := zeotest.StartZodbd(b, zeotest.CopyFile(b, path), false)
+		addr := zeotest.StartZodbd(b, datasets.CopyFile(b, path), false)
 		c := dial(b, addr, &client.Options{CacheSize: -1})
 		oids, at := benchOids(b, c)
 		if len(oids) == 0 {

@@ -719,7 +719,7 @@ func Generate(src []byte) ([]byte, error) {
 	g.p("package proto")
 	g.p("")
 	g.p("import (")
-	g.p("%q", "github.com/zodbd/zodbd/neo/msgp")
+	g.p("%q", "github.com/zodbd/zodbd/neo/internal/msgp")
 	g.p("%q", "github.com/zodbd/zodbd/zodb")
 	g.p(")")
 	g.p("")

@@ -1,4 +1,4 @@
-package watch
+package clientcore
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 )
 
 func TestHub(t *testing.T) {
-	var h Hub
+	var h watchHub
 	ctx, cancel := context.WithCancel(context.Background())
 	a, ok := h.Watch(context.Background())
 	b, ok2 := h.Watch(ctx)

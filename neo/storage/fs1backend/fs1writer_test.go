@@ -1,4 +1,4 @@
-package storage
+package fs1backend
 
 import (
 	"bytes"
@@ -19,6 +19,7 @@ import (
 	"testing"
 
 	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/neo/storage"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -31,7 +32,7 @@ import (
 func fs1Copy(t testing.TB) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "Data.fs")
-	copyFile(t, "../../fs1/testdata/1.fs", path)
+	copyFile(t, "../../../fs1/testdata/1.fs", path)
 	return path
 }
 
@@ -57,9 +58,9 @@ func crashCopy(t testing.TB, path string) string {
 	return dst
 }
 
-func openWriter(t testing.TB, path string) *FS1Backend {
+func openWriter(t testing.TB, path string) *Backend {
 	t.Helper()
-	b, err := OpenFS1Writer(path, &fs1.Options{Logf: t.Logf})
+	b, err := OpenWriter(path, &fs1.Options{Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func openWriter(t testing.TB, path string) *FS1Backend {
 // tids hands out increasing tids after the database's last one.
 type tids struct{ last zodb.Tid }
 
-func newTids(t testing.TB, b *FS1Backend) *tids {
+func newTids(t testing.TB, b *Backend) *tids {
 	ids, err := b.LastIDs(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -79,28 +80,28 @@ func newTids(t testing.TB, b *FS1Backend) *tids {
 
 func (g *tids) next() zodb.Tid { g.last += 0x1000; return g.last }
 
-func raw(oid zodb.Oid, data string) VotedObject {
-	return VotedObject{Oid: oid, Data: []byte(data), Checksum: sha1.Sum([]byte(data))}
+func raw(oid zodb.Oid, data string) storage.VotedObject {
+	return storage.VotedObject{Oid: oid, Data: []byte(data), Checksum: sha1.Sum([]byte(data))}
 }
 
-func compressed(t testing.TB, oid zodb.Oid, data string) VotedObject {
+func compressed(t testing.TB, oid zodb.Oid, data string) storage.VotedObject {
 	var buf bytes.Buffer
 	zw := zlib.NewWriter(&buf)
 	zw.Write([]byte(data))
 	if err := zw.Close(); err != nil {
 		t.Fatal(err)
 	}
-	return VotedObject{Oid: oid, Compression: 1, Data: buf.Bytes(), Checksum: sha1.Sum(buf.Bytes())}
+	return storage.VotedObject{Oid: oid, Compression: 1, Data: buf.Bytes(), Checksum: sha1.Sum(buf.Bytes())}
 }
 
 // commit runs one transaction through Vote, Lock and Unlock and returns
 // its tid.
-func commit(t testing.TB, b *FS1Backend, g *tids, desc string, objs ...VotedObject) zodb.Tid {
+func commit(t testing.TB, b *Backend, g *tids, desc string, objs ...storage.VotedObject) zodb.Tid {
 	t.Helper()
 	ctx := context.Background()
 	ttid := g.next()
 	tid := g.next()
-	if err := b.Vote(ctx, &VotedTxn{TTid: ttid, Meta: &TxnMeta{User: []byte("neo"), Description: []byte(desc)}, Objects: objs}); err != nil {
+	if err := b.Vote(ctx, &storage.VotedTxn{TTid: ttid, Meta: &storage.TxnMeta{User: []byte("neo"), Description: []byte(desc)}, Objects: objs}); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Lock(ctx, ttid, tid); err != nil {
@@ -113,9 +114,9 @@ func commit(t testing.TB, b *FS1Backend, g *tids, desc string, objs ...VotedObje
 }
 
 // load reads oid's newest revision through the backend, decompressed.
-func load(t testing.TB, b *FS1Backend, oid zodb.Oid) (Object, string) {
+func load(t testing.TB, b *Backend, oid zodb.Oid) (storage.Object, string) {
 	t.Helper()
-	var o Object
+	var o storage.Object
 	if err := b.Object(context.Background(), oid, 0, 0, &o); err != nil {
 		t.Fatalf("oid %s: %v", oid, err)
 	}
@@ -146,7 +147,7 @@ func load(t testing.TB, b *FS1Backend, oid zodb.Oid) (Object, string) {
 // set.
 func pyState(t *testing.T, path string, oids []zodb.Oid) map[zodb.Oid]string {
 	t.Helper()
-	py, err := filepath.Abs("../../.venv/bin/python")
+	py, err := filepath.Abs("../../../.venv/bin/python")
 	if err == nil {
 		_, err = os.Stat(py)
 	}
@@ -215,8 +216,8 @@ func TestFS1WriterCommit(t *testing.T) {
 	big := strings.Repeat("compressible state ", 40)
 
 	ttid, tid := g.next(), g.next()
-	vt := &VotedTxn{TTid: ttid, Meta: &TxnMeta{User: []byte("u"), Description: []byte("d"), Extension: []byte("}q\x00.")},
-		Objects: []VotedObject{compressed(t, 0, big), raw(newOid, "new object")}}
+	vt := &storage.VotedTxn{TTid: ttid, Meta: &storage.TxnMeta{User: []byte("u"), Description: []byte("d"), Extension: []byte("}q\x00.")},
+		Objects: []storage.VotedObject{compressed(t, 0, big), raw(newOid, "new object")}}
 	if err := b.Vote(ctx, vt); err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +237,7 @@ func TestFS1WriterCommit(t *testing.T) {
 		if o, data := load(t, b, 0); o.Serial != o0.Serial || data != data0 {
 			t.Errorf("%s: oid 0 serial %s, want %s", stage, o.Serial, o0.Serial)
 		}
-		var o Object
+		var o storage.Object
 		var no *zodb.NoObjectError
 		if err := b.Object(ctx, newOid, 0, 0, &o); !errors.As(err, &no) {
 			t.Errorf("%s: new oid: %v, want *zodb.NoObjectError", stage, err)
@@ -250,7 +251,7 @@ func TestFS1WriterCommit(t *testing.T) {
 		if ids, _ := b.LastIDs(ctx); ids.Tid != before.Tid {
 			t.Errorf("%s: LastIDs.Tid = %s, want %s", stage, ids.Tid, before.Tid)
 		}
-		if _, err := b.TransactionInformation(ctx, tid); !errors.Is(err, ErrTidNotFound) {
+		if _, err := b.TransactionInformation(ctx, tid); !errors.Is(err, storage.ErrTidNotFound) {
 			t.Errorf("%s: TransactionInformation: %v", stage, err)
 		}
 		if h, err := b.ObjectHistory(ctx, 0, 0, 1); err != nil || h[0].Serial != o0.Serial {
@@ -280,7 +281,7 @@ func TestFS1WriterCommit(t *testing.T) {
 	if _, data := load(t, b, newOid); data != "new object" {
 		t.Errorf("new oid: %q", data)
 	}
-	var prev Object
+	var prev storage.Object
 	if err := b.Object(ctx, 0, 0, tid, &prev); err != nil || prev.Serial != o0.Serial || prev.NextSerial != tid {
 		t.Errorf("oid 0 before %s: %+v %v", tid, prev, err)
 	}
@@ -327,7 +328,7 @@ func TestFS1WriterAbort(t *testing.T) {
 	size := b.fs.End()
 	t1, t2, t3 := g.next(), g.next(), g.next()
 	for _, ttid := range []zodb.Tid{t1, t2, t3} {
-		if err := b.Vote(ctx, &VotedTxn{TTid: ttid, Meta: &TxnMeta{}, Objects: []VotedObject{raw(1, "x")}}); err != nil {
+		if err := b.Vote(ctx, &storage.VotedTxn{TTid: ttid, Meta: &storage.TxnMeta{}, Objects: []storage.VotedObject{raw(1, "x")}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -358,7 +359,7 @@ func TestFS1WriterAbort(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A tid not above the last locked one is refused.
-	if err := b.Vote(ctx, &VotedTxn{TTid: t2, Meta: &TxnMeta{}}); err != nil {
+	if err := b.Vote(ctx, &storage.VotedTxn{TTid: t2, Meta: &storage.TxnMeta{}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Lock(ctx, t2, tid3); err == nil {
@@ -385,7 +386,7 @@ func TestFS1WriterCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	ttid, tid := g.next(), g.next()
-	if err := b.Vote(ctx, &VotedTxn{TTid: ttid, Meta: &TxnMeta{Description: []byte("locked")}, Objects: []VotedObject{raw(1, "locked"), raw(2, "two")}}); err != nil {
+	if err := b.Vote(ctx, &storage.VotedTxn{TTid: ttid, Meta: &storage.TxnMeta{Description: []byte("locked")}, Objects: []storage.VotedObject{raw(1, "locked"), raw(2, "two")}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Lock(ctx, ttid, tid); err != nil {
@@ -528,7 +529,7 @@ func TestFS1WriterUndo(t *testing.T) {
 
 	// The undo transaction: a backpointer to A's record of oidA, and the
 	// undone creation of oidB.
-	tU := commit(t, b, g, "undo", VotedObject{Oid: oidA, DataSerial: tA}, VotedObject{Oid: oidB, NoData: true})
+	tU := commit(t, b, g, "undo", storage.VotedObject{Oid: oidA, DataSerial: tA}, storage.VotedObject{Oid: oidB, NoData: true})
 	o, data := load(t, b, oidA)
 	if o.Serial != tU || data != "a1" || o.DataSerial != tA {
 		t.Errorf("oidA after undo: serial %s data %q data serial %s", o.Serial, data, o.DataSerial)
@@ -546,7 +547,7 @@ func TestFS1WriterUndo(t *testing.T) {
 		t.Errorf("UndoSerial(oidA, B) after the undo = %s %s %v %v %v", cur, undo, isCur, ok, err)
 	}
 	// An undo record must point to a revision of its oid.
-	if err := b.Vote(ctx, &VotedTxn{TTid: g.next(), Meta: &TxnMeta{}, Objects: []VotedObject{{Oid: oidA, DataSerial: tA + 1}}}); err == nil {
+	if err := b.Vote(ctx, &storage.VotedTxn{TTid: g.next(), Meta: &storage.TxnMeta{}, Objects: []storage.VotedObject{{Oid: oidA, DataSerial: tA + 1}}}); err == nil {
 		t.Error("Vote of a backpointer to nothing succeeded")
 	}
 	b.Close()
@@ -579,7 +580,7 @@ func TestFS1WriterPack(t *testing.T) {
 	}
 	// A transaction locked, not unlocked, across the pack.
 	ttid, tid := g.next(), g.next()
-	if err := b.Vote(ctx, &VotedTxn{TTid: ttid, Meta: &TxnMeta{}, Objects: []VotedObject{raw(oid, "after pack")}}); err != nil {
+	if err := b.Vote(ctx, &storage.VotedTxn{TTid: ttid, Meta: &storage.TxnMeta{}, Objects: []storage.VotedObject{raw(oid, "after pack")}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Lock(ctx, ttid, tid); err != nil {
@@ -594,8 +595,8 @@ func TestFS1WriterPack(t *testing.T) {
 	if b.fs.End() >= size {
 		t.Errorf("pack freed nothing: %d -> %d", size, b.fs.End())
 	}
-	var o Object
-	if err := b.Object(ctx, oid, revs[1], 0, &o); !errors.Is(err, ErrOidNotFound) {
+	var o storage.Object
+	if err := b.Object(ctx, oid, revs[1], 0, &o); !errors.Is(err, storage.ErrOidNotFound) {
 		t.Errorf("packed revision: %v", err)
 	}
 	if o, data := load(t, b, oid); data != "rev 4" || o.Serial != revs[4] {
@@ -693,7 +694,7 @@ func TestFS1WriterReadersDuringCommits(t *testing.T) {
 	errs := make(chan error, 4)
 	for r := 0; r < 2; r++ {
 		go func() {
-			o := Object{Data: make([]byte, 0, 4096)}
+			o := storage.Object{Data: make([]byte, 0, 4096)}
 			for {
 				select {
 				case <-stop:

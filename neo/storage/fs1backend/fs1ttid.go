@@ -1,4 +1,4 @@
-package storage
+package fs1backend
 
 import (
 	"encoding/binary"
@@ -178,7 +178,7 @@ func createTTIDLog(path string, locked map[zodb.Tid]zodb.Tid, unlocked []ttidPai
 // it. Called with l.mu held, or before l is shared.
 func (l *ttidLog) rewrite() error {
 	tmp := l.path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o666)
+	f, err := vfs.OS.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o666)
 	if err != nil {
 		return fmt.Errorf("neo: fs1: %w", err)
 	}
@@ -206,19 +206,19 @@ func (l *ttidLog) rewrite() error {
 	}
 	fail := func(err error) error {
 		f.Close()
-		os.Remove(tmp)
+		vfs.OS.Remove(tmp)
 		return fmt.Errorf("neo: fs1: %s: %w", l.path, err)
 	}
-	if _, err := f.WriteAt(b, 0); err != nil {
+	if _, err := vfs.OS.WriteAt(f, b, 0); err != nil {
 		return fail(err)
 	}
-	if err := f.Sync(); err != nil {
+	if err := vfs.OS.Sync(f); err != nil {
 		return fail(err)
 	}
-	if err := os.Rename(tmp, l.path); err != nil {
+	if err := vfs.OS.Rename(tmp, l.path); err != nil {
 		return fail(err)
 	}
-	if err := syncDir(filepath.Dir(l.path)); err != nil {
+	if err := vfs.OS.SyncDir(filepath.Dir(l.path)); err != nil {
 		f.Close()
 		return fmt.Errorf("neo: fs1: %s: fsync of the directory: %w", l.path, err)
 	}
@@ -231,15 +231,6 @@ func (l *ttidLog) rewrite() error {
 	l.recentAt = 0
 	l.cond.Broadcast()
 	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 func appendTTIDRec(b []byte, kind byte, ttid, tid zodb.Tid) []byte {
@@ -308,7 +299,7 @@ func (l *ttidLog) add(kind byte, ttid, tid zodb.Tid) (off int64, gen uint64, err
 	}
 	var buf [ttidRecSize]byte
 	rec := appendTTIDRec(buf[:0], kind, ttid, tid)
-	if _, err := l.f.WriteAt(rec, l.end); err != nil {
+	if _, err := vfs.OS.WriteAt(l.f, rec, l.end); err != nil {
 		l.err = fmt.Errorf("neo: fs1: %s: write: %w", l.path, err)
 		return 0, 0, l.err
 	}
@@ -343,7 +334,7 @@ func (l *ttidLog) sync(off int64, gen uint64) error {
 		l.nsync++
 		f, target, g := l.f, l.end, l.gen
 		l.mu.Unlock()
-		err := vfs.Datasync(f)
+		err := vfs.OS.Sync(f)
 		l.mu.Lock()
 		l.syncing = false
 		if g == l.gen {

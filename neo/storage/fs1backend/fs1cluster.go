@@ -1,4 +1,4 @@
-package storage
+package fs1backend
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/zodbd/zodbd/neo/proto"
+	"github.com/zodbd/zodbd/neo/storage"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -28,7 +29,7 @@ type fs1Cluster struct {
 	hasPT bool
 	ptid  uint64
 	nr    int
-	cells []Cell // as the master gave them; never modified in place
+	cells []storage.Cell // as the master gave them; never modified in place
 }
 
 // decode applies the group of header h (an 'I' or 'P' record) and its
@@ -50,13 +51,13 @@ func (c *fs1Cluster) decode(h []byte, group [][]byte) error {
 		}
 		c.cluster, c.nid, c.hasNID = string(name[:n]), proto.NodeID(nid), true
 	case 'P':
-		cells := make([]Cell, len(group))
+		cells := make([]storage.Cell, len(group))
 		for i, r := range group {
 			st := binary.BigEndian.Uint32(r[8:])
 			if r[16] != 'C' || st >= uint32(proto.Discarded) {
 				return fmt.Errorf("partition table record followed by a bad cell record (kind %q, state %d)", r[16], st)
 			}
-			cells[i] = Cell{Partition: binary.BigEndian.Uint32(r[0:]), NID: proto.NodeID(int32(binary.BigEndian.Uint32(r[4:]))), State: proto.CellState(st)}
+			cells[i] = storage.Cell{Partition: binary.BigEndian.Uint32(r[0:]), NID: proto.NodeID(int32(binary.BigEndian.Uint32(r[4:]))), State: proto.CellState(st)}
 		}
 		c.hasPT, c.ptid, c.nr, c.cells = true, binary.BigEndian.Uint64(h[0:]), int(binary.BigEndian.Uint32(h[8:])), cells
 	}
@@ -137,9 +138,9 @@ func (l *ttidLog) setCluster(cl fs1Cluster, kind byte) error {
 	return l.sync(off, gen)
 }
 
-// SetIdentity implements PTStore: the cluster name and node id are
+// SetIdentity implements storage.PTStore: the cluster name and node id are
 // appended to PATH.neo, durably.
-func (b *FS1Backend) SetIdentity(ctx context.Context, cluster string, nid proto.NodeID) error {
+func (b *Backend) SetIdentity(ctx context.Context, cluster string, nid proto.NodeID) error {
 	w, err := b.writes()
 	if err != nil {
 		return err
@@ -154,13 +155,13 @@ func (b *FS1Backend) SetIdentity(ctx context.Context, cluster string, nid proto.
 	return w.log.setCluster(cl, 'I')
 }
 
-// SetPartitionTable implements PTStore: the whole table (the cells
+// SetPartitionTable implements storage.PTStore: the whole table (the cells
 // given when reset, else the stored ones with the changes applied: a
 // changed cell goes last, a Discarded one goes) is appended to PATH.neo,
 // durably. A FileStorage holds one partition: the node refuses a table of
 // more before it comes here. lastPackID is not used (the backend keeps no
 // pack state per cell).
-func (b *FS1Backend) SetPartitionTable(ctx context.Context, ptid uint64, numReplicas int, cells []Cell, reset bool, lastPackID zodb.Tid) error {
+func (b *Backend) SetPartitionTable(ctx context.Context, ptid uint64, numReplicas int, cells []storage.Cell, reset bool, lastPackID zodb.Tid) error {
 	w, err := b.writes()
 	if err != nil {
 		return err
@@ -176,11 +177,11 @@ func (b *FS1Backend) SetPartitionTable(ctx context.Context, ptid uint64, numRepl
 	w.clMu.Lock()
 	defer w.clMu.Unlock()
 	cl := w.log.cluster()
-	var old []Cell
+	var old []storage.Cell
 	if !reset {
 		old = cl.cells
 	}
-	nc := make([]Cell, 0, len(old)+len(cells))
+	nc := make([]storage.Cell, 0, len(old)+len(cells))
 	nc = append(nc, old...)
 	for _, c := range cells {
 		keep := nc[:0]
@@ -201,4 +202,4 @@ func (b *FS1Backend) SetPartitionTable(ctx context.Context, ptid uint64, numRepl
 	return w.log.setCluster(cl, 'P')
 }
 
-var _ PTStore = (*FS1Backend)(nil)
+var _ storage.PTStore = (*Backend)(nil)

@@ -1,4 +1,4 @@
-package storage
+package fs1backend
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/neo/storage"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -32,7 +33,7 @@ func BenchmarkFS1WriterCommit(b *testing.B) {
 func benchFS1Commit(b *testing.B, committers int, single bool) {
 	ctx := context.Background()
 	path := fs1Copy(b)
-	be, err := OpenFS1Writer(path, &fs1.Options{SingleFsync: single, Logf: func(string, ...interface{}) {}})
+	be, err := OpenWriter(path, &fs1.Options{SingleFsync: single, Logf: func(string, ...interface{}) {}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -54,11 +55,11 @@ func benchFS1Commit(b *testing.B, committers int, single bool) {
 		mine := make(chan struct{})
 		prev := prevUnlocked
 		prevUnlocked = mine
-		objs := make([]VotedObject, 10)
+		objs := make([]storage.VotedObject, 10)
 		for i := range objs {
-			objs[i] = VotedObject{Oid: ids.Oid + 1 + zodb.Oid(c*10+i), Data: data}
+			objs[i] = storage.VotedObject{Oid: ids.Oid + 1 + zodb.Oid(c*10+i), Data: data}
 		}
-		if err := be.Vote(ctx, &VotedTxn{TTid: ttid, Meta: &TxnMeta{User: []byte("bench")}, Objects: objs}); err != nil {
+		if err := be.Vote(ctx, &storage.VotedTxn{TTid: ttid, Meta: &storage.TxnMeta{User: []byte("bench")}, Objects: objs}); err != nil {
 			seq.Unlock()
 			return err
 		}
@@ -127,8 +128,8 @@ func benchFS1Commit(b *testing.B, committers int, single bool) {
 // changed the object read (one more header read).
 func BenchmarkFS1Object(b *testing.B) {
 	ctx := context.Background()
-	run := func(b *testing.B, be *FS1Backend) {
-		o := Object{Data: make([]byte, 0, 64<<10)}
+	run := func(b *testing.B, be *Backend) {
+		o := storage.Object{Data: make([]byte, 0, 64<<10)}
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
@@ -138,7 +139,7 @@ func BenchmarkFS1Object(b *testing.B) {
 		}
 	}
 	b.Run("readonly", func(b *testing.B) {
-		be, err := OpenFS1("../../fs1/testdata/1.fs")
+		be, err := Open("../../../fs1/testdata/1.fs")
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -147,7 +148,7 @@ func BenchmarkFS1Object(b *testing.B) {
 	})
 	for _, locked := range []bool{false, true} {
 		b.Run(fmt.Sprintf("writer/locked=%v", locked), func(b *testing.B) {
-			be, err := OpenFS1Writer(fs1Copy(b), &fs1.Options{Logf: func(string, ...interface{}) {}})
+			be, err := OpenWriter(fs1Copy(b), &fs1.Options{Logf: func(string, ...interface{}) {}})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -155,7 +156,7 @@ func BenchmarkFS1Object(b *testing.B) {
 			if locked {
 				g := newTids(b, be)
 				ttid, tid := g.next(), g.next()
-				if err := be.Vote(ctx, &VotedTxn{TTid: ttid, Meta: &TxnMeta{}, Objects: []VotedObject{raw(0, "locked")}}); err != nil {
+				if err := be.Vote(ctx, &storage.VotedTxn{TTid: ttid, Meta: &storage.TxnMeta{}, Objects: []storage.VotedObject{raw(0, "locked")}}); err != nil {
 					b.Fatal(err)
 				}
 				if err := be.Lock(ctx, ttid, tid); err != nil {

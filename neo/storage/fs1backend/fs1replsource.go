@@ -1,4 +1,4 @@
-package storage
+package fs1backend
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/neo/storage"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -21,9 +22,23 @@ import (
 // under (AddTransaction carries the tid instead: the replica then knows no
 // ttid of it, which only matters for a transaction still in commit) and
 // pack orders (no transaction is sent as one; CompletedPack is 0).
+//
+// Backend is no ReplicationSink: a FileStorage node cannot be the
+// destination of a replication, and the node refuses an OUT_OF_DATE cell
+// on it (a fatal error naming the reason; replicator.go). What a
+// FileStorage node can hold: the whole database as one partition (a
+// cluster of 1 partition, `neomaster -p 1`), UP_TO_DATE from the start
+// because its file already has the data; with replicas it can feed other
+// nodes (serving side) but not catch up itself. Appending replicated
+// transactions is not done because FileStorage keeps transactions in tid
+// order in one file, while NEO's replication needs the node to commit the
+// transactions that begin during the replication (newer tids, through the
+// commit path) before the older ones it fetches have all arrived; a node
+// that must receive all partitions of a live cluster therefore has to run
+// on the SQLite backend.
 
-// ReplicationTIDs implements ReplicationSource.
-func (b *FS1Backend) ReplicationTIDs(ctx context.Context, p, np uint32, min, max zodb.Tid, limit int, dst []zodb.Tid) ([]zodb.Tid, error) {
+// ReplicationTIDs implements storage.ReplicationSource.
+func (b *Backend) ReplicationTIDs(ctx context.Context, p, np uint32, min, max zodb.Tid, limit int, dst []zodb.Tid) ([]zodb.Tid, error) {
 	txns := b.view.Load().txns
 	n := 0
 	for i := sort.Search(len(txns), func(i int) bool { return txns[i].tid >= min }); i < len(txns) && txns[i].tid <= max && n < limit; i++ {
@@ -40,10 +55,10 @@ func inPartition(x uint64, p, np uint32) bool {
 	return np <= 1 || x%uint64(np) == uint64(p)
 }
 
-// ReplicationRecords implements ReplicationSource: the data headers of the
+// ReplicationRecords implements storage.ReplicationSource: the data headers of the
 // view's transactions from minTid, each transaction's records of the
 // partition sorted by oid.
-func (b *FS1Backend) ReplicationRecords(ctx context.Context, p, np uint32, minTid, maxTid zodb.Tid, minOid zodb.Oid, limit int, dst []RecordKey) ([]RecordKey, error) {
+func (b *Backend) ReplicationRecords(ctx context.Context, p, np uint32, minTid, maxTid zodb.Tid, minOid zodb.Oid, limit int, dst []storage.RecordKey) ([]storage.RecordKey, error) {
 	v := b.view.Load()
 	var th fs1.TxnHeader
 	var dh fs1.DataHeader
@@ -71,32 +86,32 @@ func (b *FS1Backend) ReplicationRecords(ctx context.Context, p, np uint32, minTi
 			if n == limit {
 				break
 			}
-			dst = append(dst, RecordKey{tid, oid})
+			dst = append(dst, storage.RecordKey{Serial: tid, Oid: oid})
 			n++
 		}
 	}
 	return dst, nil
 }
 
-// ReplicationTransaction implements ReplicationSource (the ttid is the
+// ReplicationTransaction implements storage.ReplicationSource (the ttid is the
 // tid: see above).
-func (b *FS1Backend) ReplicationTransaction(ctx context.Context, tid zodb.Tid) (*ReplTxn, error) {
+func (b *Backend) ReplicationTransaction(ctx context.Context, tid zodb.Tid) (*storage.ReplTxn, error) {
 	t, err := b.TransactionInformation(ctx, tid)
 	if err != nil {
 		return nil, err
 	}
-	return &ReplTxn{TxnInfo: *t, TTid: tid}, nil
+	return &storage.ReplTxn{TxnInfo: *t, TTid: tid}, nil
 }
 
-// ReplicationObject implements ReplicationSource.
-func (b *FS1Backend) ReplicationObject(ctx context.Context, oid zodb.Oid, serial zodb.Tid, o *Object) error {
+// ReplicationObject implements storage.ReplicationSource.
+func (b *Backend) ReplicationObject(ctx context.Context, oid zodb.Oid, serial zodb.Tid, o *storage.Object) error {
 	return b.Object(ctx, oid, serial, 0, o)
 }
 
-// CompletedPack implements ReplicationSource: a FileStorage keeps no pack
+// CompletedPack implements storage.ReplicationSource: a FileStorage keeps no pack
 // order id.
-func (b *FS1Backend) CompletedPack(ctx context.Context, p uint32) (zodb.Tid, error) {
+func (b *Backend) CompletedPack(ctx context.Context, p uint32) (zodb.Tid, error) {
 	return 0, nil
 }
 
-var _ ReplicationSource = (*FS1Backend)(nil)
+var _ storage.ReplicationSource = (*Backend)(nil)

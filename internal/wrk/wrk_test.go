@@ -10,10 +10,10 @@ import (
 
 	_ "github.com/zodbd/zodbd/fs1"
 	"github.com/zodbd/zodbd/internal/storagetest"
+	"github.com/zodbd/zodbd/internal/wrk"
 	"github.com/zodbd/zodbd/internal/zeotest"
 	_ "github.com/zodbd/zodbd/zeo/client"
 	"github.com/zodbd/zodbd/zodb"
-	"github.com/zodbd/zodbd/zodbtools/wrk"
 )
 
 // TestWrk runs 4 clients for 2s against runzeo (cache off: every load is

@@ -1,11 +1,10 @@
-// Package watch fans commit events out to the Watch channels of a storage
-// client (zodb.Watcher), for the network drivers.
-//
-// The goroutine that learns of commits (a client's reading goroutine) calls
-// Notify, which only appends to each watcher's queue and never blocks; one
-// goroutine per watcher forwards its queue to its channel, so a slow
-// watcher delays nobody but itself.
-package watch
+package clientcore
+
+// The watchers of a client (Core.Watch: zodb.Watcher): the goroutine that
+// learns of commits (a client's reading goroutine) calls Notify, which
+// only appends to each watcher's queue and never blocks; one goroutine per
+// watcher forwards its queue to its channel, so a slow watcher delays
+// nobody but itself.
 
 import (
 	"context"
@@ -14,8 +13,9 @@ import (
 	"github.com/zodbd/zodbd/zodb"
 )
 
-// Hub is the set of watchers of one client. The zero Hub is ready to use.
-type Hub struct {
+// watchHub is the set of watchers of one client. The zero watchHub is
+// ready to use.
+type watchHub struct {
 	mu      sync.Mutex
 	set     map[*watcher]struct{}
 	stopped bool
@@ -33,7 +33,7 @@ type watcher struct {
 // in order, until ctx is done (the channel is then closed) or Stop (the
 // channel is closed after the events already queued). It returns false if
 // the hub is stopped.
-func (h *Hub) Watch(ctx context.Context) (<-chan zodb.CommitEvent, bool) {
+func (h *watchHub) Watch(ctx context.Context) (<-chan zodb.CommitEvent, bool) {
 	w := &watcher{
 		kick: make(chan struct{}, 1),
 		stop: make(chan struct{}),
@@ -86,7 +86,7 @@ func (h *Hub) Watch(ctx context.Context) (<-chan zodb.CommitEvent, bool) {
 
 // Notify queues ev for every watcher. It never blocks. The Oids slice of
 // ev is shared by all watchers, which must not modify it.
-func (h *Hub) Notify(ev zodb.CommitEvent) {
+func (h *watchHub) Notify(ev zodb.CommitEvent) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for w := range h.set {
@@ -102,7 +102,7 @@ func (h *Hub) Notify(ev zodb.CommitEvent) {
 
 // Stop closes every watcher's channel after the events already queued,
 // and makes later Watch calls fail.
-func (h *Hub) Stop() {
+func (h *watchHub) Stop() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.stopped {

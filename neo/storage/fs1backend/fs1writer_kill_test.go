@@ -1,4 +1,4 @@
-package storage
+package fs1backend
 
 import (
 	"bufio"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zodbd/zodbd/neo/storage"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -137,7 +138,7 @@ func TestFS1WriterKill(t *testing.T) {
 
 // validate finishes the locked transactions as the master's
 // ValidateTransaction does, in tid order.
-func validate(t testing.TB, b *FS1Backend, locked map[zodb.Tid]zodb.Tid) {
+func validate(t testing.TB, b *Backend, locked map[zodb.Tid]zodb.Tid) {
 	ctx := context.Background()
 	var ttids []zodb.Tid
 	for ttid := range locked {
@@ -156,13 +157,13 @@ func validate(t testing.TB, b *FS1Backend, locked map[zodb.Tid]zodb.Tid) {
 
 // checkKillState checks that each object's data names its serial, which is
 // at least the tid of the newest acknowledged transaction.
-func checkKillState(t testing.TB, b *FS1Backend, acked map[zodb.Tid]zodb.Tid) {
+func checkKillState(t testing.TB, b *Backend, acked map[zodb.Tid]zodb.Tid) {
 	var newest zodb.Tid
 	for _, tid := range acked {
 		newest = max(newest, tid)
 	}
 	for _, oid := range fs1KillOids {
-		var o Object
+		var o storage.Object
 		if err := b.Object(context.Background(), oid, 0, 0, &o); err != nil {
 			if newest == 0 {
 				continue
@@ -195,11 +196,11 @@ func TestFS1WriterKillChild(t *testing.T) {
 	fmt.Println("ready")
 	for i := 0; i < 100000; i++ {
 		ttid, tid := g.next(), g.next()
-		var objs []VotedObject
+		var objs []storage.VotedObject
 		for _, oid := range fs1KillOids {
 			objs = append(objs, raw(oid, fmt.Sprintf("%x", uint64(tid))))
 		}
-		if err := b.Vote(ctx, &VotedTxn{TTid: ttid, Meta: &TxnMeta{}, Objects: objs}); err != nil {
+		if err := b.Vote(ctx, &storage.VotedTxn{TTid: ttid, Meta: &storage.TxnMeta{}, Objects: objs}); err != nil {
 			t.Fatal(err)
 		}
 		if err := b.Lock(ctx, ttid, tid); err != nil {

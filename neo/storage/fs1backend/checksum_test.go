@@ -1,4 +1,4 @@
-package storage
+package fs1backend
 
 import (
 	"crypto/sha1"

@@ -1,4 +1,4 @@
-package storage
+package fs1backend
 
 import (
 	"context"
@@ -10,12 +10,13 @@ import (
 
 	"github.com/zodbd/zodbd/fs1"
 	"github.com/zodbd/zodbd/neo/proto"
+	"github.com/zodbd/zodbd/neo/storage"
 	"github.com/zodbd/zodbd/zlibstorage"
 	"github.com/zodbd/zodbd/zodb"
 )
 
-// FS1Backend serves a FileStorage file to a NEO cluster: read-only
-// (OpenFS1, NewFS1), or read-write (OpenFS1Writer: it implements Writer,
+// Backend serves a FileStorage file to a NEO cluster: read-only
+// (Open, New), or read-write (OpenWriter: it implements storage.Writer,
 // see fs1writer.go).
 //
 // Layout: a FileStorage is one partition. The cluster must therefore have
@@ -41,7 +42,7 @@ import (
 // later by another process are not seen. Read-write, the node is the only
 // writer (fs1's lock file), and readers see the transactions up to the
 // last one unlocked.
-type FS1Backend struct {
+type Backend struct {
 	fs    *fs1.FileStorage
 	path  string
 	own   bool     // Close closes fs
@@ -53,7 +54,7 @@ type FS1Backend struct {
 	// one.
 	view atomic.Pointer[fs1View]
 
-	w *fs1Writes // nil: read-only (OpenFS1, NewFS1)
+	w *fs1Writes // nil: read-only (Open, New)
 }
 
 // fs1View is the part of the FileStorage that readers see: the
@@ -71,21 +72,25 @@ type fs1View struct {
 // the protocol without sha1, with clients that skip their check too (the
 // NEO client's verify=0, `zodbd neo-storage --no-checksum`). Any other
 // client rejects those answers as corrupt: NEO/py's client always checks.
-func (b *FS1Backend) SkipChecksums() { b.noSum = true }
+func (b *Backend) SkipChecksums() { b.noSum = true }
 
 type txnPos struct {
 	tid zodb.Tid
 	pos int64
 }
 
-// OpenFS1 opens the FileStorage file at path read-only and returns its
+// Open opens the FileStorage file at path read-only and returns its
 // backend; Close closes the file.
-func OpenFS1(path string) (*FS1Backend, error) {
-	fs, err := fs1.Open(path, nil)
+func Open(path string) (*Backend, error) { return openOwn(path, nil, New) }
+
+// openOwn opens the file at path with opt and serves it with serve; the
+// backend's Close closes the file.
+func openOwn(path string, opt *fs1.Options, serve func(*fs1.FileStorage) (*Backend, error)) (*Backend, error) {
+	fs, err := fs1.Open(path, opt)
 	if err != nil {
 		return nil, err
 	}
-	b, err := NewFS1(fs)
+	b, err := serve(fs)
 	if err != nil {
 		fs.Close()
 		return nil, err
@@ -94,11 +99,11 @@ func OpenFS1(path string) (*FS1Backend, error) {
 	return b, nil
 }
 
-// NewFS1 serves fs, which the caller keeps open while the backend is used
+// New serves fs, which the caller keeps open while the backend is used
 // (Close does not close it). The state served is fs's published state at
 // the time of the call.
-func NewFS1(fs *fs1.FileStorage) (*FS1Backend, error) {
-	b := &FS1Backend{fs: fs, path: fs.URL()}
+func New(fs *fs1.FileStorage) (*Backend, error) {
+	b := &Backend{fs: fs, path: fs.URL()}
 	fv := fs.View()
 	v, _, err := b.scanView(fv, fv.LastTid)
 	if err != nil {
@@ -112,7 +117,7 @@ func NewFS1(fs *fs1.FileStorage) (*FS1Backend, error) {
 // position table that AskTIDs, AskTIDsFrom and AskTransactionInformation
 // need): those up to last make the view, those after it are returned
 // apart.
-func (b *FS1Backend) scanView(fv fs1.View, last zodb.Tid) (v *fs1View, after []txnPos, err error) {
+func (b *Backend) scanView(fv fs1.View, last zodb.Tid) (v *fs1View, after []txnPos, err error) {
 	v = &fs1View{file: fv.File, end: fs1.HeaderSize}
 	var th fs1.TxnHeader
 	for pos := int64(fs1.HeaderSize); pos < fv.End; pos = th.Next() {
@@ -132,11 +137,11 @@ func (b *FS1Backend) scanView(fv fs1.View, last zodb.Tid) (v *fs1View, after []t
 	return v, after, nil
 }
 
-// Path implements Backend.
-func (b *FS1Backend) Path() string { return b.path }
+// Path implements storage.Backend.
+func (b *Backend) Path() string { return b.path }
 
-// Close implements Backend.
-func (b *FS1Backend) Close() error {
+// Close implements storage.Backend.
+func (b *Backend) Close() error {
 	var err error
 	if b.w != nil {
 		err = b.w.log.close()
@@ -150,29 +155,29 @@ func (b *FS1Backend) Close() error {
 	return err
 }
 
-// NumPartitions implements Backend: a FileStorage is one partition.
-func (b *FS1Backend) NumPartitions() int { return 1 }
+// NumPartitions implements storage.Backend: a FileStorage is one partition.
+func (b *Backend) NumPartitions() int { return 1 }
 
-// Recovery implements Backend. Opened for writing, it returns the
+// Recovery implements storage.Backend. Opened for writing, it returns the
 // identity and partition table stored as PTStore (PATH.neo);
 // read-only, nothing.
-func (b *FS1Backend) Recovery(ctx context.Context) (RecoveryInfo, error) {
+func (b *Backend) Recovery(ctx context.Context) (storage.RecoveryInfo, error) {
 	if b.w == nil {
-		return RecoveryInfo{}, nil
+		return storage.RecoveryInfo{}, nil
 	}
 	cl := b.w.log.cluster()
-	r := RecoveryInfo{Cluster: cl.cluster, NID: cl.nid}
+	r := storage.RecoveryInfo{Cluster: cl.cluster, NID: cl.nid}
 	if cl.hasPT {
 		r.PTID, r.HasPTID, r.NumReplicas = cl.ptid, true, cl.nr
-		r.Cells = append([]Cell(nil), cl.cells...)
+		r.Cells = append([]storage.Cell(nil), cl.cells...)
 	}
 	return r, nil
 }
 
-// Object implements Backend with fs1's LoadRevision (with a buffer of
+// Object implements storage.Backend with fs1's LoadRevision (with a buffer of
 // enough capacity in o.Data it makes no allocation; one pread for a record
 // of up to a few KiB), bounded by the state the backend was opened on.
-func (b *FS1Backend) Object(ctx context.Context, oid zodb.Oid, at, before zodb.Tid, o *Object) error {
+func (b *Backend) Object(ctx context.Context, oid zodb.Oid, at, before zodb.Tid, o *storage.Object) error {
 	last := b.view.Load().last
 	bound := last + 1 // latest, as of the state served
 	switch {
@@ -189,7 +194,7 @@ func (b *FS1Backend) Object(ctx context.Context, oid zodb.Oid, at, before zodb.T
 		if errors.As(err, &nd) {
 			if bound <= last {
 				if _, _, err := b.fs.LoadRevision(ctx, oid, last+1, o.Data[:0]); err == nil {
-					return fmt.Errorf("oid %s: %w", oid, ErrOidNotFound) // no revision before bound
+					return fmt.Errorf("oid %s: %w", oid, storage.ErrOidNotFound) // no revision before bound
 				}
 			}
 			// Only in transactions locked and not yet unlocked: the oid
@@ -200,12 +205,12 @@ func (b *FS1Backend) Object(ctx context.Context, oid zodb.Oid, at, before zodb.T
 	}
 	switch {
 	case at != 0 && rev.Serial != at:
-		return fmt.Errorf("oid %s @%s: %w", oid, at, ErrOidNotFound)
+		return fmt.Errorf("oid %s @%s: %w", oid, at, storage.ErrOidNotFound)
 	}
 	if rev.Next > last {
 		rev.Next = 0 // committed after the state served
 	}
-	*o = Object{Oid: oid, Serial: rev.Serial, NextSerial: rev.Next, Data: data, NoData: rev.NoData}
+	*o = storage.Object{Oid: oid, Serial: rev.Serial, NextSerial: rev.Next, Data: data, NoData: rev.NoData}
 	if rev.NoData {
 		return nil
 	}
@@ -228,12 +233,12 @@ func (b *FS1Backend) Object(ctx context.Context, oid zodb.Oid, at, before zodb.T
 	return nil
 }
 
-// OIDsFrom implements Backend: the FileStorage's index from minOid up, each
+// OIDsFrom implements storage.Backend: the FileStorage's index from minOid up, each
 // oid checked at tid with LoadRevision (one partition: next is the last
 // oid examined plus one).
-func (b *FS1Backend) OIDsFrom(ctx context.Context, p uint32, length int, minOid zodb.Oid, tid zodb.Tid) (oids []zodb.Oid, next zodb.Oid, more bool, err error) {
+func (b *Backend) OIDsFrom(ctx context.Context, p uint32, length int, minOid zodb.Oid, tid zodb.Tid) (oids []zodb.Oid, next zodb.Oid, more bool, err error) {
 	if p != 0 {
-		return nil, 0, false, fmt.Errorf("partition %d: %w", p, ErrNonReadableCell)
+		return nil, 0, false, fmt.Errorf("partition %d: %w", p, storage.ErrNonReadableCell)
 	}
 	if length <= 0 {
 		return nil, minOid, true, nil
@@ -268,9 +273,9 @@ func (b *FS1Backend) OIDsFrom(ctx context.Context, p uint32, length int, minOid 
 	return oids, next, more, nil
 }
 
-// LastIDs implements Backend.
-func (b *FS1Backend) LastIDs(ctx context.Context) (LastIDs, error) {
-	r := LastIDs{FirstTid: proto.MaxTid}
+// LastIDs implements storage.Backend.
+func (b *Backend) LastIDs(ctx context.Context) (storage.LastIDs, error) {
+	r := storage.LastIDs{FirstTid: proto.MaxTid}
 	txns := b.view.Load().txns
 	if n := len(txns); n > 0 {
 		r.Tid, r.HasTid = txns[n-1].tid, true
@@ -284,24 +289,27 @@ func (b *FS1Backend) LastIDs(ctx context.Context) (LastIDs, error) {
 	return r, nil
 }
 
-func checkOnePartition(partitions []uint32) error {
+// txnsOf returns the transactions of the view that partitions (nil: all)
+// select: the file is partition 0, whole; another partition is not
+// readable here.
+func (b *Backend) txnsOf(partitions []uint32) ([]txnPos, error) {
 	for _, p := range partitions {
 		if p != 0 {
-			return fmt.Errorf("partition %d: %w", p, ErrNonReadableCell)
+			return nil, fmt.Errorf("partition %d: %w", p, storage.ErrNonReadableCell)
 		}
-	}
-	return nil
-}
-
-// TIDs implements Backend.
-func (b *FS1Backend) TIDs(ctx context.Context, first, last int, partitions []uint32) ([]zodb.Tid, error) {
-	if err := checkOnePartition(partitions); err != nil {
-		return nil, err
 	}
 	if partitions != nil && len(partitions) == 0 {
 		return nil, nil
 	}
-	txns := b.view.Load().txns
+	return b.view.Load().txns, nil
+}
+
+// TIDs implements storage.Backend.
+func (b *Backend) TIDs(ctx context.Context, first, last int, partitions []uint32) ([]zodb.Tid, error) {
+	txns, err := b.txnsOf(partitions)
+	if err != nil {
+		return nil, err
+	}
 	n := len(txns)
 	first, last = max(first, 0), min(last, n)
 	var tids []zodb.Tid
@@ -311,15 +319,12 @@ func (b *FS1Backend) TIDs(ctx context.Context, first, last int, partitions []uin
 	return tids, nil
 }
 
-// TIDsFrom implements Backend.
-func (b *FS1Backend) TIDsFrom(ctx context.Context, minTid, maxTid zodb.Tid, length int, partitions []uint32) ([]zodb.Tid, error) {
-	if err := checkOnePartition(partitions); err != nil {
+// TIDsFrom implements storage.Backend.
+func (b *Backend) TIDsFrom(ctx context.Context, minTid, maxTid zodb.Tid, length int, partitions []uint32) ([]zodb.Tid, error) {
+	txns, err := b.txnsOf(partitions)
+	if err != nil {
 		return nil, err
 	}
-	if partitions != nil && len(partitions) == 0 {
-		return nil, nil
-	}
-	txns := b.view.Load().txns
 	i := sort.Search(len(txns), func(i int) bool { return txns[i].tid >= minTid })
 	var tids []zodb.Tid
 	for ; i < len(txns) && txns[i].tid <= maxTid && (length < 0 || len(tids) < length); i++ {
@@ -336,18 +341,18 @@ func (v *fs1View) findTxn(tid zodb.Tid) (int64, bool) {
 	return 0, false
 }
 
-// TransactionInformation implements Backend.
-func (b *FS1Backend) TransactionInformation(ctx context.Context, tid zodb.Tid) (*TxnInfo, error) {
+// TransactionInformation implements storage.Backend.
+func (b *Backend) TransactionInformation(ctx context.Context, tid zodb.Tid) (*storage.TxnInfo, error) {
 	v := b.view.Load()
 	pos, ok := v.findTxn(tid)
 	if !ok {
-		return nil, fmt.Errorf("tid %s: %w", tid, ErrTidNotFound)
+		return nil, fmt.Errorf("tid %s: %w", tid, storage.ErrTidNotFound)
 	}
 	var th fs1.TxnHeader
 	if err := th.Load(v.file, b.path, pos, v.end); err != nil {
 		return nil, err
 	}
-	t := &TxnInfo{
+	t := &storage.TxnInfo{
 		Tid:         tid,
 		User:        clone(th.User),
 		Description: clone(th.Description),
@@ -367,16 +372,16 @@ func (b *FS1Backend) TransactionInformation(ctx context.Context, tid zodb.Tid) (
 
 func clone(b []byte) []byte { return append([]byte{}, b...) }
 
-// ObjectHistory implements Backend. The size of an undo record is the size
+// ObjectHistory implements storage.Backend. The size of an undo record is the size
 // of the data it reuses, as NEO reports it.
-func (b *FS1Backend) ObjectHistory(ctx context.Context, oid zodb.Oid, first, last int) ([]HistoryEntry, error) {
+func (b *Backend) ObjectHistory(ctx context.Context, oid zodb.Oid, first, last int) ([]storage.HistoryEntry, error) {
 	visible := b.view.Load().last
 	fv := b.fs.View() // (after the view: it holds every transaction the view does)
 	pos, ok := fv.Index.Get(oid)
 	if !ok || first < 0 || first >= last {
-		return nil, fmt.Errorf("oid %s: %w", oid, ErrOidNotFound)
+		return nil, fmt.Errorf("oid %s: %w", oid, storage.ErrOidNotFound)
 	}
-	var h []HistoryEntry
+	var h []storage.HistoryEntry
 	var dh fs1.DataHeader
 	for i := 0; pos != 0 && i < last; i++ {
 		if err := dh.Load(fv.File, b.path, pos, fv.End); err != nil {
@@ -397,14 +402,18 @@ func (b *FS1Backend) ObjectHistory(ctx context.Context, oid zodb.Oid, first, las
 				}
 				size = back.DataLen
 			}
-			h = append(h, HistoryEntry{Serial: dh.Tid, Size: uint64(size)})
+			h = append(h, storage.HistoryEntry{Serial: dh.Tid, Size: uint64(size)})
 		}
 		pos = dh.PrevRevPos
 	}
 	if len(h) == 0 {
-		return nil, fmt.Errorf("oid %s: %w", oid, ErrOidNotFound)
+		return nil, fmt.Errorf("oid %s: %w", oid, storage.ErrOidNotFound)
 	}
 	return h, nil
 }
 
-var _ Backend = (*FS1Backend)(nil)
+var _ storage.Backend = (*Backend)(nil)
+
+// FileStorage returns the FileStorage the backend serves (for its
+// figures: fs1.FileStorage.Stats).
+func (b *Backend) FileStorage() *fs1.FileStorage { return b.fs }

@@ -1,4 +1,4 @@
-package storage
+package fs1backend
 
 import (
 	"context"
@@ -8,10 +8,11 @@ import (
 	"sync"
 
 	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/neo/storage"
 	"github.com/zodbd/zodbd/zodb"
 )
 
-// The write side of FS1Backend: NEO's commits into a FileStorage.
+// The write side of Backend: NEO's commits into a FileStorage.
 //
 // Vote keeps the transaction in memory (a copy): nothing reaches the disk,
 // and a crash forgets it, which NEO allows of a transaction that is not
@@ -71,8 +72,8 @@ type fs1Writes struct {
 
 // fs1Voted is a voted transaction, copied.
 type fs1Voted struct {
-	meta    TxnMeta
-	objects []VotedObject // Data slices into buf
+	meta    storage.TxnMeta
+	objects []storage.VotedObject // Data slices into buf
 	buf     []byte
 	locking bool // a Lock is in progress: Abort refuses
 }
@@ -85,35 +86,25 @@ type fs1Locked struct {
 	end  int64 // after the transaction's redundant length
 }
 
-var _ Writer = (*FS1Backend)(nil)
+var _ storage.Writer = (*Backend)(nil)
 
-// OpenFS1Writer opens the FileStorage file at path for NEO's commits (see
+// OpenWriter opens the FileStorage file at path for NEO's commits (see
 // fs1Writes): opt is what fs1.Open gets (ReadWrite is set; nil: the
 // defaults), and PATH.neo is the final-tid log, created if missing. A
 // transaction locked when the node stopped is locked again (not visible
 // until Unlock); one whose Data.fs transaction was followed by others
 // committed outside NEO (zodbd serve, runzeo) is taken as unlocked.
-func OpenFS1Writer(path string, opt *fs1.Options) (*FS1Backend, error) {
+func OpenWriter(path string, opt *fs1.Options) (*Backend, error) {
 	o := fs1.Options{}
 	if opt != nil {
 		o = *opt
 	}
 	o.ReadWrite = true
-	fs, err := fs1.Open(path, &o)
-	if err != nil {
-		return nil, err
-	}
-	b, err := newFS1Writer(fs)
-	if err != nil {
-		fs.Close()
-		return nil, err
-	}
-	b.own = true
-	return b, nil
+	return openOwn(path, &o, newWriter)
 }
 
-func newFS1Writer(fs *fs1.FileStorage) (*FS1Backend, error) {
-	b := &FS1Backend{fs: fs, path: fs.URL()}
+func newWriter(fs *fs1.FileStorage) (*Backend, error) {
+	b := &Backend{fs: fs, path: fs.URL()}
 	logPath := b.path + ".neo"
 	lockedLog, unlocked, cl, err := readTTIDLog(logPath)
 	if err != nil {
@@ -181,16 +172,21 @@ func newFS1Writer(fs *fs1.FileStorage) (*FS1Backend, error) {
 }
 
 // writes returns the write side, or zodb.ErrReadOnly.
-func (b *FS1Backend) writes() (*fs1Writes, error) {
+func (b *Backend) writes() (*fs1Writes, error) {
 	if b.w == nil {
 		return nil, fmt.Errorf("neo: fs1: %s: %w", b.path, zodb.ErrReadOnly)
 	}
 	return b.w, nil
 }
 
-// LockedTransactions implements Backend: the transactions locked and not
+// ReadOnly implements storage.ReadOnlyBackend: a FileStorage opened with Open
+// (or New) is served read-only; one opened with OpenWriter takes
+// commits.
+func (b *Backend) ReadOnly() bool { return b.w == nil }
+
+// LockedTransactions implements storage.Backend: the transactions locked and not
 // yet unlocked (also those locked before a crash), and the voted ones.
-func (b *FS1Backend) LockedTransactions(ctx context.Context) (map[zodb.Tid]zodb.Tid, error) {
+func (b *Backend) LockedTransactions(ctx context.Context) (map[zodb.Tid]zodb.Tid, error) {
 	r := map[zodb.Tid]zodb.Tid{}
 	w := b.w
 	if w == nil {
@@ -207,11 +203,11 @@ func (b *FS1Backend) LockedTransactions(ctx context.Context) (map[zodb.Tid]zodb.
 	return r, nil
 }
 
-// FinalTID implements Backend: the tid of a transaction locked (unlocked
+// FinalTID implements storage.Backend: the tid of a transaction locked (unlocked
 // or not) under ttid, as far back as the final-tid log remembers (the
 // last 4096 unlocked, across restarts); else, for a transaction committed
 // outside NEO, ttid itself when a transaction has that tid.
-func (b *FS1Backend) FinalTID(ctx context.Context, ttid zodb.Tid) (zodb.Tid, error) {
+func (b *Backend) FinalTID(ctx context.Context, ttid zodb.Tid) (zodb.Tid, error) {
 	if w := b.w; w != nil {
 		w.mu.Lock()
 		l := w.locked[ttid]
@@ -229,9 +225,9 @@ func (b *FS1Backend) FinalTID(ctx context.Context, ttid zodb.Tid) (zodb.Tid, err
 	return 0, nil
 }
 
-// LastSerial implements Writer: the serial of oid's newest visible record
+// LastSerial implements storage.Writer: the serial of oid's newest visible record
 // (also a deletion), from the records' headers.
-func (b *FS1Backend) LastSerial(ctx context.Context, oid zodb.Oid) (zodb.Tid, error) {
+func (b *Backend) LastSerial(ctx context.Context, oid zodb.Oid) (zodb.Tid, error) {
 	last := b.view.Load().last
 	fv := b.fs.View() // (after the view: it holds every transaction the view does)
 	pos, ok := fv.Index.Get(oid)
@@ -248,9 +244,9 @@ func (b *FS1Backend) LastSerial(ctx context.Context, oid zodb.Oid) (zodb.Tid, er
 	return 0, nil
 }
 
-// Vote implements Writer: t is copied and kept in memory until Lock or
+// Vote implements storage.Writer: t is copied and kept in memory until Lock or
 // Abort. An undo record's DataSerial must name a record of its oid.
-func (b *FS1Backend) Vote(ctx context.Context, t *VotedTxn) error {
+func (b *Backend) Vote(ctx context.Context, t *storage.VotedTxn) error {
 	w, err := b.writes()
 	if err != nil {
 		return err
@@ -266,7 +262,7 @@ func (b *FS1Backend) Vote(ctx context.Context, t *VotedTxn) error {
 			return fmt.Errorf("neo: fs1: %s: vote of %s: %w", b.path, t.TTid, err)
 		}
 	}
-	var m TxnMeta
+	var m storage.TxnMeta
 	if t.Meta != nil {
 		m = *t.Meta
 	}
@@ -276,13 +272,13 @@ func (b *FS1Backend) Vote(ctx context.Context, t *VotedTxn) error {
 			return fmt.Errorf("neo: fs1: %s: vote of %s: transaction metadata of %d bytes (a FileStorage holds at most 65535)", b.path, t.TTid, len(f))
 		}
 	}
-	v := &fs1Voted{buf: make([]byte, 0, size), objects: make([]VotedObject, len(t.Objects))}
+	v := &fs1Voted{buf: make([]byte, 0, size), objects: make([]storage.VotedObject, len(t.Objects))}
 	keep := func(p []byte) []byte {
 		n := len(v.buf)
 		v.buf = append(v.buf, p...)
 		return v.buf[n:len(v.buf):len(v.buf)]
 	}
-	v.meta = TxnMeta{User: keep(m.User), Description: keep(m.Description), Extension: keep(m.Extension)}
+	v.meta = storage.TxnMeta{User: keep(m.User), Description: keep(m.Description), Extension: keep(m.Extension)}
 	for i, o := range t.Objects {
 		if o.Data != nil && !o.NoData && o.DataSerial == 0 {
 			if o.Compression == 1 {
@@ -311,7 +307,7 @@ func (b *FS1Backend) Vote(ctx context.Context, t *VotedTxn) error {
 }
 
 // checkVoted checks what a FileStorage can hold of o.
-func (b *FS1Backend) checkVoted(o *VotedObject) error {
+func (b *Backend) checkVoted(o *storage.VotedObject) error {
 	switch {
 	case o.NoData:
 	case o.DataSerial != 0:
@@ -326,7 +322,7 @@ func (b *FS1Backend) checkVoted(o *VotedObject) error {
 
 // checkBackpointer checks that oid has a record with serial in Data.fs,
 // which an undo record of oid can point to.
-func (b *FS1Backend) checkBackpointer(oid zodb.Oid, serial zodb.Tid) error {
+func (b *Backend) checkBackpointer(oid zodb.Oid, serial zodb.Tid) error {
 	fv := b.fs.View()
 	pos, ok := fv.Index.Get(oid)
 	var dh fs1.DataHeader
@@ -345,7 +341,7 @@ func (b *FS1Backend) checkBackpointer(oid zodb.Oid, serial zodb.Tid) error {
 	return fmt.Errorf("oid %s: undo record: no revision %s to point to (packed away?)", oid, serial)
 }
 
-// Lock implements Writer (see fs1Writes for how it is made durable). A
+// Lock implements storage.Writer (see fs1Writes for how it is made durable). A
 // ttid already locked with tid (ValidateTransaction after a restart), or
 // already unlocked as tid, is a no-op.
 //
@@ -355,7 +351,7 @@ func (b *FS1Backend) checkBackpointer(oid zodb.Oid, serial zodb.Tid) error {
 // (the node calls Lock in the order of the master's AskLockInformation,
 // which is tid order; the wait makes that order hold even if its
 // goroutines start Lock a little out of order).
-func (b *FS1Backend) Lock(ctx context.Context, ttid, tid zodb.Tid) error {
+func (b *Backend) Lock(ctx context.Context, ttid, tid zodb.Tid) error {
 	w, err := b.writes()
 	if err != nil {
 		return err
@@ -404,7 +400,7 @@ func (b *FS1Backend) Lock(ctx context.Context, ttid, tid zodb.Tid) error {
 
 // lock does Lock's I/O; it takes tid out of w.pending when its fs1 vote is
 // done (or failed).
-func (b *FS1Backend) lock(ctx context.Context, w *fs1Writes, ttid, tid zodb.Tid, v *fs1Voted) (*fs1Locked, error) {
+func (b *Backend) lock(ctx context.Context, w *fs1Writes, ttid, tid zodb.Tid, v *fs1Voted) (*fs1Locked, error) {
 	done := false
 	passed := func(ok bool) {
 		done = true
@@ -488,10 +484,10 @@ func (w *fs1Writes) smallerPending(tid zodb.Tid) bool {
 	return false
 }
 
-// Unlock implements Writer: the locked transaction becomes visible. Its
+// Unlock implements storage.Writer: the locked transaction becomes visible. Its
 // 'U' record is not synced (see fs1Writes). Unlocking ttid again as tid is
 // a no-op.
-func (b *FS1Backend) Unlock(ctx context.Context, ttid, tid zodb.Tid) error {
+func (b *Backend) Unlock(ctx context.Context, ttid, tid zodb.Tid) error {
 	w, err := b.writes()
 	if err != nil {
 		return err
@@ -534,7 +530,7 @@ func (b *FS1Backend) Unlock(ctx context.Context, ttid, tid zodb.Tid) error {
 // rescan reads the transaction table of the file as it is now, up to last,
 // and updates the positions of the locked transactions. Called with w.mu
 // held.
-func (b *FS1Backend) rescan(w *fs1Writes, last zodb.Tid) (*fs1View, error) {
+func (b *Backend) rescan(w *fs1Writes, last zodb.Tid) (*fs1View, error) {
 	fv := b.fs.View()
 	nv, after, err := b.scanView(fv, last)
 	if err != nil {
@@ -554,8 +550,8 @@ func (b *FS1Backend) rescan(w *fs1Writes, last zodb.Tid) (*fs1View, error) {
 	return nv, nil
 }
 
-// Abort implements Writer.
-func (b *FS1Backend) Abort(ctx context.Context, ttid zodb.Tid) error {
+// Abort implements storage.Writer.
+func (b *Backend) Abort(ctx context.Context, ttid zodb.Tid) error {
 	w, err := b.writes()
 	if err != nil {
 		return err
@@ -574,9 +570,9 @@ func (b *FS1Backend) Abort(ctx context.Context, ttid zodb.Tid) error {
 	return nil
 }
 
-// DropUnlocked implements Writer: the voted transactions are dropped (one
+// DropUnlocked implements storage.Writer: the voted transactions are dropped (one
 // being locked is kept); the locked ones stay.
-func (b *FS1Backend) DropUnlocked(ctx context.Context) error {
+func (b *Backend) DropUnlocked(ctx context.Context) error {
 	w, err := b.writes()
 	if err != nil {
 		return err
@@ -597,10 +593,10 @@ type fs1Rev struct {
 	backTid zodb.Tid // the tid the record's backpointer names (NEO's value_tid); 0: none
 }
 
-// UndoSerial implements Writer from the headers of oid's records (the
+// UndoSerial implements storage.Writer from the headers of oid's records (the
 // visible ones): NEO's undo rule, where an undo record is linked to the
 // record whose data it reuses by its backpointer (value_tid).
-func (b *FS1Backend) UndoSerial(ctx context.Context, oid zodb.Oid, ltid, undoTid, currentOverride zodb.Tid) (current, undo zodb.Tid, isCurrent, ok bool, err error) {
+func (b *Backend) UndoSerial(ctx context.Context, oid zodb.Oid, ltid, undoTid, currentOverride zodb.Tid) (current, undo zodb.Tid, isCurrent, ok bool, err error) {
 	last := b.view.Load().last
 	fv := b.fs.View()
 	pos, found := fv.Index.Get(oid)
@@ -682,17 +678,17 @@ found:
 	return current, undone, isCurrent, true, nil
 }
 
-// ErrPartialPack is returned by FS1Backend.Pack for a pack order that
+// ErrPartialPack is returned by Backend.Pack for a pack order that
 // names oids: a FileStorage packs all of its objects or none.
 var ErrPartialPack = errors.New("a FileStorage cannot pack some objects only")
 
-// Pack implements Writer with fs1's online pack, without garbage
+// Pack implements storage.Writer with fs1's online pack, without garbage
 // collection (NEO packs old revisions, it does not collect unreachable
 // objects): readers and commits carry on; the transaction table is read
 // again from the packed file afterwards. A tid past the last unlocked
 // transaction packs as of that one. A partial pack (oids != nil) fails
 // with ErrPartialPack.
-func (b *FS1Backend) Pack(ctx context.Context, tid zodb.Tid, oids []zodb.Oid) error {
+func (b *Backend) Pack(ctx context.Context, tid zodb.Tid, oids []zodb.Oid) error {
 	w, err := b.writes()
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package storage_test
+package sqlitebackend_test
 
 import (
 	"context"
@@ -6,7 +6,9 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/zodbd/zodbd/internal/datasets"
 	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neo/storage/sqlitebackend"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -17,7 +19,7 @@ import (
 // pack removes the old revision; a cancelled pack changes nothing.
 func TestSQLiteWriter(t *testing.T) {
 	ctx := context.Background()
-	be, err := storage.OpenSQLite(ctx, testSQLite(t))
+	be, err := sqlitebackend.Open(ctx, datasets.CopyFile(t, "../../../testdata/neo/storage.sqlite"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package storage
+package sqlitebackend
 
 import (
 	"context"
@@ -8,12 +8,13 @@ import (
 	"os"
 
 	"github.com/zodbd/zodbd/neo/proto"
+	"github.com/zodbd/zodbd/neo/storage"
 	"github.com/zodbd/zodbd/neosqlite"
 	"github.com/zodbd/zodbd/zodb"
 )
 
-// SQLiteBackend serves the SQLite database of a NEO/py storage node
-// (neosqlite) and, opened with OpenSQLite, writes it (Writer) exactly as
+// Backend serves the SQLite database of a NEO/py storage node
+// (neosqlite) and, opened with Open, writes it (Writer) exactly as
 // NEO/py's storage node does, so that either node can take the database
 // over from the other. The cluster name, the node id, the partition
 // table, its id and the number of replicas are those stored in the
@@ -22,12 +23,12 @@ import (
 // restarts with this node in place of the NEO/py one. Only the partitions this node's cells make readable in the
 // database (UP_TO_DATE or FEEDING) are served. Records are served exactly
 // as stored (compression flag, stored checksum, undo backpointer).
-type SQLiteBackend struct {
+type Backend struct {
 	db  *neosqlite.DB
 	own bool
 }
 
-// OpenSQLite opens the NEO/py SQLite database at path read-write, as its
+// Open opens the NEO/py SQLite database at path read-write, as its
 // storage node: it takes NEO/py's storage lock on the file
 // (neosqlite.OpenWriter), so that a NEO/py node cannot use it at the same
 // time. While it is open the database is in SQLite's WAL mode (readers never
@@ -38,7 +39,7 @@ type SQLiteBackend struct {
 // NEO/py's storage creates its database at its first start
 // (neosqlite.Create): NEO's schema, no cluster name, node id nor partition
 // table, which the node stores when it joins a cluster (PTStore).
-func OpenSQLite(ctx context.Context, path string) (*SQLiteBackend, error) {
+func Open(ctx context.Context, path string) (*Backend, error) {
 	if fi, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) || err == nil && fi.Mode().IsRegular() && fi.Size() == 0 {
 		if err := neosqlite.Create(path, neosqlite.CreateOptions{}); err != nil && !errors.Is(err, fs.ErrExist) {
 			return nil, err
@@ -48,31 +49,35 @@ func OpenSQLite(ctx context.Context, path string) (*SQLiteBackend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &SQLiteBackend{db: db, own: true}, nil
+	return &Backend{db: db, own: true}, nil
 }
 
-// NewSQLite serves db, which the caller keeps open (Close does not close it).
+// New serves db, which the caller keeps open (Close does not close it).
 // The Writer methods fail unless db was opened with neosqlite.OpenWriter.
-func NewSQLite(db *neosqlite.DB) *SQLiteBackend { return &SQLiteBackend{db: db} }
+func New(db *neosqlite.DB) *Backend { return &Backend{db: db} }
 
-// Path implements Backend.
-func (b *SQLiteBackend) Path() string { return b.db.Path() }
+// ReadOnly implements storage.ReadOnlyBackend: a database wrapped by New
+// from neosqlite.Open is served read-only; Open's takes commits.
+func (b *Backend) ReadOnly() bool { return b.db.ReadOnly() }
 
-// Close implements Backend.
-func (b *SQLiteBackend) Close() error {
+// Path implements storage.Backend.
+func (b *Backend) Path() string { return b.db.Path() }
+
+// Close implements storage.Backend.
+func (b *Backend) Close() error {
 	if b.own {
 		return b.db.Close()
 	}
 	return nil
 }
 
-// NumPartitions implements Backend.
-func (b *SQLiteBackend) NumPartitions() int { return b.db.NumPartitions() }
+// NumPartitions implements storage.Backend.
+func (b *Backend) NumPartitions() int { return b.db.NumPartitions() }
 
-// Recovery implements Backend.
-func (b *SQLiteBackend) Recovery(ctx context.Context) (RecoveryInfo, error) {
+// Recovery implements storage.Backend.
+func (b *Backend) Recovery(ctx context.Context) (storage.RecoveryInfo, error) {
 	cfg := b.db.Config()
-	r := RecoveryInfo{
+	r := storage.RecoveryInfo{
 		Cluster:     cfg.Name,
 		PTID:        cfg.PTID,
 		HasPTID:     cfg.HasPTID,
@@ -85,7 +90,7 @@ func (b *SQLiteBackend) Recovery(ctx context.Context) (RecoveryInfo, error) {
 	}
 	first := true
 	for _, c := range b.db.PartitionTable() {
-		r.Cells = append(r.Cells, Cell{Partition: c.Partition, NID: proto.NodeID(c.Nid), State: proto.CellState(c.State)})
+		r.Cells = append(r.Cells, storage.Cell{Partition: c.Partition, NID: proto.NodeID(c.Nid), State: proto.CellState(c.State)})
 		if cfg.HasNid && c.Nid == cfg.Nid && c.HasPack {
 			if first || c.Pack < r.PackID {
 				r.PackID = c.Pack
@@ -105,126 +110,127 @@ func mapErr(err error) error {
 	var tnf *neosqlite.TidNotFoundError
 	switch {
 	case errors.As(err, &onf):
-		return fmt.Errorf("%w: %v", ErrOidNotFound, err)
+		return fmt.Errorf("%w: %v", storage.ErrOidNotFound, err)
 	case errors.As(err, &tnf):
-		return fmt.Errorf("%w: %v", ErrTidNotFound, err)
+		return fmt.Errorf("%w: %v", storage.ErrTidNotFound, err)
 	case errors.Is(err, neosqlite.ErrNonReadableCell):
-		return fmt.Errorf("%w: %v", ErrNonReadableCell, err)
+		return fmt.Errorf("%w: %v", storage.ErrNonReadableCell, err)
 	}
 	return err // *zodb.NoObjectError stays visible to errors.As
 }
 
-// Object implements Backend.
-func (b *SQLiteBackend) Object(ctx context.Context, oid zodb.Oid, at, before zodb.Tid, o *Object) error {
+// Object implements storage.Backend.
+func (b *Backend) Object(ctx context.Context, oid zodb.Oid, at, before zodb.Tid, o *storage.Object) error {
 	var so neosqlite.Object
 	if err := b.db.ObjectInto(ctx, oid, at, before, o.Data[:0], &so); err != nil {
 		return mapErr(err)
 	}
-	*o = Object{
-		Oid:         so.Oid,
-		Serial:      so.Serial,
-		NextSerial:  so.NextSerial,
-		Compression: so.Compression,
-		Checksum:    so.Checksum,
-		Data:        so.Data,
-		DataSerial:  so.DataSerial,
-		NoData:      so.NoData,
-	}
+	*o = storage.Object(so)
 	return nil
 }
 
-// OIDsFrom implements Backend with neosqlite.
-func (b *SQLiteBackend) OIDsFrom(ctx context.Context, p uint32, length int, minOid zodb.Oid, tid zodb.Tid) ([]zodb.Oid, zodb.Oid, bool, error) {
+// OIDsFrom implements storage.Backend with neosqlite.
+func (b *Backend) OIDsFrom(ctx context.Context, p uint32, length int, minOid zodb.Oid, tid zodb.Tid) ([]zodb.Oid, zodb.Oid, bool, error) {
 	oids, next, more, err := b.db.OIDsFrom(ctx, p, length, minOid, tid)
 	return oids, next, more, mapErr(err)
 }
 
-// LastIDs implements Backend.
-func (b *SQLiteBackend) LastIDs(ctx context.Context) (LastIDs, error) {
+// LastIDs implements storage.Backend.
+func (b *Backend) LastIDs(ctx context.Context) (storage.LastIDs, error) {
 	r, err := b.db.LastIDsFull(ctx, nil)
 	if err != nil {
-		return LastIDs{}, err
+		return storage.LastIDs{}, err
 	}
-	return LastIDs{Tid: r.Tid, HasTid: r.HasTid, Oid: r.Oid, HasOid: r.HasOid, FirstTid: r.FirstTid}, nil
+	return storage.LastIDs{Tid: r.Tid, HasTid: r.HasTid, Oid: r.Oid, HasOid: r.HasOid, FirstTid: r.FirstTid}, nil
 }
 
-// TIDs implements Backend.
-func (b *SQLiteBackend) TIDs(ctx context.Context, first, last int, partitions []uint32) ([]zodb.Tid, error) {
+// TIDs implements storage.Backend.
+func (b *Backend) TIDs(ctx context.Context, first, last int, partitions []uint32) ([]zodb.Tid, error) {
 	t, err := b.db.TIDs(ctx, first, last, partitions)
 	return t, mapErr(err)
 }
 
-// TIDsFrom implements Backend.
-func (b *SQLiteBackend) TIDsFrom(ctx context.Context, minTid, maxTid zodb.Tid, length int, partitions []uint32) ([]zodb.Tid, error) {
+// TIDsFrom implements storage.Backend.
+func (b *Backend) TIDsFrom(ctx context.Context, minTid, maxTid zodb.Tid, length int, partitions []uint32) ([]zodb.Tid, error) {
 	t, err := b.db.TIDsFrom(ctx, minTid, maxTid, length, partitions)
 	return t, mapErr(err)
 }
 
-// TransactionInformation implements Backend.
-func (b *SQLiteBackend) TransactionInformation(ctx context.Context, tid zodb.Tid) (*TxnInfo, error) {
+// TransactionInformation implements storage.Backend.
+func (b *Backend) TransactionInformation(ctx context.Context, tid zodb.Tid) (*storage.TxnInfo, error) {
 	t, err := b.db.TransactionInformation(ctx, tid)
 	if err != nil {
 		return nil, mapErr(err)
 	}
+	ti := txnInfo(t)
+	return &ti, nil
+}
+
+// txnInfo is t as the node answers it (Oids not nil).
+func txnInfo(t *neosqlite.TxnInfo) storage.TxnInfo {
 	oids := t.Oids
 	if oids == nil {
 		oids = []zodb.Oid{}
 	}
-	return &TxnInfo{Tid: t.Tid, User: t.User, Description: t.Description, Extension: t.Extension, Packed: t.Packed, Oids: oids}, nil
+	return storage.TxnInfo{Tid: t.Tid, User: t.User, Description: t.Description, Extension: t.Extension, Packed: t.Packed, Oids: oids}
 }
 
-// ObjectHistory implements Backend.
-func (b *SQLiteBackend) ObjectHistory(ctx context.Context, oid zodb.Oid, first, last int) ([]HistoryEntry, error) {
+// ObjectHistory implements storage.Backend.
+func (b *Backend) ObjectHistory(ctx context.Context, oid zodb.Oid, first, last int) ([]storage.HistoryEntry, error) {
 	h, err := b.db.ObjectHistory(ctx, oid, first, last)
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	r := make([]HistoryEntry, len(h))
+	r := make([]storage.HistoryEntry, len(h))
 	for i, e := range h {
-		r[i] = HistoryEntry{Serial: e.Serial, Size: uint64(e.Size)}
+		r[i] = storage.HistoryEntry{Serial: e.Serial, Size: uint64(e.Size)}
 	}
 	return r, nil
 }
 
-// LockedTransactions implements Backend.
-func (b *SQLiteBackend) LockedTransactions(ctx context.Context) (map[zodb.Tid]zodb.Tid, error) {
+// LockedTransactions implements storage.Backend.
+func (b *Backend) LockedTransactions(ctx context.Context) (map[zodb.Tid]zodb.Tid, error) {
 	return b.db.LockedTransactions(ctx)
 }
 
-// FinalTID implements Backend.
-func (b *SQLiteBackend) FinalTID(ctx context.Context, ttid zodb.Tid) (zodb.Tid, error) {
+// FinalTID implements storage.Backend.
+func (b *Backend) FinalTID(ctx context.Context, ttid zodb.Tid) (zodb.Tid, error) {
 	t, err := b.db.FinalTID(ctx, ttid)
 	return t, mapErr(err)
 }
 
-// LastSerial implements Writer.
-func (b *SQLiteBackend) LastSerial(ctx context.Context, oid zodb.Oid) (zodb.Tid, error) {
+// LastSerial implements storage.Writer.
+func (b *Backend) LastSerial(ctx context.Context, oid zodb.Oid) (zodb.Tid, error) {
 	return b.db.LastSerial(ctx, oid)
 }
 
-// Vote implements Writer.
-func (b *SQLiteBackend) Vote(ctx context.Context, t *VotedTxn) error {
+// Vote implements storage.Writer.
+func (b *Backend) Vote(ctx context.Context, t *storage.VotedTxn) error {
 	return b.VotePack(ctx, t, nil)
 }
 
 // VotePack is Vote for a transaction that carries a pack order
 // (AskStoreTransaction's pack: oids nil for a full pack, the pack tid),
 // stored in the pack table as NEO/py does; pack nil is Vote.
-func (b *SQLiteBackend) VotePack(ctx context.Context, t *VotedTxn, pack *neosqlite.PackRequest) error {
+func (b *Backend) VotePack(ctx context.Context, t *storage.VotedTxn, pack *proto.PackRequest) error {
 	vt := neosqlite.VotedTxn{TTid: t.TTid, Objects: make([]neosqlite.VotedObject, len(t.Objects))}
 	if m := t.Meta; m != nil {
-		vt.Meta = &neosqlite.TxnMeta{User: m.User, Description: m.Description, Extension: m.Extension, Oids: m.Oids, Pack: pack}
+		vt.Meta = &neosqlite.TxnMeta{User: m.User, Description: m.Description, Extension: m.Extension, Oids: m.Oids}
+		if pack != nil {
+			vt.Meta.Pack = &neosqlite.PackRequest{PackTid: pack.PackTid}
+			if pack.OidsSet {
+				vt.Meta.Pack.Oids = append([]zodb.Oid{}, pack.Oids...)
+			}
+		}
 	}
-	for i := range t.Objects {
-		o := &t.Objects[i]
-		vt.Objects[i] = neosqlite.VotedObject{Oid: o.Oid, Compression: o.Compression, Checksum: o.Checksum,
-			Data: o.Data, DataSerial: o.DataSerial, NoData: o.NoData}
+	for i, o := range t.Objects {
+		vt.Objects[i] = neosqlite.VotedObject(o)
 	}
 	return b.db.Vote(ctx, &vt)
 }
 
-// Lock implements Writer.
-func (b *SQLiteBackend) Lock(ctx context.Context, ttid, tid zodb.Tid) error {
+// Lock implements storage.Writer.
+func (b *Backend) Lock(ctx context.Context, ttid, tid zodb.Tid) error {
 	return b.db.Lock(ctx, ttid, tid, false)
 }
 
@@ -232,31 +238,31 @@ func (b *SQLiteBackend) Lock(ctx context.Context, ttid, tid zodb.Tid) error {
 // pack order the transaction carries is approved (pack.approved = 1), as
 // NEO/py does; the master's ValidateTransaction after a restart locks with
 // approve true.
-func (b *SQLiteBackend) LockPack(ctx context.Context, ttid, tid zodb.Tid, approve bool) error {
+func (b *Backend) LockPack(ctx context.Context, ttid, tid zodb.Tid, approve bool) error {
 	return b.db.Lock(ctx, ttid, tid, approve)
 }
 
-// Unlock implements Writer.
-func (b *SQLiteBackend) Unlock(ctx context.Context, ttid, tid zodb.Tid) error {
+// Unlock implements storage.Writer.
+func (b *Backend) Unlock(ctx context.Context, ttid, tid zodb.Tid) error {
 	return b.db.Unlock(ctx, ttid, tid)
 }
 
-// Abort implements Writer.
-func (b *SQLiteBackend) Abort(ctx context.Context, ttid zodb.Tid) error { return b.db.Abort(ctx, ttid) }
+// Abort implements storage.Writer.
+func (b *Backend) Abort(ctx context.Context, ttid zodb.Tid) error { return b.db.Abort(ctx, ttid) }
 
-// DropUnlocked implements Writer.
-func (b *SQLiteBackend) DropUnlocked(ctx context.Context) error { return b.db.DropUnlocked(ctx) }
+// DropUnlocked implements storage.Writer.
+func (b *Backend) DropUnlocked(ctx context.Context) error { return b.db.DropUnlocked(ctx) }
 
-// UndoSerial implements Writer. As NEO/py's findUndoTID, it may return ok
+// UndoSerial implements storage.Writer. As NEO/py's findUndoTID, it may return ok
 // with current 0: the undoing transaction (ltid) does not see undoTid;
 // NEO/py's storage answers that as OID_NOT_FOUND.
-func (b *SQLiteBackend) UndoSerial(ctx context.Context, oid zodb.Oid, ltid, undoTid, currentOverride zodb.Tid) (current, undo zodb.Tid, isCurrent, ok bool, err error) {
+func (b *Backend) UndoSerial(ctx context.Context, oid zodb.Oid, ltid, undoTid, currentOverride zodb.Tid) (current, undo zodb.Tid, isCurrent, ok bool, err error) {
 	current, undo, isCurrent, ok, err = b.db.UndoSerial(ctx, oid, ltid, undoTid, currentOverride)
 	return current, undo, isCurrent, ok, mapErr(err)
 }
 
-// Pack implements Writer.
-func (b *SQLiteBackend) Pack(ctx context.Context, tid zodb.Tid, oids []zodb.Oid) error {
+// Pack implements storage.Writer.
+func (b *Backend) Pack(ctx context.Context, tid zodb.Tid, oids []zodb.Oid) error {
 	return b.db.Pack(ctx, 0, tid, oids)
 }
 
@@ -264,17 +270,17 @@ func (b *SQLiteBackend) Pack(ctx context.Context, tid zodb.Tid, oids []zodb.Oid)
 // each partition packed records packID as its last completed pack
 // (pt.pack of this node's cell, what NotifyPackCompleted and Recovery's
 // PackID report), as NEO/py does.
-func (b *SQLiteBackend) PackOrder(ctx context.Context, packID, tid zodb.Tid, oids []zodb.Oid) error {
+func (b *Backend) PackOrder(ctx context.Context, packID, tid zodb.Tid, oids []zodb.Oid) error {
 	return b.db.Pack(ctx, packID, tid, oids)
 }
 
-// SetIdentity implements PTStore: it stores the cluster name and the node
+// SetIdentity implements storage.PTStore: it stores the cluster name and the node
 // id the master gave this node (config "name" and "nid", as NEO/py's
 // storage stores them when it joins; a changed nid moves this node's cells
 // of the stored partition table), so that Recovery answers them after a
-// restart. On a database not opened for writing (NewSQLite of a read-only
+// restart. On a database not opened for writing (New of a read-only
 // neosqlite.DB) it stores nothing and returns nil.
-func (b *SQLiteBackend) SetIdentity(ctx context.Context, cluster string, nid proto.NodeID) error {
+func (b *Backend) SetIdentity(ctx context.Context, cluster string, nid proto.NodeID) error {
 	if !b.db.Writable() {
 		return nil
 	}
@@ -286,12 +292,12 @@ func (b *SQLiteBackend) SetIdentity(ctx context.Context, cluster string, nid pro
 	return b.db.SetNID(ctx, int32(nid))
 }
 
-// SetPartitionTable implements PTStore: the pt rows and config "ptid" and
+// SetPartitionTable implements storage.PTStore: the pt rows and config "ptid" and
 // "replicas" NEO/py's storage writes for the same table
 // (neosqlite.DB.SetPartitionTable); reads and writes follow the new table
 // at once, and NumPartitions is its number of partitions. On a database
 // not opened for writing it stores nothing and returns nil.
-func (b *SQLiteBackend) SetPartitionTable(ctx context.Context, ptid uint64, numReplicas int, cells []Cell, reset bool, lastPackID zodb.Tid) error {
+func (b *Backend) SetPartitionTable(ctx context.Context, ptid uint64, numReplicas int, cells []storage.Cell, reset bool, lastPackID zodb.Tid) error {
 	if !b.db.Writable() {
 		return nil
 	}
@@ -306,7 +312,7 @@ func (b *SQLiteBackend) SetPartitionTable(ctx context.Context, ptid uint64, numR
 }
 
 var (
-	_ Backend = (*SQLiteBackend)(nil)
-	_ Writer  = (*SQLiteBackend)(nil)
-	_ PTStore = (*SQLiteBackend)(nil)
+	_ storage.Backend = (*Backend)(nil)
+	_ storage.Writer  = (*Backend)(nil)
+	_ storage.PTStore = (*Backend)(nil)
 )

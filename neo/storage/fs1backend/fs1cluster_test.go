@@ -1,4 +1,4 @@
-package storage
+package fs1backend
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/zodbd/zodbd/fs1"
 	"github.com/zodbd/zodbd/neo/proto"
+	"github.com/zodbd/zodbd/neo/storage"
 )
 
 // TestFS1PTStore: the identity and partition table stored in PATH.neo
@@ -20,16 +21,16 @@ import (
 func TestFS1PTStore(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "Data.fs")
-	open := func() *FS1Backend {
+	open := func() *Backend {
 		t.Helper()
 		_, err := os.Stat(path)
-		b, err := OpenFS1Writer(path, &fs1.Options{Create: os.IsNotExist(err)})
+		b, err := OpenWriter(path, &fs1.Options{Create: os.IsNotExist(err)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return b
 	}
-	recovery := func(b *FS1Backend) RecoveryInfo {
+	recovery := func(b *Backend) storage.RecoveryInfo {
 		t.Helper()
 		r, err := b.Recovery(ctx)
 		if err != nil {
@@ -38,21 +39,21 @@ func TestFS1PTStore(t *testing.T) {
 		return r
 	}
 	b := open()
-	if r := recovery(b); !reflect.DeepEqual(r, RecoveryInfo{}) {
+	if r := recovery(b); !reflect.DeepEqual(r, storage.RecoveryInfo{}) {
 		t.Fatalf("new storage: Recovery %+v", r)
 	}
 	name := strings.Repeat("a long cluster name ", 3) // 60 bytes: 4 'i' records
 	if err := b.SetIdentity(ctx, name, 3); err != nil {
 		t.Fatal(err)
 	}
-	cells := []Cell{{0, 3, proto.UpToDate}, {0, 4, proto.OutOfDate}}
+	cells := []storage.Cell{{Partition: 0, NID: 3, State: proto.UpToDate}, {Partition: 0, NID: 4, State: proto.OutOfDate}}
 	if err := b.SetPartitionTable(ctx, 5, 1, cells, true, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.SetPartitionTable(ctx, 6, 1, []Cell{{0, 4, proto.Discarded}, {0, 5, proto.Feeding}}, false, 0); err != nil {
+	if err := b.SetPartitionTable(ctx, 6, 1, []storage.Cell{{Partition: 0, NID: 4, State: proto.Discarded}, {Partition: 0, NID: 5, State: proto.Feeding}}, false, 0); err != nil {
 		t.Fatal(err)
 	}
-	want := RecoveryInfo{Cluster: name, NID: 3, PTID: 6, HasPTID: true, NumReplicas: 1, Cells: []Cell{{0, 3, proto.UpToDate}, {0, 5, proto.Feeding}}}
+	want := storage.RecoveryInfo{Cluster: name, NID: 3, PTID: 6, HasPTID: true, NumReplicas: 1, Cells: []storage.Cell{{Partition: 0, NID: 3, State: proto.UpToDate}, {Partition: 0, NID: 5, State: proto.Feeding}}}
 	if r := recovery(b); !reflect.DeepEqual(r, want) {
 		t.Fatalf("Recovery %+v, want %+v", r, want)
 	}
@@ -82,7 +83,7 @@ func TestFS1PTStore(t *testing.T) {
 	// A crash in the middle of writing a table: its header and one cell of
 	// two reach the disk.
 	var c2 fs1Cluster
-	c2.hasPT, c2.ptid, c2.cells = true, 9, []Cell{{0, 7, proto.UpToDate}, {0, 8, proto.UpToDate}}
+	c2.hasPT, c2.ptid, c2.cells = true, 9, []storage.Cell{{Partition: 0, NID: 7, State: proto.UpToDate}, {Partition: 0, NID: 8, State: proto.UpToDate}}
 	g := c2.appendPT(nil)
 	f, err := os.OpenFile(path+".neo", os.O_WRONLY, 0)
 	if err != nil {
@@ -98,7 +99,7 @@ func TestFS1PTStore(t *testing.T) {
 	}
 	b.Close()
 
-	ro, err := OpenFS1(path)
+	ro, err := Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +107,7 @@ func TestFS1PTStore(t *testing.T) {
 	if err := ro.SetIdentity(ctx, "x", 1); err == nil {
 		t.Error("SetIdentity on a read-only backend succeeded")
 	}
-	if r := recovery(ro); !reflect.DeepEqual(r, RecoveryInfo{}) {
+	if r := recovery(ro); !reflect.DeepEqual(r, storage.RecoveryInfo{}) {
 		t.Errorf("read-only: Recovery %+v", r)
 	}
 }

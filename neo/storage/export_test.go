@@ -1,0 +1,28 @@
+package storage
+
+import "github.com/zodbd/zodbd/neo/proto"
+
+// The node's internals that the external tests drive directly (package
+// storage_test, which can import the backends: they import this package).
+
+// SetNID gives n the node id the master's identification would.
+func SetNID(n *Node, nid proto.NodeID) { n.nid.Store(int32(nid)) }
+
+// CloseListener closes n's listener, for a node that never served.
+func CloseListener(n *Node) { n.ln.Close() }
+
+// HasReplicator reports whether n replicates (a node that takes writes).
+func HasReplicator(n *Node) bool { return n.repl != nil }
+
+// CellsChanged passes changes to n's replicator as NotifyPartitionChanges
+// does.
+func CellsChanged(n *Node, changes []proto.CellChange) error { return n.repl.cellsChanged(changes) }
+
+// IsFatal reports whether err stops the node.
+var IsFatal = isFatal
+
+// StoresLockless reports whether n keeps stores for partition p without
+// lock (its cell is being replicated); StoresDropped, whether it drops
+// them (no cell here).
+func StoresLockless(n *Node, p uint32) bool { return n.repl.writeMode(p) == replLockless }
+func StoresDropped(n *Node, p uint32) bool  { return n.repl.writeMode(p) == replNone }
