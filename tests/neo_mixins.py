@@ -184,11 +184,12 @@ def EXPECTED_FAILURES_BY_ID(i):
 def main():
     global KIND, ZODBD
     ap = argparse.ArgumentParser()
-    ap.add_argument('kind', choices=neocluster.KINDS)
+    ap.add_argument('kind', help='a kind of neocluster.KINDS or a layout (neocluster.layout)')
     ap.add_argument('zodbd')
     ap.add_argument('-k', action='append', default=[], help='run the tests whose id contains this')
     ap.add_argument('--json')
     a = ap.parse_args()
+    neocluster.layout(a.kind)  # checks it
     KIND, ZODBD = a.kind, a.zodbd
     r = unittest.TextTestRunner(resultclass=Result, verbosity=2, stream=sys.stderr).run(suite(a.k))
     if a.json:
