@@ -23,7 +23,6 @@ reference that shows the tests themselves right (ZODBD_NEO_REFERENCE=1).
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
