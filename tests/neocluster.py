@@ -154,9 +154,11 @@ class Cluster:
         n = self.nodes[i]
         if n.kind == 'neopy':
             # -l: a debug log (SQLite, flushed on SIGRTMIN) where its
-            # checker says which partitions it checked (checked()).
+            # checker says which partitions it checked (_checked); not
+            # for the one node of a single-node cluster (benchmarks).
+            log = [] if n.label == 'storage' else ['-l', n.db + '.log']
             return self._neo('neostorage') + ['-c', self.name, '-b', n.addr, '-m', self.master,
-                                              '-a', 'SQLite', '-d', n.db, '-l', n.db + '.log']
+                                              '-a', 'SQLite', '-d', n.db] + log
         if n.kind == 'zodbd-fs' and not os.path.exists(n.db):
             open(n.db, 'wb').write(b'FS21')  # an empty FileStorage
         backend = n.db if n.kind == 'zodbd-fs' else 'sqlite:' + n.db
