@@ -1,16 +1,18 @@
 """ZODB's storage test mixins through NEO/py's client (neo.client.Storage)
-against a one-storage NEO cluster whose storage node is zodbd's (or, as
-the reference, NEO/py's own). Run with NEO/py's Python (it imports neo and
+against a NEO cluster of tests/neocluster.py: one storage node, zodbd's
+(or, as the reference, NEO/py's own), or a layout of several, replicated. Run with NEO/py's Python (it imports neo and
 ZODB's test mixins); tests/test_neo_writes.py runs it (docs/neo.md).
 
     NEOPY_SRC=... PYTHONPATH=$NEOPY_SRC:tests python tests/neo_mixins.py \
         KIND ZODBD [-k SUBSTRING] [--json FILE]
 
-KIND is one of neocluster.KINDS. Every test gets a fresh cluster on an
+KIND is one of neocluster.KINDS or a layout ('zodbd-sqlite+neopy/p2/r1',
+neocluster.layout). Every test gets a fresh cluster on an
 empty database. The client is set up as NEO/py's own ZODB tests set it up
 (neo/tests/zodb: pack waits until done, undoLog hides NEO's pack
 transactions), and the tests NEO/py marks as expected failures of NEO
-itself are expected to fail here too (EXPECTED_FAILURES)."""
+itself are expected to fail here too (EXPECTED_FAILURES; SPREAD_FAILURES
+on layouts with partitions spread over more nodes than replicas+1)."""
 import argparse
 import json
 import os
@@ -34,6 +36,15 @@ import neocluster
 EXPECTED_FAILURES = {
     'testPackAllRevisions', 'testPackUndoLog', 'testTransactionalUndoAfterPack',
 }
+# NEO/py's client computes undoLog(first, last) / undoInfo as the union
+# of each storage node's [first, last) slice of its own tids: right when
+# every node holds every partition, wrong when the partitions are spread
+# over more nodes than replicas+1 (NEO/py marks its undoLog "broken"; an
+# all-NEO/py cluster of the same layout fails these two the same way).
+# On such layouts they may fail (xfail) or, by the luck of the tids'
+# partitions, pass.
+SPREAD_FAILURES = {'testIndicesInUndoInfo', 'testIndicesInUndoLog'}
+SPREAD = False  # set by main() for such layouts
 # Not applicable (NEO/py skips it too): it expects lastTransaction() to
 # block while tpc_finish's callback runs, which ZODB 5.6 no longer requires.
 # ZODB's race tests that need _new_storage_client (a second client) skip
@@ -155,6 +166,8 @@ class Result(unittest.TextTestResult):
         i = self._id(test)
         if i in EXPECTED_FAILURES_BY_ID(i):
             outcome = {'failure': 'xfail', 'error': 'xfail', 'success': 'xpass'}.get(outcome, outcome)
+        elif SPREAD and i.split('.', 1)[1] in SPREAD_FAILURES:
+            outcome = {'failure': 'xfail', 'error': 'xfail'}.get(outcome, outcome)
         self.outcomes[i] = {'outcome': outcome, 'detail': detail[-3000:],
                             'seconds': round(time.monotonic() - self._t0.get(i, time.monotonic()), 2)}
         if outcome in ('failure', 'error') and hasattr(test, '_cluster'):
@@ -182,13 +195,15 @@ def EXPECTED_FAILURES_BY_ID(i):
 
 
 def main():
-    global KIND, ZODBD
+    global KIND, ZODBD, SPREAD
     ap = argparse.ArgumentParser()
-    ap.add_argument('kind', choices=neocluster.KINDS)
+    ap.add_argument('kind', help='a kind of neocluster.KINDS or a layout (neocluster.layout)')
     ap.add_argument('zodbd')
     ap.add_argument('-k', action='append', default=[], help='run the tests whose id contains this')
     ap.add_argument('--json')
     a = ap.parse_args()
+    kinds, _, replicas = neocluster.layout(a.kind)
+    SPREAD = len(kinds) > replicas + 1
     KIND, ZODBD = a.kind, a.zodbd
     r = unittest.TextTestRunner(resultclass=Result, verbosity=2, stream=sys.stderr).run(suite(a.k))
     if a.json:

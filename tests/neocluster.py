@@ -1,45 +1,130 @@
-"""A one-storage NEO cluster for tests and benchmarks: NEO/py's master
-(and, when asked, admin) with one storage node that is NEO/py's own
-(`neopy`: neostorage on SQLite) or zodbd's (`zodbd-fs`: zodbd neo-storage
-on a FileStorage; `zodbd-sqlite`: on a NEO/py SQLite database).
+"""NEO clusters for tests and benchmarks: NEO/py's master (and, when asked,
+admin) with storage nodes that are NEO/py's own (`neopy`: neostorage on
+SQLite) or zodbd's (`zodbd-fs`: zodbd neo-storage on a FileStorage;
+`zodbd-sqlite`: on a NEO/py SQLite database), in any mix.
+
+    Cluster('zodbd-fs', dir, src, python, zodbd=...)            # one node, -p 1 -r 0
+    Cluster('zodbd-sqlite+neopy/p2/r1', dir, src, python, ...)   # a layout (see layout())
+    Cluster(['zodbd-sqlite', 'neopy'], dir, ..., partitions=12, replicas=1)
+
+The master starts the cluster by itself once the first nodes are there
+(-A number of nodes); nodes added later (add_storage) are PENDING until
+`neoctl add`. neoctl runs through the admin, started when asked or when
+the cluster has several nodes. Node i's process can be killed and
+restarted on its database (kill_storage(i), start_storage(i)).
 
 Plain Python (no pytest): it is also imported by scripts that run under
 NEO/py's Python (tests/neo_mixins.py) and by bench/neo_commit.py. NEO/py
 runs from its source tree (NEOPY_SRC) with a Python that has its
 dependencies (NEOPY_PYTHON); see docs/neo.md."""
 import os
+import re
 import signal
+import sqlite3
 import subprocess
+import time
 
 from zeoserver import free_port, wait_listening
 
 KINDS = ('neopy', 'zodbd-fs', 'zodbd-sqlite')
 
 
+def layout(spec):
+    """(kinds, partitions, replicas) of a layout spec: kinds joined by '+',
+    then optional /pN (partitions, default 1) and /rN (replicas, default
+    0): 'zodbd-fs', 'zodbd-sqlite+neopy/p2/r1'."""
+    parts = spec.split('/')
+    kinds = parts[0].split('+')
+    np, nr = 1, 0
+    for p in parts[1:]:
+        m = re.match(r'^([pr])(\d+)$', p)
+        if not m:
+            raise ValueError('bad layout %r: %r' % (spec, p))
+        if m.group(1) == 'p':
+            np = int(m.group(2))
+        else:
+            nr = int(m.group(2))
+    for k in kinds:
+        if k not in KINDS:
+            raise ValueError('unknown storage kind %r' % k)
+    return kinds, np, nr
+
+
+class Node:
+    """One storage node: its kind, database, label (log name), address and
+    process (None until started)."""
+
+    def __init__(self, kind, db, label):
+        self.kind, self.db, self.label = kind, db, label
+        self.port = free_port()
+        self.addr = '127.0.0.1:%d' % self.port
+        self.proc = None
+
+    @property
+    def zodbd(self):
+        return self.kind != 'neopy'
+
+
 class Cluster:
-    """NEO/py's master (-p PARTITIONS, default 1, -r 0, autostart with one storage), an optional
-    admin, and one storage node of the given kind on a database in
-    workdir (created empty unless it exists). start() returns once the
-    storage's port is open; clients wait for the cluster to run."""
+    """NEO/py's master (-p PARTITIONS -r REPLICAS -A number of initial
+    nodes), an optional admin, and storage nodes of the given kinds on
+    databases in workdir (created empty unless they exist). start() returns
+    once every port is open; clients wait for the cluster to run
+    (wait_running, wait_up_to_date with an admin).
+
+    With one node the single-node attributes of old are kept: kind, db,
+    sport, sproc (node 0), logs master.log, storage.log, admin.log."""
 
     def __init__(self, kind, workdir, src, python, zodbd=None, name='test', admin=False, zodbd_args=(),
-                 partitions=1):
-        if kind not in KINDS:
-            raise ValueError('unknown storage kind %r' % kind)
-        self.kind, self.dir, self.src, self.python = kind, workdir, src, python
-        self.zodbd, self.name, self.want_admin = zodbd, name, admin
+                 partitions=None, replicas=None):
+        if isinstance(kind, str):
+            kinds, np, nr = layout(kind)
+        else:
+            kinds, np, nr = list(kind), 1, 0
+        for k in kinds:
+            if k not in KINDS:
+                raise ValueError('unknown storage kind %r' % k)
+        self.partitions = np if partitions is None else partitions
+        self.replicas = nr if replicas is None else replicas
+        self.kind, self.dir, self.src, self.python = kinds[0], workdir, src, python
+        self.zodbd, self.name = zodbd, name
+        self.want_admin = admin or len(kinds) > 1 or self.replicas > 0
         self.zodbd_args = list(zodbd_args)
-        self.partitions = partitions
         self.env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [src] + [p for p in [os.environ.get('PYTHONPATH')] if p]))
         self.master = '127.0.0.1:%d' % free_port()
-        self.admin = '127.0.0.1:%d' % free_port() if admin else None
-        self.sport = free_port()
-        self.mproc = self.sproc = self.aproc = None
-        if kind == 'zodbd-fs':
-            self.db = os.path.join(workdir, 'Data.fs')
-        else:
-            self.db = os.path.join(workdir, 'neo.sqlite')
+        self.admin = '127.0.0.1:%d' % free_port() if self.want_admin else None
+        self.mproc = self.aproc = None
+        self.nodes = []
+        self.single = len(kinds) == 1
+        for k in kinds:
+            self._new_node(k)
+        self.initial = len(kinds)
+
+    def _new_node(self, kind):
+        i = len(self.nodes)
+        label = 'storage' if self.single and i == 0 else 's%d' % i
+        ext = '.fs' if kind == 'zodbd-fs' else '.sqlite'
+        base = ('Data' if kind == 'zodbd-fs' else 'neo') if label == 'storage' else label
+        self.nodes.append(Node(kind, os.path.join(self.dir, base + ext), label))
+        return i
+
+    # The single-node names (node 0).
+    @property
+    def db(self):
+        return self.nodes[0].db
+
+    @db.setter
+    def db(self, path):
+        self.nodes[0].db = path
+
+    @property
+    def sport(self):
+        return self.nodes[0].port
+
+    @property
+    def sproc(self):
+        return self.nodes[0].proc
 
     def _spawn(self, name, cmd):
         log = open(os.path.join(self.dir, name + '.log'), 'ab')
@@ -54,35 +139,50 @@ class Cluster:
 
     def start(self):
         self.mproc = self._spawn('master', self._neo('neomaster') + [
-            '-c', self.name, '-b', self.master, '-m', self.master, '-p', str(self.partitions), '-r', '0', '-A', '1'])
+            '-c', self.name, '-b', self.master, '-m', self.master, '-p', str(self.partitions),
+            '-r', str(self.replicas), '-A', str(self.initial)])
         self._wait(self.master, self.mproc, 'master')
-        self.start_storage()
+        for i in range(len(self.nodes)):
+            self.start_storage(i)
         if self.want_admin:
             self.aproc = self._spawn('admin', self._neo('neoadmin') + ['-c', self.name, '-b', self.admin,
                                                                       '-m', self.master])
             self._wait(self.admin, self.aproc, 'admin')
         return self
 
-    def storage_cmd(self):
-        bind = '127.0.0.1:%d' % self.sport
-        if self.kind == 'neopy':
-            return self._neo('neostorage') + ['-c', self.name, '-b', bind, '-m', self.master,
-                                              '-a', 'SQLite', '-d', self.db]
-        if self.kind == 'zodbd-fs' and not os.path.exists(self.db):
-            open(self.db, 'wb').write(b'FS21')  # an empty FileStorage
-        backend = self.db if self.kind == 'zodbd-fs' else 'sqlite:' + self.db
+    def storage_cmd(self, i=0):
+        n = self.nodes[i]
+        if n.kind == 'neopy':
+            # -l: a debug log (SQLite, flushed on SIGRTMIN) where its
+            # checker says which partitions it checked (_checked); not
+            # for the one node of a single-node cluster (benchmarks).
+            log = [] if n.label == 'storage' else ['-l', n.db + '.log']
+            return self._neo('neostorage') + ['-c', self.name, '-b', n.addr, '-m', self.master,
+                                              '-a', 'SQLite', '-d', n.db] + log
+        if n.kind == 'zodbd-fs' and not os.path.exists(n.db):
+            open(n.db, 'wb').write(b'FS21')  # an empty FileStorage
+        backend = n.db if n.kind == 'zodbd-fs' else 'sqlite:' + n.db
         return [self.zodbd, 'neo-storage', '--cluster', self.name, '--masters', self.master,
-                '--bind', bind, '--read-write'] + self.zodbd_args + [backend]
+                '--bind', n.addr, '--read-write'] + self.zodbd_args + [backend]
 
-    def start_storage(self):
-        self.sproc = self._spawn('storage', self.storage_cmd())
-        self._wait('127.0.0.1:%d' % self.sport, self.sproc, 'storage')
+    def start_storage(self, i=0):
+        n = self.nodes[i]
+        n.proc = self._spawn(n.label, self.storage_cmd(i))
+        self._wait(n.addr, n.proc, n.label)
 
-    def kill_storage(self, sig=signal.SIGKILL):
-        if self.sproc is not None and self.sproc.poll() is None:
-            self.sproc.send_signal(sig)
-        if self.sproc is not None:
-            self.sproc.wait(20)
+    def add_storage(self, kind):
+        """Starts a new node of the given kind on a new database: the
+        master sees it PENDING until `neoctl add` (add_node). Its index."""
+        i = self._new_node(kind)
+        self.start_storage(i)
+        return i
+
+    def kill_storage(self, i=0, sig=signal.SIGKILL):
+        p = self.nodes[i].proc
+        if p is not None and p.poll() is None:
+            p.send_signal(sig)
+        if p is not None:
+            p.wait(20)
 
     def ctl(self, *args):
         p = subprocess.run(self._neo('neoctl') + ['-a', self.admin] + list(args), env=self.env,
@@ -91,11 +191,135 @@ class Cluster:
             raise RuntimeError('neoctl %s: %s' % (' '.join(args), p.stdout + p.stderr))
         return p.stdout
 
+    def wait(self, cond, what, timeout=60):
+        """cond()'s first true value, polled (a neoctl error counts as not
+        yet); AssertionError with the logs after timeout seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                r = cond()
+                if r:
+                    return r
+            except RuntimeError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError('timeout (%ds) waiting for %s\n%s' % (timeout, what, self.logs()))
+            time.sleep(0.2)
+
+    def wait_running(self, timeout=60):
+        self.wait(lambda: 'RUNNING' in self.ctl('print', 'cluster'), 'the cluster to run', timeout)
+
+    def node_id(self, i):
+        """The node id (S1, ...) the master gave node i, None if unknown."""
+        m = re.search(r'^(\S+) \| STORAGE \| %s \|' % re.escape(self.nodes[i].addr),
+                      self.ctl('print', 'node'), re.M)
+        return m and m.group(1)
+
+    def node_state(self, i):
+        m = re.search(r'^\S+ \| STORAGE \| %s \| (\w+)' % re.escape(self.nodes[i].addr),
+                      self.ctl('print', 'node'), re.M)
+        return m and m.group(1)
+
+    def add_node(self, i):
+        """`neoctl add` of node i (once the master knows it) then `neoctl
+        tweak`: the master gives it cells, OUT_OF_DATE."""
+        nid = self.wait(lambda: self.node_state(i) == 'PENDING' and self.node_id(i),
+                        'node %d pending' % i)
+        self.ctl('add', nid)
+        self.ctl('tweak')
+        return nid
+
+    def pt(self):
+        """{node id: cell states}, one letter per partition ('U' up to
+        date, 'O' out of date, 'F' feeding, 'C' corrupted, 'D' discarded,
+        '.' no cell), from `neoctl print pt`."""
+        rows = {}
+        for line in self.ctl('print', 'pt').splitlines():
+            m = re.match(r'^(S\d+) \S ([A-Z.]+)$', line)
+            if m:
+                rows[m.group(1)] = m.group(2)
+        return rows
+
+    def up_to_date(self):
+        """The table when every partition has replicas+1 cells, all
+        UP_TO_DATE, and the cluster runs; else None."""
+        rows = self.pt()
+        if len(rows) < self.replicas + 1:
+            return None
+        for p in range(self.partitions):
+            cells = [r[p] for r in rows.values()]
+            if any(c not in 'U.' for c in cells) or cells.count('U') < self.replicas + 1:
+                return None
+        return 'RUNNING' in self.ctl('print', 'cluster') and rows
+
+    def wait_up_to_date(self, timeout=120):
+        return self.wait(self.up_to_date, 'every cell UP_TO_DATE', timeout)
+
+    def _checked(self):
+        """Every "partition P checked" line of the nodes' logs, as a list
+        of partitions (NEO/py's nodes: flushed from their debug log)."""
+        out = []
+        for n in self.nodes:
+            if n.zodbd:
+                path = os.path.join(self.dir, n.label + '.log')
+                if os.path.exists(path):
+                    with open(path, errors='replace') as f:
+                        out += [int(p) for p in re.findall(r'partition (\d+) checked', f.read())]
+                continue
+            if n.proc is None or n.proc.poll() is not None or not os.path.exists(n.db + '.log'):
+                continue
+            n.proc.send_signal(signal.SIGRTMIN)  # NEO/py: flush the log
+            time.sleep(0.1)
+            try:
+                db = sqlite3.connect('file:%s?mode=ro' % (n.db + '.log'), uri=True, timeout=5)
+                try:
+                    rows = db.execute("SELECT msg FROM log WHERE msg LIKE 'partition % checked%'").fetchall()
+                finally:
+                    db.close()
+            except sqlite3.Error:
+                continue
+            out += [int(re.match(r'partition (\d+)', r[0]).group(1)) for r in rows]
+        return out
+
+    def corruption(self):
+        """What says a check found a difference: the master's log lines
+        (NEO/py's master logs the corruption reports; cells stay
+        UP_TO_DATE), zodbd's nodes' "differs" lines, CORRUPTED cells."""
+        out = []
+        with open(os.path.join(self.dir, 'master.log'), errors='replace') as f:
+            out += [l for l in f if 'corrupted' in l]
+        for n in self.nodes:
+            path = os.path.join(self.dir, n.label + '.log')
+            if n.zodbd and os.path.exists(path):
+                with open(path, errors='replace') as f:
+                    out += [l for l in f if re.search(r'partition \d+ differs', l)]
+        out += ['%s: %s' % r for r in self.pt().items() if 'C' in r[1]]
+        return out
+
+    def check(self, timeout=180):
+        """`neoctl check` of every partition; returns once the node that
+        checks each partition (one of its readable cells' nodes) reported
+        it checked. AssertionError if a difference is reported. Every
+        partition must have two readable cells or more (the master checks
+        no other)."""
+        before = self._checked()
+        self.ctl('check', *['%d:' % p for p in range(self.partitions)])
+
+        def done():
+            bad = self.corruption()
+            assert not bad, 'neoctl check found differences: %s\n%s' % (bad, self.logs())
+            got = self._checked()
+            return all(got.count(p) > before.count(p) for p in range(self.partitions))
+        self.wait(done, 'neoctl check of every partition', timeout)
+        bad = self.corruption()
+        assert not bad, 'neoctl check found differences: %s\n%s' % (bad, self.logs())
+
     def stop(self):
-        for p in (self.aproc, self.sproc, self.mproc):
+        procs = [self.aproc] + [n.proc for n in self.nodes] + [self.mproc]
+        for p in procs:
             if p is not None and p.poll() is None:
                 p.terminate()
-        for p in (self.aproc, self.sproc, self.mproc):
+        for p in procs:
             if p is None:
                 continue
             try:
@@ -106,7 +330,7 @@ class Cluster:
 
     def logs(self, tail=3000):
         out = []
-        for name in ('master', 'storage', 'admin'):
+        for name in ['master'] + [n.label for n in self.nodes] + ['admin']:
             path = os.path.join(self.dir, name + '.log')
             if os.path.exists(path):
                 with open(path, errors='replace') as f:

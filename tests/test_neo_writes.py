@@ -14,11 +14,15 @@ reference that shows the tests themselves right (ZODBD_NEO_REFERENCE=1).
   SIGKILLed and restarted (ZODBD_NEO_KILLS times, default 50): every
   commit that returned is readable afterwards, no transaction is visible
   in part, and on SQLite NEO/py's own storage node, started on the
-  database zodbd wrote, serves the same transactions."""
+  database zodbd wrote, serves the same transactions.
+- Both on replicated clusters (tests/neocluster.py layouts, LAYOUTS): the
+  mixins on (a) two zodbd nodes -p 2 -r 1, (b) a zodbd and a NEO/py node
+  -p 2 -r 1, (c) two zodbd nodes and a NEO/py node -p 12 -r 1; the fault
+  test on (a) and (c) with a zodbd node killed, which then catches up,
+  and `neoctl check` of every partition."""
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -34,14 +38,24 @@ SRC = os.environ.get('NEOPY_SRC')
 PY = os.environ.get('NEOPY_PYTHON')
 pytestmark = pytest.mark.skipif(not (SRC and PY), reason='NEOPY_SRC and NEOPY_PYTHON not set (opt-in)')
 
-KINDS = ['zodbd-fs', 'zodbd-sqlite'] + (['neopy'] if os.environ.get('ZODBD_NEO_REFERENCE') else [])
+REFERENCE = bool(os.environ.get('ZODBD_NEO_REFERENCE'))
+KINDS = ['zodbd-fs', 'zodbd-sqlite'] + (['neopy'] if REFERENCE else [])
+# Replicated layouts (tests/neocluster.py): (a) two zodbd nodes, (b) a
+# zodbd node and a NEO/py node, (c) three mixed nodes; with
+# ZODBD_NEO_REFERENCE, all-NEO/py clusters of the same shapes.
+LAYOUTS = [
+    pytest.param('zodbd-sqlite+zodbd-sqlite/p2/r1', id='a-2zodbd-p2r1'),
+    pytest.param('zodbd-sqlite+neopy/p2/r1', id='b-zodbd-neopy-p2r1'),
+    pytest.param('zodbd-sqlite+zodbd-sqlite+neopy/p12/r1', id='c-2zodbd-neopy-p12r1'),
+] + ([pytest.param('neopy+neopy/p2/r1', id='ref-2neopy-p2r1'),
+      pytest.param('neopy+neopy+neopy/p12/r1', id='ref-3neopy-p12r1')] if REFERENCE else [])
 
 
 def neo_env():
     return dict(os.environ, NEOPY_SRC=SRC, PYTHONPATH=os.pathsep.join([SRC, HERE]))
 
 
-@pytest.mark.parametrize('kind', KINDS)
+@pytest.mark.parametrize('kind', KINDS + LAYOUTS)
 def test_zodb_mixins(kind, tmp_path, zodbd_bin):
     out = tmp_path / 'results.json'
     p = subprocess.run([PY, os.path.join(HERE, 'neo_mixins.py'), kind, zodbd_bin, '--json', str(out)],
@@ -55,10 +69,25 @@ def test_zodb_mixins(kind, tmp_path, zodbd_bin):
     assert ran >= 80, results  # the suite ran (88 tests today, a few skipped by ZODB itself)
 
 
-@pytest.mark.parametrize('kind', KINDS)
-def test_commits_survive_storage_kills(kind, tmp_path, zodbd_bin):
-    kills = int(os.environ.get('ZODBD_NEO_KILLS', '50'))
-    c = neocluster.Cluster(kind, str(tmp_path), SRC, PY, zodbd=zodbd_bin).start()
+def fault_check(c, logs):
+    """tests/neo_fault_check.py through c's master: its JSON summary, no
+    problem found."""
+    chk = subprocess.run([PY, os.path.join(HERE, 'neo_fault_check.py'), c.master, c.name] + logs,
+                         env=neo_env(), capture_output=True, text=True, timeout=600)
+    assert chk.returncode == 0, chk.stderr[-5000:] + c.logs()
+    res = json.loads(chk.stdout)
+    assert not res['problems'], res['problems']
+    return res
+
+
+def commit_through_kills(c, tmp_path, victim, kills, catch_up_every=0):
+    """4 NEO/py client processes (tests/neo_fault_worker.py) commit while
+    node `victim` of the started cluster c is SIGKILLed and restarted
+    `kills` times, commits going on after each restart (and, every
+    catch_up_every restarts, until every cell is UP_TO_DATE again: the
+    other restarts kill it while it catches up); then the workers stop and
+    every acknowledged commit is checked (fault_check). Returns the
+    check's summary and the workers' logs."""
     stop = tmp_path / 'stop'
     logs = [str(tmp_path / ('w%d.log' % i)) for i in range(4)]
     env = neo_env()
@@ -88,9 +117,9 @@ def test_commits_survive_storage_kills(kind, tmp_path, zodbd_bin):
         rnd = random.Random(kills)
         for n in range(kills):
             before = acked()
-            c.kill_storage()
+            c.kill_storage(victim)
             time.sleep(rnd.uniform(0, 0.2))
-            c.start_storage()
+            c.start_storage(victim)
             deadline = time.monotonic() + 60
             while acked() <= before:  # commits go on after the restart
                 if time.monotonic() > deadline:
@@ -102,6 +131,8 @@ def test_commits_survive_storage_kills(kind, tmp_path, zodbd_bin):
                 d = dead()
                 assert not d, d
                 time.sleep(0.02)
+            if catch_up_every and n % catch_up_every == catch_up_every - 1:
+                c.wait_up_to_date(timeout=120)
             time.sleep(rnd.uniform(0, 0.3))
         stop.write_text('')
         for i, w in enumerate(workers):
@@ -112,31 +143,63 @@ def test_commits_survive_storage_kills(kind, tmp_path, zodbd_bin):
                 time.sleep(1)
                 raise AssertionError('worker %d does not stop: %s' % (i, output(i)))
         assert all(w.returncode == 0 for w in workers), [(i, w.returncode, output(i)) for i, w in enumerate(workers)]
-        chk = subprocess.run([PY, os.path.join(HERE, 'neo_fault_check.py'), c.master, c.name] + logs,
-                             env=env, capture_output=True, text=True, timeout=600)
-        assert chk.returncode == 0, chk.stderr[-5000:]
-        res = json.loads(chk.stdout)
-        assert not res['problems'], res['problems']
+        res = fault_check(c, logs)
         assert sum(w['acked'] for w in res['workers']) >= kills, res
+        return res, logs
     finally:
         stop.write_text('')
         for w in workers:
             if w.poll() is None:
                 w.kill()
                 w.wait()
+
+
+@pytest.mark.parametrize('kind', KINDS)
+def test_commits_survive_storage_kills(kind, tmp_path, zodbd_bin):
+    kills = int(os.environ.get('ZODBD_NEO_KILLS', '50'))
+    c = neocluster.Cluster(kind, str(tmp_path), SRC, PY, zodbd=zodbd_bin).start()
+    try:
+        res, logs = commit_through_kills(c, tmp_path, 0, kills)
+    finally:
         c.stop()
     if kind == 'zodbd-sqlite':
         # NEO/py's storage node takes over the database zodbd wrote.
         ref = neocluster.Cluster('neopy', str(tmp_path), SRC, PY, name=c.name)
         ref.db = c.db
-        ref.master = c.master.rsplit(':', 1)[0] + ':%d' % neocluster.free_port()
         ref.start()
         try:
-            chk2 = subprocess.run([PY, os.path.join(HERE, 'neo_fault_check.py'), ref.master, ref.name] + logs,
-                                  env=env, capture_output=True, text=True, timeout=600)
-            assert chk2.returncode == 0, chk2.stderr[-5000:] + ref.logs()
-            res2 = json.loads(chk2.stdout)
-            assert not res2['problems'], res2['problems']
+            res2 = fault_check(ref, logs)
             assert res2 == res, (res2, res)
         finally:
             ref.stop()
+
+
+@pytest.mark.parametrize('spec,other', [
+    pytest.param('zodbd-sqlite+zodbd-sqlite/p2/r1', 1, id='a-2zodbd-p2r1'),
+    pytest.param('zodbd-sqlite+zodbd-sqlite+neopy/p12/r1', 2, id='c-2zodbd-neopy-p12r1'),
+])
+def test_replicated_commits_survive_node_kills(spec, other, tmp_path, zodbd_bin):
+    """The fault test on a replicated cluster: node 0 (zodbd's, SQLite)
+    is SIGKILLed and restarted ZODBD_NEO_KILLS times while 4 clients
+    commit (the other cells of its partitions take the commits meanwhile;
+    it is killed again while it catches up, except every 10th restart,
+    after which it catches up under the commits). Then every acknowledged
+    commit is readable, node 0 catches up (every cell UP_TO_DATE), `neoctl
+    check` of every partition passes, and with node `other` killed
+    (node 0 then serves its partitions alone) the clients read the same."""
+    kills = int(os.environ.get('ZODBD_NEO_KILLS', '50'))
+    c = neocluster.Cluster(spec, str(tmp_path), SRC, PY, zodbd=zodbd_bin)
+    c.start()
+    try:
+        c.wait_up_to_date()
+        res, logs = commit_through_kills(c, tmp_path, 0, kills, catch_up_every=10)
+        c.wait_up_to_date(timeout=300)
+        with open(os.path.join(c.dir, c.nodes[0].label + '.log'), errors='replace') as f:
+            log = f.read()
+        assert 'replicating partition' in log, log[-3000:]  # it caught up by replication
+        c.check()
+        c.kill_storage(other)
+        res2 = fault_check(c, logs)
+        assert res2 == res, (res2, res)
+    finally:
+        c.stop()
