@@ -35,7 +35,8 @@ import (
 //     transactions (AskFetchTransactions with the tids this node has, the
 //     source answering AddTransaction for each missing one, then the tids
 //     to delete), then its object records the same way (AskFetchObjects,
-//     AddObject), in chunks of fetchCount. Progress is recorded in the
+//     AddObject), in chunks of fetchCount (the records written in batches
+//     of up to storeBytes over chunks). Progress is recorded in the
 //     cell (ReplicationSink.SetReplicatedTid), so that a node restarted
 //     mid-way resumes.
 //  4. When the transactions in progress at step 2 have all finished
@@ -58,6 +59,15 @@ const fetchCount = 1000
 // flushBytes bounds the data of the records held in memory before they
 // are written to the backend, within a chunk.
 const flushBytes = 16 << 20
+
+// storeBytes is the data of the records that the replicator gathers, over
+// consecutive chunks, before it writes them as one batch and records the
+// progress (the last chunk's): the pages that records enter at random
+// (the obj table's primary key is by oid) are then written once per batch
+// instead of once per chunk of fetchCount records, the most the sink
+// writes after the data itself. A chunk that deletes records, and the
+// last one, are written at once.
+const storeBytes = 8 << 20
 
 // replWriteMode is how the transaction manager treats a store for a
 // partition this node cannot read.
@@ -788,11 +798,12 @@ func (r *replicator) fetchTransactions(ctx context.Context, src *link.Conn, pipe
 }
 
 // fetchObjects replicates partition p's object records from next to
-// upTo, recording the progress after each chunk; pipe writes each chunk
-// while the next one is fetched.
+// upTo; pipe writes the records, gathered over chunks up to storeBytes,
+// and then the progress, while the next chunks are fetched.
 func (r *replicator) fetchObjects(ctx context.Context, src *link.Conn, pipe *replPipe, p uint32, next, upTo zodb.Tid) error {
 	minOid := zodb.Oid(0)
 	var known []RecordKey
+	var buf *replBuf // records gathered and not written yet
 	for {
 		var err error
 		known, err = r.sink.ReplicationRecords(ctx, p, r.np(), next, upTo, minOid, fetchCount, known[:0])
@@ -807,7 +818,9 @@ func (r *replicator) fetchObjects(ctx context.Context, src *link.Conn, pipe *rep
 				dict = append(dict, proto.SerialOids{Serial: k.Serial, Oids: []zodb.Oid{k.Oid}})
 			}
 		}
-		buf := pipe.batch()
+		if buf == nil {
+			buf = pipe.batch()
+		}
 		np := uint64(r.np())
 		var a proto.AnswerFetchObjects
 		var o proto.AddObject
@@ -850,8 +863,11 @@ func (r *replicator) fetchObjects(ctx context.Context, src *link.Conn, pipe *rep
 			}
 		}
 		deletes := len(buf.b.DeleteObjs) > 0
-		if err := pipe.store(buf); err != nil {
-			return err
+		if deletes || buf.held >= storeBytes || a.NextTid == proto.InvalidTid {
+			if err := pipe.store(buf); err != nil {
+				return err
+			}
+			buf = nil
 		}
 		if a.NextTid == proto.InvalidTid {
 			return nil
@@ -859,7 +875,7 @@ func (r *replicator) fetchObjects(ctx context.Context, src *link.Conn, pipe *rep
 		if a.NextTid < next || a.NextTid == next && a.NextOid < minOid {
 			return badInput("AnswerFetchObjects: next (%s, %s) goes back from (%s, %s)", a.NextTid, a.NextOid, next, minOid)
 		}
-		if a.NextTid > 0 {
+		if a.NextTid > 0 && buf == nil {
 			// Everything before next tid is here (NEO/py's
 			// updateCellTID(partition, next_tid - 1)).
 			done := a.NextTid - 1
