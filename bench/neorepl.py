@@ -230,11 +230,22 @@ def cmd_prepare(a):
         p.terminate()
         p.wait(20)
         c.forget(s1)
+        # NEO/py's node commits the new partition table a moment later
+        # (a deferred commit): wait until the file has it.
+        c.wait(lambda: not node_in_pt(db, s1), 'the zodbd node out of %s' % db, step=0.2)
     finally:
         c.stop()
     shutil.move(db, out)
     shutil.rmtree(d, ignore_errors=True)
     print('prepare: %s: %s' % (out, describe(out)))
+
+
+def node_in_pt(db, nid):
+    con = sqlite3.connect('file:%s?mode=ro' % db, uri=True, timeout=1)
+    try:
+        return con.execute('SELECT count(*) FROM pt WHERE nid=?', (nid,)).fetchone()[0] > 0
+    finally:
+        con.close()
 
 
 def describe(db):
