@@ -192,7 +192,6 @@ type stmts struct {
 	objAt, objBefore, objAtOrBefore, objLatest *sql.Stmt
 	objExists                                  *sql.Stmt
 	history                                    *sql.Stmt
-	trans                                      *sql.Stmt
 	finalTid                                   *sql.Stmt
 }
 
@@ -578,9 +577,6 @@ func (db *DB) prepare(ctx context.Context) error {
 		{&db.st.objExists, "SELECT 1 FROM obj WHERE partition=? AND oid=? LIMIT 1"},
 		{&db.st.history, `SELECT o.tid, LENGTH(d.value) FROM obj o LEFT JOIN data d ON o.data_id=d.id
  WHERE o.partition=? AND o.oid=? ORDER BY o.tid DESC LIMIT ? OFFSET ?`},
-		{&db.st.trans, `SELECT t.oids, t.user, t.description, t.ext, t.packed, t.ttid,
- p.approved, p.partial, p.oids, p.pack_tid
- FROM trans t LEFT JOIN pack p ON p.tid=t.tid WHERE t.partition=? AND t.tid=?`},
 		{&db.st.finalTid, "SELECT tid FROM trans WHERE partition=? AND tid>=? AND ttid=? LIMIT 1"},
 	}
 	for _, s := range stmts {
@@ -596,7 +592,7 @@ func (db *DB) prepare(ctx context.Context) error {
 
 func (db *DB) closeStmts() {
 	for _, st := range []*sql.Stmt{db.st.objAt, db.st.objBefore, db.st.objAtOrBefore, db.st.objLatest,
-		db.st.objExists, db.st.history, db.st.trans, db.st.finalTid} {
+		db.st.objExists, db.st.history, db.st.finalTid} {
 		if st != nil {
 			st.Close()
 		}

@@ -437,30 +437,60 @@ func (db *DB) txnInfo(ctx context.Context, tid zodb.Tid) (*TxnInfo, error) {
 	if tid > zodb.TidMax {
 		return nil, &TidNotFoundError{Tid: tid}
 	}
-	var (
-		oids, user, desc, ext, poids []byte
-		packed                       bool
-		ttid                         int64
-		approved, partial            sql.NullBool
-		packTid                      sql.NullInt64
-	)
-	err = db.st.trans.QueryRowContext(ctx, int64(part), int64(tid)).Scan(
-		&oids, &user, &desc, &ext, &packed, &ttid, &approved, &partial, &poids, &packTid)
-	if err == sql.ErrNoRows {
-		return nil, &TidNotFoundError{Tid: tid}
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
-	where := func() string { return fmt.Sprintf("trans row (partition %d, tid %s)", part, tid) }
+	ref, err := db.raw.get()
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", where(), err)
+		return nil, err
 	}
-	t := &TxnInfo{Tid: tid, User: nonNil(user), Description: nonNil(desc), Extension: nonNil(ext), Packed: packed, TTid: zodb.Tid(ttid)}
-	if t.Oids, err = splitOids(oids); err != nil {
+	c := ref.c
+	st := c.trans
+	sqlite3.Xsqlite3_bind_int64(c.tls, st, 1, int64(part))
+	sqlite3.Xsqlite3_bind_int64(c.tls, st, 2, int64(tid))
+	var t *TxnInfo
+	switch rc := sqlite3.Xsqlite3_step(c.tls, st); rc {
+	case sqlite3.SQLITE_ROW:
+		t, err = scanTrans(c, st, part, tid)
+	case sqlite3.SQLITE_DONE:
+		err = &TidNotFoundError{Tid: tid}
+	default:
+		err = fmt.Errorf("trans row (partition %d, tid %s): %w", part, tid, c.errorf(rc, "trans lookup"))
+	}
+	// The reset ends the statement's read transaction.
+	sqlite3.Xsqlite3_reset(c.tls, st)
+	db.raw.put(ref)
+	return t, err
+}
+
+// transSQL is a committed transaction's row joined to its pack order, by
+// (partition, tid): the columns scanTrans reads.
+const transSQL = `SELECT t.oids, t.user, t.description, t.ext, t.packed, t.ttid,
+ p.approved, p.partial, p.oids, p.pack_tid
+ FROM trans t LEFT JOIN pack p ON p.tid=t.tid WHERE t.partition=? AND t.tid=?`
+
+// scanTrans reads the row of transSQL that st is on into a new TxnInfo
+// (its bytes copied out of SQLite's memory).
+func scanTrans(c *rawConn, st uintptr, part uint32, tid zodb.Tid) (*TxnInfo, error) {
+	where := func() string { return fmt.Sprintf("trans row (partition %d, tid %s)", part, tid) }
+	user, desc, ext := c.blob(st, 1), c.blob(st, 2), c.blob(st, 3)
+	// One allocation for the three byte fields.
+	buf := make([]byte, 0, len(user)+len(desc)+len(ext))
+	buf = append(buf, user...)
+	buf = append(buf, desc...)
+	buf = append(buf, ext...)
+	nu, nd := len(user), len(user)+len(desc)
+	t := &TxnInfo{Tid: tid, User: buf[:nu:nu], Description: buf[nu:nd:nd], Extension: buf[nd:],
+		Packed: c.int64(st, 4) != 0, TTid: zodb.Tid(c.int64(st, 5))}
+	var err error
+	if t.Oids, err = splitOids(c.blob(st, 0)); err != nil {
 		return nil, fmt.Errorf("%s: oids: %w", where(), err)
 	}
-	if partial.Valid {
-		po := &PackOrder{Approved: approved.Bool, HasApproved: approved.Valid, Partial: partial.Bool, PackTid: zodb.Tid(packTid.Int64)}
-		if poids != nil {
-			if po.Oids, err = splitOids(poids); err != nil {
+	if c.colType(st, 7) != sqlite3.SQLITE_NULL { // p.partial: a pack order
+		po := &PackOrder{HasApproved: c.colType(st, 6) != sqlite3.SQLITE_NULL, Approved: c.int64(st, 6) != 0,
+			Partial: c.int64(st, 7) != 0, PackTid: zodb.Tid(c.int64(st, 9))}
+		if c.colType(st, 8) != sqlite3.SQLITE_NULL {
+			if po.Oids, err = splitOids(c.blob(st, 8)); err != nil {
 				return nil, fmt.Errorf("pack row (tid %s): oids: %w", tid, err)
 			}
 			if po.Oids == nil {
@@ -486,6 +516,9 @@ func splitOids(b []byte) ([]zodb.Oid, error) {
 		return nil, corruptf("length %d is not a multiple of 8", len(b))
 	}
 	var oids []zodb.Oid
+	if len(b) > 0 {
+		oids = make([]zodb.Oid, 0, len(b)/8)
+	}
 	for i := 0; i < len(b); i += 8 {
 		var v uint64
 		for _, c := range b[i : i+8] {

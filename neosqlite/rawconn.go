@@ -50,6 +50,8 @@ type rawConn struct {
 	obj [4]uintptr // sqlite3_stmt* by objMode
 	// lastSerial is lastSerialSQL (Writer's LastSerial).
 	lastSerial uintptr
+	// trans is transSQL (TransactionInformation, AddTransaction).
+	trans uintptr
 	// stmts are the statements prepared with prepareKeep (the writer's),
 	// finalized by close.
 	stmts []uintptr
@@ -300,6 +302,10 @@ func (p *rawPool) open() (*rawConn, error) {
 		}
 	}
 	if c.lastSerial, err = c.prepare(lastSerialSQL); err != nil {
+		c.close()
+		return nil, err
+	}
+	if c.trans, err = c.prepareKeep(transSQL); err != nil {
 		c.close()
 		return nil, err
 	}

@@ -163,9 +163,44 @@ func (w *writer) storeReplicated(b *ReplBatch) error {
 		return err
 	}
 	defer sqlite3.Xsqlite3_finalize(c.tls, ins)
+	insNew, err := c.prepare("INSERT OR IGNORE INTO obj VALUES (?,?,?,?,NULL)")
+	if err != nil {
+		return err
+	}
+	defer sqlite3.Xsqlite3_finalize(c.tls, insNew)
 	for i := range b.Objects {
 		o := &b.Objects[i]
 		p := w.partition(uint64(o.Oid))
+		if !o.NoData && o.DataSerial == 0 && !w.dedup {
+			// The common case, a record with data of its own and no
+			// deduplication: its data row will get the partition's
+			// next id (storeData's), so the obj row goes in first and
+			// OR IGNORE tells whether the record was there (then
+			// nothing else is written), with no lookup of its own.
+			next := w.dataNext[p]
+			c.bindInt(insNew, 1, p)
+			c.bindInt(insNew, 2, int64(o.Oid))
+			c.bindInt(insNew, 3, int64(o.Serial))
+			c.bindInt(insNew, 4, next)
+			if err := c.exec(insNew, "insert obj"); err != nil {
+				return fmt.Errorf("oid %s serial %s: %w", o.Oid, o.Serial, err)
+			}
+			if c.changes() == 0 {
+				continue
+			}
+			vo := VotedObject{Oid: o.Oid, Compression: o.Compression, Checksum: o.Checksum, Data: o.Data}
+			if vo.Data == nil {
+				vo.Data = []byte{}
+			}
+			id, ok, err := w.storeData(&vo)
+			if err != nil {
+				return fmt.Errorf("oid %s serial %s: %w", o.Oid, o.Serial, err)
+			}
+			if !ok || id != next {
+				return fmt.Errorf("oid %s serial %s: data row %d, not the %d its obj row names", o.Oid, o.Serial, id, next)
+			}
+			continue
+		}
 		c.bindInt(sel, 1, p)
 		c.bindInt(sel, 2, int64(o.Oid))
 		c.bindInt(sel, 3, int64(o.Serial))

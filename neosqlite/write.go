@@ -198,6 +198,14 @@ var wstmtSQL = []struct {
 	{func(s *wstmts) *uintptr { return &s.delData }, "DELETE FROM data WHERE id=?"},
 }
 
+// writerCacheKiB is the page cache of the writer's connection (SQLite's
+// default is 2 MiB): the pages of the obj table's primary key, which
+// records enter in oid order (at random places), stay in it instead of
+// being read again from the file, and a transaction of a few MiB of
+// records (a replicated chunk) is written to the WAL once, at its commit,
+// not spilled to it before.
+const writerCacheKiB = 64 << 10
+
 // openWriter opens the read-write connection of db (its file is locked
 // with NEO/py's storage lock), switches the database to WAL mode and reads
 // the state the writer keeps in memory. It runs before the readers open.
@@ -218,6 +226,9 @@ func openWriter(db *DB, uri string) (*writer, error) {
 		return fail(fmt.Errorf("journal mode: %w", err))
 	} else if mode != "wal" {
 		return fail(fmt.Errorf("journal mode: cannot switch to WAL (%q)", mode))
+	}
+	if err := c.execSQL(fmt.Sprintf("PRAGMA cache_size=%d", -writerCacheKiB)); err != nil {
+		return fail(fmt.Errorf("cache size: %w", err))
 	}
 	for _, s := range wstmtSQL {
 		st, err := c.prepareKeep(s.sql)

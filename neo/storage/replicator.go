@@ -34,7 +34,8 @@ import (
 //     transactions (AskFetchTransactions with the tids this node has, the
 //     source answering AddTransaction for each missing one, then the tids
 //     to delete), then its object records the same way (AskFetchObjects,
-//     AddObject), in chunks of fetchCount. Progress is recorded in the
+//     AddObject), in chunks of fetchCount (the records written in batches
+//     of up to storeBytes over chunks). Progress is recorded in the
 //     cell (ReplicationSink.SetReplicatedTid), so that a node restarted
 //     mid-way resumes.
 //  4. When the transactions in progress at step 2 have all finished
@@ -57,6 +58,15 @@ const fetchCount = 1000
 // flushBytes bounds the data of the records held in memory before they
 // are written to the backend, within a chunk.
 const flushBytes = 16 << 20
+
+// storeBytes is the data of the records that the replicator gathers, over
+// consecutive chunks, before it writes them as one batch and records the
+// progress (the last chunk's): the pages that records enter at random
+// (the obj table's primary key is by oid) are then written once per batch
+// instead of once per chunk of fetchCount records, the most the sink
+// writes after the data itself. A chunk that deletes records, and the
+// last one, are written at once.
+const storeBytes = 8 << 20
 
 // replWriteMode is how the transaction manager treats a store for a
 // partition this node cannot read.
@@ -560,13 +570,18 @@ func (r *replicator) replicatePartition(ctx context.Context, p uint32, upTo zodb
 		return 0, err
 	}
 	r.n.log.Printf("neo storage: replicating partition %d from %s (%s..%s)", p, r.srcAddr, next, upTo)
-	if err := r.fetchTransactions(ctx, src, p, next, upTo); err != nil {
-		return 0, err
+	pipe := newReplPipe(ctx, r.sink)
+	err = r.fetchTransactions(ctx, src, pipe, p, next, upTo)
+	if err == nil {
+		err = r.fetchObjects(ctx, src, pipe, p, next, upTo)
 	}
-	if err := r.fetchObjects(ctx, src, p, next, upTo); err != nil {
-		return 0, err
+	if err == nil {
+		err = pipe.do(func(ctx context.Context) error { return r.sink.SetReplicatedTid(ctx, p, upTo) })
 	}
-	if err := r.sink.SetReplicatedTid(ctx, p, upTo); err != nil {
+	if werr := pipe.wait(); err == nil {
+		err = werr
+	}
+	if err != nil {
 		return 0, err
 	}
 	return upTo, nil
@@ -712,15 +727,18 @@ func (r *replicator) exchange(ctx context.Context, src *link.Conn, req, ans prot
 func (r *replicator) np() uint32 { return uint32(max(r.n.pt.Load().np(), 1)) }
 
 // fetchTransactions replicates partition p's transaction metadata from
-// next to upTo.
-func (r *replicator) fetchTransactions(ctx context.Context, src *link.Conn, p uint32, next, upTo zodb.Tid) error {
+// next to upTo; pipe writes each chunk while the next one is fetched.
+func (r *replicator) fetchTransactions(ctx context.Context, src *link.Conn, pipe *replPipe, p uint32, next, upTo zodb.Tid) error {
 	first := true
+	var known []zodb.Tid
 	for {
-		known, err := r.sink.ReplicationTIDs(ctx, p, r.np(), next, upTo, fetchCount, nil)
+		var err error
+		known, err = r.sink.ReplicationTIDs(ctx, p, r.np(), next, upTo, fetchCount, known[:0])
 		if err != nil {
 			return err
 		}
-		var b ReplBatch
+		buf := pipe.batch()
+		b := &buf.b
 		var a proto.AnswerFetchTransactions
 		req := &proto.AskFetchTransactions{Partition: p, Length: fetchCount, MinTid: next, MaxTid: upTo, KnownTids: known, AskPackInfo: first}
 		err = r.exchange(ctx, src, req, &a, func(q *link.Request) error {
@@ -732,7 +750,7 @@ func (r *replicator) fetchTransactions(ctx context.Context, src *link.Conn, p ui
 				return badInput("AddTransaction: %v", err)
 			}
 			rt := ReplTxn{TxnInfo: TxnInfo{Tid: t.Tid, Packed: t.Packed, Oids: t.Oids,
-				User: cloneBytes(t.User), Description: cloneBytes(t.Description), Extension: cloneBytes(t.Extension)}, TTid: t.TTid}
+				User: buf.keep(t.User), Description: buf.keep(t.Description), Extension: buf.keep(t.Extension)}, TTid: t.TTid}
 			if t.Pack != nil {
 				rp := *t.Pack
 				if rp.OidsSet {
@@ -747,11 +765,12 @@ func (r *replicator) fetchTransactions(ctx context.Context, src *link.Conn, p ui
 			return err
 		}
 		b.DeleteTids = a.TidsToDelete
-		if err := r.sink.StoreReplicated(ctx, &b); err != nil {
+		if err := pipe.store(buf); err != nil {
 			return err
 		}
 		if first && a.CompletedPack != proto.InvalidTid {
-			if err := r.sink.UpdateCompletedPack(ctx, p, a.CompletedPack); err != nil {
+			pack := a.CompletedPack
+			if err := pipe.do(func(ctx context.Context) error { return r.sink.UpdateCompletedPack(ctx, p, pack) }); err != nil {
 				return err
 			}
 		}
@@ -762,16 +781,25 @@ func (r *replicator) fetchTransactions(ctx context.Context, src *link.Conn, p ui
 		if a.NextTid <= next {
 			return badInput("AnswerFetchTransactions: next tid %s does not advance from %s", a.NextTid, next)
 		}
+		if len(a.TidsToDelete) > 0 {
+			if err := pipe.drain(); err != nil {
+				return err
+			}
+		}
 		next = a.NextTid
 	}
 }
 
 // fetchObjects replicates partition p's object records from next to
-// upTo, recording the progress after each chunk.
-func (r *replicator) fetchObjects(ctx context.Context, src *link.Conn, p uint32, next, upTo zodb.Tid) error {
+// upTo; pipe writes the records, gathered over chunks up to storeBytes,
+// and then the progress, while the next chunks are fetched.
+func (r *replicator) fetchObjects(ctx context.Context, src *link.Conn, pipe *replPipe, p uint32, next, upTo zodb.Tid) error {
 	minOid := zodb.Oid(0)
+	var known []RecordKey
+	var buf *replBuf // records gathered and not written yet
 	for {
-		known, err := r.sink.ReplicationRecords(ctx, p, r.np(), next, upTo, minOid, fetchCount, nil)
+		var err error
+		known, err = r.sink.ReplicationRecords(ctx, p, r.np(), next, upTo, minOid, fetchCount, known[:0])
 		if err != nil {
 			return err
 		}
@@ -783,19 +811,22 @@ func (r *replicator) fetchObjects(ctx context.Context, src *link.Conn, p uint32,
 				dict = append(dict, proto.SerialOids{Serial: k.Serial, Oids: []zodb.Oid{k.Oid}})
 			}
 		}
-		var b ReplBatch
-		held := 0
+		if buf == nil {
+			buf = pipe.batch()
+		}
+		np := uint64(r.np())
 		var a proto.AnswerFetchObjects
+		var o proto.AddObject
 		req := &proto.AskFetchObjects{Partition: p, Length: fetchCount, MinTid: next, MaxTid: upTo, MinOid: minOid, ObjectDict: dict}
 		err = r.exchange(ctx, src, req, &a, func(q *link.Request) error {
 			if q.Code != proto.CodeAddObject {
 				return badInput("%s during AskFetchObjects", q.Name())
 			}
-			var o proto.AddObject
+			o = proto.AddObject{}
 			if err := q.Decode(&o); err != nil {
 				return badInput("AddObject: %v", err)
 			}
-			if uint64(o.Oid)%uint64(r.np()) != uint64(p) {
+			if uint64(o.Oid)%np != uint64(p) {
 				return badInput("AddObject: oid %s is not of partition %d", o.Oid, p)
 			}
 			ro := Object{Oid: o.Oid, Serial: o.Serial, Compression: o.Compression, Checksum: o.Checksum}
@@ -805,15 +836,14 @@ func (r *replicator) fetchObjects(ctx context.Context, src *link.Conn, p uint32,
 			if len(o.Data) == 0 && o.Checksum == ([20]byte{}) {
 				ro.NoData = ro.DataSerial == 0
 			} else {
-				ro.Data = cloneBytes(o.Data)
-				held += len(ro.Data)
+				ro.Data = buf.keep(o.Data)
 			}
-			b.Objects = append(b.Objects, ro)
-			if held > flushBytes {
-				if err := r.sink.StoreReplicated(ctx, &b); err != nil {
+			buf.b.Objects = append(buf.b.Objects, ro)
+			if buf.held > flushBytes {
+				if err := pipe.store(buf); err != nil {
 					return err
 				}
-				b.Objects, held = b.Objects[:0], 0
+				buf = pipe.batch()
 			}
 			return nil
 		})
@@ -822,11 +852,15 @@ func (r *replicator) fetchObjects(ctx context.Context, src *link.Conn, p uint32,
 		}
 		for _, d := range a.ObjectDict {
 			for _, oid := range d.Oids {
-				b.DeleteObjs = append(b.DeleteObjs, RecordKey{Serial: d.Serial, Oid: oid})
+				buf.b.DeleteObjs = append(buf.b.DeleteObjs, RecordKey{Serial: d.Serial, Oid: oid})
 			}
 		}
-		if err := r.sink.StoreReplicated(ctx, &b); err != nil {
-			return err
+		deletes := len(buf.b.DeleteObjs) > 0
+		if deletes || buf.held >= storeBytes || a.NextTid == proto.InvalidTid {
+			if err := pipe.store(buf); err != nil {
+				return err
+			}
+			buf = nil
 		}
 		if a.NextTid == proto.InvalidTid {
 			return nil
@@ -834,20 +868,19 @@ func (r *replicator) fetchObjects(ctx context.Context, src *link.Conn, p uint32,
 		if a.NextTid < next || a.NextTid == next && a.NextOid < minOid {
 			return badInput("AnswerFetchObjects: next (%s, %s) goes back from (%s, %s)", a.NextTid, a.NextOid, next, minOid)
 		}
-		if a.NextTid > 0 {
+		if a.NextTid > 0 && buf == nil {
 			// Everything before next tid is here (NEO/py's
 			// updateCellTID(partition, next_tid - 1)).
-			if err := r.sink.SetReplicatedTid(ctx, p, a.NextTid-1); err != nil {
+			done := a.NextTid - 1
+			if err := pipe.do(func(ctx context.Context) error { return r.sink.SetReplicatedTid(ctx, p, done) }); err != nil {
+				return err
+			}
+		}
+		if deletes {
+			if err := pipe.drain(); err != nil {
 				return err
 			}
 		}
 		next, minOid = a.NextTid, a.NextOid
 	}
-}
-
-func cloneBytes(b []byte) []byte {
-	if b == nil {
-		return []byte{}
-	}
-	return append([]byte(nil), b...)
 }

@@ -1,0 +1,395 @@
+"""NEO replication benchmark (issue 23): a fresh storage node catching up
+a database from a running one, zodbd's and NEO/py's nodes as source and
+as target; loads/s of two zodbd nodes (replicas 1) against one; commit
+latency with two nodes (replicas 1) against one (replicas 0).
+
+Runs under NEO/py's Python (it drives NEO/py's admin in-process, so the
+end of a replication is seen within milliseconds, not a neoctl start-up):
+
+    PY=/tmp/neovenv/bin/python
+    $PY bench/neorepl.py prepare --src /tmp/neopy --zodbd bin/zodbd --txns 48000 --work W
+    $PY bench/neorepl.py run --src /tmp/neopy --zodbd bin/zodbd --work W [--rounds 3] \\
+        [--pairs zodbd:zodbd,neopy:zodbd,zodbd:neopy,neopy:neopy,zodbd-fs:zodbd] [-d 3] [-c 16]
+
+`prepare` makes W/prod1.fs (scripts/gen_dataset.py prod1 TXNS, with
+os.fsync disabled: the generator's output does not depend on it) and
+W/source.sqlite, a NEO/py storage database of the same data: a cluster
+(NEO/py's master, -p 1 -r 1) whose one storage is zodbd's node on the
+Data.fs, into which a NEO/py storage node replicates; the zodbd node is
+then dropped from the partition table, so the database is one node's
+whole cluster.
+
+`run`, each round (the pairs' order reversed every other round): for each
+source:target pair, a fresh cluster (NEO/py's master -p 1 -r 1 -A 1, an
+admin) whose one storage node is the source on a fresh copy of
+source.sqlite (`zodbd`: zodbd neo-storage --read-write sqlite:...,
+`neopy`: neostorage -a SQLite; `zodbd-fs`: zodbd on a copy of prod1.fs),
+then a target on an empty database (`zodbd`: SQLite; `neopy`); the clock
+runs from TweakPartitionTable (after AddPendingNodes) until the admin
+shows the target's cell UP_TO_DATE. Replication MB/s = the object data
+as stored (sum of the data rows' lengths, uncompressed here) over that
+time. The copies are fresh files just written: the source reads from the
+page cache.
+
+For the zodbd:zodbd pair the round also runs, with the source alone and
+then with both nodes up to date: `zodbd wrk --cache off -c C -d D`
+(loads/s; every load a request, the client spreading them at random over
+the readable cells) and `zodbd wrk --commit -c 1 -d D` (commit latency:
+one copy of each record with one node, two with replicas 1).
+
+Prints one line per measure, then medians and per-round ratios; --out
+writes every point as JSON."""
+import argparse
+import json
+import os
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CLUSTER = 'bench'
+
+
+def free_port():
+    import socket
+    s = socket.socket()
+    s.bind(('127.0.0.1', 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_listen(addr, proc, log, timeout=60):
+    import socket
+    host, port = addr.rsplit(':', 1)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit('neorepl: %s exited; log %s:\n%s' % (addr, log, tail(log)))
+        try:
+            socket.create_connection((host, int(port)), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit('neorepl: nothing listens on %s; log %s' % (addr, log))
+
+
+def tail(path, n=3000):
+    try:
+        with open(path, errors='replace') as f:
+            return f.read()[-n:]
+    except OSError:
+        return ''
+
+
+class Cluster:
+    """NEO/py's master (-p 1 -r 1 -A 1) and admin, storage nodes added by
+    storage(), every process's output in dir/NAME.log."""
+
+    def __init__(self, a, d):
+        self.a, self.dir = a, d
+        self.env = dict(os.environ, PYTHONPATH=a.src)
+        self.master = '127.0.0.1:%d' % free_port()
+        self.admin = '127.0.0.1:%d' % free_port()
+        self.procs = {}
+        self.ctl = None
+
+    def spawn(self, name, cmd, addr):
+        log = os.path.join(self.dir, name + '.log')
+        p = subprocess.Popen(cmd, env=self.env, stdout=open(log, 'ab'), stderr=subprocess.STDOUT, cwd=self.dir)
+        self.procs[name] = p
+        wait_listen(addr, p, log)
+        return p
+
+    def neo(self, script):
+        return [sys.executable, '-c', 'import neo.scripts.%s as m; m.main()' % script]
+
+    def start(self):
+        self.spawn('master', self.neo('neomaster') + ['-c', CLUSTER, '-b', self.master, '-m', self.master,
+                                                       '-p', '1', '-r', '1', '-A', '1'], self.master)
+        self.spawn('admin', self.neo('neoadmin') + ['-c', CLUSTER, '-b', self.admin, '-m', self.master],
+                   self.admin)
+        from neo.neoctl.neoctl import NeoCTL
+        from neo.lib.util import parseNodeAddress
+        self.ctl = NeoCTL(parseNodeAddress(self.admin))
+        return self
+
+    def storage(self, name, kind, db, extra=()):
+        """Starts a storage node of kind zodbd (SQLite, or FileStorage
+        when db ends in .fs) or neopy on db; returns its address."""
+        addr = '127.0.0.1:%d' % free_port()
+        if kind == 'neopy':
+            cmd = self.neo('neostorage') + ['-c', CLUSTER, '-b', addr, '-m', self.master, '-a', 'SQLite', '-d', db]
+        else:
+            backend = db if db.endswith('.fs') else 'sqlite:' + db
+            cmd = [self.a.zodbd, 'neo-storage', '--cluster', CLUSTER, '--masters', self.master, '--bind', addr,
+                   '--read-write'] + list(extra) + [backend]
+        self.spawn(name, cmd, addr)
+        return addr
+
+    def wait(self, cond, what, timeout=120, step=0.01):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                v = cond()
+            except Exception:  # not ready yet (NotReadyException, connection)
+                v = None
+            if v:
+                return v
+            for name, p in self.procs.items():
+                if p.poll() is not None:
+                    raise SystemExit('neorepl: %s exited while waiting for %s\n%s' % (name, what, self.logs()))
+            time.sleep(step)
+        raise SystemExit('neorepl: timeout waiting for %s\n%s' % (what, self.logs()))
+
+    def running(self):
+        from neo.lib.protocol import ClusterStates
+        return self.ctl.getClusterState() == ClusterStates.RUNNING
+
+    def nid(self, addr):
+        from neo.lib.protocol import NodeTypes
+        from neo.lib.util import parseNodeAddress
+        want = parseNodeAddress(addr)
+        for _, naddr, nid, _, _ in self.ctl.getNodeList(NodeTypes.STORAGE):
+            if naddr and tuple(naddr) == want:
+                return nid
+        return None
+
+    def cell_states(self, nid):
+        """The states of nid's cells (as strings, e.g. 'UP_TO_DATE')."""
+        _, _, rows = self.ctl.getPartitionRowList()
+        return [str(s) for cells in rows for n, s in cells if n == nid]
+
+    def add(self, addr):
+        """AddPendingNodes + TweakPartitionTable for the node at addr; returns its nid."""
+        nid = self.wait(lambda: self.nid(addr), 'node %s known to the master' % addr)
+        self.ctl.enableStorageList([nid])
+        self.ctl.tweakPartitionTable()
+        return nid
+
+    def forget(self, nid):
+        """Removes the stopped node nid and its cells (neoctl drop)."""
+        from neo.lib.protocol import NodeStates
+        self.wait(lambda: any(n[2] == nid and n[3] == NodeStates.DOWN for n in self.ctl.getNodeList()),
+                  'node %d down' % nid)
+        self.ctl.dropNode(nid)
+        self.wait(lambda: not self.cell_states(nid), 'node %d out of the table' % nid)
+
+    def up_to_date(self, nid):
+        st = self.cell_states(nid)
+        return bool(st) and all(s == 'UP_TO_DATE' for s in st)
+
+    def stop(self):
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs.values():
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def logs(self, n=2000):
+        return '\n'.join('--- %s.log\n%s' % (k, tail(os.path.join(self.dir, k + '.log'), n)) for k in self.procs)
+
+
+def cmd_prepare(a):
+    os.makedirs(a.work, exist_ok=True)
+    fs = os.path.join(a.work, 'prod1.fs')
+    if not os.path.exists(fs):
+        gen = ('import os, sys, runpy; os.fsync = lambda fd: None; '
+               'sys.argv = ["gen_dataset.py", "prod1", %r, "%d"]; '
+               'runpy.run_path(%r, run_name="__main__")' % (fs + '.tmp', a.txns,
+                                                            os.path.join(HERE, '..', 'scripts', 'gen_dataset.py')))
+        subprocess.run([a.venv_python, '-c', gen], check=True)
+        for ext in ('.index', '.lock', '.tmp'):
+            if os.path.exists(fs + '.tmp' + ext):
+                os.remove(fs + '.tmp' + ext)
+        os.rename(fs + '.tmp', fs)
+    out = os.path.join(a.work, 'source.sqlite')
+    d = tempfile.mkdtemp(prefix='neorepl-prepare-', dir=a.work)
+    c = Cluster(a, d).start()
+    try:
+        fscopy = os.path.join(d, 'Data.fs')
+        shutil.copyfile(fs, fscopy)
+        s1addr = c.storage('s1', 'zodbd', fscopy)
+        c.wait(c.running, 'cluster running', timeout=300)
+        s1 = c.wait(lambda: c.nid(s1addr), 'the zodbd node known')
+        db = os.path.join(d, 'neopy.sqlite')
+        addr = c.storage('s2', 'neopy', db)
+        t0 = time.monotonic()
+        nid = c.add(addr)
+        c.wait(lambda: c.up_to_date(nid), 'the NEO/py node up to date', timeout=3600, step=0.5)
+        print('prepare: NEO/py replicated %s from zodbd in %.1f s' % (fs, time.monotonic() - t0), flush=True)
+        p = c.procs.pop('s1')
+        p.terminate()
+        p.wait(20)
+        c.forget(s1)
+        # NEO/py's node commits the new partition table a moment later
+        # (a deferred commit): wait until the file has it.
+        c.wait(lambda: not node_in_pt(db, s1), 'the zodbd node out of %s' % db, step=0.2)
+    finally:
+        c.stop()
+    shutil.move(db, out)
+    shutil.rmtree(d, ignore_errors=True)
+    print('prepare: %s: %s' % (out, describe(out)))
+
+
+def node_in_pt(db, nid):
+    con = sqlite3.connect('file:%s?mode=ro' % db, uri=True, timeout=1)
+    try:
+        return con.execute('SELECT count(*) FROM pt WHERE nid=?', (nid,)).fetchone()[0] > 0
+    finally:
+        con.close()
+
+
+def describe(db):
+    con = sqlite3.connect('file:%s?mode=ro' % db, uri=True)
+    try:
+        n = con.execute('SELECT count(*) FROM obj').fetchone()[0]
+        t = con.execute('SELECT count(*) FROM trans').fetchone()[0]
+        b = con.execute('SELECT coalesce(sum(length(value)), 0) FROM data').fetchone()[0]
+    finally:
+        con.close()
+    return {'records': n, 'txns': t, 'data_bytes': b}
+
+
+def wrk(a, c, *args):
+    cmd = [a.zodbd, 'wrk', '--json'] + list(args) + ['neo://%s@%s' % (CLUSTER, c.master)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        raise SystemExit('neorepl: %s failed: %s\n%s' % (' '.join(cmd), p.stderr[-2000:], c.logs()))
+    return json.loads(p.stdout)
+
+
+def run_pair(a, r, src, dst, size, points):
+    d = tempfile.mkdtemp(prefix='neorepl-%s-%s-' % (src, dst), dir=a.work)
+    c = Cluster(a, d).start()
+    try:
+        if src == 'zodbd-fs':
+            db = os.path.join(d, 'src.fs')
+            shutil.copyfile(os.path.join(a.work, 'prod1.fs'), db)
+        else:
+            db = os.path.join(d, 'src.sqlite')
+            shutil.copyfile(os.path.join(a.work, 'source.sqlite'), db)
+        c.storage('src', 'neopy' if src == 'neopy' else 'zodbd', db)
+        c.wait(c.running, 'cluster running', timeout=300, step=0.1)
+        extra = src == 'zodbd' and dst == 'zodbd'
+        if extra:
+            w = wrk(a, c, '--cache', 'off', '-c', str(a.c), '-d', '%gs' % a.d)
+            points.append({'round': r, 'what': 'loads', 'nodes': 1, 'ops_s': w['ops_per_s']})
+            print('round %d loads/s, 1 zodbd node, -c %d: %.0f' % (r, a.c, w['ops_per_s']), flush=True)
+            w = wrk(a, c, '--commit', '-c', '1', '-d', '%gs' % a.d)
+            lat = w['latency_ns']
+            points.append({'round': r, 'what': 'commit', 'nodes': 1, 'p50_ms': lat['p50'] / 1e6,
+                           'p99_ms': lat['p99'] / 1e6, 'ops_s': w['ops_per_s']})
+            print('round %d commit, 1 node (-r 0): p50 %.2f ms p99 %.2f ms, %.0f/s' % (
+                r, lat['p50'] / 1e6, lat['p99'] / 1e6, w['ops_per_s']), flush=True)
+        addr = c.storage('dst', dst, os.path.join(d, 'dst.sqlite'),
+                         extra=['--debug-addr', a.debug_addr] if a.debug_addr and dst == 'zodbd' else ())
+        t0 = time.monotonic()
+        nid = c.add(addr)
+        c.wait(lambda: c.up_to_date(nid), 'the target up to date', timeout=3600)
+        dt = time.monotonic() - t0
+        got = describe(os.path.join(d, 'dst.sqlite'))
+        if got['records'] < size['records']:
+            raise SystemExit('neorepl: %s:%s: target has %d records, source %d' % (
+                src, dst, got['records'], size['records']))
+        mbs = size['data_bytes'] / dt / 1e6
+        points.append({'round': r, 'what': 'repl', 'pair': '%s:%s' % (src, dst), 's': dt, 'mb_s': mbs,
+                       'records_s': size['records'] / dt})
+        print('round %d replication %-15s %6.2f s  %7.1f MB/s  %8.0f records/s' % (
+            r, src + ':' + dst, dt, mbs, size['records'] / dt), flush=True)
+        if extra:
+            w = wrk(a, c, '--cache', 'off', '-c', str(a.c), '-d', '%gs' % a.d)
+            points.append({'round': r, 'what': 'loads', 'nodes': 2, 'ops_s': w['ops_per_s']})
+            print('round %d loads/s, 2 zodbd nodes, -c %d: %.0f' % (r, a.c, w['ops_per_s']), flush=True)
+            w = wrk(a, c, '--commit', '-c', '1', '-d', '%gs' % a.d)
+            lat = w['latency_ns']
+            points.append({'round': r, 'what': 'commit', 'nodes': 2, 'p50_ms': lat['p50'] / 1e6,
+                           'p99_ms': lat['p99'] / 1e6, 'ops_s': w['ops_per_s']})
+            print('round %d commit, 2 nodes (-r 1): p50 %.2f ms p99 %.2f ms, %.0f/s' % (
+                r, lat['p50'] / 1e6, lat['p99'] / 1e6, w['ops_per_s']), flush=True)
+    finally:
+        c.stop()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def med(xs):
+    return statistics.median(xs) if xs else float('nan')
+
+
+def cmd_run(a):
+    src_db = os.path.join(a.work, 'source.sqlite')
+    size = describe(src_db)
+    print('source: %s: %d records, %d transactions, %.1f MB of object data' % (
+        src_db, size['records'], size['txns'], size['data_bytes'] / 1e6), flush=True)
+    pairs = [tuple(p.split(':')) for p in a.pairs.split(',')]
+    points = []
+    for r in range(a.rounds):
+        for src, dst in (pairs if r % 2 == 0 else pairs[::-1]):
+            run_pair(a, r, src, dst, size, points)
+    print('\nmedians over %d rounds' % a.rounds)
+    print('| source → target | s | MB/s | records/s | × neopy:neopy (per round) |')
+    print('|---|---:|---:|---:|---|')
+    ref = {p['round']: p['mb_s'] for p in points if p['what'] == 'repl' and p['pair'] == 'neopy:neopy'}
+    for src, dst in pairs:
+        ps = [p for p in points if p['what'] == 'repl' and p['pair'] == '%s:%s' % (src, dst)]
+        ratios = [p['mb_s'] / ref[p['round']] for p in ps if p['round'] in ref]
+        print('| %s → %s | %.2f | %.1f | %.0f | %s |' % (
+            src, dst, med([p['s'] for p in ps]), med([p['mb_s'] for p in ps]), med([p['records_s'] for p in ps]),
+            '%.2f (%s)' % (med(ratios), ' '.join('%.2f' % x for x in ratios)) if ratios else ''))
+    for what in ('loads', 'commit'):
+        one = {p['round']: p for p in points if p['what'] == what and p['nodes'] == 1}
+        two = {p['round']: p for p in points if p['what'] == what and p['nodes'] == 2}
+        if not one:
+            continue
+        if what == 'loads':
+            rs = [two[k]['ops_s'] / one[k]['ops_s'] for k in one if k in two]
+            print('loads/s -c %d: 1 node %.0f, 2 nodes %.0f; 2/1 %.2f (%s)' % (
+                a.c, med([p['ops_s'] for p in one.values()]), med([p['ops_s'] for p in two.values()]),
+                med(rs), ' '.join('%.2f' % x for x in rs)))
+        else:
+            rs = [two[k]['p50_ms'] / one[k]['p50_ms'] for k in one if k in two]
+            print('commit latency -c 1: -r 0 p50 %.2f p99 %.2f ms; -r 1 p50 %.2f p99 %.2f ms; p50 ratio %.2f (%s)' % (
+                med([p['p50_ms'] for p in one.values()]), med([p['p99_ms'] for p in one.values()]),
+                med([p['p50_ms'] for p in two.values()]), med([p['p99_ms'] for p in two.values()]),
+                med(rs), ' '.join('%.2f' % x for x in rs)))
+    if a.out:
+        with open(a.out, 'w') as f:
+            json.dump({'size': size, 'points': points}, f, indent=1)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest='cmd', required=True)
+    for name in ('prepare', 'run'):
+        p = sub.add_parser(name)
+        p.add_argument('--src', required=True, help='NEO/py source tree')
+        p.add_argument('--zodbd', default=os.path.join(HERE, '..', 'bin', 'zodbd'))
+        p.add_argument('--work', required=True, help='directory of the datasets and the clusters')
+    p = sub.choices['prepare']
+    p.add_argument('--txns', type=int, default=48000, help='prod1 transactions (48000: about 300 MB)')
+    p.add_argument('--venv-python', default=os.path.join(HERE, '..', '.venv', 'bin', 'python'),
+                   help='a Python with ZODB/py (the generator)')
+    p = sub.choices['run']
+    p.add_argument('--pairs', default='zodbd:zodbd,neopy:zodbd,zodbd:neopy,neopy:neopy')
+    p.add_argument('--rounds', type=int, default=3)
+    p.add_argument('-d', type=float, default=3.0, help='seconds per wrk measure')
+    p.add_argument('-c', type=int, default=16, help='wrk connections for loads/s')
+    p.add_argument('--debug-addr', help='zodbd targets serve pprof here (profiling)')
+    p.add_argument('--out', help='JSON file of every point')
+    a = ap.parse_args()
+    a.zodbd = os.path.abspath(a.zodbd)
+    a.work = os.path.abspath(a.work)
+    sys.path.insert(0, a.src)
+    {'prepare': cmd_prepare, 'run': cmd_run}[a.cmd](a)
+
+
+if __name__ == '__main__':
+    main()
