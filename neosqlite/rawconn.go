@@ -52,6 +52,9 @@ type rawConn struct {
 	lastSerial uintptr
 	// trans is transSQL (TransactionInformation, AddTransaction).
 	trans uintptr
+	// repl are replObjectsSQL (ReplicationObjects), prepared on first
+	// use with prepareKeep, 0 before.
+	repl [2]uintptr
 	// stmts are the statements prepared with prepareKeep (the writer's),
 	// finalized by close.
 	stmts []uintptr

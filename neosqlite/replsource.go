@@ -3,6 +3,9 @@ package neosqlite
 import (
 	"context"
 	"fmt"
+	"strings"
+
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -60,4 +63,150 @@ func (db *DB) ReplicationRecords(ctx context.Context, p uint32, minTid, maxTid z
 		return nil
 	}
 	return run(replRecordsAfterSQL, int64(p), int64(minTid), int64(maxTid), int64(limit-n))
+}
+
+// replObjectsSelect reads the obj rows of a partition joined with their
+// data rows, in the column layout objRow.scan reads (next tid NULL: a
+// replication does not send it), and the oid as column 9.
+const replObjectsSelect = `SELECT o.tid, o.data_id, o.value_tid, d.id, d.compression, d.hash, d.value, NULL, length(d.value), o.oid
+ FROM obj o LEFT JOIN data d ON o.data_id=d.id WHERE o.partition=?`
+
+// replObjectsSQL are the scans of ReplicationObjects: [0] the rows with
+// tid = ? and oid >= ?, by oid; [1] those with ? < tid <= ?, by (tid, oid)
+// (as replRecordsAtSQL and replRecordsAfterSQL, over _obj_i1).
+var replObjectsSQL = [2]string{
+	replObjectsSelect + " AND o.tid=? AND o.oid>=? ORDER BY o.oid LIMIT ?",
+	replObjectsSelect + " AND o.tid>? AND o.tid<=? ORDER BY o.tid, o.oid LIMIT ?",
+}
+
+// replObjectsSQLKeep are replObjectsSQL for connections that read the
+// values of more than bigValue bytes through their blob handle (as
+// objSQLKeep): column 6 is NULL for such a value.
+var replObjectsSQLKeep = func() (q [2]string) {
+	for i, s := range replObjectsSQL {
+		if strings.Count(s, " d.value,") != 1 {
+			panic("neosqlite: unexpected replication scan: " + s)
+		}
+		q[i] = strings.Replace(s, " d.value,", fmt.Sprintf(" CASE WHEN length(d.value)<=%d THEN d.value END,", bigValue), 1)
+	}
+	return q
+}()
+
+// replScan returns c's statement i of replObjectsSQL, prepared on first
+// use; c.mu is held.
+func (c *rawConn) replScan(i int) (uintptr, error) {
+	if c.repl[i] != 0 {
+		return c.repl[i], nil
+	}
+	q := replObjectsSQL[i]
+	if c.bigValues {
+		q = replObjectsSQLKeep[i]
+	}
+	st, err := c.prepareKeep(q)
+	if err != nil {
+		return 0, err
+	}
+	c.repl[i] = st
+	return st, nil
+}
+
+// ReplicationObjects reads the records ReplicationRecords lists for the
+// same arguments, in that order, with their data: one ordered scan of the
+// partition's obj rows joined with their data rows (two statements, as
+// ReplicationRecords), on one connection and, for a DB opened with a
+// writer, in one read transaction, instead of a lookup per record.
+//
+// For each record it calls want(serial, oid); when want returns true it
+// fills *o as ObjectInto does for at = serial (the data appended to
+// o.Data[:0], copied out of SQLite's memory; NextSerial is 0) and calls
+// fn(o). It stops at the first error of fn, and returns it unwrapped. The
+// callbacks may block (a network write): the scan then holds its
+// connection and its snapshot, which keeps a checkpoint from reusing the
+// WAL past it, so a caller bounds limit. Errors of the database, corrupt
+// rows included, are wrapped in *Error. As ReplicationRecords, the
+// partition is not checked for readability.
+func (db *DB) ReplicationObjects(ctx context.Context, p uint32, minTid, maxTid zodb.Tid, minOid zodb.Oid, limit int,
+	o *Object, want func(serial zodb.Tid, oid zodb.Oid) bool, fn func(*Object) error) error {
+	maxTid = min(maxTid, zodb.TidMax)
+	if minTid > maxTid || limit <= 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	ref, err := db.raw.get()
+	if err != nil {
+		return db.wrap(err)
+	}
+	defer db.raw.put(ref)
+	c := ref.c
+	n := 0
+	var fnErr error
+	run := func(i int, args ...int64) error {
+		st, err := c.replScan(i)
+		if err != nil {
+			return err
+		}
+		sqlite3.Xsqlite3_bind_int64(c.tls, st, 1, int64(p))
+		for j, a := range args {
+			sqlite3.Xsqlite3_bind_int64(c.tls, st, int32(j+2), a)
+		}
+		// The reset ends the statement (and, without a writer, its
+		// read transaction).
+		defer sqlite3.Xsqlite3_reset(c.tls, st)
+		for n < limit {
+			switch rc := sqlite3.Xsqlite3_step(c.tls, st); rc {
+			case sqlite3.SQLITE_ROW:
+			case sqlite3.SQLITE_DONE:
+				return nil
+			default:
+				return c.errorf(rc, "replication scan")
+			}
+			n++
+			if c.colType(st, 9) != sqlite3.SQLITE_INTEGER || c.colType(st, 0) != sqlite3.SQLITE_INTEGER {
+				return corruptf("obj row of partition %d: tid or oid is not an integer", p)
+			}
+			oid, serial := zodb.Oid(c.int64(st, 9)), zodb.Tid(c.int64(st, 0))
+			if !want(serial, oid) {
+				continue
+			}
+			r := &c.row
+			*r = objRow{partition: p, oid: oid, serial: serial}
+			err := r.scan(c, st)
+			if err == nil {
+				*o = Object{Oid: oid, Serial: r.serial, Compression: r.compression, Checksum: r.hash,
+					Data: append(o.Data[:0], r.value...), DataSerial: r.valueTid, NoData: !r.hasData}
+			}
+			r.value = nil
+			if err != nil {
+				return err
+			}
+			if err := fn(o); err != nil {
+				fnErr = err
+				return err
+			}
+		}
+		return nil
+	}
+	if uint64(minOid) <= uint64(zodb.TidMax) { // (SQLite integers are signed)
+		if err := run(0, int64(minTid), int64(minOid), int64(limit)); err != nil {
+			return db.replErr(err, fnErr, p)
+		}
+	}
+	if n >= limit || minTid == maxTid {
+		return nil
+	}
+	if err := run(1, int64(minTid), int64(maxTid), int64(limit-n)); err != nil {
+		return db.replErr(err, fnErr, p)
+	}
+	return nil
+}
+
+// replErr is the error of ReplicationObjects: fn's as is, else err with
+// context.
+func (db *DB) replErr(err, fnErr error, p uint32) error {
+	if fnErr != nil {
+		return fnErr
+	}
+	return db.wrap(fmt.Errorf("replication objects of partition %d: %w", p, err))
 }

@@ -408,6 +408,9 @@ func (k *knownRecords) rest() []proto.SerialOids {
 }
 
 func (s *replStream) fetchObjects(ctx context.Context, src ReplicationSource, np uint32, r *replRequest) error {
+	if sc, ok := src.(ReplicationScanner); ok {
+		return s.fetchObjectsScan(ctx, sc, np, r)
+	}
 	limit := min(r.length, replChunk)
 	var recs []RecordKey
 	if r.min <= r.max {
@@ -440,21 +443,57 @@ func (s *replStream) fetchObjects(ctx context.Context, src ReplicationSource, np
 		if err != nil {
 			return err
 		}
-		m := proto.AddObject{Oid: rec.Oid, Serial: rec.Serial, Compression: o.Compression, Checksum: o.Checksum,
-			Data: o.Data, DataSerial: nilTid(o.DataSerial)}
-		switch {
-		case o.NoData:
-			m.Compression, m.Checksum, m.Data = 0, [20]byte{}, nil
-		case m.Checksum == [20]byte{}:
-			// A backend told to skip checksums (fs1backend.Backend.SkipChecksums):
-			// the replica stores the checksum it is given.
-			m.Checksum = sha1.Sum(m.Data)
-		}
-		if err := s.send(&m); err != nil {
+		o.Oid, o.Serial = rec.Oid, rec.Serial
+		if err := s.sendObject(o); err != nil {
 			return err
 		}
 	}
 	return s.send(&proto.AnswerFetchObjects{NextTid: nextTid, NextOid: nextOid, ObjectDict: known.rest()})
+}
+
+// fetchObjectsScan is fetchObjects from one scan of the records with
+// their data (ReplicationScanner): the same answer.
+func (s *replStream) fetchObjectsScan(ctx context.Context, sc ReplicationScanner, np uint32, r *replRequest) error {
+	limit := min(r.length, replChunk)
+	known := newKnownRecords(r.known)
+	nextTid, nextOid := proto.InvalidTid, proto.InvalidOid
+	n := s.p.n
+	o := n.objPool.Get().(*Object)
+	defer func() {
+		if cap(o.Data) > 1<<20 {
+			o.Data = make([]byte, 0, objBufSize)
+		}
+		n.objPool.Put(o)
+	}()
+	if r.min <= r.max {
+		seen := 0
+		want := func(rec RecordKey) bool {
+			if seen++; seen > limit { // the first record of the next fetch
+				nextTid, nextOid = rec.Serial, rec.Oid
+				return false
+			}
+			return !known.take(rec.Serial, rec.Oid)
+		}
+		if err := sc.ReplicationObjects(ctx, r.partition, np, r.min, r.max, r.minOid, limit+1, o, want, s.sendObject); err != nil {
+			return err
+		}
+	}
+	return s.send(&proto.AnswerFetchObjects{NextTid: nextTid, NextOid: nextOid, ObjectDict: known.rest()})
+}
+
+// sendObject sends the record o (its Oid and Serial set) as AddObject.
+func (s *replStream) sendObject(o *Object) error {
+	m := proto.AddObject{Oid: o.Oid, Serial: o.Serial, Compression: o.Compression, Checksum: o.Checksum,
+		Data: o.Data, DataSerial: nilTid(o.DataSerial)}
+	switch {
+	case o.NoData:
+		m.Compression, m.Checksum, m.Data = 0, [20]byte{}, nil
+	case m.Checksum == [20]byte{}:
+		// A backend told to skip checksums (fs1backend.Backend.SkipChecksums):
+		// the replica stores the checksum it is given.
+		m.Checksum = sha1.Sum(m.Data)
+	}
+	return s.send(&m)
 }
 
 // decimalList hashes a comma-joined list of decimal numbers.

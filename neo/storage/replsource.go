@@ -57,6 +57,27 @@ type ReplicationSource interface {
 	CompletedPack(ctx context.Context, p uint32) (zodb.Tid, error)
 }
 
+// ReplicationScanner is a ReplicationSource that also reads the records
+// of a range with their data in one pass (the SQLite backend: one ordered
+// scan of the partition's rows joined with their data rows instead of a
+// lookup per record). The node serves AskFetchObjects with it when the
+// backend has it, with ReplicationRecords and ReplicationObject otherwise;
+// the answers are the same.
+type ReplicationScanner interface {
+	ReplicationSource
+
+	// ReplicationObjects calls want with the key of each record that
+	// ReplicationRecords lists for the same arguments, in that order;
+	// when want returns true, it fills *o with the record as
+	// ReplicationObject does and calls fn(o). It returns the first
+	// error of fn as is. The records come from one committed state; the
+	// callbacks may block (fn writes to the peer), and the scan then
+	// holds what it reads from, so limit is bounded as for
+	// ReplicationRecords.
+	ReplicationObjects(ctx context.Context, p, np uint32, minTid, maxTid zodb.Tid, minOid zodb.Oid, limit int,
+		o *Object, want func(RecordKey) bool, fn func(*Object) error) error
+}
+
 // RecordKey names one object record: its serial (the tid of the
 // transaction that wrote it) and its oid.
 type RecordKey struct {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
+	"github.com/zodbd/zodbd/neosqlite"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -50,6 +51,17 @@ func (b *Backend) ReplicationObject(ctx context.Context, oid zodb.Oid, serial zo
 	return b.Object(ctx, oid, serial, 0, o)
 }
 
+// ReplicationObjects implements storage.ReplicationScanner: one ordered
+// scan of the partition's obj rows joined with their data rows
+// (neosqlite.DB.ReplicationObjects).
+func (b *Backend) ReplicationObjects(ctx context.Context, p, np uint32, minTid, maxTid zodb.Tid, minOid zodb.Oid, limit int,
+	o *storage.Object, want func(storage.RecordKey) bool, fn func(*storage.Object) error) error {
+	err := b.db.ReplicationObjects(ctx, p, minTid, maxTid, minOid, limit, (*neosqlite.Object)(o),
+		func(serial zodb.Tid, oid zodb.Oid) bool { return want(storage.RecordKey{Serial: serial, Oid: oid}) },
+		func(so *neosqlite.Object) error { return fn((*storage.Object)(so)) })
+	return mapErr(err)
+}
+
 // CompletedPack implements storage.ReplicationSource: pt.pack of this node's cell.
 func (b *Backend) CompletedPack(ctx context.Context, p uint32) (zodb.Tid, error) {
 	cfg := b.db.Config()
@@ -61,4 +73,4 @@ func (b *Backend) CompletedPack(ctx context.Context, p uint32) (zodb.Tid, error)
 	return 0, fmt.Errorf("partition %d: no cell of this node: %w", p, storage.ErrNonReadableCell)
 }
 
-var _ storage.ReplicationSource = (*Backend)(nil)
+var _ storage.ReplicationScanner = (*Backend)(nil)
