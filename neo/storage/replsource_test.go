@@ -5,6 +5,7 @@ import (
 	"compress/zlib"
 	"context"
 	"crypto/sha1"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"reflect"
@@ -252,5 +253,108 @@ func TestReplicationSource(t *testing.T) {
 				t.Errorf("%s: CompletedPack = %s, %v", name, pack, err)
 			}
 		}
+	}
+}
+
+// TestReplicationObjects checks the SQLite backend's ReplicationScanner
+// against its ReplicationRecords and ReplicationObject: the same keys in
+// the same order for every range, position and limit, and the same
+// records for those asked, values of more than a page (read through the
+// blob handle) included; fn's error is returned as is.
+func TestReplicationObjects(t *testing.T) {
+	ctx := context.Background()
+	const np = 2
+	sq := newReplSQLite(t, np)
+	model := replTestData(t, sq)
+	// Three transactions with values of a page and more.
+	for i, size := range []int{3000, 70000, 1 << 20} {
+		tid := replTestBase + zodb.Tid(40+i)*0x10001
+		var objs []storage.VotedObject
+		var oids []zodb.Oid
+		for _, oid := range []zodb.Oid{zodb.Oid(2 + i), zodb.Oid(7 + i), 20} {
+			data := bytes.Repeat(fmt.Appendf(nil, "%d/%d ", oid, i), size/6)
+			objs = append(objs, storage.VotedObject{Oid: oid, Checksum: sha1.Sum(data), Data: data})
+			oids = append(oids, oid)
+		}
+		vt := &storage.VotedTxn{TTid: tid, Meta: &storage.TxnMeta{Oids: oids}, Objects: objs}
+		if err := sq.Vote(ctx, vt); err != nil {
+			t.Fatal(err)
+		}
+		if err := sq.Lock(ctx, tid, tid); err != nil {
+			t.Fatal(err)
+		}
+		if err := sq.Unlock(ctx, tid, tid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tids := model.tids(0, 1, 0, proto.MaxTid)
+	var sc storage.ReplicationScanner = sq
+	for p := range uint32(np) {
+		for _, r := range []struct {
+			min, max zodb.Tid
+			minOid   zodb.Oid
+		}{
+			{0, proto.MaxTid, 0}, {tids[4], tids[19], 6}, {tids[9], tids[9], 3}, {tids[9], tids[8], 0},
+			{tids[2] + 1, proto.MaxTid, 0}, {tids[29], proto.MaxTid, 1}, {0, proto.MaxTid, proto.InvalidOid},
+		} {
+			for _, limit := range []int{1, 3, 7, 10000} {
+				want, err := sq.ReplicationRecords(ctx, p, np, r.min, r.max, r.minOid, limit, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for skip := range 3 { // records read: none, every other one, all
+					var keys []storage.RecordKey
+					var got []storage.Object
+					o := &storage.Object{Data: make([]byte, 0, 16)}
+					err := sc.ReplicationObjects(ctx, p, np, r.min, r.max, r.minOid, limit, o,
+						func(k storage.RecordKey) bool {
+							keys = append(keys, k)
+							return skip == 2 || skip == 1 && len(keys)%2 == 0
+						},
+						func(o *storage.Object) error {
+							c := *o
+							c.Data = slices.Clone(o.Data)
+							got = append(got, c)
+							return nil
+						})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !slices.Equal(keys, want) {
+						t.Fatalf("p=%d %+v limit %d: keys %v, want %v", p, r, limit, keys, want)
+					}
+					var n int
+					for i, k := range keys {
+						if !(skip == 2 || skip == 1 && (i+1)%2 == 0) {
+							continue
+						}
+						var x storage.Object
+						if err := sq.ReplicationObject(ctx, k.Oid, k.Serial, &x); err != nil {
+							t.Fatal(err)
+						}
+						x.NextSerial = 0
+						y := got[n]
+						n++
+						if len(x.Data) == 0 && len(y.Data) == 0 {
+							x.Data, y.Data = nil, nil
+						}
+						if !reflect.DeepEqual(x, y) {
+							t.Errorf("p=%d %+v limit %d: record %v: %+v, ReplicationObject %+v", p, r, limit, k, y, x)
+						}
+					}
+					if n != len(got) {
+						t.Errorf("p=%d %+v limit %d: %d records read, want %d", p, r, limit, len(got), n)
+					}
+				}
+			}
+		}
+	}
+	stop := errors.New("stop")
+	calls := 0
+	err := sc.ReplicationObjects(ctx, 0, np, 0, proto.MaxTid, 0, 100, &storage.Object{},
+		func(storage.RecordKey) bool { return true },
+		func(*storage.Object) error { calls++; return stop })
+	if err != stop || calls != 1 {
+		t.Errorf("fn's error: %v after %d calls, want stop after 1", err, calls)
 	}
 }
