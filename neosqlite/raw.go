@@ -3,6 +3,7 @@ package neosqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/binary"
 	"fmt"
 
 	sqlite3 "modernc.org/sqlite/lib"
@@ -472,26 +473,44 @@ const transSQL = `SELECT t.oids, t.user, t.description, t.ext, t.packed, t.ttid,
 // scanTrans reads the row of transSQL that st is on into a new TxnInfo
 // (its bytes copied out of SQLite's memory).
 func scanTrans(c *rawConn, st uintptr, part uint32, tid zodb.Tid) (*TxnInfo, error) {
+	user, desc, ext := c.blob(st, 1), c.blob(st, 2), c.blob(st, 3)
+	// One allocation for the three byte fields, one for the oids.
+	var oids []zodb.Oid
+	if n := len(c.blob(st, 0)) / 8; n > 0 {
+		oids = make([]zodb.Oid, 0, n)
+	}
+	t := new(TxnInfo)
+	if _, err := scanTransInto(c, st, part, tid, t, make([]byte, 0, len(user)+len(desc)+len(ext)), oids); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// scanTransInto is scanTrans into *t: the three byte fields appended to
+// buf[:0], the oids to oids[:0] (nil when there is none). It returns the
+// grown buf.
+func scanTransInto(c *rawConn, st uintptr, part uint32, tid zodb.Tid, t *TxnInfo, buf []byte, oids []zodb.Oid) ([]byte, error) {
 	where := func() string { return fmt.Sprintf("trans row (partition %d, tid %s)", part, tid) }
 	user, desc, ext := c.blob(st, 1), c.blob(st, 2), c.blob(st, 3)
-	// One allocation for the three byte fields.
-	buf := make([]byte, 0, len(user)+len(desc)+len(ext))
-	buf = append(buf, user...)
+	buf = append(buf[:0], user...)
 	buf = append(buf, desc...)
 	buf = append(buf, ext...)
 	nu, nd := len(user), len(user)+len(desc)
-	t := &TxnInfo{Tid: tid, User: buf[:nu:nu], Description: buf[nu:nd:nd], Extension: buf[nd:],
+	*t = TxnInfo{Tid: tid, User: buf[:nu:nu], Description: buf[nu:nd:nd], Extension: buf[nd:],
 		Packed: c.int64(st, 4) != 0, TTid: zodb.Tid(c.int64(st, 5))}
 	var err error
-	if t.Oids, err = splitOids(c.blob(st, 0)); err != nil {
-		return nil, fmt.Errorf("%s: oids: %w", where(), err)
+	if t.Oids, err = appendOids(oids[:0], c.blob(st, 0)); err != nil {
+		return buf, fmt.Errorf("%s: oids: %w", where(), err)
+	}
+	if len(t.Oids) == 0 {
+		t.Oids = nil
 	}
 	if c.colType(st, 7) != sqlite3.SQLITE_NULL { // p.partial: a pack order
 		po := &PackOrder{HasApproved: c.colType(st, 6) != sqlite3.SQLITE_NULL, Approved: c.int64(st, 6) != 0,
 			Partial: c.int64(st, 7) != 0, PackTid: zodb.Tid(c.int64(st, 9))}
 		if c.colType(st, 8) != sqlite3.SQLITE_NULL {
 			if po.Oids, err = splitOids(c.blob(st, 8)); err != nil {
-				return nil, fmt.Errorf("pack row (tid %s): oids: %w", tid, err)
+				return buf, fmt.Errorf("pack row (tid %s): oids: %w", tid, err)
 			}
 			if po.Oids == nil {
 				po.Oids = []zodb.Oid{}
@@ -499,7 +518,7 @@ func scanTrans(c *rawConn, st uintptr, part uint32, tid zodb.Tid) (*TxnInfo, err
 		}
 		t.Pack = po
 	}
-	return t, nil
+	return buf, nil
 }
 
 func nonNil(b []byte) []byte {
@@ -512,19 +531,20 @@ func nonNil(b []byte) []byte {
 // splitOids splits an oids field: the concatenation of 8-byte big-endian
 // oids (NEO's splitOIDField).
 func splitOids(b []byte) ([]zodb.Oid, error) {
-	if len(b)%8 != 0 {
-		return nil, corruptf("length %d is not a multiple of 8", len(b))
-	}
 	var oids []zodb.Oid
 	if len(b) > 0 {
 		oids = make([]zodb.Oid, 0, len(b)/8)
 	}
+	return appendOids(oids, b)
+}
+
+// appendOids is splitOids appending to oids.
+func appendOids(oids []zodb.Oid, b []byte) ([]zodb.Oid, error) {
+	if len(b)%8 != 0 {
+		return nil, corruptf("length %d is not a multiple of 8", len(b))
+	}
 	for i := 0; i < len(b); i += 8 {
-		var v uint64
-		for _, c := range b[i : i+8] {
-			v = v<<8 | uint64(c)
-		}
-		oids = append(oids, zodb.Oid(v))
+		oids = append(oids, zodb.Oid(binary.BigEndian.Uint64(b[i:i+8])))
 	}
 	return oids, nil
 }

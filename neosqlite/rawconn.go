@@ -55,6 +55,8 @@ type rawConn struct {
 	// repl are replObjectsSQL (ReplicationObjects), prepared on first
 	// use with prepareKeep, 0 before.
 	repl [2]uintptr
+	// replTrans is replTransSQL (ReplicationTransactions), likewise.
+	replTrans uintptr
 	// stmts are the statements prepared with prepareKeep (the writer's),
 	// finalized by close.
 	stmts []uintptr

@@ -292,33 +292,50 @@ func (s *replStream) fetchTransactions(ctx context.Context, src ReplicationSourc
 		}
 	}
 	limit := min(r.length, replChunk)
-	tids, err := src.ReplicationTIDs(ctx, r.partition, np, r.min, r.max, limit+1, nil)
-	if err != nil {
-		return err
-	}
-	next := proto.InvalidTid
-	if len(tids) > limit {
-		next, tids = tids[limit], tids[:limit]
-	}
 	known := make(map[zodb.Tid]bool, len(r.knownTids)) // tid -> listed
 	for _, t := range r.knownTids {
 		known[t] = false
 	}
-	for _, tid := range tids {
-		if _, ok := known[tid]; ok {
-			known[tid] = true
-			continue
+	next := proto.InvalidTid
+	if sc, ok := src.(ReplicationScanner); ok {
+		seen := 0
+		want := func(tid zodb.Tid) bool {
+			if seen++; seen > limit { // the first transaction of the next fetch
+				next = tid
+				return false
+			}
+			if _, ok := known[tid]; ok {
+				known[tid] = true
+				return false
+			}
+			return true
 		}
-		t, err := src.ReplicationTransaction(ctx, tid)
-		if errors.Is(err, ErrTidNotFound) || errors.Is(err, ErrNonReadableCell) {
-			return s.dropped(fmt.Sprintf("partition %d dropped", r.partition))
+		if err := sc.ReplicationTransactions(ctx, r.partition, np, r.min, r.max, limit+1, new(ReplTxn), want, s.sendTxn); err != nil {
+			return err
 		}
+	} else {
+		tids, err := src.ReplicationTIDs(ctx, r.partition, np, r.min, r.max, limit+1, nil)
 		if err != nil {
 			return err
 		}
-		if err := s.send(&proto.AddTransaction{Tid: t.Tid, User: t.User, Description: t.Description,
-			Extension: t.Extension, Packed: t.Packed, TTid: t.TTid, Oids: t.Oids, Pack: t.Pack}); err != nil {
-			return err
+		if len(tids) > limit {
+			next, tids = tids[limit], tids[:limit]
+		}
+		for _, tid := range tids {
+			if _, ok := known[tid]; ok {
+				known[tid] = true
+				continue
+			}
+			t, err := src.ReplicationTransaction(ctx, tid)
+			if errors.Is(err, ErrTidNotFound) || errors.Is(err, ErrNonReadableCell) {
+				return s.dropped(fmt.Sprintf("partition %d dropped", r.partition))
+			}
+			if err != nil {
+				return err
+			}
+			if err := s.sendTxn(t); err != nil {
+				return err
+			}
 		}
 	}
 	// The known tids not listed, in the order asked (NEO/py's order is
@@ -331,6 +348,12 @@ func (s *replStream) fetchTransactions(ctx context.Context, src ReplicationSourc
 		}
 	}
 	return s.send(&proto.AnswerFetchTransactions{NextTid: next, TidsToDelete: del, CompletedPack: completed})
+}
+
+// sendTxn sends t as AddTransaction.
+func (s *replStream) sendTxn(t *ReplTxn) error {
+	return s.send(&proto.AddTransaction{Tid: t.Tid, User: t.User, Description: t.Description,
+		Extension: t.Extension, Packed: t.Packed, TTid: t.TTid, Oids: t.Oids, Pack: t.Pack})
 }
 
 // knownRecords is the known map of AskFetchObjects: serial -> oids, in the

@@ -60,9 +60,10 @@ type ReplicationSource interface {
 // ReplicationScanner is a ReplicationSource that also reads the records
 // of a range with their data in one pass (the SQLite backend: one ordered
 // scan of the partition's rows joined with their data rows instead of a
-// lookup per record). The node serves AskFetchObjects with it when the
-// backend has it, with ReplicationRecords and ReplicationObject otherwise;
-// the answers are the same.
+// lookup per record, and likewise for the transactions). The node serves
+// AskFetchObjects and AskFetchTransactions with it when the backend has
+// it, with ReplicationRecords and ReplicationObject (ReplicationTIDs and
+// ReplicationTransaction) otherwise; the answers are the same.
 type ReplicationScanner interface {
 	ReplicationSource
 
@@ -76,6 +77,15 @@ type ReplicationScanner interface {
 	// ReplicationRecords.
 	ReplicationObjects(ctx context.Context, p, np uint32, minTid, maxTid zodb.Tid, minOid zodb.Oid, limit int,
 		o *Object, want func(RecordKey) bool, fn func(*Object) error) error
+
+	// ReplicationTransactions calls want with each tid that
+	// ReplicationTIDs lists for the same arguments, in that order; when
+	// want returns true, it fills *t as ReplicationTransaction returns
+	// it (its slices may reuse t's memory and are valid until the next
+	// call) and calls fn(t). It returns the first error of fn as is; the
+	// callbacks may block, as for ReplicationObjects.
+	ReplicationTransactions(ctx context.Context, p, np uint32, min, max zodb.Tid, limit int,
+		t *ReplTxn, want func(zodb.Tid) bool, fn func(*ReplTxn) error) error
 }
 
 // RecordKey names one object record: its serial (the tid of the

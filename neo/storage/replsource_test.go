@@ -260,7 +260,9 @@ func TestReplicationSource(t *testing.T) {
 // against its ReplicationRecords and ReplicationObject: the same keys in
 // the same order for every range, position and limit, and the same
 // records for those asked, values of more than a page (read through the
-// blob handle) included; fn's error is returned as is.
+// blob handle) included; fn's error is returned as is. Likewise its
+// ReplicationTransactions against ReplicationTIDs and
+// ReplicationTransaction.
 func TestReplicationObjects(t *testing.T) {
 	ctx := context.Background()
 	const np = 2
@@ -285,6 +287,22 @@ func TestReplicationObjects(t *testing.T) {
 		}
 		if err := sq.Unlock(ctx, tid, tid); err != nil {
 			t.Fatal(err)
+		}
+	}
+	// Two pack orders (as a replication brings them): one approved and
+	// partial, one not signed.
+	packs := &storage.ReplBatch{Txns: []storage.ReplTxn{
+		{TxnInfo: storage.TxnInfo{Tid: replTestBase + 50*0x10001, Description: []byte("pack"), Oids: []zodb.Oid{}}, TTid: replTestBase + 50*0x10001,
+			Pack: &proto.TxnPack{Approved: true, ApprovedSet: true, Partial: true, Oids: []zodb.Oid{2, 5}, OidsSet: true, PackTid: replTestBase + 9*0x10001}},
+		{TxnInfo: storage.TxnInfo{Tid: replTestBase + 52*0x10001, Oids: []zodb.Oid{}}, TTid: replTestBase + 52*0x10001,
+			Pack: &proto.TxnPack{PackTid: replTestBase + 20*0x10001}},
+	}}
+	if err := sq.StoreReplicated(ctx, packs); err != nil {
+		t.Fatal(err)
+	}
+	for _, tx := range packs.Txns {
+		if got, err := sq.ReplicationTransaction(ctx, tx.Tid); err != nil || got.Pack == nil {
+			t.Fatalf("pack order %s: %+v, %v", tx.Tid, got, err)
 		}
 	}
 	tids := model.tids(0, 1, 0, proto.MaxTid)
@@ -345,6 +363,47 @@ func TestReplicationObjects(t *testing.T) {
 					if n != len(got) {
 						t.Errorf("p=%d %+v limit %d: %d records read, want %d", p, r, limit, len(got), n)
 					}
+				}
+			}
+		}
+	}
+	// Transactions: the scan against ReplicationTIDs and
+	// ReplicationTransaction.
+	for p := range uint32(np) {
+		for _, r := range []struct{ min, max zodb.Tid }{
+			{0, proto.MaxTid}, {tids[3], tids[20]}, {tids[3] + 1, tids[20] - 1}, {tids[5], tids[5]}, {tids[7], tids[6]},
+		} {
+			for _, limit := range []int{1, 2, 5, 1000} {
+				want, err := sq.ReplicationTIDs(ctx, p, np, r.min, r.max, limit, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var seen []zodb.Tid
+				n := 0
+				err = sc.ReplicationTransactions(ctx, p, np, r.min, r.max, limit, &storage.ReplTxn{},
+					func(tid zodb.Tid) bool { seen = append(seen, tid); return len(seen)%2 == 1 || tid > tids[29] },
+					func(x *storage.ReplTxn) error {
+						y, err := sq.ReplicationTransaction(ctx, seen[len(seen)-1])
+						if err != nil {
+							return err
+						}
+						if !reflect.DeepEqual(x, y) {
+							t.Errorf("p=%d %+v limit %d: %+v, ReplicationTransaction %+v", p, r, limit, x, y)
+						}
+						n++
+						return nil
+					})
+				if err != nil {
+					t.Fatal(err)
+				}
+				reads := 0
+				for i, tid := range want {
+					if i%2 == 0 || tid > tids[29] {
+						reads++
+					}
+				}
+				if !slices.Equal(seen, want) || n != reads {
+					t.Errorf("p=%d %+v limit %d: tids %v (%d read), want %v", p, r, limit, seen, n, want)
 				}
 			}
 		}

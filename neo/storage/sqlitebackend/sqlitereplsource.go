@@ -37,12 +37,31 @@ func (b *Backend) ReplicationTransaction(ctx context.Context, tid zodb.Tid) (*st
 	if err != nil {
 		return nil, mapErr(err)
 	}
-	r := &storage.ReplTxn{TxnInfo: txnInfo(t), TTid: t.TTid}
+	r := new(storage.ReplTxn)
+	replTxn(t, r)
+	return r, nil
+}
+
+// replTxn sets *r from t.
+func replTxn(t *neosqlite.TxnInfo, r *storage.ReplTxn) {
+	*r = storage.ReplTxn{TxnInfo: txnInfo(t), TTid: t.TTid}
 	if po := t.Pack; po != nil {
 		r.Pack = &proto.TxnPack{Approved: po.Approved, ApprovedSet: po.HasApproved, Partial: po.Partial,
 			Oids: po.Oids, OidsSet: po.Oids != nil, PackTid: po.PackTid}
 	}
-	return r, nil
+}
+
+// ReplicationTransactions implements storage.ReplicationScanner: one
+// ordered scan of the partition's trans rows
+// (neosqlite.DB.ReplicationTransactions).
+func (b *Backend) ReplicationTransactions(ctx context.Context, p, np uint32, min, max zodb.Tid, limit int,
+	r *storage.ReplTxn, want func(zodb.Tid) bool, fn func(*storage.ReplTxn) error) error {
+	var t neosqlite.TxnInfo
+	err := b.db.ReplicationTransactions(ctx, p, min, max, limit, &t, want, func(t *neosqlite.TxnInfo) error {
+		replTxn(t, r)
+		return fn(r)
+	})
+	return mapErr(err)
 }
 
 // ReplicationObject implements storage.ReplicationSource: the obj row (oid,
