@@ -9,7 +9,8 @@ end of a replication is seen within milliseconds, not a neoctl start-up):
     PY=/tmp/neovenv/bin/python
     $PY bench/neorepl.py prepare --src /tmp/neopy --zodbd bin/zodbd --txns 48000 --work W
     $PY bench/neorepl.py run --src /tmp/neopy --zodbd bin/zodbd --work W [--rounds 3] \\
-        [--pairs zodbd:zodbd,neopy:zodbd,zodbd:neopy,neopy:neopy,zodbd-fs:zodbd] [-d 3] [-c 16]
+        [--pairs zodbd:zodbd,neopy:zodbd,zodbd:neopy,neopy:neopy,zodbd-fs:zodbd] [-d 3] [-c 16] \\
+        [--zodbd-base OLD --pairs base:base,zodbd:zodbd,neopy:neopy] [--no-wrk]
 
 `prepare` makes W/prod1.fs (scripts/gen_dataset.py prod1 TXNS, with
 os.fsync disabled: the generator's output does not depend on it) and
@@ -23,7 +24,9 @@ whole cluster.
 source:target pair, a fresh cluster (NEO/py's master -p 1 -r 1 -A 1, an
 admin) whose one storage node is the source on a fresh copy of
 source.sqlite (`zodbd`: zodbd neo-storage --read-write sqlite:...,
-`neopy`: neostorage -a SQLite; `zodbd-fs`: zodbd on a copy of prod1.fs),
+`neopy`: neostorage -a SQLite; `zodbd-fs`: zodbd on a copy of prod1.fs;
+`base`: the zodbd binary --zodbd-base, to pair a change with its base in
+one run),
 then a target on an empty database (`zodbd`: SQLite; `neopy`); the clock
 runs from TweakPartitionTable (after AddPendingNodes) until the admin
 shows the target's cell UP_TO_DATE. Replication MB/s = the object data
@@ -32,7 +35,7 @@ time. The copies are fresh files just written: the source reads from the
 page cache.
 
 For the zodbd:zodbd pair the round also runs, with the source alone and
-then with both nodes up to date: `zodbd wrk --cache off -c C -d D`
+then with both nodes up to date (unless --no-wrk): `zodbd wrk --cache off -c C -d D`
 (loads/s; every load a request, the client spreading them at random over
 the readable cells) and `zodbd wrk --commit -c 1 -d D` (commit latency:
 one copy of each record with one node, two with replicas 1).
@@ -120,13 +123,15 @@ class Cluster:
 
     def storage(self, name, kind, db, extra=()):
         """Starts a storage node of kind zodbd (SQLite, or FileStorage
-        when db ends in .fs) or neopy on db; returns its address."""
+        when db ends in .fs), base (zodbd's --zodbd-base) or neopy on db;
+        returns its address."""
         addr = '127.0.0.1:%d' % free_port()
         if kind == 'neopy':
             cmd = self.neo('neostorage') + ['-c', CLUSTER, '-b', addr, '-m', self.master, '-a', 'SQLite', '-d', db]
         else:
             backend = db if db.endswith('.fs') else 'sqlite:' + db
-            cmd = [self.a.zodbd, 'neo-storage', '--cluster', CLUSTER, '--masters', self.master, '--bind', addr,
+            exe = self.a.zodbd_base if kind == 'base' else self.a.zodbd
+            cmd = [exe, 'neo-storage', '--cluster', CLUSTER, '--masters', self.master, '--bind', addr,
                    '--read-write'] + list(extra) + [backend]
         self.spawn(name, cmd, addr)
         return addr
@@ -277,9 +282,9 @@ def run_pair(a, r, src, dst, size, points):
         else:
             db = os.path.join(d, 'src.sqlite')
             shutil.copyfile(os.path.join(a.work, 'source.sqlite'), db)
-        c.storage('src', 'neopy' if src == 'neopy' else 'zodbd', db)
+        c.storage('src', src if src in ('neopy', 'base') else 'zodbd', db)
         c.wait(c.running, 'cluster running', timeout=300, step=0.1)
-        extra = src == 'zodbd' and dst == 'zodbd'
+        extra = src == 'zodbd' and dst == 'zodbd' and not a.no_wrk
         if extra:
             w = wrk(a, c, '--cache', 'off', '-c', str(a.c), '-d', '%gs' % a.d)
             points.append({'round': r, 'what': 'loads', 'nodes': 1, 'ops_s': w['ops_per_s']})
@@ -291,20 +296,22 @@ def run_pair(a, r, src, dst, size, points):
             print('round %d commit, 1 node (-r 0): p50 %.2f ms p99 %.2f ms, %.0f/s' % (
                 r, lat['p50'] / 1e6, lat['p99'] / 1e6, w['ops_per_s']), flush=True)
         addr = c.storage('dst', dst, os.path.join(d, 'dst.sqlite'),
-                         extra=['--debug-addr', a.debug_addr] if a.debug_addr and dst == 'zodbd' else ())
+                         extra=['--debug-addr', a.debug_addr] if a.debug_addr and dst != 'neopy' else ())
+        cpu0 = {k: cpu_s(c.procs[k]) for k in ('src', 'dst')}
         t0 = time.monotonic()
         nid = c.add(addr)
         c.wait(lambda: c.up_to_date(nid), 'the target up to date', timeout=3600)
         dt = time.monotonic() - t0
+        cpu = {k: cpu_s(c.procs[k]) - cpu0[k] for k in cpu0}
         got = describe(os.path.join(d, 'dst.sqlite'))
         if got['records'] < size['records']:
             raise SystemExit('neorepl: %s:%s: target has %d records, source %d' % (
                 src, dst, got['records'], size['records']))
         mbs = size['data_bytes'] / dt / 1e6
         points.append({'round': r, 'what': 'repl', 'pair': '%s:%s' % (src, dst), 's': dt, 'mb_s': mbs,
-                       'records_s': size['records'] / dt})
-        print('round %d replication %-15s %6.2f s  %7.1f MB/s  %8.0f records/s' % (
-            r, src + ':' + dst, dt, mbs, size['records'] / dt), flush=True)
+                       'records_s': size['records'] / dt, 'src_cpu_s': cpu['src'], 'dst_cpu_s': cpu['dst']})
+        print('round %d replication %-15s %6.2f s  %7.1f MB/s  %8.0f records/s  CPU s: source %.2f target %.2f' % (
+            r, src + ':' + dst, dt, mbs, size['records'] / dt, cpu['src'], cpu['dst']), flush=True)
         if extra:
             w = wrk(a, c, '--cache', 'off', '-c', str(a.c), '-d', '%gs' % a.d)
             points.append({'round': r, 'what': 'loads', 'nodes': 2, 'ops_s': w['ops_per_s']})
@@ -318,6 +325,13 @@ def run_pair(a, r, src, dst, size, points):
     finally:
         c.stop()
         shutil.rmtree(d, ignore_errors=True)
+
+
+def cpu_s(p):
+    """CPU seconds (user + system) the process p has used so far."""
+    with open('/proc/%d/stat' % p.pid) as f:
+        fields = f.read().rsplit(')', 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
 
 
 def med(xs):
@@ -335,15 +349,16 @@ def cmd_run(a):
         for src, dst in (pairs if r % 2 == 0 else pairs[::-1]):
             run_pair(a, r, src, dst, size, points)
     print('\nmedians over %d rounds' % a.rounds)
-    print('| source → target | s | MB/s | records/s | × neopy:neopy (per round) |')
-    print('|---|---:|---:|---:|---|')
+    print('| source → target | s | MB/s | records/s | × neopy:neopy (per round) | CPU s source | CPU s target |')
+    print('|---|---:|---:|---:|---|---:|---:|')
     ref = {p['round']: p['mb_s'] for p in points if p['what'] == 'repl' and p['pair'] == 'neopy:neopy'}
     for src, dst in pairs:
         ps = [p for p in points if p['what'] == 'repl' and p['pair'] == '%s:%s' % (src, dst)]
         ratios = [p['mb_s'] / ref[p['round']] for p in ps if p['round'] in ref]
-        print('| %s → %s | %.2f | %.1f | %.0f | %s |' % (
+        print('| %s → %s | %.2f | %.1f | %.0f | %s | %.2f | %.2f |' % (
             src, dst, med([p['s'] for p in ps]), med([p['mb_s'] for p in ps]), med([p['records_s'] for p in ps]),
-            '%.2f (%s)' % (med(ratios), ' '.join('%.2f' % x for x in ratios)) if ratios else ''))
+            '%.2f (%s)' % (med(ratios), ' '.join('%.2f' % x for x in ratios)) if ratios else '',
+            med([p['src_cpu_s'] for p in ps]), med([p['dst_cpu_s'] for p in ps])))
     for what in ('loads', 'commit'):
         one = {p['round']: p for p in points if p['what'] == what and p['nodes'] == 1}
         two = {p['round']: p for p in points if p['what'] == what and p['nodes'] == 2}
@@ -384,6 +399,8 @@ def main():
     p.add_argument('-c', type=int, default=16, help='wrk connections for loads/s')
     p.add_argument('--debug-addr', help='zodbd targets serve pprof here (profiling)')
     p.add_argument('--out', help='JSON file of every point')
+    p.add_argument('--zodbd-base', help='zodbd binary of the pairs\' node kind "base"')
+    p.add_argument('--no-wrk', action='store_true', help='no loads/s and commit measures')
     a = ap.parse_args()
     a.zodbd = os.path.abspath(a.zodbd)
     a.work = os.path.abspath(a.work)
