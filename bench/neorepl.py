@@ -10,7 +10,7 @@ end of a replication is seen within milliseconds, not a neoctl start-up):
     $PY bench/neorepl.py prepare --src /tmp/neopy --zodbd bin/zodbd --txns 48000 --work W
     $PY bench/neorepl.py run --src /tmp/neopy --zodbd bin/zodbd --work W [--rounds 3] \\
         [--pairs zodbd:zodbd,neopy:zodbd,zodbd:neopy,neopy:neopy,zodbd-fs:zodbd] [-d 3] [-c 16] \\
-        [--zodbd-base OLD --pairs base:base,zodbd:zodbd,neopy:neopy] [--no-wrk]
+        [--zodbd-base OLD --pairs base:base,zodbd:zodbd,neopy:neopy] [--no-wrk] [--verify]
 
 `prepare` makes W/prod1.fs (scripts/gen_dataset.py prod1 TXNS, with
 os.fsync disabled: the generator's output does not depend on it) and
@@ -264,6 +264,26 @@ def describe(db):
     return {'records': n, 'txns': t, 'data_bytes': b}
 
 
+def digest(db):
+    """sha1 of what a replication copies: every trans row and every obj
+    row with its data row (value bytes included), in key order."""
+    import hashlib
+    h = hashlib.sha1()
+    con = sqlite3.connect('file:%s?mode=ro' % db, uri=True)
+    try:
+        for row in con.execute('SELECT partition, tid, packed, oids, user, description, ext, ttid FROM trans'
+                               ' ORDER BY partition, tid'):
+            h.update(repr(row).encode())
+        for row in con.execute('SELECT o.partition, o.oid, o.tid, o.value_tid, d.compression, d.hash, d.value'
+                               ' FROM obj o LEFT JOIN data d ON d.id=o.data_id ORDER BY o.partition, o.oid, o.tid'):
+            h.update(repr(row[:-1]).encode())
+            h.update(b'%d:' % len(row[-1] or b''))
+            h.update(row[-1] or b'')
+    finally:
+        con.close()
+    return h.hexdigest()
+
+
 def wrk(a, c, *args):
     cmd = [a.zodbd, 'wrk', '--json'] + list(args) + ['neo://%s@%s' % (CLUSTER, c.master)]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -307,6 +327,12 @@ def run_pair(a, r, src, dst, size, points):
         if got['records'] < size['records']:
             raise SystemExit('neorepl: %s:%s: target has %d records, source %d' % (
                 src, dst, got['records'], size['records']))
+        if a.verify and src != 'zodbd-fs':
+            if 'digest' not in size:
+                size['digest'] = digest(os.path.join(a.work, 'source.sqlite'))
+            got = digest(os.path.join(d, 'dst.sqlite'))
+            if got != size['digest']:
+                raise SystemExit('neorepl: %s:%s: the target differs from the source' % (src, dst))
         mbs = size['data_bytes'] / dt / 1e6
         points.append({'round': r, 'what': 'repl', 'pair': '%s:%s' % (src, dst), 's': dt, 'mb_s': mbs,
                        'records_s': size['records'] / dt, 'src_cpu_s': cpu['src'], 'dst_cpu_s': cpu['dst']})
@@ -401,6 +427,8 @@ def main():
     p.add_argument('--out', help='JSON file of every point')
     p.add_argument('--zodbd-base', help='zodbd binary of the pairs\' node kind "base"')
     p.add_argument('--no-wrk', action='store_true', help='no loads/s and commit measures')
+    p.add_argument('--verify', action='store_true',
+                   help='check after each replication (untimed) that the target has the rows of the source')
     a = ap.parse_args()
     a.zodbd = os.path.abspath(a.zodbd)
     a.work = os.path.abspath(a.work)

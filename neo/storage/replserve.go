@@ -52,7 +52,10 @@ import (
 // replBatch bytes (plus one record) written through the connection's
 // Writer, which waits while the peer does not read (its budget). Lists are
 // read from the backend in chunks of at most replChunk entries, so a
-// request holds one chunk and one batch whatever its length.
+// request holds one chunk and one batch whatever its length. A backend
+// that is a ReplicationScanner (SQLite) reads a fetch's records or
+// transactions with their data in one scan instead of a list then a lookup
+// each; the scan then holds its snapshot while a batch waits on the peer.
 
 const (
 	// replChunk bounds the entries read from the backend at once, and
