@@ -688,11 +688,11 @@ var ErrPartialPack = errors.New("a FileStorage cannot pack some objects only")
 // and NoBackTargets), so that the file stays the copy its replicas on
 // other nodes hold: every transaction (one left without records is kept as
 // its header), and before tid only each object's revision current at tid
-// (an object deleted at tid loses all its records; an undo record after
-// tid whose target goes gets the data). Unlike NEO, the kept records lose
-// their data serial (they are written with their data) and a
-// transaction's oid list (TransactionInformation) shrinks to the records
-// it keeps. Readers and commits carry on; the transaction table is read
+// (an object deleted as of tid loses all its records; an undo record after
+// tid whose target goes gets the data). Unlike NEO, the undo records the
+// pack rewrites lose their data serial (they are written with their data),
+// a transaction's oid list (TransactionInformation) shrinks to the records
+// it keeps, and the transactions before tid are reported packed. Readers and commits carry on; the transaction table is read
 // again from the packed file afterwards. A tid past the last unlocked
 // transaction packs as of that one. A partial pack (oids != nil) fails
 // with ErrPartialPack.
