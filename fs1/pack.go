@@ -14,7 +14,9 @@ package fs1
 //     kept record is written with its data (a backpointer is resolved; one
 //     that resolves to no data gives a record without data), a previous
 //     pointer of 0, and its transaction gets status 'p'. A transaction with
-//     no kept record is dropped.
+//     no kept record is dropped. (PackOptions.KeepEmptyTxns and
+//     NoBackTargets change this for NEO: every transaction is kept, and
+//     the backpointer targets are not.)
 //   - Transactions from packPos on are copied as they are, with their
 //     positions rewritten: the transaction pointer, the previous pointer
 //     (the oid's latest record in the packed file), and backpointers (to
@@ -105,6 +107,27 @@ type PackOptions struct {
 	// operating system's); see Options.FS. The online pack uses the
 	// storage's.
 	FS vfs.FS
+
+	// KeepEmptyTxns and NoBackTargets pack as NEO's storage nodes do
+	// (zodbd's NEO storage node on a FileStorage sets both, with NoGC, so
+	// that its copy of the database stays the one its replicas hold).
+	// Either makes the result differ from ZODB/py's; the file is still a
+	// valid FileStorage for ZODB/py.
+	//
+	// KeepEmptyTxns keeps every transaction before the pack time: one
+	// none of whose records is kept is written as its header alone
+	// (status 'p', no data record) instead of being dropped. NEO's pack
+	// removes object records, never a transaction.
+	KeepEmptyTxns bool
+
+	// NoBackTargets keeps, before the pack time, only the revisions
+	// current at the pack time (or, with GC, reachable): not the
+	// revisions that undo records (backpointers) after the pack time
+	// point to, which NEO's pack removes too. Such an undo record is
+	// then written with the data it pointed to, as a backpointer to a
+	// dropped record always is. (With GC, the objects that data refers
+	// to are still kept.)
+	NoBackTargets bool
 }
 
 // PackStats describes a pack.
@@ -658,6 +681,12 @@ func (p *Packer) findReachable(ctx context.Context, backs []futureBack) error {
 	} else {
 		p.stats.Reachable = int(p.visited.len())
 	}
+	if p.opt.NoBackTargets {
+		// The targets are not kept after all (their references were
+		// followed above, for the data the undo records get).
+		clear(p.override)
+		clear(p.extra)
+	}
 	p.stats.GC = p.gc
 	return nil
 }
@@ -1096,12 +1125,9 @@ func (p *Packer) copyPacked(ctx context.Context) error {
 				continue
 			}
 			if ntpos < 0 {
-				ntpos = p.out.pos
-				p.meta[16] = byte(zodb.TxnPacked)
-				if err := p.out.write(p.meta); err != nil {
+				if ntpos, err = p.keepTxn(pos); err != nil {
 					return err
 				}
-				p.kept = append(p.kept, txnMove{pos, ntpos})
 			}
 			var data []byte
 			if dh.DataLen > 0 {
@@ -1120,6 +1146,12 @@ func (p *Packer) copyPacked(ctx context.Context) error {
 			p.index.Set(dh.Oid, npos)
 			p.stats.RecordsAfter++
 		}
+		if ntpos < 0 && p.opt.KeepEmptyTxns {
+			// No record kept: the header alone (NEO's pack).
+			if ntpos, err = p.keepTxn(pos); err != nil {
+				return err
+			}
+		}
 		if ntpos >= 0 {
 			if err := p.endTxn(ntpos, t.tlen); err != nil {
 				return err
@@ -1129,6 +1161,19 @@ func (p *Packer) copyPacked(ctx context.Context) error {
 		pos = t.next()
 	}
 	return nil
+}
+
+// keepTxn writes the header of the source transaction at pos (in p.meta),
+// with status 'p', at the end of the packed file, and returns its position
+// there.
+func (p *Packer) keepTxn(pos int64) (int64, error) {
+	ntpos := p.out.pos
+	p.meta[16] = byte(zodb.TxnPacked)
+	if err := p.out.write(p.meta); err != nil {
+		return 0, err
+	}
+	p.kept = append(p.kept, txnMove{pos, ntpos})
+	return ntpos, nil
 }
 
 // consumed tells that the copy has read the source up to pos: with dropSrc,

@@ -17,12 +17,14 @@ reference that shows the tests themselves right (ZODBD_NEO_REFERENCE=1).
   database zodbd wrote, serves the same transactions.
 - Both on replicated clusters (tests/neocluster.py layouts, LAYOUTS): the
   mixins on (a) two zodbd nodes -p 2 -r 1, (b) a zodbd and a NEO/py node
-  -p 2 -r 1, (c) two zodbd nodes and a NEO/py node -p 12 -r 1; the fault
+  -p 2 -r 1, (c) two zodbd nodes and a NEO/py node -p 12 -r 1, (d) a
+  FileStorage zodbd node and a SQLite zodbd node -p 1 -r 1; the fault
   test on (a) and (c) with a zodbd node killed, which then catches up,
   and `neoctl check` of every partition."""
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -41,12 +43,15 @@ pytestmark = pytest.mark.skipif(not (SRC and PY), reason='NEOPY_SRC and NEOPY_PY
 REFERENCE = bool(os.environ.get('ZODBD_NEO_REFERENCE'))
 KINDS = ['zodbd-fs', 'zodbd-sqlite'] + (['neopy'] if REFERENCE else [])
 # Replicated layouts (tests/neocluster.py): (a) two zodbd nodes, (b) a
-# zodbd node and a NEO/py node, (c) three mixed nodes; with
+# zodbd node and a NEO/py node, (c) three mixed nodes, (d) a FileStorage
+# node and a SQLite node holding the same partition (the FileStorage node
+# packs as NEO does: their copies stay equal after a pack); with
 # ZODBD_NEO_REFERENCE, all-NEO/py clusters of the same shapes.
 LAYOUTS = [
     pytest.param('zodbd-sqlite+zodbd-sqlite/p2/r1', id='a-2zodbd-p2r1'),
     pytest.param('zodbd-sqlite+neopy/p2/r1', id='b-zodbd-neopy-p2r1'),
     pytest.param('zodbd-sqlite+zodbd-sqlite+neopy/p12/r1', id='c-2zodbd-neopy-p12r1'),
+    pytest.param('zodbd-fs+zodbd-sqlite/p1/r1', id='d-fs-sqlite-p1r1'),
 ] + ([pytest.param('neopy+neopy/p2/r1', id='ref-2neopy-p2r1'),
       pytest.param('neopy+neopy+neopy/p12/r1', id='ref-3neopy-p12r1')] if REFERENCE else [])
 
@@ -201,5 +206,49 @@ def test_replicated_commits_survive_node_kills(spec, other, tmp_path, zodbd_bin)
         c.kill_storage(other)
         res2 = fault_check(c, logs)
         assert res2 == res, (res2, res)
+    finally:
+        c.stop()
+
+
+def test_fs_and_sqlite_replicas_after_pack(tmp_path, zodbd_bin):
+    """A FileStorage node and a SQLite node holding the same partition
+    (-p 1 -r 1) stay equal through a pack (the FileStorage node packs as
+    NEO does): 20 commits with an undo (tests/neo_pack_check.py), `neoctl
+    check` passes; after db.pack() at the last commit, once both nodes
+    packed, `neoctl check` passes again, the client's iterator lists every
+    transaction committed (NEO's pack keeps them all), and the same with
+    the SQLite node stopped (the FileStorage node serving alone)."""
+    c = neocluster.Cluster('zodbd-fs+zodbd-sqlite/p1/r1', str(tmp_path), SRC, PY, zodbd=zodbd_bin)
+    c.start()
+
+    def client(what):
+        p = subprocess.run([PY, os.path.join(HERE, 'neo_pack_check.py'), c.master, c.name, what],
+                           env=neo_env(), capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr[-5000:] + c.logs()
+        return json.loads(p.stdout.splitlines()[-1])
+
+    def packed():
+        # every node logged its pack order done
+        for node in c.nodes:
+            with open(os.path.join(c.dir, node.label + '.log'), errors='replace') as f:
+                if not re.search(r'pack order \S+ done', f.read()):
+                    return False
+        return True
+
+    try:
+        c.wait_up_to_date()
+        before = client('commit')
+        assert len(before['tids']) >= 20, before
+        c.check()
+        client('pack')
+        c.wait(packed, 'both nodes packed', 120)
+        c.check()
+        after = client('list')
+        # Every transaction committed, then the pack's; fewer records.
+        assert after['tids'][:-1] == before['tids'], (after, before)
+        assert after['records'] < before['records'], (after, before)
+        c.kill_storage(1)
+        alone = client('list')
+        assert alone == after, (alone, after)
     finally:
         c.stop()

@@ -26,3 +26,10 @@ var IsFatal = isFatal
 // them (no cell here).
 func StoresLockless(n *Node, p uint32) bool { return n.repl.writeMode(p) == replLockless }
 func StoresDropped(n *Node, p uint32) bool  { return n.repl.writeMode(p) == replNone }
+
+// CheckTIDs and CheckSerials compute the answers to AskCheckTIDRange and
+// AskCheckSerialRange over a ReplicationSource, as the node does.
+var (
+	CheckTIDs    = checkTIDs
+	CheckSerials = checkSerials
+)

@@ -684,7 +684,15 @@ var ErrPartialPack = errors.New("a FileStorage cannot pack some objects only")
 
 // Pack implements storage.Writer with fs1's online pack, without garbage
 // collection (NEO packs old revisions, it does not collect unreachable
-// objects): readers and commits carry on; the transaction table is read
+// objects), keeping what NEO's pack keeps (fs1.PackOptions KeepEmptyTxns
+// and NoBackTargets), so that the file stays the copy its replicas on
+// other nodes hold: every transaction (one left without records is kept as
+// its header), and before tid only each object's revision current at tid
+// (an object deleted as of tid loses all its records; an undo record after
+// tid whose target goes gets the data). Unlike NEO, the undo records the
+// pack rewrites lose their data serial (they are written with their data),
+// a transaction's oid list (TransactionInformation) shrinks to the records
+// it keeps, and the transactions before tid are reported packed. Readers and commits carry on; the transaction table is read
 // again from the packed file afterwards. A tid past the last unlocked
 // transaction packs as of that one. A partial pack (oids != nil) fails
 // with ErrPartialPack.
@@ -700,7 +708,7 @@ func (b *Backend) Pack(ctx context.Context, tid zodb.Tid, oids []zodb.Oid) error
 	// revisions of a transaction locked and not yet unlocked for current,
 	// and remove the ones readers see.
 	tid = min(tid, b.view.Load().last)
-	if _, err := b.fs.PackStats(ctx, tid, &fs1.PackOptions{NoGC: true}); err != nil {
+	if _, err := b.fs.PackStats(ctx, tid, &fs1.PackOptions{NoGC: true, KeepEmptyTxns: true, NoBackTargets: true}); err != nil {
 		return err
 	}
 	w.mu.Lock()
