@@ -51,16 +51,7 @@ func TestGetInvalidations(t *testing.T) {
 		}
 	}
 	head := tids[len(tids)-1]
-	want := func(tid zodb.Tid) []zodb.Oid {
-		var oids []zodb.Oid
-		for _, t := range tids {
-			if t > tid {
-				oids = append(oids, changed[t]...)
-			}
-		}
-		slices.Sort(oids)
-		return slices.Compact(oids)
-	}
+	want := func(tid zodb.Tid) []zodb.Oid { return changedAfter(tids, changed, tid) }
 	sinceTheFixture := time.Since(tids[0].Time())
 
 	for _, tc := range []struct {
@@ -82,27 +73,7 @@ func TestGetInvalidations(t *testing.T) {
 			})
 			c := dialRaw(t, addr, wire.Pickle)
 			for i, tid := range append(tids, head+1) {
-				r := c.call(t, int64(10+i), "getInvalidations", func(e *wire.Encoder) { e.Oid8(uint64(tid)) }, 1)
-				if i < tc.reach {
-					if !r.IsNone() {
-						t.Errorf("getInvalidations(%s) = %v, want None", tid, r)
-					}
-					continue
-				}
-				if r.Kind != wire.Tuple || len(r.Items) != 2 {
-					t.Fatalf("getInvalidations(%s) = %v, want (tid, oids)", tid, r)
-				}
-				if last := zodb.Tid(binary.BigEndian.Uint64(r.Items[0].B)); last != head {
-					t.Errorf("getInvalidations(%s): last tid %s, want %s", tid, last, head)
-				}
-				var got []zodb.Oid
-				for _, v := range r.Items[1].Items {
-					got = append(got, zodb.Oid(binary.BigEndian.Uint64(v.B)))
-				}
-				slices.Sort(got)
-				if w := want(tid); !slices.Equal(got, w) {
-					t.Errorf("getInvalidations(%s) = %v, want %v", tid, got, w)
-				}
+				checkGetInvalidations(t, c, int64(10+i), tid, head, i < tc.reach, want(tid))
 			}
 		})
 	}
@@ -227,16 +198,7 @@ func TestGetInvalidationsAcrossSeed(t *testing.T) {
 				}
 				head := tids[len(tids)-1]
 				reach := len(tids) - queue // the oldest index of tids answered
-				want := func(tid zodb.Tid) []zodb.Oid {
-					var oids []zodb.Oid
-					for _, t := range tids {
-						if t > tid {
-							oids = append(oids, changed[t]...)
-						}
-					}
-					slices.Sort(oids)
-					return slices.Compact(oids)
-				}
+				want := func(tid zodb.Tid) []zodb.Oid { return changedAfter(tids, changed, tid) }
 				asked := []zodb.Tid{0, head + 1}
 				for _, tid := range tids {
 					asked = append(asked, tid, tid-1)
@@ -249,27 +211,7 @@ func TestGetInvalidationsAcrossSeed(t *testing.T) {
 				for round := 0; round < 2; round++ {
 					for _, tid := range asked {
 						id++
-						r := c.call(t, id, "getInvalidations", func(e *wire.Encoder) { e.Oid8(uint64(tid)) }, 1)
-						if tid < tids[reach] {
-							if !r.IsNone() {
-								t.Errorf("getInvalidations(%s) = %v, want None", tid, r)
-							}
-							continue
-						}
-						if r.Kind != wire.Tuple || len(r.Items) != 2 {
-							t.Fatalf("getInvalidations(%s) = %v, want (tid, oids)", tid, r)
-						}
-						if last := zodb.Tid(binary.BigEndian.Uint64(r.Items[0].B)); last != head {
-							t.Errorf("getInvalidations(%s): last tid %s, want %s", tid, last, head)
-						}
-						var got []zodb.Oid
-						for _, v := range r.Items[1].Items {
-							got = append(got, zodb.Oid(binary.BigEndian.Uint64(v.B)))
-						}
-						slices.Sort(got)
-						if w := want(tid); !slices.Equal(got, w) {
-							t.Errorf("getInvalidations(%s) = %v, want %v", tid, got, w)
-						}
+						checkGetInvalidations(t, c, id, tid, head, tid < tids[reach], want(tid))
 					}
 				}
 				// Which seeded transactions were read: each at most
@@ -424,4 +366,45 @@ func TestGetInvalidationsWhileCommitting(t *testing.T) {
 		}
 	}
 	t.Logf("%d answers", len(answers))
+}
+
+// checkGetInvalidations asks c getInvalidations(tid) as request id and
+// checks the answer: None with none, else head and the oids of want (in
+// any order).
+func checkGetInvalidations(t *testing.T, c *rawClient, id int64, tid, head zodb.Tid, none bool, want []zodb.Oid) {
+	t.Helper()
+	r := c.call(t, id, "getInvalidations", func(e *wire.Encoder) { e.Oid8(uint64(tid)) }, 1)
+	if none {
+		if !r.IsNone() {
+			t.Errorf("getInvalidations(%s) = %v, want None", tid, r)
+		}
+		return
+	}
+	if r.Kind != wire.Tuple || len(r.Items) != 2 {
+		t.Fatalf("getInvalidations(%s) = %v, want (tid, oids)", tid, r)
+	}
+	if last := zodb.Tid(binary.BigEndian.Uint64(r.Items[0].B)); last != head {
+		t.Errorf("getInvalidations(%s): last tid %s, want %s", tid, last, head)
+	}
+	var got []zodb.Oid
+	for _, v := range r.Items[1].Items {
+		got = append(got, zodb.Oid(binary.BigEndian.Uint64(v.B)))
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("getInvalidations(%s) = %v, want %v", tid, got, want)
+	}
+}
+
+// changedAfter returns the oids (sorted, once each) that the transactions
+// of tids after tid changed, as changed lists them.
+func changedAfter(tids []zodb.Tid, changed map[zodb.Tid][]zodb.Oid, tid zodb.Tid) []zodb.Oid {
+	var oids []zodb.Oid
+	for _, t := range tids {
+		if t > tid {
+			oids = append(oids, changed[t]...)
+		}
+	}
+	slices.Sort(oids)
+	return slices.Compact(oids)
 }
