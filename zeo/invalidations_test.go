@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/internal/storagetest"
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -26,30 +26,7 @@ import (
 // the invalidation age (or there is none).
 func TestGetInvalidations(t *testing.T) {
 	fs := openFixture(t)
-	ctx := context.Background()
-	var tids []zodb.Tid
-	changed := map[zodb.Tid][]zodb.Oid{}
-	it := fs.Iterate(ctx, 0, zodb.TidMax)
-	for {
-		txn, data, err := it.NextTxn(ctx)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		tids = append(tids, txn.Tid)
-		for {
-			d, err := data.NextData(ctx)
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			changed[txn.Tid] = append(changed[txn.Tid], d.Oid)
-		}
-	}
+	tids, changed := changesOf(t, fs)
 	head := tids[len(tids)-1]
 	want := func(tid zodb.Tid) []zodb.Oid { return changedAfter(tids, changed, tid) }
 	sinceTheFixture := time.Since(tids[0].Time())
@@ -85,28 +62,13 @@ func changesOf(t *testing.T, stor zodb.Storage) ([]zodb.Tid, map[zodb.Tid][]zodb
 	ctx := context.Background()
 	var tids []zodb.Tid
 	changed := map[zodb.Tid][]zodb.Oid{}
-	it := stor.Iterate(ctx, 0, zodb.TidMax)
-	for {
-		txn, data, err := it.NextTxn(ctx)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	storagetest.Walk(t, ctx, stor.Iterate(ctx, 0, zodb.TidMax), func(txn *zodb.TxnInfo, recs []zodb.DataInfo) {
 		tids = append(tids, txn.Tid)
 		changed[txn.Tid] = nil
-		for {
-			d, err := data.NextData(ctx)
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+		for _, d := range recs {
 			changed[txn.Tid] = append(changed[txn.Tid], d.Oid)
 		}
-	}
+	})
 	return tids, changed
 }
 
