@@ -306,26 +306,7 @@ func (b *Batch) Len() int { return len(b.placed) }
 // revision tid, copying when a rename is not possible, and makes it
 // read-only.
 func (b *Batch) Move(src string, oid zodb.Oid, tid zodb.Tid) error {
-	dst, err := b.prepare(oid, tid)
-	if err != nil {
-		return err
-	}
-	b.d.mu.RLock()
-	defer b.d.mu.RUnlock()
-	if err := b.mkdirs(filepath.Dir(dst)); err != nil {
-		return err
-	}
-	fsys := b.d.fsys
-	if err := fsys.Rename(src, dst); err != nil {
-		if err := copyFile(fsys, src, dst); err != nil {
-			fsys.Remove(dst)
-			return fmt.Errorf("blob: %w", err)
-		}
-		fsys.Remove(src)
-	}
-	b.placed = append(b.placed, dst)
-	b.dirs[filepath.Dir(dst)] = struct{}{}
-	return setNotWritable(dst)
+	return b.place(src, oid, tid, true)
 }
 
 // Link makes the blob file of oid's revision from also the blob of
@@ -349,6 +330,13 @@ func (b *Batch) LinkFile(src string, oid zodb.Oid, tid zodb.Tid) error {
 	} else if !fi.Mode().IsRegular() {
 		return fmt.Errorf("blob: %s is not a regular file", src)
 	}
+	return b.place(src, oid, tid, false)
+}
+
+// place makes src the blob file of oid's revision tid, read-only: Move
+// (a rename) or LinkFile (a hard link, which shares src's mode), or a copy
+// where that is not possible (then, for Move, src is removed).
+func (b *Batch) place(src string, oid zodb.Oid, tid zodb.Tid, move bool) error {
 	dst, err := b.prepare(oid, tid)
 	if err != nil {
 		return err
@@ -359,17 +347,26 @@ func (b *Batch) LinkFile(src string, oid zodb.Oid, tid zodb.Tid) error {
 		return err
 	}
 	fsys := b.d.fsys
-	if err := fsys.Link(src, dst); err != nil {
+	put := fsys.Link
+	if move {
+		put = fsys.Rename
+	}
+	if err := put(src, dst); err != nil {
 		if err := copyFile(fsys, src, dst); err != nil {
 			fsys.Remove(dst)
 			return fmt.Errorf("blob: %w", err)
 		}
-		if err := setNotWritable(dst); err != nil {
+		if move {
+			fsys.Remove(src)
+		} else if err := setNotWritable(dst); err != nil {
 			return err
 		}
 	}
 	b.placed = append(b.placed, dst)
 	b.dirs[filepath.Dir(dst)] = struct{}{}
+	if move {
+		return setNotWritable(dst)
+	}
 	return nil
 }
 

@@ -1,7 +1,6 @@
 package fs1
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -13,10 +12,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/killtest"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -83,10 +82,6 @@ func TestCrash(t *testing.T) {
 	} else if testing.Short() {
 		kills = 20
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
 	path := filepath.Join(dir, "Data.fs")
 	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
@@ -98,53 +93,17 @@ func TestCrash(t *testing.T) {
 		if time.Since(start) > budget {
 			t.Fatalf("crash test too slow: %d kills in %v", round, time.Since(start))
 		}
-		cmd := exec.Command(exe, "-test.run=^TestCrashChild$", "-test.v=false")
-		cmd.Env = append(os.Environ(), crashChildEnv+"="+path, "ZODBD_CRASH_SEED="+strconv.FormatInt(rng.Int63(), 10))
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		ready := make(chan struct{})
-		var lines []string
-		readDone := make(chan error)
-		go func() {
-			sc := bufio.NewScanner(out)
-			sc.Buffer(make([]byte, 64<<10), 1<<20)
-			gotReady := false
-			for sc.Scan() {
-				if !gotReady && sc.Text() == "ready" {
-					gotReady = true
-					close(ready)
-					continue
-				}
-				lines = append(lines, sc.Text())
-			}
-			if !gotReady {
-				close(ready)
-			}
-			readDone <- sc.Err()
-		}()
+		child := killtest.Start(t, "TestCrashChild", crashChildEnv+"="+path,
+			"ZODBD_CRASH_SEED="+strconv.FormatInt(rng.Int63(), 10))
 		if rng.Intn(10) == 0 {
 			// Now and then, kill it while it opens (and recovers) the file.
 			time.Sleep(time.Duration(rng.Intn(3000)) * time.Microsecond)
 			killedEarly++
 		} else {
-			<-ready
+			child.Ready()
 			time.Sleep(time.Duration(rng.Intn(25000)) * time.Microsecond)
 		}
-		cmd.Process.Signal(syscall.SIGKILL)
-		if err := <-readDone; err != nil {
-			t.Fatal(err)
-		}
-		err = cmd.Wait()
-		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() {
-			t.Fatalf("crash child exited by itself: %v\n%s", err, strings.Join(lines, "\n"))
-		}
-		for _, l := range lines {
+		for _, l := range child.Kill() {
 			a, err := parseAck(l)
 			if err != nil {
 				t.Fatalf("child output: %v", err)

@@ -1,19 +1,16 @@
 package fs1
 
 import (
-	"bufio"
 	"fmt"
 	"math/rand"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/killtest"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -43,10 +40,6 @@ func TestOidCrash(t *testing.T) {
 	} else if testing.Short() {
 		kills = 20
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	path := filepath.Join(t.TempDir(), "Data.fs")
 	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
 	seen := map[zodb.Oid]int{} // oid -> round that reported it
@@ -63,53 +56,17 @@ func TestOidCrash(t *testing.T) {
 			t.Fatalf("oid crash test too slow: %d kills in %v", round, time.Since(start))
 		}
 		block := 1 << rng.Intn(13) // 1 ... 4096
-		cmd := exec.Command(exe, "-test.run=^TestOidCrashChild$", "-test.v=false")
-		cmd.Env = append(os.Environ(), oidCrashChildEnv+"="+path,
+		child := killtest.Start(t, "TestOidCrashChild", oidCrashChildEnv+"="+path,
 			"ZODBD_CRASH_SEED="+strconv.FormatInt(rng.Int63(), 10),
 			"ZODBD_OIDCRASH_BLOCK="+strconv.Itoa(block))
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		ready := make(chan struct{})
-		var lines []string
-		readDone := make(chan error)
-		go func() {
-			sc := bufio.NewScanner(out)
-			gotReady := false
-			for sc.Scan() {
-				if !gotReady && sc.Text() == "ready" {
-					gotReady = true
-					close(ready)
-					continue
-				}
-				lines = append(lines, sc.Text())
-			}
-			if !gotReady {
-				close(ready)
-			}
-			readDone <- sc.Err()
-		}()
 		if rng.Intn(10) == 0 {
 			time.Sleep(time.Duration(rng.Intn(3000)) * time.Microsecond)
 			killedEarly++
 		} else {
-			<-ready
+			child.Ready()
 			time.Sleep(time.Duration(rng.Intn(20000)) * time.Microsecond)
 		}
-		cmd.Process.Signal(syscall.SIGKILL)
-		if err := <-readDone; err != nil {
-			t.Fatal(err)
-		}
-		err = cmd.Wait()
-		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() {
-			t.Fatalf("oid crash child exited by itself: %v\n%s", err, strings.Join(lines, "\n"))
-		}
-		for _, l := range lines {
+		for _, l := range child.Kill() {
 			var first uint64
 			var n int
 			if _, err := fmt.Sscanf(l, "%x %d", &first, &n); err != nil || n < 1 {

@@ -11,7 +11,10 @@ The master starts the cluster by itself once the first nodes are there
 (-A number of nodes); nodes added later (add_storage) are PENDING until
 `neoctl add`. neoctl runs through the admin, started when asked or when
 the cluster has several nodes. Node i's process can be killed and
-restarted on its database (kill_storage(i), start_storage(i)).
+restarted on its database (kill_storage(i), start_storage(i)). Several
+masters (masters=N), NEO/py's TLS for every node, neoctl and zodbd's
+nodes (tls=(ca, cert, key)), and read-only zodbd nodes (read_write=False)
+are there for the interoperability tests.
 
 Plain Python (no pytest): it is also imported by scripts that run under
 NEO/py's Python (tests/neo_mixins.py) and by bench/neo_commit.py. NEO/py
@@ -68,15 +71,18 @@ class Node:
 class Cluster:
     """NEO/py's master (-p PARTITIONS -r REPLICAS -A number of initial
     nodes), an optional admin, and storage nodes of the given kinds on
-    databases in workdir (created empty unless they exist). start() returns
-    once every port is open; clients wait for the cluster to run
-    (wait_running, wait_up_to_date with an admin).
+    databases in workdir (created empty unless they exist; a FileStorage
+    by zodbd's node, read-write only). start() returns once every port is
+    open; clients wait for the cluster to run (wait_running,
+    wait_up_to_date with an admin).
 
     With one node the single-node attributes of old are kept: kind, db,
-    sport, sproc (node 0), logs master.log, storage.log, admin.log."""
+    sport, sproc (node 0), logs master.log, storage.log, admin.log.
+    master is the masters' addresses in NEO/py's syntax (space-separated);
+    with several, master i logs to master-PORT.log."""
 
     def __init__(self, kind, workdir, src, python, zodbd=None, name='test', admin=False, zodbd_args=(),
-                 partitions=None, replicas=None):
+                 partitions=None, replicas=None, masters=1, tls=None, read_write=True):
         if isinstance(kind, str):
             kinds, np, nr = layout(kind)
         else:
@@ -89,12 +95,15 @@ class Cluster:
         self.kind, self.dir, self.src, self.python = kinds[0], workdir, src, python
         self.zodbd, self.name = zodbd, name
         self.want_admin = admin or len(kinds) > 1 or self.replicas > 0
-        self.zodbd_args = list(zodbd_args)
+        self.zodbd_args = (['--read-write'] if read_write else []) + list(zodbd_args)
+        self.tls = ['--ca', tls[0], '--cert', tls[1], '--key', tls[2]] if tls else []
         self.env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [src] + [p for p in [os.environ.get('PYTHONPATH')] if p]))
-        self.master = '127.0.0.1:%d' % free_port()
+        self.masters = ['127.0.0.1:%d' % free_port() for _ in range(masters)]
+        self.master = ' '.join(self.masters)
         self.admin = '127.0.0.1:%d' % free_port() if self.want_admin else None
-        self.mproc = self.aproc = None
+        self.mprocs = {}  # address -> process
+        self.aproc = None
         self.nodes = []
         self.single = len(kinds) == 1
         for k in kinds:
@@ -137,16 +146,23 @@ class Cluster:
     def _neo(self, script):
         return [self.python, '-c', 'import neo.scripts.%s as m; m.main()' % script]
 
+    def _master_logs(self):
+        if len(self.masters) == 1:
+            return ['master']
+        return ['master-' + a.rsplit(':', 1)[1] for a in self.masters]
+
     def start(self):
-        self.mproc = self._spawn('master', self._neo('neomaster') + [
-            '-c', self.name, '-b', self.master, '-m', self.master, '-p', str(self.partitions),
-            '-r', str(self.replicas), '-A', str(self.initial)])
-        self._wait(self.master, self.mproc, 'master')
+        for addr, log in zip(self.masters, self._master_logs()):
+            self.mprocs[addr] = self._spawn(log, self._neo('neomaster') + [
+                '-c', self.name, '-b', addr, '-m', self.master, '-p', str(self.partitions),
+                '-r', str(self.replicas), '-A', str(self.initial)] + self.tls)
+        for addr, log in zip(self.masters, self._master_logs()):
+            self._wait(addr, self.mprocs[addr], log)
         for i in range(len(self.nodes)):
             self.start_storage(i)
         if self.want_admin:
             self.aproc = self._spawn('admin', self._neo('neoadmin') + ['-c', self.name, '-b', self.admin,
-                                                                      '-m', self.master])
+                                                                      '-m', self.master] + self.tls)
             self._wait(self.admin, self.aproc, 'admin')
         return self
 
@@ -158,12 +174,10 @@ class Cluster:
             # for the one node of a single-node cluster (benchmarks).
             log = [] if n.label == 'storage' else ['-l', n.db + '.log']
             return self._neo('neostorage') + ['-c', self.name, '-b', n.addr, '-m', self.master,
-                                              '-a', 'SQLite', '-d', n.db] + log
-        if n.kind == 'zodbd-fs' and not os.path.exists(n.db):
-            open(n.db, 'wb').write(b'FS21')  # an empty FileStorage
+                                              '-a', 'SQLite', '-d', n.db] + log + self.tls
         backend = n.db if n.kind == 'zodbd-fs' else 'sqlite:' + n.db
-        return [self.zodbd, 'neo-storage', '--cluster', self.name, '--masters', self.master,
-                '--bind', n.addr, '--read-write'] + self.zodbd_args + [backend]
+        return [self.zodbd, 'neo-storage', '--cluster', self.name, '--masters', ','.join(self.masters),
+                '--bind', n.addr] + self.tls + self.zodbd_args + [backend]
 
     def start_storage(self, i=0):
         n = self.nodes[i]
@@ -185,7 +199,7 @@ class Cluster:
             p.wait(20)
 
     def ctl(self, *args):
-        p = subprocess.run(self._neo('neoctl') + ['-a', self.admin] + list(args), env=self.env,
+        p = subprocess.run(self._neo('neoctl') + ['-a', self.admin] + self.tls + list(args), env=self.env,
                            capture_output=True, text=True, timeout=60)
         if p.returncode != 0:
             raise RuntimeError('neoctl %s: %s' % (' '.join(args), p.stdout + p.stderr))
@@ -286,8 +300,9 @@ class Cluster:
         (NEO/py's master logs the corruption reports; cells stay
         UP_TO_DATE), zodbd's nodes' "differs" lines, CORRUPTED cells."""
         out = []
-        with open(os.path.join(self.dir, 'master.log'), errors='replace') as f:
-            out += [l for l in f if 'corrupted' in l]
+        for name in self._master_logs():
+            with open(os.path.join(self.dir, name + '.log'), errors='replace') as f:
+                out += [l for l in f if 'corrupted' in l]
         for n in self.nodes:
             path = os.path.join(self.dir, n.label + '.log')
             if n.zodbd and os.path.exists(path):
@@ -314,23 +329,33 @@ class Cluster:
         bad = self.corruption()
         assert not bad, 'neoctl check found differences: %s\n%s' % (bad, self.logs())
 
-    def stop(self):
-        procs = [self.aproc] + [n.proc for n in self.nodes] + [self.mproc]
-        for p in procs:
-            if p is not None and p.poll() is None:
-                p.terminate()
-        for p in procs:
-            if p is None:
-                continue
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+    def stop(self, clean=False):
+        """Stops every process. With clean, first `neoctl set cluster
+        STOPPING` and a wait for node 0 to exit: returns its exit status
+        (None otherwise; the processes are stopped even if that fails)."""
+        rc = None
+        try:
+            if clean:
+                self.ctl('set', 'cluster', 'STOPPING')
+                rc = self.nodes[0].proc.wait(20)
+        finally:
+            procs = [self.aproc] + [n.proc for n in self.nodes] + list(self.mprocs.values())
+            for p in procs:
+                if p is not None and p.poll() is None:
+                    p.terminate()
+            for p in procs:
+                if p is None:
+                    continue
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        return rc
 
     def logs(self, tail=3000):
         out = []
-        for name in ['master'] + [n.label for n in self.nodes] + ['admin']:
+        for name in self._master_logs() + [n.label for n in self.nodes] + ['admin']:
             path = os.path.join(self.dir, name + '.log')
             if os.path.exists(path):
                 with open(path, errors='replace') as f:

@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from zeoserver import free_port
+import neocluster
 
 SRC = os.environ.get('NEOPY_SRC')
 PY = os.environ.get('NEOPY_PYTHON')
@@ -71,107 +71,43 @@ print(json.dumps(out))
 
 def neopy_tls():
     """NEO/py's test certificates (one CA, one certificate for every node
-    and client): the --ca, --cert, --key arguments."""
+    and client): (ca, cert, key)."""
     d = os.path.join(SRC, 'neo', 'tests')
-    return ['--ca', os.path.join(d, 'ca.crt'), '--cert', os.path.join(d, 'node.crt'),
-            '--key', os.path.join(d, 'node.key')]
+    return tuple(os.path.join(d, f) for f in ('ca.crt', 'node.crt', 'node.key'))
 
 
-class Cluster:
-    def __init__(self, tmp_path, zodbd_bin, backend, tls=False, masters=1, storage_args=(), neopy_storage=False):
-        self.tls = neopy_tls() if tls else []
-        self.dir = tmp_path
-        self.env = dict(os.environ, PYTHONPATH=SRC)
-        mports = [free_port() for _ in range(masters)]
-        self.aport, self.sport = free_port(), free_port()
-        self.procs = []
-        self.masters = ['127.0.0.1:%d' % p for p in mports]
-        self.master = ' '.join(self.masters)  # NEO/py's syntax for a list
-        self.admin = '127.0.0.1:%d' % self.aport
-        self.mprocs = {}
-        for addr in self.masters:
-            self.mprocs[addr] = self.spawn('master-' + addr.split(':')[1], [
-                PY, '-c', 'import neo.scripts.neomaster as m; m.main()', '-c', 'vectors',
-                '-b', addr, '-m', self.master, '-p', '1', '-r', '0'] + self.tls)
-        for p in mports:
-            self.wait_port(p)
-        if neopy_storage:  # NEO/py's own storage node on a SQLite database
-            self.storage = self.spawn('neopy-storage', [
-                PY, '-c', 'import neo.scripts.neostorage as m; m.main()', '-c', 'vectors', '-b',
-                '127.0.0.1:%d' % self.sport, '-m', self.master, '-a', 'SQLite', '-d', backend[len('sqlite:'):]]
-                + self.tls)
-        else:
-            self.storage = self.spawn('storage', [zodbd_bin, 'neo-storage', '--cluster', 'vectors', '--masters',
-                                                  ','.join(self.masters), '--bind', '127.0.0.1:%d' % self.sport]
-                                      + self.tls + list(storage_args) + [backend])
-        self.spawn('admin', [PY, '-c', 'import neo.scripts.neoadmin as m; m.main()', '-c', 'vectors',
-                             '-b', self.admin, '-m', self.master] + self.tls)
-        self.wait_port(self.aport)
+def cluster(tmp_path, zodbd_bin, kind='zodbd-fs', **kw):
+    """A one-node cluster named 'vectors' (the scripts' name), with
+    an admin for neoctl, in tmp_path: node 0's database is Data.fs
+    (zodbd-fs), neo.sqlite (zodbd-sqlite, neopy)."""
+    kw.setdefault('read_write', False)
+    return neocluster.Cluster(kind, str(tmp_path), SRC, PY, zodbd=zodbd_bin, name='vectors', admin=True, **kw)
 
-    def spawn(self, name, cmd):
-        log = open(str(self.dir / (name + '.log')), 'wb')
-        p = subprocess.Popen(cmd, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=str(self.dir))
-        self.procs.append(p)
-        return p
 
-    def wait_port(self, port):
-        import socket
-        for _ in range(200):
-            try:
-                socket.create_connection(('127.0.0.1', port), timeout=1).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        raise AssertionError('port %d not listening' % port)
-
-    def ctl(self, *args):
-        p = subprocess.run([PY, '-c', 'import neo.scripts.neoctl as m; m.main()', '-a', self.admin, *self.tls, *args],
-                           env=self.env, capture_output=True, text=True, timeout=60)
-        assert p.returncode == 0, p.stdout + p.stderr
-        return p.stdout
-
-    def wait_running(self, start):
-        for _ in range(100):
-            if 'RUNNING' in self.ctl('print', 'cluster'):
-                return
-            if start and 'PENDING' in self.ctl('print', 'node'):
-                self.ctl('start')
-            time.sleep(0.2)
-        raise AssertionError('cluster not RUNNING: ' + self.ctl('print', 'node'))
-
-    def read(self, kind, where, n):
-        tls = self.tls[1::2] if kind == 'neo' else []
-        py = sys.executable if kind == 'zfs' else PY
-        p = subprocess.run([py, '-c', READER, kind, where, str(n), *tls], env=self.env, capture_output=True,
-                           text=True, timeout=600)
-        assert p.returncode == 0, p.stderr[-3000:]
-        return json.loads(p.stdout)
-
-    def stop(self):
-        try:
-            self.ctl('set', 'cluster', 'STOPPING')
-            rc = self.storage.wait(20)
-        finally:
-            for p in self.procs:
-                if p.poll() is None:
-                    p.kill()
-                p.wait()
-        return rc
+def read(c, kind, where, n):
+    """READER's output: kind 'neo' reads through c's masters (where),
+    'fs' and 'zfs' the FileStorage where."""
+    tls = c.tls[1::2] if kind == 'neo' else []
+    py = sys.executable if kind == 'zfs' else PY
+    p = subprocess.run([py, '-c', READER, kind, where, str(n), *tls], env=c.env, capture_output=True,
+                       text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout)
 
 
 def test_neopy_reads_filestorage(tmp_path, zodbd_bin):
     src = os.path.join(os.path.dirname(__file__), '..', 'fs1', 'testdata', '1.fs')
     path = str(tmp_path / 'Data.fs')
     shutil.copyfile(src, path)
-    c = Cluster(tmp_path, zodbd_bin, path)
+    c = cluster(tmp_path, zodbd_bin)
     try:
-        c.wait_running(start=True)  # a new cluster: neoctl start
+        c.start().wait_running()
         n = 10
-        got = c.read('neo', c.master, n)
+        got = read(c, 'neo', c.master, n)
     finally:
-        rc = c.stop()
+        rc = c.stop(clean=True)
     assert rc == 0  # the node exits cleanly when the master stops the cluster
-    want = c.read('fs', path, n)
+    want = read(c, 'fs', path, n)
     assert got['loads'] == want['loads']
     assert got['iter'] == want['iter']
     assert got['oids'] == want['oids'] and got['oids']
@@ -222,15 +158,15 @@ def test_neopy_reads_zlib_filestorage(tmp_path, zodbd_bin):
         fs.close()
     assert sum(1 for d in raw if d[:2] == b'.z') >= 8  # 5 first and 3 second revisions
     assert any(d[:2] != b'.z' for d in raw)  # the random bytes: stored as is
-    c = Cluster(tmp_path, zodbd_bin, path)
+    c = cluster(tmp_path, zodbd_bin)
     try:
-        c.wait_running(start=True)  # a new cluster: neoctl start
+        c.start().wait_running()
         n = 6  # the root and five mappings
-        got = c.read('neo', c.master, n)
+        got = read(c, 'neo', c.master, n)
     finally:
-        rc = c.stop()
+        rc = c.stop(clean=True)
     assert rc == 0
-    want = c.read('zfs', path, n)
+    want = read(c, 'zfs', path, n)
     assert want['oids'] == list(range(n))
     assert got['loads'] == want['loads']
     assert got['oids'] == want['oids']
@@ -240,14 +176,13 @@ def test_neopy_reads_zlib_filestorage(tmp_path, zodbd_bin):
 
 
 def test_neopy_reads_neopy_sqlite(tmp_path, zodbd_bin, neo_testdata):
-    db = str(tmp_path / 'storage.sqlite')
-    shutil.copyfile(os.path.join(neo_testdata, 'storage.sqlite'), db)
-    c = Cluster(tmp_path, zodbd_bin, 'sqlite:' + db)
+    c = cluster(tmp_path, zodbd_bin, 'zodbd-sqlite')
+    shutil.copyfile(os.path.join(neo_testdata, 'storage.sqlite'), c.db)
     try:
-        c.wait_running(start=False)  # the partition table is in the DB: starts by itself
-        got = c.read('neo', c.master, 5)
+        c.start().wait_running()  # the partition table is in the DB
+        got = read(c, 'neo', c.master, 5)
     finally:
-        assert c.stop() == 0
+        assert c.stop(clean=True) == 0
     # What NEO/py's client got from NEO/py's own storage on this DB.
     rec = json.load(open(os.path.join(neo_testdata, 'client-results', 'p1-read.json')))
     loads = [[e['serial'], e['sha1'], e['len']] for e in rec['events'] if e['op'] == 'load']
@@ -265,20 +200,20 @@ def test_neopy_tls(tmp_path, zodbd_bin):
     src = os.path.join(os.path.dirname(__file__), '..', 'fs1', 'testdata', '1.fs')
     path = str(tmp_path / 'Data.fs')
     shutil.copyfile(src, path)
-    c = Cluster(tmp_path, zodbd_bin, path, tls=True)
+    c = cluster(tmp_path, zodbd_bin, tls=neopy_tls())
     try:
-        c.wait_running(start=True)
+        c.start().wait_running()
         n = 10
-        got = c.read('neo', c.master, n)
+        got = read(c, 'neo', c.master, n)
         ca, cert, key = c.tls[1::2]
         url = 'neos://vectors@%s?ca=%s&cert=%s&key=%s' % (c.master, ca, cert, key)
         gohash = subprocess.run([zodbd_bin, 'hash', '--sha1', url], capture_output=True, text=True, timeout=120)
         nottls = subprocess.run([zodbd_bin, 'hash', 'neo://vectors@' + c.master], capture_output=True,
                                 text=True, timeout=120)
     finally:
-        rc = c.stop()
+        rc = c.stop(clean=True)
     assert rc == 0
-    want = c.read('fs', path, n)
+    want = read(c, 'fs', path, n)
     assert got['loads'] == want['loads']
     assert got['iter'] == want['iter']
     assert gohash.returncode == 0, gohash.stderr
@@ -298,7 +233,7 @@ def test_neopy_two_masters(tmp_path, zodbd_bin):
     path = str(tmp_path / 'Data.fs')
     shutil.copyfile(src, path)
     fshash = subprocess.run([zodbd_bin, 'hash', '--sha1', path], capture_output=True, text=True, timeout=120)
-    c = Cluster(tmp_path, zodbd_bin, path, masters=2)
+    c = cluster(tmp_path, zodbd_bin, masters=2)
     log = tmp_path / 'storage.log'
 
     def primary():
@@ -316,8 +251,8 @@ def test_neopy_two_masters(tmp_path, zodbd_bin):
         return p.stdout.split()[0]
 
     try:
-        c.wait_running(start=True)
-        got = c.read('neo', c.master, 10)
+        c.start().wait_running()
+        got = read(c, 'neo', c.master, 10)
         before = gohash()
         first = primary()
         c.mprocs[first].kill()
@@ -326,13 +261,13 @@ def test_neopy_two_masters(tmp_path, zodbd_bin):
                 break
             time.sleep(0.1)
         second = primary()
-        c.wait_running(start=True)
+        c.wait_running()
         after = gohash()
     finally:
-        rc = c.stop()
+        rc = c.stop(clean=True)
     assert rc == 0
     assert second != first and second in c.masters
-    want = c.read('fs', path, 10)
+    want = read(c, 'fs', path, 10)
     assert got['loads'] == want['loads']
     assert before == after == fshash.stdout.split()[0]
 
@@ -433,22 +368,20 @@ def test_neopy_commits(tmp_path, zodbd_bin, neo_testdata, backend):
     written as zlibstorage's); on NEO/py's SQLite schema (the p1 database,
     committed on top of), what NEO/py's own storage node then serves from
     the database our node wrote."""
+    c = cluster(tmp_path, zodbd_bin, 'zodbd-' + backend, read_write=True)
     if backend == 'fs':
-        path, n = str(tmp_path / 'Data.fs'), 4  # a new database: the root and 3 objects
-        where = path
+        n = 4  # a new database: the root and 3 objects
     else:
-        path, n = str(tmp_path / 'storage.sqlite'), 8  # p1's 5 objects and 3 new ones
-        shutil.copyfile(os.path.join(neo_testdata, 'storage.sqlite'), path)
-        where = 'sqlite:' + path
-    c = Cluster(tmp_path, zodbd_bin, where, storage_args=['--read-write'])
+        n = 8  # p1's 5 objects and 3 new ones
+        shutil.copyfile(os.path.join(neo_testdata, 'storage.sqlite'), c.db)
     try:
-        c.wait_running(start=backend == 'fs')  # p1's partition table is in its database
+        c.start().wait_running()  # p1's partition table is in its database
         p = subprocess.run([PY, '-c', COMMITTER, c.master], env=c.env, capture_output=True, text=True, timeout=300)
         assert p.returncode == 0, p.stderr[-3000:]
         out = json.loads(p.stdout)
-        got = c.read('neo', c.master, n)
+        got = read(c, 'neo', c.master, n)
     finally:
-        rc = c.stop()
+        rc = c.stop(clean=True)
     assert rc == 0
     assert out['len'] == 11
     assert out['mapping_conflict'] is True
@@ -460,14 +393,15 @@ def test_neopy_commits(tmp_path, zodbd_bin, neo_testdata, backend):
     assert out['packed'] is True
     assert out['note_revisions_after_pack'] == 1
     if backend == 'fs':
-        want = c.read('zfs', path, n)
+        want = read(c, 'zfs', c.db, n)
     else:
         d = tmp_path / 'neopy'
         d.mkdir()
-        c2 = Cluster(d, zodbd_bin, where, neopy_storage=True)
+        c2 = cluster(d, zodbd_bin, 'neopy')
+        c2.db = c.db
         try:
-            c2.wait_running(start=False)
-            want = c2.read('neo', c2.master, n)
+            c2.start().wait_running()
+            want = read(c2, 'neo', c2.master, n)
         finally:
             c2.stop()
     assert got['loads'] == want['loads']
@@ -539,16 +473,15 @@ def test_neopy_concurrent_commits(tmp_path, zodbd_bin):
     BTrees.Length counters, three at a time in random order (so that
     stores meet in both orders: lock waits, conflicts resolved, deadlock
     avoidance): no thread hangs, and every increment is counted once."""
-    path = str(tmp_path / 'Data.fs')
-    c = Cluster(tmp_path, zodbd_bin, path, storage_args=['--read-write'])
+    c = cluster(tmp_path, zodbd_bin, read_write=True)
     try:
-        c.wait_running(start=True)
+        c.start().wait_running()
         p = subprocess.run([PY, '-c', CONCURRENT, c.master, '3', '30'], env=c.env, capture_output=True, text=True,
                            timeout=300)
         assert p.returncode == 0, p.stderr[-3000:]
         out = json.loads(p.stdout)
     finally:
-        rc = c.stop()
+        rc = c.stop(clean=True)
     assert rc == 0
     assert out['alive'] == 0 and out['errors'] == [], out
     assert out['done'] == 6 * 30 * 3
@@ -632,22 +565,19 @@ def test_neopy_node_killed(tmp_path, zodbd_bin, neo_testdata):
     commit that returned is there afterwards, each oid at its last
     acknowledged revision (locked transactions finished by the master's
     ValidateTransaction, voted ones dropped). NEO_KILLS=N kills N times."""
-    db = str(tmp_path / 'storage.sqlite')
-    shutil.copyfile(os.path.join(neo_testdata, 'storage.sqlite'), db)
-    c = Cluster(tmp_path, zodbd_bin, 'sqlite:' + db, storage_args=['--read-write'])
-    cmd = c.storage.args
+    c = cluster(tmp_path, zodbd_bin, 'zodbd-sqlite', read_write=True)
+    shutil.copyfile(os.path.join(neo_testdata, 'storage.sqlite'), c.db)
     try:
-        c.wait_running(start=False)
+        c.start().wait_running()
         out = open(str(tmp_path / 'committer.json'), 'w')
         kills = int(os.environ.get('NEO_KILLS', '3'))
         committer = subprocess.Popen([PY, '-c', KILL_COMMITTER, c.master, str(3 + 3 * kills)], env=c.env,
                                      stdout=out, stderr=subprocess.PIPE, text=True)
         for n in range(kills):
             time.sleep(2)
-            c.storage.kill()
-            c.storage.wait()
-            c.storage = c.spawn('storage-%d' % (n + 1), cmd)
-            c.wait_running(start=False)
+            c.kill_storage()
+            c.start_storage()
+            c.wait_running()
         _, err = committer.communicate(timeout=120)
         assert committer.returncode == 0, err[-3000:]
         out.close()
@@ -658,7 +588,7 @@ def test_neopy_node_killed(tmp_path, zodbd_bin, neo_testdata):
         assert p.returncode == 0, p.stderr[-3000:]
         bad = json.loads(p.stdout)
     finally:
-        rc = c.stop()
+        rc = c.stop(clean=True)
     assert rc == 0
     assert len(res['done']) > 20, res
     assert bad == []

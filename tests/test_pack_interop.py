@@ -294,7 +294,14 @@ def test_pack_times(tmp_path, zodbd_bin, main_db):
     """Every 9th transaction boundary: same bytes as ZODB/py, or both leave
     the file as it is."""
     src, _, _, tids = main_db
-    for i in range(0, len(tids) - 1, 9):
+    packs_alike(tmp_path, zodbd_bin, src, tids, 9)
+
+
+def packs_alike(tmp_path, zodbd_bin, src, tids, step):
+    """Packs copies of src at every step-th boundary between the
+    transactions tids, with ZODB/py and with zodbd: the same bytes, or
+    both leave the file as it is."""
+    for i in range(0, len(tids) - 1, step):
         t, stop = pack_time_between(tids[i], tids[i + 1])
         ours = copy(src, str(tmp_path / ('ours%d.fs' % i)))
         theirs = copy(src, str(tmp_path / ('theirs%d.fs' % i)))
@@ -327,15 +334,7 @@ def test_pack_packed_file(tmp_path, zodbd_bin, main_db):
     t, stop = pack_time_between(last_before, after)
     packed = copy(src, str(tmp_path / 'packed.fs'))
     py_pack(packed, t)
-    ptids = tids_of(packed)
-    for i in range(0, len(ptids) - 1, 5):
-        t, stop = pack_time_between(ptids[i], ptids[i + 1])
-        ours = copy(packed, str(tmp_path / ('ours%d.fs' % i)))
-        theirs = copy(packed, str(tmp_path / ('theirs%d.fs' % i)))
-        py_pack(theirs, t)
-        zodbd(zodbd_bin, 'pack', '--tid', stop.hex(), ours)
-        assert read(ours) == read(theirs), 'pack at %s' % stop.hex()
-        assert os.path.exists(ours + '.old') == os.path.exists(theirs + '.old')
+    packs_alike(tmp_path, zodbd_bin, packed, tids_of(packed), 5)
 
 
 def test_no_gc(tmp_path, zodbd_bin, main_db):

@@ -205,15 +205,36 @@ def test_pack_through_client(serve, tmp_path):
     fstest(path)
 
 
+def cached_client(addr, tmp_path):
+    """A client with a persistent cache (client 'c1' in tmp_path/cache)
+    that reconnects quickly: (db, transaction manager, connection)."""
+    cache_dir = tmp_path / 'cache'
+    cache_dir.mkdir()
+    db = ZEO.DB(addr, client='c1', var=str(cache_dir), wait_timeout=20,
+                min_disconnect_poll=0.1, max_disconnect_poll=0.5)
+    tm = transaction.TransactionManager()
+    return db, tm, db.open(tm)
+
+
+def wait_reconnected(tm, cond):
+    """Begins a transaction with tm until cond() holds (the client
+    reconnected and saw the commits); fails after 20 s."""
+    deadline = time.time() + 20
+    while True:
+        try:
+            tm.begin()
+            if cond():
+                return
+        except Exception:
+            pass
+        assert time.time() < deadline, 'client did not reconnect'
+        time.sleep(0.1)
+
+
 def test_client_survives_restart(serve, zodbd_bin, tmp_path, marshal):
     path = str(tmp_path / 'Data.fs')
     srv = serve(path, extra=['--create'])
-    cache_dir = tmp_path / 'cache'
-    cache_dir.mkdir()
-    db = ZEO.DB(srv.addr, client='c1', var=str(cache_dir), wait_timeout=20,
-                min_disconnect_poll=0.1, max_disconnect_poll=0.5)
-    tm = transaction.TransactionManager()
-    c = db.open(tm)
+    db, tm, c = cached_client(srv.addr, tmp_path)
     c.root()['x'] = 1
     tm.commit()
     srv.stop()
@@ -227,16 +248,7 @@ def test_client_survives_restart(serve, zodbd_bin, tmp_path, marshal):
         tm2.commit()
         db2.close()
         # The first client reconnects, verifies its cache and sees x == 2.
-        deadline = time.time() + 20
-        while True:
-            try:
-                tm.begin()
-                if c.root()['x'] == 2:
-                    break
-            except Exception:
-                pass
-            assert time.time() < deadline, 'client did not reconnect'
-            time.sleep(0.1)
+        wait_reconnected(tm, lambda: c.root()['x'] == 2)
         db.close()
     finally:
         srv2.stop()
@@ -250,12 +262,7 @@ def test_reconnect_older_than_queue(serve, zodbd_bin, tmp_path, marshal, age):
     the transactions since and the client keeps the rest of its cache."""
     path = str(tmp_path / 'Data.fs')
     srv = serve(path, extra=['--create'])
-    cache_dir = tmp_path / 'cache'
-    cache_dir.mkdir()
-    db = ZEO.DB(srv.addr, client='c1', var=str(cache_dir), wait_timeout=20,
-                min_disconnect_poll=0.1, max_disconnect_poll=0.5)
-    tm = transaction.TransactionManager()
-    c = db.open(tm)
+    db, tm, c = cached_client(srv.addr, tmp_path)
     root = c.root()
     root['x'] = PersistentMapping({'v': 1})
     root['z'] = PersistentMapping({'v': 'unchanged'})
@@ -274,16 +281,7 @@ def test_reconnect_older_than_queue(serve, zodbd_bin, tmp_path, marshal, age):
             c2.root()['x']['v'] = i
             tm2.commit()
         db2.close()
-        deadline = time.time() + 20
-        while True:
-            try:
-                tm.begin()
-                if c.root()['x']['v'] == 4:
-                    break
-            except Exception:
-                pass
-            assert time.time() < deadline, 'client did not reconnect'
-            time.sleep(0.1)
+        wait_reconnected(tm, lambda: c.root()['x']['v'] == 4)
         kept = db.storage._cache.load(z_oid) is not None
         assert kept == bool(age), 'cache %s' % ('kept' if kept else 'dropped')
         assert c.root()['z']['v'] == 'unchanged'
@@ -300,12 +298,7 @@ def test_reconnect_to_seeded_queue(serve, zodbd_bin, tmp_path, marshal):
     exactly what they changed and keeps the rest of its cache."""
     path = str(tmp_path / 'Data.fs')
     srv = serve(path, extra=['--create'])
-    cache_dir = tmp_path / 'cache'
-    cache_dir.mkdir()
-    db = ZEO.DB(srv.addr, client='c1', var=str(cache_dir), wait_timeout=20,
-                min_disconnect_poll=0.1, max_disconnect_poll=0.5)
-    tm = transaction.TransactionManager()
-    c = db.open(tm)
+    db, tm, c = cached_client(srv.addr, tmp_path)
     root = c.root()
     root['x'] = PersistentMapping({'v': 1})
     root['z'] = PersistentMapping({'v': 'unchanged'})
@@ -327,16 +320,7 @@ def test_reconnect_to_seeded_queue(serve, zodbd_bin, tmp_path, marshal):
         other.stop()
     srv2 = Server(zodbd_bin, path, tmp_path, msgpack=(marshal == 'M'), port=srv.port).start()
     try:
-        deadline = time.time() + 20
-        while True:
-            try:
-                tm.begin()
-                if c.root()['x']['v'] == 4:
-                    break
-            except Exception:
-                pass
-            assert time.time() < deadline, 'client did not reconnect'
-            time.sleep(0.1)
+        wait_reconnected(tm, lambda: c.root()['x']['v'] == 4)
         assert db.storage._cache.load(z_oid) is not None, 'cache dropped'
         assert c.root()['z']['v'] == 'unchanged'
         assert x_oid != z_oid

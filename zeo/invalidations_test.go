@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/internal/storagetest"
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -26,41 +26,9 @@ import (
 // the invalidation age (or there is none).
 func TestGetInvalidations(t *testing.T) {
 	fs := openFixture(t)
-	ctx := context.Background()
-	var tids []zodb.Tid
-	changed := map[zodb.Tid][]zodb.Oid{}
-	it := fs.Iterate(ctx, 0, zodb.TidMax)
-	for {
-		txn, data, err := it.NextTxn(ctx)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		tids = append(tids, txn.Tid)
-		for {
-			d, err := data.NextData(ctx)
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			changed[txn.Tid] = append(changed[txn.Tid], d.Oid)
-		}
-	}
+	tids, changed := changesOf(t, fs)
 	head := tids[len(tids)-1]
-	want := func(tid zodb.Tid) []zodb.Oid {
-		var oids []zodb.Oid
-		for _, t := range tids {
-			if t > tid {
-				oids = append(oids, changed[t]...)
-			}
-		}
-		slices.Sort(oids)
-		return slices.Compact(oids)
-	}
+	want := func(tid zodb.Tid) []zodb.Oid { return changedAfter(tids, changed, tid) }
 	sinceTheFixture := time.Since(tids[0].Time())
 
 	for _, tc := range []struct {
@@ -82,27 +50,7 @@ func TestGetInvalidations(t *testing.T) {
 			})
 			c := dialRaw(t, addr, wire.Pickle)
 			for i, tid := range append(tids, head+1) {
-				r := c.call(t, int64(10+i), "getInvalidations", func(e *wire.Encoder) { e.Oid8(uint64(tid)) }, 1)
-				if i < tc.reach {
-					if !r.IsNone() {
-						t.Errorf("getInvalidations(%s) = %v, want None", tid, r)
-					}
-					continue
-				}
-				if r.Kind != wire.Tuple || len(r.Items) != 2 {
-					t.Fatalf("getInvalidations(%s) = %v, want (tid, oids)", tid, r)
-				}
-				if last := zodb.Tid(binary.BigEndian.Uint64(r.Items[0].B)); last != head {
-					t.Errorf("getInvalidations(%s): last tid %s, want %s", tid, last, head)
-				}
-				var got []zodb.Oid
-				for _, v := range r.Items[1].Items {
-					got = append(got, zodb.Oid(binary.BigEndian.Uint64(v.B)))
-				}
-				slices.Sort(got)
-				if w := want(tid); !slices.Equal(got, w) {
-					t.Errorf("getInvalidations(%s) = %v, want %v", tid, got, w)
-				}
+				checkGetInvalidations(t, c, int64(10+i), tid, head, i < tc.reach, want(tid))
 			}
 		})
 	}
@@ -114,28 +62,13 @@ func changesOf(t *testing.T, stor zodb.Storage) ([]zodb.Tid, map[zodb.Tid][]zodb
 	ctx := context.Background()
 	var tids []zodb.Tid
 	changed := map[zodb.Tid][]zodb.Oid{}
-	it := stor.Iterate(ctx, 0, zodb.TidMax)
-	for {
-		txn, data, err := it.NextTxn(ctx)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	storagetest.Walk(t, ctx, stor.Iterate(ctx, 0, zodb.TidMax), func(txn *zodb.TxnInfo, recs []zodb.DataInfo) {
 		tids = append(tids, txn.Tid)
 		changed[txn.Tid] = nil
-		for {
-			d, err := data.NextData(ctx)
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+		for _, d := range recs {
 			changed[txn.Tid] = append(changed[txn.Tid], d.Oid)
 		}
-	}
+	})
 	return tids, changed
 }
 
@@ -227,16 +160,7 @@ func TestGetInvalidationsAcrossSeed(t *testing.T) {
 				}
 				head := tids[len(tids)-1]
 				reach := len(tids) - queue // the oldest index of tids answered
-				want := func(tid zodb.Tid) []zodb.Oid {
-					var oids []zodb.Oid
-					for _, t := range tids {
-						if t > tid {
-							oids = append(oids, changed[t]...)
-						}
-					}
-					slices.Sort(oids)
-					return slices.Compact(oids)
-				}
+				want := func(tid zodb.Tid) []zodb.Oid { return changedAfter(tids, changed, tid) }
 				asked := []zodb.Tid{0, head + 1}
 				for _, tid := range tids {
 					asked = append(asked, tid, tid-1)
@@ -249,27 +173,7 @@ func TestGetInvalidationsAcrossSeed(t *testing.T) {
 				for round := 0; round < 2; round++ {
 					for _, tid := range asked {
 						id++
-						r := c.call(t, id, "getInvalidations", func(e *wire.Encoder) { e.Oid8(uint64(tid)) }, 1)
-						if tid < tids[reach] {
-							if !r.IsNone() {
-								t.Errorf("getInvalidations(%s) = %v, want None", tid, r)
-							}
-							continue
-						}
-						if r.Kind != wire.Tuple || len(r.Items) != 2 {
-							t.Fatalf("getInvalidations(%s) = %v, want (tid, oids)", tid, r)
-						}
-						if last := zodb.Tid(binary.BigEndian.Uint64(r.Items[0].B)); last != head {
-							t.Errorf("getInvalidations(%s): last tid %s, want %s", tid, last, head)
-						}
-						var got []zodb.Oid
-						for _, v := range r.Items[1].Items {
-							got = append(got, zodb.Oid(binary.BigEndian.Uint64(v.B)))
-						}
-						slices.Sort(got)
-						if w := want(tid); !slices.Equal(got, w) {
-							t.Errorf("getInvalidations(%s) = %v, want %v", tid, got, w)
-						}
+						checkGetInvalidations(t, c, id, tid, head, tid < tids[reach], want(tid))
 					}
 				}
 				// Which seeded transactions were read: each at most
@@ -424,4 +328,45 @@ func TestGetInvalidationsWhileCommitting(t *testing.T) {
 		}
 	}
 	t.Logf("%d answers", len(answers))
+}
+
+// checkGetInvalidations asks c getInvalidations(tid) as request id and
+// checks the answer: None with none, else head and the oids of want (in
+// any order).
+func checkGetInvalidations(t *testing.T, c *rawClient, id int64, tid, head zodb.Tid, none bool, want []zodb.Oid) {
+	t.Helper()
+	r := c.call(t, id, "getInvalidations", func(e *wire.Encoder) { e.Oid8(uint64(tid)) }, 1)
+	if none {
+		if !r.IsNone() {
+			t.Errorf("getInvalidations(%s) = %v, want None", tid, r)
+		}
+		return
+	}
+	if r.Kind != wire.Tuple || len(r.Items) != 2 {
+		t.Fatalf("getInvalidations(%s) = %v, want (tid, oids)", tid, r)
+	}
+	if last := zodb.Tid(binary.BigEndian.Uint64(r.Items[0].B)); last != head {
+		t.Errorf("getInvalidations(%s): last tid %s, want %s", tid, last, head)
+	}
+	var got []zodb.Oid
+	for _, v := range r.Items[1].Items {
+		got = append(got, zodb.Oid(binary.BigEndian.Uint64(v.B)))
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("getInvalidations(%s) = %v, want %v", tid, got, want)
+	}
+}
+
+// changedAfter returns the oids (sorted, once each) that the transactions
+// of tids after tid changed, as changed lists them.
+func changedAfter(tids []zodb.Tid, changed map[zodb.Tid][]zodb.Oid, tid zodb.Tid) []zodb.Oid {
+	var oids []zodb.Oid
+	for _, t := range tids {
+		if t > tid {
+			oids = append(oids, changed[t]...)
+		}
+	}
+	slices.Sort(oids)
+	return slices.Compact(oids)
 }

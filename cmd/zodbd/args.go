@@ -2,10 +2,23 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"os"
 
 	"github.com/zodbd/zodbd/internal/cli"
 )
+
+// newFlags is the flag set of the subcommand name (flag.ContinueOnError),
+// whose Usage prints usage, then the flags' defaults, to fl.Output()
+// (stderr; stdout for -h, see parseFlags).
+func newFlags(name, usage string) *flag.FlagSet {
+	fl := flag.NewFlagSet(name, flag.ContinueOnError)
+	fl.Usage = func() {
+		fmt.Fprint(fl.Output(), usage)
+		fl.PrintDefaults()
+	}
+	return fl
+}
 
 // parseFlags parses a subcommand's args with fl; unless ok, the
 // subcommand returns status at once: 0 after -h (usage on stdout), 2 after

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"regexp"
@@ -49,30 +48,26 @@ func (p *backupProgress) report(done, total int64) {
 }
 
 func runBackup(args []string) int {
-	fl := flag.NewFlagSet("backup", flag.ContinueOnError)
-	fl.Usage = func() {
-		fmt.Fprintf(fl.Output(), "usage: zodbd backup -r REPO [--full] [--gzip] [--quick] [--blob-dir DIR] FILE\n"+
-			"       zodbd backup -r REPO --verify\n\n"+
-			"Backs the FileStorage FILE up into the repository directory REPO in the\n"+
-			"format of ZODB's repozo (repozo -B): an incremental file (.deltafs) with\n"+
-			"the transactions committed since the newest backup, or a full one (.fs)\n"+
-			"when there is none, with --full, or when FILE is no longer what the set\n"+
-			"holds (packed, truncated: every file of the set is compared with FILE,\n"+
-			"or only the last one's md5 with --quick). Beside each: its .index;\n"+
-			"beside the full backup the set's .dat (positions and md5 of each file).\n"+
-			"repozo -R restores these sets, and \"zodbd restore\" repozo's.\n\n"+
-			"FILE may be in use by a server: it is only read, without a lock, up to the\n"+
-			"end of the last committed transaction. An interrupted backup leaves the\n"+
-			"previous set valid; the next backup removes what it left.\n\n"+
-			"With --blob-dir, the blob files of the storage's blob directory DIR that\n"+
-			"REPO/blobs does not hold yet are copied there first.\n\n"+
-			"--verify checks the newest set (or the one of --date) instead: every\n"+
-			"file's size and md5 against the .dat, and that the bytes are whole\n"+
-			"transaction records; it reports the first bad file, with the offset of the\n"+
-			"damage where the structure tells, and exits with status 1.\n\n"+
-			"Options (repozo's names):\n")
-		fl.PrintDefaults()
-	}
+	fl := newFlags("backup", "usage: zodbd backup -r REPO [--full] [--gzip] [--quick] [--blob-dir DIR] FILE\n"+
+		"       zodbd backup -r REPO --verify\n\n"+
+		"Backs the FileStorage FILE up into the repository directory REPO in the\n"+
+		"format of ZODB's repozo (repozo -B): an incremental file (.deltafs) with\n"+
+		"the transactions committed since the newest backup, or a full one (.fs)\n"+
+		"when there is none, with --full, or when FILE is no longer what the set\n"+
+		"holds (packed, truncated: every file of the set is compared with FILE,\n"+
+		"or only the last one's md5 with --quick). Beside each: its .index;\n"+
+		"beside the full backup the set's .dat (positions and md5 of each file).\n"+
+		"repozo -R restores these sets, and \"zodbd restore\" repozo's.\n\n"+
+		"FILE may be in use by a server: it is only read, without a lock, up to the\n"+
+		"end of the last committed transaction. An interrupted backup leaves the\n"+
+		"previous set valid; the next backup removes what it left.\n\n"+
+		"With --blob-dir, the blob files of the storage's blob directory DIR that\n"+
+		"REPO/blobs does not hold yet are copied there first.\n\n"+
+		"--verify checks the newest set (or the one of --date) instead: every\n"+
+		"file's size and md5 against the .dat, and that the bytes are whole\n"+
+		"transaction records; it reports the first bad file, with the offset of the\n"+
+		"damage where the structure tells, and exits with status 1.\n\n"+
+		"Options (repozo's names):\n")
 	var repo, file, date string
 	var full, gz, quick, kill, verify, verbose, quiet bool
 	var blobDir string
@@ -186,23 +181,19 @@ func runBackup(args []string) int {
 }
 
 func runRestore(args []string) int {
-	fl := flag.NewFlagSet("restore", flag.ContinueOnError)
-	fl.Usage = func() {
-		fmt.Fprintf(fl.Output(), "usage: zodbd restore -r REPO [--to TID|TIME | --date DATE] [--verify] [--blob-dir DIR] -o OUT\n\n"+
-			"Restores a FileStorage file OUT from the repository REPO (repozo's format,\n"+
-			"as \"zodbd backup\" or repozo -B write it): the newest backup set, or the\n"+
-			"state as of --to, or the newest backup taken at or before --date (repozo's\n"+
-			"-D). OUT is written as OUT.part and renamed when complete; OUT.index is the\n"+
-			"backup's index, or rebuilt when the restore stops inside a backup file.\n\n"+
-			"--to TID|TIME keeps the transactions up to the last one at or before the\n"+
-			"point: a tid (16 hex digits), a UTC time YYYY-MM-DD[-hh[-mm[-ss]]] as\n"+
-			"repozo's --date, or RFC 3339 (2024-01-02T03:04:05.5Z).\n\n"+
-			"--verify checks each file read against the set's .dat (size, md5) and\n"+
-			"the transaction structure while restoring (repozo's --with-verify).\n"+
-			"With --blob-dir, the backed-up blob files (of the transactions kept) are\n"+
-			"copied into the blob directory DIR.\n\nOptions:\n")
-		fl.PrintDefaults()
-	}
+	fl := newFlags("restore", "usage: zodbd restore -r REPO [--to TID|TIME | --date DATE] [--verify] [--blob-dir DIR] -o OUT\n\n"+
+		"Restores a FileStorage file OUT from the repository REPO (repozo's format,\n"+
+		"as \"zodbd backup\" or repozo -B write it): the newest backup set, or the\n"+
+		"state as of --to, or the newest backup taken at or before --date (repozo's\n"+
+		"-D). OUT is written as OUT.part and renamed when complete; OUT.index is the\n"+
+		"backup's index, or rebuilt when the restore stops inside a backup file.\n\n"+
+		"--to TID|TIME keeps the transactions up to the last one at or before the\n"+
+		"point: a tid (16 hex digits), a UTC time YYYY-MM-DD[-hh[-mm[-ss]]] as\n"+
+		"repozo's --date, or RFC 3339 (2024-01-02T03:04:05.5Z).\n\n"+
+		"--verify checks each file read against the set's .dat (size, md5) and\n"+
+		"the transaction structure while restoring (repozo's --with-verify).\n"+
+		"With --blob-dir, the backed-up blob files (of the transactions kept) are\n"+
+		"copied into the blob directory DIR.\n\nOptions:\n")
 	var repo, out, to, date, blobDir string
 	var verify, verbose, quiet bool
 	fl.StringVar(&repo, "r", "", "the repository directory `REPO`")

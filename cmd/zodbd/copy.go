@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log"
@@ -25,25 +24,21 @@ func init() {
 }
 
 func runCopy(args []string) int {
-	fl := flag.NewFlagSet("copy", flag.ContinueOnError)
-	fl.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: zodbd copy [-q] [--src-blob-dir DIR --dst-blob-dir DIR] SRC DST\n\n"+
-			"Copies every transaction of the FileStorage SRC into the FileStorage DST,\n"+
-			"created if missing, like ZODB's copyTransactionsFrom (zodbconvert): each\n"+
-			"transaction keeps its tid, status and metadata, and a record that shares\n"+
-			"the data of an earlier one (undo) stays a backpointer. DST must be empty or\n"+
-			"end before SRC's first transaction. DST's oid mark (DST.oid) is raised to\n"+
-			"SRC's (SRC.oid), so that DST never hands out an oid SRC handed out.\n"+
-			"With --src-blob-dir and --dst-blob-dir, the blob file of every record copied\n"+
-			"is put in DST's blob directory (created if missing) under the same oid and\n"+
-			"tid (a hard link where both are on one file system, else a copy), durable\n"+
-			"before its transaction commits.\n\n"+
-			"SRC may also be a storage URL (zeo://, neo://, sqlite:...; read), and DST\n"+
-			"a NEO cluster, neo://CLUSTER@MASTER (written through its master, each\n"+
-			"transaction begun with its tid; the master hands out oids above those\n"+
-			"stored); without blob directories.\n\n")
-		fl.PrintDefaults()
-	}
+	fl := newFlags("copy", "usage: zodbd copy [-q] [--src-blob-dir DIR --dst-blob-dir DIR] SRC DST\n\n"+
+		"Copies every transaction of the FileStorage SRC into the FileStorage DST,\n"+
+		"created if missing, like ZODB's copyTransactionsFrom (zodbconvert): each\n"+
+		"transaction keeps its tid, status and metadata, and a record that shares\n"+
+		"the data of an earlier one (undo) stays a backpointer. DST must be empty or\n"+
+		"end before SRC's first transaction. DST's oid mark (DST.oid) is raised to\n"+
+		"SRC's (SRC.oid), so that DST never hands out an oid SRC handed out.\n"+
+		"With --src-blob-dir and --dst-blob-dir, the blob file of every record copied\n"+
+		"is put in DST's blob directory (created if missing) under the same oid and\n"+
+		"tid (a hard link where both are on one file system, else a copy), durable\n"+
+		"before its transaction commits.\n\n"+
+		"SRC may also be a storage URL (zeo://, neo://, sqlite:...; read), and DST\n"+
+		"a NEO cluster, neo://CLUSTER@MASTER (written through its master, each\n"+
+		"transaction begun with its tid; the master hands out oids above those\n"+
+		"stored); without blob directories.\n\n")
 	quiet := fl.Bool("q", false, "do not print the summary")
 	srcBlobs := fl.String("src-blob-dir", "", "SRC's blob directory (`DIR`)")
 	dstBlobs := fl.String("dst-blob-dir", "", "DST's blob directory (`DIR`), created if missing")

@@ -12,7 +12,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"log"
 	"math/rand"
@@ -47,16 +46,12 @@ func openWrite(path string) (*fs1.FileStorage, error) {
 }
 
 func runDebugWorkload(args []string) int {
-	fl := flag.NewFlagSet("debug-workload", flag.ContinueOnError)
-	fl.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: zodbd debug-workload [-n N] [-seed S] [-objects K] [-pack-every P] FILE\n\n"+
-			"Opens FILE read-write (creating it if missing) and commits N random small\n"+
-			"transactions: new and changed objects, stale serials (conflicts), deletions,\n"+
-			"CheckCurrentSerial, undos (some of which fail) and aborts after vote; with\n"+
-			"-pack-every, an online pack runs every P transactions alongside the commits.\n"+
-			"Prints a JSON summary of what happened.\n\n")
-		fl.PrintDefaults()
-	}
+	fl := newFlags("debug-workload", "usage: zodbd debug-workload [-n N] [-seed S] [-objects K] [-pack-every P] FILE\n\n"+
+		"Opens FILE read-write (creating it if missing) and commits N random small\n"+
+		"transactions: new and changed objects, stale serials (conflicts), deletions,\n"+
+		"CheckCurrentSerial, undos (some of which fail) and aborts after vote; with\n"+
+		"-pack-every, an online pack runs every P transactions alongside the commits.\n"+
+		"Prints a JSON summary of what happened.\n\n")
 	n := fl.Int("n", 1000, "transactions to attempt")
 	seed := fl.Int64("seed", 1, "random seed")
 	nobj := fl.Int("objects", 200, "size of the oid space")
@@ -247,18 +242,15 @@ type replayResult struct {
 }
 
 func runDebugReplay(args []string) int {
-	fl := flag.NewFlagSet("debug-replay", flag.ContinueOnError)
-	fl.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: zodbd debug-replay SCRIPT.json FILE\n\n"+
-			"Commits the transactions of SCRIPT to FILE (opened read-write) and prints\n"+
-			"the outcome of each as a JSON list. A transaction is\n"+
-			"  {\"tid\": HEX, \"status\": \" \", \"user\": HEX, \"desc\": HEX, \"ext\": HEX,\n"+
-			"   \"ops\": [OP...], \"abort_after_vote\": false}\n"+
-			"and an OP one of [\"store\", OID, SERIAL, DATAHEX], [\"delete\", OID, SERIAL],\n"+
-			"[\"check\", OID, SERIAL], [\"undo\", TID], [\"restore\", OID, DATAHEX|null, PREVTID]\n"+
-			"(oids and tids in hex). The outcome is \"ok\", \"aborted\", \"conflict\",\n"+
-			"\"readconflict\", \"undoerror\", \"poskeyerror\" or \"error: MESSAGE\".\n")
-	}
+	fl := newFlags("debug-replay", "usage: zodbd debug-replay SCRIPT.json FILE\n\n"+
+		"Commits the transactions of SCRIPT to FILE (opened read-write) and prints\n"+
+		"the outcome of each as a JSON list. A transaction is\n"+
+		"  {\"tid\": HEX, \"status\": \" \", \"user\": HEX, \"desc\": HEX, \"ext\": HEX,\n"+
+		"   \"ops\": [OP...], \"abort_after_vote\": false}\n"+
+		"and an OP one of [\"store\", OID, SERIAL, DATAHEX], [\"delete\", OID, SERIAL],\n"+
+		"[\"check\", OID, SERIAL], [\"undo\", TID], [\"restore\", OID, DATAHEX|null, PREVTID]\n"+
+		"(oids and tids in hex). The outcome is \"ok\", \"aborted\", \"conflict\",\n"+
+		"\"readconflict\", \"undoerror\", \"poskeyerror\" or \"error: MESSAGE\".\n")
 	if status, ok := parseFlags(fl, args); !ok {
 		return status
 	}
@@ -473,14 +465,11 @@ func sha1hex(b []byte) string {
 }
 
 func runDebugAnswers(args []string) int {
-	fl := flag.NewFlagSet("debug-answers", flag.ContinueOnError)
-	fl.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: zodbd debug-answers FILE\n\n"+
-			"Prints, as JSON, every transaction and record the iterator returns, and for\n"+
-			"every object its history and loadBefore(oid, t) for t = each revision's tid,\n"+
-			"tid+1 and the largest tid, as ZODB/py's API would answer them (POSKeyError,\n"+
-			"None, or data sha1, serial and next serial).\n")
-	}
+	fl := newFlags("debug-answers", "usage: zodbd debug-answers FILE\n\n"+
+		"Prints, as JSON, every transaction and record the iterator returns, and for\n"+
+		"every object its history and loadBefore(oid, t) for t = each revision's tid,\n"+
+		"tid+1 and the largest tid, as ZODB/py's API would answer them (POSKeyError,\n"+
+		"None, or data sha1, serial and next serial).\n")
 	if status, ok := parseFlags(fl, args); !ok {
 		return status
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"log"
 	"os"
@@ -21,17 +20,13 @@ func init() {
 }
 
 func runHash(args []string) int {
-	fl := flag.NewFlagSet("hash", flag.ContinueOnError)
-	fl.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: zodbd hash [--crc32|--adler32|--sha1|--sha256] [--prefetch N] URL\n\n"+
-			"URL is a FileStorage path (or file://), zeo://host:port[?storage=NAME],\n"+
-			"zeo:///path/to/socket, zeos://host:port?ca=CA&cert=CERT&key=KEY (TLS),\n"+
-			"neo://CLUSTER@MASTER or sqlite:PATH. Loads oids 0, 1, 2, ... at the head of the storage\n"+
-			"until the first missing one, folds their data into one hash and prints\n"+
-			"  crc32:XXXXXXXX ; oid=0..N nread=BYTES t=Ts (X µs / object)\n"+
-			"The environment (CPU, governor, kernel, where the server is) goes to stderr.\n\n")
-		fl.PrintDefaults()
-	}
+	fl := newFlags("hash", "usage: zodbd hash [--crc32|--adler32|--sha1|--sha256] [--prefetch N] URL\n\n"+
+		"URL is a FileStorage path (or file://), zeo://host:port[?storage=NAME],\n"+
+		"zeo:///path/to/socket, zeos://host:port?ca=CA&cert=CERT&key=KEY (TLS),\n"+
+		"neo://CLUSTER@MASTER or sqlite:PATH. Loads oids 0, 1, 2, ... at the head of the storage\n"+
+		"until the first missing one, folds their data into one hash and prints\n"+
+		"  crc32:XXXXXXXX ; oid=0..N nread=BYTES t=Ts (X µs / object)\n"+
+		"The environment (CPU, governor, kernel, where the server is) goes to stderr.\n\n")
 	name := "crc32"
 	for _, h := range []string{"crc32", "adler32", "sha1", "sha256"} {
 		h := h

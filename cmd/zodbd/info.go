@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
-	"fmt"
 	"os"
 	"strconv"
 
@@ -25,8 +23,7 @@ func init() {
 }
 
 func runInfo(args []string) int {
-	fl := flag.NewFlagSet("info", flag.ContinueOnError)
-	fl.Usage = func() { fmt.Fprintf(os.Stderr, "usage: zodbd info FILE\n") }
+	fl := newFlags("info", "usage: zodbd info FILE\n")
 	if status, ok := parseFlags(fl, args); !ok {
 		return status
 	}
@@ -58,11 +55,8 @@ func runInfo(args []string) int {
 }
 
 func runCatobj(args []string) int {
-	fl := flag.NewFlagSet("catobj", flag.ContinueOnError)
-	fl.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: zodbd catobj FILE OID[@TID]\n\n"+
-			"OID and TID are hex. Without @TID the latest revision is written.\n")
-	}
+	fl := newFlags("catobj", "usage: zodbd catobj FILE OID[@TID]\n\n"+
+		"OID and TID are hex. Without @TID the latest revision is written.\n")
 	if status, ok := parseFlags(fl, args); !ok {
 		return status
 	}

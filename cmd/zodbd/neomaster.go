@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"log"
 	"os"
@@ -23,19 +22,15 @@ func init() {
 }
 
 func runNeoMaster(args []string) int {
-	fl := flag.NewFlagSet("neo-master", flag.ContinueOnError)
-	fl.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: zodbd neo-master --cluster NAME [--bind ADDR] [--partitions N] [--replicas N] [--storages N]\n\n"+
-			"Runs the minimal NEO master of the test suite (package neo/neotest): it\n"+
-			"waits for --storages storage nodes, runs them through recovery,\n"+
-			"verification and operation, then lets clients read and commit; with\n"+
-			"--replicas, a lost node's cells are outdated and it replicates when it\n"+
-			"comes back. It is what `make bench` and the demos use where NEO/py's\n"+
-			"neomaster is not installed; it is not a replacement for neomaster (no\n"+
-			"elections, no admin node: no neoctl). It prints its address on stdout\n"+
-			"once it listens.\n\n")
-		fl.PrintDefaults()
-	}
+	fl := newFlags("neo-master", "usage: zodbd neo-master --cluster NAME [--bind ADDR] [--partitions N] [--replicas N] [--storages N]\n\n"+
+		"Runs the minimal NEO master of the test suite (package neo/neotest): it\n"+
+		"waits for --storages storage nodes, runs them through recovery,\n"+
+		"verification and operation, then lets clients read and commit; with\n"+
+		"--replicas, a lost node's cells are outdated and it replicates when it\n"+
+		"comes back. It is what `make bench` and the demos use where NEO/py's\n"+
+		"neomaster is not installed; it is not a replacement for neomaster (no\n"+
+		"elections, no admin node: no neoctl). It prints its address on stdout\n"+
+		"once it listens.\n\n")
 	var cluster, bind string
 	var np, nr, ns int
 	fl.StringVar(&cluster, "cluster", "", "cluster name (required)")

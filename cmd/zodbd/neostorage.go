@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"flag"
-	"fmt"
 	"log"
 	"os"
 	"os/signal"
@@ -29,17 +27,13 @@ func init() {
 }
 
 func runNeoStorage(args []string) int {
-	fl := flag.NewFlagSet("neo-storage", flag.ContinueOnError)
-	fl.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: zodbd neo-storage --cluster NAME --masters HOST:PORT[,...] [--bind ADDR] [--ca CA --cert CERT --key KEY] [--gomaxprocs N] [--cpus LIST] [--debug-addr ADDR] [--http-addr ADDR] [--read-write] BACKEND\n\n"+
-			"Joins the NEO cluster NAME as a storage node and serves NEO clients, read-only\n"+
-			"unless --read-write is given (then NEO clients commit through it).\n"+
-			"BACKEND is a FileStorage file (the cluster must have 1 partition: neomaster -p 1;\n"+
-			"other storage nodes may replicate from it) or sqlite:PATH, the SQLite database of\n"+
-			"a NEO/py storage node.\n"+
-			"See docs/neo.md.\n\n")
-		fl.PrintDefaults()
-	}
+	fl := newFlags("neo-storage", "usage: zodbd neo-storage --cluster NAME --masters HOST:PORT[,...] [--bind ADDR] [--ca CA --cert CERT --key KEY] [--gomaxprocs N] [--cpus LIST] [--debug-addr ADDR] [--http-addr ADDR] [--read-write] BACKEND\n\n"+
+		"Joins the NEO cluster NAME as a storage node and serves NEO clients, read-only\n"+
+		"unless --read-write is given (then NEO clients commit through it).\n"+
+		"BACKEND is a FileStorage file (the cluster must have 1 partition: neomaster -p 1;\n"+
+		"other storage nodes may replicate from it) or sqlite:PATH, the SQLite database of\n"+
+		"a NEO/py storage node.\n"+
+		"See docs/neo.md.\n\n")
 	var clusterName, masters, bind, advertise, ca, cert, key string
 	var gomaxprocs int
 	var cpus, debugAddr, httpAddr string

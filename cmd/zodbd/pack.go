@@ -24,24 +24,20 @@ func init() {
 }
 
 func runPack(args []string) int {
-	fl := flag.NewFlagSet("pack", flag.ContinueOnError)
-	fl.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: zodbd pack [--days N | --time UNIXTIME | --tid TID] [--no-gc] [--blob-dir DIR] [--dry-run] FILE\n\n"+
-			"Packs the FileStorage FILE as ZODB/py's FileStorage.pack does: removes the\n"+
-			"revisions that are not current at the pack time and, unless --no-gc, the\n"+
-			"objects not reachable from the root object then. The history after the pack\n"+
-			"time (and its undo information) is kept. The original is kept as FILE.old,\n"+
-			"FILE.index is rewritten. FILE must not be in use: the pack takes FILE.lock,\n"+
-			"as a server that has FILE open holds it. The pack time is now less --days\n"+
-			"days (default 0: now), or --time, or --tid. With --blob-dir, the blob files\n"+
-			"of the revisions the pack removed are removed from the blob directory DIR\n"+
-			"(as ZODB/py's FileStorage pack with a blob_dir; they are not kept beside\n"+
-			"FILE.old). With --dry-run, nothing is changed and no lock is taken (FILE may\n"+
-			"be in use): the pack is computed into an unlinked temporary file beside FILE\n"+
-			"and its summary printed, with the references of reachable objects that would\n"+
-			"dangle (exit status 1 when there are any).\n\n")
-		fl.PrintDefaults()
-	}
+	fl := newFlags("pack", "usage: zodbd pack [--days N | --time UNIXTIME | --tid TID] [--no-gc] [--blob-dir DIR] [--dry-run] FILE\n\n"+
+		"Packs the FileStorage FILE as ZODB/py's FileStorage.pack does: removes the\n"+
+		"revisions that are not current at the pack time and, unless --no-gc, the\n"+
+		"objects not reachable from the root object then. The history after the pack\n"+
+		"time (and its undo information) is kept. The original is kept as FILE.old,\n"+
+		"FILE.index is rewritten. FILE must not be in use: the pack takes FILE.lock,\n"+
+		"as a server that has FILE open holds it. The pack time is now less --days\n"+
+		"days (default 0: now), or --time, or --tid. With --blob-dir, the blob files\n"+
+		"of the revisions the pack removed are removed from the blob directory DIR\n"+
+		"(as ZODB/py's FileStorage pack with a blob_dir; they are not kept beside\n"+
+		"FILE.old). With --dry-run, nothing is changed and no lock is taken (FILE may\n"+
+		"be in use): the pack is computed into an unlinked temporary file beside FILE\n"+
+		"and its summary printed, with the references of reachable objects that would\n"+
+		"dangle (exit status 1 when there are any).\n\n")
 	days := fl.Float64("days", 0, "pack to `N` days before now (ZODB/py: pack(time.time() - N*86400))")
 	unix := fl.String("time", "", "pack time as Unix time in seconds (`UNIXTIME`, fractions allowed)")
 	tidS := fl.String("tid", "", "pack time as a tid (16 hex digits, `TID`)")

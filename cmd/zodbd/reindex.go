@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -18,16 +17,12 @@ func init() {
 }
 
 func runReindex(args []string) int {
-	fl := flag.NewFlagSet("reindex", flag.ContinueOnError)
-	fl.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: zodbd reindex [--verify] FILE\n\n"+
-			"Scans the FileStorage FILE and writes its oid index to FILE.index in the\n"+
-			"format of ZODB/py (which then opens FILE without scanning it).\n"+
-			"With --verify, writes nothing: loads FILE.index, applies ZODB/py's sanity\n"+
-			"check and compares it with a scan of the data it covers; exits 1 if the\n"+
-			"index cannot be used or differs.\n\n")
-		fl.PrintDefaults()
-	}
+	fl := newFlags("reindex", "usage: zodbd reindex [--verify] FILE\n\n"+
+		"Scans the FileStorage FILE and writes its oid index to FILE.index in the\n"+
+		"format of ZODB/py (which then opens FILE without scanning it).\n"+
+		"With --verify, writes nothing: loads FILE.index, applies ZODB/py's sanity\n"+
+		"check and compares it with a scan of the data it covers; exits 1 if the\n"+
+		"index cannot be used or differs.\n\n")
 	verify := fl.Bool("verify", false, "check FILE.index against a scan of FILE instead of writing it")
 	if status, ok := parseFlags(fl, args); !ok {
 		return status

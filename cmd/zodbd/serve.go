@@ -69,19 +69,15 @@ func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(s string) error { *m = append(*m, s); return nil }
 
 func runServe(args []string) int {
-	fl := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fl.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: zodbd serve [-C zeo.conf] [-a ADDRESS] [-f Data.fs]... [options]\n\n"+
-			"Serves FileStorage files to ZEO clients (ZEO.ClientStorage), like runzeo.\n"+
-			"ADDRESS is PORT, HOST:PORT or a Unix socket path (default 127.0.0.1:8100);\n"+
-			"a bare PORT listens on all interfaces, as with runzeo.\n"+
-			"Storages given with -f are named 1, 2, ... in order. Command-line options\n"+
-			"override the configuration file. $ZEO_MSGPACK (non-empty) selects msgpack\n"+
-			"when the configuration does not say.\n\n"+
-			"Signals: SIGTERM/SIGINT stop cleanly (transactions aborted, commit lock\n"+
-			"released, index saved); SIGHUP/SIGUSR2 reopen the log file.\n\n")
-		fl.PrintDefaults()
-	}
+	fl := newFlags("serve", "usage: zodbd serve [-C zeo.conf] [-a ADDRESS] [-f Data.fs]... [options]\n\n"+
+		"Serves FileStorage files to ZEO clients (ZEO.ClientStorage), like runzeo.\n"+
+		"ADDRESS is PORT, HOST:PORT or a Unix socket path (default 127.0.0.1:8100);\n"+
+		"a bare PORT listens on all interfaces, as with runzeo.\n"+
+		"Storages given with -f are named 1, 2, ... in order. Command-line options\n"+
+		"override the configuration file. $ZEO_MSGPACK (non-empty) selects msgpack\n"+
+		"when the configuration does not say.\n\n"+
+		"Signals: SIGTERM/SIGINT stop cleanly (transactions aborted, commit lock\n"+
+		"released, index saved); SIGHUP/SIGUSR2 reopen the log file.\n\n")
 	var files multiFlag
 	var addr, conf, pidFile, logPath, cpus, debugAddr, httpAddr string
 	var readOnly, msgpack, create bool

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log"
@@ -24,26 +23,22 @@ func init() {
 }
 
 func runWrk(args []string) int {
-	fl := flag.NewFlagSet("wrk", flag.ContinueOnError)
-	fl.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: zodbd wrk [-c N] [--inflight K] [-d DURATION] [--cache=off|on|SIZE] [--json] [--topic NAME] URL\n"+
-			"       zodbd wrk --commit [--objects K] [--size BYTES] [-c N] [-d DURATION] ... URL\n\n"+
-			"Opens N connections to the storage at URL (zeo://host:port, a file path, ...),\n"+
-			"reads every object once (oids 0, 1, 2, ... at the head) to record its checksum,\n"+
-			"then for DURATION each client loads the objects in its own random order, one\n"+
-			"request in flight (K with --inflight, from K goroutines sharing the connection),\n"+
-			"checking every answer. The client cache is off unless\n"+
-			"--cache asks for it, so that the server answers every load; the summary says\n"+
-			"where the answers came from. Prints the environment, a summary and\n"+
-			"a Go benchmark-format line (benchstat); --json prints one JSON object instead\n"+
-			"(the summary then goes to stderr).\n\n"+
-			"With --commit, each of the N clients instead creates K new objects of its own\n"+
-			"and then commits, for DURATION, transactions that each store 1 to 3 of them\n"+
-			"(BYTES of random data in a PersistentMapping record), one at a time: commits/s\n"+
-			"and commit latency (store, vote, finish). It writes to the storage: use a\n"+
-			"scratch copy.\n\n")
-		fl.PrintDefaults()
-	}
+	fl := newFlags("wrk", "usage: zodbd wrk [-c N] [--inflight K] [-d DURATION] [--cache=off|on|SIZE] [--json] [--topic NAME] URL\n"+
+		"       zodbd wrk --commit [--objects K] [--size BYTES] [-c N] [-d DURATION] ... URL\n\n"+
+		"Opens N connections to the storage at URL (zeo://host:port, a file path, ...),\n"+
+		"reads every object once (oids 0, 1, 2, ... at the head) to record its checksum,\n"+
+		"then for DURATION each client loads the objects in its own random order, one\n"+
+		"request in flight (K with --inflight, from K goroutines sharing the connection),\n"+
+		"checking every answer. The client cache is off unless\n"+
+		"--cache asks for it, so that the server answers every load; the summary says\n"+
+		"where the answers came from. Prints the environment, a summary and\n"+
+		"a Go benchmark-format line (benchstat); --json prints one JSON object instead\n"+
+		"(the summary then goes to stderr).\n\n"+
+		"With --commit, each of the N clients instead creates K new objects of its own\n"+
+		"and then commits, for DURATION, transactions that each store 1 to 3 of them\n"+
+		"(BYTES of random data in a PersistentMapping record), one at a time: commits/s\n"+
+		"and commit latency (store, vote, finish). It writes to the storage: use a\n"+
+		"scratch copy.\n\n")
 	nclients := fl.Int("c", 1, "number of `clients` (connections)")
 	inflight := fl.Int("inflight", 1, "loads each client keeps in flight on its connection (from as many goroutines)")
 	dur := fl.Duration("d", 10*time.Second, "measured `duration`")

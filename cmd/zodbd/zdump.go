@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
-	"fmt"
 	"os"
 
 	"github.com/zodbd/zodbd/zodb"
@@ -19,14 +17,10 @@ func init() {
 }
 
 func runZdump(args []string) int {
-	fl := flag.NewFlagSet("zdump", flag.ContinueOnError)
+	fl := newFlags("zdump", "usage: zodbd zdump [-hashonly] FILE [TIDMIN..TIDMAX]\n\n"+
+		"Dump the transactions of a FileStorage file in the raw format of zodbtools'\n"+
+		"`zodb dump`. TIDMIN and TIDMAX are hex tids; either may be empty.\n")
 	hashOnly := fl.Bool("hashonly", false, "print only the hash of each object's data")
-	fl.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: zodbd zdump [-hashonly] FILE [TIDMIN..TIDMAX]\n\n"+
-			"Dump the transactions of a FileStorage file in the raw format of zodbtools'\n"+
-			"`zodb dump`. TIDMIN and TIDMAX are hex tids; either may be empty.\n")
-		fl.PrintDefaults()
-	}
 	if status, ok := parseFlags(fl, args); !ok {
 		return status
 	}

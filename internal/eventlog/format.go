@@ -383,9 +383,19 @@ type DateFormat struct {
 	layout []dpart
 }
 
+// dpart is a literal (dir 0) or a directive: with a Go layout, or %j or
+// %Y, which have none.
 type dpart struct {
-	lit string
-	dir byte // 0 for a literal
+	lit      string
+	dir      byte
+	goLayout string
+}
+
+// goLayouts are the Go layouts of the strftime directives that have one.
+var goLayouts = map[byte]string{
+	'a': "Mon", 'A': "Monday", 'b': "Jan", 'B': "January", 'd': "02", 'e': "_2", 'F': "2006-01-02",
+	'H': "15", 'I': "03", 'm': "01", 'M': "04", 'p': "PM", 'S': "05", 'T': "15:04:05", 'y': "06",
+	'z': "-0700", 'Z': "MST",
 }
 
 var defaultDate, _ = ParseDateFormat(DefaultDateFormat)
@@ -417,7 +427,7 @@ func ParseDateFormat(s string) (*DateFormat, error) {
 			d.layout = append(d.layout, dpart{lit: lit.String()})
 			lit.Reset()
 		}
-		d.layout = append(d.layout, dpart{dir: c})
+		d.layout = append(d.layout, dpart{dir: c, goLayout: goLayouts[c]})
 	}
 	if lit.Len() > 0 {
 		d.layout = append(d.layout, dpart{lit: lit.String()})
@@ -430,49 +440,15 @@ func (d *DateFormat) Format(t time.Time) string {
 	t = t.Local()
 	var b []byte
 	for _, p := range d.layout {
-		if p.dir == 0 {
-			b = append(b, p.lit...)
-			continue
-		}
-		switch p.dir {
-		case 'a':
-			b = t.AppendFormat(b, "Mon")
-		case 'A':
-			b = t.AppendFormat(b, "Monday")
-		case 'b':
-			b = t.AppendFormat(b, "Jan")
-		case 'B':
-			b = t.AppendFormat(b, "January")
-		case 'd':
-			b = t.AppendFormat(b, "02")
-		case 'e':
-			b = t.AppendFormat(b, "_2")
-		case 'F':
-			b = t.AppendFormat(b, "2006-01-02")
-		case 'H':
-			b = t.AppendFormat(b, "15")
-		case 'I':
-			b = t.AppendFormat(b, "03")
-		case 'j':
+		switch {
+		case p.goLayout != "":
+			b = t.AppendFormat(b, p.goLayout)
+		case p.dir == 'j':
 			b = fmt.Appendf(b, "%03d", t.YearDay())
-		case 'm':
-			b = t.AppendFormat(b, "01")
-		case 'M':
-			b = t.AppendFormat(b, "04")
-		case 'p':
-			b = t.AppendFormat(b, "PM")
-		case 'S':
-			b = t.AppendFormat(b, "05")
-		case 'T':
-			b = t.AppendFormat(b, "15:04:05")
-		case 'y':
-			b = t.AppendFormat(b, "06")
-		case 'Y':
+		case p.dir == 'Y':
 			b = fmt.Appendf(b, "%d", t.Year())
-		case 'z':
-			b = t.AppendFormat(b, "-0700")
-		case 'Z':
-			b = t.AppendFormat(b, "MST")
+		default:
+			b = append(b, p.lit...)
 		}
 	}
 	return string(b)

@@ -3,11 +3,8 @@ package client_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
-	"math/rand"
 	"path/filepath"
-	"sync"
 	"testing"
 
 	"github.com/zodbd/zodbd/fs1"
@@ -77,19 +74,7 @@ func sqliteCluster(t testing.TB) (string, zodb.Storage) {
 	return startNEO(t, "vectors", be), direct
 }
 
-func errClass(err error) string {
-	var noObj *zodb.NoObjectError
-	var noData *zodb.NoDataError
-	switch {
-	case err == nil:
-		return "ok"
-	case errors.As(err, &noObj):
-		return "noobject"
-	case errors.As(err, &noData):
-		return "nodata@" + noData.DeletedAt.String()
-	}
-	return "error: " + err.Error()
-}
+var errClass = storagetest.ErrClass
 
 // states returns every transaction's tid (ascending) of stor.
 func states(t testing.TB, stor zodb.Storage) []zodb.Tid {
@@ -150,32 +135,7 @@ func testCluster(t *testing.T, cluster, master string, direct zodb.Storage) {
 		t.Errorf("Sync %s %v, want %s", got, err, head)
 	}
 	for _, c := range []*client.Client{nocache, cached, cached} {
-		var wg sync.WaitGroup
-		for g := 0; g < 8; g++ {
-			wg.Add(1)
-			go func(seed int64) {
-				defer wg.Done()
-				order := rand.New(rand.NewSource(seed)).Perm(len(xids))
-				var buf []byte
-				for k, i := range order {
-					if k%8 != int(seed) {
-						continue
-					}
-					xid := xids[i]
-					want, wserial, werr := direct.Load(ctx, xid)
-					got, serial, err := c.LoadAppend(ctx, xid, buf[:0])
-					buf = got
-					if errClass(err) != errClass(werr) {
-						t.Errorf("load %s: got %s, want %s", xid, errClass(err), errClass(werr))
-						continue
-					}
-					if err == nil && (!bytes.Equal(got, want) || serial != wserial) {
-						t.Errorf("load %s: got %d bytes @%s, want %d bytes @%s", xid, len(got), serial, len(want), wserial)
-					}
-				}
-			}(int64(g))
-		}
-		wg.Wait()
+		storagetest.CompareLoads(t, direct, c, xids)
 	}
 	if st := cached.CacheStats(); st.Revisions == 0 {
 		t.Errorf("cache holds nothing after the loads: %+v", st)

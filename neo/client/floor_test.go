@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/zodbd/zodbd/internal/floortest"
+	"github.com/zodbd/zodbd/internal/storagetest"
 	"github.com/zodbd/zodbd/neo/client"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage/fs1backend"
@@ -35,7 +36,7 @@ func BenchmarkLoadVsFloor(b *testing.B) {
 				b.Cleanup(func() { be.Close() })
 				master := startNEO(b, "test", be)
 				c := dialT(b, &client.Options{Cluster: "test", Masters: []string{master}, CacheSize: -1, NoVerify: !verify})
-				oids, at := benchOids(b, c)
+				oids, at := storagetest.HeadOids(b, c)
 				if len(oids) == 0 {
 					b.Skip("no objects")
 				}

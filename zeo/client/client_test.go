@@ -68,20 +68,7 @@ func openFixtureFS(tb testing.TB) *fs1.FileStorage {
 	return fs
 }
 
-// errClass names the kind of a load error, for comparison.
-func errClass(err error) string {
-	var noObj *zodb.NoObjectError
-	var noData *zodb.NoDataError
-	switch {
-	case err == nil:
-		return "ok"
-	case errors.As(err, &noObj):
-		return "noobject"
-	case errors.As(err, &noData):
-		return "nodata@" + noData.DeletedAt.String()
-	}
-	return "error: " + err.Error()
-}
+var errClass = storagetest.ErrClass
 
 // states returns the states worth loading at: every transaction's tid, the
 // state just before it, and TidMax.
@@ -131,32 +118,7 @@ func TestReadsMatchFS1(t *testing.T) {
 		// Loads: 8 goroutines each go through every xid in its own
 		// order, pipelined on one connection; the cached client twice.
 		for _, c := range []*client.Client{nocache, cached, cached} {
-			var wg sync.WaitGroup
-			for g := 0; g < 8; g++ {
-				wg.Add(1)
-				go func(seed int64) {
-					defer wg.Done()
-					order := rand.New(rand.NewSource(seed)).Perm(len(xids))
-					var buf []byte
-					for k, i := range order {
-						if k%8 != int(seed) {
-							continue // each xid once per pass, in a random order
-						}
-						xid := xids[i]
-						want, wserial, werr := fs.Load(ctx, xid)
-						got, serial, err := c.LoadAppend(ctx, xid, buf[:0])
-						buf = got
-						if errClass(err) != errClass(werr) {
-							t.Errorf("load %s: got %s, want %s", xid, errClass(err), errClass(werr))
-							continue
-						}
-						if err == nil && (!bytes.Equal(got, want) || serial != wserial) {
-							t.Errorf("load %s: got %d bytes @%s, want %d bytes @%s", xid, len(got), serial, len(want), wserial)
-						}
-					}
-				}(int64(g))
-			}
-			wg.Wait()
+			storagetest.CompareLoads(t, fs, c, xids)
 		}
 		if st := cached.CacheStats(); st.Revisions == 0 {
 			t.Errorf("cache holds nothing after the loads: %+v", st)

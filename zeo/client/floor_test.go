@@ -6,6 +6,7 @@ import (
 
 	"github.com/zodbd/zodbd/internal/datasets"
 	"github.com/zodbd/zodbd/internal/floortest"
+	"github.com/zodbd/zodbd/internal/storagetest"
 	"github.com/zodbd/zodbd/internal/zeotest"
 	"github.com/zodbd/zodbd/zeo/client"
 	"github.com/zodbd/zodbd/zeo/wire"
@@ -24,7 +25,7 @@ func BenchmarkLoadVsFloor(b *testing.B) {
 	floortest.RunFiles(b, "../..", func(b *testing.B, path string) {
 		addr := zeotest.StartZodbd(b, datasets.CopyFile(b, path), false)
 		c := dial(b, addr, &client.Options{CacheSize: -1})
-		oids, at := benchOids(b, c)
+		oids, at := storagetest.HeadOids(b, c)
 		if len(oids) == 0 {
 			b.Skip("no objects")
 		}

@@ -213,25 +213,21 @@ func AppendStr(b []byte, s string) []byte {
 }
 
 // AppendArrayHeader appends the header of an array of n objects.
-func AppendArrayHeader(b []byte, n int) []byte {
-	switch {
-	case n <= 15:
-		return append(b, 0x90|byte(n))
-	case n <= math.MaxUint16:
-		return append(b, 0xdc, byte(n>>8), byte(n))
-	}
-	return binary.BigEndian.AppendUint32(append(b, 0xdd), uint32(n))
-}
+func AppendArrayHeader(b []byte, n int) []byte { return appendHeader(b, n, 0x90, 0xdc) }
 
 // AppendMapHeader appends the header of a map of n key/value pairs.
-func AppendMapHeader(b []byte, n int) []byte {
+func AppendMapHeader(b []byte, n int) []byte { return appendHeader(b, n, 0x80, 0xde) }
+
+// appendHeader appends the header of an array or map of n elements: the
+// fix form fix|n, or the 16-bit form c16, or the 32-bit form c16+1.
+func appendHeader(b []byte, n int, fix, c16 byte) []byte {
 	switch {
 	case n <= 15:
-		return append(b, 0x80|byte(n))
+		return append(b, fix|byte(n))
 	case n <= math.MaxUint16:
-		return append(b, 0xde, byte(n>>8), byte(n))
+		return append(b, c16, byte(n>>8), byte(n))
 	}
-	return binary.BigEndian.AppendUint32(append(b, 0xdf), uint32(n))
+	return binary.BigEndian.AppendUint32(append(b, c16+1), uint32(n))
 }
 
 // AppendExt appends an extension object of type typ with the given payload,
@@ -505,80 +501,51 @@ func ReadStr(b []byte) ([]byte, []byte, error) {
 	if len(b) == 0 {
 		return nil, b, ErrShort
 	}
-	c := b[0]
-	switch {
+	hdr := 0
+	switch c := b[0]; {
 	case c >= 0xa0 && c <= 0xbf:
 		return readBytes(b, 1, int(c&0x1f))
 	case c == 0xd9:
-		n, err := readLen(b, 2)
-		if err != nil {
-			return nil, b, err
-		}
-		return readBytes(b, 2, n)
+		hdr = 2
 	case c == 0xda:
-		n, err := readLen(b, 3)
-		if err != nil {
-			return nil, b, err
-		}
-		return readBytes(b, 3, n)
+		hdr = 3
 	case c == 0xdb:
-		n, err := readLen(b, 5)
-		if err != nil {
-			return nil, b, err
-		}
-		return readBytes(b, 5, n)
+		hdr = 5
+	default:
+		return nil, b, &TypeError{Str, c}
 	}
-	return nil, b, &TypeError{Str, c}
+	n, err := readLen(b, hdr)
+	if err != nil {
+		return nil, b, err
+	}
+	return readBytes(b, hdr, n)
 }
 
 // ReadArrayHeader decodes the header of an array and returns its length.
-func ReadArrayHeader(b []byte) (int, []byte, error) {
-	if len(b) == 0 {
-		return 0, b, ErrShort
-	}
-	c := b[0]
-	switch {
-	case c >= 0x90 && c <= 0x9f:
-		return int(c & 0x0f), b[1:], nil
-	case c == 0xdc:
-		n, err := readLen(b, 3)
-		if err != nil {
-			return 0, b, err
-		}
-		return n, b[3:], nil
-	case c == 0xdd:
-		n, err := readLen(b, 5)
-		if err != nil {
-			return 0, b, err
-		}
-		return n, b[5:], nil
-	}
-	return 0, b, &TypeError{Array, c}
-}
+func ReadArrayHeader(b []byte) (int, []byte, error) { return readHeader(b, 0x90, 0xdc, Array) }
 
 // ReadMapHeader decodes the header of a map and returns its number of pairs.
-func ReadMapHeader(b []byte) (int, []byte, error) {
+func ReadMapHeader(b []byte) (int, []byte, error) { return readHeader(b, 0x80, 0xde, Map) }
+
+// readHeader decodes the header of an array or map (typ), whose forms are
+// those appendHeader writes: fix|n, c16 with 16 bits, c16+1 with 32 bits.
+func readHeader(b []byte, fix, c16 byte, typ Type) (int, []byte, error) {
 	if len(b) == 0 {
 		return 0, b, ErrShort
 	}
 	c := b[0]
 	switch {
-	case c >= 0x80 && c <= 0x8f:
+	case c&0xf0 == fix:
 		return int(c & 0x0f), b[1:], nil
-	case c == 0xde:
-		n, err := readLen(b, 3)
+	case c == c16 || c == c16+1:
+		hdr := 3 + 2*int(c-c16) // 3 or 5
+		n, err := readLen(b, hdr)
 		if err != nil {
 			return 0, b, err
 		}
-		return n, b[3:], nil
-	case c == 0xdf:
-		n, err := readLen(b, 5)
-		if err != nil {
-			return 0, b, err
-		}
-		return n, b[5:], nil
+		return n, b[hdr:], nil
 	}
-	return 0, b, &TypeError{Map, c}
+	return 0, b, &TypeError{typ, c}
 }
 
 // ReadExt decodes an extension object. The payload aliases b.

@@ -161,3 +161,35 @@ func FuzzLen(f *testing.F) {
 		}
 	})
 }
+
+// The three forms of array and map headers and of strings round-trip, and
+// a header of the other kind, or cut short, is an error.
+func TestHeaders(t *testing.T) {
+	for _, n := range []int{0, 15, 16, math.MaxUint16, math.MaxUint16 + 1} {
+		for _, k := range []struct {
+			app         func([]byte, int) []byte
+			read, other func([]byte) (int, []byte, error)
+		}{{AppendArrayHeader, ReadArrayHeader, ReadMapHeader}, {AppendMapHeader, ReadMapHeader, ReadArrayHeader}} {
+			b := k.app(nil, n)
+			got, rest, err := k.read(append(b, 0xc0))
+			if err != nil || got != n || len(rest) != 1 {
+				t.Errorf("%x: %d %x %v, want %d", b, got, rest, err, n)
+			}
+			var te *TypeError
+			if _, _, err := k.other(b); !errors.As(err, &te) {
+				t.Errorf("%x read as the other kind: %v", b, err)
+			}
+			if _, _, err := k.read(b[:len(b)-1]); len(b) > 1 && err != ErrShort {
+				t.Errorf("%x cut short: %v", b, err)
+			}
+		}
+		s := bytes.Repeat([]byte{'x'}, n)
+		b := AppendStr(nil, string(s))
+		if got, rest, err := ReadStr(b); err != nil || !bytes.Equal(got, s) || len(rest) != 0 {
+			t.Errorf("str of %d: %d bytes, %d left, %v", n, len(got), len(rest), err)
+		}
+		if _, _, err := ReadStr(b[:len(b)-1]); err != ErrShort {
+			t.Errorf("str of %d cut short: %v", n, err)
+		}
+	}
+}

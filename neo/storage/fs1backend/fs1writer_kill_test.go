@@ -1,16 +1,15 @@
 package fs1backend
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"math/rand"
 	"os"
-	"os/exec"
 	"sort"
 	"testing"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/killtest"
 	"github.com/zodbd/zodbd/neo/storage"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -33,59 +32,22 @@ func TestFS1WriterKill(t *testing.T) {
 	if testing.Short() {
 		kills = 5
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
 	path := fs1Copy(t)
 	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
 	acked := map[zodb.Tid]zodb.Tid{} // ttid -> tid of every Lock that returned
 	for round := 0; round < kills; round++ {
-		cmd := exec.Command(exe, "-test.run=^TestFS1WriterKillChild$", "-test.v=false")
-		cmd.Env = append(os.Environ(), fs1KillEnv+"="+path)
-		cmd.Stderr = os.Stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		lines := make(chan string)
-		go func() {
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				lines <- sc.Text()
+		child := killtest.Start(t, "TestFS1WriterKillChild", fs1KillEnv+"="+path)
+		child.Ready()
+		time.Sleep(time.Duration(rng.Intn(40)) * time.Millisecond)
+		lines := child.Kill()
+		for _, l := range lines {
+			var ttid, tid uint64
+			if _, err := fmt.Sscanf(l, "L %x %x", &ttid, &tid); err != nil {
+				t.Fatalf("round %d: child said %q", round, l)
 			}
-			close(lines)
-		}()
-		if l := <-lines; l != "ready" {
-			cmd.Process.Kill()
-			cmd.Wait()
-			t.Fatalf("round %d: child said %q", round, l)
+			acked[zodb.Tid(ttid)] = zodb.Tid(tid)
 		}
-		kill := time.After(time.Duration(rng.Intn(40)) * time.Millisecond)
-		n := 0
-	read:
-		for {
-			select {
-			case l, ok := <-lines:
-				if !ok {
-					break read
-				}
-				var ttid, tid uint64
-				if _, err := fmt.Sscanf(l, "L %x %x", &ttid, &tid); err != nil {
-					t.Fatalf("round %d: child said %q", round, l)
-				}
-				acked[zodb.Tid(ttid)] = zodb.Tid(tid)
-				n++
-			case <-kill:
-				cmd.Process.Kill()
-				kill = nil
-			}
-		}
-		cmd.Wait()
 
 		b := openWriter(t, path)
 		locked, err := b.LockedTransactions(ctx)
@@ -116,7 +78,7 @@ func TestFS1WriterKill(t *testing.T) {
 		if err := b.Close(); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("round %d: %d locks acknowledged, %d locked at the kill", round, n, len(locked))
+		t.Logf("round %d: %d locks acknowledged, %d locked at the kill", round, len(lines), len(locked))
 	}
 	if len(acked) == 0 {
 		t.Fatal("no Lock returned in any round")
