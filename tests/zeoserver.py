@@ -9,12 +9,22 @@ import time
 VENV_BIN = os.path.dirname(sys.executable)
 
 
+_given_ports = set()
+
+
 def free_port():
-    s = socket.socket()
-    s.bind(('127.0.0.1', 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    """A port free on 127.0.0.1 now, never one this process was given
+    before: the kernel may hand a port just closed out again, so that two
+    servers of one cluster, both not yet listening, got the same one."""
+    for _ in range(100):
+        s = socket.socket()
+        s.bind(('127.0.0.1', 0))
+        port = s.getsockname()[1]
+        s.close()
+        if port not in _given_ports:
+            _given_ports.add(port)
+            return port
+    raise RuntimeError('no new free port in 100 tries')
 
 
 def wait_listening(addr, proc, log, timeout=20):
