@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/zodbd/zodbd/internal/datasets"
 	"hash/crc32"
 	"math/rand"
 	"os"
@@ -287,16 +288,7 @@ func isNoObject(err error) bool {
 // unless $CI is set.
 func runFstest(t *testing.T, path string) {
 	t.Helper()
-	py, err := filepath.Abs("../.venv/bin/python")
-	if err == nil {
-		_, err = os.Stat(py)
-	}
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("ZODB/py venv missing (%v): run `make venv`", err)
-		}
-		t.Skipf("ZODB/py venv missing (%v): skipping fstest", err)
-	}
+	py := datasets.Python(t)
 	out, err := exec.Command(py, "-m", "ZODB.scripts.fstest", path).CombinedOutput()
 	if err != nil {
 		t.Fatalf("fstest %s: %v\n%s", path, err, out)

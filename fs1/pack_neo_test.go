@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -112,16 +111,7 @@ func goIterate(t *testing.T, st *fs1.FileStorage) string {
 // skips, unless $CI is set.
 func pyIterate(t *testing.T, path string) string {
 	t.Helper()
-	py, err := filepath.Abs("../.venv/bin/python")
-	if err == nil {
-		_, err = os.Stat(py)
-	}
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("ZODB/py venv missing (%v): run `make venv`", err)
-		}
-		t.Skipf("ZODB/py venv missing (%v)", err)
-	}
+	py := datasets.Python(t)
 	if out, err := exec.Command(py, "-m", "ZODB.scripts.fstest", path).CombinedOutput(); err != nil || len(out) != 0 {
 		t.Fatalf("fstest %s: %v\n%s", path, err, out)
 	}

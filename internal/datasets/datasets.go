@@ -42,6 +42,22 @@ func RepoRoot(tb testing.TB) string {
 	}
 }
 
+// Python returns the path of the project's venv python (`make venv`; with
+// ZODB, ZEO and the rest of requirements.txt), for tests that run ZODB/py.
+// Without it the test is skipped, or fails where $CI is set (CI makes the
+// venv: a test that would skip there is a test that cannot fail).
+func Python(tb testing.TB) string {
+	tb.Helper()
+	py := filepath.Join(RepoRoot(tb), ".venv", "bin", "python")
+	if _, err := os.Stat(py); err != nil {
+		if os.Getenv("CI") != "" {
+			tb.Fatalf("ZODB/py venv missing (%v): run `make venv`", err)
+		}
+		tb.Skipf("ZODB/py venv missing (%v): run `make venv`", err)
+	}
+	return py
+}
+
 // made serializes the making of datasets within one test process.
 var made sync.Mutex
 

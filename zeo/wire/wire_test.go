@@ -6,10 +6,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/zodbd/zodbd/internal/datasets"
 	"math"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"testing"
 )
@@ -96,13 +96,7 @@ type python struct {
 
 func startPython(t *testing.T) *python {
 	t.Helper()
-	py, _ := filepath.Abs("../../.venv/bin/python")
-	if _, err := os.Stat(py); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("venv python missing in CI: %v", err)
-		}
-		t.Skip("no .venv (run make venv)")
-	}
+	py := datasets.Python(t)
 	cmd := exec.Command(py, "testdata/interop.py")
 	w, _ := cmd.StdinPipe()
 	r, _ := cmd.StdoutPipe()

@@ -127,19 +127,6 @@ func TestReferencesZlib(t *testing.T) {
 	}
 }
 
-// venvPython returns the project's venv python, or skips the test.
-func venvPython(t testing.TB) string {
-	t.Helper()
-	py, _ := filepath.Abs("../../.venv/bin/python")
-	if _, err := os.Stat(py); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("venv python missing in CI: %v", err)
-		}
-		t.Skip("no .venv (run make venv)")
-	}
-	return py
-}
-
 // pyAnswer is what testdata/refs.py says referencesf returns for a record.
 type pyAnswer struct {
 	Refs []string `json:"refs"`
@@ -264,7 +251,7 @@ func fileRecords(t testing.TB, path string) [][]byte {
 // corpus of every reference form made with zodbpickle, and on mutations of
 // all of those.
 func TestReferencesMatchZODBpy(t *testing.T) {
-	py := venvPython(t)
+	py := datasets.Python(t)
 	out, err := exec.Command(py, "testdata/refs.py", "corpus").Output()
 	if err != nil {
 		t.Fatalf("refs.py corpus: %v", err)

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/zodbd/zodbd/internal/datasets"
 	"hash/crc32"
 	"io"
 	"os"
@@ -147,16 +148,7 @@ func load(t testing.TB, b *Backend, oid zodb.Oid) (storage.Object, string) {
 // set.
 func pyState(t *testing.T, path string, oids []zodb.Oid) map[zodb.Oid]string {
 	t.Helper()
-	py, err := filepath.Abs("../../../.venv/bin/python")
-	if err == nil {
-		_, err = os.Stat(py)
-	}
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("ZODB/py venv missing (%v): run `make venv`", err)
-		}
-		t.Skipf("ZODB/py venv missing (%v)", err)
-	}
+	py := datasets.Python(t)
 	if out, err := exec.Command(py, "-m", "ZODB.scripts.fstest", path).CombinedOutput(); err != nil || len(out) != 0 {
 		t.Fatalf("fstest %s: %v\n%s", path, err, out)
 	}
