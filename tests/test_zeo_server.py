@@ -9,7 +9,7 @@ import struct
 import time
 
 import pytest
-from zeoserver import free_port, ssl_conf
+from zeoserver import free_port, recv_frame, send_frame, ssl_conf
 import ZEO
 from ZEO.ClientStorage import ClientStorage
 from ZODB.FileStorage import FileStorage
@@ -142,25 +142,6 @@ def test_server_status_and_ruok(serve, tmp_copy):
 
 
 # Raw protocol: bad input closes that connection only.
-
-def send_frame(s, payload):
-    s.sendall(struct.pack('>I', len(payload)) + payload)
-
-
-def recv_exact(s, n):
-    b = b''
-    while len(b) < n:
-        chunk = s.recv(n - len(b))
-        if not chunk:
-            raise EOFError
-        b += chunk
-    return b
-
-
-def recv_frame(s):
-    n, = struct.unpack('>I', recv_exact(s, 4))
-    return recv_exact(s, n)
-
 
 def closed_by_peer(s):
     s.settimeout(10)

@@ -2,6 +2,7 @@
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -25,6 +26,34 @@ def free_port():
             _given_ports.add(port)
             return port
     raise RuntimeError('no new free port in 100 tries')
+
+
+# ZEO framing on a raw socket, for the tests that speak the wire themselves.
+
+def frame(payload):
+    """payload as one ZEO frame: its length (4 bytes, big-endian), then it."""
+    return struct.pack('>I', len(payload)) + payload
+
+
+def send_frame(s, payload):
+    s.sendall(frame(payload))
+
+
+def recv_exact(s, n):
+    """n bytes from s; EOFError when the peer closes first."""
+    b = b''
+    while len(b) < n:
+        chunk = s.recv(n - len(b))
+        if not chunk:
+            raise EOFError
+        b += chunk
+    return b
+
+
+def recv_frame(s):
+    """One ZEO frame's payload from s; EOFError when the peer closes first."""
+    n, = struct.unpack('>I', recv_exact(s, 4))
+    return recv_exact(s, n)
 
 
 def wait_listening(addr, proc, log, timeout=20):
