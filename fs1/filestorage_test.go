@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/zodbd/zodbd/internal/datasets"
 	"github.com/zodbd/zodbd/internal/storagetest"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -296,15 +297,6 @@ func TestTimeStampParse(t *testing.T) {
 // ignored with a log line rather than trusted.
 func TestOpenWithIndexFile(t *testing.T) {
 	ctx := context.Background()
-	copyFile := func(src, dst string) {
-		b, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(dst, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 	for _, tc := range []struct {
 		fs, index string
 		used      bool
@@ -319,8 +311,8 @@ func TestOpenWithIndexFile(t *testing.T) {
 		t.Run(tc.fs+"+"+tc.index, func(t *testing.T) {
 			dir := t.TempDir()
 			path := filepath.Join(dir, "Data.fs")
-			copyFile(filepath.Join("testdata", tc.fs+".fs"), path)
-			copyFile(filepath.Join("testdata", tc.index+".fs.index"), path+".index")
+			datasets.CopyTo(t, filepath.Join("testdata", tc.fs+".fs"), path)
+			datasets.CopyTo(t, filepath.Join("testdata", tc.index+".fs.index"), path+".index")
 			var logs []string
 			fs, err := Open(path, &Options{Logf: func(f string, a ...interface{}) { logs = append(logs, f) }})
 			if err != nil {

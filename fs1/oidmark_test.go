@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/zodbd/zodbd/internal/datasets"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -93,8 +94,8 @@ func TestOidMarkRestart(t *testing.T) {
 func snapshotStorage(t *testing.T, path string) string {
 	t.Helper()
 	dst := filepath.Join(t.TempDir(), filepath.Base(path))
-	copyFile(t, path, dst)
-	copyFile(t, path+OidMarkSuffix, dst+OidMarkSuffix)
+	datasets.CopyTo(t, path, dst)
+	datasets.CopyTo(t, path+OidMarkSuffix, dst+OidMarkSuffix)
 	return dst
 }
 

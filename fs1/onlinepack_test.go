@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/zodbd/zodbd/internal/datasets"
 	"github.com/zodbd/zodbd/internal/storagetest"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -47,7 +48,7 @@ func TestOnlinePackMatchesOffline(t *testing.T) {
 	tids := fillHistory(t, fs, 60)
 	at := tids[40]
 	offline := filepath.Join(t.TempDir(), "Data.fs")
-	copyFile(t, fs.path, offline)
+	datasets.CopyTo(t, fs.path, offline)
 
 	st, err := fs.PackStats(bg, at, &PackOptions{NoGC: true})
 	if err != nil {

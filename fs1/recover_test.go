@@ -6,26 +6,15 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/zodbd/zodbd/internal/datasets"
 	"github.com/zodbd/zodbd/zodb"
 )
-
-func copyFile(t *testing.T, src, dst string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(dst, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
 
 // A torn tail is left alone read-only, and cut off read-write with the cut
 // bytes saved in .tr0, .tr1, ... as ZODB/py does.
 func TestRecoverTornFixture(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "torn.fs")
-	orig := copyFile(t, "testdata/torn.fs", path)
+	orig := datasets.CopyTo(t, "testdata/torn.fs", path)
 	ro, err := Open(path, &Options{Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +66,7 @@ func TestRecoverTornFixture(t *testing.T) {
 // truncates them without saving them.
 func TestRecoverPartialHeader(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "1.fs")
-	orig := copyFile(t, "testdata/1.fs", path)
+	orig := datasets.CopyTo(t, "testdata/1.fs", path)
 	f, _ := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
 	f.Write([]byte("0123456789"))
 	f.Close()
@@ -107,7 +96,7 @@ func TestRecoverCheckpointTxn(t *testing.T) {
 		t.Fatal(err)
 	}
 	crashed := filepath.Join(t.TempDir(), "crashed.fs")
-	all := copyFile(t, fs.path, crashed) // the file as a crash here leaves it
+	all := datasets.CopyTo(t, fs.path, crashed) // the file as a crash here leaves it
 	tx.Abort()
 	if len(all) <= len(good) || all[len(good)+16] != 'c' {
 		t.Fatal("no checkpoint transaction at the end")

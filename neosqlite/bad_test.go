@@ -16,6 +16,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/zodbd/zodbd/internal/datasets"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -23,14 +24,8 @@ import (
 // statements to the copy (opened read-write, which this package never does).
 func copyDB(t *testing.T, src string, stmts ...string) string {
 	t.Helper()
-	b, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
 	dst := filepath.Join(t.TempDir(), "storage.sqlite")
-	if err := os.WriteFile(dst, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	datasets.CopyTo(t, src, dst)
 	exec(t, dst, stmts...)
 	return dst
 }

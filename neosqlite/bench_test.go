@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/zodbd/zodbd/internal/datasets"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -26,7 +27,7 @@ func BenchmarkObject(b *testing.B) {
 func openWriterCopy(t testing.TB, path string) *DB {
 	t.Helper()
 	cp := filepath.Join(t.TempDir(), filepath.Base(path))
-	copyFile(t, path, cp)
+	datasets.CopyTo(t, path, cp)
 	db, err := OpenWriter(context.Background(), cp)
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/datasets"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -40,9 +41,9 @@ func votedTxn(ttid zodb.Tid, meta bool, objs ...string) *VotedTxn {
 func snapshotFiles(t *testing.T, path, dir string) string {
 	t.Helper()
 	dst := filepath.Join(dir, filepath.Base(path))
-	copyFile(t, path, dst)
+	datasets.CopyTo(t, path, dst)
 	if _, err := os.Stat(path + "-wal"); err == nil {
-		copyFile(t, path+"-wal", dst+"-wal")
+		datasets.CopyTo(t, path+"-wal", dst+"-wal")
 	}
 	return dst
 }
@@ -56,7 +57,7 @@ func snapshotFiles(t *testing.T, path, dir string) string {
 func TestWriteCrashLocked(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "storage.sqlite")
-	copyFile(t, "testdata/storage.sqlite", path)
+	datasets.CopyTo(t, "testdata/storage.sqlite", path)
 	db, err := OpenWriter(ctx, path)
 	if err != nil {
 		t.Fatal(err)
@@ -347,7 +348,7 @@ func TestWriteUnlockSync(t *testing.T) {
 func TestWriteClose(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "storage.sqlite")
-	copyFile(t, "testdata/storage.sqlite", path)
+	datasets.CopyTo(t, "testdata/storage.sqlite", path)
 	db, err := OpenWriter(ctx, path)
 	if err != nil {
 		t.Fatal(err)

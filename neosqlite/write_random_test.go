@@ -11,6 +11,8 @@ import (
 	osexec "os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/zodbd/zodbd/internal/datasets"
 )
 
 // TestWriteRandomNEOpy runs random scenarios (commits of new, identical,
@@ -42,7 +44,7 @@ func TestWriteRandomNEOpy(t *testing.T) {
 		base := "testdata/db/p2-unfinished.sqlite"
 		if dedup {
 			base = filepath.Join(dir, "dedup.sqlite")
-			copyFile(t, "testdata/db/p2-unfinished.sqlite", base)
+			datasets.CopyTo(t, "testdata/db/p2-unfinished.sqlite", base)
 			sdb := dumpOpen(t, base)
 			if _, err := sdb.Exec("CREATE UNIQUE INDEX _data_i1 ON data(hash, compression)"); err != nil {
 				t.Fatal(err)
@@ -51,8 +53,8 @@ func TestWriteRandomNEOpy(t *testing.T) {
 		}
 		ours := filepath.Join(dir, "zodbd.sqlite")
 		theirs := filepath.Join(dir, "neopy.sqlite")
-		copyFile(t, base, ours)
-		copyFile(t, base, theirs)
+		datasets.CopyTo(t, base, ours)
+		datasets.CopyTo(t, base, theirs)
 		answers := runScenario(t, ours, scen)
 		got := dumpTables(t, ours)
 		got["answers"] = answers

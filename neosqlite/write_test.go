@@ -16,6 +16,7 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/zodbd/zodbd/internal/datasets"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -268,17 +269,6 @@ func decodeJSON(t testing.TB, b []byte) any {
 	return r
 }
 
-func copyFile(t testing.TB, src, dst string) {
-	t.Helper()
-	b, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(dst, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // compareDumps reports every table that differs.
 func compareDumps(t *testing.T, got, want any) {
 	t.Helper()
@@ -312,7 +302,7 @@ func TestWriteScenario(t *testing.T) {
 			src := c.db
 			if c.dedup {
 				src = filepath.Join(dir, "dedup.sqlite")
-				copyFile(t, c.db, src)
+				datasets.CopyTo(t, c.db, src)
 				sdb, err := sql.Open("sqlite", "file:"+src)
 				if err != nil {
 					t.Fatal(err)
@@ -325,7 +315,7 @@ func TestWriteScenario(t *testing.T) {
 			}
 			c.db = src
 			ours := filepath.Join(dir, "zodbd.sqlite")
-			copyFile(t, c.db, ours)
+			datasets.CopyTo(t, c.db, ours)
 			answers := runScenario(t, ours, "testdata/writes/scenario.json")
 			got := dumpTables(t, ours)
 			got["answers"] = answers
@@ -338,7 +328,7 @@ func TestWriteScenario(t *testing.T) {
 					py = "python3"
 				}
 				theirs := filepath.Join(dir, "neopy.sqlite")
-				copyFile(t, c.db, theirs)
+				datasets.CopyTo(t, c.db, theirs)
 				out := filepath.Join(dir, "neopy.json")
 				cmd := osexec.Command(py, "testdata/writes/neopy_writes.py", theirs, "testdata/writes/scenario.json", out)
 				cmd.Env = append(os.Environ(), "PYTHONPATH="+src)

@@ -107,13 +107,21 @@ func Hashes(tb testing.TB, name string) []string {
 // the test and returns its path.
 func CopyFile(tb testing.TB, src string) string {
 	tb.Helper()
+	dst := filepath.Join(tb.TempDir(), filepath.Base(src))
+	CopyTo(tb, src, dst)
+	return dst
+}
+
+// CopyTo copies src to dst, a new or truncated writable file, and
+// returns the bytes copied; it fails the test on any error.
+func CopyTo(tb testing.TB, src, dst string) []byte {
+	tb.Helper()
 	data, err := os.ReadFile(src)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	dst := filepath.Join(tb.TempDir(), filepath.Base(src))
 	if err := os.WriteFile(dst, data, 0o644); err != nil {
 		tb.Fatal(err)
 	}
-	return dst
+	return data
 }

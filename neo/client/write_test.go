@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/datasets"
 	"github.com/zodbd/zodbd/internal/storagetest"
 	"github.com/zodbd/zodbd/neo/client"
 	"github.com/zodbd/zodbd/neo/storage"
@@ -59,14 +59,8 @@ func TestConformanceWrite(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatal(err)
-		}
 		path := filepath.Join(t.TempDir(), "storage.sqlite")
-		if err := os.WriteFile(path, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		datasets.CopyTo(t, src, path)
 		be, err := sqlitebackend.Open(t.Context(), path)
 		if err != nil {
 			t.Fatal(err)

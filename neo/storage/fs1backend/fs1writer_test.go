@@ -33,19 +33,8 @@ import (
 func fs1Copy(t testing.TB) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "Data.fs")
-	copyFile(t, "../../../fs1/testdata/1.fs", path)
+	datasets.CopyTo(t, "../../../fs1/testdata/1.fs", path)
 	return path
-}
-
-func copyFile(t testing.TB, src, dst string) {
-	t.Helper()
-	b, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(dst, b, 0o666); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // crashCopy copies what is on disk of the backend at path (Data.fs and
@@ -54,8 +43,8 @@ func copyFile(t testing.TB, src, dst string) {
 func crashCopy(t testing.TB, path string) string {
 	t.Helper()
 	dst := filepath.Join(t.TempDir(), "Data.fs")
-	copyFile(t, path, dst)
-	copyFile(t, path+".neo", dst+".neo")
+	datasets.CopyTo(t, path, dst)
+	datasets.CopyTo(t, path+".neo", dst+".neo")
 	return dst
 }
 
