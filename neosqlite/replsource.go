@@ -132,15 +132,9 @@ func (c *rawConn) replScan(i int) (uintptr, error) {
 func (db *DB) ReplicationObjects(ctx context.Context, p uint32, minTid, maxTid zodb.Tid, minOid zodb.Oid, limit int,
 	o *Object, want func(serial zodb.Tid, oid zodb.Oid) bool, fn func(*Object) error) error {
 	maxTid = min(maxTid, zodb.TidMax)
-	if minTid > maxTid || limit <= 0 {
-		return nil
-	}
-	if err := ctx.Err(); err != nil {
+	ref, err := db.replConn(ctx, minTid, maxTid, limit)
+	if ref == nil {
 		return err
-	}
-	ref, err := db.raw.get()
-	if err != nil {
-		return db.wrap(err)
 	}
 	defer db.raw.put(ref)
 	c := ref.c
@@ -206,6 +200,23 @@ func (db *DB) ReplicationObjects(ctx context.Context, p uint32, minTid, maxTid z
 	return nil
 }
 
+// replConn returns a raw connection for a source scan of minTid..maxTid
+// (maxTid at most TidMax), to be put back by the caller; nil, with the
+// context's error or none, when there is nothing to scan.
+func (db *DB) replConn(ctx context.Context, minTid, maxTid zodb.Tid, limit int) (*rawRef, error) {
+	if minTid > maxTid || limit <= 0 {
+		return nil, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	ref, err := db.raw.get()
+	if err != nil {
+		return nil, db.wrap(err)
+	}
+	return ref, nil
+}
+
 // replErr is the error of ReplicationObjects: fn's as is, else err with
 // context.
 func (db *DB) replErr(err, fnErr error, p uint32) error {
@@ -236,15 +247,9 @@ const replTransSQL = `SELECT t.oids, t.user, t.description, t.ext, t.packed, t.t
 func (db *DB) ReplicationTransactions(ctx context.Context, p uint32, minTid, maxTid zodb.Tid, limit int,
 	t *TxnInfo, want func(tid zodb.Tid) bool, fn func(*TxnInfo) error) error {
 	maxTid = min(maxTid, zodb.TidMax)
-	if minTid > maxTid || limit <= 0 {
-		return nil
-	}
-	if err := ctx.Err(); err != nil {
+	ref, err := db.replConn(ctx, minTid, maxTid, limit)
+	if ref == nil {
 		return err
-	}
-	ref, err := db.raw.get()
-	if err != nil {
-		return db.wrap(err)
 	}
 	defer db.raw.put(ref)
 	c := ref.c
