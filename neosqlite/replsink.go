@@ -73,7 +73,7 @@ type ReplBatch struct {
 }
 
 // StoreReplicated writes b in one SQLite transaction, not necessarily
-// durably (SetReplicatedTid, which is, makes it durable too). A record
+// durably (SetReplicatedTid, when durable, makes it durable too). A record
 // that is already there (same oid and serial, same transaction) is kept
 // as is: the commit path may have brought it, or an interrupted
 // replication. Data rows get ids in the oid's partition range and are
@@ -294,12 +294,16 @@ func (w *writer) storeReplicated(b *ReplBatch) error {
 	return nil
 }
 
-// SetReplicatedTid records, durably, that this node's OUT_OF_DATE cell of
-// partition p is replicated up to tid (pt.tid, NEO/py's updateCellTID),
-// with everything StoreReplicated wrote before. A cell that is not
-// OUT_OF_DATE, or not this node's, is left as it is.
-func (db *DB) SetReplicatedTid(ctx context.Context, p uint32, tid zodb.Tid) error {
-	err := db.updateOwnCell(ctx, true, true, "UPDATE pt SET tid=?1 WHERE partition=?2 AND nid=?3 AND tid>=0", "update cell tid", p, tid)
+// SetReplicatedTid records that this node's OUT_OF_DATE cell of partition
+// p is replicated up to tid (pt.tid, NEO/py's updateCellTID), in the
+// SQLite transaction after everything StoreReplicated wrote before; with
+// durable, it and they are durable when it returns, else within
+// unlockSyncDelay (or at the next durable commit): a power loss before
+// then leaves an earlier progress with the rows it covers, as the WAL
+// keeps commits in order. A cell that is not OUT_OF_DATE, or not this
+// node's, is left as it is.
+func (db *DB) SetReplicatedTid(ctx context.Context, p uint32, tid zodb.Tid, durable bool) error {
+	err := db.updateOwnCell(ctx, durable, true, "UPDATE pt SET tid=?1 WHERE partition=?2 AND nid=?3 AND tid>=0", "update cell tid", p, tid)
 	if err != nil {
 		return db.wrap(fmt.Errorf("partition %d: replicated tid %s: %w", p, tid, err))
 	}

@@ -146,7 +146,7 @@ func TestReplicationSink(t *testing.T) {
 	}
 
 	// Progress and pack, across a reopen.
-	if err := db.SetReplicatedTid(ctx, 0, t3); err != nil {
+	if err := db.SetReplicatedTid(ctx, 0, t3, true); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.UpdateCompletedPack(ctx, 0, 5); err != nil {

@@ -154,6 +154,11 @@ type writer struct {
 	st          wstmts
 	batch       []*wop
 	syncOn      bool // the connection's synchronous is FULL
+
+	ckpt      *checkpointer // copies the WAL into the file (checkpoint.go)
+	ckptPages int           // pages written since the last checkpoint started
+	walPages  int           // pages written since the last complete checkpoint the committer waited for
+	ownCkpts  atomic.Uint64 // complete checkpoints the committer waited for (tests)
 }
 
 type wstmts struct {
@@ -230,12 +235,18 @@ func openWriter(db *DB, uri string) (*writer, error) {
 	if err := c.execSQL(fmt.Sprintf("PRAGMA cache_size=%d", -writerCacheKiB)); err != nil {
 		return fail(fmt.Errorf("cache size: %w", err))
 	}
+	if err := c.execSQL("PRAGMA wal_autocheckpoint=0"); err != nil {
+		return fail(fmt.Errorf("checkpoints: %w", err))
+	}
 	for _, s := range wstmtSQL {
 		st, err := c.prepareKeep(s.sql)
 		if err != nil {
 			return fail(fmt.Errorf("prepare %q: %w", s.sql, err))
 		}
 		*s.dst(&w.st) = st
+	}
+	if w.ckpt, err = startCheckpointer(uri); err != nil {
+		return fail(fmt.Errorf("checkpointer: %w", err))
 	}
 	return w, nil
 }
@@ -460,6 +471,39 @@ func (w *writer) runBatch() {
 	}
 	clear(w.batch)
 	clear(errs)
+	// After the replies: a checkpoint the committer waits for delays
+	// the next transaction, not the ones just committed.
+	w.afterCommit()
+}
+
+// afterCommit starts the checkpoints the commit calls for (see
+// checkpoint.go): after a bulk commit (bulkPages or more, a replicated
+// batch), every ckptPages pages, one in the background; after small ones,
+// every ckptPages pages, one the committer waits for (SQLite's
+// wal_autocheckpoint, which with no commit beside it completes and lets
+// the WAL restart: it stays small); and once walLimitPages were written
+// since the last complete checkpoint, one the committer waits for after
+// every commit until one completes.
+func (w *writer) afterCommit() {
+	n := w.c.pagesWritten()
+	w.ckptPages += n
+	w.walPages += n
+	switch {
+	case w.walPages >= walLimitPages || w.ckptPages >= ckptPages && n < bulkPages:
+		// The idle readers' snapshots, which a checkpoint may not
+		// overwrite the pages of, end first.
+		w.db.raw.lastSweep = time.Time{}
+		w.db.raw.sweep()
+		frames, copied, err := w.ckpt.wait()
+		w.ckptPages = 0
+		if err == nil && copied == frames {
+			w.walPages = 0
+			w.ownCkpts.Add(1)
+		}
+	case w.ckptPages >= ckptPages:
+		w.ckptPages = 0
+		w.ckpt.request()
+	}
 }
 
 // runOp runs op under a savepoint: on error its changes, in the database
@@ -534,6 +578,7 @@ func (w *writer) finish() error {
 	if c.closed {
 		return nil
 	}
+	w.ckpt.stop()
 	mode := w.journal
 	switch mode {
 	case "delete", "truncate", "persist", "wal":

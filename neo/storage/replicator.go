@@ -37,7 +37,9 @@ import (
 //     AddObject), in chunks of fetchCount (the records written in batches
 //     of up to storeBytes over chunks). Progress is recorded in the
 //     cell (ReplicationSink.SetReplicatedTid), so that a node restarted
-//     mid-way resumes.
+//     mid-way resumes: durably at the end of each pass only (a power loss
+//     mid-way loses progress, never data the progress covers; an fsync
+//     per batch would hold the writer for each).
 //  4. When the transactions in progress at step 2 have all finished
 //     (NotifyTransactionFinished(ttid, max_tid) from the master), the
 //     partition is replicated again up to the last max_tid: what they
@@ -563,7 +565,12 @@ func (r *replicator) replicatePartition(ctx context.Context, p uint32, upTo zodb
 		upTo = 0 // nothing committed in the cluster
 	}
 	if next > upTo {
-		return upTo, nil // nothing new
+		// Nothing new; the progress found may have been recorded
+		// mid-way, not durably: it is before the master is told.
+		if err := r.sink.SetReplicatedTid(ctx, p, next-1, true); err != nil {
+			return 0, err
+		}
+		return upTo, nil
 	}
 	src, err := r.source(ctx, p)
 	if err != nil {
@@ -576,7 +583,7 @@ func (r *replicator) replicatePartition(ctx context.Context, p uint32, upTo zodb
 		err = r.fetchObjects(ctx, src, pipe, p, next, upTo)
 	}
 	if err == nil {
-		err = pipe.do(func(ctx context.Context) error { return r.sink.SetReplicatedTid(ctx, p, upTo) })
+		err = pipe.do(func(ctx context.Context) error { return r.sink.SetReplicatedTid(ctx, p, upTo, true) })
 	}
 	if werr := pipe.wait(); err == nil {
 		err = werr
@@ -872,7 +879,7 @@ func (r *replicator) fetchObjects(ctx context.Context, src *link.Conn, pipe *rep
 			// Everything before next tid is here (NEO/py's
 			// updateCellTID(partition, next_tid - 1)).
 			done := a.NextTid - 1
-			if err := pipe.do(func(ctx context.Context) error { return r.sink.SetReplicatedTid(ctx, p, done) }); err != nil {
+			if err := pipe.do(func(ctx context.Context) error { return r.sink.SetReplicatedTid(ctx, p, done, false) }); err != nil {
 				return err
 			}
 		}

@@ -19,10 +19,14 @@ import (
 //     replicated (its cell is OUT_OF_DATE), so stored records need not be
 //     visible to readers before the master makes the cell UP_TO_DATE; but
 //     they must be once it does (no reopen in between).
-//   - StoreReplicated need not be durable when it returns;
-//     SetReplicatedTid is, and makes every StoreReplicated before it
-//     durable too. The node sends NotifyReplicationDone only after
-//     SetReplicatedTid(p, tid) returned.
+//   - StoreReplicated need not be durable when it returns; nor need
+//     SetReplicatedTid(p, tid, false), the progress recorded during a
+//     replication, but it is never durable before the stores that came
+//     before it (a node restarted after a power loss resumes from an
+//     earlier point, never from a point past what it holds).
+//     SetReplicatedTid(p, tid, true) is durable when it returns, with
+//     every call before it; the node sends NotifyReplicationDone only
+//     after such a call returned.
 //   - A record (oid, serial) or transaction already present is kept: the
 //     commit path brings the transactions committed during replication
 //     and the source sends only what the node's lists do not name, but an
@@ -46,9 +50,9 @@ type ReplicationSink interface {
 	// then deletes what b names (see the contract).
 	StoreReplicated(ctx context.Context, b *ReplBatch) error
 
-	// SetReplicatedTid records durably that partition p is replicated up
-	// to tid.
-	SetReplicatedTid(ctx context.Context, p uint32, tid zodb.Tid) error
+	// SetReplicatedTid records that partition p is replicated up to
+	// tid, durably if durable (see the contract).
+	SetReplicatedTid(ctx context.Context, p uint32, tid zodb.Tid, durable bool) error
 
 	// UpdateCompletedPack tells the id of the last pack the source
 	// completed on p (AnswerFetchTransactions' completed_pack): this

@@ -57,8 +57,8 @@ func (b *Backend) StoreReplicated(ctx context.Context, batch *storage.ReplBatch)
 }
 
 // SetReplicatedTid implements storage.ReplicationSink.
-func (b *Backend) SetReplicatedTid(ctx context.Context, p uint32, tid zodb.Tid) error {
-	return b.db.SetReplicatedTid(ctx, p, tid)
+func (b *Backend) SetReplicatedTid(ctx context.Context, p uint32, tid zodb.Tid, durable bool) error {
+	return b.db.SetReplicatedTid(ctx, p, tid, durable)
 }
 
 // UpdateCompletedPack implements storage.ReplicationSink.

@@ -1,0 +1,181 @@
+package neosqlite
+
+import (
+	"context"
+	"crypto/sha1"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/zodbd/zodbd/zodb"
+)
+
+// TestCheckpointer writes small commits, then replicates 96 MiB of
+// records in 1 MiB batches with no pause between commits. The small
+// commits are checkpointed as SQLite would (the committer waits, the WAL
+// restarts and stays small); the bulk ones in the background (the
+// checkpointer copies), with the WAL bounded by walLimitPages (it
+// restarts after a complete checkpoint the committer waits for); every
+// record is there after a reopen.
+func TestCheckpointer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 100 MiB")
+	}
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "db.sqlite")
+	if err := Create(path, CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	db, err := OpenWriter(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { db.Close() }()
+	if err := db.SetNID(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.SetPartitionTable(ctx, 1, 1, []CellChange{{0, 1, OutOfDate}, {0, 2, UpToDate}}, true, 0); err != nil {
+		t.Fatal(err)
+	}
+	const size = 4096
+	data := make([]byte, size)
+	walSize := func() int64 {
+		fi, err := os.Stat(path + "-wal")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	oid, tid := zodb.Oid(0), testTid
+	store := func(records int) {
+		t.Helper()
+		b := &ReplBatch{Txns: []ReplTxn{{Tid: tid, TTid: tid}}}
+		for range records {
+			copy(data, fmt.Sprintf("record %d", oid))
+			d := append([]byte(nil), data...)
+			b.Objects = append(b.Objects, ReplObject{Oid: oid, Serial: tid, Data: d, Checksum: sha1.Sum(d)})
+			b.Txns[0].Oids = append(b.Txns[0].Oids, oid)
+			oid++
+		}
+		if err := db.StoreReplicated(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.SetReplicatedTid(ctx, 0, tid, false); err != nil {
+			t.Fatal(err)
+		}
+		tid++
+	}
+	w := db.w
+
+	// Small commits: ~10 000 pages, a checkpoint waited for every 1000.
+	for range 1500 {
+		store(1)
+	}
+	own, runs := w.ownCkpts.Load(), w.ckpt.runs.Load()
+	t.Logf("small commits: complete checkpoints %d, WAL %d KiB", own, walSize()>>10)
+	if own < 5 {
+		t.Errorf("small commits: %d complete checkpoints, want one per %d pages", own, ckptPages)
+	}
+	if n := walSize(); n > 3*int64(ckptPages)*size {
+		t.Errorf("small commits: WAL of %d bytes, want it restarted after each checkpoint", n)
+	}
+
+	// Bulk commits: 96 batches of 1 MiB.
+	const batches, perBatch = 96, 256
+	var maxWAL int64
+	for range batches {
+		store(perBatch)
+		maxWAL = max(maxWAL, walSize())
+	}
+	own, runs = w.ownCkpts.Load()-own, w.ckpt.runs.Load()-runs
+	t.Logf("bulk commits: background checkpoints %d, waited for %d, largest WAL %d MiB", runs-own, own, maxWAL>>20)
+	if runs-own < 5 {
+		t.Errorf("bulk commits: %d background checkpoints, want the checkpointer to do the copying", runs-own)
+	}
+	if own < 1 || own > 3 {
+		t.Errorf("bulk commits: %d complete checkpoints waited for, want 1 to 3 (one per %d pages)", own, walLimitPages)
+	}
+	if limit := int64(walLimitPages)*size + 16<<20; maxWAL > limit {
+		t.Errorf("bulk commits: WAL grew to %d bytes, want at most %d", maxWAL, limit)
+	}
+
+	last := tid - 1
+	if err := db.SetReplicatedTid(ctx, 0, last, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if db, err = OpenWriter(ctx, path); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range db.PartitionTable() {
+		if c.Partition == 0 && c.Nid == 1 && c.ReplicatedTid != last {
+			t.Errorf("replicated tid after reopen %s, want %s", c.ReplicatedTid, last)
+		}
+	}
+	n := 0
+	if err := db.ReplicationRecords(ctx, 0, 0, zodb.TidMax, 0, 1<<30, func(zodb.Tid, zodb.Oid) { n++ }); err != nil {
+		t.Fatal(err)
+	}
+	if want := 1500 + batches*perBatch; n != want {
+		t.Errorf("%d records after reopen, want %d", n, want)
+	}
+}
+
+// BenchmarkStoreReplicated writes replicated records (4 KiB each) in
+// batches of 8 MiB with the progress after each (not durable, the
+// replicator's mid-way progress), the checkpoints in the background
+// (the writer's scheme) or in the committer every 1000 pages (SQLite's
+// wal_autocheckpoint).
+func BenchmarkStoreReplicated(b *testing.B) {
+	for _, mode := range []struct {
+		name string
+		bulk int
+	}{{"background", bulkPages}, {"committer", 1 << 30}} {
+		b.Run(mode.name, func(b *testing.B) {
+			defer func(n int) { bulkPages = n }(bulkPages)
+			bulkPages = mode.bulk
+			ctx := context.Background()
+			path := filepath.Join(b.TempDir(), "db.sqlite")
+			if err := Create(path, CreateOptions{}); err != nil {
+				b.Fatal(err)
+			}
+			db, err := OpenWriter(ctx, path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			if err := db.SetNID(ctx, 1); err != nil {
+				b.Fatal(err)
+			}
+			if err := db.SetPartitionTable(ctx, 1, 1, []CellChange{{0, 1, OutOfDate}, {0, 2, UpToDate}}, true, 0); err != nil {
+				b.Fatal(err)
+			}
+			const perBatch, size = 2048, 4096
+			data := make([]byte, size*perBatch)
+			for i := range data {
+				data[i] = byte(i * 7)
+			}
+			b.SetBytes(perBatch * size)
+			oid := zodb.Oid(0)
+			for i := 0; b.Loop(); i++ {
+				tid := testTid + zodb.Tid(i)
+				rb := &ReplBatch{Txns: []ReplTxn{{Tid: tid, TTid: tid}}}
+				for j := range perBatch {
+					d := data[j*size : (j+1)*size]
+					d[0], d[1], d[2] = byte(oid), byte(oid>>8), byte(oid>>16)
+					rb.Objects = append(rb.Objects, ReplObject{Oid: oid, Serial: tid, Data: d, Checksum: sha1.Sum(d)})
+					oid++
+				}
+				if err := db.StoreReplicated(ctx, rb); err != nil {
+					b.Fatal(err)
+				}
+				if err := db.SetReplicatedTid(ctx, 0, tid, false); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
