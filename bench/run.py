@@ -30,7 +30,7 @@ GEN_DATASET = os.path.join(REPO, 'scripts', 'gen_dataset.py')  # the datasets an
 sys.path.insert(0, HERE)
 sys.path.insert(1, os.path.join(REPO, 'tests'))
 import machine  # noqa: E402
-from zeoserver import runzeo_cmd  # noqa: E402  (shared with the tests)
+from zeoserver import free_port, runzeo_cmd  # noqa: E402  (shared with the tests)
 
 BENCHSTAT = 'golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da'
 SMALL_DATASETS = ['prod1-1024', 'wczblk1-8']
@@ -91,14 +91,6 @@ def die(msg):
 
 def csv(s, conv=str):
     return [conv(x) for x in s.split(',') if x.strip()] if s else []
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(('127.0.0.1', 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def fmt_ns(ns):
