@@ -8,12 +8,15 @@ end of a replication is seen within milliseconds, not a neoctl start-up):
 
     PY=/tmp/neovenv/bin/python
     $PY bench/neorepl.py prepare --src /tmp/neopy --zodbd bin/zodbd --txns 48000 --work W
+    $PY bench/neorepl.py prepare --src /tmp/neopy --zodbd bin/zodbd --wczblk1 300 --work W2
     $PY bench/neorepl.py run --src /tmp/neopy --zodbd bin/zodbd --work W [--rounds 3] \\
         [--pairs zodbd:zodbd,neopy:zodbd,zodbd:neopy,neopy:neopy,zodbd-fs:zodbd] [-d 3] [-c 16] \\
         [--zodbd-base OLD --pairs base:base,zodbd:zodbd,neopy:neopy] [--no-wrk] [--verify]
 
 `prepare` makes W/prod1.fs (scripts/gen_dataset.py prod1 TXNS, with
-os.fsync disabled: the generator's output does not depend on it) and
+os.fsync disabled: the generator's output does not depend on it; or,
+with --wczblk1 MB, W/wczblk1.fs: an MB-megabyte wendelin.core-like
+array, records of 4 KiB chunks instead of prod1's 1.4 KiB mean) and
 W/source.sqlite, a NEO/py storage database of the same data: a cluster
 (NEO/py's master, -p 1 -r 1) whose one storage is zodbd's node on the
 Data.fs, into which a NEO/py storage node replicates; the zodbd node is
@@ -24,7 +27,7 @@ whole cluster.
 source:target pair, a fresh cluster (NEO/py's master -p 1 -r 1 -A 1, an
 admin) whose one storage node is the source on a fresh copy of
 source.sqlite (`zodbd`: zodbd neo-storage --read-write sqlite:...,
-`neopy`: neostorage -a SQLite; `zodbd-fs`: zodbd on a copy of prod1.fs;
+`neopy`: neostorage -a SQLite; `zodbd-fs`: zodbd on a copy of the Data.fs;
 `base`: the zodbd binary --zodbd-base, to pair a change with its base in
 one run),
 then a target on an empty database (`zodbd`: SQLite; `neopy`); the clock
@@ -54,16 +57,9 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, '..', 'tests'))
+from zeoserver import free_port  # noqa: E402  (shared with the tests: never one port twice)
 CLUSTER = 'bench'
-
-
-def free_port():
-    import socket
-    s = socket.socket()
-    s.bind(('127.0.0.1', 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def wait_listen(addr, proc, log, timeout=60):
@@ -205,11 +201,12 @@ class Cluster:
 
 def cmd_prepare(a):
     os.makedirs(a.work, exist_ok=True)
-    fs = os.path.join(a.work, 'prod1.fs')
+    name, size = ('wczblk1', a.wczblk1) if a.wczblk1 else ('prod1', a.txns)
+    fs = os.path.join(a.work, name + '.fs')
     if not os.path.exists(fs):
         gen = ('import os, sys, runpy; os.fsync = lambda fd: None; '
-               'sys.argv = ["gen_dataset.py", "prod1", %r, "%d"]; '
-               'runpy.run_path(%r, run_name="__main__")' % (fs + '.tmp', a.txns,
+               'sys.argv = ["gen_dataset.py", %r, %r, "%d"]; '
+               'runpy.run_path(%r, run_name="__main__")' % (name, fs + '.tmp', size,
                                                             os.path.join(HERE, '..', 'scripts', 'gen_dataset.py')))
         subprocess.run([a.venv_python, '-c', gen], check=True)
         for ext in ('.index', '.lock', '.tmp'):
@@ -292,16 +289,28 @@ def wrk(a, c, *args):
     return json.loads(p.stdout)
 
 
+def data_fs(work):
+    """The Data.fs prepare made in work (prod1.fs or wczblk1.fs)."""
+    for name in ('prod1.fs', 'wczblk1.fs'):
+        if os.path.exists(os.path.join(work, name)):
+            return os.path.join(work, name)
+    raise SystemExit('neorepl: no prod1.fs or wczblk1.fs in %s: run prepare first' % work)
+
+
 def run_pair(a, r, src, dst, size, points):
     d = tempfile.mkdtemp(prefix='neorepl-%s-%s-' % (src, dst), dir=a.work)
     c = Cluster(a, d).start()
     try:
         if src == 'zodbd-fs':
             db = os.path.join(d, 'src.fs')
-            shutil.copyfile(os.path.join(a.work, 'prod1.fs'), db)
+            shutil.copyfile(data_fs(a.work), db)
         else:
             db = os.path.join(d, 'src.sqlite')
             shutil.copyfile(os.path.join(a.work, 'source.sqlite'), db)
+        # Untimed: the copy's write-back to the disk, which the kernel
+        # would do during the replication, does not compete with the
+        # target's writes (the copy stays in the page cache).
+        os.sync()
         c.storage('src', src if src in ('neopy', 'base') else 'zodbd', db)
         c.wait(c.running, 'cluster running', timeout=300, step=0.1)
         extra = src == 'zodbd' and dst == 'zodbd' and not a.no_wrk
@@ -334,10 +343,16 @@ def run_pair(a, r, src, dst, size, points):
             if got != size['digest']:
                 raise SystemExit('neorepl: %s:%s: the target differs from the source' % (src, dst))
         mbs = size['data_bytes'] / dt / 1e6
+        # The target's WAL file: its size is the most it held (SQLite
+        # reuses it from the start, never shrinks it).
+        wal = os.path.join(d, 'dst.sqlite-wal')
+        wal_mib = os.path.getsize(wal) / (1 << 20) if os.path.exists(wal) else 0
         points.append({'round': r, 'what': 'repl', 'pair': '%s:%s' % (src, dst), 's': dt, 'mb_s': mbs,
-                       'records_s': size['records'] / dt, 'src_cpu_s': cpu['src'], 'dst_cpu_s': cpu['dst']})
-        print('round %d replication %-15s %6.2f s  %7.1f MB/s  %8.0f records/s  CPU s: source %.2f target %.2f' % (
-            r, src + ':' + dst, dt, mbs, size['records'] / dt, cpu['src'], cpu['dst']), flush=True)
+                       'records_s': size['records'] / dt, 'src_cpu_s': cpu['src'], 'dst_cpu_s': cpu['dst'],
+                       'dst_wal_mib': wal_mib})
+        print('round %d replication %-15s %6.2f s  %7.1f MB/s  %8.0f records/s  CPU s: source %.2f target %.2f'
+              '  WAL %.0f MiB' % (r, src + ':' + dst, dt, mbs, size['records'] / dt, cpu['src'], cpu['dst'], wal_mib),
+              flush=True)
         if extra:
             w = wrk(a, c, '--cache', 'off', '-c', str(a.c), '-d', '%gs' % a.d)
             points.append({'round': r, 'what': 'loads', 'nodes': 2, 'ops_s': w['ops_per_s']})
@@ -416,6 +431,7 @@ def main():
         p.add_argument('--work', required=True, help='directory of the datasets and the clusters')
     p = sub.choices['prepare']
     p.add_argument('--txns', type=int, default=48000, help='prod1 transactions (48000: about 300 MB)')
+    p.add_argument('--wczblk1', type=int, metavar='MB', help='the wczblk1 dataset of MB megabytes instead of prod1')
     p.add_argument('--venv-python', default=os.path.join(HERE, '..', '.venv', 'bin', 'python'),
                    help='a Python with ZODB/py (the generator)')
     p = sub.choices['run']
