@@ -23,21 +23,9 @@ func TestCheckpointer(t *testing.T) {
 		t.Skip("writes 100 MiB")
 	}
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "db.sqlite")
-	if err := Create(path, CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	db, err := OpenWriter(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, path := newReplTarget(t, 1, 0)
 	defer func() { db.Close() }()
-	if err := db.SetNID(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.SetPartitionTable(ctx, 1, 1, []CellChange{{0, 1, OutOfDate}, {0, 2, UpToDate}}, true, 0); err != nil {
-		t.Fatal(err)
-	}
+	var err error
 	const size = 4096
 	data := make([]byte, size)
 	walSize := func() int64 {
@@ -138,21 +126,8 @@ func BenchmarkStoreReplicated(b *testing.B) {
 			defer func(n int) { bulkPages = n }(bulkPages)
 			bulkPages = mode.bulk
 			ctx := context.Background()
-			path := filepath.Join(b.TempDir(), "db.sqlite")
-			if err := Create(path, CreateOptions{}); err != nil {
-				b.Fatal(err)
-			}
-			db, err := OpenWriter(ctx, path)
-			if err != nil {
-				b.Fatal(err)
-			}
+			db, _ := newReplTarget(b, 1, 0)
 			defer db.Close()
-			if err := db.SetNID(ctx, 1); err != nil {
-				b.Fatal(err)
-			}
-			if err := db.SetPartitionTable(ctx, 1, 1, []CellChange{{0, 1, OutOfDate}, {0, 2, UpToDate}}, true, 0); err != nil {
-				b.Fatal(err)
-			}
 			const perBatch, size = 2048, 4096
 			data := make([]byte, size*perBatch)
 			for i := range data {
@@ -178,4 +153,34 @@ func BenchmarkStoreReplicated(b *testing.B) {
 			}
 		})
 	}
+}
+
+// newReplTarget returns a new database, open with a writer, of node 1
+// in a cluster of np partitions whose cells are OUT_OF_DATE on it and
+// UP_TO_DATE on node 2 (node 1 replicates them from node 2), the last
+// pack id packID; and its path.
+func newReplTarget(tb testing.TB, np int, packID zodb.Tid) (*DB, string) {
+	tb.Helper()
+	ctx := context.Background()
+	path := filepath.Join(tb.TempDir(), "db.sqlite")
+	if err := Create(path, CreateOptions{Name: "c1"}); err != nil {
+		tb.Fatal(err)
+	}
+	db, err := OpenWriter(ctx, path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var cells []CellChange
+	for p := range uint32(np) {
+		cells = append(cells, CellChange{p, 1, OutOfDate}, CellChange{p, 2, UpToDate})
+	}
+	if err := db.SetNID(ctx, 1); err != nil {
+		db.Close()
+		tb.Fatal(err)
+	}
+	if err := db.SetPartitionTable(ctx, 1, 1, cells, true, packID); err != nil {
+		db.Close()
+		tb.Fatal(err)
+	}
+	return db, path
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha1"
 	"database/sql"
-	"path/filepath"
 	"reflect"
 	"testing"
 
@@ -19,22 +18,10 @@ import (
 // the cells readable and reads the data, and drops a discarded partition.
 func TestReplicationSink(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "db.sqlite")
-	if err := Create(path, CreateOptions{Name: "c1"}); err != nil {
-		t.Fatal(err)
-	}
-	db, err := OpenWriter(ctx, path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { db.Close() }()
-	if err := db.SetNID(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
 	// Node 1 replicates both partitions from node 2; last pack id 7.
-	if err := db.SetPartitionTable(ctx, 1, 1, []CellChange{{0, 1, OutOfDate}, {1, 1, OutOfDate}, {0, 2, UpToDate}, {1, 2, UpToDate}}, true, 7); err != nil {
-		t.Fatal(err)
-	}
+	db, path := newReplTarget(t, 2, 7)
+	defer func() { db.Close() }()
+	var err error
 	const t1, t2, t3 = testTid, testTid + 1, testTid + 2 // partitions 0, 1, 0
 	obj := func(oid zodb.Oid, serial zodb.Tid, data string) ReplObject {
 		return ReplObject{Oid: oid, Serial: serial, Data: []byte(data), Checksum: sha1.Sum([]byte(data))}
