@@ -104,25 +104,23 @@ func startCheckpointer(uri string) (*checkpointer, error) {
 func (k *checkpointer) loop() {
 	defer close(k.done)
 	prev := 0
+	// run checkpoints once. What it leaves (frames a reader's snapshot
+	// still needs the file's pages for, or after an I/O error) stays in
+	// the WAL, where readers find it and a later checkpoint copies it.
+	run := func() (r ckptResult) {
+		r.walFrames, r.copied, r.err = k.c.checkpoint(k.st)
+		if r.err == nil && r.copied != prev {
+			k.runs.Add(1)
+		}
+		prev = r.copied
+		return r
+	}
 	for {
 		select {
 		case <-k.kick:
-			// A busy checkpoint (the committer's own runs) or an I/O
-			// error leave the pages in the WAL, where readers find
-			// them and a later checkpoint copies them.
-			_, copied, err := k.c.checkpoint(k.st)
-			if err == nil && copied != prev {
-				k.runs.Add(1)
-			}
-			prev = copied
+			run()
 		case reply := <-k.now:
-			var r ckptResult
-			r.walFrames, r.copied, r.err = k.c.checkpoint(k.st)
-			if r.err == nil && r.copied != prev {
-				k.runs.Add(1)
-			}
-			prev = r.copied
-			reply <- r
+			reply <- run()
 		case <-k.quit:
 			return
 		}

@@ -170,7 +170,16 @@ func (c *rawConn) endTxn() {
 // sweep ends the read transactions of the idle connections that began
 // before the last commit, at most every 100 ms.
 func (p *rawPool) sweep() {
-	if p.gen == nil || time.Since(p.lastSweep) < 100*time.Millisecond {
+	if time.Since(p.lastSweep) < 100*time.Millisecond {
+		return
+	}
+	p.sweepNow()
+}
+
+// sweepNow ends the read transactions of the idle connections that began
+// before the last commit.
+func (p *rawPool) sweepNow() {
+	if p.gen == nil {
 		return
 	}
 	p.lastSweep = time.Now()

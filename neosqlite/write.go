@@ -377,8 +377,7 @@ func (w *writer) loop() {
 			}
 		case <-timerC:
 			timerC = nil
-			w.db.raw.lastSweep = time.Time{}
-			w.db.raw.sweep()
+			w.db.raw.sweepNow()
 			if w.dirty {
 				w.syncNow()
 			}
@@ -492,8 +491,7 @@ func (w *writer) afterCommit() {
 	case w.walPages >= walLimitPages || w.ckptPages >= ckptPages && n < bulkPages:
 		// The idle readers' snapshots, which a checkpoint may not
 		// overwrite the pages of, end first.
-		w.db.raw.lastSweep = time.Time{}
-		w.db.raw.sweep()
+		w.db.raw.sweepNow()
 		frames, copied, err := w.ckpt.wait()
 		w.ckptPages = 0
 		if err == nil && copied == frames {
