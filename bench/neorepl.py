@@ -58,23 +58,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, '..', 'tests'))
-from zeoserver import free_port  # noqa: E402  (shared with the tests: never one port twice)
+from zeoserver import free_port, wait_listening  # noqa: E402  (shared with the tests)
 CLUSTER = 'bench'
-
-
-def wait_listen(addr, proc, log, timeout=60):
-    import socket
-    host, port = addr.rsplit(':', 1)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit('neorepl: %s exited; log %s:\n%s' % (addr, log, tail(log)))
-        try:
-            socket.create_connection((host, int(port)), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit('neorepl: nothing listens on %s; log %s' % (addr, log))
 
 
 def tail(path, n=3000):
@@ -101,7 +86,8 @@ class Cluster:
         log = os.path.join(self.dir, name + '.log')
         p = subprocess.Popen(cmd, env=self.env, stdout=open(log, 'ab'), stderr=subprocess.STDOUT, cwd=self.dir)
         self.procs[name] = p
-        wait_listen(addr, p, log)
+        host, port = addr.rsplit(':', 1)
+        wait_listening((host, int(port)), p, log, timeout=60)
         return p
 
     def neo(self, script):
