@@ -142,12 +142,6 @@ func (st *storage) unregister(c *conn) {
 	st.mu.Unlock()
 }
 
-func (st *storage) numConns() int {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return len(st.conns)
-}
-
 // committed is the onCommit callback of a transaction committed by conn
 // from: it queues invalidateTransaction(tid, oids) on every other
 // connection of the storage and records the invalidation. The storage calls

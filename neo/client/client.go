@@ -618,14 +618,10 @@ func (c *Client) publishRouting() {
 	}
 }
 
-// readableNodes returns the storages that hold a readable cell of
+// readableNodes returns the storages of rt that hold a readable cell of
 // partition p, in random order, those that failed recently last. The
 // slice may be shared: the caller must not modify it. It takes no lock
 // when the partition has one readable cell.
-func (c *Client) readableNodes(p int) []*node {
-	return readableNodes(c.route.Load(), p)
-}
-
 func readableNodes(rt *routing, p int) []*node {
 	if rt == nil || p >= len(rt.readable) {
 		return nil

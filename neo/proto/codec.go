@@ -294,19 +294,6 @@ func (d *decoder) u8() uint8 {
 	return uint8(v)
 }
 
-func (d *decoder) i64() int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, rest, err := msgp.ReadInt(d.b)
-	if err != nil {
-		d.fail(err)
-		return 0
-	}
-	d.b = rest
-	return v
-}
-
 func (d *decoder) ptid() uint64 {
 	if d.isNil() {
 		return NoPTid

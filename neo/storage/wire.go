@@ -5,7 +5,6 @@ import (
 
 	"github.com/zodbd/zodbd/neo/internal/msgp"
 	"github.com/zodbd/zodbd/neo/proto"
-	"github.com/zodbd/zodbd/zodb"
 )
 
 // This file has the node's encoding and decoding helpers. Its connections
@@ -29,16 +28,6 @@ func appendHeader(b []byte, msgID uint32, code uint16) []byte {
 	b = append(b, 0x93)
 	b = msgp.AppendUint(b, uint64(msgID))
 	return msgp.AppendUint(b, uint64(code))
-}
-
-func appendTid(b []byte, t zodb.Tid) []byte { return msgp.AppendBin64(b, uint64(t)) }
-
-// appendOptTid appends t, or nil when !ok.
-func appendOptTid(b []byte, t zodb.Tid, ok bool) []byte {
-	if !ok {
-		return msgp.AppendNil(b)
-	}
-	return msgp.AppendBin64(b, uint64(t))
 }
 
 func appendError(b []byte, msgID uint32, code proto.ErrorCode, msg string) []byte {

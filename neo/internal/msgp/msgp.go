@@ -277,17 +277,6 @@ func need(b []byte, n int) error {
 	return nil
 }
 
-// ReadNil consumes a nil.
-func ReadNil(b []byte) ([]byte, error) {
-	if len(b) == 0 {
-		return b, ErrShort
-	}
-	if b[0] != 0xc0 {
-		return b, &TypeError{Nil, b[0]}
-	}
-	return b[1:], nil
-}
-
 // ReadBool decodes a boolean.
 func ReadBool(b []byte) (bool, []byte, error) {
 	if len(b) == 0 {
@@ -614,15 +603,6 @@ func ReadEnum(b []byte, typ int8) (int, []byte, error) {
 		return 0, b, &OverflowError{"enum"}
 	}
 	return int(v), rest, nil
-}
-
-// Skip consumes one object, including everything nested in it.
-func Skip(b []byte) ([]byte, error) {
-	n, err := Len(b)
-	if err != nil {
-		return b, err
-	}
-	return b[n:], nil
 }
 
 // Len returns the encoded size of the object at the start of b. It returns
