@@ -1,4 +1,5 @@
-"""Latency summaries shared by the Python workloads of `make bench`.
+"""Latency summaries shared by the Python workloads of `make bench`, and
+how they name a server (server_address).
 
 summarize() gives the JSON schema that bench/pingpong (Go) prints and that
 bench/run.py reads: ops, ops/s, percentiles in ns and a log-linear
@@ -50,3 +51,13 @@ def summarize(samples_ns, clients, elapsed_s, tool, **extra):
         'max': s[-1]}
     r['histogram_ns'] = histogram(s)
     return r
+
+
+def server_address(s):
+    """The address a workload's command line names: a Unix socket path (any
+    text with a "/"), as ClientStorage and socket.connect take it, or
+    HOST:PORT as a (host, port) tuple."""
+    if '/' in s:
+        return s
+    host, port = s.rsplit(':', 1)
+    return host, int(port)

@@ -24,7 +24,7 @@ ENVELOPE = 50    # bytes of a loadBefore reply beside the object data
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument('addr', metavar='HOST:PORT')
+    ap.add_argument('addr', metavar='HOST:PORT|SOCKET')
     ap.add_argument('name')
     ap.add_argument('--sizes', required=True)
     ap.add_argument('--sample', type=int, default=0)
@@ -34,9 +34,13 @@ def main():
         sizes = [int(x) for x in f.read().split()]
     if a.sample:
         sizes = sizes[::max(1, len(sizes) // a.sample)][:a.sample]
-    host, port = a.addr.rsplit(':', 1)
-    s = socket.create_connection((host, int(port)))
-    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    addr = latency.server_address(a.addr)
+    if isinstance(addr, str):
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(addr)
+    else:
+        s = socket.create_connection(addr)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     rf = s.makefile('rb', buffering=65536)
     pad = b'\0' * (REQUEST - 4)
     reqs = [struct.pack('>II', REQUEST, n + ENVELOPE) + pad for n in sizes]

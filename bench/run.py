@@ -2,7 +2,9 @@
 """`make bench`: zodbd serve against runzeo (and NEO, when there is one),
 every server on its own copy of each dataset, the workloads repeated in
 interleaved rounds, against a bare TCP ping-pong floor measured in the
-same run. Results: raw Go benchmark files, a benchstat comparison, a
+same run. The -U servers (zodbd-Z-U, runzeo-Z-U, floor-U) listen on a Unix
+socket instead, for clients on the server's host, and are compared with
+each other. Results: raw Go benchmark files, a benchstat comparison, a
 summary with medians (min-max, n) and ratios, and plots.
 
     .venv/bin/python bench/run.py [options]      (or: make bench BENCHFLAGS='...')
@@ -22,6 +24,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -61,6 +64,11 @@ SERVERS = {
     'zodbd-M': ('zodbd', 'msgpack'),
     'zodbd-Z-bp': ('zodbd', 'pickle'),  # zodbd-Z with --busy-poll on (docs/scheduling.md)
     'runzeo-Z': ('runzeo', 'pickle'),
+    # -U: the same server listening on a Unix socket instead of 127.0.0.1
+    # (clients on the server's host), compared with runzeo-Z-U and floor-U.
+    'floor-U': ('floor', '-'),
+    'zodbd-Z-U': ('zodbd', 'pickle'),
+    'runzeo-Z-U': ('runzeo', 'pickle'),
     'runzeo-M': ('runzeo', 'msgpack'),
     'zodbd-neo': ('zodbd-neo', 'neo'),
     'zodbd-neo-nosha1': ('zodbd-neo', 'neo'),  # the same node without sha1 on either side (--no-checksum, ?verify=0)
@@ -70,6 +78,16 @@ SERVERS = {
 SQLITE_IMPLS = ('neo-py', 'zodbd-neo-sqlite')
 BASELINE = {'pickle': 'runzeo-Z', 'msgpack': 'runzeo-M'}
 NEO_CLUSTER = 'bench'
+
+
+def unix_socket(name):
+    """Whether server `name` listens on a Unix socket (the -U variants)."""
+    return name.endswith('-U')
+
+
+def floor_of(name):
+    """The bare ping-pong over the same transport as server `name`."""
+    return 'floor-U' if unix_socket(name) else 'floor'
 
 
 def client_url(variant, srv):
@@ -124,7 +142,8 @@ def parse_args(argv):
                          'short workloads; checks that everything runs and the hashes match')
     ap.add_argument('--rounds', type=int, help='rounds (each runs every server once); default 5, --quick 1')
     ap.add_argument('--servers', help='comma-separated, from: ' + ', '.join(SERVERS)
-                    + ' (default: all; missing ones are skipped with a note)')
+                    + ' (default: all but the -U ones, which listen on a Unix socket; missing ones are '
+                      'skipped with a note)')
     ap.add_argument('--datasets', help='default: prod1-1024,wczblk1-8 and prod1-BIG')
     ap.add_argument('--big', type=int, default=8192, metavar='N',
                     help='also a prod1 dataset of N transactions (generated once into data/datasets); 0: none')
@@ -321,19 +340,16 @@ def capabilities(a):
 # ---------------------------------------------------------------- servers
 
 class Server:
-    """One started server: a process on 127.0.0.1:port serving a scratch
-    copy of a dataset; stop() ends it by its pid."""
+    """One started server: a process listening on addr (127.0.0.1:PORT, or a
+    Unix socket path) serving a scratch copy of a dataset; stop() ends it
+    by its pid."""
 
-    def __init__(self, name, cmd, env, port, logpath, fs):
-        self.name, self.cmd, self.port, self.logpath, self.fs = name, cmd, port, logpath, fs
+    def __init__(self, name, cmd, env, addr, logpath, fs):
+        self.name, self.cmd, self.addr, self.logpath, self.fs = name, cmd, addr, logpath, fs
         self.logf = open(logpath, 'wb')
         self.proc = subprocess.Popen(cmd, env=env, stdout=self.logf, stderr=subprocess.STDOUT,
                                      cwd=REPO, start_new_session=True)
         LIVE.add(self)
-
-    @property
-    def addr(self):
-        return '127.0.0.1:%d' % self.port
 
     def wait_ready(self, timeout=180):
         deadline = time.monotonic() + timeout
@@ -342,7 +358,12 @@ class Server:
                 raise RuntimeError('%s exited (%s) at start; log %s:\n%s' % (
                     self.name, self.proc.returncode, self.logpath, tail(self.logpath)))
             try:
-                socket.create_connection(('127.0.0.1', self.port), timeout=1).close()
+                if self.addr.startswith('/'):
+                    with socket.socket(socket.AF_UNIX) as s:
+                        s.connect(self.addr)
+                else:
+                    host, port = self.addr.rsplit(':', 1)
+                    socket.create_connection((host, int(port)), timeout=1).close()
                 return
             except OSError:
                 time.sleep(0.05)
@@ -418,9 +439,8 @@ class Setup:
         cpus = variant.get('load_cpus', self.load_cpus)
         return ['taskset', '-c', machine.format_cpulist(cpus)] if cpus else []
 
-    def server_cmd(self, name, variant, fs, port):
+    def server_cmd(self, name, variant, fs, addr):
         impl, marshal = variant['impl'], variant['marshal']
-        addr = '127.0.0.1:%d' % port
         env = dict(os.environ)
         env.pop('ZEO_MSGPACK', None)
         env.pop('GOMAXPROCS', None)
@@ -472,7 +492,7 @@ def server_variants(a, caps):
     notes = []
     if a.sched:
         return sched_variants(a), notes
-    names = csv(a.servers) or list(SERVERS)
+    names = csv(a.servers) or [n for n in SERVERS if not unix_socket(n)]
     out = {}
     for n in names:
         if n not in SERVERS:
@@ -773,9 +793,14 @@ def session(setup, name, variant, ds, rnd, outdir, workloads, env, checked):
         fs = os.path.join(work, tag + '.fs')
     if variant['impl'] not in ('floor',) + SQLITE_IMPLS:
         shutil.copyfile(ds.path, fs)
-    port = free_port()
-    cmd, senv = setup.server_cmd(name, variant, fs, port)
-    srv = Server(name, cmd, senv, port, os.path.join(logs, tag + '.server.log'), fs)
+    if unix_socket(name):
+        # A short path: a socket's must fit in 108 bytes.
+        sockdir = tempfile.mkdtemp(prefix='zodbd-bench-')
+        addr = os.path.join(sockdir, 'zeo.sock')
+    else:
+        sockdir, addr = None, '127.0.0.1:%d' % free_port()
+    cmd, senv = setup.server_cmd(name, variant, fs, addr)
+    srv = Server(name, cmd, senv, addr, os.path.join(logs, tag + '.server.log'), fs)
     clog = os.path.join(logs, tag + '.client.log')
     records = []
     t0, cpu0, own0 = time.monotonic(), machine.cpu_times(), own_cpu()
@@ -833,6 +858,8 @@ def session(setup, name, variant, ds, rnd, outdir, workloads, env, checked):
                 rec('gocommit', c, w_gocommit, c)
     finally:
         rc = srv.stop()
+        if sockdir:
+            shutil.rmtree(sockdir, ignore_errors=True)
         for suffix in ('', '.index', '.lock', '.tmp', '.old', '-journal'):
             if os.path.exists(fs + suffix):
                 os.remove(fs + suffix)
@@ -960,7 +987,8 @@ def baseline_of(name, variants, sched, order=()):
         if variants.get(name, {}).get('impl') == 'floor':
             return 'floor'
         return next((s for s in (order or variants) if variants.get(s, {}).get('impl') != 'floor'), None)
-    return BASELINE.get(variants.get(name, {}).get('marshal') or SERVERS.get(name, ('', ''))[1])
+    ref = BASELINE.get(variants.get(name, {}).get('marshal') or SERVERS.get(name, ('', ''))[1])
+    return ref + '-U' if ref and unix_socket(name) else ref
 
 
 def ratio_cell(vals):
@@ -1056,7 +1084,8 @@ def make_report(outdir, meta, bs):
     L.append('Rounds: %d, servers interleaved (order rotated each round). Medians (min–max, n = runs).' % meta['rounds'])
     L.append('Ratios are per round (server and reference in the same round), then median (min–max): '
              '"vs reference" = speed relative to the reference (>1: faster); "× floor" = how many times the '
-             'bare TCP ping-pong\'s time (1 is the floor itself).\n')
+             'bare ping-pong\'s time over the same transport (TCP, or a Unix socket for the -U servers; '
+             '1 is the floor itself).\n')
     L.append('## Machine\n')
     L.append('```')
     for k, v in meta['env'].items():
@@ -1110,11 +1139,11 @@ def make_report(outdir, meta, bs):
     metric_of = {'hash': ('ns/op', False), 'pyload': ('ns/op', False), 'wrk': ('ops/s', True),
                  'commit': ('commits/s', True), 'gocommit': ('commits/s', True)}
     vs_cols = [s for s in servers if ref_name(s) and ref_name(s) != s and ref_name(s) in servers]
-    fl_cols = [s for s in servers if s != 'floor'] if 'floor' in servers else []
+    fl_cols = [s for s in servers if s != floor_of(s) and floor_of(s) in servers]
     if vs_cols or fl_cols:
         L.append('## Summary\n')
         L.append('Speed relative to the reference (>1: faster), paired by round, median (min–max); '
-                 'then time relative to the bare TCP floor (1: as fast as a ping-pong).\n')
+                 'then time relative to the bare floor over the same transport (1: as fast as a ping-pong).\n')
         head = ['workload', 'dataset', 'N'] + ['%s vs %s' % (s, ref_name(s)) for s in vs_cols] + \
             ['%s × floor' % s for s in fl_cols]
         L.append('| ' + ' | '.join(head) + ' |')
@@ -1128,7 +1157,8 @@ def make_report(outdir, meta, bs):
                 cell = ratio_cell(paired_ratios(num, den, mm, rr))
                 row.append('**%s**' % cell if cell != '—' else cell)
             for s in fl_cols:
-                num, den = ((w, d, c, 'floor'), (w, d, c, s)) if higher else ((w, d, c, s), (w, d, c, 'floor'))
+                fl = floor_of(s)
+                num, den = ((w, d, c, fl), (w, d, c, s)) if higher else ((w, d, c, s), (w, d, c, fl))
                 row.append(ratio_cell(paired_ratios(num, den, mm, rr)))
             L.append('| ' + ' | '.join(row) + ' |')
         L.append('')
@@ -1161,10 +1191,11 @@ def make_report(outdir, meta, bs):
                 if rn and rn != s and (w, d, c, rn) in agg:
                     num, den = ((w, d, c, s), (w, d, c, rn)) if higher else ((w, d, c, rn), (w, d, c, s))
                     vr = '%s vs %s' % (ratio_cell(paired_ratios(num, den, main, rr)), rn)
-                if s != 'floor' and (w, d, c, 'floor') in agg:
-                    num, den = ((w, d, c, 'floor'), (w, d, c, s)) if higher else ((w, d, c, s), (w, d, c, 'floor'))
+                fl = floor_of(s)
+                if s != fl and (w, d, c, fl) in agg:
+                    num, den = ((w, d, c, fl), (w, d, c, s)) if higher else ((w, d, c, s), (w, d, c, fl))
                     vf = ratio_cell(paired_ratios(num, den, main, rr))
-                elif s == 'floor':
+                elif s == fl:
                     vf = '1'
                 n_obj = str(c) if w in ('wrk',) + COMMIT_WORKLOADS else '%d' % med(a.get('objects', [0]))
                 row = [d, n_obj, s, cell, str(len(v)), vr, vf] + \
@@ -1203,10 +1234,13 @@ def run_benchstat(bs, outdir, meta, variants):
             groups.append(('the bare TCP floor, bound against unbound', fl))
     else:
         for marshal, ref in BASELINE.items():
-            cols = [ref] + [s for s in names if s != ref and variants[s]['marshal'] in (marshal, 'neo')] + \
-                   (['floor'] if 'floor' in names else [])
-            if ref in names and len(cols) > 1:
-                groups.append(('%s: every server against %s' % (marshal, ref), cols))
+            for ref in (ref, ref + '-U'):  # over TCP, over a Unix socket
+                u = unix_socket(ref)
+                cols = [ref] + [s for s in names if s != ref and unix_socket(s) == u and
+                                variants[s]['marshal'] in (marshal, 'neo')] + \
+                    ([floor_of(ref)] if floor_of(ref) in names else [])
+                if ref in names and len(cols) > 1:
+                    groups.append(('%s: every server against %s' % (marshal, ref), cols))
     out = []
     for title, cols in groups:
         p = subprocess.run([bs, '-col', 'server@(%s)' % ' '.join(cols),

@@ -105,7 +105,7 @@ def committer(addr, key, i, size, warmup, dur, barrier, q):
 
 def main():
     ap = argparse.ArgumentParser(description='ZEO commit workload')
-    ap.add_argument('addr', metavar='HOST:PORT')
+    ap.add_argument('addr', metavar='HOST:PORT|SOCKET')
     ap.add_argument('name')
     ap.add_argument('-c', type=int, default=1, help='committers (processes)')
     ap.add_argument('-d', type=float, default=2.0, help='measured seconds')
@@ -117,8 +117,7 @@ def main():
     a = ap.parse_args()
     global NEO_CLUSTER
     NEO_CLUSTER = a.neo
-    host, port = a.addr.rsplit(':', 1)
-    addr = (host, int(port))
+    addr = latency.server_address(a.addr)
     key = 'zodbd-bench-commit-%d' % a.c
     setup(addr, key, a.c, a.objects)
 

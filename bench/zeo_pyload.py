@@ -29,14 +29,13 @@ import latency  # noqa: E402
 
 def main():
     ap = argparse.ArgumentParser(description='ZEO loadBefore loop')
-    ap.add_argument('addr', metavar='HOST:PORT')
+    ap.add_argument('addr', metavar='HOST:PORT|SOCKET')
     ap.add_argument('name')
     ap.add_argument('rounds', nargs='?', type=int, default=3)
     ap.add_argument('--sample', type=int, default=0)
     ap.add_argument('--json', metavar='FILE')
     a = ap.parse_args()
-    host, port = a.addr.rsplit(':', 1)
-    cs = ClientStorage((host, int(port)), read_only=True, wait_timeout=30,
+    cs = ClientStorage(latency.server_address(a.addr), read_only=True, wait_timeout=30,
                        cache_size=0)
     try:
         # Find the oids once (outside of the timing).

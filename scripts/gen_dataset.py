@@ -34,7 +34,8 @@ take 16 distinct values.
 hash loads, for oid 0, 1, 2, ... until the first POSKeyError, the latest
 revision of each object (loadBefore(oid, last tid + 1)) and folds the data
 into one crc32 (zlib.crc32 chained) or sha1; SRC is a Data.fs (opened
-read-only) or zeo://HOST:PORT (through the stock ZEO ClientStorage):
+read-only), zeo://HOST:PORT or zeo:///SOCKET/PATH (through the stock ZEO
+ClientStorage):
 
     crc32:XXXXXXXX ; oid=0..N nread=BYTES t=SECONDSs (X.X µs / object)
 
@@ -403,7 +404,10 @@ class Crc32:
 def open_source(src):
     if src.startswith('zeo://'):
         from ZEO.ClientStorage import ClientStorage
-        host, _, port = src[len('zeo://'):].rstrip('/').rpartition(':')
+        rest = src[len('zeo://'):]
+        if rest.startswith('/'):  # a Unix socket path
+            return ClientStorage(rest, read_only=True, wait_timeout=30)
+        host, _, port = rest.rstrip('/').rpartition(':')
         return ClientStorage((host, int(port)), read_only=True, wait_timeout=30)
     return FileStorage(src, read_only=True)
 

@@ -98,6 +98,32 @@ def test_quiet_and_busy_rounds(tmp_path, zodbd_bin, dataset):
     assert {r['condition'] for r in recs} == {'quiet', 'busy'}
 
 
+def test_unix_socket_servers(tmp_path, zodbd_bin, dataset):
+    """The -U servers listen on a Unix socket: zodbd and runzeo answer the
+    stock client (hash checked) and every workload through it, and each is
+    compared with the other and with the floor over the same socket type."""
+    dataset('prod1-1024')
+    out = str(tmp_path / 'results')
+    p = subprocess.run(
+        [sys.executable, os.path.join(REPO, 'bench', 'run.py'), '--quick', '--no-benchstat', '--no-plots',
+         '--servers', 'floor,floor-U,zodbd-Z-U,runzeo-Z-U', '--datasets', 'prod1-1024',
+         '--workloads', 'hash,pyload,wrk,commit', '--clients', '2', '--committers', '1',
+         '--zodbd', zodbd_bin, '--out', out],
+        cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-4000:]
+    for srv in ('zodbd-Z-U', 'runzeo-Z-U'):
+        assert 'through %s == ZODB/py reference' % srv in p.stdout, p.stdout[-3000:]
+        cmd = open(os.path.join(out, 'raw', '01-prod1-1024-%s.txt' % srv)).read()
+        assert 'zeo.sock' in cmd, cmd[:2000]
+    report = open(os.path.join(out, 'report.md')).read()
+    assert 'zodbd-Z-U vs runzeo-Z-U' in report and 'zodbd-Z-U × floor' in report
+    summary = json.load(open(os.path.join(out, 'summary.json')))
+    got = {(a['workload'], a['server']) for a in summary['aggregate']}
+    for w in ('hash', 'pyload', 'wrk'):
+        assert {(w, 'zodbd-Z-U'), (w, 'runzeo-Z-U'), (w, 'floor-U')} <= got, (w, got)
+    assert ('commit', 'zodbd-Z-U') in got and ('commit', 'runzeo-Z-U') in got
+
+
 def test_report_and_plots_redone(quick_run):
     pytest.importorskip('matplotlib')
     out, _ = quick_run

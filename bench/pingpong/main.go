@@ -7,6 +7,9 @@
 //	pingpong serve [-a 127.0.0.1:0]
 //	pingpong load [-c N] [-d DUR | -n OPS] [-sizes FILE] [-warmup DUR] ADDR
 //
+// An address with a "/" is a Unix socket path (the floor of servers that
+// listen on one), any other a TCP HOST:PORT.
+//
 // serve prints "listening ADDR" and answers every request frame (4-byte
 // big-endian length, then the payload) with a frame whose payload length is
 // the first 4 bytes of the request's payload (big-endian). Each connection
@@ -74,7 +77,7 @@ func serve(args []string) error {
 	fl := flag.NewFlagSet("serve", flag.ExitOnError)
 	addr := fl.String("a", "127.0.0.1:0", "address to listen on")
 	fl.Parse(args)
-	ln, err := net.Listen("tcp", *addr)
+	ln, err := net.Listen(network(*addr), *addr)
 	if err != nil {
 		return err
 	}
@@ -89,9 +92,19 @@ func serve(args []string) error {
 	}
 }
 
+// network is "unix" for an address with a "/" (a socket path), else "tcp".
+func network(addr string) string {
+	if strings.Contains(addr, "/") {
+		return "unix"
+	}
+	return "tcp"
+}
+
 func echo(nc net.Conn) {
 	defer nc.Close()
-	nc.(*net.TCPConn).SetNoDelay(true)
+	if tc, ok := nc.(*net.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
 	br := bufio.NewReaderSize(nc, 64<<10)
 	var req, reply []byte
 	for {
@@ -169,11 +182,13 @@ func load(args []string) error {
 
 	conns := make([]net.Conn, *clients)
 	for i := range conns {
-		nc, err := net.Dial("tcp", addr)
+		nc, err := net.Dial(network(addr), addr)
 		if err != nil {
 			return err
 		}
-		nc.(*net.TCPConn).SetNoDelay(true)
+		if tc, ok := nc.(*net.TCPConn); ok {
+			tc.SetNoDelay(true)
+		}
 		conns[i] = nc
 		defer nc.Close()
 	}
