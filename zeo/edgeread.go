@@ -11,9 +11,9 @@ import (
 	"github.com/zodbd/zodbd/zeo/wire"
 )
 
-// The request loop of a plain TCP connection reads its socket inside one
-// syscall.RawConn.Read, so that a read which drained the socket is not
-// followed by a second read that finds nothing.
+// The request loop of a plain TCP or Unix stream connection reads its
+// socket inside one syscall.RawConn.Read, so that a read which drained the
+// socket is not followed by a second read that finds nothing.
 //
 // Through net.Conn.Read, a client with one request in flight costs the
 // server two reads per request: the one that gets the request and, once the
@@ -23,8 +23,9 @@ import (
 // the call may be stale), so waiting without reading could sleep through
 // a request that already arrived.
 //
-// The poller is edge-triggered, and a TCP read that returns less than it
-// was offered emptied the socket's receive queue: any byte that arrives
+// The poller is edge-triggered, and a stream socket's read (TCP's, or a
+// Unix socket's) that returns less than it was offered emptied the socket's
+// receive queue: any byte that arrives
 // later (even while that read ran) makes a new edge. So within one
 // RawConn.Read, whose readiness is reset only at its start, a reader that
 // got a short read, answered what it got and then waits for the poller
@@ -69,12 +70,8 @@ func (c *conn) serveEdge() bool {
 	if c.srv.cfg.BusyPoll != nil {
 		return false
 	}
-	tc, ok := c.nc.(*net.TCPConn)
+	rc, ok := edgeConn(c.nc)
 	if !ok {
-		return false
-	}
-	rc, err := tc.SyscallConn()
-	if err != nil {
 		return false
 	}
 	e := &edgeBuf{buf: make([]byte, edgeBufSize)}
@@ -90,7 +87,7 @@ func (c *conn) serveEdge() bool {
 		rerr error // the read's failure, or io.EOF
 		stop bool  // a handler or a write asked to close
 	)
-	err = rc.Read(func(fd uintptr) bool {
+	err := rc.Read(func(fd uintptr) bool {
 		for {
 			if _, ok := c.edgeCallsN(e); !ok {
 				stop = true
@@ -104,7 +101,7 @@ func (c *conn) serveEdge() bool {
 			case err == syscall.EAGAIN:
 				return false // wait for the poller
 			case err != nil:
-				rerr = &net.OpError{Op: "read", Net: "tcp", Source: c.nc.LocalAddr(), Addr: c.nc.RemoteAddr(),
+				rerr = &net.OpError{Op: "read", Net: c.nc.LocalAddr().Network(), Source: c.nc.LocalAddr(), Addr: c.nc.RemoteAddr(),
 					Err: os.NewSyscallError("read", err)}
 				return true
 			case n == 0:
@@ -144,6 +141,27 @@ func (c *conn) serveEdge() bool {
 		c.readFailed(rerr)
 	}
 	return true
+}
+
+// edgeConn returns the raw socket of nc when serveEdge can read it: a
+// TCP connection, or a Unix stream socket's (whose reads also drain the
+// receive queue before they return less than offered). Anything else (a
+// TLS connection, a wrapper) is read through net.Conn.
+func edgeConn(nc net.Conn) (syscall.RawConn, bool) {
+	var sc syscall.Conn
+	switch nc := nc.(type) {
+	case *net.TCPConn:
+		sc = nc
+	case *net.UnixConn:
+		if nc.LocalAddr().Network() != "unix" { // unixpacket: message boundaries
+			return nil, false
+		}
+		sc = nc
+	default:
+		return nil, false
+	}
+	rc, err := sc.SyscallConn()
+	return rc, err == nil
 }
 
 // edgeCallsN answers every complete request in e and returns how many it

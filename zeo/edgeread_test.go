@@ -2,8 +2,11 @@ package zeo
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"math/rand"
+	"net"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -18,11 +21,23 @@ import (
 // from whole to one byte, and checks every reply in order: the request
 // loop that waits for the poller after a short read (edgeread.go) must
 // neither lose a byte that arrived while it answered nor hang on one that
-// is already there.
+// is already there. Over TCP and over a Unix socket.
 func TestEdgeReadSplits(t *testing.T) {
+	for _, network := range []string{"tcp", "unix"} {
+		t.Run(network, func(t *testing.T) { testEdgeReadSplits(t, network) })
+	}
+}
+
+func testEdgeReadSplits(t *testing.T, network string) {
 	fs := openFixture(t)
 	ctx := context.Background()
-	addr := startServer(t, Config{Storages: []StorageConfig{{Name: "1", Storage: fs}}})
+	cfg := Config{Storages: []StorageConfig{{Name: "1", Storage: fs}}}
+	addr := ""
+	if network == "unix" {
+		addr = startServerUnix(t, cfg)
+	} else {
+		addr = startServer(t, cfg)
+	}
 	oids := fs.Index().Oids()
 
 	type want struct {
@@ -115,6 +130,47 @@ func TestEdgeReadSplits(t *testing.T) {
 					t.Fatalf("split %d: reply %d (oid %s): %v %v (%v)", split, i, w.oid, msg.Flags, r, err)
 				}
 			}
+		}
+	}
+}
+
+// TestEdgeConn: the request loop of edgeread.go reads the raw sockets of
+// TCP and Unix stream connections, and no other (a TLS connection's bytes
+// are records; a unixpacket socket keeps message boundaries).
+func TestEdgeConn(t *testing.T) {
+	pair := func(network, addr string) (net.Conn, net.Conn) {
+		ln, err := net.Listen(network, addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		c, err := net.Dial(network, ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close(); s.Close() })
+		return c, s
+	}
+	dir := t.TempDir()
+	_, tcp := pair("tcp", "127.0.0.1:0")
+	_, unix := pair("unix", filepath.Join(dir, "s"))
+	_, packet := pair("unixpacket", filepath.Join(dir, "p"))
+	for _, tc := range []struct {
+		name string
+		nc   net.Conn
+		want bool
+	}{
+		{"tcp", tcp, true},
+		{"unix", unix, true},
+		{"unixpacket", packet, false},
+		{"tls", tls.Server(tcp, &tls.Config{}), false},
+	} {
+		if _, ok := edgeConn(tc.nc); ok != tc.want {
+			t.Errorf("%s: edgeConn ok %v, want %v", tc.name, ok, tc.want)
 		}
 	}
 }

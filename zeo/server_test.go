@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"io"
 	"net"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -24,19 +26,38 @@ func startServer(tb testing.TB, cfg Config) string {
 // startServerOn is startServer serving on wrap(a listener on 127.0.0.1);
 // it also returns the server.
 func startServerOn(tb testing.TB, cfg Config, wrap func(net.Listener) net.Listener) (*Server, string) {
+	tb.Helper()
 	if wrap == nil {
 		wrap = func(ln net.Listener) net.Listener { return ln }
 	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return serveListener(tb, cfg, wrap, ln)
+}
+
+// startServerUnix is startServer on a Unix socket: it returns the
+// socket's path (which dialRaw takes).
+func startServerUnix(tb testing.TB, cfg Config) string {
+	tb.Helper()
+	ln, err := net.Listen("unix", filepath.Join(tb.TempDir(), "zeo.sock"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	_, addr := serveListener(tb, cfg, func(ln net.Listener) net.Listener { return ln }, ln)
+	return addr
+}
+
+// serveListener serves cfg on wrap(ln) until the test ends.
+func serveListener(tb testing.TB, cfg Config, wrap func(net.Listener) net.Listener, ln net.Listener) (*Server, string) {
 	tb.Helper()
 	if cfg.Logf == nil {
 		cfg.Logf = tb.Logf
 	}
 	srv, err := NewServer(cfg)
 	if err != nil {
-		tb.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+		ln.Close()
 		tb.Fatal(err)
 	}
 	done := make(chan struct{})
@@ -71,10 +92,15 @@ func dialRaw(tb testing.TB, addr string, m wire.Marshal) *rawClient {
 	return c
 }
 
-// dialRawNoRegister connects and does the handshake only.
+// dialRawNoRegister connects (to a Unix socket when addr is a path) and
+// does the handshake only.
 func dialRawNoRegister(tb testing.TB, addr string, m wire.Marshal) *rawClient {
 	tb.Helper()
-	nc, err := net.Dial("tcp", addr)
+	network := "tcp"
+	if strings.HasPrefix(addr, "/") {
+		network = "unix"
+	}
+	nc, err := net.Dial(network, addr)
 	if err != nil {
 		tb.Fatal(err)
 	}
