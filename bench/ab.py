@@ -14,7 +14,9 @@ test builds, `make build-test`): loads with 1 and 16 connections.
 as a third server R, and --floor the bare TCP ping-pong (bench/pingpong)
 as server F, rotated into the same rounds. --a-arg/--b-arg give one build
 extra `zodbd serve` arguments: with the same binary as A and B, that
-compares a setting (e.g. --b-arg=--gomaxprocs=1).
+compares a setting (e.g. --b-arg=--gomaxprocs=1). --unix puts every ZEO
+server (A, B, R and F) on a Unix socket instead of 127.0.0.1 (needs
+--loads-only).
 
 For every ZEO load point it records loads/s, p50 and p99 (wrk's
 histogram), and the server's CPU per load: the user+system time of the
@@ -65,25 +67,33 @@ def start(cmd, log, pattern, timeout=30, env=None):
     raise SystemExit('ab: %s did not start: %s' % (cmd, open(log, errors='replace').read()[-2000:]))
 
 
-def start_runzeo(python, fs, log, timeout=60):
-    """runzeo on a free port of 127.0.0.1; returns (process, addr) once it
-    accepts connections."""
-    s = socket.socket()
-    s.bind(('127.0.0.1', 0))
-    port = s.getsockname()[1]
-    s.close()
+def start_runzeo(python, fs, log, sock=None, timeout=60):
+    """runzeo on a free port of 127.0.0.1, or on the Unix socket sock;
+    returns (process, addr) once it accepts connections."""
+    if sock:
+        addr = sock
+    else:
+        s = socket.socket()
+        s.bind(('127.0.0.1', 0))
+        addr = '127.0.0.1:%d' % s.getsockname()[1]
+        s.close()
     env = dict(os.environ)
     env.pop('ZEO_MSGPACK', None)
     f = open(log, 'wb')
-    p = subprocess.Popen([python, '-m', 'ZEO.runzeo', '-a', '127.0.0.1:%d' % port, '-f', fs],
+    p = subprocess.Popen([python, '-m', 'ZEO.runzeo', '-a', addr, '-f', fs],
                          stdout=f, stderr=subprocess.STDOUT, env=env)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if p.poll() is not None:
             break
         try:
-            socket.create_connection(('127.0.0.1', port), timeout=1).close()
-            return p, '127.0.0.1:%d' % port
+            if sock:
+                with socket.socket(socket.AF_UNIX) as c:
+                    c.connect(sock)
+            else:
+                host, port = addr.rsplit(':', 1)
+                socket.create_connection((host, int(port)), timeout=1).close()
+            return p, addr
         except OSError:
             time.sleep(0.05)
     p.kill()
@@ -173,10 +183,16 @@ def zeo_points(a, url, pid):
     return pts
 
 
+def listen_addr(a, work):
+    """Where a ZEO server of this run listens: 127.0.0.1:0 (any port), or
+    with --unix a socket in its work directory."""
+    return os.path.join(work, 'zeo.sock') if a.unix else '127.0.0.1:0'
+
+
 def run_zodbd(a, binary, args, work, r):
     fs = os.path.join(work, 'Data.fs')
     fresh(a.data, fs)
-    p, addr = start([binary, 'serve', '-a', '127.0.0.1:0', '-f', fs, *args],
+    p, addr = start([binary, 'serve', '-a', listen_addr(a, work), '-f', fs, *args],
                     os.path.join(work, 'serve.log'), r'listening on (\S+)')
     try:
         pts = zeo_points(a, 'zeo://' + addr, p.pid)
@@ -200,7 +216,8 @@ def run_zodbd(a, binary, args, work, r):
 def run_runzeo(a, work):
     fs = os.path.join(work, 'Data.fs')
     fresh(a.data, fs)
-    p, addr = start_runzeo(a.python, fs, os.path.join(work, 'runzeo.log'))
+    p, addr = start_runzeo(a.python, fs, os.path.join(work, 'runzeo.log'),
+                           sock=listen_addr(a, work) if a.unix else None)
     try:
         return zeo_points(a, 'zeo://' + addr, p.pid)
     finally:
@@ -208,10 +225,11 @@ def run_runzeo(a, work):
 
 
 def run_floor(a, work):
-    """The bare TCP ping-pong (bench/pingpong): frames of the dataset's
-    record sizes echoed by a goroutine per connection, with the ZEO load
-    points' connections: what a round trip costs with no server work."""
-    p, addr = start([a.floor, 'serve', '-a', '127.0.0.1:0'], os.path.join(work, 'floor.log'), r'listening (\S+)')
+    """The bare ping-pong (bench/pingpong; over a Unix socket with --unix):
+    frames of the dataset's record sizes echoed by a goroutine per
+    connection, with the ZEO load points' connections: what a round trip
+    costs with no server work."""
+    p, addr = start([a.floor, 'serve', '-a', listen_addr(a, work)], os.path.join(work, 'floor.log'), r'listening (\S+)')
     sizes = os.path.splitext(a.data)[0] + '.sizes'
     try:
         return {'zeo load c=%d' % c: wrk(a, [a.floor, 'load', '-d', '%gs' % a.d, '-sizes', sizes],
@@ -254,6 +272,8 @@ def main():
                     'compares a setting')
     ap.add_argument('--b-arg', dest='b_args', action='append', default=[],
                     help='an extra argument of `zodbd serve` for B only (repeatable)')
+    ap.add_argument('--unix', action='store_true',
+                    help='every ZEO server on a Unix socket instead of 127.0.0.1 (with --loads-only)')
     ap.add_argument('--rounds', type=int, default=3)
     ap.add_argument('-d', type=float, default=2.0, help='seconds per point')
     ap.add_argument('data')
@@ -262,6 +282,8 @@ def main():
     a.inflight = [int(x) for x in a.inflight.split(',')]
     if a.floor and not a.loads_only:
         ap.error('--floor needs --loads-only')
+    if a.unix and not a.loads_only:
+        ap.error('--unix needs --loads-only')
     a.perf_out = os.path.join(tempfile.gettempdir(), 'ab-perf-%d.txt' % os.getpid())
     servers = [('A', a.a), ('B', a.b)] + ([('R', None)] if a.runzeo else []) + ([('F', None)] if a.floor else [])
     ncpu = len(machine.online_cpus())
