@@ -11,9 +11,9 @@ import (
 	"github.com/zodbd/zodbd/zeo/wire"
 )
 
-// The request loop of a plain TCP or Unix stream connection reads its
-// socket inside one syscall.RawConn.Read, so that a read which drained the
-// socket is not followed by a second read that finds nothing.
+// The request loop of a plain TCP connection reads its socket inside one
+// syscall.RawConn.Read, so that a read which drained the socket is not
+// followed by a second read that finds nothing.
 //
 // Through net.Conn.Read, a client with one request in flight costs the
 // server two reads per request: the one that gets the request and, once the
@@ -23,9 +23,8 @@ import (
 // the call may be stale), so waiting without reading could sleep through
 // a request that already arrived.
 //
-// The poller is edge-triggered, and a stream socket's read (TCP's, or a
-// Unix socket's) that returns less than it was offered emptied the socket's
-// receive queue: any byte that arrives
+// The poller is edge-triggered, and a TCP read that returns less than it
+// was offered emptied the socket's receive queue: any byte that arrives
 // later (even while that read ran) makes a new edge. So within one
 // RawConn.Read, whose readiness is reset only at its start, a reader that
 // got a short read, answered what it got and then waits for the poller
@@ -143,24 +142,20 @@ func (c *conn) serveEdge() bool {
 	return true
 }
 
-// edgeConn returns the raw socket of nc when serveEdge can read it: a
-// TCP connection, or a Unix stream socket's (whose reads also drain the
-// receive queue before they return less than offered). Anything else (a
-// TLS connection, a wrapper) is read through net.Conn.
+// edgeConn returns the raw socket of nc when serveEdge reads it: a TCP
+// connection's. Anything else (a TLS connection, a wrapper, a Unix
+// socket) is read through net.Conn. A Unix socket would be read correctly
+// the same way, but measured no fewer system calls (BENCHMARKS.md, "Over
+// a Unix socket"): with either loop, nearly every request there is
+// followed by a read that finds nothing, the reader having been woken
+// again after its reply (Linux 6.18; probably by the wake-up a Unix
+// socket gets whenever its peer consumes data, which TCP does not send).
 func edgeConn(nc net.Conn) (syscall.RawConn, bool) {
-	var sc syscall.Conn
-	switch nc := nc.(type) {
-	case *net.TCPConn:
-		sc = nc
-	case *net.UnixConn:
-		if nc.LocalAddr().Network() != "unix" { // unixpacket: message boundaries
-			return nil, false
-		}
-		sc = nc
-	default:
+	tc, ok := nc.(*net.TCPConn)
+	if !ok {
 		return nil, false
 	}
-	rc, err := sc.SyscallConn()
+	rc, err := tc.SyscallConn()
 	return rc, err == nil
 }
 

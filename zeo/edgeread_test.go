@@ -21,7 +21,8 @@ import (
 // from whole to one byte, and checks every reply in order: the request
 // loop that waits for the poller after a short read (edgeread.go) must
 // neither lose a byte that arrived while it answered nor hang on one that
-// is already there. Over TCP and over a Unix socket.
+// is already there. Over TCP (edgeread.go's loop) and over a Unix socket
+// (the buffered loop).
 func TestEdgeReadSplits(t *testing.T) {
 	for _, network := range []string{"tcp", "unix"} {
 		t.Run(network, func(t *testing.T) { testEdgeReadSplits(t, network) })
@@ -135,8 +136,8 @@ func testEdgeReadSplits(t *testing.T, network string) {
 }
 
 // TestEdgeConn: the request loop of edgeread.go reads the raw sockets of
-// TCP and Unix stream connections, and no other (a TLS connection's bytes
-// are records; a unixpacket socket keeps message boundaries).
+// TCP connections, and no other (a TLS connection's bytes are records; a
+// Unix socket gains nothing from it).
 func TestEdgeConn(t *testing.T) {
 	pair := func(network, addr string) (net.Conn, net.Conn) {
 		ln, err := net.Listen(network, addr)
@@ -165,7 +166,7 @@ func TestEdgeConn(t *testing.T) {
 		want bool
 	}{
 		{"tcp", tcp, true},
-		{"unix", unix, true},
+		{"unix", unix, false},
 		{"unixpacket", packet, false},
 		{"tls", tls.Server(tcp, &tls.Config{}), false},
 	} {
