@@ -49,6 +49,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import latency  # noqa: E402
 import machine  # noqa: E402
 
 
@@ -87,12 +88,7 @@ def start_runzeo(python, fs, log, sock=None, timeout=60):
         if p.poll() is not None:
             break
         try:
-            if sock:
-                with socket.socket(socket.AF_UNIX) as c:
-                    c.connect(sock)
-            else:
-                host, port = addr.rsplit(':', 1)
-                socket.create_connection((host, int(port)), timeout=1).close()
+            latency.connect(addr, timeout=1).close()
             return p, addr
         except OSError:
             time.sleep(0.05)

@@ -7,6 +7,7 @@ histogram with 16 buckets per power of two (each at most 6% wide), as
 [lower_ns, upper_ns, count] for the non-empty buckets.
 """
 import math
+import socket
 
 
 def bucket(v):
@@ -61,3 +62,21 @@ def server_address(s):
         return s
     host, port = s.rsplit(':', 1)
     return host, int(port)
+
+
+def connect(s, timeout=None):
+    """A socket connected to the server s names (see server_address); TCP
+    ones with TCP_NODELAY, as the ZEO clients set it."""
+    addr = server_address(s)
+    if isinstance(addr, str):
+        c = socket.socket(socket.AF_UNIX)
+        c.settimeout(timeout)
+        try:
+            c.connect(addr)
+        except OSError:
+            c.close()
+            raise
+        return c
+    c = socket.create_connection(addr, timeout=timeout)
+    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return c

@@ -1,16 +1,16 @@
 """The floor of the Python-client load benchmark (bench/zeo_pyload.py): the
 same number of serial round trips, with frames of the same sizes, from
-Python over a plain blocking TCP socket to bench/pingpong's echo server.
+Python over a plain blocking socket (TCP, or a Unix socket's path) to
+bench/pingpong's echo server.
 No ZEO client, no pickling: what any Python ZEO client pays at least.
 
-usage: pyfloor.py HOST:PORT NAME --sizes FILE [--sample N] [--json FILE]
+usage: pyfloor.py HOST:PORT|SOCKET NAME --sizes FILE [--sample N] [--json FILE]
 
 Prints a Go benchmark line like zeo_pyload.py's.
 """
 import argparse
 import json
 import os
-import socket
 import struct
 import sys
 import time
@@ -34,13 +34,7 @@ def main():
         sizes = [int(x) for x in f.read().split()]
     if a.sample:
         sizes = sizes[::max(1, len(sizes) // a.sample)][:a.sample]
-    addr = latency.server_address(a.addr)
-    if isinstance(addr, str):
-        s = socket.socket(socket.AF_UNIX)
-        s.connect(addr)
-    else:
-        s = socket.create_connection(addr)
-        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s = latency.connect(a.addr)
     rf = s.makefile('rb', buffering=65536)
     pad = b'\0' * (REQUEST - 4)
     reqs = [struct.pack('>II', REQUEST, n + ENVELOPE) + pad for n in sizes]

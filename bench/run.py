@@ -20,7 +20,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -32,6 +31,7 @@ REPO = os.path.dirname(HERE)
 GEN_DATASET = os.path.join(REPO, 'scripts', 'gen_dataset.py')  # the datasets and their reference hashes
 sys.path.insert(0, HERE)
 sys.path.insert(1, os.path.join(REPO, 'tests'))
+import latency  # noqa: E402
 import machine  # noqa: E402
 from zeoserver import free_port, runzeo_cmd  # noqa: E402  (shared with the tests)
 
@@ -358,12 +358,7 @@ class Server:
                 raise RuntimeError('%s exited (%s) at start; log %s:\n%s' % (
                     self.name, self.proc.returncode, self.logpath, tail(self.logpath)))
             try:
-                if self.addr.startswith('/'):
-                    with socket.socket(socket.AF_UNIX) as s:
-                        s.connect(self.addr)
-                else:
-                    host, port = self.addr.rsplit(':', 1)
-                    socket.create_connection((host, int(port)), timeout=1).close()
+                latency.connect(self.addr, timeout=1).close()
                 return
             except OSError:
                 time.sleep(0.05)
