@@ -2,7 +2,8 @@
 Python: `commit MASTER NAME` writes the workload (many transactions, one
 of many objects, raw, zlib-compressible and incompressible data, several
 revisions, an undo, the undo of a creation: a record without data);
-`dump MASTER NAME` prints, as JSON, everything a client reads back: every
+`more MASTER NAME` commits a few more transactions (new objects and new
+revisions); `dump MASTER NAME` prints, as JSON, everything a client reads back: every
 transaction of the iterator with its records (data sha1, data_txn), the
 current revision of every oid and the undo log."""
 import hashlib
@@ -51,6 +52,17 @@ def commit():
     db.close()
 
 
+def more():
+    db = DB(Storage(master_nodes=master, name=name))
+    conn = db.open()
+    root = conn.root()
+    for i in range(20):
+        root['counter'] = 'more %d' % i
+        root['more'] = PersistentMapping({'i': i, 'pad': os.urandom(1000)})
+        transaction.commit()
+    db.close()
+
+
 def dump():
     st = Storage(master_nodes=master, name=name, read_only=True)
     out = {'txns': [], 'current': {}, 'undo': []}
@@ -76,4 +88,4 @@ def dump():
     json.dump(out, sys.stdout)
 
 
-{'commit': commit, 'dump': dump}[mode]()
+{'commit': commit, 'more': more, 'dump': dump}[mode]()

@@ -13,7 +13,8 @@ The master starts the cluster by itself once the first nodes are there
 the cluster has several nodes. Node i's process can be killed and
 restarted on its database (kill_storage(i), start_storage(i)). Several
 masters (masters=N), NEO/py's TLS for every node, neoctl and zodbd's
-nodes (tls=(ca, cert, key)), and read-only zodbd nodes (read_write=False)
+nodes (tls=(ca, cert, key)), read-only zodbd nodes (read_write=False) and
+more options of the masters (master_args: a backup cluster's upstream)
 are there for the interoperability tests.
 
 Plain Python (no pytest): it is also imported by scripts that run under
@@ -82,7 +83,7 @@ class Cluster:
     with several, master i logs to master-PORT.log."""
 
     def __init__(self, kind, workdir, src, python, zodbd=None, name='test', admin=False, zodbd_args=(),
-                 partitions=None, replicas=None, masters=1, tls=None, read_write=True):
+                 partitions=None, replicas=None, masters=1, tls=None, read_write=True, master_args=()):
         if isinstance(kind, str):
             kinds, np, nr = layout(kind)
         else:
@@ -97,6 +98,7 @@ class Cluster:
         self.want_admin = admin or len(kinds) > 1 or self.replicas > 0
         self.zodbd_args = (['--read-write'] if read_write else []) + list(zodbd_args)
         self.tls = ['--ca', tls[0], '--cert', tls[1], '--key', tls[2]] if tls else []
+        self.master_args = list(master_args)
         self.env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [src] + [p for p in [os.environ.get('PYTHONPATH')] if p]))
         self.masters = ['127.0.0.1:%d' % free_port() for _ in range(masters)]
@@ -155,7 +157,7 @@ class Cluster:
         for addr, log in zip(self.masters, self._master_logs()):
             self.mprocs[addr] = self._spawn(log, self._neo('neomaster') + [
                 '-c', self.name, '-b', addr, '-m', self.master, '-p', str(self.partitions),
-                '-r', str(self.replicas), '-A', str(self.initial)] + self.tls)
+                '-r', str(self.replicas), '-A', str(self.initial)] + self.tls + self.master_args)
         for addr, log in zip(self.masters, self._master_logs()):
             self._wait(addr, self.mprocs[addr], log)
         for i in range(len(self.nodes)):
