@@ -110,7 +110,6 @@ func checkPacked(t *testing.T, origPath, packedPath string, at zodb.Tid, gc bool
 	// Transactions.
 	pit := packed.Iterate(ctx, 0, zodb.TidMax)
 	oit := orig.Iterate(ctx, at+1, zodb.TidMax)
-	var ptids []zodb.Tid
 	for {
 		pt, _, err := pit.NextTxn(ctx)
 		if err == io.EOF {
@@ -119,7 +118,6 @@ func checkPacked(t *testing.T, origPath, packedPath string, at zodb.Tid, gc bool
 		if err != nil {
 			t.Fatal(err)
 		}
-		ptids = append(ptids, pt.Tid)
 		if pt.Tid <= at {
 			if pt.Status != zodb.TxnPacked {
 				t.Errorf("transaction %s before the pack time has status %q", pt.Tid, pt.Status)

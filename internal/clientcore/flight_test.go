@@ -4,7 +4,6 @@ import "testing"
 
 type call struct {
 	flightCall
-	data []byte
 }
 
 // ready reports whether ch holds a signal, consuming it.

@@ -415,7 +415,7 @@ func (w *replWorkload) check(rc *replCluster, what string) {
 	defer c.Close()
 	w.mu.Lock()
 	acks := append([]ack(nil), w.acks...)
-	incAcked, incTried := w.incAcked, w.incTried
+	incAcked := w.incAcked
 	w.mu.Unlock()
 	for _, a := range acks {
 		data, _, err := c.LoadSerial(ctx, a.oid, a.tid)
@@ -428,7 +428,7 @@ func (w *replWorkload) check(rc *replCluster, what string) {
 		t.Fatalf("%s: counter: %v", what, err)
 	}
 	w.mu.Lock()
-	incTried = w.incTried // the goroutines may go on
+	incTried := w.incTried // the goroutines may go on
 	w.mu.Unlock()
 	n, err := strconv.Atoi(string(data))
 	if err != nil || n < incAcked || n > incTried {

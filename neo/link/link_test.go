@@ -806,6 +806,9 @@ func TestAskBuf(t *testing.T) {
 	if err != nil || string(a.Data) != "data of 7" {
 		t.Fatalf("AskBuf into a small buffer: %q %v", a.Data, err)
 	}
+	if cap(got) < len("data of 7") {
+		t.Errorf("AskBuf into a small buffer returned a buffer of capacity %d", cap(got))
+	}
 	big := make([]byte, 0, 4096)
 	got, a, err = ask(8, big)
 	if err != nil || string(a.Data) != "data of 8" {

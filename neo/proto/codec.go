@@ -76,8 +76,6 @@ func (e *DecodeError) Error() string {
 
 func (e *DecodeError) Unwrap() error { return e.Err }
 
-var errTrailing = errors.New("trailing bytes after the object")
-
 // ---- encoding helpers ----
 
 func appendTid(b []byte, t zodb.Tid) []byte {

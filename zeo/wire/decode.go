@@ -138,9 +138,6 @@ type DecodeError struct {
 
 func (e *DecodeError) Error() string { return fmt.Sprintf("wire: offset %d: %s", e.Off, e.Msg) }
 
-// errLimit marks the errors of a frame over the Limits.
-var errLimit = errors.New("over the decoder's limits")
-
 // charge counts n more values against the limit; false when over it.
 func (d *Decoder) charge(n int) bool {
 	d.used += n
