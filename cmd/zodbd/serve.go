@@ -391,16 +391,22 @@ func runServe(args []string) int {
 }
 
 // listen opens the server socket: a Unix socket for an address with a "/"
-// (removing a stale socket file that nobody answers on), else TCP. A bare
-// port (8100, or :8100) listens on all interfaces, as runzeo does.
+// (removing a stale socket that nobody answers on; anything else already
+// at that path is an error, never removed), else TCP. A bare port (8100,
+// or :8100) listens on all interfaces, as runzeo does.
 func listen(addr string) (net.Listener, error) {
 	if strings.Contains(addr, "/") {
-		if _, err := os.Stat(addr); err == nil {
+		if fi, err := os.Lstat(addr); err == nil {
+			if fi.Mode()&os.ModeSocket == 0 {
+				return nil, fmt.Errorf("%s: exists and is not a socket (a Unix socket address names a new file; nothing was removed)", addr)
+			}
 			if c, err := net.Dial("unix", addr); err == nil {
 				c.Close()
 				return nil, fmt.Errorf("%s: a server is already listening there", addr)
 			}
-			os.Remove(addr)
+			if err := os.Remove(addr); err != nil {
+				return nil, fmt.Errorf("%s: stale socket: %w", addr, err)
+			}
 		}
 		return net.Listen("unix", addr)
 	}

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestListenUnix: a Unix socket address names a new file. A stale socket
+// (nobody answers on it) is replaced; a live one is an error; any other
+// file at that path is an error and stays as it was — an address mistyped
+// as a database's path must not delete the database.
+func TestListenUnix(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "zeo.sock")
+
+	ln, err := listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := listen(sock); err == nil || !strings.Contains(err.Error(), "already listening") {
+		t.Errorf("second listen on a live socket: %v", err)
+	}
+	// A server killed without closing its listener leaves its socket.
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	ln.Close()
+	if fi, err := os.Lstat(sock); err != nil || fi.Mode()&os.ModeSocket == 0 {
+		t.Fatalf("stale socket not left for the test: %v", err)
+	}
+	ln, err = listen(sock)
+	if err != nil {
+		t.Fatalf("listen over a stale socket: %v", err)
+	}
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatalf("dial the new socket: %v", err)
+	}
+	c.Close()
+	ln.Close()
+
+	for _, name := range []string{"Data.fs", "dir"} {
+		path := filepath.Join(dir, name)
+		if name == "dir" {
+			if err := os.Mkdir(path, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := os.WriteFile(path, []byte("a database"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if ln, err := listen(path); err == nil || !strings.Contains(err.Error(), "not a socket") {
+			if err == nil {
+				ln.Close()
+			}
+			t.Errorf("listen on %s: %v, want an error saying it is not a socket", name, err)
+		}
+		if fi, err := os.Lstat(path); err != nil {
+			t.Errorf("%s removed: %v", name, err)
+		} else if name == "Data.fs" {
+			if b, _ := os.ReadFile(path); string(b) != "a database" || fi.Size() != int64(len("a database")) {
+				t.Errorf("%s changed: %q", name, b)
+			}
+		}
+	}
+}
