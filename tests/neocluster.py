@@ -27,10 +27,23 @@ import signal
 import sqlite3
 import subprocess
 import time
+import urllib.request
 
 from zeoserver import free_port, wait_listening
 
 KINDS = ('neopy', 'zodbd-fs', 'zodbd-sqlite')
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def requests_served(metrics_addr):
+    """The count of each NEO request a zodbd node served, from its metrics
+    (--http-addr metrics_addr)."""
+    text = urllib.request.urlopen('http://%s/metrics' % metrics_addr, timeout=10).read().decode()
+    counts = {}
+    for m in re.finditer(r'^zodbd_request_duration_seconds_count\{([^}]*)\} (\S+)$', text, re.M):
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+        counts[labels.get('method')] = float(m.group(2))
+    return counts
 
 
 def layout(spec):
@@ -199,6 +212,17 @@ class Cluster:
             p.send_signal(sig)
         if p is not None:
             p.wait(20)
+
+    def run_client(self, script, cmd, *args, timeout=600):
+        """Runs `SCRIPT CMD MASTER NAME ARGS...` (a script beside this file,
+        such as neo_repl_worker.py) with NEO/py's Python, against this
+        cluster; returns its stdout. AssertionError, with the cluster's
+        logs, if it fails."""
+        env = dict(self.env, PYTHONPATH=os.pathsep.join([self.src, HERE]))
+        p = subprocess.run([self.python, os.path.join(HERE, script), cmd, self.master, self.name] + list(args),
+                           env=env, capture_output=True, text=True, timeout=timeout)
+        assert p.returncode == 0, '%s %s failed:\n%s' % (script, cmd, p.stderr[-5000:] + self.logs())
+        return p.stdout
 
     def ctl(self, *args):
         p = subprocess.run(self._neo('neoctl') + ['-a', self.admin] + self.tls + list(args), env=self.env,

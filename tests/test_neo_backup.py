@@ -20,9 +20,7 @@ StartOperation [backup]: docs/neo.md)."""
 import json
 import os
 import re
-import subprocess
 import sys
-import urllib.request
 
 import pytest
 
@@ -35,22 +33,11 @@ PY = os.environ.get('NEOPY_PYTHON')
 pytestmark = pytest.mark.skipif(not (SRC and PY), reason='NEOPY_SRC and NEOPY_PYTHON not set (opt-in)')
 
 
-def worker(c, mode, *args):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, HERE]))
-    p = subprocess.run([PY, os.path.join(HERE, 'neo_repl_worker.py'), mode, c.master, c.name, *args],
-                       env=env, capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr[-5000:] + c.logs()
-    return p.stdout
+def worker(c, mode):
+    return c.run_client('neo_repl_worker.py', mode)
 
 
-def requests_served(metrics_addr):
-    """The count of each NEO request zodbd's node served, from its metrics."""
-    text = urllib.request.urlopen('http://%s/metrics' % metrics_addr, timeout=10).read().decode()
-    counts = {}
-    for m in re.finditer(r'^zodbd_request_duration_seconds_count\{([^}]*)\} (\S+)$', text, re.M):
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
-        counts[labels.get('method')] = float(m.group(2))
-    return counts
+requests_served = neocluster.requests_served
 
 
 def ids(c):

@@ -14,10 +14,7 @@ cluster runs on NEO/py's node alone, and its client reads back exactly what
 it read from zodbd's."""
 import json
 import os
-import re
-import subprocess
 import sys
-import urllib.request
 
 import pytest
 
@@ -31,21 +28,10 @@ pytestmark = pytest.mark.skipif(not (SRC and PY), reason='NEOPY_SRC and NEOPY_PY
 
 
 def worker(c, mode):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC, HERE]))
-    p = subprocess.run([PY, os.path.join(HERE, 'neo_repl_worker.py'), mode, c.master, c.name],
-                       env=env, capture_output=True, text=True, timeout=600)
-    assert p.returncode == 0, p.stderr[-5000:] + c.logs()
-    return p.stdout
+    return c.run_client('neo_repl_worker.py', mode)
 
 
-def requests_served(metrics_addr):
-    """The count of each NEO request zodbd's node served, from its metrics."""
-    text = urllib.request.urlopen('http://%s/metrics' % metrics_addr, timeout=10).read().decode()
-    counts = {}
-    for m in re.finditer(r'^zodbd_request_duration_seconds_count\{([^}]*)\} (\S+)$', text, re.M):
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
-        counts[labels.get('method')] = float(m.group(2))
-    return counts
+requests_served = neocluster.requests_served
 
 
 @pytest.mark.parametrize('kind,partitions', [('zodbd-fs', 1), ('zodbd-sqlite', 2)])

@@ -43,20 +43,12 @@ def cluster(tmp_path, zodbd, kinds, partitions=2):
     return c
 
 
-def client(c, *args):
-    """tests/neo_repl_client.py CMD MASTER NAME ARGS... with NEO/py's Python."""
-    return subprocess.run([PY, os.path.join(HERE, 'neo_repl_client.py'), args[0], c.master, NAME] +
-                          list(args[1:]), env=c.env, capture_output=True, text=True, timeout=300)
-
-
 def commit(c, n, tag):
-    p = client(c, 'commit', str(n), tag)
-    assert p.returncode == 0, p.stderr[-3000:] + c.logs()
+    c.run_client('neo_repl_client.py', 'commit', str(n), tag)
 
 
 def dump(c, path):
-    p = client(c, 'dump', path)
-    assert p.returncode == 0, p.stderr[-3000:] + c.logs()
+    c.run_client('neo_repl_client.py', 'dump', path)
     with open(path) as f:
         return json.load(f)
 
