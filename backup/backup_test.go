@@ -516,3 +516,45 @@ func TestKillOldAndLock(t *testing.T) {
 		t.Fatal("restore after KillOld differs")
 	}
 }
+
+// TestRestoreRefusesFileInUse: a restore onto a file that a server has
+// open for writing (its lock file held) fails before writing anything,
+// leaving the file, its index and the server's state as they were; once
+// the file is closed the same restore replaces it.
+func TestRestoreRefusesFileInUse(t *testing.T) {
+	data := fixture(t, "1.fs")
+	ends, _ := txnEnds(t, data)
+	e := newEnv(t)
+	e.setLive(data)
+	e.backup(Options{})
+	out := filepath.Join(e.dir, "served.fs")
+	if err := os.WriteFile(out, data[:ends[5]], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fs, err := fs1.Open(out, &fs1.Options{ReadWrite: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Restore(RestoreOptions{Repo: e.repo, Output: out})
+	if !errors.Is(err, fs1.ErrLocked) || !strings.Contains(err.Error(), "in use") {
+		t.Errorf("restore onto a file open for writing: %v, want an error wrapping fs1.ErrLocked", err)
+	}
+	if b, _ := os.ReadFile(out); !bytes.Equal(b, data[:ends[5]]) {
+		t.Errorf("the file in use was changed (%d bytes)", len(b))
+	}
+	if _, err := os.Stat(out + ".part"); !os.IsNotExist(err) {
+		t.Errorf("%s.part written: %v", out, err)
+	}
+	if err := fs.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := e.restore(RestoreOptions{Output: out}); !bytes.Equal(got, data) {
+		t.Errorf("restore after the storage closed: %d bytes, want %d", len(got), len(data))
+	}
+	// The restore released the lock: the file opens for writing again.
+	fs, err = fs1.Open(out, &fs1.Options{ReadWrite: true})
+	if err != nil {
+		t.Fatalf("open after the restore: %v", err)
+	}
+	fs.Close()
+}

@@ -91,7 +91,11 @@ func selectFiles(o RestoreOptions) (chain, error) {
 // the one o.Date or o.To selects), cut at o.To. It writes Output+".part" and
 // renames it into place when complete, then writes Output+".index": the
 // backup's index copied when the restore ends where a backup ended, else
-// rebuilt by scanning the restored file.
+// rebuilt by scanning the restored file. It holds Output's lock file
+// (Output+".lock", fs1.LockPath) throughout, and fails before writing
+// anything when a server or another program has Output open for writing:
+// replacing a file under a running server would lose every commit the
+// server makes afterwards (it goes on writing into the file replaced).
 func Restore(o RestoreOptions) (res RestoreResult, err error) {
 	fsys := vfs.Or(o.FS)
 	logf := o.Logf
@@ -102,6 +106,14 @@ func Restore(o RestoreOptions) (res RestoreResult, err error) {
 	if err != nil {
 		return res, err
 	}
+	unlock, err := fs1.LockPath(fsys, o.Output)
+	if err != nil {
+		if errors.Is(err, fs1.ErrLocked) {
+			return res, fmt.Errorf("restore: %s is in use (%w); stop the server or program that has it open, or restore to another file", o.Output, err)
+		}
+		return res, fmt.Errorf("restore: %w", err)
+	}
+	defer unlock()
 	var dat map[string]datEntry
 	if o.Verify {
 		es, err := readDat(datPath(o.Repo, c[0]))

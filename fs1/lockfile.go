@@ -55,6 +55,20 @@ func acquireLock(fsys vfs.FS, path string) (*lockFile, error) {
 	return &lockFile{path: path, f: f}, nil
 }
 
+// LockPath takes the lock a FileStorage open for writing holds on
+// path+".lock" (zodbd's writer, ZODB/py's FileStorage, runzeo, zodbd
+// serve), for a program that replaces or rewrites the file at path
+// without opening it as a storage (a restore), so that it neither writes
+// under a running server nor lets one open the file meanwhile. The error
+// wraps ErrLocked when another process holds it. unlock releases it.
+func LockPath(fsys vfs.FS, path string) (unlock func(), err error) {
+	l, err := acquireLock(vfs.Or(fsys), path+".lock")
+	if err != nil {
+		return nil, err
+	}
+	return l.release, nil
+}
+
 // release unlocks and closes the lock file. It may be called on nil.
 func (l *lockFile) release() {
 	if l == nil || l.f == nil {
