@@ -341,7 +341,7 @@ func runServe(args []string) int {
 		return fatalf("serve", "%v", err)
 	}
 	if fc.PidFile != "" && !fc.ReadOnly {
-		if err := os.WriteFile(fc.PidFile, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		if err := writePidFile(fc.PidFile); err != nil {
 			return fatalf("serve", "pid file: %v", err)
 		}
 		defer os.Remove(fc.PidFile)
@@ -388,6 +388,24 @@ func runServe(args []string) int {
 			}
 		}
 	}
+}
+
+// writePidFile writes this process's pid to path, as runzeo's
+// pid-filename. A file already there is replaced only if it holds a pid
+// (a server's left after a crash, or nothing): anything else — a path
+// mistyped as a database's — is an error and stays as it is, since the
+// file is also removed when the server stops.
+func writePidFile(path string) error {
+	if b, err := os.ReadFile(path); err == nil {
+		if s := strings.TrimSpace(string(b)); s != "" {
+			if _, err := strconv.ParseUint(s, 10, 31); err != nil || len(b) > 32 {
+				return fmt.Errorf("%s exists and does not hold a pid (not overwritten)", path)
+			}
+		}
+	} else if !os.IsNotExist(err) {
+		return err
+	}
+	return os.WriteFile(path, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644)
 }
 
 // listen opens the server socket: a Unix socket for an address with a "/"

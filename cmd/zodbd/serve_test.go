@@ -4,6 +4,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -61,6 +62,40 @@ func TestListenUnix(t *testing.T) {
 			if b, _ := os.ReadFile(path); string(b) != "a database" || fi.Size() != int64(len("a database")) {
 				t.Errorf("%s changed: %q", name, b)
 			}
+		}
+	}
+}
+
+// TestWritePidFile: a pid file is created, or replaces one that holds a
+// pid (or nothing); any other file at that path (a mistyped database
+// path) is an error and left as it is.
+func TestWritePidFile(t *testing.T) {
+	dir := t.TempDir()
+	want := strconv.Itoa(os.Getpid()) + "\n"
+	for _, tc := range []struct {
+		name, before string
+		ok           bool
+	}{
+		{"new", "", true},
+		{"stale", "12345\n", true},
+		{"nul", "\x00", false},
+		{"blank", "\n", true},
+		{"database", "FS21\x00\x00\x00\x00\x03\xf5", false},
+		{"text", "not a pid", false},
+	} {
+		path := filepath.Join(dir, tc.name)
+		if tc.name != "new" {
+			if err := os.WriteFile(path, []byte(tc.before), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		err := writePidFile(path)
+		b, _ := os.ReadFile(path)
+		switch {
+		case tc.ok && (err != nil || string(b) != want):
+			t.Errorf("%s: %v, file %q; want %q", tc.name, err, b, want)
+		case !tc.ok && (err == nil || string(b) != tc.before):
+			t.Errorf("%s: %v, file %q; want an error and %q left", tc.name, err, b, tc.before)
 		}
 	}
 }
