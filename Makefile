@@ -80,6 +80,9 @@ vet:
 	$(call say,"go vet")
 	$(GO) vet ./...
 	$(GO) vet -tags zodbdtest ./cmd/zodbd
+	$(call say,"go vet for macOS and FreeBSD (the release binary and the tests build there too; Windows is not supported)")
+	GOOS=darwin GOARCH=arm64 $(GO) vet ./...
+	GOOS=freebsd GOARCH=amd64 $(GO) vet ./cmd/zodbd
 
 # The benchmarks against the TCP floor run once, briefly: they fail if
 # their servers or clients do (their figures: BENCHMARKS.md). The datasets

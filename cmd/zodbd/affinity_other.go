@@ -1,0 +1,14 @@
+//go:build !linux
+
+package main
+
+import (
+	"errors"
+	"runtime"
+)
+
+// pinCPUs is --cpus, which binds threads with Linux's sched_setaffinity:
+// elsewhere the option is refused, never ignored.
+func pinCPUs(list string) error {
+	return errors.New("--cpus is supported on Linux only (this is " + runtime.GOOS + ")")
+}
