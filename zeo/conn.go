@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"sync"
@@ -121,13 +122,13 @@ func (c *conn) serve() {
 			c.log(eventlog.Critical, "internal error, closing the connection: %v\n%s", r, debug.Stack())
 		}
 	}()
+	// The handshakes (TLS's, then ZEO's) have HandshakeTimeout in all.
+	c.nc.SetDeadline(time.Now().Add(c.srv.cfg.HandshakeTimeout))
 	if tc, ok := c.nc.(*tls.Conn); ok {
-		tc.SetDeadline(time.Now().Add(30 * time.Second))
 		if err := tc.HandshakeContext(c.ctx); err != nil {
 			c.logProto(eventlog.Error, "TLS handshake: %v", err)
 			return
 		}
-		tc.SetDeadline(time.Time{})
 	}
 
 	// Handshake: announce, then read the client's choice.
@@ -135,6 +136,9 @@ func (c *conn) serve() {
 	c.enc.RawFrame(proto)
 	c.flush()
 	frame, err := wire.ReadFrame(c.br, nil, 64)
+	if err == nil {
+		c.nc.SetDeadline(time.Time{})
+	}
 	if err != nil {
 		// A peer that goes before answering (a port probe, a health
 		// check: EOF or a reset) is no error of anyone's.
@@ -142,7 +146,9 @@ func (c *conn) serve() {
 		if errors.Is(err, syscall.ECONNRESET) {
 			lv = eventlog.Blather
 		}
-		if err != io.EOF {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			c.logProto(eventlog.Warning, "no handshake in %v; closing", c.srv.cfg.HandshakeTimeout)
+		} else if err != io.EOF {
 			c.logProto(lv, "handshake: %v", err)
 		}
 		return

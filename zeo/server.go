@@ -93,6 +93,14 @@ type Config struct {
 	// whole, the ones holding at least the mean, whose backlog grows,
 	// are closed.
 	MaxQueuedTotal int
+	// HandshakeTimeout bounds how long a new connection may take to
+	// answer the server's protocol announcement (and, with TLS, to do
+	// the TLS handshake) before it is closed (default
+	// DefaultHandshakeTimeout): a client sends its choice at once, and a
+	// peer that connects and stays silent must not hold a connection
+	// (a socket, a goroutine) for ever. A client that is connected may
+	// stay idle as long as it likes.
+	HandshakeTimeout time.Duration
 	// TLS, when not nil, wraps every connection in TLS.
 	TLS *tls.Config
 	// BusyPoll, when not nil, makes each connection's reader spin on its
@@ -114,6 +122,9 @@ type Config struct {
 	// "LEVEL name message"; nil means log.Printf.
 	Logf func(format string, args ...interface{})
 }
+
+// DefaultHandshakeTimeout is Config.HandshakeTimeout's default.
+const DefaultHandshakeTimeout = 30 * time.Second
 
 // Server serves ZEO clients.
 type Server struct {
@@ -149,6 +160,9 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	if cfg.InvalidationQueueSize <= 0 {
 		cfg.InvalidationQueueSize = 100
+	}
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = DefaultHandshakeTimeout
 	}
 	if cfg.MaxFrame <= 0 {
 		cfg.MaxFrame = wire.DefaultMaxFrame

@@ -67,7 +67,7 @@ func startMetricsServer(addr string, logf func(string, ...any)) (*metricsServer,
 		fmt.Fprintln(w, "ready")
 	})
 	statusHandlers(mux, m.statusRing)
-	m.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	m.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	go func() {
 		if err := m.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logf("metrics server: %v", err)
