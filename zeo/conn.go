@@ -136,9 +136,6 @@ func (c *conn) serve() {
 	c.enc.RawFrame(proto)
 	c.flush()
 	frame, err := wire.ReadFrame(c.br, nil, 64)
-	if err == nil {
-		c.nc.SetDeadline(time.Time{})
-	}
 	if err != nil {
 		// A peer that goes before answering (a port probe, a health
 		// check: EOF or a reset) is no error of anyone's.
@@ -153,6 +150,7 @@ func (c *conn) serve() {
 		}
 		return
 	}
+	c.nc.SetDeadline(time.Time{})
 	if string(frame) == "ruok" {
 		c.ruok()
 		return
