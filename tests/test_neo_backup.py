@@ -37,9 +37,6 @@ def worker(c, mode):
     return c.run_client('neo_repl_worker.py', mode)
 
 
-requests_served = neocluster.requests_served
-
-
 def ids(c):
     """(backup_tid or None, last_tid) from `neoctl print ids`."""
     out = c.ctl('print', 'ids')
@@ -70,7 +67,7 @@ def test_neopy_backup_of_zodbd(kind, partitions, tmp_path, zodbd_bin):
         bk.start()
         bk.wait(lambda: 'BACKINGUP' in bk.ctl('print', 'cluster'), 'the backup cluster to back up', 120)
         bk.wait(lambda: ids(bk)[0] == last, 'backup_tid to reach the upstream last tid %#x' % last, 300)
-        served = requests_served(metrics)
+        served = neocluster.requests_served(metrics)
         for req in ('AskFetchTransactions', 'AskFetchObjects'):
             assert served.get(req, 0) >= 2, served  # more than one chunk each
 
@@ -82,9 +79,9 @@ def test_neopy_backup_of_zodbd(kind, partitions, tmp_path, zodbd_bin):
         bk.wait(lambda: ids(bk)[0] == last2, 'backup_tid to follow the upstream to %#x' % last2, 300)
 
         # neoctl check in backup mode: every backup cell against zodbd's.
-        before = requests_served(metrics)
+        before = neocluster.requests_served(metrics)
         bk.check()
-        served = requests_served(metrics)
+        served = neocluster.requests_served(metrics)
         for req in ('AskCheckTIDRange', 'AskCheckSerialRange'):
             assert served.get(req, 0) >= before.get(req, 0) + partitions, (before, served)
 

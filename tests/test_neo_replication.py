@@ -31,9 +31,6 @@ def worker(c, mode):
     return c.run_client('neo_repl_worker.py', mode)
 
 
-requests_served = neocluster.requests_served
-
-
 @pytest.mark.parametrize('kind,partitions', [('zodbd-fs', 1), ('zodbd-sqlite', 2)])
 def test_neopy_replicates_from_zodbd(kind, partitions, tmp_path, zodbd_bin):
     metrics = '127.0.0.1:%d' % neocluster.free_port()
@@ -56,13 +53,13 @@ def test_neopy_replicates_from_zodbd(kind, partitions, tmp_path, zodbd_bin):
         c.ctl('tweak')
         rows = c.wait_up_to_date()
         assert rows[s2name] == 'U' * partitions, rows
-        served = requests_served(metrics)
+        served = neocluster.requests_served(metrics)
         for req in ('AskFetchTransactions', 'AskFetchObjects'):
             assert served.get(req, 0) >= 2, served  # more than one chunk each
 
         # Replica check of every partition against zodbd's node.
         c.check()
-        served = requests_served(metrics)
+        served = neocluster.requests_served(metrics)
         for req in ('AskCheckTIDRange', 'AskCheckSerialRange'):
             assert served.get(req, 0) >= partitions, served
 
