@@ -6,8 +6,9 @@ Usage: neo_pack_check.py MASTER NAME commit|pack|list
 
 commit: 20 transactions (objects replaced, an undo, an object unlinked).
 pack: db.pack() now.
-Each prints {"tids": [...], "records": N} from the storage's iterator
-(list: only that)."""
+Each prints {"tids": [...], "records": N, "counts": [...]} from the
+storage's iterator (counts: the records of each transaction; list: only
+that)."""
 import json
 import sys
 import time
@@ -23,11 +24,11 @@ st = db.storage
 
 
 def listing():
-    tids, records = [], 0
+    tids, counts = [], []
     for txn in st.iterator():
         tids.append(txn.tid.hex())
-        records += sum(1 for _ in txn)
-    return tids, records
+        counts.append(sum(1 for _ in txn))
+    return tids, counts
 
 
 try:
@@ -51,7 +52,7 @@ try:
         conn.close()
     elif what == 'pack':
         db.pack(time.time())
-    tids, records = listing()
-    print(json.dumps({'tids': tids, 'records': records}))
+    tids, counts = listing()
+    print(json.dumps({'tids': tids, 'records': sum(counts), 'counts': counts}))
 finally:
     db.close()

@@ -21,7 +21,7 @@ import (
 func init() {
 	register(&command{
 		name:    "neo-storage",
-		summary: "run a NEO storage node (read-only) on a FileStorage or a NEO/py SQLite DB",
+		summary: "run a NEO storage node on a FileStorage or a NEO/py SQLite DB (read-only unless --read-write)",
 		run:     runNeoStorage,
 	})
 }

@@ -112,7 +112,7 @@ const firstClientNID proto.NodeID = -0x20000000 + 1
 //     else the vote fails (INCOMPLETE_TRANSACTION).
 //
 // PartitionTable, WaitTable, AddNodes and Tweak let tests watch and change
-// the table.
+// the table; Truncate cuts the database (neoctl truncate).
 type Master struct {
 	cfg MasterConfig
 	ln  net.Listener
@@ -440,6 +440,40 @@ func (m *Master) Stop() {
 		s.conn.Send(notifyNodes(m.now(), down))
 		s.conn.CloseAfterFlush(5 * time.Second)
 	}
+}
+
+// Truncate cuts the database after tid as NEO/py's master does for
+// `neoctl truncate TID` while the cluster runs: the clients are
+// disconnected, every storage is told StopOperation then Truncate(tid),
+// and the cluster goes back to recovery; the storages' links are closed
+// after those words (NEO/py's master keeps them), so that they start over
+// and, asked their last ids during the verification, truncate. The
+// cluster's last tid is then tid. Refused, as by NEO/py's master, unless
+// the cluster runs and tid is before its last transaction.
+func (m *Master) Truncate(tid zodb.Tid) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.state != proto.Running {
+		return fmt.Errorf("truncate: cluster %v, not running", m.state)
+	}
+	if tid >= m.lastTid {
+		return fmt.Errorf("truncate: %s is not before the last transaction %s", tid, m.lastTid)
+	}
+	m.logf("truncating after %s (last tid %s): back to recovery", tid, m.lastTid)
+	m.state = proto.Recovering
+	m.lastTid = tid
+	for c := range m.clients {
+		c.Close()
+	}
+	for _, s := range m.sortedStorages() {
+		if s.conn != nil {
+			s.conn.Send(&proto.StopOperation{})
+			s.conn.Send(&proto.Truncate{Tid: tid})
+			s.conn.CloseAfterFlush(time.Second)
+		}
+	}
+	m.changedLocked()
+	return nil
 }
 
 func nodeInfo(typ proto.NodeType, addr proto.Address, nid proto.NodeID, state proto.NodeState, idTime float64) proto.NodeInfo {

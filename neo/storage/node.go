@@ -668,6 +668,9 @@ func (n *Node) handleMaster(ctx context.Context, m *link.Conn, id uint32, code u
 		if err := decode(&proto.AskLastIDs{}); err != nil {
 			return next, err
 		}
+		if err := n.applyTruncation(ctx); err != nil {
+			return next, err
+		}
 		rec, err := n.be.Recovery(ctx)
 		if err != nil {
 			return next, err
@@ -819,6 +822,13 @@ func (n *Node) handleMaster(ctx context.Context, m *link.Conn, id uint32, code u
 		n.repl.check(&msg) // replication hook: a replica check (checker.go)
 		return next, nil
 
+	case proto.CodeTruncate:
+		var msg proto.Truncate
+		if err := decode(&msg); err != nil {
+			return next, err
+		}
+		return next, n.truncateOrder(ctx, msg.Tid)
+
 	case proto.CodeReplicate:
 		if n.repl == nil {
 			break
@@ -834,7 +844,7 @@ func (n *Node) handleMaster(ctx context.Context, m *link.Conn, id uint32, code u
 	switch code {
 	case proto.CodeNotifyUnlockInformation, proto.CodeAbortTransaction, proto.CodeNotifyTransactionFinished,
 		proto.CodeNotifyPackSigned, proto.CodeFlushLog, proto.CodeCheckPartition, proto.CodeNotifyRepair,
-		proto.CodeTruncate, proto.CodeReplicate, proto.CodeCloseClient:
+		proto.CodeReplicate, proto.CodeCloseClient:
 		n.log.Printf("neo storage: master: %s ignored", proto.CodeName(code))
 		return next, nil
 	}

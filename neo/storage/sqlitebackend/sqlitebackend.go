@@ -311,8 +311,17 @@ func (b *Backend) SetPartitionTable(ctx context.Context, ptid uint64, numReplica
 	return b.db.SetPartitionTable(ctx, ptid, numReplicas, cc, reset, lastPackID)
 }
 
+// SetTruncateTid implements storage.Truncater (neosqlite.DB.SetTruncateTid).
+func (b *Backend) SetTruncateTid(ctx context.Context, tid zodb.Tid) error {
+	return b.db.SetTruncateTid(ctx, tid)
+}
+
+// Truncate implements storage.Truncater (neosqlite.DB.Truncate).
+func (b *Backend) Truncate(ctx context.Context) (zodb.Tid, error) { return b.db.Truncate(ctx) }
+
 var (
-	_ storage.Backend = (*Backend)(nil)
-	_ storage.Writer  = (*Backend)(nil)
-	_ storage.PTStore = (*Backend)(nil)
+	_ storage.Backend   = (*Backend)(nil)
+	_ storage.Writer    = (*Backend)(nil)
+	_ storage.PTStore   = (*Backend)(nil)
+	_ storage.Truncater = (*Backend)(nil)
 )
