@@ -69,6 +69,7 @@ type Config struct {
 	NumPartitions int
 	Version       string   // schema version, "4"
 	BackupTid     zodb.Tid // "backup_tid" (backup mode), 0 if absent
+	HasBackupTid  bool     // "backup_tid" is present (it may be 0): the node is in backup mode
 	TruncateTid   zodb.Tid // "truncate_tid" (pending truncation), 0 if absent
 }
 
@@ -485,6 +486,7 @@ func (db *DB) readConfig(ctx context.Context) error {
 		}
 		c.NumReplicas = n
 	}
+	_, c.HasBackupTid = kv["backup_tid"]
 	for _, x := range []struct {
 		key string
 		dst *zodb.Tid

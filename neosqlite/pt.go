@@ -118,7 +118,7 @@ func (w *writer) setPT(ptid uint64, numReplicas int, cells []CellChange, reset b
 					switch {
 					case !CellState(-tid).Readable():
 						tid = 0
-					case cfg.BackupTid != 0:
+					case cfg.HasBackupTid:
 						tid = int64(cfg.BackupTid)
 					default:
 						last, err := w.lastTidOf(x.Partition)

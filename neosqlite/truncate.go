@@ -39,7 +39,7 @@ func (db *DB) SetTruncateTid(ctx context.Context, tid zodb.Tid) error {
 			return err
 		}
 		cfg := w.db.Config()
-		cfg.BackupTid, cfg.TruncateTid = 0, tid
+		cfg.BackupTid, cfg.HasBackupTid, cfg.TruncateTid = 0, false, tid
 		return w.publish(pt, cfg)
 	})
 	if err != nil {

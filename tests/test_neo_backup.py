@@ -15,12 +15,19 @@ every backup cell with the upstream's (zodbd's node answers the check
 requests); then the backup cluster leaves backup mode (STOPPING_BACKUP,
 RUNNING) and its client reads back exactly what it read from zodbd's.
 
-zodbd's nodes cannot be members of a backup cluster (the node exits on
-StartOperation [backup]: docs/neo.md)."""
+The same with zodbd's nodes as the backup cluster's members
+(test_zodbd_backup_members, SQLite): two zodbd nodes following zodbd's
+node, and a zodbd node beside a NEO/py node following NEO/py's node; they
+take the master's Replicate orders (from the upstream's node,
+anonymously, or from the partition's primary cell in the backup cluster),
+keep the backup tid, answer NEO/py's client in backup mode up to it and
+refuse its commits, and are checked against the upstream by `neoctl
+check`; leaving backup mode truncates them at the backup tid."""
 import json
 import os
 import re
 import sys
+import time
 
 import pytest
 
@@ -37,6 +44,18 @@ def worker(c, mode):
     return c.run_client('neo_repl_worker.py', mode)
 
 
+def read_when_caught_up(c, timeout=120):
+    """worker(c, 'dump') once it succeeds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return json.loads(worker(c, 'dump'))
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
 def ids(c):
     """(backup_tid or None, last_tid) from `neoctl print ids`."""
     out = c.ctl('print', 'ids')
@@ -47,11 +66,24 @@ def ids(c):
 
 @pytest.mark.parametrize('kind,partitions', [('zodbd-fs', 1), ('zodbd-sqlite', 2)])
 def test_neopy_backup_of_zodbd(kind, partitions, tmp_path, zodbd_bin):
+    run_backup(kind, 'neopy+neopy', partitions, tmp_path, zodbd_bin)
+
+
+@pytest.mark.parametrize('kind,members,partitions', [
+    pytest.param('zodbd-sqlite', 'zodbd-sqlite+zodbd-sqlite', 2, id='zodbd-of-zodbd'),
+    pytest.param('neopy', 'zodbd-sqlite+neopy', 3, id='zodbd-neopy-of-neopy'),
+])
+def test_zodbd_backup_members(kind, members, partitions, tmp_path, zodbd_bin):
+    run_backup(kind, members, partitions, tmp_path, zodbd_bin)
+
+
+def run_backup(kind, members, partitions, tmp_path, zodbd_bin):
+    zodbd_up = kind != 'neopy'
     metrics = '127.0.0.1:%d' % neocluster.free_port()
     os.makedirs(str(tmp_path / 'up'))
     os.makedirs(str(tmp_path / 'bk'))
     up = neocluster.Cluster(kind, str(tmp_path / 'up'), SRC, PY, zodbd=zodbd_bin, name='up', admin=True,
-                            partitions=partitions, zodbd_args=['--http-addr', metrics])
+                            partitions=partitions, zodbd_args=['--http-addr', metrics] if zodbd_up else ())
     bk = None
     try:
         up.start()
@@ -60,16 +92,25 @@ def test_neopy_backup_of_zodbd(kind, partitions, tmp_path, zodbd_bin):
         want = json.loads(worker(up, 'dump'))
         _, last = ids(up)
 
-        bk = neocluster.Cluster('neopy+neopy', str(tmp_path / 'bk'), SRC, PY, name='bk', admin=True,
+        bk = neocluster.Cluster(members, str(tmp_path / 'bk'), SRC, PY, zodbd=zodbd_bin, name='bk', admin=True,
                                 partitions=partitions, replicas=1,
                                 master_args=['--upstream-cluster', 'up', '--upstream-masters', up.master,
                                              '--backup'])
         bk.start()
         bk.wait(lambda: 'BACKINGUP' in bk.ctl('print', 'cluster'), 'the backup cluster to back up', 120)
         bk.wait(lambda: ids(bk)[0] == last, 'backup_tid to reach the upstream last tid %#x' % last, 300)
-        served = neocluster.requests_served(metrics)
-        for req in ('AskFetchTransactions', 'AskFetchObjects'):
-            assert served.get(req, 0) >= 2, served  # more than one chunk each
+        if zodbd_up:
+            served = neocluster.requests_served(metrics)
+            for req in ('AskFetchTransactions', 'AskFetchObjects'):
+                assert served.get(req, 0) >= 2, served  # more than one chunk each
+        # Clients read the backup as of its backup tid, and cannot write.
+        # (The master's backup_tid is its partitions' best cells': the
+        # other cells may still be catching up from them, and a client
+        # reading one gets TID_NOT_FOUND meanwhile, from NEO/py's nodes
+        # too.)
+        assert read_when_caught_up(bk) == want
+        with pytest.raises(AssertionError, match='ReadOnly|read-only|read only'):
+            worker(bk, 'more')
 
         # It follows new commits upstream.
         worker(up, 'more')
@@ -78,18 +119,34 @@ def test_neopy_backup_of_zodbd(kind, partitions, tmp_path, zodbd_bin):
         assert last2 > last
         bk.wait(lambda: ids(bk)[0] == last2, 'backup_tid to follow the upstream to %#x' % last2, 300)
 
-        # neoctl check in backup mode: every backup cell against zodbd's.
-        before = neocluster.requests_served(metrics)
+        # neoctl check in backup mode: every backup cell against the
+        # upstream's.
+        before = neocluster.requests_served(metrics) if zodbd_up else None
         bk.check()
-        served = neocluster.requests_served(metrics)
-        for req in ('AskCheckTIDRange', 'AskCheckSerialRange'):
-            assert served.get(req, 0) >= before.get(req, 0) + partitions, (before, served)
+        if zodbd_up:
+            served = neocluster.requests_served(metrics)
+            for req in ('AskCheckTIDRange', 'AskCheckSerialRange'):
+                assert served.get(req, 0) >= before.get(req, 0) + partitions, (before, served)
+        # Each zodbd member replicated (from upstream when primary of a
+        # partition, else from the primary); with zodbd members only,
+        # one of them fetched from upstream.
+        upstream = 0
+        for node in bk.nodes:
+            if node.zodbd:
+                log = open(os.path.join(bk.dir, node.label + '.log'), errors='replace').read()
+                assert 'backup mode, backup tid' in log, log[-3000:]
+                assert re.search(r'backup: replicating partition \d+ from ', log), log[-3000:]
+                upstream += len(re.findall(r'backup: replicating partition \d+ from \S+ of upstream cluster up', log))
+        if all(node.zodbd for node in bk.nodes):
+            assert upstream > 0
 
         # The backup cluster leaves backup mode and serves the same data.
         bk.ctl('set', 'cluster', 'STOPPING_BACKUP')
         bk.wait_running(120)
         got = json.loads(worker(bk, 'dump'))
         assert got == want
+        # And takes commits of its own.
+        worker(bk, 'more')
     finally:
         if bk is not None:
             bk.stop()

@@ -342,6 +342,13 @@ func (c *Conn) write(id uint32, m proto.Msg) error {
 	return c.Err()
 }
 
+// Writer returns the writer the connection's packets go out through, for
+// a caller that encodes packets itself (a storage node serving its
+// peer's requests over a link it dialed, with the code that serves them
+// on the links it accepts). What it writes goes out in order with what
+// Send, Reply and Ask write.
+func (c *Conn) Writer() *netconn.Writer { return c.w }
+
 // Send sends a notification (or a request whose answer is not awaited)
 // with a fresh msg_id.
 func (c *Conn) Send(m proto.Msg) error { return c.write(c.newID(), m) }

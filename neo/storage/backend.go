@@ -154,7 +154,11 @@ type RecoveryInfo struct {
 	// PackID is the id of the last pack order completed on this node's
 	// cells (0: never packed), sent in NotifyPackCompleted.
 	PackID zodb.Tid
-	// BackupTid, TruncateTid: 0 when not set.
+	// Backup: the node is a member of a backup cluster, whose database
+	// has every transaction of the upstream cluster up to BackupTid
+	// (which may be 0). TruncateTid: a truncation ordered and not yet
+	// done (Truncater); 0 when none.
+	Backup                 bool
 	BackupTid, TruncateTid zodb.Tid
 }
 

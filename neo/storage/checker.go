@@ -19,8 +19,9 @@ import (
 // (NotifyPartitionCorrupted; the master marks them CORRUPTED). With a
 // source, the cells that differ from the source's are corrupted; without,
 // a difference marks them all (NEO/py's neo/storage/checker.py, read for
-// facts only). Checks run in the replicator's goroutine, one partition at
-// a time, when no replication is due.
+// facts only). In a backup cluster the source may be a node of the
+// upstream cluster, reached anonymously. Checks run in the replicator's
+// goroutine, one partition at a time, when no replication is due.
 
 // checkCount is NEO/py's CHECK_COUNT: the items per checked range.
 const checkCount = 40000
@@ -43,10 +44,11 @@ func (r *replicator) check(m *proto.CheckPartition) {
 
 // checkPeer is one node taking part in a check; c is nil for this node.
 type checkPeer struct {
-	nid  proto.NodeID
-	addr proto.Address
-	c    *link.Conn
-	ans  any // its last answer
+	nid      proto.NodeID
+	addr     proto.Address
+	upstream string // a node of this upstream cluster (backup mode): the source
+	c        *link.Conn
+	ans      any // its last answer
 }
 
 // runCheck runs one check order to its end.
@@ -62,9 +64,6 @@ func (r *replicator) runCheck(ctx context.Context, m *link.Conn, o checkOrder) e
 	}
 	if r.sink == nil {
 		return fail(fmt.Sprintf("the backend (%T) cannot compute checksums", r.n.be))
-	}
-	if o.upstream != "" {
-		return fail("backup clusters are not supported")
 	}
 	mine := false
 	var peers []*checkPeer
@@ -84,7 +83,15 @@ func (r *replicator) runCheck(ctx context.Context, m *link.Conn, o checkOrder) e
 		return fail("discarded or out-of-date")
 	}
 	var source *checkPeer
-	if o.source.Host != "" {
+	if o.upstream != "" {
+		// Backup mode: the cells of this cluster against the
+		// upstream's node, which is the reference.
+		if o.source.Host == "" {
+			return fail("no upstream source")
+		}
+		source = &checkPeer{nid: proto.NoNode, addr: o.source, upstream: o.upstream}
+		peers = append(peers, source)
+	} else if o.source.Host != "" {
 		if o.source == r.n.addr {
 			source = &checkPeer{nid: me}
 		}
@@ -112,7 +119,7 @@ func (r *replicator) runCheck(ctx context.Context, m *link.Conn, o checkOrder) e
 		}
 	}()
 	for _, x := range peers {
-		c, err := r.dialStorage(ctx, x.addr)
+		c, err := r.dialStorage(ctx, x.addr, x.upstream)
 		if err != nil {
 			return fmt.Errorf("check of partition %d: %w", o.p, err)
 		}

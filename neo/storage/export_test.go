@@ -1,6 +1,11 @@
 package storage
 
-import "github.com/zodbd/zodbd/neo/proto"
+import (
+	"context"
+
+	"github.com/zodbd/zodbd/neo/proto"
+	"github.com/zodbd/zodbd/zodb"
+)
 
 // The node's internals that the external tests drive directly (package
 // storage_test, which can import the backends: they import this package).
@@ -33,3 +38,11 @@ var (
 	CheckTIDs    = checkTIDs
 	CheckSerials = checkSerials
 )
+
+// EnterBackup switches n to backup mode as StartOperation [true] does
+// while the node is operational.
+func EnterBackup(n *Node) error { return n.setBackupMode(context.Background(), true, true) }
+
+// SetBackupTid sets the backup tid n bounds its clients' reads by, as its
+// replicator does when partitions progress.
+func SetBackupTid(n *Node, tid zodb.Tid) { n.backup.Store(&tid) }

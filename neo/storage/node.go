@@ -103,6 +103,7 @@ type Node struct {
 
 	nid         atomic.Int32
 	operational atomic.Bool
+	backup      atomic.Pointer[zodb.Tid] // the backup tid in backup mode (backup.go), nil otherwise
 	pt          atomic.Pointer[ptState]
 
 	nodesMu      sync.Mutex
@@ -529,7 +530,10 @@ func (n *Node) handleMaster(ctx context.Context, m *link.Conn, id uint32, code u
 		if err != nil {
 			return next, err
 		}
-		a := proto.AnswerRecovery{PTid: proto.NoPTid, BackupTid: optTidArg(rec.BackupTid), TruncateTid: optTidArg(rec.TruncateTid)}
+		a := proto.AnswerRecovery{PTid: proto.NoPTid, BackupTid: proto.InvalidTid, TruncateTid: optTidArg(rec.TruncateTid)}
+		if rec.Backup {
+			a.BackupTid = rec.BackupTid // 0 included: backup mode, nothing yet
+		}
 		if rec.HasPTID {
 			a.PTid = rec.PTID
 		}
@@ -707,8 +711,13 @@ func (n *Node) handleMaster(ctx context.Context, m *link.Conn, id uint32, code u
 		if err := decode(&msg); err != nil {
 			return next, err
 		}
-		if msg.Backup {
-			return next, fatalf("backup mode is not supported")
+		if n.operational.Load() {
+			// The cluster switches to backup mode while running
+			// (neoctl set cluster STARTING_BACKUP).
+			if !msg.Backup {
+				return next, badInput("StartOperation while operational")
+			}
+			return next, n.setBackupMode(ctx, true, true)
 		}
 		pt := n.pt.Load()
 		if pt.np() == 0 {
@@ -721,6 +730,9 @@ func (n *Node) handleMaster(ctx context.Context, m *link.Conn, id uint32, code u
 			if err := n.tm.w.DropUnlocked(ctx); err != nil {
 				return next, fmt.Errorf("dropping unfinished transactions: %w", err)
 			}
+		}
+		if err := n.setBackupMode(ctx, msg.Backup, false); err != nil {
+			return next, err
 		}
 		n.operational.Store(true)
 		n.log.Printf("neo storage: operational (ptid %d, %d partitions, readable %v)", pt.ptid, pt.np(), pt.rlist)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -102,9 +103,18 @@ type replicator struct {
 	cancel  context.CancelFunc       // the loop's, nil when it does not run
 	done    chan struct{}            // closed when the loop returned
 
+	// Backup mode (replbackup.go); nil maps outside it.
+	bnext  map[uint32]zodb.Tid    // this node's readable partitions: every transaction before it is here
+	orders map[uint32]backupOrder // Replicate orders naming a source, for readable partitions
+	bdirty bool                   // bnext moved without a replication: the backup tid is to record
+	bsaved zodb.Tid               // the backup tid last recorded
+
 	// The loop's own (one goroutine).
-	src     *link.Conn
-	srcAddr proto.Address
+	src         *link.Conn    // the link to the source, read by srcPeer's goroutine, or
+	rsrc        *peer         // the source's own link to this node (revask.go)
+	srcPeer     *peer         // the source at the other end of src (revask.go)
+	srcAddr     proto.Address // the source's address
+	srcUpstream string        // the upstream cluster's name when the source is one of its nodes
 }
 
 // replPart is the state of one partition being replicated.
@@ -133,6 +143,7 @@ func (r *replicator) resetLocked() {
 	r.sources = map[uint32]proto.Address{}
 	r.drops = map[uint32]struct{}{}
 	r.checks = nil
+	r.bnext, r.orders, r.bdirty = nil, nil, false
 }
 
 func (r *replicator) poke() {
@@ -192,6 +203,9 @@ func (r *replicator) start(ctx context.Context, m *link.Conn) error {
 		}
 	}
 	r.publishLocked()
+	if bt, ok := r.n.backupTid(); ok {
+		r.enterBackupLocked(bt)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	r.cancel = cancel
 	done := make(chan struct{})
@@ -239,13 +253,18 @@ func (r *replicator) cellsChanged(changes []proto.CellChange) error {
 				r.parts[c.Offset] = &replPart{ask: true}
 			}
 			delete(r.drops, c.Offset)
+			r.backupCellLocked(c.Offset, false, 0)
 		case proto.Discarded, proto.Corrupted:
 			delete(r.parts, c.Offset)
 			delete(r.sources, c.Offset)
 			if c.State == proto.Discarded && r.sink != nil {
 				r.drops[c.Offset] = struct{}{}
 			}
+			r.backupCellLocked(c.Offset, false, 0)
 		default: // UP_TO_DATE, FEEDING
+			if x := r.parts[c.Offset]; x != nil {
+				r.backupCellLocked(c.Offset, true, x.tid)
+			}
 			delete(r.parts, c.Offset)
 			delete(r.sources, c.Offset)
 		}
@@ -288,6 +307,11 @@ func (r *replicator) transactionFinished(ttid, maxTid zodb.Tid) {
 func (r *replicator) replicate(m *proto.Replicate) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.bnext != nil {
+		r.backupOrderLocked(m) // replbackup.go
+		r.poke()
+		return
+	}
 	for _, s := range m.SourceDict {
 		if s.Addr.Host == "" {
 			delete(r.sources, s.Partition)
@@ -334,7 +358,7 @@ func (r *replicator) loop(ctx context.Context, m *link.Conn) {
 				busy = true
 			}
 		}
-		busy = busy || len(r.drops) > 0 || len(r.checks) > 0
+		busy = busy || len(r.drops) > 0 || len(r.checks) > 0 || len(r.orders) > 0 || r.bdirty
 		r.mu.Unlock()
 		if busy {
 			// Something to do: a drain (lockless stores) is polled.
@@ -346,7 +370,7 @@ func (r *replicator) loop(ctx context.Context, m *link.Conn) {
 			}
 			continue
 		}
-		if r.src != nil {
+		if r.hasSource() {
 			r.closeSource()
 		}
 		select {
@@ -480,6 +504,11 @@ func (r *replicator) step(ctx context.Context, m *link.Conn) error {
 		}
 	}
 
+	// Backup mode: a Replicate order, or the backup tid to record.
+	if err := r.backupStep(ctx, m); err != nil {
+		return err
+	}
+
 	// Replicated partitions whose lockless stores are gone.
 	r.mu.Lock()
 	var ready []uint32
@@ -572,15 +601,14 @@ func (r *replicator) replicatePartition(ctx context.Context, p uint32, upTo zodb
 		}
 		return upTo, nil
 	}
-	src, err := r.source(ctx, p)
-	if err != nil {
+	if err := r.source(ctx, p); err != nil {
 		return 0, err
 	}
 	r.n.log.Printf("neo storage: replicating partition %d from %s (%s..%s)", p, r.srcAddr, next, upTo)
 	pipe := newReplPipe(ctx, r.sink)
-	err = r.fetchTransactions(ctx, src, pipe, p, next, upTo)
+	err := r.fetchTransactions(ctx, pipe, p, next, upTo)
 	if err == nil {
-		err = r.fetchObjects(ctx, src, pipe, p, next, upTo)
+		err = r.fetchObjects(ctx, pipe, p, next, upTo)
 	}
 	if err == nil {
 		err = pipe.do(func(ctx context.Context) error { return r.sink.SetReplicatedTid(ctx, p, upTo, true) })
@@ -594,10 +622,11 @@ func (r *replicator) replicatePartition(ctx context.Context, p uint32, upTo zodb
 	return upTo, nil
 }
 
-// source returns the link to a node to replicate p from: the one the
-// master named (Replicate), else a running storage with a readable cell
-// of p, chosen at random. The current link is kept when it fits.
-func (r *replicator) source(ctx context.Context, p uint32) (*link.Conn, error) {
+// source makes the replicator's source a node to replicate p from: the
+// one the master named (Replicate), else a running storage with a
+// readable cell of p, chosen at random. The current link is kept when it
+// fits.
+func (r *replicator) source(ctx context.Context, p uint32) error {
 	r.mu.Lock()
 	addr, named := r.sources[p]
 	r.mu.Unlock()
@@ -616,39 +645,65 @@ func (r *replicator) source(ctx context.Context, p uint32) (*link.Conn, error) {
 		}
 		r.n.nodesMu.Unlock()
 		if len(cands) == 0 {
-			return nil, fmt.Errorf("no running storage has a readable cell")
+			return fmt.Errorf("no running storage has a readable cell")
 		}
 		addr = cands[0]
 		for _, a := range cands {
-			if r.src != nil && a == r.srcAddr {
+			if r.hasSource() && a == r.srcAddr {
 				addr = a
 				break
 			}
 		}
-		if r.src == nil || addr != r.srcAddr {
+		if !r.hasSource() || addr != r.srcAddr {
 			addr = cands[rand.IntN(len(cands))]
 		}
 	}
-	if r.src != nil && addr == r.srcAddr {
+	return r.connect(ctx, addr, "")
+}
+
+// connect makes the storage node at addr the replicator's source (of
+// the upstream cluster of that name when upstream is not ""), keeping the
+// current link when it is to that node. A node that refuses a second
+// link because it has one to this node (NEO/py's) is asked over its own
+// (revask.go).
+func (r *replicator) connect(ctx context.Context, addr proto.Address, upstream string) error {
+	if r.hasSource() && r.srcAddr == addr && r.srcUpstream == upstream {
+		var done <-chan struct{}
+		if r.src != nil {
+			done = r.src.Done()
+		} else {
+			done = r.rsrc.gone
+		}
 		select {
-		case <-r.src.Done():
-			r.closeSource()
+		case <-done:
 		default:
-			return r.src, nil
+			return nil
 		}
 	}
 	r.closeSource()
-	c, err := r.dialStorage(ctx, addr)
+	c, err := r.dialStorage(ctx, addr, upstream)
 	if err != nil {
-		return nil, err
+		var pe *proto.Error
+		if upstream == "" && errors.As(err, &pe) && strings.Contains(pe.Message, "already connected") {
+			if p := r.n.storagePeerAt(addr); p != nil {
+				r.rsrc, r.srcAddr = p, addr
+				return nil
+			}
+		}
+		return err
 	}
-	r.src, r.srcAddr = c, addr
-	return c, nil
+	r.src, r.srcPeer, r.srcAddr, r.srcUpstream = c, r.n.linkPeer(c, addr), addr, upstream
+	return nil
 }
 
+// hasSource tells whether the replicator has a source link.
+func (r *replicator) hasSource() bool { return r.src != nil || r.rsrc != nil }
+
 // dialStorage connects to the storage node at addr and identifies as
-// this storage node (NEO/py's replicator and checker do the same).
-func (r *replicator) dialStorage(ctx context.Context, addr proto.Address) (*link.Conn, error) {
+// this storage node (NEO/py's replicator and checker do the same); with
+// upstream, to a node of that upstream cluster, anonymously (backup
+// mode).
+func (r *replicator) dialStorage(ctx context.Context, addr proto.Address, upstream string) (*link.Conn, error) {
 	me := r.n.NID()
 	hostport := addr.String()
 	ictx, cancel := context.WithTimeout(ctx, r.n.cfg.IdentifyTimeout)
@@ -670,6 +725,9 @@ func (r *replicator) dialStorage(ctx context.Context, addr proto.Address) (*link
 		ClusterName: r.n.cfg.Cluster,
 		IdTime:      idTime,
 	}
+	if upstream != "" {
+		req.NID, req.ClusterName = proto.NoNode, upstream
+	}
 	var acc proto.AcceptIdentification
 	if err := c.Ask(ictx, req, &acc); err != nil {
 		c.Close()
@@ -682,50 +740,49 @@ func (r *replicator) dialStorage(ctx context.Context, addr proto.Address) (*link
 	return c, nil
 }
 
+// closeSource closes the link to the source (a peer's own link is left
+// to the peer).
 func (r *replicator) closeSource() {
 	if r.src != nil {
 		r.src.Close()
-		r.src = nil
-		r.srcAddr = proto.Address{}
 	}
+	r.src, r.rsrc, r.srcPeer = nil, nil, nil
+	r.srcAddr, r.srcUpstream = proto.Address{}, ""
 }
 
-// exchange sends req on src and collects what the source sends for it —
-// Add* notifications, handed to add in order — until its answer, decoded
-// into ans. Other packets from the source are answered (Ping) or ignored.
-func (r *replicator) exchange(ctx context.Context, src *link.Conn, req, ans proto.Msg, add func(*link.Request) error) error {
+// exchange sends req to the source and collects what the source sends
+// for it — Add* notifications, handed to add in order — until its answer,
+// decoded into ans. Other packets from the source are answered (Ping) or
+// ignored.
+func (r *replicator) exchange(ctx context.Context, req, ans proto.Msg, add func(*link.Request) error) error {
+	if r.rsrc != nil {
+		if err := r.rsrc.reverseAsk(ctx, req, ans, add); err != nil {
+			return fmt.Errorf("source %s (over its link): %s: %w", r.srcAddr, proto.CodeName(req.Code()), err)
+		}
+		return nil
+	}
+	src, sp := r.src, r.srcPeer
+	x := &revCall{add: add, done: make(chan error, 1)}
+	sp.rev.Store(x)
+	defer sp.rev.Store(nil)
 	asked := make(chan error, 1)
 	go func() { asked <- src.AskQueued(ctx, req, ans) }()
-	// Recv does not watch ctx: a node that stops (ctx done) closes the
-	// link to its source, which ends the Recv below (the source's answer,
-	// which AskQueued no longer waits for, would never come).
+	// A node that stops (ctx done) closes the link to its source, which
+	// ends the wait below (the source's answer, which AskQueued no longer
+	// waits for, would never come).
 	defer context.AfterFunc(ctx, func() { src.Close() })()
-	var addErr error
-	for {
-		q, err := src.Recv()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("source %s: %w", r.srcAddr, err)
+	select {
+	case addErr := <-x.done:
+		// The answer's copy came after every Add* for it (serveLink).
+		if err := <-asked; err != nil {
+			return fmt.Errorf("source %s: %s: %w", r.srcAddr, proto.CodeName(req.Code()), err)
 		}
-		switch {
-		case q.IsAnswer():
-			q.Release()
-			if err := <-asked; err != nil {
-				return fmt.Errorf("source %s: %s: %w", r.srcAddr, proto.CodeName(req.Code()), err)
-			}
-			return addErr
-		case q.Code == proto.CodeAddTransaction || q.Code == proto.CodeAddObject:
-			if addErr == nil {
-				addErr = add(q)
-			}
-		case q.Code == proto.CodePing:
-			src.Reply(q.ID, &proto.Pong{})
-		default:
-			r.n.log.Printf("neo storage: replication source %s: %s ignored", r.srcAddr, q.Name())
+		return addErr
+	case <-sp.gone:
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
-		q.Release()
+		return fmt.Errorf("source %s: %w", r.srcAddr, src.Err())
 	}
 }
 
@@ -735,7 +792,7 @@ func (r *replicator) np() uint32 { return uint32(max(r.n.pt.Load().np(), 1)) }
 
 // fetchTransactions replicates partition p's transaction metadata from
 // next to upTo; pipe writes each chunk while the next one is fetched.
-func (r *replicator) fetchTransactions(ctx context.Context, src *link.Conn, pipe *replPipe, p uint32, next, upTo zodb.Tid) error {
+func (r *replicator) fetchTransactions(ctx context.Context, pipe *replPipe, p uint32, next, upTo zodb.Tid) error {
 	first := true
 	var known []zodb.Tid
 	for {
@@ -748,7 +805,7 @@ func (r *replicator) fetchTransactions(ctx context.Context, src *link.Conn, pipe
 		b := &buf.b
 		var a proto.AnswerFetchTransactions
 		req := &proto.AskFetchTransactions{Partition: p, Length: fetchCount, MinTid: next, MaxTid: upTo, KnownTids: known, AskPackInfo: first}
-		err = r.exchange(ctx, src, req, &a, func(q *link.Request) error {
+		err = r.exchange(ctx, req, &a, func(q *link.Request) error {
 			if q.Code != proto.CodeAddTransaction {
 				return badInput("%s during AskFetchTransactions", q.Name())
 			}
@@ -800,7 +857,7 @@ func (r *replicator) fetchTransactions(ctx context.Context, src *link.Conn, pipe
 // fetchObjects replicates partition p's object records from next to
 // upTo; pipe writes the records, gathered over chunks up to storeBytes,
 // and then the progress, while the next chunks are fetched.
-func (r *replicator) fetchObjects(ctx context.Context, src *link.Conn, pipe *replPipe, p uint32, next, upTo zodb.Tid) error {
+func (r *replicator) fetchObjects(ctx context.Context, pipe *replPipe, p uint32, next, upTo zodb.Tid) error {
 	minOid := zodb.Oid(0)
 	var known []RecordKey
 	var buf *replBuf // records gathered and not written yet
@@ -825,7 +882,7 @@ func (r *replicator) fetchObjects(ctx context.Context, src *link.Conn, pipe *rep
 		var a proto.AnswerFetchObjects
 		var o proto.AddObject
 		req := &proto.AskFetchObjects{Partition: p, Length: fetchCount, MinTid: next, MaxTid: upTo, MinOid: minOid, ObjectDict: dict}
-		err = r.exchange(ctx, src, req, &a, func(q *link.Request) error {
+		err = r.exchange(ctx, req, &a, func(q *link.Request) error {
 			if q.Code != proto.CodeAddObject {
 				return badInput("%s during AskFetchObjects", q.Name())
 			}

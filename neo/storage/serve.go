@@ -7,8 +7,10 @@ import (
 	"io"
 	"math"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/zodbd/zodbd/internal/netconn"
@@ -33,6 +35,12 @@ type peer struct {
 	// bytes of data its transactions hold until their vote, and its
 	// requests waiting for write locks.
 	held, delayed int
+
+	// A storage peer's link also carries this node's replication
+	// requests when the peer refused a link of ours (revask.go).
+	addr proto.Address // the address it announced
+	rev  atomic.Pointer[revCall]
+	gone chan struct{} // closed when the link is
 }
 
 // request is one decoded request, handed to a serving goroutine.
@@ -72,7 +80,8 @@ func (n *Node) servePeer(ctx context.Context, nc net.Conn) {
 		n.log.Printf("neo storage: %s: %v (closing)", name, err)
 		return
 	}
-	p := &peer{n: n, nc: nc, w: n.newWriter(nc), name: name, sem: make(chan struct{}, n.cfg.MaxInflight), stats: n.newPeerStats()}
+	p := &peer{n: n, nc: nc, w: n.newWriter(nc), name: name, sem: make(chan struct{}, n.cfg.MaxInflight), stats: n.newPeerStats(), gone: make(chan struct{})}
+	defer close(p.gone)
 	defer p.w.Close()
 	n.peersMu.Lock()
 	n.peers[p] = struct{}{}
@@ -118,6 +127,15 @@ func (n *Node) servePeer(ctx context.Context, nc net.Conn) {
 		// Replies are held while more requests are buffered, so that a
 		// pipelining client gets them in one write; they go out as soon
 		// as the reader has nothing left to handle.
+		if p.typ == proto.Storage && p.takeReverse(id, code, args) {
+			// A packet for this node's own request (revask.go); what
+			// the requests before it queued goes out once nothing
+			// more is buffered, as below.
+			if rd.Buffered() == 0 {
+				p.w.Uncork()
+			}
+			continue
+		}
 		p.w.Cork()
 		err = p.timedDispatch(id, code, args)
 		if rd.Buffered() == 0 {
@@ -149,7 +167,7 @@ func (p *peer) identify(ctx context.Context, id uint32, args []byte) bool {
 		return false
 	}
 	typ, nid, cluster := m.NodeType, m.NID, m.ClusterName
-	p.typ, p.nid = typ, nid
+	p.typ, p.nid, p.addr = typ, nid, m.Addr
 	ts, hasTS := m.IdTime, m.IdTime != proto.NoIdTime
 	p.name = fmt.Sprintf("%s (%s)", p.name, nidString(typ, nid))
 	if string(cluster) != n.cfg.Cluster {
@@ -235,6 +253,13 @@ func (n *Node) waitKnown(ctx context.Context, nid proto.NodeID, typ proto.NodeTy
 // dispatch decodes one request and serves it on its own goroutine.
 func (p *peer) dispatch(id uint32, code uint16, args []byte) error {
 	n := p.n
+	if p.typ == proto.Client && isWriteCode(code) && n.backup.Load() != nil {
+		// Backup mode: clients read only.
+		if code != proto.CodeAbortTransaction {
+			p.w.Write(appendError(nil, id, proto.ReadOnlyAccess, "read-only access because the cluster is backing up"))
+		}
+		return nil
+	}
 	if n.tm != nil && p.typ == proto.Client && isWriteCode(code) {
 		// (A storage peer gets the read-only answers: NEO/py's storages
 		// take no writes from each other.)
@@ -249,6 +274,9 @@ func (p *peer) dispatch(id uint32, code uint16, args []byte) error {
 		err = m.DecodeArgs(args)
 		req.oid, req.at, req.before = m.Oid, optTid(m.At), optTid(m.Before)
 		req.zeroBound = m.At == 0 || m.Before == 0
+		if bt, ok := n.backupTid(); ok && p.typ == proto.Client {
+			req.boundRead(bt)
+		}
 	case proto.CodeAskTIDs:
 		var m proto.AskTIDs
 		err = m.DecodeArgs(args)
@@ -257,6 +285,9 @@ func (p *peer) dispatch(id uint32, code uint16, args []byte) error {
 		var m proto.AskTIDsFrom
 		err = m.DecodeArgs(args)
 		req.min, req.max, req.len_, req.partition = m.MinTid, m.MaxTid, clampInt(uint64(m.Length)), m.Partition
+		if bt, ok := n.backupTid(); ok && p.typ == proto.Client {
+			req.max = min(req.max, bt)
+		}
 	case proto.CodeAskOIDsFrom:
 		var m proto.AskOIDsFrom
 		err = m.DecodeArgs(args)
@@ -425,6 +456,11 @@ func (p *peer) serve(req *request) {
 			b = p.appendErr(b, req, err)
 			break
 		}
+		if bt, ok := n.backupTid(); ok && p.typ == proto.Client {
+			// Backup mode: the slice of the list, then those up to
+			// the backup tid (NEO/py's order).
+			tids = slices.DeleteFunc(tids, func(t zodb.Tid) bool { return t > bt })
+		}
 		b = (&proto.AnswerTIDs{Tids: tids}).AppendArgs(appendHeader(b, req.msgID, ans))
 
 	case proto.CodeAskTIDsFrom:
@@ -460,6 +496,10 @@ func (p *peer) serve(req *request) {
 	case proto.CodeAskTransactionInformation:
 		if !readable(uint64(req.tid)) {
 			b = appendError(b, req.msgID, proto.NonReadableCell, "")
+			break
+		}
+		if bt, ok := n.backupTid(); ok && p.typ == proto.Client && req.tid > bt {
+			b = p.appendErr(b, req, ErrTidNotFound) // not fully fetched yet
 			break
 		}
 		t, err := n.be.TransactionInformation(ctx, req.tid)

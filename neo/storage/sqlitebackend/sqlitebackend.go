@@ -82,6 +82,7 @@ func (b *Backend) Recovery(ctx context.Context) (storage.RecoveryInfo, error) {
 		PTID:        cfg.PTID,
 		HasPTID:     cfg.HasPTID,
 		NumReplicas: cfg.NumReplicas,
+		Backup:      cfg.HasBackupTid,
 		BackupTid:   cfg.BackupTid,
 		TruncateTid: cfg.TruncateTid,
 	}
@@ -319,9 +320,21 @@ func (b *Backend) SetTruncateTid(ctx context.Context, tid zodb.Tid) error {
 // Truncate implements storage.Truncater (neosqlite.DB.Truncate).
 func (b *Backend) Truncate(ctx context.Context) (zodb.Tid, error) { return b.db.Truncate(ctx) }
 
+// BackupTid implements storage.BackupStore (config "backup_tid").
+func (b *Backend) BackupTid() (zodb.Tid, bool) {
+	cfg := b.db.Config()
+	return cfg.BackupTid, cfg.HasBackupTid
+}
+
+// SetBackupTid implements storage.BackupStore (neosqlite.DB.SetBackupTid).
+func (b *Backend) SetBackupTid(ctx context.Context, tid zodb.Tid, on bool) error {
+	return b.db.SetBackupTid(ctx, tid, on)
+}
+
 var (
-	_ storage.Backend   = (*Backend)(nil)
-	_ storage.Writer    = (*Backend)(nil)
-	_ storage.PTStore   = (*Backend)(nil)
-	_ storage.Truncater = (*Backend)(nil)
+	_ storage.Backend     = (*Backend)(nil)
+	_ storage.Writer      = (*Backend)(nil)
+	_ storage.PTStore     = (*Backend)(nil)
+	_ storage.Truncater   = (*Backend)(nil)
+	_ storage.BackupStore = (*Backend)(nil)
 )

@@ -1,0 +1,166 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/zodbd/zodbd/neo/link"
+	"github.com/zodbd/zodbd/neo/proto"
+)
+
+// One link per pair of storage nodes, used both ways. NEO/py keeps one
+// connection per pair of nodes and sends its requests over whichever
+// exists: a NEO/py node that has a link to this one (to replicate from
+// it) refuses the identification of a second link from this node with
+// "already connected" (unless this node's id is the greater), and a
+// NEO/py node this node dialed to replicate from asks its own fetches and
+// checks over that link. In a backup cluster, where a node keeps its link
+// to the cell it replicates from open, both happen. So:
+//
+//   - the link the replicator dials to a source is read by a goroutine of
+//     its own (serveLink), which hands the source's Add* packets and the
+//     answer to the replicator's request in flight, and serves the
+//     source's replication and check requests as on an accepted link
+//     (dispatchRepl);
+//   - when a source refuses the dial so, the replicator asks over the
+//     source's own link to this node (reverseAsk), whose reader hands it
+//     the Add* packets and the answer (takeReverse).
+
+// revCall is the replication request in flight on a link, waiting for
+// what the source sends for it.
+type revCall struct {
+	id     uint32    // on a peer's link: the request's msg_id
+	ans    proto.Msg // on a peer's link: decoded here (else by the link's Ask)
+	add    func(*link.Request) error
+	addErr error
+	done   chan error // capacity 1: the outcome, once the answer came
+}
+
+// revIDs numbers the requests this node sends on its peers' links (the
+// ids of a link's two directions are independent in NEO).
+var revIDs atomic.Uint32
+
+// storagePeerAt returns the identified storage peer whose link comes
+// from the node announced at addr, or nil.
+func (n *Node) storagePeerAt(addr proto.Address) *peer {
+	n.peersMu.Lock()
+	defer n.peersMu.Unlock()
+	for p := range n.peers {
+		if p.typ == proto.Storage && p.nid != proto.NoNode && p.addr == addr {
+			return p
+		}
+	}
+	return nil
+}
+
+// reverseAsk sends req on p's link and hands the AddTransaction and
+// AddObject packets that come before its answer to add (in the peer's
+// reader goroutine, in order), then decodes the answer into ans. One
+// call at a time per peer (the replicator's goroutine).
+func (p *peer) reverseAsk(ctx context.Context, req, ans proto.Msg, add func(*link.Request) error) error {
+	c := &revCall{id: revIDs.Add(1), ans: ans, add: add, done: make(chan error, 1)}
+	if !p.rev.CompareAndSwap(nil, c) {
+		return errors.New("a replication request is already in flight on this link")
+	}
+	defer p.rev.Store(nil)
+	if err := p.w.Write(proto.AppendPacket(nil, c.id, req)); err != nil {
+		return err
+	}
+	select {
+	case err := <-c.done:
+		return err
+	case <-p.gone:
+		select {
+		case err := <-c.done:
+			return err
+		default:
+		}
+		return fmt.Errorf("%s: link closed", p.name)
+	case <-ctx.Done():
+		// The answer, if it comes, finds no call: the link goes, as the
+		// two nodes are no longer in step.
+		p.nc.Close()
+		return ctx.Err()
+	}
+}
+
+// takeReverse handles, in the peer's reader goroutine, a packet that
+// belongs to the replication request in flight on the link, if any: its
+// Add* packets and its answer. It returns false for any other packet.
+func (p *peer) takeReverse(id uint32, code uint16, args []byte) bool {
+	c := p.rev.Load()
+	if c == nil {
+		return false
+	}
+	switch {
+	case code == proto.CodeAddTransaction || code == proto.CodeAddObject:
+		if c.addErr == nil {
+			c.addErr = c.add(&link.Request{ID: id, Code: code, Args: args})
+		}
+		return true
+	case code&proto.AnswerBit != 0 && id == c.id:
+		// The answer's byte fields must outlive the reader's buffer.
+		err := proto.DecodeMsg(code, bytes.Clone(args), c.ans)
+		if err == nil {
+			err = c.addErr
+		}
+		p.rev.Store(nil)
+		c.done <- err
+		return true
+	}
+	return false
+}
+
+// linkPeer returns the peer that stands for the source at the other end
+// of link c, which this node dialed and identified on, with the goroutine
+// that reads c (serveLink) started.
+func (n *Node) linkPeer(c *link.Conn, addr proto.Address) *peer {
+	p := &peer{n: n, w: c.Writer(), name: addr.String() + " (dialed)", sem: make(chan struct{}, n.cfg.MaxInflight),
+		typ: proto.Storage, addr: addr, gone: make(chan struct{})}
+	go n.serveLink(c, p)
+	return p
+}
+
+// serveLink reads link c, dialed to the source that p stands for, until
+// it closes: Add* packets and the queued copy of the answer go to the
+// replication request in flight (exchange), the source's replication and
+// check requests are served, pings answered.
+func (n *Node) serveLink(c *link.Conn, p *peer) {
+	defer close(p.gone)
+	defer p.wg.Wait()
+	for {
+		q, err := c.Recv()
+		if err != nil {
+			return
+		}
+		x := p.rev.Load()
+		switch q.Code {
+		case proto.CodeAddTransaction, proto.CodeAddObject:
+			if x != nil && x.addErr == nil {
+				x.addErr = x.add(q)
+			}
+		case proto.CodeAskFetchTransactions, proto.CodeAskFetchObjects, proto.CodeAskCheckTIDRange, proto.CodeAskCheckSerialRange:
+			if err := p.dispatchRepl(q.ID, q.Code, q.Args); err != nil {
+				n.log.Printf("neo storage: %s: %s: %v (closing)", p.name, q.Name(), err)
+				c.Close()
+			}
+		case proto.CodePing:
+			c.Reply(q.ID, &proto.Pong{})
+		default:
+			if q.IsAnswer() {
+				// The copy of the answer to the request in flight
+				// (AskQueued): every Add* for it came before.
+				if x != nil {
+					p.rev.Store(nil)
+					x.done <- x.addErr
+				}
+			} else {
+				n.log.Printf("neo storage: %s: %s ignored", p.name, q.Name())
+			}
+		}
+		q.Release()
+	}
+}
