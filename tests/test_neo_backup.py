@@ -21,8 +21,9 @@ node, and a zodbd node beside a NEO/py node following NEO/py's node; they
 take the master's Replicate orders (from the upstream's node,
 anonymously, or from the partition's primary cell in the backup cluster),
 keep the backup tid, answer NEO/py's client in backup mode up to it and
-refuse its commits, and are checked against the upstream by `neoctl
-check`; leaving backup mode truncates them at the backup tid."""
+refuse its commits, catch up after a SIGKILL, and are checked against the
+upstream by `neoctl check`; leaving backup mode truncates them at the
+backup tid."""
 import json
 import os
 import re
@@ -112,12 +113,22 @@ def run_backup(kind, members, partitions, tmp_path, zodbd_bin):
         with pytest.raises(AssertionError, match='ReadOnly|read-only|read only'):
             worker(bk, 'more')
 
-        # It follows new commits upstream.
+        # It follows new commits upstream; a zodbd member stopped
+        # meanwhile (SIGKILL) catches up when it comes back.
+        killed = bk.nodes[0].zodbd
+        if killed:
+            bk.kill_storage(0)
         worker(up, 'more')
         want = json.loads(worker(up, 'dump'))
         _, last2 = ids(up)
         assert last2 > last
+        if killed:
+            bk.start_storage(0)
+            bk.wait(lambda: all(set(r) == {'U'} for r in bk.pt().values()) and len(bk.pt()) == len(bk.nodes),
+                    'every cell of the backup cluster UP_TO_DATE again', 300)
         bk.wait(lambda: ids(bk)[0] == last2, 'backup_tid to follow the upstream to %#x' % last2, 300)
+        if killed:
+            assert read_when_caught_up(bk) == want
 
         # neoctl check in backup mode: every backup cell against the
         # upstream's.

@@ -62,6 +62,7 @@ func (r *replicator) backupCellLocked(p uint32, readable bool, tid zodb.Tid) {
 	}
 	if readable {
 		r.bnext[p] = nextAfter(tid)
+		r.bdirty = true
 		return
 	}
 	delete(r.bnext, p)
