@@ -115,6 +115,11 @@ type replicator struct {
 	srcPeer     *peer         // the source at the other end of src (revask.go)
 	srcAddr     proto.Address // the source's address
 	srcUpstream string        // the upstream cluster's name when the source is one of its nodes
+	// dialed holds the links dialed to sources, src's among them, until
+	// the loop idles or fails: in backup mode the sources alternate
+	// between partitions, and a NEO/py node may be asking its own
+	// requests over a link this node dialed (revask.go).
+	dialed map[srcKey]srcLink
 }
 
 // replPart is the state of one partition being replicated.
@@ -680,7 +685,18 @@ func (r *replicator) connect(ctx context.Context, addr proto.Address, upstream s
 			return nil
 		}
 	}
-	r.closeSource()
+	key := srcKey{addr, upstream}
+	r.src, r.rsrc, r.srcPeer = nil, nil, nil
+	r.srcAddr, r.srcUpstream = addr, upstream
+	if l, ok := r.dialed[key]; ok {
+		select {
+		case <-l.c.Done():
+			delete(r.dialed, key)
+		default:
+			r.src, r.srcPeer = l.c, l.p
+			return nil
+		}
+	}
 	c, err := r.dialStorage(ctx, addr, upstream)
 	if err != nil {
 		var pe *proto.Error
@@ -692,8 +708,27 @@ func (r *replicator) connect(ctx context.Context, addr proto.Address, upstream s
 		}
 		return err
 	}
-	r.src, r.srcPeer, r.srcAddr, r.srcUpstream = c, r.n.linkPeer(c, addr), addr, upstream
+	l := srcLink{c, r.n.linkPeer(c, addr)}
+	if r.dialed == nil {
+		r.dialed = map[srcKey]srcLink{}
+	}
+	r.dialed[key] = l
+	r.src, r.srcPeer = l.c, l.p
 	return nil
+}
+
+// srcKey names a source: its address and, for a node of an upstream
+// cluster, that cluster's name.
+type srcKey struct {
+	addr     proto.Address
+	upstream string
+}
+
+// srcLink is a link dialed to a source and the peer that stands for the
+// source on it.
+type srcLink struct {
+	c *link.Conn
+	p *peer
 }
 
 // hasSource tells whether the replicator has a source link.
@@ -740,11 +775,12 @@ func (r *replicator) dialStorage(ctx context.Context, addr proto.Address, upstre
 	return c, nil
 }
 
-// closeSource closes the link to the source (a peer's own link is left
-// to the peer).
+// closeSource closes the links dialed to sources (a peer's own link is
+// left to the peer).
 func (r *replicator) closeSource() {
-	if r.src != nil {
-		r.src.Close()
+	for key, l := range r.dialed {
+		l.c.Close()
+		delete(r.dialed, key)
 	}
 	r.src, r.rsrc, r.srcPeer = nil, nil, nil
 	r.srcAddr, r.srcUpstream = proto.Address{}, ""
