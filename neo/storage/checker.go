@@ -46,9 +46,18 @@ func (r *replicator) check(m *proto.CheckPartition) {
 type checkPeer struct {
 	nid      proto.NodeID
 	addr     proto.Address
-	upstream string // a node of this upstream cluster (backup mode): the source
-	c        *link.Conn
-	ans      any // its last answer
+	upstream string     // a node of this upstream cluster (backup mode): the source
+	c        *link.Conn // the link dialed to it, or
+	rp       *peer      // its own link to this node, when it refused ours (revask.go)
+	ans      any        // its last answer
+}
+
+// ask sends a check request to x and waits for the answer.
+func (x *checkPeer) ask(ctx context.Context, req, ans proto.Msg) error {
+	if x.rp != nil {
+		return x.rp.reverseAsk(ctx, req, ans, nil)
+	}
+	return x.c.Ask(ctx, req, ans)
 }
 
 // runCheck runs one check order to its end.
@@ -121,9 +130,16 @@ func (r *replicator) runCheck(ctx context.Context, m *link.Conn, o checkOrder) e
 	for _, x := range peers {
 		c, err := r.dialStorage(ctx, x.addr, x.upstream)
 		if err != nil {
+			if x.upstream == "" && alreadyConnected(err) {
+				if p := r.n.storagePeerAt(x.addr); p != nil {
+					x.rp = p
+					continue
+				}
+			}
 			return fmt.Errorf("check of partition %d: %w", o.p, err)
 		}
 		x.c = c
+		r.n.linkPeer(c, x.addr) // its requests on that link are served
 	}
 	all := append([]*checkPeer{self}, peers...)
 	r.n.log.Printf("neo storage: checking partition %d from %s to %s with %d other node(s)", o.p, o.min, o.max, len(peers))
@@ -134,15 +150,15 @@ func (r *replicator) runCheck(ctx context.Context, m *link.Conn, o checkOrder) e
 	for {
 		for _, x := range all {
 			var err error
-			if x.c == nil {
+			if x == self {
 				x.ans, err = r.localCheck(ctx, o.p, nextTid, o.max, nextOid, serials)
 			} else if serials {
 				var a proto.AnswerCheckSerialRange
-				err = x.c.Ask(ctx, &proto.AskCheckSerialRange{Partition: o.p, Length: checkCount, MinTid: nextTid, MaxTid: o.max, MinOid: nextOid}, &a)
+				err = x.ask(ctx, &proto.AskCheckSerialRange{Partition: o.p, Length: checkCount, MinTid: nextTid, MaxTid: o.max, MinOid: nextOid}, &a)
 				x.ans = a
 			} else {
 				var a proto.AnswerCheckTIDRange
-				err = x.c.Ask(ctx, &proto.AskCheckTIDRange{Partition: o.p, Length: checkCount, MinTid: nextTid, MaxTid: o.max}, &a)
+				err = x.ask(ctx, &proto.AskCheckTIDRange{Partition: o.p, Length: checkCount, MinTid: nextTid, MaxTid: o.max}, &a)
 				x.ans = a
 			}
 			if err != nil {

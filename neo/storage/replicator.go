@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -699,8 +698,7 @@ func (r *replicator) connect(ctx context.Context, addr proto.Address, upstream s
 	}
 	c, err := r.dialStorage(ctx, addr, upstream)
 	if err != nil {
-		var pe *proto.Error
-		if upstream == "" && errors.As(err, &pe) && strings.Contains(pe.Message, "already connected") {
+		if upstream == "" && alreadyConnected(err) {
 			if p := r.n.storagePeerAt(addr); p != nil {
 				r.rsrc, r.srcAddr = p, addr
 				return nil

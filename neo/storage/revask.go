@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 
 	"github.com/zodbd/zodbd/neo/link"
@@ -58,8 +59,9 @@ func (n *Node) storagePeerAt(addr proto.Address) *peer {
 
 // reverseAsk sends req on p's link and hands the AddTransaction and
 // AddObject packets that come before its answer to add (in the peer's
-// reader goroutine, in order), then decodes the answer into ans. One
-// call at a time per peer (the replicator's goroutine).
+// reader goroutine, in order; nil: a request that has none, such as a
+// check), then decodes the answer into ans. One call at a time per peer
+// (the replicator's goroutine).
 func (p *peer) reverseAsk(ctx context.Context, req, ans proto.Msg, add func(*link.Request) error) error {
 	c := &revCall{id: revIDs.Add(1), ans: ans, add: add, done: make(chan error, 1)}
 	if !p.rev.CompareAndSwap(nil, c) {
@@ -97,7 +99,9 @@ func (p *peer) takeReverse(id uint32, code uint16, args []byte) bool {
 	}
 	switch {
 	case code == proto.CodeAddTransaction || code == proto.CodeAddObject:
-		if c.addErr == nil {
+		if c.add == nil {
+			c.addErr = fmt.Errorf("%s for a request that has none", proto.CodeName(code))
+		} else if c.addErr == nil {
 			c.addErr = c.add(&link.Request{ID: id, Code: code, Args: args})
 		}
 		return true
@@ -112,6 +116,13 @@ func (p *peer) takeReverse(id uint32, code uint16, args []byte) bool {
 		return true
 	}
 	return false
+}
+
+// alreadyConnected tells whether err is a node's refusal of a link from
+// this one because it has one ("already connected": NEO/py's nodes).
+func alreadyConnected(err error) bool {
+	var pe *proto.Error
+	return errors.As(err, &pe) && strings.Contains(pe.Message, "already connected")
 }
 
 // linkPeer returns the peer that stands for the source at the other end
