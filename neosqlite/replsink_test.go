@@ -10,6 +10,27 @@ import (
 	"github.com/zodbd/zodbd/zodb"
 )
 
+// replObject is a replicated record of oid at serial with data and its
+// checksum.
+func replObject(oid zodb.Oid, serial zodb.Tid, data string) ReplObject {
+	return ReplObject{Oid: oid, Serial: serial, Data: []byte(data), Checksum: sha1.Sum([]byte(data))}
+}
+
+// countRows runs q, a SELECT COUNT(*), on the database at path (read-only)
+// and returns its count.
+func countRows(t *testing.T, path, q string, args ...any) (n int) {
+	t.Helper()
+	sq, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sq.Close()
+	if err := sq.QueryRow(q, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return n
+}
+
 // TestReplicationSink writes what a replication brings (transactions, a
 // pack order, records with data, an undo backpointer, a deletion), twice
 // (the second time changes nothing), lists it back (TIDsFrom,
@@ -23,10 +44,7 @@ func TestReplicationSink(t *testing.T) {
 	defer func() { db.Close() }()
 	var err error
 	const t1, t2, t3 = testTid, testTid + 1, testTid + 2 // partitions 0, 1, 0
-	obj := func(oid zodb.Oid, serial zodb.Tid, data string) ReplObject {
-		return ReplObject{Oid: oid, Serial: serial, Data: []byte(data), Checksum: sha1.Sum([]byte(data))}
-	}
-	undo := obj(2, t3, "a")
+	undo := replObject(2, t3, "a")
 	undo.DataSerial = t1
 	batch := &ReplBatch{
 		Txns: []ReplTxn{
@@ -34,25 +52,14 @@ func TestReplicationSink(t *testing.T) {
 			{Tid: t2, TTid: t2 - 5, Oids: []zodb.Oid{3}},
 			{Tid: t3, TTid: t3 - 5, Oids: []zodb.Oid{2, 4}, Pack: &ReplPack{Approved: 1, PackTid: t2}},
 		},
-		Objects: []ReplObject{obj(2, t1, "a"), obj(3, t2, "b"), undo, {Oid: 4, Serial: t3, NoData: true}},
+		Objects: []ReplObject{replObject(2, t1, "a"), replObject(3, t2, "b"), undo, {Oid: 4, Serial: t3, NoData: true}},
 	}
 	for range 2 {
 		if err := db.StoreReplicated(ctx, batch); err != nil {
 			t.Fatal(err)
 		}
 	}
-	count := func(q string, args ...any) (n int) {
-		t.Helper()
-		sq, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer sq.Close()
-		if err := sq.QueryRow(q, args...).Scan(&n); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-		return n
-	}
+	count := func(q string, args ...any) int { t.Helper(); return countRows(t, path, q, args...) }
 	if n := count("SELECT COUNT(*) FROM trans"); n != 3 {
 		t.Errorf("%d trans rows, want 3", n)
 	}
@@ -128,7 +135,7 @@ func TestReplicationSink(t *testing.T) {
 	if n := count("SELECT COUNT(*) FROM data WHERE id=0"); n != 1 {
 		t.Error("data row of the undo record deleted")
 	}
-	if err := db.StoreReplicated(ctx, &ReplBatch{Objects: []ReplObject{obj(2, t1, "a")}}); err != nil {
+	if err := db.StoreReplicated(ctx, &ReplBatch{Objects: []ReplObject{replObject(2, t1, "a")}}); err != nil {
 		t.Fatal(err)
 	}
 

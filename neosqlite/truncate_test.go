@@ -2,7 +2,6 @@ package neosqlite
 
 import (
 	"context"
-	"crypto/sha1"
 	"database/sql"
 	"testing"
 
@@ -19,10 +18,7 @@ func TestTruncate(t *testing.T) {
 	db, path := newReplTarget(t, 2, 0)
 	defer func() { db.Close() }()
 	const t1, t2, t3, t4 = testTid, testTid + 1, testTid + 2, testTid + 3
-	obj := func(oid zodb.Oid, serial zodb.Tid, data string) ReplObject {
-		return ReplObject{Oid: oid, Serial: serial, Data: []byte(data), Checksum: sha1.Sum([]byte(data))}
-	}
-	undo := obj(2, t3, "a") // reuses t1's data
+	undo := replObject(2, t3, "a") // reuses t1's data
 	undo.DataSerial = t1
 	batch := &ReplBatch{
 		Txns: []ReplTxn{
@@ -31,7 +27,7 @@ func TestTruncate(t *testing.T) {
 			{Tid: t3, TTid: t3 - 5, Oids: []zodb.Oid{2, 5}},
 			{Tid: t4, TTid: t4 - 5, Oids: []zodb.Oid{4}, Pack: &ReplPack{Approved: 1, PackTid: t3}},
 		},
-		Objects: []ReplObject{obj(2, t1, "a"), obj(3, t1, "b"), obj(3, t2, "c"), undo, obj(5, t3, "d"), obj(4, t4, "e")},
+		Objects: []ReplObject{replObject(2, t1, "a"), replObject(3, t1, "b"), replObject(3, t2, "c"), undo, replObject(5, t3, "d"), replObject(4, t4, "e")},
 	}
 	if err := db.StoreReplicated(ctx, batch); err != nil {
 		t.Fatal(err)
@@ -76,18 +72,7 @@ func TestTruncate(t *testing.T) {
 	if cfg := db.Config(); cfg.TruncateTid != t2 || cfg.BackupTid != 0 {
 		t.Errorf("reopened: truncate_tid %s, backup_tid %s", cfg.TruncateTid, cfg.BackupTid)
 	}
-	count := func(q string, args ...any) (n int) {
-		t.Helper()
-		sq, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer sq.Close()
-		if err := sq.QueryRow(q, args...).Scan(&n); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-		return n
-	}
+	count := func(q string, args ...any) int { t.Helper(); return countRows(t, path, q, args...) }
 	if n := count("SELECT COUNT(*) FROM trans"); n != 4 {
 		t.Fatalf("SetTruncateTid deleted rows: %d trans rows, want 4", n)
 	}

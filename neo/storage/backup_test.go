@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zodbd/zodbd/neo/client"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
 	"github.com/zodbd/zodbd/zodb"
@@ -21,11 +20,7 @@ func TestBackupReads(t *testing.T) {
 	ctx := context.Background()
 	be := newSQLiteBackend(t)
 	c := startCluster(t, be)
-	gc, err := client.Dial(ctx, &client.Options{Cluster: cluster, Masters: []string{c.master.Addr()}, CacheSize: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gc.Close()
+	gc := dialClient(t, c.master)
 	oids, err := gc.NewOids(ctx, 1)
 	if err != nil {
 		t.Fatal(err)

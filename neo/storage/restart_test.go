@@ -68,6 +68,18 @@ func runFS1Node(t *testing.T, m *neotest.Master, path, bind string, create bool)
 	return n, stop
 }
 
+// dialClient connects a Go NEO client (no cache) to the cluster of master
+// m, closed when the test ends.
+func dialClient(t *testing.T, m *neotest.Master) *client.Client {
+	t.Helper()
+	c, err := client.Dial(context.Background(), &client.Options{Cluster: cluster, Masters: []string{m.Addr()}, CacheSize: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // commitOne commits oid = data through c and returns the tid.
 func commitOne(t *testing.T, c *client.Client, oid zodb.Oid, serial zodb.Tid, data string) zodb.Tid {
 	t.Helper()
@@ -113,14 +125,7 @@ func TestFS1NodeRestart(t *testing.T) {
 	if nid == proto.NoNode {
 		t.Fatal("no node id")
 	}
-	dial := func() *client.Client {
-		c, err := client.Dial(ctx, &client.Options{Cluster: cluster, Masters: []string{m.Addr()}, CacheSize: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	dial := func() *client.Client { return dialClient(t, m) }
 	c1 := dial()
 	oids, err := c1.NewOids(ctx, 1)
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/zodbd/zodbd/fs1"
-	"github.com/zodbd/zodbd/neo/client"
 	"github.com/zodbd/zodbd/neo/neotest"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
@@ -25,16 +24,7 @@ func TestTruncate(t *testing.T) {
 	ctx := context.Background()
 	be := newSQLiteBackend(t)
 	m, n, done := neotest.StartNode(t, cluster, be)
-	dial := func() *client.Client {
-		t.Helper()
-		c, err := client.Dial(ctx, &client.Options{Cluster: cluster, Masters: []string{m.Addr()}, CacheSize: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	c := dial()
+	c := dialClient(t, m)
 	oids, err := c.NewOids(ctx, 2)
 	if err != nil {
 		t.Fatal(err)
@@ -64,7 +54,7 @@ func TestTruncate(t *testing.T) {
 		t.Errorf("Recovery after the truncation: truncate tid %s, %v", rec.TruncateTid, err)
 	}
 
-	c = dial()
+	c = dialClient(t, m)
 	if last, err := c.LastTid(ctx); err != nil || last != tid2 {
 		t.Fatalf("last tid after truncating at %s: %s, %v", tid2, last, err)
 	}
@@ -98,11 +88,7 @@ func TestTruncateRefusedOnFS1(t *testing.T) {
 	}
 	defer be.Close()
 	m, _, done := neotest.StartNode(t, cluster, be)
-	c, err := client.Dial(ctx, &client.Options{Cluster: cluster, Masters: []string{m.Addr()}, CacheSize: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialClient(t, m)
 	oids, err := c.NewOids(ctx, 1)
 	if err != nil {
 		t.Fatal(err)
