@@ -32,16 +32,12 @@ func (db *DB) SetBackupTid(ctx context.Context, tid zodb.Tid, on bool) error {
 		if err != nil {
 			return err
 		}
-		pt, err := w.readPT()
-		if err != nil {
-			return err
-		}
-		cfg := w.db.Config()
-		cfg.BackupTid, cfg.HasBackupTid = 0, on
-		if on {
-			cfg.BackupTid = tid
-		}
-		return w.publish(pt, cfg)
+		return w.republish(func(cfg *Config) {
+			cfg.BackupTid, cfg.HasBackupTid = 0, on
+			if on {
+				cfg.BackupTid = tid
+			}
+		})
 	})
 	if err != nil {
 		return db.wrap(fmt.Errorf("set backup tid %s: %w", tid, err))

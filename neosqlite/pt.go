@@ -279,6 +279,21 @@ func (w *writer) readPT() ([]Cell, error) {
 	}
 }
 
+// republish makes the pt table as the writer's connection reads it, and
+// the configuration with change applied (nil: none), the DB's table and
+// configuration (publish), after a write of either.
+func (w *writer) republish(change func(*Config)) error {
+	pt, err := w.readPT()
+	if err != nil {
+		return err
+	}
+	cfg := w.db.Config()
+	if change != nil {
+		change(&cfg)
+	}
+	return w.publish(pt, cfg)
+}
+
 // publish makes pt and cfg the DB's table and configuration: the layout
 // of reads and writes and, when the number of partitions changed, the
 // writer's next data ids. It runs in the committer.

@@ -348,11 +348,7 @@ func (db *DB) updateOwnCell(ctx context.Context, sync, needNid bool, q, op strin
 		if err := c.exec(st, op); err != nil {
 			return err
 		}
-		pt, err := w.readPT()
-		if err != nil {
-			return err
-		}
-		return w.publish(pt, cfg)
+		return w.republish(nil)
 	})
 }
 

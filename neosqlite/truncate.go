@@ -34,13 +34,7 @@ func (db *DB) SetTruncateTid(ctx context.Context, tid zodb.Tid) error {
 		if err := w.setConfig("truncate_tid", fmt.Sprintf("%016x", uint64(tid))); err != nil {
 			return err
 		}
-		pt, err := w.readPT()
-		if err != nil {
-			return err
-		}
-		cfg := w.db.Config()
-		cfg.BackupTid, cfg.HasBackupTid, cfg.TruncateTid = 0, false, tid
-		return w.publish(pt, cfg)
+		return w.republish(func(cfg *Config) { cfg.BackupTid, cfg.HasBackupTid, cfg.TruncateTid = 0, false, tid })
 	})
 	if err != nil {
 		return db.wrap(fmt.Errorf("set truncate tid %s: %w", tid, err))
@@ -92,13 +86,7 @@ func (db *DB) Truncate(ctx context.Context) (zodb.Tid, error) {
 		if err := w.c.execSQL("DELETE FROM config WHERE name='truncate_tid'"); err != nil {
 			return err
 		}
-		pt, err := w.readPT()
-		if err != nil {
-			return err
-		}
-		now := w.db.Config()
-		now.TruncateTid = 0
-		return w.publish(pt, now)
+		return w.republish(func(cfg *Config) { cfg.TruncateTid = 0 })
 	})
 	if err != nil {
 		return 0, db.wrap(fmt.Errorf("truncate after %s: %w", tid, err))

@@ -553,13 +553,7 @@ func (db *DB) SetNID(ctx context.Context, nid int32) error {
 			return err
 		}
 		// This node's readable partitions follow its id.
-		pt, err := w.readPT()
-		if err != nil {
-			return err
-		}
-		now := w.db.Config()
-		now.Nid, now.HasNid = nid, true
-		return w.publish(pt, now)
+		return w.republish(func(cfg *Config) { cfg.Nid, cfg.HasNid = nid, true })
 	})
 	if err != nil {
 		return db.wrap(fmt.Errorf("set nid %d: %w", nid, err))
