@@ -128,18 +128,14 @@ func (r *replicator) runCheck(ctx context.Context, m *link.Conn, o checkOrder) e
 		}
 	}()
 	for _, x := range peers {
-		c, err := r.dialStorage(ctx, x.addr, x.upstream)
+		c, rp, err := r.dialOrReverse(ctx, x.addr, x.upstream)
 		if err != nil {
-			if x.upstream == "" && alreadyConnected(err) {
-				if p := r.n.storagePeerAt(x.addr); p != nil {
-					x.rp = p
-					continue
-				}
-			}
 			return fmt.Errorf("check of partition %d: %w", o.p, err)
 		}
-		x.c = c
-		r.n.linkPeer(c, x.addr) // its requests on that link are served
+		x.c, x.rp = c, rp
+		if c != nil {
+			r.n.linkPeer(c, x.addr) // its requests on that link are served
+		}
 	}
 	all := append([]*checkPeer{self}, peers...)
 	r.n.log.Printf("neo storage: checking partition %d from %s to %s with %d other node(s)", o.p, o.min, o.max, len(peers))

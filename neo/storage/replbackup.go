@@ -3,6 +3,8 @@ package storage
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/zodbd/zodbd/neo/link"
 	"github.com/zodbd/zodbd/neo/proto"
@@ -133,15 +135,7 @@ func (r *replicator) backupStep(ctx context.Context, m *link.Conn) error {
 			from = "upstream cluster " + o.upstream
 		}
 		r.n.log.Printf("neo storage: backup: replicating partition %d from %s of %s (%s..%s)", p, o.addr, from, next, o.upTo)
-		pipe := newReplPipe(ctx, r.sink)
-		err := r.fetchTransactions(ctx, pipe, p, next, o.upTo)
-		if err == nil {
-			err = r.fetchObjects(ctx, pipe, p, next, o.upTo)
-		}
-		if werr := pipe.wait(); err == nil {
-			err = werr
-		}
-		if err != nil {
+		if err := r.fetch(ctx, p, next, o.upTo, nil); err != nil {
 			return fmt.Errorf("partition %d: %w", p, err)
 		}
 	}
@@ -172,13 +166,7 @@ func (r *replicator) saveBackupTid(ctx context.Context) error {
 		r.mu.Unlock()
 		return nil
 	}
-	first := true
-	var least zodb.Tid
-	for _, next := range r.bnext {
-		if first || next < least {
-			least, first = next, false
-		}
-	}
+	least := slices.Min(slices.Collect(maps.Values(r.bnext)))
 	bt := zodb.Tid(0)
 	if least != 0 {
 		bt = least - 1

@@ -609,21 +609,30 @@ func (r *replicator) replicatePartition(ctx context.Context, p uint32, upTo zodb
 		return 0, err
 	}
 	r.n.log.Printf("neo storage: replicating partition %d from %s (%s..%s)", p, r.srcAddr, next, upTo)
+	err := r.fetch(ctx, p, next, upTo, func(ctx context.Context) error { return r.sink.SetReplicatedTid(ctx, p, upTo, true) })
+	if err != nil {
+		return 0, err
+	}
+	return upTo, nil
+}
+
+// fetch replicates partition p from next to upTo from the current source:
+// its transactions, then its object records, which a pipe writes while
+// the next chunks are fetched; then, when last is not nil, last's write
+// after them.
+func (r *replicator) fetch(ctx context.Context, p uint32, next, upTo zodb.Tid, last func(context.Context) error) error {
 	pipe := newReplPipe(ctx, r.sink)
 	err := r.fetchTransactions(ctx, pipe, p, next, upTo)
 	if err == nil {
 		err = r.fetchObjects(ctx, pipe, p, next, upTo)
 	}
-	if err == nil {
-		err = pipe.do(func(ctx context.Context) error { return r.sink.SetReplicatedTid(ctx, p, upTo, true) })
+	if err == nil && last != nil {
+		err = pipe.do(last)
 	}
 	if werr := pipe.wait(); err == nil {
 		err = werr
 	}
-	if err != nil {
-		return 0, err
-	}
-	return upTo, nil
+	return err
 }
 
 // source makes the replicator's source a node to replicate p from: the
@@ -696,15 +705,13 @@ func (r *replicator) connect(ctx context.Context, addr proto.Address, upstream s
 			return nil
 		}
 	}
-	c, err := r.dialStorage(ctx, addr, upstream)
+	c, rp, err := r.dialOrReverse(ctx, addr, upstream)
 	if err != nil {
-		if upstream == "" && alreadyConnected(err) {
-			if p := r.n.storagePeerAt(addr); p != nil {
-				r.rsrc, r.srcAddr = p, addr
-				return nil
-			}
-		}
 		return err
+	}
+	if rp != nil {
+		r.rsrc = rp
+		return nil
 	}
 	l := srcLink{c, r.n.linkPeer(c, addr)}
 	if r.dialed == nil {

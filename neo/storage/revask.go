@@ -40,6 +40,18 @@ type revCall struct {
 	done   chan error // capacity 1: the outcome, once the answer came
 }
 
+// take hands an AddTransaction or AddObject packet of the source to the
+// request's add; the first error is kept as the request's outcome.
+func (c *revCall) take(q *link.Request) {
+	switch {
+	case c.addErr != nil:
+	case c.add == nil:
+		c.addErr = fmt.Errorf("%s for a request that has none", q.Name())
+	default:
+		c.addErr = c.add(q)
+	}
+}
+
 // revIDs numbers the requests this node sends on its peers' links (the
 // ids of a link's two directions are independent in NEO).
 var revIDs atomic.Uint32
@@ -99,11 +111,7 @@ func (p *peer) takeReverse(id uint32, code uint16, args []byte) bool {
 	}
 	switch {
 	case code == proto.CodeAddTransaction || code == proto.CodeAddObject:
-		if c.add == nil {
-			c.addErr = fmt.Errorf("%s for a request that has none", proto.CodeName(code))
-		} else if c.addErr == nil {
-			c.addErr = c.add(&link.Request{ID: id, Code: code, Args: args})
-		}
+		c.take(&link.Request{ID: id, Code: code, Args: args})
 		return true
 	case code&proto.AnswerBit != 0 && id == c.id:
 		// The answer's byte fields must outlive the reader's buffer.
@@ -118,11 +126,19 @@ func (p *peer) takeReverse(id uint32, code uint16, args []byte) bool {
 	return false
 }
 
-// alreadyConnected tells whether err is a node's refusal of a link from
-// this one because it has one ("already connected": NEO/py's nodes).
-func alreadyConnected(err error) bool {
+// dialOrReverse dials the storage node at addr (dialStorage); when the
+// node refuses because it has a link to this one ("already connected":
+// NEO/py's nodes), it returns that node's peer instead, whose own link
+// this node then asks over (reverseAsk).
+func (r *replicator) dialOrReverse(ctx context.Context, addr proto.Address, upstream string) (*link.Conn, *peer, error) {
+	c, err := r.dialStorage(ctx, addr, upstream)
 	var pe *proto.Error
-	return errors.As(err, &pe) && strings.Contains(pe.Message, "already connected")
+	if err != nil && upstream == "" && errors.As(err, &pe) && strings.Contains(pe.Message, "already connected") {
+		if p := r.n.storagePeerAt(addr); p != nil {
+			return nil, p, nil
+		}
+	}
+	return c, nil, err
 }
 
 // linkPeer returns the peer that stands for the source at the other end
@@ -150,8 +166,8 @@ func (n *Node) serveLink(c *link.Conn, p *peer) {
 		x := p.rev.Load()
 		switch q.Code {
 		case proto.CodeAddTransaction, proto.CodeAddObject:
-			if x != nil && x.addErr == nil {
-				x.addErr = x.add(q)
+			if x != nil {
+				x.take(q)
 			}
 		case proto.CodeAskFetchTransactions, proto.CodeAskFetchObjects, proto.CodeAskCheckTIDRange, proto.CodeAskCheckSerialRange:
 			if err := p.dispatchRepl(q.ID, q.Code, q.Args); err != nil {
