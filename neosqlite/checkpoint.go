@@ -35,7 +35,14 @@ import (
 //     last complete checkpoint the committer waits for one after every
 //     commit until one completes (the idle readers' snapshots, which
 //     would keep the file's pages from being overwritten, ended first).
-//     Most frames were copied by then.
+//     Most frames were copied by then;
+//   - once the committer has had no commit for idleCkptDelay (the end of
+//     a replication, a pause between commits), one it waits for, which
+//     copies what is left; when it copied every frame, the read
+//     connections start new snapshots, which SQLite then serves from the
+//     file alone, and the next commit starts the WAL over
+//     (writer.idleCheckpoint). Otherwise the last frames would stay in
+//     the WAL, read through it, until commits resumed.
 //
 // Durability is unchanged: a commit is durable once the WAL holds it and
 // is synced (synchronous FULL, or the committer's deferred fsync); a

@@ -1,12 +1,15 @@
 package neosqlite
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha1"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -110,6 +113,101 @@ func TestCheckpointer(t *testing.T) {
 	if want := 1500 + batches*perBatch; n != want {
 		t.Errorf("%d records after reopen, want %d", n, want)
 	}
+}
+
+// TestIdleCheckpoint replicates 8 MiB of records, then reads them while
+// the writer is idle: once idleCkptDelay passed with no commit, every
+// frame of the WAL is in the file and the readers' snapshots (each read
+// connection keeps one) ignore the WAL, so the next commit starts the WAL
+// over instead of appending to it. Before, the last batches stayed in the
+// WAL, where every read of their pages went through SQLite's page cache,
+// until the next commits let the WAL restart.
+func TestIdleCheckpoint(t *testing.T) {
+	defer func(d time.Duration) { idleCkptDelay = d }(idleCkptDelay)
+	idleCkptDelay = 50 * time.Millisecond
+	ctx := context.Background()
+	db, _ := newReplTarget(t, 1, 0)
+	defer db.Close()
+	w := db.w
+	const size = 4096
+	oid, tid := zodb.Oid(0), testTid
+	store := func(records int) {
+		t.Helper()
+		b := &ReplBatch{Txns: []ReplTxn{{Tid: tid, TTid: tid}}}
+		for range records {
+			d := make([]byte, size)
+			copy(d, fmt.Sprintf("record %d", oid))
+			b.Objects = append(b.Objects, ReplObject{Oid: oid, Serial: tid, Data: d, Checksum: sha1.Sum(d)})
+			b.Txns[0].Oids = append(b.Txns[0].Oids, oid)
+			oid++
+		}
+		if err := db.StoreReplicated(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.SetReplicatedTid(ctx, 0, tid, false); err != nil {
+			t.Fatal(err)
+		}
+		tid++
+	}
+	// read loads every record from several goroutines, so that several
+	// read connections hold snapshots.
+	read := func() {
+		t.Helper()
+		var wg sync.WaitGroup
+		errs := make(chan error, 4)
+		for g := range 4 {
+			wg.Go(func() {
+				for o := zodb.Oid(g); o < oid; o += 4 {
+					ob, err := db.Object(ctx, o, 0, 0, nil)
+					if err == nil && !bytes.HasPrefix(ob.Data, fmt.Appendf(nil, "record %d", o)) {
+						err = fmt.Errorf("oid %d: wrong data", o)
+					}
+					if err != nil {
+						errs <- err
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+	}
+	for range 8 {
+		store(256)
+	}
+	// Replicated: the cell is readable.
+	if err := db.SetPartitionTable(ctx, 2, 1, []CellChange{{0, 1, UpToDate}}, false, 0); err != nil {
+		t.Fatal(err)
+	}
+	read()
+	deadline := time.Now().Add(10 * time.Second)
+	for w.idleCkpts.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no checkpoint of the idle writer within 10 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	read()
+	frames, copied, err := w.ckpt.wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if copied != frames {
+		t.Errorf("after the idle checkpoint: %d of %d frames in the file", copied, frames)
+	}
+	before := frames
+	store(1)
+	if frames, _, err = w.ckpt.wait(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("WAL frames: %d after the replication, %d after one more commit", before, frames)
+	if frames >= before {
+		t.Errorf("a commit after the idle checkpoint left %d frames in the WAL (%d before): the readers kept it from restarting", frames, before)
+	}
+	read()
 }
 
 // BenchmarkStoreReplicated writes replicated records (4 KiB each) in

@@ -54,6 +54,16 @@ import (
 // (NEO/py defers its commit by 1 s).
 const unlockSyncDelay = time.Second
 
+// idleCkptDelay is how long the writer waits after its last commit before
+// it copies what the WAL holds into the file (idleCheckpoint); after a
+// checkpoint that could not copy everything (a reader's snapshot needed
+// the file's pages), it tries again after twice as long, up to
+// maxIdleCkptDelay. Variables, for the tests.
+var (
+	idleCkptDelay    = time.Second
+	maxIdleCkptDelay = 30 * time.Second
+)
+
 // VotedTxn is what a transaction stores on this node at vote.
 type VotedTxn struct {
 	TTid zodb.Tid
@@ -158,7 +168,9 @@ type writer struct {
 	ckpt      *checkpointer // copies the WAL into the file (checkpoint.go)
 	ckptPages int           // pages written since the last checkpoint started
 	walPages  int           // pages written since the last complete checkpoint the committer waited for
+	uncopied  bool          // commits since the last complete checkpoint the committer saw
 	ownCkpts  atomic.Uint64 // complete checkpoints the committer waited for (tests)
+	idleCkpts atomic.Uint64 // complete checkpoints of an idle writer (tests)
 }
 
 type wstmts struct {
@@ -353,6 +365,13 @@ func (w *writer) loop() {
 	defer close(w.exit)
 	var timer *time.Timer
 	var timerC <-chan time.Time
+	// idle fires once no commit came for idleCkptDelay (backoff after a
+	// checkpoint that could not complete) while frames may be uncopied.
+	idle := time.NewTimer(time.Hour)
+	idle.Stop()
+	defer idle.Stop()
+	var idleC <-chan time.Time
+	backoff := idleCkptDelay
 	for {
 		select {
 		case op := <-w.ops:
@@ -367,6 +386,11 @@ func (w *writer) loop() {
 				}
 			}
 			w.runBatch()
+			if w.uncopied {
+				backoff = idleCkptDelay
+				idle.Reset(backoff)
+				idleC = idle.C
+			}
 			if w.dirty && timerC == nil {
 				if timer == nil {
 					timer = time.NewTimer(unlockSyncDelay)
@@ -380,6 +404,13 @@ func (w *writer) loop() {
 			w.db.raw.sweepNow()
 			if w.dirty {
 				w.syncNow()
+			}
+		case <-idleC:
+			idleC = nil
+			if !w.idleCheckpoint() {
+				backoff = min(2*backoff, maxIdleCkptDelay)
+				idle.Reset(backoff)
+				idleC = idle.C
 			}
 		case <-w.quit:
 			if timer != nil {
@@ -487,6 +518,9 @@ func (w *writer) afterCommit() {
 	n := w.c.pagesWritten()
 	w.ckptPages += n
 	w.walPages += n
+	if n > 0 {
+		w.uncopied = true
+	}
 	switch {
 	case w.walPages >= walLimitPages || w.ckptPages >= ckptPages && n < bulkPages:
 		// The idle readers' snapshots, which a checkpoint may not
@@ -496,12 +530,41 @@ func (w *writer) afterCommit() {
 		w.ckptPages = 0
 		if err == nil && copied == frames {
 			w.walPages = 0
+			w.uncopied = false
 			w.ownCkpts.Add(1)
 		}
 	case w.ckptPages >= ckptPages:
 		w.ckptPages = 0
 		w.ckpt.request()
 	}
+}
+
+// idleCheckpoint runs once the writer has had no commit for
+// idleCkptDelay while the WAL may hold frames not copied into the file
+// (the last ones of a replication, commits between two checkpoints): it
+// copies them and reports whether every frame is now in the file. If so,
+// the read connections start new snapshots, which then ignore the WAL:
+// SQLite reads a page from the WAL when a snapshot's part of the WAL
+// holds it, through its page cache, whose one process-wide mutex per page
+// read made loads of WAL-resident records 3-17x costlier than loads from
+// the memory-mapped file on 16 cores (BENCHMARKS.md, "Loads after a
+// replication"), and a snapshot's part of the WAL stays until the next
+// commit.
+func (w *writer) idleCheckpoint() bool {
+	w.db.raw.sweepNow()
+	frames, copied, err := w.ckpt.wait()
+	if err != nil || copied != frames {
+		return false
+	}
+	w.uncopied = false
+	w.walPages, w.ckptPages = 0, 0
+	w.idleCkpts.Add(1)
+	// New snapshots now: at the next lookup for the connections in use,
+	// at once for the idle ones (whose snapshots would also keep the
+	// next commit from starting the WAL over).
+	w.db.raw.gen.Add(1)
+	w.db.raw.sweepNow()
+	return true
 }
 
 // runOp runs op under a savepoint: on error its changes, in the database
