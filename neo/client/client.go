@@ -205,11 +205,24 @@ type node struct {
 	state  proto.NodeState
 	idTime float64
 
-	cmu      sync.Mutex // guards the fields below
-	conn     *link.Conn
-	dialing  chan struct{} // closed when the dial in progress ends
-	dialErr  error
-	failedAt time.Time // last failure, to prefer other cells
+	// failedAt is the time of the last failure (UnixNano, 0 for none),
+	// to prefer other cells; read without a lock on every load.
+	failedAt atomic.Int64
+
+	// conn is the connection to the node, nil when there is none; read
+	// without a lock on every load, written under cmu.
+	conn atomic.Pointer[link.Conn]
+
+	cmu     sync.Mutex    // guards the fields below
+	dialing chan struct{} // closed when the dial in progress ends
+	dialErr error
+}
+
+// failedRecently reports whether n failed in the 10 s before now
+// (UnixNano).
+func (n *node) failedRecently(now int64) bool {
+	t := n.failedAt.Load()
+	return t != 0 && now-t < int64(10*time.Second)
 }
 
 // Dial joins the cluster through its master and returns a client. ctx bounds
@@ -385,9 +398,8 @@ func (c *Client) fail(err error) {
 	c.mu.RUnlock()
 	for _, n := range nodes {
 		n.cmu.Lock()
-		if n.conn != nil {
-			n.conn.Close()
-			n.conn = nil
+		if conn := n.conn.Swap(nil); conn != nil {
+			conn.Close()
 		}
 		n.cmu.Unlock()
 	}
@@ -517,9 +529,8 @@ func (c *Client) updateNodes(infos []proto.NodeInfo) error {
 	c.mu.Unlock()
 	for _, n := range drop {
 		n.cmu.Lock()
-		if n.conn != nil {
-			n.conn.Close()
-			n.conn = nil
+		if conn := n.conn.Swap(nil); conn != nil {
+			conn.Close()
 		}
 		n.cmu.Unlock()
 	}
@@ -619,33 +630,29 @@ func (c *Client) publishRouting() {
 }
 
 // readableNodes returns the storages of rt that hold a readable cell of
-// partition p, in random order, those that failed recently last. The
-// slice may be shared: the caller must not modify it. It takes no lock
-// when the partition has one readable cell.
-func readableNodes(rt *routing, p int) []*node {
+// partition p, in random order, those that failed recently last. With one
+// readable cell it returns rt's own slice, which the caller must not
+// modify; with more it orders them in dst's array (appending from
+// dst[:0]): no lock and, with room in dst, no allocation per load.
+func readableNodes(rt *routing, p int, dst []*node) []*node {
 	if rt == nil || p >= len(rt.readable) {
 		return nil
 	}
 	ns := rt.readable[p]
-	if len(ns) > 1 {
-		ns = append([]*node(nil), ns...)
-		rand.Shuffle(len(ns), func(i, j int) { ns[i], ns[j] = ns[j], ns[i] })
-		now := time.Now()
-		recent := func(n *node) bool {
-			n.cmu.Lock()
-			defer n.cmu.Unlock()
-			return !n.failedAt.IsZero() && now.Sub(n.failedAt) < 10*time.Second
+	if len(ns) <= 1 {
+		return ns
+	}
+	ns = append(dst[:0], ns...)
+	rand.Shuffle(len(ns), func(i, j int) { ns[i], ns[j] = ns[j], ns[i] })
+	// The ones that did not fail recently first, each group in its order.
+	now := time.Now().UnixNano()
+	ok := 0
+	for i, n := range ns {
+		if !n.failedRecently(now) {
+			copy(ns[ok+1:i+1], ns[ok:i])
+			ns[ok] = n
+			ok++
 		}
-		ok := ns[:0:0]
-		var bad []*node
-		for _, n := range ns {
-			if recent(n) {
-				bad = append(bad, n)
-			} else {
-				ok = append(ok, n)
-			}
-		}
-		ns = append(ok, bad...)
 	}
 	return ns
 }
@@ -683,9 +690,11 @@ func (c *Client) storageNodes() []*node {
 // there is none. Concurrent callers share one dial.
 func (c *Client) storageConn(ctx context.Context, n *node) (*link.Conn, error) {
 	for {
+		if conn := n.conn.Load(); conn != nil {
+			return conn, nil
+		}
 		n.cmu.Lock()
-		if n.conn != nil {
-			conn := n.conn
+		if conn := n.conn.Load(); conn != nil {
 			n.cmu.Unlock()
 			return conn, nil
 		}
@@ -702,7 +711,7 @@ func (c *Client) storageConn(ctx context.Context, n *node) (*link.Conn, error) {
 			}
 			n.cmu.Lock()
 			err := n.dialErr
-			conn := n.conn
+			conn := n.conn.Load()
 			n.cmu.Unlock()
 			if conn != nil {
 				return conn, nil
@@ -732,11 +741,11 @@ func (c *Client) storageConn(ctx context.Context, n *node) (*link.Conn, error) {
 				err = c.failure()
 				n.dialErr = err
 			} else {
-				n.conn = conn
-				n.failedAt = time.Time{}
+				n.conn.Store(conn)
+				n.failedAt.Store(0)
 			}
 		} else {
-			n.failedAt = time.Now()
+			n.failedAt.Store(time.Now().UnixNano())
 		}
 		n.cmu.Unlock()
 		close(ch)
@@ -804,9 +813,8 @@ func (c *Client) storageRequest(n *node, conn *link.Conn, req *link.Request) {
 // dropConn closes conn and forgets it if it is still n's connection.
 func (c *Client) dropConn(n *node, conn *link.Conn) {
 	n.cmu.Lock()
-	if n.conn == conn {
-		n.conn = nil
-		n.failedAt = time.Now()
+	if n.conn.CompareAndSwap(conn, nil) {
+		n.failedAt.Store(time.Now().UnixNano())
 	}
 	n.cmu.Unlock()
 	conn.Close()
@@ -841,7 +849,8 @@ func (c *Client) askRead(ctx context.Context, p int, req, ans proto.Msg, check f
 			return &NoReadableCellError{Partition: p}
 		}
 		var errs []error
-		done, retry, err := c.askReadRound(ctx, readableNodes(rt, p), req, ans, check, buf, &errs)
+		var order [4]*node
+		done, retry, err := c.askReadRound(ctx, readableNodes(rt, p, order[:0]), req, ans, check, buf, &errs)
 		if done {
 			return err
 		}
@@ -892,9 +901,7 @@ func (c *Client) askReadRound(ctx context.Context, nodes []*node, req, ans proto
 		if err == nil && check != nil {
 			if err = check(); err != nil {
 				*errs = append(*errs, fmt.Errorf("storage %v: %w", n.nid, err))
-				n.cmu.Lock()
-				n.failedAt = time.Now()
-				n.cmu.Unlock()
+				n.failedAt.Store(time.Now().UnixNano())
 				continue
 			}
 		}
