@@ -10,7 +10,7 @@ end of a replication is seen within milliseconds, not a neoctl start-up):
     $PY bench/neorepl.py prepare --src /tmp/neopy --zodbd bin/zodbd --txns 48000 --work W
     $PY bench/neorepl.py prepare --src /tmp/neopy --zodbd bin/zodbd --wczblk1 300 --work W2
     $PY bench/neorepl.py run --src /tmp/neopy --zodbd bin/zodbd --work W [--rounds 3] \\
-        [--pairs zodbd:zodbd,neopy:zodbd,zodbd:neopy,neopy:neopy,zodbd-fs:zodbd] [-d 3] [-c 16] \\
+        [--pairs zodbd:zodbd,neopy:zodbd,zodbd:neopy,neopy:neopy,zodbd-fs:zodbd] [-d 3] [-c 16,64] \\
         [--zodbd-base OLD --pairs base:base,zodbd:zodbd,neopy:neopy] [--no-wrk] [--verify]
 
 `prepare` makes W/prod1.fs (scripts/gen_dataset.py prod1 TXNS, with
@@ -37,7 +37,7 @@ as stored (sum of the data rows' lengths, uncompressed here) over that
 time. The copies are fresh files just written: the source reads from the
 page cache.
 
-For the zodbd:zodbd pair the round also runs, with the source alone and
+For the zodbd:zodbd and base:base pairs the round also runs, with the source alone and
 then with both nodes up to date (unless --no-wrk): `zodbd wrk --cache off -c C -d D`
 (loads/s; every load a request, the client spreading them at random over
 the readable cells) and `zodbd wrk --commit -c 1 -d D` (commit latency:
@@ -108,13 +108,14 @@ class Cluster:
         when db ends in .fs), base (zodbd's --zodbd-base) or neopy on db;
         returns its address."""
         addr = '127.0.0.1:%d' % free_port()
+        cpus = getattr(self.a, 'node_cpus', {}).get(name)  # run's --node-cpus
         if kind == 'neopy':
-            cmd = self.neo('neostorage') + ['-c', CLUSTER, '-b', addr, '-m', self.master, '-a', 'SQLite', '-d', db]
+            cmd = (['taskset', '-c', cpus] if cpus else []) + self.neo('neostorage') + ['-c', CLUSTER, '-b', addr, '-m', self.master, '-a', 'SQLite', '-d', db]
         else:
             backend = db if db.endswith('.fs') else 'sqlite:' + db
             exe = self.a.zodbd_base if kind == 'base' else self.a.zodbd
             cmd = [exe, 'neo-storage', '--cluster', CLUSTER, '--masters', self.master, '--bind', addr,
-                   '--read-write'] + list(extra) + [backend]
+                   '--read-write'] + (['--cpus', cpus] if cpus else []) + list(extra) + [backend]
         self.spawn(name, cmd, addr)
         return addr
 
@@ -268,11 +269,30 @@ def digest(db):
 
 
 def wrk(a, c, *args):
-    cmd = [a.zodbd, 'wrk', '--json'] + list(args) + ['neo://%s@%s' % (CLUSTER, c.master)]
+    cmd = (['taskset', '-c', a.wrk_cpus] if a.wrk_cpus else []) + [a.zodbd, 'wrk', '--json'] + list(args) + [
+        'neo://%s@%s' % (CLUSTER, c.master)]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
         raise SystemExit('neorepl: %s failed: %s\n%s' % (' '.join(cmd), p.stderr[-2000:], c.logs()))
     return json.loads(p.stdout)
+
+
+def loads(a, c, r, pair, nodes, points):
+    """Loads/s of `zodbd wrk --cache off` with each of a.c connection
+    counts, against the cluster's nodes as they are."""
+    names = [n for n in ('src', 'dst') if n in c.procs]
+    for conns in a.c:
+        cpu0 = [cpu_s(c.procs[n]) for n in names]
+        w = wrk(a, c, '--cache', 'off', '-c', str(conns), '-d', '%gs' % a.d)
+        # CPU s of each node over the whole wrk run (its checksum pass
+        # included): how the loads were spread, and what each cost.
+        cpu = [cpu_s(c.procs[n]) - x for n, x in zip(names, cpu0)]
+        points.append({'round': r, 'what': 'loads', 'pair': pair, 'nodes': nodes, 'c': conns, 'ops_s': w['ops_per_s'],
+                       'p50_us': w['latency_ns']['p50'] / 1e3, 'p99_us': w['latency_ns']['p99'] / 1e3,
+                       'node_cpu_s': dict(zip(names, cpu))})
+        print('round %d %s loads/s, %d node%s, -c %d: %.0f (p50 %.0f µs, p99 %.0f µs; CPU s %s)' % (
+            r, pair, nodes, 's' if nodes > 1 else '', conns, w['ops_per_s'], w['latency_ns']['p50'] / 1e3,
+            w['latency_ns']['p99'] / 1e3, ' '.join('%s %.2f' % x for x in zip(names, cpu))), flush=True)
 
 
 def data_fs(work):
@@ -299,14 +319,13 @@ def run_pair(a, r, src, dst, size, points):
         os.sync()
         c.storage('src', src if src in ('neopy', 'base') else 'zodbd', db)
         c.wait(c.running, 'cluster running', timeout=300, step=0.1)
-        extra = src == 'zodbd' and dst == 'zodbd' and not a.no_wrk
+        pair = '%s:%s' % (src, dst)
+        extra = src == dst and src in ('zodbd', 'base') and not a.no_wrk
         if extra:
-            w = wrk(a, c, '--cache', 'off', '-c', str(a.c), '-d', '%gs' % a.d)
-            points.append({'round': r, 'what': 'loads', 'nodes': 1, 'ops_s': w['ops_per_s']})
-            print('round %d loads/s, 1 zodbd node, -c %d: %.0f' % (r, a.c, w['ops_per_s']), flush=True)
+            loads(a, c, r, pair, 1, points)
             w = wrk(a, c, '--commit', '-c', '1', '-d', '%gs' % a.d)
             lat = w['latency_ns']
-            points.append({'round': r, 'what': 'commit', 'nodes': 1, 'p50_ms': lat['p50'] / 1e6,
+            points.append({'round': r, 'what': 'commit', 'pair': pair, 'nodes': 1, 'p50_ms': lat['p50'] / 1e6,
                            'p99_ms': lat['p99'] / 1e6, 'ops_s': w['ops_per_s']})
             print('round %d commit, 1 node (-r 0): p50 %.2f ms p99 %.2f ms, %.0f/s' % (
                 r, lat['p50'] / 1e6, lat['p99'] / 1e6, w['ops_per_s']), flush=True)
@@ -340,12 +359,10 @@ def run_pair(a, r, src, dst, size, points):
               '  WAL %.0f MiB' % (r, src + ':' + dst, dt, mbs, size['records'] / dt, cpu['src'], cpu['dst'], wal_mib),
               flush=True)
         if extra:
-            w = wrk(a, c, '--cache', 'off', '-c', str(a.c), '-d', '%gs' % a.d)
-            points.append({'round': r, 'what': 'loads', 'nodes': 2, 'ops_s': w['ops_per_s']})
-            print('round %d loads/s, 2 zodbd nodes, -c %d: %.0f' % (r, a.c, w['ops_per_s']), flush=True)
+            loads(a, c, r, pair, 2, points)
             w = wrk(a, c, '--commit', '-c', '1', '-d', '%gs' % a.d)
             lat = w['latency_ns']
-            points.append({'round': r, 'what': 'commit', 'nodes': 2, 'p50_ms': lat['p50'] / 1e6,
+            points.append({'round': r, 'what': 'commit', 'pair': pair, 'nodes': 2, 'p50_ms': lat['p50'] / 1e6,
                            'p99_ms': lat['p99'] / 1e6, 'ops_s': w['ops_per_s']})
             print('round %d commit, 2 nodes (-r 1): p50 %.2f ms p99 %.2f ms, %.0f/s' % (
                 r, lat['p50'] / 1e6, lat['p99'] / 1e6, w['ops_per_s']), flush=True)
@@ -386,20 +403,23 @@ def cmd_run(a):
             src, dst, med([p['s'] for p in ps]), med([p['mb_s'] for p in ps]), med([p['records_s'] for p in ps]),
             '%.2f (%s)' % (med(ratios), ' '.join('%.2f' % x for x in ratios)) if ratios else '',
             med([p['src_cpu_s'] for p in ps]), med([p['dst_cpu_s'] for p in ps])))
-    for what in ('loads', 'commit'):
-        one = {p['round']: p for p in points if p['what'] == what and p['nodes'] == 1}
-        two = {p['round']: p for p in points if p['what'] == what and p['nodes'] == 2}
-        if not one:
-            continue
-        if what == 'loads':
-            rs = [two[k]['ops_s'] / one[k]['ops_s'] for k in one if k in two]
-            print('loads/s -c %d: 1 node %.0f, 2 nodes %.0f; 2/1 %.2f (%s)' % (
-                a.c, med([p['ops_s'] for p in one.values()]), med([p['ops_s'] for p in two.values()]),
-                med(rs), ' '.join('%.2f' % x for x in rs)))
-        else:
+    for pair in ['%s:%s' % p for p in pairs]:
+        for conns in a.c:
+            sel = [p for p in points if p['what'] == 'loads' and p['pair'] == pair and p['c'] == conns]
+            one = {p['round']: p for p in sel if p['nodes'] == 1}
+            two = {p['round']: p for p in sel if p['nodes'] == 2}
+            if one:
+                rs = [two[k]['ops_s'] / one[k]['ops_s'] for k in one if k in two]
+                print('%s loads/s -c %d: 1 node %.0f, 2 nodes %.0f; 2/1 %.2f (%s)' % (
+                    pair, conns, med([p['ops_s'] for p in one.values()]), med([p['ops_s'] for p in two.values()]),
+                    med(rs), ' '.join('%.2f' % x for x in rs)))
+        sel = [p for p in points if p['what'] == 'commit' and p['pair'] == pair]
+        one = {p['round']: p for p in sel if p['nodes'] == 1}
+        two = {p['round']: p for p in sel if p['nodes'] == 2}
+        if one:
             rs = [two[k]['p50_ms'] / one[k]['p50_ms'] for k in one if k in two]
-            print('commit latency -c 1: -r 0 p50 %.2f p99 %.2f ms; -r 1 p50 %.2f p99 %.2f ms; p50 ratio %.2f (%s)' % (
-                med([p['p50_ms'] for p in one.values()]), med([p['p99_ms'] for p in one.values()]),
+            print('%s commit latency -c 1: -r 0 p50 %.2f p99 %.2f ms; -r 1 p50 %.2f p99 %.2f ms; p50 ratio %.2f (%s)' % (
+                pair, med([p['p50_ms'] for p in one.values()]), med([p['p99_ms'] for p in one.values()]),
                 med([p['p50_ms'] for p in two.values()]), med([p['p99_ms'] for p in two.values()]),
                 med(rs), ' '.join('%.2f' % x for x in rs)))
     if a.out:
@@ -424,7 +444,12 @@ def main():
     p.add_argument('--pairs', default='zodbd:zodbd,neopy:zodbd,zodbd:neopy,neopy:neopy')
     p.add_argument('--rounds', type=int, default=3)
     p.add_argument('-d', type=float, default=3.0, help='seconds per wrk measure')
-    p.add_argument('-c', type=int, default=16, help='wrk connections for loads/s')
+    p.add_argument('-c', type=lambda v: [int(x) for x in v.split(',')], default=[16],
+                   help='wrk connection counts for loads/s, comma-separated (default 16)')
+    p.add_argument('--node-cpus', metavar='SRC/DST', default={},
+                   type=lambda v: dict(zip(('src', 'dst'), v.split('/'))),
+                   help='CPU lists of the source and target nodes (zodbd --cpus, taskset for NEO/py), e.g. 0-2/3-5')
+    p.add_argument('--wrk-cpus', metavar='LIST', help='CPU list of the zodbd wrk load generator (taskset)')
     p.add_argument('--debug-addr', help='zodbd targets serve pprof here (profiling)')
     p.add_argument('--out', help='JSON file of every point')
     p.add_argument('--zodbd-base', help='zodbd binary of the pairs\' node kind "base"')
@@ -433,6 +458,8 @@ def main():
                    help='check after each replication (untimed) that the target has the rows of the source')
     a = ap.parse_args()
     a.zodbd = os.path.abspath(a.zodbd)
+    if getattr(a, 'zodbd_base', None):
+        a.zodbd_base = os.path.abspath(a.zodbd_base)
     a.work = os.path.abspath(a.work)
     sys.path.insert(0, a.src)
     {'prepare': cmd_prepare, 'run': cmd_run}[a.cmd](a)
