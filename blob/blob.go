@@ -110,7 +110,7 @@ func OpenFS(path, layout string, fsys vfs.FS) (*Dir, error) {
 			return nil, fmt.Errorf("blob: directory layout `%s` selected for blob directory %s, but marker found for layout `%s`", layout, abs, got)
 		}
 	case errors.Is(err, fs.ErrNotExist):
-		if err := writeFileSync(fsys, marker, []byte(layout)); err != nil {
+		if err := vfs.WriteFile(fsys, marker, []byte(layout)); err != nil {
 			return nil, fmt.Errorf("blob: %w", err)
 		}
 	default:
@@ -588,23 +588,4 @@ func mkdirAllSync(fsys vfs.FS, dir string) error {
 		return err
 	}
 	return fsys.SyncDir(parent)
-}
-
-func writeFileSync(fsys vfs.FS, path string, b []byte) error {
-	f, err := fsys.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := fsys.WriteAt(f, b, 0); err != nil {
-		f.Close()
-		return err
-	}
-	if err := fsys.Sync(f); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return fsys.SyncDir(filepath.Dir(path))
 }

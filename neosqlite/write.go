@@ -13,6 +13,7 @@ import (
 
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/zodbd/zodbd/internal/vfs"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -48,7 +49,8 @@ import (
 // commit, hence one fsync for concurrent votes and locks (group commit).
 // The database is in WAL mode while the writer has it open, so that the
 // readers (other connections) never wait for it; Close puts it back in
-// the journal mode it had (NEO/py's default: DELETE).
+// the journal mode it had (NEO/py's default: DELETE), also when the
+// writer before crashed (journalModeFile).
 
 // unlockSyncDelay bounds how long an unlock's commit stays not durable
 // (NEO/py defers its commit by 1 s).
@@ -150,7 +152,7 @@ type writer struct {
 	closeOnce sync.Once
 	exit      chan struct{}
 
-	journal  string // the journal mode found at open, restored by finish
+	journal  string // the journal mode before this writer (foundJournalMode), restored by finish
 	dedup    bool
 	dataNext []int64         // next data id by partition
 	held     map[int64]int32 // data id -> references from tobj (NEO's _uncommitted_data)
@@ -236,7 +238,7 @@ func openWriter(db *DB, uri string) (*writer, error) {
 		c.close()
 		return nil, err
 	}
-	if w.journal, err = c.queryText("PRAGMA journal_mode"); err != nil {
+	if w.journal, err = foundJournalMode(c, db.abs); err != nil {
 		return fail(fmt.Errorf("journal mode: %w", err))
 	}
 	if mode, err := c.queryText("PRAGMA journal_mode=WAL"); err != nil {
@@ -630,27 +632,64 @@ func (w *writer) close() {
 	<-w.exit
 }
 
-// finish puts the database back in the journal mode it had at open
-// (NEO/py's default is DELETE; an operator may have chosen another with
-// NEO/py's journal_mode pragma) and closes the connection. Every other
-// connection must be closed.
+// journalModeFile is the file beside the database at path in which the
+// writer records the journal mode it found, when it was not WAL, before it
+// switches the database to WAL; finish removes it once it has put that
+// mode back. WAL mode is recorded in the database file itself, so after a
+// crash the file is in WAL mode whatever it was before: the record tells
+// the WAL zodbd left from a WAL an operator chose (NEO/py's journal_mode
+// pragma), which stays.
+func journalModeFile(path string) string { return path + ".zodbd-journal" }
+
+// foundJournalMode returns the journal mode the database at path had
+// before this writer, as finish should put it back: the one recorded
+// beside it by a writer that did not finish, else the database's own,
+// which it records unless it is WAL.
+func foundJournalMode(c *rawConn, path string) (string, error) {
+	rec := journalModeFile(path)
+	b, err := os.ReadFile(rec)
+	switch {
+	case err == nil:
+		mode := string(bytes.TrimSpace(b))
+		if restoredJournalMode(mode) != mode {
+			return "", fmt.Errorf("%s: not a journal mode: %q", rec, b)
+		}
+		return mode, nil
+	case !errors.Is(err, os.ErrNotExist):
+		return "", err
+	}
+	mode, err := c.queryText("PRAGMA journal_mode")
+	if err != nil || mode == "wal" {
+		return mode, err
+	}
+	return mode, vfs.WriteFile(vfs.OS, rec, []byte(restoredJournalMode(mode)+"\n"))
+}
+
+// restoredJournalMode is the mode finish puts back for mode: itself, or
+// DELETE for one that does not last across processes (memory or off,
+// NEO/py's unsafe test mode).
+func restoredJournalMode(mode string) string {
+	switch mode {
+	case "delete", "truncate", "persist", "wal":
+		return mode
+	}
+	return "delete"
+}
+
+// finish puts the database back in the journal mode it had before this
+// writer (foundJournalMode; NEO/py's default is DELETE) and closes the
+// connection. Every other connection must be closed.
 func (w *writer) finish() error {
 	c := w.c
 	if c.closed {
 		return nil
 	}
 	w.ckpt.stop()
-	mode := w.journal
-	switch mode {
-	case "delete", "truncate", "persist", "wal":
-	default:
-		// memory or off (NEO/py's unsafe test mode): not across
-		// processes.
-		mode = "delete"
-	}
 	var err error
-	if _, err = c.queryText("PRAGMA journal_mode=" + mode); err != nil {
+	if _, err = c.queryText("PRAGMA journal_mode=" + restoredJournalMode(w.journal)); err != nil {
 		err = fmt.Errorf("journal mode: %w", err)
+	} else if err = os.Remove(journalModeFile(w.db.abs)); errors.Is(err, os.ErrNotExist) {
+		err = nil
 	}
 	c.close()
 	return err

@@ -35,15 +35,17 @@ func votedTxn(ttid zodb.Tid, meta bool, objs ...string) *VotedTxn {
 	return t
 }
 
-// snapshotFiles copies the database file and its WAL, as they are on disk
-// now, into dir: the state a crash (power loss included, since the commits
+// snapshotFiles copies the database file, its WAL and the writer's record
+// of the journal mode, as they are on disk now, into dir: the state a crash (power loss included, since the commits
 // that matter are synced) leaves.
 func snapshotFiles(t *testing.T, path, dir string) string {
 	t.Helper()
 	dst := filepath.Join(dir, filepath.Base(path))
 	datasets.CopyTo(t, path, dst)
-	if _, err := os.Stat(path + "-wal"); err == nil {
-		datasets.CopyTo(t, path+"-wal", dst+"-wal")
+	for _, ext := range []string{"-wal", ".zodbd-journal"} {
+		if _, err := os.Stat(path + ext); err == nil {
+			datasets.CopyTo(t, path+ext, dst+ext)
+		}
 	}
 	return dst
 }
@@ -121,6 +123,15 @@ func TestWriteCrashLocked(t *testing.T) {
 	if err := db2.Close(); err != nil {
 		t.Fatal(err)
 	}
+	// The crash left the file in WAL mode; the writer that took over
+	// puts back the mode the file had before the first one (DELETE).
+	ours := dumpTables(t, crashed)
+	if ours["journal_mode"] != "delete" {
+		t.Errorf("journal mode after the crashed database's writer closed: %v, want delete", ours["journal_mode"])
+	}
+	if _, err := os.Stat(journalModeFile(crashed)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the journal mode's record is left after Close: %v", err)
+	}
 
 	src := os.Getenv("NEOPY_SRC")
 	if src == "" {
@@ -157,7 +168,7 @@ dm.close()
 	}
 	// The tables are the same; the journal mode is not: NEO/py keeps the
 	// WAL mode it found, zodbd's Close goes back to NEO/py's default.
-	ours, neopy := dumpTables(t, crashed), dumpTables(t, theirs)
+	neopy := dumpTables(t, theirs)
 	if ours["journal_mode"] != "delete" || neopy["journal_mode"] != "wal" {
 		t.Errorf("journal modes: zodbd's %v, NEO/py's %v; want delete, wal", ours["journal_mode"], neopy["journal_mode"])
 	}

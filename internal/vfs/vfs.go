@@ -30,6 +30,7 @@ package vfs
 import (
 	"io/fs"
 	"os"
+	"path/filepath"
 )
 
 // FS is what a storage calls to change files and directories. The methods
@@ -105,4 +106,25 @@ func (w *Writer) Write(b []byte) (int, error) {
 	n, err := w.FS.WriteAt(w.F, b, w.Off)
 	w.Off += int64(n)
 	return n, err
+}
+
+// WriteFile creates or truncates the file at path with b as its content,
+// durably: the data synced, then the directory that names it.
+func WriteFile(fsys FS, path string, b []byte) error {
+	f, err := fsys.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := fsys.WriteAt(f, b, 0); err != nil {
+		f.Close()
+		return err
+	}
+	if err := fsys.Sync(f); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return fsys.SyncDir(filepath.Dir(path))
 }
