@@ -210,6 +210,54 @@ func TestIdleCheckpoint(t *testing.T) {
 	read()
 }
 
+// TestIdleCheckpointBusyReader: a reader in the middle of a lookup whose
+// snapshot began before the last commit keeps the idle checkpoint from
+// copying every frame; the writer tries again, later and later, and
+// completes once the reader is done.
+func TestIdleCheckpointBusyReader(t *testing.T) {
+	defer func(d, m time.Duration) { idleCkptDelay, maxIdleCkptDelay = d, m }(idleCkptDelay, maxIdleCkptDelay)
+	idleCkptDelay, maxIdleCkptDelay = 20*time.Millisecond, 100*time.Millisecond
+	ctx := context.Background()
+	db, _ := newReplTarget(t, 1, 0)
+	defer db.Close()
+	w := db.w
+	tid := testTid
+	store := func() {
+		t.Helper()
+		d := []byte(fmt.Sprintf("record %d", tid))
+		b := &ReplBatch{Txns: []ReplTxn{{Tid: tid, TTid: tid, Oids: []zodb.Oid{1}}},
+			Objects: []ReplObject{{Oid: 1, Serial: tid, Data: d, Checksum: sha1.Sum(d)}}}
+		if err := db.StoreReplicated(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		tid++
+	}
+	store()
+	r, err := db.raw.get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.c.queryText("SELECT count(*) FROM obj"); err != nil { // the snapshot starts here
+		t.Fatal(err)
+	}
+	store() // frames the reader's snapshot does not have
+	time.Sleep(300 * time.Millisecond)
+	if n := w.idleCkpts.Load(); n != 0 {
+		t.Fatalf("%d complete idle checkpoints while a reader held an older snapshot", n)
+	}
+	db.raw.put(r)
+	deadline := time.Now().Add(5 * time.Second)
+	for w.idleCkpts.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no complete idle checkpoint within 5 s of the reader's end")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if frames, copied, err := w.ckpt.wait(); err != nil || copied != frames {
+		t.Errorf("after the idle checkpoint: %d of %d frames copied, %v", copied, frames, err)
+	}
+}
+
 // BenchmarkStoreReplicated writes replicated records (4 KiB each) in
 // batches of 8 MiB with the progress after each (not durable, the
 // replicator's mid-way progress), the checkpoints in the background
