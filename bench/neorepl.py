@@ -48,6 +48,7 @@ writes every point as JSON."""
 import argparse
 import json
 import os
+import resource
 import shutil
 import sqlite3
 import statistics
@@ -282,17 +283,19 @@ def loads(a, c, r, pair, nodes, points):
     counts, against the cluster's nodes as they are."""
     names = [n for n in ('src', 'dst') if n in c.procs]
     for conns in a.c:
-        cpu0 = [cpu_s(c.procs[n]) for n in names]
+        cpu0 = [cpu_s(c.procs[n]) for n in names] + [children_cpu_s()]
         w = wrk(a, c, '--cache', 'off', '-c', str(conns), '-d', '%gs' % a.d)
-        # CPU s of each node over the whole wrk run (its checksum pass
-        # included): how the loads were spread, and what each cost.
-        cpu = [cpu_s(c.procs[n]) - x for n, x in zip(names, cpu0)]
+        # CPU s of each node and of the client over the whole wrk run (its
+        # checksum pass included): how the loads were spread, and what
+        # each side cost.
+        cpu = [cpu_s(c.procs[n]) for n in names] + [children_cpu_s()]
+        cpu = dict(zip(names + ['wrk'], (x - y for x, y in zip(cpu, cpu0))))
         points.append({'round': r, 'what': 'loads', 'pair': pair, 'nodes': nodes, 'c': conns, 'ops_s': w['ops_per_s'],
                        'p50_us': w['latency_ns']['p50'] / 1e3, 'p99_us': w['latency_ns']['p99'] / 1e3,
-                       'node_cpu_s': dict(zip(names, cpu))})
+                       'cpu_s': cpu, 'ops': w.get('ops')})
         print('round %d %s loads/s, %d node%s, -c %d: %.0f (p50 %.0f µs, p99 %.0f µs; CPU s %s)' % (
             r, pair, nodes, 's' if nodes > 1 else '', conns, w['ops_per_s'], w['latency_ns']['p50'] / 1e3,
-            w['latency_ns']['p99'] / 1e3, ' '.join('%s %.2f' % x for x in zip(names, cpu))), flush=True)
+            w['latency_ns']['p99'] / 1e3, ' '.join('%s %.2f' % x for x in cpu.items())), flush=True)
 
 
 def data_fs(work):
@@ -376,6 +379,13 @@ def cpu_s(p):
     with open('/proc/%d/stat' % p.pid) as f:
         fields = f.read().rsplit(')', 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+
+
+def children_cpu_s():
+    """CPU seconds (user + system) of this process's children that have
+    ended and been waited for (each wrk run, once it returned)."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
 
 
 def med(xs):
