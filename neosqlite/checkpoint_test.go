@@ -30,7 +30,6 @@ func TestCheckpointer(t *testing.T) {
 	defer func() { db.Close() }()
 	var err error
 	const size = 4096
-	data := make([]byte, size)
 	walSize := func() int64 {
 		fi, err := os.Stat(path + "-wal")
 		if err != nil {
@@ -38,25 +37,8 @@ func TestCheckpointer(t *testing.T) {
 		}
 		return fi.Size()
 	}
-	oid, tid := zodb.Oid(0), testTid
-	store := func(records int) {
-		t.Helper()
-		b := &ReplBatch{Txns: []ReplTxn{{Tid: tid, TTid: tid}}}
-		for range records {
-			copy(data, fmt.Sprintf("record %d", oid))
-			d := append([]byte(nil), data...)
-			b.Objects = append(b.Objects, ReplObject{Oid: oid, Serial: tid, Data: d, Checksum: sha1.Sum(d)})
-			b.Txns[0].Oids = append(b.Txns[0].Oids, oid)
-			oid++
-		}
-		if err := db.StoreReplicated(ctx, b); err != nil {
-			t.Fatal(err)
-		}
-		if err := db.SetReplicatedTid(ctx, 0, tid, false); err != nil {
-			t.Fatal(err)
-		}
-		tid++
-	}
+	rs := &replStore{t: t, db: db, tid: testTid}
+	store := func(records int) { rs.store(records, size) }
 	w := db.w
 
 	// Small commits: ~10 000 pages, a checkpoint waited for every 1000.
@@ -91,7 +73,7 @@ func TestCheckpointer(t *testing.T) {
 		t.Errorf("bulk commits: WAL grew to %d bytes, want at most %d", maxWAL, limit)
 	}
 
-	last := tid - 1
+	last := rs.tid - 1
 	if err := db.SetReplicatedTid(ctx, 0, last, true); err != nil {
 		t.Fatal(err)
 	}
@@ -115,6 +97,37 @@ func TestCheckpointer(t *testing.T) {
 	}
 }
 
+// replStore writes replicated records into db for the checkpoint tests.
+type replStore struct {
+	t   testing.TB
+	db  *DB
+	oid zodb.Oid // the next record's
+	tid zodb.Tid // the next transaction's
+}
+
+// store writes one transaction of n records of size bytes each ("record
+// OID", then zeros), with its progress (not durable, as the replicator's
+// mid-way progress).
+func (s *replStore) store(n, size int) {
+	s.t.Helper()
+	ctx := context.Background()
+	b := &ReplBatch{Txns: []ReplTxn{{Tid: s.tid, TTid: s.tid}}}
+	for range n {
+		d := make([]byte, size)
+		copy(d, fmt.Sprintf("record %d", s.oid))
+		b.Objects = append(b.Objects, ReplObject{Oid: s.oid, Serial: s.tid, Data: d, Checksum: sha1.Sum(d)})
+		b.Txns[0].Oids = append(b.Txns[0].Oids, s.oid)
+		s.oid++
+	}
+	if err := s.db.StoreReplicated(ctx, b); err != nil {
+		s.t.Fatal(err)
+	}
+	if err := s.db.SetReplicatedTid(ctx, 0, s.tid, false); err != nil {
+		s.t.Fatal(err)
+	}
+	s.tid++
+}
+
 // TestIdleCheckpoint replicates 8 MiB of records, then reads them while
 // the writer is idle: once idleCkptDelay passed with no commit, every
 // frame of the WAL is in the file and the readers' snapshots (each read
@@ -129,26 +142,8 @@ func TestIdleCheckpoint(t *testing.T) {
 	db, _ := newReplTarget(t, 1, 0)
 	defer db.Close()
 	w := db.w
-	const size = 4096
-	oid, tid := zodb.Oid(0), testTid
-	store := func(records int) {
-		t.Helper()
-		b := &ReplBatch{Txns: []ReplTxn{{Tid: tid, TTid: tid}}}
-		for range records {
-			d := make([]byte, size)
-			copy(d, fmt.Sprintf("record %d", oid))
-			b.Objects = append(b.Objects, ReplObject{Oid: oid, Serial: tid, Data: d, Checksum: sha1.Sum(d)})
-			b.Txns[0].Oids = append(b.Txns[0].Oids, oid)
-			oid++
-		}
-		if err := db.StoreReplicated(ctx, b); err != nil {
-			t.Fatal(err)
-		}
-		if err := db.SetReplicatedTid(ctx, 0, tid, false); err != nil {
-			t.Fatal(err)
-		}
-		tid++
-	}
+	rs := &replStore{t: t, db: db, tid: testTid}
+	store := func(records int) { rs.store(records, 4096) }
 	// read loads every record from several goroutines, so that several
 	// read connections hold snapshots.
 	read := func() {
@@ -157,7 +152,7 @@ func TestIdleCheckpoint(t *testing.T) {
 		errs := make(chan error, 4)
 		for g := range 4 {
 			wg.Go(func() {
-				for o := zodb.Oid(g); o < oid; o += 4 {
+				for o := zodb.Oid(g); o < rs.oid; o += 4 {
 					ob, err := db.Object(ctx, o, 0, 0, nil)
 					if err == nil && !bytes.HasPrefix(ob.Data, fmt.Appendf(nil, "record %d", o)) {
 						err = fmt.Errorf("oid %d: wrong data", o)
