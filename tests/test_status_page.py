@@ -10,6 +10,7 @@ object. It saves a screenshot (to $ZODBD_STATUS_SCREENSHOT when set: that
 is how docs/status-page.png is made)."""
 import json
 import os
+import re
 import subprocess
 import time
 import urllib.error
@@ -128,6 +129,11 @@ def test_status_page(zodbd_bin, tmp_path):
             text = lambda id: page.eval('document.getElementById(%s).innerText' % json.dumps(id))
             assert page.eval('document.getElementById("ready").textContent') == 'ready'
             assert int(text('t-clients')) >= 2
+            # The server's CPU: busy CPUs and µs per request under the load,
+            # and the scheduler's setting in the header.
+            assert float(text('t-cpu')) > 0, text('t-cpu')
+            assert text('t-cpureq').endswith(' µs') and float(text('t-cpureq').split()[0].rstrip('k')) > 0, text('t-cpureq')
+            assert re.fullmatch(r'GOMAXPROCS \d+ of \d+ CPUs', text('sched')), text('sched')
             clients = text('clients')
             assert 'status-test\t2' in clients, clients
             storages = page.eval('[...document.querySelectorAll("#storages tbody td")].map(td => td.textContent)')

@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"math/bits"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -52,4 +54,19 @@ func pinCPUs(list string) error {
 		}
 	}
 	return nil
+}
+
+// usableCPUs returns the number of CPUs the process may run on now (its
+// mask, which --cpus narrows after the runtime counted them at start).
+func usableCPUs() int {
+	var mask [16]uint64
+	n, _, e := syscall.RawSyscall(syscall.SYS_SCHED_GETAFFINITY, 0, uintptr(len(mask)*8), uintptr(unsafe.Pointer(&mask[0])))
+	if e != 0 {
+		return runtime.NumCPU()
+	}
+	c := 0
+	for _, w := range mask[:n/8] {
+		c += bits.OnesCount64(w)
+	}
+	return c
 }

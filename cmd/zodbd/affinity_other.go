@@ -12,3 +12,6 @@ import (
 func pinCPUs(list string) error {
 	return errors.New("--cpus is supported on Linux only (this is " + runtime.GOOS + ")")
 }
+
+// usableCPUs returns the number of CPUs the process may run on.
+func usableCPUs() int { return runtime.NumCPU() }

@@ -16,6 +16,7 @@ import (
 	"io/fs"
 	"math"
 	"net/http"
+	"runtime"
 	"sort"
 	"strconv"
 	"sync"
@@ -56,6 +57,12 @@ type statusCounters struct {
 	BytesIn  uint64
 	BytesOut uint64
 	Queued   int64
+
+	// CPU is the process's CPU time so far in seconds (user and system;
+	// the ring fills it in, for every source alike), HasCPU whether the
+	// system tells it.
+	CPU    float64
+	HasCPU bool
 }
 
 // statusSample is one second of the ring: the rates (per second) and
@@ -83,6 +90,12 @@ type statusSample struct {
 	In        float64               `json:"in,omitempty"`  // bytes received per second
 	Out       float64               `json:"out,omitempty"` // bytes sent per second
 	Queued    int64                 `json:"queued,omitempty"`
+	// CPU is the CPU time the process used per second (1: one CPU busy
+	// all the time), CPUPerReq its microseconds per request: the server's
+	// cost of a request, system calls and wake-ups included
+	// (docs/scheduling.md).
+	CPU       float64 `json:"cpu,omitempty"`
+	CPUPerReq float64 `json:"cpu_per_req_us,omitempty"`
 }
 
 // statusState is the server's state for the page.
@@ -193,14 +206,19 @@ func (r *statusRing) run() {
 	defer close(r.done)
 	tick := time.NewTicker(statusInterval)
 	defer tick.Stop()
-	prev, t0 := r.src.statusCounters(), time.Now()
+	counters := func() statusCounters {
+		c := r.src.statusCounters()
+		c.CPU, c.HasCPU = processCPU()
+		return c
+	}
+	prev, t0 := counters(), time.Now()
 	for {
 		select {
 		case <-r.stop:
 			return
 		case <-tick.C:
 		}
-		cur, t1 := r.src.statusCounters(), time.Now()
+		cur, t1 := counters(), time.Now()
 		s := diffCounters(&prev, &cur, t1.Sub(t0).Seconds())
 		s.T = t1.UnixMilli()
 		r.add(s)
@@ -275,9 +293,16 @@ func diffCounters(a, b *statusCounters, dt float64) statusSample {
 		s.Methods[name] = round4(float64(n) / dt)
 		s.Lat[name] = [3]float64{quantileMs(&d, 0.5), quantileMs(&d, 0.9), quantileMs(&d, 0.99)}
 	}
+	cpu := max(b.CPU-a.CPU, 0)
+	if a.HasCPU && b.HasCPU {
+		s.CPU = round4(cpu / dt)
+	}
 	if n := all.Count(); n > 0 {
 		s.Reqs = round4(float64(n) / dt)
 		s.P50, s.P90, s.P99 = quantileMs(&all, 0.5), quantileMs(&all, 0.9), quantileMs(&all, 0.99)
+		if a.HasCPU && b.HasCPU {
+			s.CPUPerReq = round4(cpu / float64(n) * 1e6)
+		}
 	}
 	return s
 }
@@ -333,6 +358,10 @@ type statusJSON struct {
 	Capacity   int            `json:"capacity"`
 	Samples    []statusSample `json:"samples"`
 	State      *statusState   `json:"state"` // null until the server is set up
+	// GOMAXPROCS is the scheduler's Ps (--gomaxprocs), CPUs the CPUs the
+	// process may run on (--cpus): docs/scheduling.md.
+	GOMAXPROCS int `json:"gomaxprocs"`
+	CPUs       int `json:"cpus"`
 }
 
 // processStart is when the process started (near enough: package init).
@@ -363,7 +392,8 @@ func statusHandlers(mux *http.ServeMux, ring func() *statusRing) {
 			}
 		}
 		out := statusJSON{Now: time.Now().UnixMilli(), Started: processStart.UnixMilli(),
-			IntervalMs: statusInterval.Milliseconds(), Capacity: statusRingSize, Samples: []statusSample{}}
+			IntervalMs: statusInterval.Milliseconds(), Capacity: statusRingSize, Samples: []statusSample{},
+			GOMAXPROCS: runtime.GOMAXPROCS(0), CPUs: usableCPUs()}
 		if rg := ring(); rg != nil {
 			out.Samples = rg.since(since)
 			st := rg.src.statusState()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -59,11 +60,20 @@ func TestDiffCounters(t *testing.T) {
 	for i := 0; i < 30; i++ {
 		h.ObserveDuration(time.Millisecond)
 	}
+	a.CPU, a.HasCPU = 10, true
 	b := statusCounters{Conns: 3, Loads: 160, Commits: 14, BytesIn: 3000, Conflict: 2,
-		Methods: map[string]opstats.Snapshot{"loadBefore": h.Snapshot(), "ping": {}}}
+		Methods: map[string]opstats.Snapshot{"loadBefore": h.Snapshot(), "ping": {}}, CPU: 10.0006, HasCPU: true}
 	s := diffCounters(&a, &b, 2)
 	if s.Conns != 3 || s.Loads != 30 || s.Commits != 2 || s.In != 1000 || s.Conflicts != 1 || s.Reqs != 15 {
 		t.Errorf("sample %+v", s)
+	}
+	// 0.6 ms of CPU in 2 s, over 30 requests.
+	if s.CPU != 0.0003 || s.CPUPerReq != 20 {
+		t.Errorf("CPU %v (want 0.0003), %v µs per request (want 20)", s.CPU, s.CPUPerReq)
+	}
+	b.HasCPU = false
+	if s := diffCounters(&a, &b, 2); s.CPU != 0 || s.CPUPerReq != 0 {
+		t.Errorf("without the process's CPU time: CPU %v, %v µs per request", s.CPU, s.CPUPerReq)
 	}
 	if len(s.Methods) != 1 || s.Methods["loadBefore"] != 15 {
 		t.Errorf("methods %v (a method not called is left out)", s.Methods)
@@ -179,6 +189,17 @@ func TestStatusServe(t *testing.T) {
 	}
 	if commits < 0.5 || commits > 1.5 || loads < 18 || loads > 22 {
 		t.Errorf("samples sum to %v commits/s and %v loads/s over 1 s each, want 1 and 20", commits, loads)
+	}
+	// The sample with the requests has the process's CPU per request
+	// (the time of 20 loads and a commit: more than nothing, less than
+	// the sampler's second).
+	for _, smp := range j.Samples {
+		if smp.Reqs > 0 && (smp.CPUPerReq <= 0 || smp.CPUPerReq > 1e6 || smp.CPU <= 0) {
+			t.Errorf("sample with %v requests/s: CPU %v, %v µs per request", smp.Reqs, smp.CPU, smp.CPUPerReq)
+		}
+	}
+	if j.GOMAXPROCS != runtime.GOMAXPROCS(0) || j.CPUs < 1 || j.CPUs > runtime.NumCPU() {
+		t.Errorf("gomaxprocs %d, cpus %d; want %d and 1..%d", j.GOMAXPROCS, j.CPUs, runtime.GOMAXPROCS(0), runtime.NumCPU())
 	}
 	last := j.Samples[len(j.Samples)-1]
 	if j.Capacity != statusRingSize || j.IntervalMs != 1000 || last.Conns != 1 || last.T > j.Now || j.State == nil {

@@ -9,7 +9,8 @@
   var skew = 0; // server time - browser time, ms
   var started = 0; // the server's start (a new one: the server restarted)
   var colors = ['#3b6fd8', '#e3892b', '#2e9e5b', '#b23ac2', '#c62828', '#6b7280'];
-  var FIELDS = ['conns', 'reqs', 'p50', 'p90', 'p99', 'loads', 'stores', 'commits', 'aborts', 'conflicts', 'resolved', 'in', 'out', 'queued'];
+  var FIELDS = ['conns', 'reqs', 'p50', 'p90', 'p99', 'loads', 'stores', 'commits', 'aborts', 'conflicts', 'resolved', 'in', 'out', 'queued',
+    'cpu', 'cpu_per_req_us'];
   var $ = function (id) { return document.getElementById(id); };
 
   function fmtNum(v) {
@@ -209,6 +210,8 @@
       $('t-conflicts').textContent = fmtNum(last.conflicts);
       $('t-in').textContent = fmtBytes(last.in);
       $('t-out').textContent = fmtBytes(last.out);
+      $('t-cpu').textContent = last.cpu ? last.cpu.toFixed(2) : '–';
+      $('t-cpureq').textContent = last.cpu_per_req_us ? fmtNum(last.cpu_per_req_us) + ' µs' : '–';
       var ms = Object.keys(last.lat || {}).sort(function (a, b) { return last.methods[b] - last.methods[a]; });
       fill('methods', ms.map(function (m) {
         var l = last.lat[m];
@@ -269,6 +272,7 @@
       document.body.dataset.polls = polls;
       document.body.dataset.updated = Date.now();
       $('uptime').textContent = 'up ' + fmtDur(j.now - j.started);
+      $('sched').textContent = 'GOMAXPROCS ' + j.gomaxprocs + ' of ' + j.cpus + ' CPUs';
       var u = $('updated'); u.textContent = 'updated ' + new Date(j.now).toLocaleTimeString(); u.className = '';
       update();
     }).catch(function (e) {
