@@ -549,9 +549,9 @@ func (w *writer) afterCommit() {
 // SQLite reads a page from the WAL when a snapshot's part of the WAL
 // holds it, through its page cache, whose one process-wide mutex per page
 // read made loads of WAL-resident records 3-17x costlier than loads from
-// the memory-mapped file on 16 cores (BENCHMARKS.md, "Loads after a
-// replication"), and a snapshot's part of the WAL stays until the next
-// commit.
+// the memory-mapped file on 16 cores (BENCHMARKS.md, "Commits through a
+// NEO cluster", after h-sqlload), and a snapshot's part of the WAL stays
+// until the next commit.
 func (w *writer) idleCheckpoint() bool {
 	w.db.raw.sweepNow()
 	frames, copied, err := w.ckpt.wait()
