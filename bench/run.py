@@ -518,8 +518,10 @@ def server_variants(a, caps):
 def sched_variants(a):
     """zodbd-Z under each scheduling setting (docs/scheduling.md). Bound:
     the server on its half of the cores with --cpus, the load generator on
-    the other half; unbound: nobody pinned. GOMAXPROCS: 1, the bound set's
-    size, all CPUs, and twice the bound set (more Ps than CPUs)."""
+    the other half; unbound: nobody pinned. GOMAXPROCS: unbound all CPUs
+    (the default), 1, 2, 4, a quarter and half of them (where fewer than
+    all: the CPU per load falls with fewer Ps, the loads/s peak between);
+    bound 1, the bound set's size and twice it (more Ps than CPUs)."""
     n = len(machine.online_cpus())
     s, l, _ = machine.split_cpus()
     if a.server_cpus:
@@ -527,8 +529,9 @@ def sched_variants(a):
     if a.load_cpus:
         l = machine.parse_cpulist(a.load_cpus)
     v = {'unbound-gmp%d' % n: {'gomaxprocs': n, 'srv_cpus': None, 'load_cpus': None}}
-    for g in sorted({1, max(1, n // 2)}):
-        v.setdefault('unbound-gmp%d' % g, {'gomaxprocs': g, 'srv_cpus': None, 'load_cpus': None})
+    for g in sorted({1, 2, 4, max(1, n // 4), max(1, n // 2)}):
+        if g < n:
+            v.setdefault('unbound-gmp%d' % g, {'gomaxprocs': g, 'srv_cpus': None, 'load_cpus': None})
     for g in sorted({1, len(s), 2 * len(s)}):
         v['bound-gmp%d' % g] = {'gomaxprocs': g, 'srv_cpus': s, 'load_cpus': l}
     for x in v.values():
