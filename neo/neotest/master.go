@@ -442,6 +442,20 @@ func (m *Master) Stop() {
 	}
 }
 
+// SendStorage sends msg to storage nid over its link, for a test that
+// plays a part of a master this one does not play (the Replicate orders of
+// a backup cluster's master).
+func (m *Master) SendStorage(nid proto.NodeID, msg proto.Msg) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, s := range m.sortedStorages() {
+		if s.nid == nid && s.conn != nil {
+			return s.conn.Send(msg)
+		}
+	}
+	return fmt.Errorf("storage %d: not connected", nid)
+}
+
 // Truncate cuts the database after tid as NEO/py's master does for
 // `neoctl truncate TID` while the cluster runs: the clients are
 // disconnected, every storage is told StopOperation then Truncate(tid),

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zodbd/zodbd/neo/neotest"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
 	"github.com/zodbd/zodbd/zodb"
@@ -120,5 +121,78 @@ func TestBackupReads(t *testing.T) {
 	}
 	if ec, ok := proto.ErrorCodeOf(err); !ok || ec != proto.ReadOnlyAccess {
 		t.Errorf("a write in backup mode: %v, want READ_ONLY_ACCESS", err)
+	}
+}
+
+// TestBackupReplicate: a SQLite node of a backup cluster follows the
+// Replicate orders its master sends (here the test, through the test
+// master), each replicating one partition up to a tid from a storage node
+// of the upstream cluster: it fetches the transactions and records, then
+// records the backup tid durably (its clients' reads are bounded by it)
+// and tells the master NotifyReplicationDone. A second order goes on from
+// where the first ended; an order without a source for a partition (no
+// transaction touched it since) moves the backup tid alone.
+func TestBackupReplicate(t *testing.T) {
+	ctx := context.Background()
+	up := startCluster(t, newSQLiteBackend(t))
+	gc := dialClient(t, up.master)
+	oids, err := gc.NewOids(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := oids[0], oids[1]
+	tid1 := commitOne(t, gc, a, 0, "a1")
+	tid2 := commitOne(t, gc, b, 0, "b1")
+	tid3 := commitOne(t, gc, a, tid1, "a2")
+
+	be := newSQLiteBackendOf(t, "backup")
+	m, n, _ := neotest.StartNode(t, "backup", be)
+	if err := storage.EnterBackup(n); err != nil {
+		t.Fatal(err)
+	}
+	src := []proto.PartitionAddr{{Partition: 0, Addr: tcpAddr(t, up.node.Addr().String())}}
+	order := func(tid zodb.Tid, src []proto.PartitionAddr) {
+		t.Helper()
+		if err := m.SendStorage(n.NID(), &proto.Replicate{Tid: tid, UpstreamName: cluster, SourceDict: src}); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			if bt, ok := be.BackupTid(); ok && bt == tid {
+				return
+			}
+			if time.Now().After(deadline) {
+				bt, _ := be.BackupTid()
+				t.Fatalf("backup tid %s, want %s after the Replicate order", bt, tid)
+			}
+		}
+	}
+	serial := func(oid zodb.Oid, before zodb.Tid) (zodb.Tid, string) {
+		t.Helper()
+		var o storage.Object
+		if err := be.Object(ctx, oid, 0, before, &o); err != nil {
+			t.Fatalf("oid %s before %s: %v", oid, before, err)
+		}
+		return o.Serial, string(o.Data)
+	}
+
+	order(tid2, src)
+	if s, d := serial(a, tid2+1); s != tid1 || d != "a1" {
+		t.Errorf("after replicating up to tid2: oid a %s %q, want %s a1", s, d, tid1)
+	}
+	if s, d := serial(b, tid2+1); s != tid2 || d != "b1" {
+		t.Errorf("after replicating up to tid2: oid b %s %q, want %s b1", s, d, tid2)
+	}
+	order(tid3, src)
+	if s, d := serial(a, tid3+1); s != tid3 || d != "a2" {
+		t.Errorf("after replicating up to tid3: oid a %s %q, want %s a2", s, d, tid3)
+	}
+	ids, err := be.LastIDs(ctx)
+	if err != nil || ids.Tid != tid3 {
+		t.Errorf("last tid %s, %v; want %s", ids.Tid, err, tid3)
+	}
+	// No source: nothing to fetch for the partition up to tid3+5.
+	order(tid3+5, []proto.PartitionAddr{{Partition: 0}})
+	if rec, err := be.Recovery(ctx); err != nil || !rec.Backup || rec.BackupTid != tid3+5 {
+		t.Errorf("recovery answer: backup %v tid %s, %v; want the backup tid %s", rec.Backup, rec.BackupTid, err, tid3+5)
 	}
 }

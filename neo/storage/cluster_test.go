@@ -49,8 +49,14 @@ func testFS1(tb testing.TB) *fs1backend.Backend {
 // test ends.
 func newSQLiteBackend(t testing.TB) *sqlitebackend.Backend {
 	t.Helper()
+	return newSQLiteBackendOf(t, cluster)
+}
+
+// newSQLiteBackendOf is newSQLiteBackend for the cluster name.
+func newSQLiteBackendOf(t testing.TB, name string) *sqlitebackend.Backend {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "storage.sqlite")
-	if err := neosqlite.Create(path, neosqlite.CreateOptions{Name: cluster}); err != nil {
+	if err := neosqlite.Create(path, neosqlite.CreateOptions{Name: name}); err != nil {
 		t.Fatal(err)
 	}
 	be, err := sqlitebackend.Open(context.Background(), path)
