@@ -1,10 +1,10 @@
 package zeo
 
 import (
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/opstats"
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -268,9 +268,8 @@ func BenchmarkStats(b *testing.B) {
 		time.Sleep(time.Millisecond)
 	}
 	cpu := func() time.Duration {
-		var ru syscall.Rusage
-		syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		d, _ := opstats.ProcessCPU()
+		return d
 	}
 	b.ResetTimer()
 	c0 := cpu()

@@ -208,7 +208,8 @@ func (r *statusRing) run() {
 	defer tick.Stop()
 	counters := func() statusCounters {
 		c := r.src.statusCounters()
-		c.CPU, c.HasCPU = processCPU()
+		cpu, ok := opstats.ProcessCPU()
+		c.CPU, c.HasCPU = cpu.Seconds(), ok
 		return c
 	}
 	prev, t0 := counters(), time.Now()

@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/opstats"
 	"github.com/zodbd/zodbd/zodb"
 	"github.com/zodbd/zodbd/zodb/cache"
 )
@@ -165,7 +166,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 
-	cpu0 := processCPU()
+	cpu0, _ := opstats.ProcessCPU()
 	start := time.Now()
 	deadline := start.Add(cfg.Duration)
 	var wg sync.WaitGroup
@@ -214,7 +215,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	wg.Wait()
 	res.Elapsed = time.Since(start)
-	res.CPU = processCPU() - cpu0
+	cpu1, _ := opstats.ProcessCPU()
+	res.CPU = cpu1 - cpu0
 
 	res.PerClient = make([]uint64, len(clients))
 	for i, c := range loaders {

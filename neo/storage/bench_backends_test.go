@@ -5,11 +5,11 @@ import (
 	"crypto/sha1"
 	"math/rand/v2"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/internal/opstats"
 	"github.com/zodbd/zodbd/neo/storage"
 	"github.com/zodbd/zodbd/neo/storage/fs1backend"
 	"github.com/zodbd/zodbd/neo/storage/sqlitebackend"
@@ -98,28 +98,21 @@ func benchSQLite(b *testing.B) (storage.Backend, zodb.Oid) {
 	return be, oid
 }
 
-// cpuTime is the CPU time (user and system) the process used so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // startCPU resets the timer and returns the CPU time so far; stopCPU
 // reports cpu-ns/op, the process's CPU time (user and system, every
 // thread) per operation since then: on a shared machine it varies much
 // less than the wall time.
 func startCPU(b *testing.B) time.Duration {
 	b.ResetTimer()
-	return cpuTime()
+	cpu, _ := opstats.ProcessCPU()
+	return cpu
 }
 
 func stopCPU(b *testing.B, start time.Duration) {
 	b.StopTimer()
 	if b.N > 0 {
-		b.ReportMetric(float64(cpuTime()-start)/float64(b.N), "cpu-ns/op")
+		cpu, _ := opstats.ProcessCPU()
+		b.ReportMetric(float64(cpu-start)/float64(b.N), "cpu-ns/op")
 	}
 }
 

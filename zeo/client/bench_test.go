@@ -4,11 +4,11 @@ import (
 	"bufio"
 	"context"
 	"net"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/zodbd/zodbd/internal/datasets"
+	"github.com/zodbd/zodbd/internal/opstats"
 	"github.com/zodbd/zodbd/internal/storagetest"
 	"github.com/zodbd/zodbd/internal/zeotest"
 	"github.com/zodbd/zodbd/zeo/client"
@@ -185,7 +185,6 @@ func BenchmarkClientOverhead(b *testing.B) {
 
 // cpuTime is the CPU time (user and system) this process has used.
 func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	d, _ := opstats.ProcessCPU()
+	return d
 }
