@@ -218,21 +218,11 @@ func TestIdleCheckpoint(t *testing.T) {
 func TestIdleCheckpointBusyReader(t *testing.T) {
 	defer func(d, m time.Duration) { idleCkptDelay, maxIdleCkptDelay = d, m }(idleCkptDelay, maxIdleCkptDelay)
 	idleCkptDelay, maxIdleCkptDelay = 20*time.Millisecond, 100*time.Millisecond
-	ctx := context.Background()
 	db, _ := newReplTarget(t, 1, 0)
 	defer db.Close()
 	w := db.w
-	tid := testTid
-	store := func() {
-		t.Helper()
-		d := []byte(fmt.Sprintf("record %d", tid))
-		b := &ReplBatch{Txns: []ReplTxn{{Tid: tid, TTid: tid, Oids: []zodb.Oid{1}}},
-			Objects: []ReplObject{{Oid: 1, Serial: tid, Data: d, Checksum: sha1.Sum(d)}}}
-		if err := db.StoreReplicated(ctx, b); err != nil {
-			t.Fatal(err)
-		}
-		tid++
-	}
+	rs := &replStore{t: t, db: db, tid: testTid}
+	store := func() { rs.store(1, 100) }
 	store()
 	r, err := db.raw.get()
 	if err != nil {
