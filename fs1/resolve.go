@@ -74,11 +74,19 @@ func (t *txn) resolveStore(o *op, pos int64, cur zodb.Tid) (ok, final bool) {
 	if err != nil {
 		return false, false
 	}
-	data, err := t.resolve(old, committed, o.data)
+	mine, err := t.data.Get(o.data, nil)
+	if err != nil {
+		return false, false
+	}
+	data, err := t.resolve(old, committed, mine)
 	if err != nil || len(data) == 0 {
 		return false, errors.Is(err, zodb.ErrNotResolvable)
 	}
-	o.data, o.serial = data, cur
+	ref, err := t.data.Add(data)
+	if err != nil {
+		return false, false
+	}
+	o.data, o.serial = ref, cur
 	t.resolved = appendUnique(t.resolved, o.oid)
 	return true, false
 }

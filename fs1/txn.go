@@ -1,11 +1,14 @@
 package fs1
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"path/filepath"
 
+	"github.com/zodbd/zodbd/internal/spool"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -16,6 +19,10 @@ type txn struct {
 	meta  zodb.TxnMeta
 	ops   []op
 	state txnState
+	// data holds the data of the stores and restores until the vote has
+	// written them: a transaction bigger than spool.DefaultMem keeps the
+	// rest in an unlinked file beside the Data.fs (ZODB/py's Data.fs.tmp).
+	data spool.Spool
 
 	// Set by a successful Vote:
 	tid  zodb.Tid
@@ -53,6 +60,10 @@ const (
 
 type opKind uint8
 
+func (k opKind) String() string {
+	return [...]string{"store", "delete", "check", "restore", "undo"}[k]
+}
+
 const (
 	opStore opKind = iota
 	opDelete
@@ -63,45 +74,75 @@ const (
 
 // op is one recorded operation. serial is the base serial of a store or
 // delete, the serial to check, the prevTid of a restore, or the tid to undo.
+// data is in the transaction's spool.
 type op struct {
 	kind   opKind
 	oid    zodb.Oid
 	serial zodb.Tid
-	data   []byte
+	data   spool.Ref
 }
 
-func (t *txn) record(o op) error {
+// record records o with data (copied: the caller may reuse it).
+func (t *txn) record(o op, data []byte) error {
 	switch t.state {
-	case txnRecording:
-	case txnConflicted:
-		t.recordResolution(o)
-		return nil
+	case txnRecording, txnConflicted:
 	default:
 		return zodb.ErrTxnState
+	}
+	if t.data.Dir == "" {
+		t.data.Dir, t.data.Mem = filepath.Dir(t.w.fs.path), spoolMem
+	}
+	var err error
+	if o.data, err = t.data.Add(data); err != nil {
+		return fmt.Errorf("fs1: %s: %s of %s: %w", t.w.fs.path, o.kind, o.oid, err)
+	}
+	if t.state == txnConflicted {
+		t.recordResolution(o)
+		return nil
 	}
 	t.ops = append(t.ops, o)
 	return nil
 }
 
+// opData returns the data of o, valid until the next call with the same
+// scratch buffer (where the spool read it from its file).
+func (t *txn) opData(o *op, scratch *[]byte) ([]byte, error) {
+	b, err := t.data.Get(o.data, *scratch)
+	if err != nil {
+		return nil, fmt.Errorf("fs1: %s: %s of %s: %w", t.w.fs.path, o.kind, o.oid, err)
+	}
+	if o.data.InFile() {
+		*scratch = b // read into it: reuse it for the next one
+	}
+	return b, nil
+}
+
+// release lets go of the data once the transaction no longer needs it
+// (written by the vote, or aborted).
+func (t *txn) release() {
+	t.data.Close()
+}
+
 // Store implements zodb.Txn. data must not be empty (a FileStorage data
-// record with no data would read as a backpointer).
+// record with no data would read as a backpointer). It is copied: the
+// caller may reuse it. (So are Restore's.)
 func (t *txn) Store(oid zodb.Oid, serial zodb.Tid, data []byte) error {
 	if len(data) == 0 && (t.state == txnRecording || t.state == txnConflicted) {
 		return fmt.Errorf("fs1: %s: store of %s: empty data", t.w.fs.path, oid)
 	}
-	return t.record(op{kind: opStore, oid: oid, serial: serial, data: data})
+	return t.record(op{kind: opStore, oid: oid, serial: serial}, data)
 }
 
 // Delete implements zodb.Txn. At Vote, deleting an oid that does not exist
 // fails with *zodb.NoObjectError (ZODB/py's POSKeyError).
 func (t *txn) Delete(oid zodb.Oid, serial zodb.Tid) error {
-	return t.record(op{kind: opDelete, oid: oid, serial: serial})
+	return t.record(op{kind: opDelete, oid: oid, serial: serial}, nil)
 }
 
 // CheckCurrentSerial implements zodb.Txn. As in ZODB/py, the check also
 // fails when oid does not exist or its current record has no data.
 func (t *txn) CheckCurrentSerial(oid zodb.Oid, serial zodb.Tid) error {
-	return t.record(op{kind: opCheck, oid: oid, serial: serial})
+	return t.record(op{kind: opCheck, oid: oid, serial: serial}, nil)
 }
 
 // Restore implements zodb.Txn. An empty data is the same as nil. When
@@ -111,12 +152,12 @@ func (t *txn) Restore(oid zodb.Oid, data []byte, prevTid zodb.Tid) error {
 	if len(data) == 0 {
 		data = nil
 	}
-	return t.record(op{kind: opRestore, oid: oid, serial: prevTid, data: data})
+	return t.record(op{kind: opRestore, oid: oid, serial: prevTid}, data)
 }
 
 // Undo implements zodb.Txn.
 func (t *txn) Undo(tid zodb.Tid) error {
-	return t.record(op{kind: opUndo, serial: tid})
+	return t.record(op{kind: opUndo, serial: tid}, nil)
 }
 
 // Vote implements zodb.Txn.
@@ -140,6 +181,7 @@ func (t *txn) lock(ctx context.Context) error {
 	}
 	if err != nil {
 		t.state = txnAborted
+		t.release()
 	}
 	return err
 }
@@ -159,6 +201,7 @@ func (t *txn) voteLocked() ([]zodb.Oid, error) {
 			return nil, err
 		}
 	}
+	t.release() // written, or not to be
 	if err != nil {
 		t.state = txnAborted
 		w.commit.Unlock()
@@ -178,7 +221,7 @@ func (t *txn) voteLocked() ([]zodb.Oid, error) {
 }
 
 // vote does Vote's work under the commit lock.
-func (t *txn) vote() ([]zodb.Oid, error) {
+func (t *txn) vote() (undone []zodb.Oid, err error) {
 	w := t.w
 	if err := w.usable(); err != nil {
 		return nil, err
@@ -194,27 +237,42 @@ func (t *txn) vote() ([]zodb.Oid, error) {
 	}
 
 	e := &txnEncoder{w: w, t: t, tid: tid, tpos: w.pos, buf: w.buf[:0]}
+	defer func() {
+		if err != nil && e.wrote {
+			w.truncateTo(e.tpos)
+		}
+	}()
 	e.begin(&t.meta)
-	var undone []zodb.Oid
+	var scratch []byte
 	for i := range t.ops {
+		if err := e.spill(); err != nil {
+			return nil, err
+		}
 		o := &t.ops[i]
 		switch o.kind {
 		case opStore:
-			e.add(o.oid, o.data, 0)
+			data, err := t.opData(o, &scratch)
+			if err != nil {
+				return nil, err
+			}
+			e.add(o.oid, data, 0)
 		case opDelete:
 			e.add(o.oid, nil, 0)
 		case opRestore:
+			data, err := t.opData(o, &scratch)
+			if err != nil {
+				return nil, err
+			}
 			back := int64(0)
 			if o.serial != 0 {
-				var err error
-				if back, err = w.restoreBackpointer(o.oid, o.data, o.serial); err != nil {
+				if back, err = w.restoreBackpointer(o.oid, data, o.serial); err != nil {
 					return nil, err
 				}
 			}
 			if back != 0 {
 				e.add(o.oid, nil, back)
 			} else {
-				e.add(o.oid, o.data, 0)
+				e.add(o.oid, data, 0)
 			}
 		case opUndo:
 			oids, err := e.undo(o.serial)
@@ -224,21 +282,22 @@ func (t *txn) vote() ([]zodb.Oid, error) {
 			undone = appendUnique(undone, oids...)
 		}
 	}
-	buf := e.finish()
+	buf, tlen := e.finish()
 	if err := w.checkQuota(e); err != nil {
 		w.keepBuf(buf)
 		return nil, err
 	}
-
-	if _, err := w.writeAt(buf, e.tpos); err != nil {
-		err = &Error{w.fs.path, e.tpos, "transaction record", fmt.Errorf("vote of transaction %s: write: %w", tid, err)}
-		w.fs.logf("%v", err)
-		w.truncateTo(e.tpos)
-		w.keepBuf(buf)
-		return nil, err
+	err = e.write(buf, e.flushed)
+	if err == nil && e.flushed > 0 {
+		// The header went out with the first part, its length unknown.
+		err = e.write(binary.BigEndian.AppendUint64(nil, tlen), 8)
 	}
 	w.keepBuf(buf)
-	w.written(e.tpos + int64(len(buf)))
+	if err != nil {
+		return nil, err
+	}
+	end := e.tpos + int64(tlen) + 8
+	w.written(end)
 
 	idx := w.head.Clone()
 	var maxOid zodb.Oid
@@ -251,7 +310,7 @@ func (t *txn) vote() ([]zodb.Oid, error) {
 	if len(e.recs) > 0 {
 		w.raiseOidFloor(maxOid)
 	}
-	t.tid, t.pos, t.end, t.idx, t.oids, t.recs = tid, e.tpos, e.tpos+int64(len(buf)), idx, oids, e.recs
+	t.tid, t.pos, t.end, t.idx, t.oids, t.recs = tid, e.tpos, end, idx, oids, e.recs
 	return undone, nil
 }
 
@@ -346,7 +405,11 @@ func (t *txn) checkConflicts() error {
 				// after a round trip with the commit lock held.
 				return &zodb.ConflictError{Oid: o.oid, Committed: cur.tid, Serial: o.serial}
 			}
-			conflicts = append(conflicts, &zodb.ConflictError{Oid: o.oid, Committed: cur.tid, Serial: o.serial, Data: o.data})
+			data, err := t.data.Get(o.data, nil)
+			if err != nil {
+				return fmt.Errorf("fs1: %s: %s of %s: %w", w.fs.path, o.kind, o.oid, err)
+			}
+			conflicts = append(conflicts, &zodb.ConflictError{Oid: o.oid, Committed: cur.tid, Serial: o.serial, Data: bytes.Clone(data)})
 		}
 		if fatal != nil && len(conflicts) == 0 {
 			return fatal
@@ -403,6 +466,7 @@ func (t *txn) Finish(ctx context.Context, onCommit func(tid zodb.Tid, oids []zod
 
 // Abort implements zodb.Txn.
 func (t *txn) Abort() {
+	t.release()
 	switch t.state {
 	case txnRecording:
 		t.state = txnAborted
@@ -428,27 +492,86 @@ func (w *writer) truncateTo(pos int64) {
 	w.truncated(pos)
 }
 
-// txnEncoder encodes one transaction record into a buffer: the header
-// (status 'c'), the data records and the redundant length. Positions in
-// the file are tpos + offset in buf.
+// txnEncoder encodes one transaction record: the header (status 'c'), the
+// data records and the redundant length. It writes the record at tpos in
+// parts when it is big (spill): what it holds in memory is bounded by
+// voteSpill and the biggest data record, whatever the size of the
+// transaction; a transaction smaller than that is written with one pwrite.
+// Offsets are from tpos; buf holds the record from offset flushed on.
 type txnEncoder struct {
-	w    *writer
-	t    *txn
-	tid  zodb.Tid
-	tpos int64
-	buf  []byte
-	recs []recEnt
+	w       *writer
+	t       *txn
+	tid     zodb.Tid
+	tpos    int64
+	buf     []byte
+	flushed int64 // bytes of the record written already (at tpos)
+	wrote   bool  // a write was tried: the file must be cut back at tpos on failure
+	recs    []recEnt
 
 	last  map[zodb.Oid]int // oid -> index in recs of its last record, for big transactions
 	nlast int              // recs[:nlast] are in last
 }
 
+// spoolMem is the transaction data kept in memory until the vote (0:
+// spool.DefaultMem); the rest waits in a file.
+var spoolMem = 0
+
+// voteSpill is the size of encoded records at which a vote writes them and
+// goes on with an empty buffer.
+var voteSpill = 8 << 20
+
 // recEnt is a data record of the transaction being encoded.
 type recEnt struct {
 	oid     zodb.Oid
-	off     int64 // offset of the record in buf
+	off     int64 // offset of the record from tpos
 	dataLen int64 // 0: a backpointer record
 	back    int64 // the backpointer when dataLen == 0 (0: no data)
+}
+
+// spill writes the records encoded so far when they fill voteSpill, after
+// checking the quota as the vote does at the end (a record that starts
+// beyond it fails the vote then as now). The header's length is left 0:
+// finish's caller writes it last. Until the status is flipped at Finish
+// the record reads as a torn tail (status 'c'), written in one part or in
+// several.
+func (e *txnEncoder) spill() error {
+	if len(e.buf) < voteSpill {
+		return nil
+	}
+	if err := e.w.checkQuota(e); err != nil {
+		return err
+	}
+	if err := e.write(e.buf, e.flushed); err != nil {
+		return err
+	}
+	e.flushed += int64(len(e.buf))
+	e.buf = e.buf[:0]
+	return nil
+}
+
+// write writes b at offset off of the record.
+func (e *txnEncoder) write(b []byte, off int64) error {
+	e.wrote = true
+	if _, err := e.w.writeAt(b, e.tpos+off); err != nil {
+		err = &Error{e.w.fs.path, e.tpos + off, "transaction record", fmt.Errorf("vote of transaction %s: write: %w", e.tid, err)}
+		e.w.fs.logf("%v", err)
+		return err
+	}
+	return nil
+}
+
+// recordData returns the data of r, a record of the transaction with data,
+// from buf or, once spilled, from the file.
+func (e *txnEncoder) recordData(r recEnt) ([]byte, error) {
+	at := r.off + DataHeaderSize
+	if r.off >= e.flushed {
+		return e.buf[at-e.flushed : at-e.flushed+r.dataLen], nil
+	}
+	b := make([]byte, r.dataLen)
+	if _, err := e.w.fs.file.ReadAt(b, e.tpos+at); err != nil {
+		return nil, &Error{e.w.fs.path, e.tpos + at, "data record", fmt.Errorf("read back of transaction %s: %w", e.tid, err)}
+	}
+	return b, nil
 }
 
 func (e *txnEncoder) begin(m *zodb.TxnMeta) {
@@ -462,7 +585,7 @@ func (e *txnEncoder) begin(m *zodb.TxnMeta) {
 // transaction already has a record of oid).
 func (e *txnEncoder) add(oid zodb.Oid, data []byte, back int64) {
 	prev, _ := e.w.head.Get(oid)
-	off := int64(len(e.buf))
+	off := e.flushed + int64(len(e.buf))
 	e.buf = appendDataHeader(e.buf, oid, e.tid, prev, e.tpos, int64(len(data)))
 	if len(data) > 0 {
 		e.buf = append(e.buf, data...)
@@ -496,10 +619,14 @@ func (e *txnEncoder) current(oid zodb.Oid) (recEnt, bool) {
 	return e.recs[i], true
 }
 
-// finish fills in the transaction length and appends the redundant copy.
-func (e *txnEncoder) finish() []byte {
-	tlen := uint64(len(e.buf))
-	binary.BigEndian.PutUint64(e.buf[8:], tlen)
+// finish appends the redundant length and fills in the header's length
+// when the header is still in buf. It returns what is left to write and
+// the transaction length.
+func (e *txnEncoder) finish() ([]byte, uint64) {
+	tlen := uint64(e.flushed) + uint64(len(e.buf))
+	if e.flushed == 0 {
+		binary.BigEndian.PutUint64(e.buf[8:], tlen)
+	}
 	e.buf = binary.BigEndian.AppendUint64(e.buf, tlen)
-	return e.buf
+	return e.buf, tlen
 }

@@ -217,7 +217,10 @@ func (e *txnEncoder) undoRecord(dh *DataHeader) (int64, []byte, error) {
 		if inTxn {
 			if cur.dataLen > 0 {
 				cdataptr = tipos
-				curData = e.buf[cur.off+DataHeaderSize : cur.off+DataHeaderSize+cur.dataLen]
+				var err error
+				if curData, err = e.recordData(cur); err != nil {
+					return 0, nil, err
+				}
 			} else {
 				cdataptr = cur.back
 			}

@@ -1,0 +1,126 @@
+// Package spool holds the data of a transaction while it is recorded: in
+// memory up to a bound, past it in an unlinked temporary file, so that a
+// transaction of any size costs a bounded amount of memory until it is
+// written. ZODB/py's FileStorage and ZEO/py's server keep theirs in a
+// temporary file the same way (tempfile.TemporaryFile, in $TMPDIR).
+package spool
+
+import (
+	"fmt"
+	"os"
+)
+
+// DefaultMem is the bytes a Spool keeps in memory when Mem is 0.
+const DefaultMem = 8 << 20
+
+// Ref names a byte string held by a Spool (the zero Ref is the empty one).
+type Ref struct {
+	off  int64 // in the memory buffer, or in the file when inFile
+	n    int64 // -1: nil
+	file bool
+}
+
+// Nil is the Ref of a nil byte string (Get returns nil, not empty).
+var Nil = Ref{n: -1}
+
+// Len returns the length of the byte string r names.
+func (r Ref) Len() int { return int(max(r.n, 0)) }
+
+// InFile reports whether r's bytes are in the file (Get reads them into
+// its buffer) rather than in memory.
+func (r Ref) InFile() bool { return r.file }
+
+// A Spool holds byte strings added to it until Close. Its zero value is
+// ready to use, keeps DefaultMem bytes in memory and the rest in a file
+// of os.TempDir. A Spool is not safe for concurrent use.
+type Spool struct {
+	// Mem is the number of bytes kept in memory; 0 means DefaultMem,
+	// a negative value none. Dir is where the file is made; "" means
+	// os.TempDir(). Set them before the first Add.
+	Mem int
+	Dir string
+
+	mem   []byte
+	f     *os.File
+	fsize int64
+}
+
+// Add copies b into s and returns its Ref. A nil b is kept as nil. It
+// fails only when the temporary file cannot be made or written (a full
+// disk): the error says which file.
+func (s *Spool) Add(b []byte) (Ref, error) {
+	if b == nil {
+		return Nil, nil
+	}
+	if len(b) == 0 {
+		return Ref{}, nil
+	}
+	limit := s.Mem
+	if limit == 0 {
+		limit = DefaultMem
+	}
+	if len(s.mem)+len(b) <= limit {
+		off := len(s.mem)
+		if s.mem == nil {
+			s.mem = make([]byte, 0, min(limit, max(4096, 2*len(b))))
+		}
+		s.mem = append(s.mem, b...)
+		return Ref{off: int64(off), n: int64(len(b))}, nil
+	}
+	if s.f == nil {
+		f, err := os.CreateTemp(s.Dir, "zodbd-txn-*")
+		if err != nil {
+			return Ref{}, fmt.Errorf("spool: %w", err)
+		}
+		// Unlinked at once: the file goes when it is closed, also by a
+		// crash.
+		if err := os.Remove(f.Name()); err != nil {
+			f.Close()
+			return Ref{}, fmt.Errorf("spool: %w", err)
+		}
+		s.f = f
+	}
+	if _, err := s.f.WriteAt(b, s.fsize); err != nil {
+		return Ref{}, fmt.Errorf("spool: %s: %w", s.f.Name(), err)
+	}
+	r := Ref{off: s.fsize, n: int64(len(b)), file: true}
+	s.fsize += int64(len(b))
+	return r, nil
+}
+
+// Get returns the byte string r names. From memory it is s's own bytes,
+// valid until Close and not to be modified; from the file it is read into
+// buf (grown as needed) and returned.
+func (s *Spool) Get(r Ref, buf []byte) ([]byte, error) {
+	switch {
+	case r.n < 0:
+		return nil, nil
+	case r.n == 0:
+		return []byte{}, nil
+	case !r.file:
+		return s.mem[r.off : r.off+r.n : r.off+r.n], nil
+	}
+	if int64(cap(buf)) < r.n {
+		buf = make([]byte, r.n)
+	}
+	buf = buf[:r.n]
+	if _, err := s.f.ReadAt(buf, r.off); err != nil {
+		return nil, fmt.Errorf("spool: %s: %w", s.f.Name(), err)
+	}
+	return buf, nil
+}
+
+// Spilled returns the number of bytes held in the file.
+func (s *Spool) Spilled() int64 { return s.fsize }
+
+// Close lets go of everything s holds (the file is removed with it). s
+// may be used again afterwards, empty.
+func (s *Spool) Close() error {
+	s.mem = nil
+	var err error
+	if s.f != nil {
+		err = s.f.Close()
+		s.f, s.fsize = nil, 0
+	}
+	return err
+}

@@ -1,0 +1,90 @@
+package spool
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+)
+
+func TestSpool(t *testing.T) {
+	dir := t.TempDir()
+	s := Spool{Mem: 100, Dir: dir}
+	var want [][]byte
+	var refs []Ref
+	for i := 0; i < 40; i++ {
+		b := []byte(strings.Repeat(fmt.Sprint(i%10), i))
+		if i%7 == 3 {
+			b = nil
+		}
+		r, err := s.Add(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range b {
+			b[j] = 'x' // Add copied it
+		}
+		if b != nil {
+			b = []byte(strings.Repeat(fmt.Sprint(i%10), i))
+		}
+		want, refs = append(want, b), append(refs, r)
+	}
+	if s.Spilled() == 0 || len(s.mem) > 100 {
+		t.Fatalf("%d bytes in memory, %d in the file: want at most 100 in memory", len(s.mem), s.Spilled())
+	}
+	var buf []byte
+	for i, r := range refs {
+		got, err := s.Get(r, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want[i]) || (got == nil) != (want[i] == nil) || r.Len() != len(want[i]) {
+			t.Fatalf("#%d: got %q (nil %v), want %q", i, got, got == nil, want[i])
+		}
+		if r.InFile() {
+			buf = got
+		}
+	}
+	// The file is unlinked from the start: nothing is left in Dir.
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Fatalf("%d files left in the spool's directory", len(ents))
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Usable again, empty.
+	r, err := s.Add([]byte("again"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Get(r, nil); string(got) != "again" || s.Spilled() != 0 {
+		t.Fatalf("after Close: %q, %d bytes in the file", got, s.Spilled())
+	}
+}
+
+// TestSpoolNoMem keeps nothing in memory.
+func TestSpoolNoMem(t *testing.T) {
+	s := Spool{Mem: -1, Dir: t.TempDir()}
+	defer s.Close()
+	r, err := s.Add([]byte("abc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.InFile() || s.Spilled() != 3 {
+		t.Fatalf("in file %v, %d bytes in the file", r.InFile(), s.Spilled())
+	}
+	e, _ := s.Add([]byte{})
+	if got, _ := s.Get(e, nil); got == nil || len(got) != 0 || e.InFile() {
+		t.Fatalf("empty string: got %v (nil %v), in file %v", got, got == nil, e.InFile())
+	}
+}
+
+// TestSpoolBadDir reports which directory it could not use.
+func TestSpoolBadDir(t *testing.T) {
+	s := Spool{Mem: -1, Dir: "/nonexistent/spool"}
+	_, err := s.Add([]byte("abc"))
+	if err == nil || !strings.Contains(err.Error(), "/nonexistent/spool") {
+		t.Fatalf("got %v, want an error naming the directory", err)
+	}
+}
