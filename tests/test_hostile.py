@@ -437,3 +437,123 @@ def test_neo_nil_array(neo_node):
     n = 50 * MiB
     p = NEO_ASKOBJECT_HDR + b'\xdd' + struct.pack('>I', n) + b'\xc0' * n
     neo_attack(node, p, identify=True)
+
+
+def spool_fds(pid):
+    """The spool files (unlinked) the process holds open."""
+    n = 0
+    for fd in os.listdir('/proc/%d/fd' % pid):
+        try:
+            target = os.readlink('/proc/%d/fd/%s' % (pid, fd))
+        except OSError:
+            continue
+        if 'zodbd-txn-' in target or '.txn-' in target:
+            n += 1
+    return n
+
+
+def test_big_transaction(zodbd_bin, tmp_copy, tmp_path, monkeypatch):
+    """A client's transaction of 256 MiB (32 stores of 8 MiB) costs the
+    server bounded memory, not a multiple of the transaction: its data
+    waits in a spool file of $TMPDIR (ZEO/py's CommitLog) and in one
+    beside the Data.fs, and the vote writes it in parts. First a client
+    sends the stores and goes away without voting (the spool is let go),
+    then a stock client commits the same and loads it back. Before the
+    spool, the server's peak RSS was about 5 times the transaction."""
+    import ZEO.ClientStorage
+    from persistent.mapping import PersistentMapping
+    from ZODB.utils import z64
+    spool = tmp_path / 'spool'
+    spool.mkdir()
+    monkeypatch.setenv('TMPDIR', str(spool))
+    srv = Server(zodbd_bin, tmp_copy('1.fs'), tmp_path).start()
+    try:
+        stock_client_commits(srv)
+        time.sleep(0.2)
+        idle = rss(srv.proc.pid)
+        pid = srv.proc.pid
+        reset_peak(pid)
+        dog = Watchdog(pid, idle + KILL)
+        chunk = 8 * MiB
+        try:
+            # Stores, then a disconnect without a vote.
+            st = ZEO.ClientStorage.ClientStorage(srv.addr, wait_timeout=10)
+            txn = transaction.Transaction()
+            st.tpc_begin(txn)
+            oids = [st.new_oid() for _ in range(32)]
+            for i, oid in enumerate(oids):
+                st.store(oid, z64, os.urandom(chunk), '', txn)
+            # The one-way stores are in; a synchronous call after them
+            # returns once the server took them.
+            st._call('lastTransaction')
+            held = spool_fds(pid)
+            st.close()
+            t0 = time.time()
+            while spool_fds(pid) and time.time() < t0 + 10:
+                time.sleep(0.05)
+            assert held >= 1, 'no spool file open with 256 MiB of stores recorded'
+            assert spool_fds(pid) == 0, 'spool files still open after the client left'
+            assert not os.listdir(spool), 'files left in $TMPDIR: %s' % os.listdir(spool)
+
+            # A stock client commits the same amount.
+            db = ZEO.DB(srv.addr, wait_timeout=10)
+            tm = transaction.TransactionManager()
+            conn = db.open(tm)
+            root = conn.root()
+            blobs = [os.urandom(chunk) for _ in range(4)]
+            for i in range(32):
+                root['big%d' % i] = PersistentMapping(d=blobs[i % 4] + b'%d' % i)
+            tm.commit()
+            conn.close()
+            db.close()
+        finally:
+            dog.stop()
+        assert dog.killed_at is None, 'server RSS passed %d MiB (idle %d MiB): killed' % (
+            dog.killed_at // MiB, idle // MiB)
+        peak = rss(pid, 'VmHWM')
+        # The frames of 8 MiB, the spools' memory (8 MiB each), the
+        # vote's buffer (8 MiB and a record) and slack.
+        bound = idle + SLACK + 6 * chunk
+        print('idle %d MiB, peak %d MiB for a 256 MiB transaction' % (idle // MiB, peak // MiB))
+        assert peak <= bound, 'peak RSS %d MiB > bound %d MiB (idle %d MiB)' % (
+            peak // MiB, bound // MiB, idle // MiB)
+        assert spool_fds(pid) == 0
+        db = ZEO.DB(srv.addr, wait_timeout=10)
+        try:
+            root = db.open().root()
+            for i in (0, 17, 31):
+                assert root['big%d' % i]['d'] == blobs[i % 4] + b'%d' % i
+        finally:
+            db.close()
+    finally:
+        srv.stop(signal.SIGKILL)
+
+
+def test_big_transaction_no_spool(zodbd_bin, tmp_copy, tmp_path, monkeypatch):
+    """A transaction whose data cannot be spooled ($TMPDIR unusable) fails
+    at its vote with a StorageError naming the spool; the connection, the
+    server and the next transactions go on."""
+    import ZODB.POSException
+    from persistent.mapping import PersistentMapping
+    monkeypatch.setenv('TMPDIR', str(tmp_path / 'missing'))
+    srv = Server(zodbd_bin, tmp_copy('1.fs'), tmp_path).start()
+    try:
+        db = ZEO.DB(srv.addr, wait_timeout=10)
+        try:
+            tm = transaction.TransactionManager()
+            conn = db.open(tm)
+            root = conn.root()
+            for i in range(3):
+                root['big%d' % i] = PersistentMapping(d=os.urandom(4 * MiB))
+            with pytest.raises(ZODB.POSException.StorageError, match='spool'):
+                tm.commit()
+            tm.abort()
+            root['small'] = 1
+            tm.commit()
+            conn.close()
+        finally:
+            db.close()
+        assert stock_client_commits(srv) == 1
+        assert 'spool' in srv.output()
+    finally:
+        srv.stop(signal.SIGKILL)

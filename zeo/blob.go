@@ -251,7 +251,7 @@ func (c *conn) storeBlobEnd(oid zodb.Oid, serial zodb.Tid, data []byte, txnID in
 	}
 	// The data record: the same store the client sent with storea just
 	// before (the last store of an oid wins), with its file.
-	if err := c.record(txnID, op{kind: opStore, oid: oid, serial: serial, data: clone(data), blob: path}, a); err != nil {
+	if err := c.record(txnID, op{kind: opStore, oid: oid, serial: serial, blob: path}, data, a); err != nil {
 		c.st.blobs.Dir().Discard(path)
 		return err
 	}
@@ -270,7 +270,7 @@ func (c *conn) storeBlobShared(oid zodb.Oid, serial zodb.Tid, data []byte, filen
 	if err != nil {
 		return err
 	}
-	return c.record(txnID, op{kind: opStore, oid: oid, serial: serial, data: clone(data), blob: path}, a)
+	return c.record(txnID, op{kind: opStore, oid: oid, serial: serial, blob: path}, data, a)
 }
 
 // blobsAbort drops the blob part of t when it ends without committing:
@@ -307,13 +307,13 @@ func (c *conn) blobsPrepare(t *ztxn) error {
 
 // storeBlob replays a store with a blob file into the storage
 // transaction, which takes the file over.
-func (c *conn) storeBlob(stxn zodb.Txn, o *op) error {
+func (c *conn) storeBlob(stxn zodb.Txn, o *op, data []byte) error {
 	bt, ok := stxn.(zodb.BlobTxn)
 	if !ok {
 		c.st.blobs.Dir().Discard(o.blob)
 		return errNoBlobs
 	}
-	if err := bt.StoreBlob(o.oid, o.serial, o.data, o.blob); err != nil {
+	if err := bt.StoreBlob(o.oid, o.serial, data, o.blob); err != nil {
 		return &pyError{"ZODB.POSException.StorageError", err.Error()}
 	}
 	return nil

@@ -177,8 +177,11 @@ func init() {
 	}
 	// record appends one operation to the open transaction's log (the
 	// one-way calls of the commit); txnArg is the index of its txn id.
-	record := func(txnArg int, mk func(a *args) op) func(*conn, *wire.Value, *args) error {
-		return func(c *conn, _ *wire.Value, a *args) error { return c.record(a.int(txnArg), mk(a), a) }
+	record := func(txnArg int, mk func(a *args) (op, []byte)) func(*conn, *wire.Value, *args) error {
+		return func(c *conn, _ *wire.Value, a *args) error {
+			o, data := mk(a)
+			return c.record(a.int(txnArg), o, data, a)
+		}
 	}
 	// txnCall runs f on the call's transaction id.
 	txnCall := func(f func(c *conn, id *wire.Value, txnID int64)) func(*conn, *wire.Value, *args) error {
@@ -291,29 +294,29 @@ func init() {
 		"tpc_begin": {min: 6, max: 6, oneway: true, call: func(c *conn, _ *wire.Value, a *args) error {
 			return c.tpcBegin(a)
 		}},
-		"storea": {min: 4, max: 4, oneway: true, call: record(3, func(a *args) op {
-			return op{kind: opStore, oid: a.oid(0), serial: a.serial(1), data: clone(a.bytes(2))}
+		"storea": {min: 4, max: 4, oneway: true, call: record(3, func(a *args) (op, []byte) {
+			return op{kind: opStore, oid: a.oid(0), serial: a.serial(1)}, a.bytes(2)
 		})},
-		"deleteObject": {min: 3, max: 3, oneway: true, call: record(2, func(a *args) op {
-			return op{kind: opDelete, oid: a.oid(0), serial: a.tid(1)}
+		"deleteObject": {min: 3, max: 3, oneway: true, call: record(2, func(a *args) (op, []byte) {
+			return op{kind: opDelete, oid: a.oid(0), serial: a.tid(1)}, nil
 		})},
-		"checkCurrentSerialInTransaction": {min: 3, max: 3, oneway: true, call: record(2, func(a *args) op {
-			return op{kind: opCheck, oid: a.oid(0), serial: a.tid(1)}
+		"checkCurrentSerialInTransaction": {min: 3, max: 3, oneway: true, call: record(2, func(a *args) (op, []byte) {
+			return op{kind: opCheck, oid: a.oid(0), serial: a.tid(1)}, nil
 		})},
-		"restorea": {min: 5, max: 5, oneway: true, call: record(4, func(a *args) op {
+		"restorea": {min: 5, max: 5, oneway: true, call: record(4, func(a *args) (op, []byte) {
 			data, hasData := a.bytesOrNone(2)
 			if hasData && data == nil {
 				data = []byte{}
 			}
 			prev, _ := a.tidOrNone(3)
-			return op{kind: opRestore, oid: a.oid(0), serial: a.tid(1), data: clone(data), prev: prev}
+			return op{kind: opRestore, oid: a.oid(0), serial: a.tid(1), prev: prev}, data
 		})},
-		"undoa": {min: 2, max: 2, oneway: true, call: record(1, func(a *args) op {
+		"undoa": {min: 2, max: 2, oneway: true, call: record(1, func(a *args) (op, []byte) {
 			tid, err := decodeUndoID(a.bytes(0))
 			if err != nil && a.err == nil {
 				a.err = &argError{"undoa: " + err.Error()}
 			}
-			return op{kind: opUndo, serial: tid}
+			return op{kind: opUndo, serial: tid}, nil
 		})},
 		"vote":       {min: 1, max: 1, async: true, call: txnCall((*conn).vote)},
 		"tpc_finish": {min: 1, max: 1, async: true, call: txnCall((*conn).tpcFinish)},

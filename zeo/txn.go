@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/eventlog"
+	"github.com/zodbd/zodbd/internal/spool"
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -12,7 +14,10 @@ import (
 // A connection's transaction, as ZEO's server keeps it: tpc_begin and the
 // one-way store calls only record operations; vote replays them into a
 // storage transaction (which takes the commit lock and assigns the tid);
-// tpc_finish commits it.
+// tpc_finish commits it. The data of the stores waits in a spool: past
+// spool.DefaultMem in an unlinked file of $TMPDIR, as in ZEO/py's
+// CommitLog, so that a transaction of any size costs the server bounded
+// memory.
 
 type opKind uint8
 
@@ -29,7 +34,7 @@ type op struct {
 	kind   opKind
 	oid    zodb.Oid
 	serial zodb.Tid
-	data   []byte
+	data   spool.Ref // in the transaction's spool
 	prev   zodb.Tid
 	blob   string // opStore: the path of the blob file stored with it, if any (blob.go)
 }
@@ -38,6 +43,8 @@ type ztxn struct {
 	id   int64
 	meta zodb.TxnMeta
 	ops  []op
+	data spool.Spool // the data of ops
+	err  error       // the spool could not take an operation's data: the vote fails with it
 
 	voting     bool                // a vote goroutine is running
 	cancel     context.CancelFunc  // cancels the running vote
@@ -83,8 +90,13 @@ func (c *conn) tpcBegin(a *args) error {
 	return nil
 }
 
-// record appends an operation to the connection's transaction txnID.
-func (c *conn) record(txnID int64, o op, a *args) error {
+// txnSpoolMem is the data a transaction keeps in memory before its spool
+// writes the rest to its file (0: spool.DefaultMem).
+var txnSpoolMem = 0
+
+// record appends an operation with data (copied) to the connection's
+// transaction txnID.
+func (c *conn) record(txnID int64, o op, data []byte, a *args) error {
 	if a.err != nil {
 		return a.err
 	}
@@ -100,7 +112,40 @@ func (c *conn) record(txnID int64, o op, a *args) error {
 	if o.kind == opStore {
 		c.stores.Add(1)
 	}
+	if t.err != nil {
+		return nil // the vote fails anyway
+	}
+	if t.data.Mem == 0 {
+		t.data.Mem = txnSpoolMem
+	}
+	var err error
+	if o.data, err = t.data.Add(data); err != nil {
+		// A full $TMPDIR fails this transaction, not the connection.
+		t.err = &pyError{"ZODB.POSException.StorageError", err.Error()}
+		return nil
+	}
 	t.ops = append(t.ops, o)
+	return nil
+}
+
+// end lets go of what t holds once it is over (committed, aborted or
+// failed). Called with txmu held, or by the goroutine that finished t.
+func (t *ztxn) end() {
+	t.data.Close()
+}
+
+// lastStoreData returns the data of the last store of oid in t (nil for a
+// deletion, or when the spool cannot read it back: the error is logged).
+func (c *conn) lastStoreData(t *ztxn, oid zodb.Oid) []byte {
+	for i := len(t.ops) - 1; i >= 0; i-- {
+		if o := &t.ops[i]; o.oid == oid && (o.kind == opStore || o.kind == opDelete) {
+			b, err := t.data.Get(o.data, nil)
+			if err != nil {
+				c.log(eventlog.Error, "%v", err)
+			}
+			return b
+		}
+	}
 	return nil
 }
 
@@ -177,7 +222,7 @@ func (c *conn) vote(id *wire.Value, txnID int64) {
 			// transaction that holds the conflicts (zodb.ResolvingTxn)
 			// keeps the commit lock meanwhile, so that the next vote
 			// cannot meet newer revisions.
-			st.addConflicts(t.ops, conflicts...)
+			st.addConflicts(c, t, conflicts...)
 			if held {
 				t.conflicted, t.conflict = true, conflicts[0]
 				c.startTxnTimer(t)
@@ -187,7 +232,7 @@ func (c *conn) vote(id *wire.Value, txnID int64) {
 			for _, ce := range conflicts {
 				// The data the client sent (ce.Data is the storage's,
 				// compressed under <zlibstorage>).
-				data := lastStoreData(t.ops, ce.Oid)
+				data := c.lastStoreData(t, ce.Oid)
 				e.BeginDict(3)
 				e.Str("oid")
 				e.Oid8(uint64(ce.Oid))
@@ -205,7 +250,7 @@ func (c *conn) vote(id *wire.Value, txnID int64) {
 		default:
 			var ce *zodb.ConflictError
 			if errors.As(err, &ce) {
-				st.addConflicts(t.ops, ce)
+				st.addConflicts(c, t, ce)
 			}
 			if t.stxn != nil {
 				t.stxn.Abort()
@@ -221,6 +266,7 @@ func (c *conn) vote(id *wire.Value, txnID int64) {
 				c.txn = nil
 			}
 			c.blobsAbort(t)
+			t.end()
 			c.logVoteFailed(t, err)
 			encodeError(&e, &idc, err)
 		}
@@ -252,6 +298,9 @@ func (c *conn) replay(ctx context.Context, t *ztxn) ([]zodb.Oid, error) {
 	ws := c.st.ws
 	if ws == nil {
 		return nil, zodb.ErrReadOnly
+	}
+	if t.err != nil {
+		return nil, t.err
 	}
 	if err := c.blobsPrepare(t); err != nil {
 		return nil, err
@@ -289,20 +338,26 @@ func (c *conn) replay(ctx context.Context, t *ztxn) ([]zodb.Oid, error) {
 			c.blobSuperseded(o)
 			continue
 		}
-		var err error
+		// A fresh slice for data read back from the spool's file: a
+		// storage transaction may keep what Store is given (FileStorage's
+		// copies it, and the slice is garbage at once).
+		data, err := t.data.Get(o.data, nil)
+		if err != nil {
+			return fail(err)
+		}
 		switch o.kind {
 		case opStore:
 			if o.blob != "" {
-				err = c.storeBlob(stxn, o)
+				err = c.storeBlob(stxn, o, data)
 			} else {
-				err = stxn.Store(o.oid, o.serial, o.data)
+				err = stxn.Store(o.oid, o.serial, data)
 			}
 		case opDelete:
 			err = stxn.Delete(o.oid, o.serial)
 		case opCheck:
 			err = stxn.CheckCurrentSerial(o.oid, o.serial)
 		case opRestore:
-			err = stxn.Restore(o.oid, o.data, o.prev)
+			err = stxn.Restore(o.oid, data, o.prev)
 		case opUndo:
 			err = stxn.Undo(o.serial)
 		}
@@ -342,16 +397,6 @@ func lastOpKind(ops []op, oid zodb.Oid) opKind {
 		}
 	}
 	return opCheck
-}
-
-// lastStoreData returns the data of the last store of oid in ops.
-func lastStoreData(ops []op, oid zodb.Oid) []byte {
-	for i := len(ops) - 1; i >= 0; i-- {
-		if ops[i].oid == oid && (ops[i].kind == opStore || ops[i].kind == opDelete) {
-			return ops[i].data
-		}
-	}
-	return nil
 }
 
 // tpcFinish commits the voted transaction on its own goroutine (it waits
@@ -400,6 +445,7 @@ func (c *conn) tpcFinish(id *wire.Value, txnID int64) {
 		if c.txn == t {
 			c.txn = nil
 		}
+		t.end()
 		c.txmu.Unlock()
 		e := wire.Encoder{M: c.srv.cfg.Marshal}
 		if err != nil {
@@ -457,6 +503,7 @@ func (c *conn) abortTxn() {
 		c.st.lockReleased()
 	}
 	c.blobsAbort(t)
+	t.end()
 	if c.txn == t {
 		c.txn = nil
 	}
@@ -484,13 +531,17 @@ func (st *storage) addWaiting(n int64) {
 	st.mu.Unlock()
 }
 
-// addConflicts counts the conflicts ces of a vote whose operations are
-// ops, in all and by the class of the data the client stored (stats.go).
-func (st *storage) addConflicts(ops []op, ces ...*zodb.ConflictError) {
+// addConflicts counts the conflicts ces of t's vote, in all and by the
+// class of the data the client stored (stats.go). Called with c.txmu held.
+func (st *storage) addConflicts(c *conn, t *ztxn, ces ...*zodb.ConflictError) {
+	classes := make([]string, len(ces))
+	for i, ce := range ces {
+		classes[i] = conflictClass(c.lastStoreData(t, ce.Oid))
+	}
 	st.mu.Lock()
 	st.stats.conflicts += int64(len(ces))
-	for _, ce := range ces {
-		st.stats.countClass(conflictClass(lastStoreData(ops, ce.Oid)))
+	for i, ce := range ces {
+		st.stats.countClass(classes[i])
 		st.stats.countOid(ce.Oid)
 	}
 	st.mu.Unlock()
