@@ -50,6 +50,16 @@ func TestVoteConflicts(t *testing.T) {
 		if r.Len() != 1 || r.Items[0].Kind != wire.Dict {
 			t.Fatalf("%v: vote: %v, want one conflict", m, r)
 		}
+		// The conflict gives back the data the client stored.
+		var data []byte
+		for d, i := r.Items[0], 0; i+1 < len(d.Items); i += 2 {
+			if string(d.Items[i].B) == "data" {
+				data = d.Items[i+1].B
+			}
+		}
+		if string(data) != "b" {
+			t.Fatalf("%v: conflict's data %q, want %q", m, data, "b")
+		}
 		r = storeAndVote(t, b, 21, 5, false, 1, s1, []byte("b resolved"))
 		if r.Len() != 0 {
 			t.Fatalf("%v: vote after resolution: %v", m, r)
