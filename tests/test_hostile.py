@@ -439,15 +439,16 @@ def test_neo_nil_array(neo_node):
     neo_attack(node, p, identify=True)
 
 
-def spool_fds(pid):
-    """The spool files (unlinked) the process holds open."""
+def spool_fds(pid, *dirs):
+    """The spool files (unlinked: O_TMPFILE, or made and removed) the
+    process holds open in dirs."""
     n = 0
     for fd in os.listdir('/proc/%d/fd' % pid):
         try:
             target = os.readlink('/proc/%d/fd/%s' % (pid, fd))
         except OSError:
             continue
-        if 'zodbd-txn-' in target or '.txn-' in target:
+        if target.endswith('(deleted)') and any(target.startswith(str(d) + '/') for d in dirs):
             n += 1
     return n
 
@@ -466,7 +467,9 @@ def test_big_transaction(zodbd_bin, tmp_copy, tmp_path, monkeypatch):
     spool = tmp_path / 'spool'
     spool.mkdir()
     monkeypatch.setenv('TMPDIR', str(spool))
-    srv = Server(zodbd_bin, tmp_copy('1.fs'), tmp_path).start()
+    path = tmp_copy('1.fs')
+    datadir = os.path.dirname(path)
+    srv = Server(zodbd_bin, path, tmp_path).start()
     try:
         stock_client_commits(srv)
         time.sleep(0.2)
@@ -486,13 +489,13 @@ def test_big_transaction(zodbd_bin, tmp_copy, tmp_path, monkeypatch):
             # The one-way stores are in; a synchronous call after them
             # returns once the server took them.
             st._call('lastTransaction')
-            held = spool_fds(pid)
+            held = spool_fds(pid, spool, datadir)
             st.close()
             t0 = time.time()
-            while spool_fds(pid) and time.time() < t0 + 10:
+            while spool_fds(pid, spool, datadir) and time.time() < t0 + 10:
                 time.sleep(0.05)
             assert held >= 1, 'no spool file open with 256 MiB of stores recorded'
-            assert spool_fds(pid) == 0, 'spool files still open after the client left'
+            assert spool_fds(pid, spool, datadir) == 0, 'spool files still open after the client left'
             assert not os.listdir(spool), 'files left in $TMPDIR: %s' % os.listdir(spool)
 
             # A stock client commits the same amount.
@@ -517,7 +520,7 @@ def test_big_transaction(zodbd_bin, tmp_copy, tmp_path, monkeypatch):
         print('idle %d MiB, peak %d MiB for a 256 MiB transaction' % (idle // MiB, peak // MiB))
         assert peak <= bound, 'peak RSS %d MiB > bound %d MiB (idle %d MiB)' % (
             peak // MiB, bound // MiB, idle // MiB)
-        assert spool_fds(pid) == 0
+        assert spool_fds(pid, spool, datadir) == 0
         db = ZEO.DB(srv.addr, wait_timeout=10)
         try:
             root = db.open().root()

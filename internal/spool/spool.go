@@ -68,14 +68,8 @@ func (s *Spool) Add(b []byte) (Ref, error) {
 		return Ref{off: int64(off), n: int64(len(b))}, nil
 	}
 	if s.f == nil {
-		f, err := os.CreateTemp(s.Dir, "zodbd-txn-*")
+		f, err := createUnlinked(s.Dir)
 		if err != nil {
-			return Ref{}, fmt.Errorf("spool: %w", err)
-		}
-		// Unlinked at once: the file goes when it is closed, also by a
-		// crash.
-		if err := os.Remove(f.Name()); err != nil {
-			f.Close()
 			return Ref{}, fmt.Errorf("spool: %w", err)
 		}
 		s.f = f
@@ -108,6 +102,26 @@ func (s *Spool) Get(r Ref, buf []byte) ([]byte, error) {
 		return nil, fmt.Errorf("spool: %s: %w", s.f.Name(), err)
 	}
 	return buf, nil
+}
+
+// createUnlinked makes a file in dir (os.TempDir() when "") that has no
+// name: it goes when it is closed, also when the process dies.
+func createUnlinked(dir string) (*os.File, error) {
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	if f, err := openTmpfile(dir); err == nil {
+		return f, nil
+	}
+	f, err := os.CreateTemp(dir, "zodbd-txn-*")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Remove(f.Name()); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // Spilled returns the number of bytes held in the file.
