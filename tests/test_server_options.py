@@ -125,3 +125,46 @@ def test_cpus_and_gomaxprocs(zodbd_bin, zodbd_test_bin, tmp_copy, tmp_path, cmd)
     finally:
         proc.terminate()
         assert proc.wait(20) == 0, read(log)
+
+
+def test_neo_storage_max_txn_bytes(zodbd_bin, zodbd_test_bin, tmp_path):
+    """--max-txn-bytes bounds the data a client connection's transactions
+    hold until their vote: `zodbd copy` of a transaction of 3 MiB into a
+    node started with --max-txn-bytes 2MiB fails (the node closes the
+    connection and says why), and succeeds with the default (512 MiB)."""
+    import transaction as txn_mod
+    from persistent.mapping import PersistentMapping
+    from ZODB import DB
+    from ZODB.FileStorage import FileStorage
+    src = str(tmp_path / 'src.fs')
+    db = DB(FileStorage(src, create=True))
+    tm = txn_mod.TransactionManager()
+    conn = db.open(tm)
+    for i in range(3):
+        conn.root()['big%d' % i] = PersistentMapping(d=os.urandom(1 << 20))
+    tm.commit()
+    db.close()
+    for opts, ok in ((['--max-txn-bytes', '2MiB'], False), ([], True)):
+        dst = str(tmp_path / ('dst-%s.fs' % ok))
+        FileStorage(dst, create=True).close()
+        mport = free_port()
+        log = str(tmp_path / ('neo-%s.log' % ok))
+        with open(log, 'wb') as logf:
+            proc = subprocess.Popen([zodbd_test_bin, 'neo-storage', '--cluster', 'big', '--read-write',
+                                     '--with-master', '127.0.0.1:%d' % mport] + opts + [dst],
+                                    stdout=logf, stderr=subprocess.STDOUT)
+        try:
+            wait_listening(('127.0.0.1', mport), proc, log)
+            p = subprocess.run([zodbd_bin, 'copy', '-q', src, 'neo://big@127.0.0.1:%d' % mport],
+                               capture_output=True, text=True, timeout=60)
+            if ok:
+                assert p.returncode == 0, p.stderr
+            else:
+                assert p.returncode != 0, 'copy of 3 MiB into a node of --max-txn-bytes 2MiB succeeded'
+                deadline = time.time() + 10
+                while 'hold over 2097152 bytes' not in read(log):
+                    assert time.time() < deadline, read(log)[-2000:]
+                    time.sleep(0.1)
+        finally:
+            proc.terminate()
+            assert proc.wait(20) == 0, read(log)
