@@ -12,6 +12,7 @@ import (
 
 	"github.com/zodbd/zodbd/blob"
 	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/internal/spool"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -227,9 +228,11 @@ func copyTransactions(ctx context.Context, dst zodb.WriteStorage, src zodb.Stora
 	defer wg.Wait()
 
 	// The iterator reuses its buffers: the data of a transaction is kept in
-	// one arena until its Finish returns.
+	// a spool until its Finish returns (a destination may keep what
+	// Restore is given; past 8 MiB the spool holds it in a file of
+	// $TMPDIR, and a FileStorage, which copies it, lets the slices go).
 	var tx zodb.Txn
-	var arena []byte
+	var held *spool.Spool
 	err = zodb.Walk(ctx, src.Iterate(ctx, 0, zodb.TidMax), zodb.Visitor{
 		Txn: func(ti *zodb.TxnInfo) error {
 			if err := fail(); err != nil {
@@ -243,14 +246,17 @@ func copyTransactions(ctx context.Context, dst zodb.WriteStorage, src zodb.Stora
 				Tid:         ti.Tid,
 				Status:      ti.Status,
 			})
-			arena = nil
+			held = &spool.Spool{}
 			return err
 		},
 		Data: func(_ *zodb.TxnInfo, d *zodb.DataInfo) error {
-			var data []byte
-			if d.Data != nil {
-				arena = append(arena, d.Data...)
-				data = arena[len(arena)-len(d.Data):]
+			ref, err := held.Add(d.Data)
+			if err != nil {
+				return err
+			}
+			data, err := held.Get(ref, nil)
+			if err != nil {
+				return err
 			}
 			prev := zodb.Tid(0)
 			if d.DataTid != d.Tid {
@@ -273,8 +279,9 @@ func copyTransactions(ctx context.Context, dst zodb.WriteStorage, src zodb.Stora
 			}
 			sem <- struct{}{}
 			wg.Add(1)
-			go func(tx zodb.Txn, tid zodb.Tid) {
+			go func(tx zodb.Txn, tid zodb.Tid, held *spool.Spool) {
 				defer wg.Done()
+				defer held.Close()
 				if _, err := tx.Finish(ctx, nil); err != nil {
 					errMu.Lock()
 					if finishErr == nil {
@@ -283,8 +290,8 @@ func copyTransactions(ctx context.Context, dst zodb.WriteStorage, src zodb.Stora
 					errMu.Unlock()
 				}
 				<-sem
-			}(tx, ti.Tid)
-			tx = nil
+			}(tx, ti.Tid, held)
+			tx, held = nil, nil
 			ntxn++
 			return nil
 		},
@@ -292,6 +299,9 @@ func copyTransactions(ctx context.Context, dst zodb.WriteStorage, src zodb.Stora
 	if err != nil {
 		if tx != nil {
 			tx.Abort()
+		}
+		if held != nil {
+			held.Close()
 		}
 		return ntxn, nrec, nblob, err
 	}
