@@ -59,6 +59,53 @@ func TestCopyFixtures(t *testing.T) {
 	}
 }
 
+// A transaction bigger than the spool keeps in memory (its data waits in
+// the spool's file until the destination's Finish) copies byte for byte.
+func TestCopyBigTransaction(t *testing.T) {
+	ctx := context.Background()
+	srcPath := filepath.Join(t.TempDir(), "src.fs")
+	src, err := fs1.Open(srcPath, &fs1.Options{ReadWrite: true, Create: true, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	for n := 0; n < 2; n++ {
+		tx, err := src.Begin(ctx, zodb.TxnMeta{Description: []byte("big")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 5; i++ {
+			data := bytes.Repeat([]byte{byte('a' + i + n)}, 3<<20)
+			serial, _ := src.LastTid(ctx)
+			if err := tx.Store(zodb.Oid(i), serial, data); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := tx.Vote(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Finish(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dstPath := filepath.Join(t.TempDir(), "Data.fs")
+	dst, err := fs1.Open(dstPath, &fs1.Options{ReadWrite: true, Create: true, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, nrec, _, err := copyTransactions(ctx, dst, src, nil); err != nil || nrec != 10 {
+		t.Fatalf("copy: %d records, %v", nrec, err)
+	}
+	if err := dst.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := os.ReadFile(srcPath)
+	got, _ := os.ReadFile(dstPath)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("copy is %d bytes, differs from the %d of the source", len(got), len(want))
+	}
+}
+
 // zodbd copy carries the oid mark over: the copy does not hand out the
 // oids the source handed out without storing them.
 func TestCopyOidMark(t *testing.T) {
