@@ -20,8 +20,9 @@ type txn struct {
 	ops   []op
 	state txnState
 	// data holds the data of the stores and restores until the vote has
-	// written them: a transaction bigger than spool.DefaultMem keeps the
-	// rest in an unlinked file beside the Data.fs (ZODB/py's Data.fs.tmp).
+	// written them: a transaction bigger than spool.DefaultMem (or when
+	// the storage's transactions hold txnMemory) keeps the rest in an
+	// unlinked file beside the Data.fs (ZODB/py's Data.fs.tmp).
 	data spool.Spool
 
 	// Set by a successful Vote:
@@ -90,7 +91,7 @@ func (t *txn) record(o op, data []byte) error {
 		return zodb.ErrTxnState
 	}
 	if t.data.Dir == "" {
-		t.data.Dir, t.data.Mem = filepath.Dir(t.w.fs.path), spoolMem
+		t.data.Dir, t.data.Mem, t.data.Budget = filepath.Dir(t.w.fs.path), spoolMem, t.w.spoolMem
 	}
 	var err error
 	if o.data, err = t.data.Add(data); err != nil {
@@ -513,8 +514,12 @@ type txnEncoder struct {
 }
 
 // spoolMem is the transaction data kept in memory until the vote (0:
-// spool.DefaultMem); the rest waits in a file.
-var spoolMem = 0
+// spool.DefaultMem), txnMemory what the transactions of a storage keep in
+// memory together; the rest waits in a file.
+var (
+	spoolMem        = 0
+	txnMemory int64 = 64 << 20
+)
 
 // voteSpill is the size of encoded records at which a vote writes them and
 // goes on with an empty buffer.

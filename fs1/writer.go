@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/spool"
 	"github.com/zodbd/zodbd/internal/vfs"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -67,6 +68,10 @@ type writer struct {
 	retired  *os.File     // the file the last online pack replaced, kept open for readers; guarded by the commit lock
 
 	oids oidAlloc // NewOids (oidmark.go)
+
+	// The memory the data of transactions being recorded holds together
+	// (txn.go's spools): past it, their files.
+	spoolMem *spool.Budget
 
 	// The syncer (groupcommit.go).
 	mu       sync.Mutex
@@ -151,6 +156,7 @@ func openWriter(path string, opt *Options, logf func(string, ...interface{})) (*
 		return fail(err)
 	}
 	w.cond.L = &w.mu
+	w.spoolMem = spool.NewBudget(txnMemory)
 	// Through fs.file, not f: a pack may replace the file.
 	w.writeAt = func(b []byte, off int64) (int, error) { return fsys.WriteAt(fs.file, b, off) }
 	w.truncate = func(size int64) error { return fsys.Truncate(fs.file, size) }

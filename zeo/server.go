@@ -29,6 +29,7 @@ import (
 	"github.com/zodbd/zodbd/internal/busypoll"
 	"github.com/zodbd/zodbd/internal/eventlog"
 	"github.com/zodbd/zodbd/internal/netconn"
+	"github.com/zodbd/zodbd/internal/spool"
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -134,6 +135,7 @@ type Server struct {
 	storages map[string]*storage
 	start    time.Time
 	budget   *netconn.Budget // Config.MaxQueuedTotal
+	txnMem   *spool.Budget   // the memory of every connection's transaction data (txnMemory)
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -177,6 +179,7 @@ func NewServer(cfg Config) (*Server, error) {
 		cfg:       cfg,
 		storages:  make(map[string]*storage),
 		budget:    netconn.NewBudget(int64(cfg.MaxQueuedTotal)),
+		txnMem:    spool.NewBudget(txnMemory),
 		start:     time.Now(),
 		listeners: make(map[net.Listener]struct{}),
 		conns:     make(map[*conn]struct{}),

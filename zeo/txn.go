@@ -15,9 +15,9 @@ import (
 // one-way store calls only record operations; vote replays them into a
 // storage transaction (which takes the commit lock and assigns the tid);
 // tpc_finish commits it. The data of the stores waits in a spool: past
-// spool.DefaultMem in an unlinked file of $TMPDIR, as in ZEO/py's
-// CommitLog, so that a transaction of any size costs the server bounded
-// memory.
+// spool.DefaultMem (or past txnMemory for all connections together) in an
+// unlinked file of $TMPDIR, as in ZEO/py's CommitLog, so that
+// transactions of any size cost the server bounded memory.
 
 type opKind uint8
 
@@ -87,12 +87,17 @@ func (c *conn) tpcBegin(a *args) error {
 		meta.Status = zodb.TxnPacked
 	}
 	c.txn = &ztxn{id: txnID, meta: meta}
+	c.txn.data.Budget = c.srv.txnMem
 	return nil
 }
 
 // txnSpoolMem is the data a transaction keeps in memory before its spool
-// writes the rest to its file (0: spool.DefaultMem).
-var txnSpoolMem = 0
+// writes the rest to its file (0: spool.DefaultMem), and txnMemory what
+// the transactions of all connections keep in memory together.
+var (
+	txnSpoolMem       = 0
+	txnMemory   int64 = 256 << 20
+)
 
 // record appends an operation with data (copied) to the connection's
 // transaction txnID.

@@ -8,6 +8,7 @@ package spool
 import (
 	"fmt"
 	"os"
+	"sync/atomic"
 )
 
 // DefaultMem is the bytes a Spool keeps in memory when Mem is 0.
@@ -30,17 +31,41 @@ func (r Ref) Len() int { return int(max(r.n, 0)) }
 // its buffer) rather than in memory.
 func (r Ref) InFile() bool { return r.file }
 
+// A Budget bounds the memory that many spools hold together (the
+// transactions of a server's connections): a spool whose next memory
+// would pass it puts the data in its file instead. Safe for concurrent use.
+type Budget struct {
+	used atomic.Int64
+	max  int64
+}
+
+// NewBudget returns a Budget of max bytes.
+func NewBudget(max int64) *Budget { return &Budget{max: max} }
+
+func (b *Budget) take(n int) bool {
+	if b.used.Add(int64(n)) > b.max {
+		b.used.Add(-int64(n))
+		return false
+	}
+	return true
+}
+
+// Used returns the bytes the spools of b hold in memory now.
+func (b *Budget) Used() int64 { return b.used.Load() }
+
 // A Spool holds byte strings added to it until Close. Its zero value is
 // ready to use, keeps DefaultMem bytes in memory and the rest in a file
 // of os.TempDir. A Spool is not safe for concurrent use.
 type Spool struct {
 	// Mem is the number of bytes kept in memory; 0 means DefaultMem,
 	// a negative value none. Dir is where the file is made; "" means
-	// os.TempDir(). Set them before the first Add.
-	Mem int
-	Dir string
+	// os.TempDir(). Budget, when not nil, bounds Mem with other
+	// spools'. Set them before the first Add.
+	Mem    int
+	Dir    string
+	Budget *Budget
 
-	mem   []byte
+	mem   []byte // its capacity is taken from Budget
 	f     *os.File
 	fsize int64
 }
@@ -59,11 +84,8 @@ func (s *Spool) Add(b []byte) (Ref, error) {
 	if limit == 0 {
 		limit = DefaultMem
 	}
-	if len(s.mem)+len(b) <= limit {
+	if need := len(s.mem) + len(b); need <= limit && s.grow(need, limit) {
 		off := len(s.mem)
-		if s.mem == nil {
-			s.mem = make([]byte, 0, min(limit, max(4096, 2*len(b))))
-		}
 		s.mem = append(s.mem, b...)
 		return Ref{off: int64(off), n: int64(len(b))}, nil
 	}
@@ -80,6 +102,23 @@ func (s *Spool) Add(b []byte) (Ref, error) {
 	r := Ref{off: s.fsize, n: int64(len(b)), file: true}
 	s.fsize += int64(len(b))
 	return r, nil
+}
+
+// grow makes room for need bytes in memory (at most limit), within the
+// budget; false: no room.
+func (s *Spool) grow(need, limit int) bool {
+	if need <= cap(s.mem) {
+		return true
+	}
+	c := min(limit, max(need, 2*cap(s.mem), 4096))
+	if s.Budget != nil && !s.Budget.take(c-cap(s.mem)) {
+		return false
+	}
+	// A new array: the slices Get returned from the old one stay valid.
+	m := make([]byte, len(s.mem), c)
+	copy(m, s.mem)
+	s.mem = m
+	return true
 }
 
 // Get returns the byte string r names. From memory it is s's own bytes,
@@ -130,6 +169,9 @@ func (s *Spool) Spilled() int64 { return s.fsize }
 // Close lets go of everything s holds (the file is removed with it). s
 // may be used again afterwards, empty.
 func (s *Spool) Close() error {
+	if s.Budget != nil {
+		s.Budget.used.Add(-int64(cap(s.mem)))
+	}
 	s.mem = nil
 	var err error
 	if s.f != nil {

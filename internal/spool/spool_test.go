@@ -88,3 +88,35 @@ func TestSpoolBadDir(t *testing.T) {
 		t.Fatalf("got %v, want an error naming the directory", err)
 	}
 }
+
+// TestBudget bounds the memory of several spools together: past it, their
+// files; Close gives the memory back.
+func TestBudget(t *testing.T) {
+	b := NewBudget(20000)
+	s1 := Spool{Mem: 16384, Budget: b, Dir: t.TempDir()}
+	s2 := Spool{Mem: 16384, Budget: b, Dir: t.TempDir()}
+	chunk := bytes.Repeat([]byte("x"), 10000)
+	for i, s := range []*Spool{&s1, &s2} {
+		if r, err := s.Add(chunk); err != nil || r.InFile() {
+			t.Fatalf("spool %d: first 10000 bytes in the file (%v)", i+1, err)
+		}
+	}
+	r, err := s2.Add(chunk[:5000])
+	if err != nil || !r.InFile() {
+		t.Fatalf("5000 bytes past the budget: in the file %v (%v)", r.InFile(), err)
+	}
+	if got, _ := s2.Get(r, nil); !bytes.Equal(got, chunk[:5000]) {
+		t.Fatal("bad data back from the file")
+	}
+	if b.Used() != 20000 {
+		t.Fatalf("budget used %d, want 20000", b.Used())
+	}
+	s1.Close()
+	if b.Used() != 10000 {
+		t.Fatalf("after one Close: budget used %d, want 10000", b.Used())
+	}
+	s2.Close()
+	if b.Used() != 0 {
+		t.Fatalf("after both: budget used %d, want 0", b.Used())
+	}
+}
