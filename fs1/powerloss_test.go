@@ -79,9 +79,9 @@ func TestPowerLoss(t *testing.T) {
 // or after all of them but before the length in its header, loses nothing
 // acknowledged and shows nothing partial.
 func TestPowerLossSpilled(t *testing.T) {
-	points := 30
+	points := 100
 	if testing.Short() {
-		points = 10
+		points = 20
 	}
 	withVoteSpill(64, -1, func() { runPowerLoss(t, t.TempDir(), points, 10) })
 }
