@@ -528,6 +528,23 @@ def test_big_transaction(zodbd_bin, tmp_copy, tmp_path, monkeypatch):
                 assert root['big%d' % i]['d'] == blobs[i % 4] + b'%d' % i
         finally:
             db.close()
+
+        # The server's iterator reads the records as the client asks for
+        # them (it held the whole transaction before): the peak stays
+        # within the same bound.
+        reset_peak(pid)
+        st = ZEO.ClientStorage.ClientStorage(srv.addr, read_only=True, wait_timeout=10)
+        try:
+            sizes = None
+            for txn in st.iterator():
+                sizes = [len(r.data) for r in txn if r.data and len(r.data) > chunk]
+            assert len(sizes) == 32, sizes  # the last transaction's
+        finally:
+            st.close()
+        peak = rss(pid, 'VmHWM')
+        print('peak %d MiB iterating it' % (peak // MiB))
+        assert peak <= bound, 'iterating: peak RSS %d MiB > bound %d MiB (idle %d MiB)' % (
+            peak // MiB, bound // MiB, idle // MiB)
     finally:
         srv.stop(signal.SIGKILL)
 

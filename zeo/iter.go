@@ -11,20 +11,24 @@ import (
 
 // iterState is one server-side iterator of a connection: over transactions
 // (iterator_start/iterator_next) or over the records of the transaction
-// last returned (iterator_record_start/iterator_record_next).
+// last returned (iterator_record_start/iterator_record_next). Records are
+// read one at a time as the client asks (ZEO/py's server iterates the
+// storage's transaction the same way): a transaction of any size costs
+// the server one record's memory.
 type iterState struct {
 	txns    zodb.Iterator
 	lastTid zodb.Tid
 	data    zodb.DataIterator // records of the last transaction returned
-	// records of the last transaction, read on the first
-	// iterator_record_start so that the client can iterate them again
-	records []zodb.DataInfo
-	loaded  bool
+	taken   bool              // a record iterator reads data
 
-	// for a record iterator: its transaction iterator and position
+	// for a record iterator: its transaction iterator (parent) and tid,
+	// and the records it reads: the parent's data (shared), valid while
+	// the parent stays on tid, or those of an iterator of its own (own).
 	parent int64
 	tid    zodb.Tid
-	next   int
+	rdata  zodb.DataIterator
+	shared bool
+	own    zodb.Iterator
 }
 
 func (c *conn) iteratorStart(id *wire.Value, start, stop zodb.Tid) {
@@ -48,7 +52,7 @@ func (c *conn) iteratorNext(id *wire.Value, iid int64) error {
 	if err != nil {
 		return err
 	}
-	it.lastTid, it.data, it.records, it.loaded = txn.Tid, data, nil, false
+	it.lastTid, it.data, it.taken = txn.Tid, data, false
 	ext := decodeExtension(txn.Extension)
 	c.reply(id, func(e *wire.Encoder) {
 		e.BeginTuple(5)
@@ -70,24 +74,22 @@ func (c *conn) iteratorRecordStart(id *wire.Value, iid int64, tid zodb.Tid) erro
 	if it.data == nil || it.lastTid != tid {
 		return &pyError{"builtins.ValueError", "iterator_record_start: not the transaction last returned"}
 	}
-	if !it.loaded {
-		for {
-			d, err := it.data.NextData(c.ctx)
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return err
-			}
-			r := *d
-			r.Data = clone(d.Data)
-			it.records = append(it.records, r)
+	r := &iterState{parent: iid, tid: tid}
+	if !it.taken {
+		r.rdata, r.shared, it.taken = it.data, true, true
+	} else {
+		// The records of the same transaction again (the stock client
+		// does not ask for it): an iterator over that transaction alone.
+		r.own = c.st.st.Iterate(context.Background(), tid, tid)
+		txn, data, err := r.own.NextTxn(c.ctx)
+		if err != nil || txn.Tid != tid {
+			return &pyError{"builtins.ValueError", "iterator_record_start: transaction " + tid.String() + " is gone"}
 		}
-		it.loaded = true
+		r.rdata = data
 	}
 	c.iterSeq++
 	riid := c.iterSeq
-	c.iters[riid] = &iterState{parent: iid, tid: tid}
+	c.iters[riid] = r
 	c.reply(id, func(e *wire.Encoder) { e.Int(riid) })
 	return nil
 }
@@ -97,15 +99,19 @@ func (c *conn) iteratorRecordNext(id *wire.Value, riid int64) error {
 	if it == nil || it.txns != nil {
 		return &pyError{"builtins.KeyError", "no such iterator"}
 	}
-	p := c.iters[it.parent]
-	if p == nil || p.lastTid != it.tid || !p.loaded || it.next >= len(p.records) {
+	var d *zodb.DataInfo
+	if p := c.iters[it.parent]; !it.shared || (p != nil && p.lastTid == it.tid) {
+		var err error
+		if d, err = it.rdata.NextData(c.ctx); err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+	}
+	if d == nil {
 		// Done, or the transaction iterator moved on.
 		delete(c.iters, riid)
 		c.reply(id, func(e *wire.Encoder) { e.None() })
 		return nil
 	}
-	d := &p.records[it.next]
-	it.next++
 	c.reply(id, func(e *wire.Encoder) {
 		e.BeginTuple(4)
 		e.Oid8(uint64(d.Oid))
