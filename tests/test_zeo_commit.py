@@ -398,3 +398,72 @@ def test_go_committers(serve, tmp_path, zodbd_bin, marshal):
             assert isinstance(m, PersistentMapping) and len(m['v']) == 64
     finally:
         db.close()
+
+
+def test_killed_during_big_vote(zodbd_bin, tmp_path):
+    """SIGKILL while the vote of a 128 MiB transaction is writing its
+    record in parts: the restarted server cuts the partial record off
+    (saved in Data.fs.tr0, as ZODB/py does), keeps every transaction
+    committed before, and commits again; ZODB/py's fstest accepts the
+    file. Tried until the kill lands inside the vote (the record's parts
+    are written within a few hundred milliseconds)."""
+    import os
+    import signal
+    for attempt in range(5):
+        d = tmp_path / ('try%d' % attempt)
+        d.mkdir()
+        path = str(d / 'Data.fs')
+        srv = Server(zodbd_bin, path, d, extra=['--create']).start()
+        try:
+            db = ZEO.DB(srv.addr, wait_timeout=10)
+            tm = transaction.TransactionManager()
+            c = db.open(tm)
+            c.root()['x'] = 1
+            tm.commit()
+            db.close()
+            size0 = os.path.getsize(path)
+            big = [os.urandom(4 << 20) for _ in range(4)]
+
+            def commit_big():
+                try:
+                    db = ZEO.DB(srv.addr, wait_timeout=10)
+                    tm = transaction.TransactionManager()
+                    c = db.open(tm)
+                    for i in range(32):
+                        c.root()['big%d' % i] = PersistentMapping(d=big[i % 4])
+                    tm.commit()
+                except Exception:
+                    pass  # the server is killed under it
+            t = threading.Thread(target=commit_big, daemon=True)
+            t.start()
+            deadline = time.time() + 60
+            while os.path.getsize(path) < size0 + (8 << 20) and time.time() < deadline and t.is_alive():
+                pass
+            os.kill(srv.proc.pid, signal.SIGKILL)
+            at_kill = os.path.getsize(path)
+            srv.proc.wait()
+            t.join(30)
+        finally:
+            srv.stop()
+        if not size0 + (8 << 20) <= at_kill < size0 + (128 << 20):
+            continue  # the kill missed the vote: again
+        srv = Server(zodbd_bin, path, d).start()
+        try:
+            db = ZEO.DB(srv.addr, wait_timeout=10)
+            tm = transaction.TransactionManager()
+            c = db.open(tm)
+            assert c.root()['x'] == 1
+            assert 'big0' not in c.root()
+            c.root()['x'] = 2
+            tm.commit()
+            db.close()
+        finally:
+            srv.stop()
+        # The partial record went to Data.fs.tr0: what the kill left of it.
+        assert at_kill - size0 >= os.path.getsize(path + '.tr0') >= 8 << 20
+        print('killed in the vote at try %d, %d MiB of the record written' % (attempt, (at_kill - size0) >> 20))
+        fs = FileStorage(path, read_only=True)
+        fs.close()
+        fstest(path)
+        return
+    pytest.fail('the kill never landed inside the vote in 5 tries')
