@@ -3,6 +3,7 @@ package zeo
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 
 	"github.com/zodbd/zodbd/zeo/wire"
@@ -31,11 +32,28 @@ type iterState struct {
 	own    zodb.Iterator
 }
 
-func (c *conn) iteratorStart(id *wire.Value, start, stop zodb.Tid) {
+// maxIterators bounds the iterators a connection keeps open (each holds
+// half a KiB for a frame of 40 bytes): the stock client has one or two
+// open at a time and lets go of them (iterator_gc).
+const maxIterators = 1024
+
+// tooManyIterators refuses one more iterator past maxIterators.
+func (c *conn) tooManyIterators() error {
+	if len(c.iters) < maxIterators {
+		return nil
+	}
+	return &pyError{"builtins.ValueError", fmt.Sprintf("too many iterators open on this connection (%d)", maxIterators)}
+}
+
+func (c *conn) iteratorStart(id *wire.Value, start, stop zodb.Tid) error {
+	if err := c.tooManyIterators(); err != nil {
+		return err
+	}
 	c.iterSeq++
 	iid := c.iterSeq
 	c.iters[iid] = &iterState{txns: c.st.st.Iterate(context.Background(), start, stop)}
 	c.reply(id, func(e *wire.Encoder) { e.Int(iid) })
+	return nil
 }
 
 func (c *conn) iteratorNext(id *wire.Value, iid int64) error {
@@ -73,6 +91,9 @@ func (c *conn) iteratorRecordStart(id *wire.Value, iid int64, tid zodb.Tid) erro
 	}
 	if it.data == nil || it.lastTid != tid {
 		return &pyError{"builtins.ValueError", "iterator_record_start: not the transaction last returned"}
+	}
+	if err := c.tooManyIterators(); err != nil {
+		return err
 	}
 	r := &iterState{parent: iid, tid: tid}
 	if !it.taken {

@@ -360,7 +360,7 @@ func init() {
 				stop = zodb.TidMax
 			}
 			if a.err == nil {
-				c.iteratorStart(id, start, stop)
+				return c.iteratorStart(id, start, stop)
 			}
 			return nil
 		}},
