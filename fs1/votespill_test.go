@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -145,4 +147,92 @@ func TestVoteSpillFailure(t *testing.T) {
 			t.Fatalf("crash image during a spilled vote: last tid %s, torn at %d; want %s, %d", res.LastTid, res.Torn, tid1, fs.End())
 		}
 	})
+}
+
+// TestVoteSpillRandom writes random workloads (stores of new and existing
+// objects, deletions, restores with and without backpointers, undos of
+// earlier transactions, stores and undos of the same oid in one
+// transaction) with the whole record in one buffer and with random spill
+// sizes and spool memory: the files must be byte for byte the same, and
+// the same operations must fail.
+func TestVoteSpillRandom(t *testing.T) {
+	for seed := int64(1); seed <= 8; seed++ {
+		var files [][]byte
+		var outcomes []string
+		rng := rand.New(rand.NewSource(seed))
+		spill, mem := 1+rng.Intn(2000), rng.Intn(3000)-1
+		for _, c := range []struct{ spill, mem int }{{voteSpill, spoolMem}, {spill, mem}} {
+			withVoteSpill(c.spill, c.mem, func() {
+				b, o := spillWorkload(t, seed)
+				files, outcomes = append(files, b), append(outcomes, o)
+			})
+		}
+		if outcomes[0] != outcomes[1] {
+			t.Fatalf("seed %d, spill %d, mem %d: outcomes differ:\n%s\n%s", seed, spill, mem, outcomes[0], outcomes[1])
+		}
+		if !bytes.Equal(files[0], files[1]) {
+			t.Fatalf("seed %d, spill %d, mem %d: files differ (%d vs %d bytes)", seed, spill, mem, len(files[0]), len(files[1]))
+		}
+	}
+}
+
+// spillWorkload runs seed's workload on a new file and returns the file's
+// bytes and what each transaction's vote returned.
+func spillWorkload(t *testing.T, seed int64) ([]byte, string) {
+	rng := rand.New(rand.NewSource(seed))
+	clk := &fakeClock{t: time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)}
+	path := filepath.Join(t.TempDir(), "Data.fs")
+	fs := openRW(t, path, &Options{Now: clk.now}, true)
+	var tids []zodb.Tid
+	serial := map[zodb.Oid]zodb.Tid{}
+	var out strings.Builder
+	for n := 0; n < 40; n++ {
+		clk.set(clk.now().Add(time.Second))
+		tx, err := fs.Begin(bg, zodb.TxnMeta{Description: []byte(fmt.Sprint("t", n))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := rng.Intn(6); k >= 0; k-- {
+			oid := zodb.Oid(rng.Intn(12))
+			data := bytes.Repeat([]byte{byte(rng.Intn(256))}, 1+rng.Intn(900))
+			switch r := rng.Intn(10); {
+			case r < 5:
+				tx.Store(oid, serial[oid], data)
+			case r < 6 && serial[oid] != 0:
+				tx.Delete(oid, serial[oid])
+			case r < 8 && len(tids) > 0:
+				tx.Undo(tids[rng.Intn(len(tids))])
+			case len(tids) > 0:
+				prev := tids[rng.Intn(len(tids))]
+				if rng.Intn(2) == 0 {
+					data = nil
+				}
+				tx.Restore(oid, data, prev)
+			}
+		}
+		oids, err := tx.Vote(bg)
+		fmt.Fprintf(&out, "%d: %v %v\n", n, oids, err)
+		if err != nil {
+			tx.Abort()
+			continue
+		}
+		tid, err := tx.Finish(bg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tids = append(tids, tid)
+		for oid := range zodb.Oid(12) {
+			if _, ok := fs.Index().Get(oid); ok {
+				serial[oid] = recordAt(t, fs, oid).Tid // also a deletion's
+			}
+		}
+	}
+	if err := fs.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, out.String()
 }
