@@ -161,6 +161,7 @@ def test_neo_storage_max_txn_bytes(zodbd_bin, zodbd_test_bin, tmp_path):
                 assert p.returncode == 0, p.stderr
             else:
                 assert p.returncode != 0, 'copy of 3 MiB into a node of --max-txn-bytes 2MiB succeeded'
+                assert 'hold over 2097152 bytes' in p.stderr, p.stderr  # the node's reason, to the client
                 deadline = time.time() + 10
                 while 'hold over 2097152 bytes' not in read(log):
                     assert time.time() < deadline, read(log)[-2000:]
