@@ -60,7 +60,9 @@ type Txn interface {
 	// revision the client's change is based on (0 for a new object). At
 	// Vote, if oid exists and its current serial differs from serial, the
 	// store conflicts (see Vote). Storing the same oid twice keeps the
-	// last store.
+	// last store. A Txn may keep data until the transaction ends (Finish
+	// or Abort returned): the caller must not change it meanwhile. (The
+	// FileStorage's copies it; the NEO client keeps it to store again.)
 	Store(oid Oid, serial Tid, data []byte) error
 
 	// Delete records the deletion of oid (a record without data), with the
@@ -76,7 +78,8 @@ type Txn interface {
 	// conflict checks (ZODB's restore). data nil writes a record without
 	// data, unless prevTid names a transaction of the destination storage
 	// that holds a record of oid, in which case a backpointer to that
-	// record is written (as ZODB/py's FileStorage does).
+	// record is written (as ZODB/py's FileStorage does). data is kept as
+	// Store's may be.
 	Restore(oid Oid, data []byte, prevTid Tid) error
 
 	// Undo records the undo of the transaction tid: at Vote the storage
