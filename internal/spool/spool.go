@@ -6,10 +6,13 @@
 package spool
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"sync/atomic"
 )
+
+var errClosed = errors.New("spool: data no longer held (the spool was closed)")
 
 // DefaultMem is the bytes a Spool keeps in memory when Mem is 0.
 const DefaultMem = 8 << 20
@@ -131,7 +134,12 @@ func (s *Spool) Get(r Ref, buf []byte) ([]byte, error) {
 	case r.n == 0:
 		return []byte{}, nil
 	case !r.file:
+		if r.off+r.n > int64(len(s.mem)) {
+			return nil, errClosed // (a Ref of another spool, or after Close)
+		}
 		return s.mem[r.off : r.off+r.n : r.off+r.n], nil
+	case s.f == nil || r.off+r.n > s.fsize:
+		return nil, errClosed
 	}
 	if int64(cap(buf)) < r.n {
 		buf = make([]byte, r.n)

@@ -120,3 +120,16 @@ func TestBudget(t *testing.T) {
 		t.Fatalf("after both: budget used %d, want 0", b.Used())
 	}
 }
+
+// Get after Close is an error, not a crash.
+func TestGetAfterClose(t *testing.T) {
+	s := Spool{Mem: 4, Dir: t.TempDir()}
+	m, _ := s.Add([]byte("abc"))
+	f, _ := s.Add([]byte("defgh"))
+	s.Close()
+	for _, r := range []Ref{m, f} {
+		if _, err := s.Get(r, nil); err == nil {
+			t.Fatalf("Get of %+v after Close: no error", r)
+		}
+	}
+}
