@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"path/filepath"
 
 	"github.com/zodbd/zodbd/internal/spool"
 	"github.com/zodbd/zodbd/zodb"
@@ -90,12 +89,9 @@ func (t *txn) record(o op, data []byte) error {
 	default:
 		return zodb.ErrTxnState
 	}
-	if t.data.Dir == "" {
-		t.data.Dir, t.data.Mem, t.data.Budget = filepath.Dir(t.w.fs.path), spoolMem, t.w.spoolMem
-	}
 	var err error
 	if o.data, err = t.data.Add(data); err != nil {
-		return fmt.Errorf("fs1: %s: %s of %s: %w", t.w.fs.path, o.kind, o.oid, err)
+		return t.opErr(&o, err)
 	}
 	if t.state == txnConflicted {
 		t.recordResolution(o)
@@ -110,12 +106,18 @@ func (t *txn) record(o op, data []byte) error {
 func (t *txn) opData(o *op, scratch *[]byte) ([]byte, error) {
 	b, err := t.data.Get(o.data, *scratch)
 	if err != nil {
-		return nil, fmt.Errorf("fs1: %s: %s of %s: %w", t.w.fs.path, o.kind, o.oid, err)
+		return nil, t.opErr(o, err)
 	}
 	if o.data.InFile() {
 		*scratch = b // read into it: reuse it for the next one
 	}
 	return b, nil
+}
+
+// opErr is err, of the spool holding o's data, with the file and the
+// operation.
+func (t *txn) opErr(o *op, err error) error {
+	return fmt.Errorf("fs1: %s: %s of %s: %w", t.w.fs.path, o.kind, o.oid, err)
 }
 
 // release lets go of the data once the transaction no longer needs it
@@ -408,7 +410,7 @@ func (t *txn) checkConflicts() error {
 			}
 			data, err := t.data.Get(o.data, nil)
 			if err != nil {
-				return fmt.Errorf("fs1: %s: %s of %s: %w", w.fs.path, o.kind, o.oid, err)
+				return t.opErr(o, err)
 			}
 			conflicts = append(conflicts, &zodb.ConflictError{Oid: o.oid, Committed: cur.tid, Serial: o.serial, Data: bytes.Clone(data)})
 		}

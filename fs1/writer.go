@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -233,7 +234,7 @@ func (fs *FileStorage) Begin(ctx context.Context, meta zodb.TxnMeta) (zodb.Txn, 
 	default:
 		return nil, fmt.Errorf("fs1: %s: cannot commit a transaction with status %q", fs.path, byte(meta.Status))
 	}
-	return &txn{w: w, meta: meta}, nil
+	return &txn{w: w, meta: meta, data: spool.Spool{Dir: filepath.Dir(fs.path), Mem: spoolMem, Budget: w.spoolMem}}, nil
 }
 
 // usable returns why the storage cannot commit, or nil.
