@@ -24,12 +24,11 @@ type iterState struct {
 
 	// for a record iterator: its transaction iterator (parent) and tid,
 	// and the records it reads: the parent's data (shared), valid while
-	// the parent stays on tid, or those of an iterator of its own (own).
+	// the parent stays on tid, or those of an iterator of its own.
 	parent int64
 	tid    zodb.Tid
 	rdata  zodb.DataIterator
 	shared bool
-	own    zodb.Iterator
 }
 
 // maxIterators bounds the iterators a connection keeps open (each holds
@@ -101,8 +100,8 @@ func (c *conn) iteratorRecordStart(id *wire.Value, iid int64, tid zodb.Tid) erro
 	} else {
 		// The records of the same transaction again (the stock client
 		// does not ask for it): an iterator over that transaction alone.
-		r.own = c.st.st.Iterate(context.Background(), tid, tid)
-		txn, data, err := r.own.NextTxn(c.ctx)
+		own := c.st.st.Iterate(context.Background(), tid, tid)
+		txn, data, err := own.NextTxn(c.ctx)
 		if err != nil || txn.Tid != tid {
 			return &pyError{"builtins.ValueError", "iterator_record_start: transaction " + tid.String() + " is gone"}
 		}

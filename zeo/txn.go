@@ -86,8 +86,7 @@ func (c *conn) tpcBegin(a *args) error {
 	if status == "p" {
 		meta.Status = zodb.TxnPacked
 	}
-	c.txn = &ztxn{id: txnID, meta: meta}
-	c.txn.data.Budget = c.srv.txnMem
+	c.txn = &ztxn{id: txnID, meta: meta, data: spool.Spool{Mem: txnSpoolMem, Budget: c.srv.txnMem}}
 	return nil
 }
 
@@ -120,9 +119,6 @@ func (c *conn) record(txnID int64, o op, data []byte, a *args) error {
 	if t.err != nil {
 		return nil // the vote fails anyway
 	}
-	if t.data.Mem == 0 {
-		t.data.Mem = txnSpoolMem
-	}
 	var err error
 	if o.data, err = t.data.Add(data); err != nil {
 		// A full $TMPDIR fails this transaction, not the connection.
@@ -142,16 +138,15 @@ func (t *ztxn) end() {
 // lastStoreData returns the data of the last store of oid in t (nil for a
 // deletion, or when the spool cannot read it back: the error is logged).
 func (c *conn) lastStoreData(t *ztxn, oid zodb.Oid) []byte {
-	for i := len(t.ops) - 1; i >= 0; i-- {
-		if o := &t.ops[i]; o.oid == oid && (o.kind == opStore || o.kind == opDelete) {
-			b, err := t.data.Get(o.data, nil)
-			if err != nil {
-				c.log(eventlog.Error, "%v", err)
-			}
-			return b
-		}
+	o := lastWrite(t.ops, oid)
+	if o == nil {
+		return nil
 	}
-	return nil
+	b, err := t.data.Get(o.data, nil)
+	if err != nil {
+		c.log(eventlog.Error, "%v", err)
+	}
+	return b
 }
 
 // vote starts the vote of transaction txnID on its own goroutine: waiting
@@ -227,17 +222,21 @@ func (c *conn) vote(id *wire.Value, txnID int64) {
 			// transaction that holds the conflicts (zodb.ResolvingTxn)
 			// keeps the commit lock meanwhile, so that the next vote
 			// cannot meet newer revisions.
-			st.addConflicts(c, t, conflicts...)
+			// The data the client sent (ce.Data is the storage's,
+			// compressed under <zlibstorage>), read once for the
+			// figures and the reply.
+			datas := make([][]byte, len(conflicts))
+			for i, ce := range conflicts {
+				datas[i] = c.lastStoreData(t, ce.Oid)
+			}
+			st.addConflicts(conflicts, datas)
 			if held {
 				t.conflicted, t.conflict = true, conflicts[0]
 				c.startTxnTimer(t)
 			}
 			e.BeginReply(&idc, 0)
 			e.BeginList(len(conflicts))
-			for _, ce := range conflicts {
-				// The data the client sent (ce.Data is the storage's,
-				// compressed under <zlibstorage>).
-				data := c.lastStoreData(t, ce.Oid)
+			for i, ce := range conflicts {
 				e.BeginDict(3)
 				e.Str("oid")
 				e.Oid8(uint64(ce.Oid))
@@ -247,7 +246,7 @@ func (c *conn) vote(id *wire.Value, txnID int64) {
 				e.Oid8(uint64(ce.Serial))
 				e.EndTuple(2)
 				e.Str("data")
-				e.Bytes(data)
+				e.Bytes(datas[i])
 				e.EndDict(3)
 			}
 			e.EndList(len(conflicts))
@@ -255,7 +254,7 @@ func (c *conn) vote(id *wire.Value, txnID int64) {
 		default:
 			var ce *zodb.ConflictError
 			if errors.As(err, &ce) {
-				st.addConflicts(c, t, ce)
+				st.addConflicts([]*zodb.ConflictError{ce}, [][]byte{c.lastStoreData(t, ce.Oid)})
 			}
 			if t.stxn != nil {
 				t.stxn.Abort()
@@ -394,12 +393,21 @@ func (c *conn) replay(ctx context.Context, t *ztxn) ([]zodb.Oid, error) {
 	return undone, nil
 }
 
-// lastOpKind returns the kind of the last store or delete of oid.
-func lastOpKind(ops []op, oid zodb.Oid) opKind {
+// lastWrite returns the last store or delete of oid in ops, or nil.
+func lastWrite(ops []op, oid zodb.Oid) *op {
 	for i := len(ops) - 1; i >= 0; i-- {
-		if ops[i].oid == oid && (ops[i].kind == opStore || ops[i].kind == opDelete) {
-			return ops[i].kind
+		if o := &ops[i]; o.oid == oid && (o.kind == opStore || o.kind == opDelete) {
+			return o
 		}
+	}
+	return nil
+}
+
+// lastOpKind returns the kind of the last store or delete of oid (opCheck:
+// none).
+func lastOpKind(ops []op, oid zodb.Oid) opKind {
+	if o := lastWrite(ops, oid); o != nil {
+		return o.kind
 	}
 	return opCheck
 }
@@ -536,17 +544,13 @@ func (st *storage) addWaiting(n int64) {
 	st.mu.Unlock()
 }
 
-// addConflicts counts the conflicts ces of t's vote, in all and by the
-// class of the data the client stored (stats.go). Called with c.txmu held.
-func (st *storage) addConflicts(c *conn, t *ztxn, ces ...*zodb.ConflictError) {
-	classes := make([]string, len(ces))
-	for i, ce := range ces {
-		classes[i] = conflictClass(c.lastStoreData(t, ce.Oid))
-	}
+// addConflicts counts the conflicts ces of a vote, in all and by the
+// class of the data the client stored for each (datas, stats.go).
+func (st *storage) addConflicts(ces []*zodb.ConflictError, datas [][]byte) {
 	st.mu.Lock()
 	st.stats.conflicts += int64(len(ces))
 	for i, ce := range ces {
-		st.stats.countClass(classes[i])
+		st.stats.countClass(conflictClass(datas[i]))
 		st.stats.countOid(ce.Oid)
 	}
 	st.mu.Unlock()
