@@ -27,9 +27,6 @@ type Ref struct {
 // Nil is the Ref of a nil byte string (Get returns nil, not empty).
 var Nil = Ref{n: -1}
 
-// Len returns the length of the byte string r names.
-func (r Ref) Len() int { return int(max(r.n, 0)) }
-
 // InFile reports whether r's bytes are in the file (Get reads them into
 // its buffer) rather than in memory.
 func (r Ref) InFile() bool { return r.file }
@@ -170,9 +167,6 @@ func createUnlinked(dir string) (*os.File, error) {
 	}
 	return f, nil
 }
-
-// Spilled returns the number of bytes held in the file.
-func (s *Spool) Spilled() int64 { return s.fsize }
 
 // Close lets go of everything s holds (the file is removed with it). s
 // may be used again afterwards, empty.

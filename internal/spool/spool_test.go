@@ -30,8 +30,8 @@ func TestSpool(t *testing.T) {
 		}
 		want, refs = append(want, b), append(refs, r)
 	}
-	if s.Spilled() == 0 || len(s.mem) > 100 {
-		t.Fatalf("%d bytes in memory, %d in the file: want at most 100 in memory", len(s.mem), s.Spilled())
+	if s.fsize == 0 || len(s.mem) > 100 {
+		t.Fatalf("%d bytes in memory, %d in the file: want at most 100 in memory", len(s.mem), s.fsize)
 	}
 	var buf []byte
 	for i, r := range refs {
@@ -39,7 +39,7 @@ func TestSpool(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Equal(got, want[i]) || (got == nil) != (want[i] == nil) || r.Len() != len(want[i]) {
+		if !bytes.Equal(got, want[i]) || (got == nil) != (want[i] == nil) || int(max(r.n, 0)) != len(want[i]) {
 			t.Fatalf("#%d: got %q (nil %v), want %q", i, got, got == nil, want[i])
 		}
 		if r.InFile() {
@@ -58,8 +58,8 @@ func TestSpool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := s.Get(r, nil); string(got) != "again" || s.Spilled() != 0 {
-		t.Fatalf("after Close: %q, %d bytes in the file", got, s.Spilled())
+	if got, _ := s.Get(r, nil); string(got) != "again" || s.fsize != 0 {
+		t.Fatalf("after Close: %q, %d bytes in the file", got, s.fsize)
 	}
 }
 
@@ -71,8 +71,8 @@ func TestSpoolNoMem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !r.InFile() || s.Spilled() != 3 {
-		t.Fatalf("in file %v, %d bytes in the file", r.InFile(), s.Spilled())
+	if !r.InFile() || s.fsize != 3 {
+		t.Fatalf("in file %v, %d bytes in the file", r.InFile(), s.fsize)
 	}
 	e, _ := s.Add([]byte{})
 	if got, _ := s.Get(e, nil); got == nil || len(got) != 0 || e.InFile() {
