@@ -1,6 +1,8 @@
 """Writes through zodbd serve with the stock ZEO client: commits, BTrees,
 invalidations between clients, conflicts, undo, pack, restart. Files
 written are checked with ZODB/py afterwards (fstest and reads)."""
+import os
+import signal
 import threading
 import time
 
@@ -407,8 +409,6 @@ def test_killed_during_big_vote(zodbd_bin, tmp_path):
     committed before, and commits again; ZODB/py's fstest accepts the
     file. Tried until the kill lands inside the vote (the record's parts
     are written within a few hundred milliseconds)."""
-    import os
-    import signal
     for attempt in range(5):
         d = tmp_path / ('try%d' % attempt)
         d.mkdir()
