@@ -72,6 +72,10 @@ type VotedTxn struct {
 	// Meta is nil when this node does not hold partition(TTid).
 	Meta    *TxnMeta
 	Objects []VotedObject
+	// ObjectData, when not nil, gives the data of Objects[i], whose Data
+	// is then not used (a transaction bigger than memory is read one
+	// record at a time): the bytes it returns may change at its next call.
+	ObjectData func(i int) ([]byte, error)
 }
 
 // TxnMeta is a transaction's metadata (NEO's AskStoreTransaction).
@@ -851,6 +855,15 @@ func (w *writer) vote(t *VotedTxn) error {
 	c := w.c
 	for i := range t.Objects {
 		o := &t.Objects[i]
+		if t.ObjectData != nil {
+			data, err := t.ObjectData(i)
+			if err != nil {
+				return fmt.Errorf("oid %s: %w", o.Oid, err)
+			}
+			ob := *o
+			ob.Data = data
+			o = &ob
+		}
 		id, ok, err := w.storeData(o)
 		if err != nil {
 			return err

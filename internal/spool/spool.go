@@ -31,6 +31,9 @@ var Nil = Ref{n: -1}
 // its buffer) rather than in memory.
 func (r Ref) InFile() bool { return r.file }
 
+// Len returns the length of r's byte string (0 for Nil).
+func (r Ref) Len() int { return int(max(r.n, 0)) }
+
 // A Budget bounds the memory that many spools hold together (the
 // transactions of a server's connections): a spool whose next memory
 // would pass it puts the data in its file instead. Safe for concurrent use.

@@ -46,3 +46,15 @@ func EnterBackup(n *Node) error { return n.setBackupMode(context.Background(), t
 // SetBackupTid sets the backup tid n bounds its clients' reads by, as its
 // replicator does when partitions progress.
 func SetBackupTid(n *Node, tid zodb.Tid) { n.backup.Store(&tid) }
+
+// SetTxnSpool sets, for the nodes made after, the memory one
+// transaction's spool keeps (-1: none, everything in its file) and that
+// all transactions keep together; the returned function restores them.
+func SetTxnSpool(mem int, total int64) (restore func()) {
+	oldMem, oldTotal := txnSpoolMem, txnMemory
+	txnSpoolMem, txnMemory = mem, total
+	return func() { txnSpoolMem, txnMemory = oldMem, oldTotal }
+}
+
+// TxnMemoryUsed returns the memory the spools of n's transactions hold.
+func TxnMemoryUsed(n *Node) int64 { return n.tm.txnMem.Used() }

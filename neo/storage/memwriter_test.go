@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/zodbd/zodbd/internal/spool"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
 	"github.com/zodbd/zodbd/zodb"
@@ -238,8 +239,12 @@ func (m *memWriter) Vote(ctx context.Context, t *storage.VotedTxn) error {
 		meta.Oids = slices.Clone(meta.Oids)
 		c.Meta = &meta
 	}
-	for _, o := range t.Objects {
-		o.Data = slices.Clone(o.Data)
+	for i, o := range t.Objects {
+		data, err := t.ObjectData(i)
+		if err != nil {
+			return err
+		}
+		o.Data, o.Ref = slices.Clone(data), spool.Nil
 		c.Objects = append(c.Objects, o)
 	}
 	m.voted[t.TTid] = &memVoted{t: c}

@@ -1,16 +1,17 @@
 package storage
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/sha1"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/spool"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -38,17 +39,26 @@ import (
 // so that a client that already saw the commit end never reads the
 // previous revision here.
 //
+// The data of the stores waits for the vote in the transaction's spool
+// (internal/spool): in memory up to txnSpoolMem, and while all
+// transactions together hold less than txnMemory; the rest in an
+// unlinked temporary file of $TMPDIR. So a transaction of any size costs
+// the node bounded memory, as NEO/py's node, which writes the stores to
+// its database as they come.
+//
 // Concurrency: one mutex (mu) guards the manager's state; it is never held
 // across a Writer call that writes, nor across a network write (answers
 // for other connections are queued under mu and written after). The read
 // path takes mu only while some transaction is locked (nlocked != 0,
-// one atomic load otherwise). Writer calls for one ttid are serialized by
-// the transaction's own mutex (wmu).
+// one atomic load otherwise). Writer calls for one ttid, and its spool,
+// are serialized by the transaction's own mutex (wmu), taken after mu
+// when both are.
 
 // txnManager is a node's transaction manager (nil on a read-only node).
 type txnManager struct {
-	n *Node
-	w Writer
+	n      *Node
+	w      Writer
+	txnMem *spool.Budget // the memory of every transaction's spool (txnMemory)
 
 	// nlocked counts the transactions between Lock and Unlock: while it
 	// is 0 reads are served without taking mu.
@@ -84,7 +94,49 @@ type txn struct {
 	lockless map[zodb.Oid]struct{}
 	bytes    int                // data held, counted in its owner's held
 	pack     *proto.PackRequest // a pack order carried by the transaction
-	wmu      sync.Mutex         // serializes the Writer calls for this ttid
+
+	wmu sync.Mutex // serializes the Writer calls for this ttid; guards:
+	// data holds the stores' data (their VotedObject.Ref) until the
+	// vote has handed it to the Writer, or the transaction is dropped
+	// (dataDone). dataErr: the data of a store could not be kept (a
+	// full $TMPDIR); the vote fails with it.
+	data     spool.Spool
+	dataDone bool
+	dataErr  error
+}
+
+// txnSpoolMem is the data a transaction keeps in memory before its spool
+// writes the rest to its file (0: spool.DefaultMem), and txnMemory what
+// the transactions of a node keep in memory together. Variables, for the
+// tests.
+var (
+	txnSpoolMem       = 0
+	txnMemory   int64 = 256 << 20
+)
+
+// keepUnderMu is the most data a store copies into its transaction's
+// spool with the manager's mu held (a copy in memory, or a short write):
+// bigger, it releases mu meanwhile.
+const keepUnderMu = 64 << 10
+
+// keep adds b to t's spool (wmu not held): false when t was dropped.
+func (t *txn) keep(b []byte) (spool.Ref, bool) {
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	if t.dataDone {
+		return spool.Nil, false
+	}
+	r, err := t.data.Add(b)
+	if err != nil && t.dataErr == nil {
+		t.dataErr = err
+	}
+	return r, true
+}
+
+// dropData lets go of t's spool (wmu held).
+func (t *txn) dropData() {
+	t.dataDone = true
+	t.data.Close()
 }
 
 // event is a delayed client request of the write path.
@@ -111,7 +163,7 @@ type outPacket struct {
 }
 
 func newTxnManager(n *Node, w Writer) *txnManager {
-	tm := &txnManager{n: n, w: w}
+	tm := &txnManager{n: n, w: w, txnMem: spool.NewBudget(txnMemory)}
 	tm.resetLocked()
 	return tm
 }
@@ -126,8 +178,14 @@ func (tm *txnManager) reset() {
 		r.p.wg.Done()
 		tm.n.reqPool.Put(r.req)
 	}
+	old := tm.txns
 	tm.resetLocked()
 	tm.mu.Unlock()
+	for _, t := range old {
+		t.wmu.Lock()
+		t.dropData()
+		t.wmu.Unlock()
+	}
 }
 
 func (tm *txnManager) resetLocked() {
@@ -171,7 +229,8 @@ func (tm *txnManager) register(p *peer, ttid zodb.Tid) *txn {
 	t := tm.txns[ttid]
 	if t == nil {
 		t = &txn{ttid: ttid, owner: p, nid: p.nid,
-			serials: map[zodb.Oid]zodb.Tid{}, stores: map[zodb.Oid]*VotedObject{}}
+			serials: map[zodb.Oid]zodb.Tid{}, stores: map[zodb.Oid]*VotedObject{},
+			data: spool.Spool{Mem: txnSpoolMem, Budget: tm.txnMem}}
 		tm.txns[ttid] = t
 	}
 	return t
@@ -186,35 +245,55 @@ type limitError struct{ what string }
 func (e *limitError) Error() string { return e.what }
 
 // storeObject handles AskStoreObject. m.Data aliases the reader's buffer:
-// it is copied when the store is kept.
+// it is copied into the transaction's spool.
 func (tm *txnManager) storeObject(p *peer, id uint32, m *proto.AskStoreObject) error {
 	if m.Compression > 1 {
 		return badInput("AskStoreObject: invalid compression %d", m.Compression)
 	}
-	o := &VotedObject{Oid: m.Oid, Compression: m.Compression, Checksum: m.Checksum, DataSerial: optTid(m.DataSerial)}
-	if len(m.Data) > 0 || m.Checksum != ([20]byte{}) {
+	o := &VotedObject{Oid: m.Oid, Compression: m.Compression, Checksum: m.Checksum, DataSerial: optTid(m.DataSerial), Ref: spool.Nil}
+	hasData := len(m.Data) > 0 || m.Checksum != ([20]byte{})
+	if hasData {
 		if sha1.Sum(m.Data) != m.Checksum {
 			return badInput("AskStoreObject: invalid checksum")
-		}
-		o.Data = bytes.Clone(m.Data)
-		if o.Data == nil {
-			o.Data = []byte{}
 		}
 	} else if o.DataSerial == 0 {
 		o.NoData = true
 	}
 	tm.mu.Lock()
-	defer tm.unlockAndFlush()
 	t := tm.register(p, m.TTid)
-	if t.owner == p {
-		// The data is counted from receipt (a delayed store holds it too).
-		if p.held+len(o.Data) > tm.n.cfg.MaxTxnBytes {
-			return &limitError{fmt.Sprintf("transactions of this connection hold over %d bytes", tm.n.cfg.MaxTxnBytes)}
-		}
-		p.held += len(o.Data)
-		t.bytes += len(o.Data)
+	if t.voted > 0 {
+		tm.unlockAndFlush()
+		return badInput("AskStoreObject: transaction %s already voted", m.TTid)
 	}
+	if t.owner == p && hasData {
+		// The data is counted from receipt (a delayed store holds it too).
+		if max := tm.n.cfg.MaxTxnBytes; max > 0 && p.held+len(m.Data) > max {
+			tm.unlockAndFlush()
+			return &limitError{fmt.Sprintf("transactions of this connection hold over %d bytes", max)}
+		}
+		p.held += len(m.Data)
+		t.bytes += len(m.Data)
+	}
+	kept := true
+	if hasData && len(m.Data) <= keepUnderMu {
+		// t has not voted: its wmu is free, or held for a moment by
+		// another store (keep).
+		o.Ref, kept = t.keep(m.Data)
+	} else if hasData {
+		// Out of mu: the spool may write much to its file. The stores
+		// of one connection come one at a time, the vote after them.
+		tm.mu.Unlock()
+		o.Ref, kept = t.keep(m.Data)
+		tm.mu.Lock()
+		kept = kept && tm.txns[m.TTid] == t
+	}
+	defer tm.unlockAndFlush()
 	ev := &event{ttid: m.TTid, p: p, msgID: id, code: proto.CodeAskStoreObject, oid: m.Oid, serial: m.Serial, obj: o}
+	if !kept {
+		// Dropped meanwhile (aborted, or the master session ended).
+		tm.answerLock(ev, zeroTid)
+		return nil
+	}
 	if !tm.tryEvent(ev) {
 		return tm.queue(ev)
 	}
@@ -369,8 +448,8 @@ func (tm *txnManager) tryEvent(ev *event) bool {
 // dropEventData uncounts the data of a store that is not kept.
 func (tm *txnManager) dropEventData(t *txn, ev *event) {
 	if ev.obj != nil && t != nil && t.owner == ev.p {
-		t.bytes -= len(ev.obj.Data)
-		ev.p.held -= len(ev.obj.Data)
+		t.bytes -= ev.obj.Ref.Len()
+		ev.p.held -= ev.obj.Ref.Len()
 	}
 }
 
@@ -407,9 +486,12 @@ func (tm *txnManager) tryRelock(ev *event, t *txn) bool {
 	case lockConflict:
 		c := &proto.RelockConflict{Serial: serial, ConflictTid: conflict}
 		if o := tm.unstore(t, ev.oid); o != nil && !o.NoData {
-			c.HasData, c.Compression, c.Checksum, c.Data = true, o.Compression, o.Checksum, o.Data
+			c.HasData, c.Compression, c.Checksum = true, o.Compression, o.Checksum
 			if o.DataSerial != 0 {
 				tm.undoData(o, c)
+			} else if c.Data, c.HasData = tm.storedData(t, o); !c.HasData {
+				tm.sendError(ev.p, ev.msgID, proto.NotReady, "data of "+ev.oid.String()+" lost")
+				return true
 			}
 		}
 		tm.send(ev.p, ev.msgID, &proto.AnswerRelockObject{Conflict: c})
@@ -417,6 +499,23 @@ func (tm *txnManager) tryRelock(ev *event, t *txn) bool {
 	}
 	tm.send(ev.p, ev.msgID, &proto.AnswerRelockObject{})
 	return true
+}
+
+// storedData reads back the data o stored in t's spool (mu held; t
+// has not voted, so that wmu is not held for long): false when it is
+// lost (t dropped, a failed spool).
+func (tm *txnManager) storedData(t *txn, o *VotedObject) ([]byte, bool) {
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	if t.dataDone || t.voted > 0 {
+		return nil, false
+	}
+	b, err := t.data.Get(o.Ref, nil)
+	if err != nil {
+		tm.n.log.Printf("neo storage: data of %s stored by %s: %v", o.Oid, t.ttid, err)
+		return nil, false
+	}
+	return b, true
 }
 
 // undoData fills c with the data an undo record reuses (mu held; a read).
@@ -512,8 +611,8 @@ func (tm *txnManager) unstore(t *txn, oid zodb.Oid) *VotedObject {
 	delete(t.stores, oid)
 	delete(t.serials, oid)
 	if o != nil && t.owner != nil {
-		t.bytes -= len(o.Data)
-		t.owner.held -= len(o.Data)
+		t.bytes -= o.Ref.Len()
+		t.owner.held -= o.Ref.Len()
 	}
 	return o
 }
@@ -533,7 +632,7 @@ func (tm *txnManager) vote(p *peer, id uint32, ttid zodb.Tid, meta *TxnMeta, pac
 		tm.unlockAndFlush()
 		return badInput("vote: transaction %s voted twice", ttid)
 	}
-	vt := &VotedTxn{TTid: ttid, Meta: meta, Objects: make([]VotedObject, 0, len(t.stores))}
+	vt := &VotedTxn{TTid: ttid, Meta: meta, Objects: make([]VotedObject, 0, len(t.stores)), Spool: &t.data}
 	for _, o := range t.stores {
 		vt.Objects = append(vt.Objects, *o)
 	}
@@ -546,15 +645,19 @@ func (tm *txnManager) vote(p *peer, id uint32, ttid zodb.Tid, meta *TxnMeta, pac
 	t.wmu.Lock()
 	tm.unlockAndFlush()
 
-	err := votePack(context.Background(), tm.w, vt, pack)
+	err := t.dataErr
+	if t.dataDone {
+		err = errors.New("transaction dropped")
+	}
+	if err == nil {
+		err = votePack(context.Background(), tm.w, vt, pack)
+	}
+	// The records are in the database now: only what UndoSerial and the
+	// unlock need is kept.
+	t.dropData()
 	t.wmu.Unlock()
 
 	tm.mu.Lock()
-	// The records are in the database now: only what UndoSerial and the
-	// unlock need is kept.
-	for _, o := range t.stores {
-		o.Data = nil
-	}
 	if t.owner != nil {
 		t.owner.held -= t.bytes
 	}
@@ -673,6 +776,7 @@ func (tm *txnManager) abort(ttid zodb.Tid) {
 func (tm *txnManager) writerAbort(t *txn) {
 	t.wmu.Lock()
 	defer t.wmu.Unlock()
+	t.dropData()
 	if err := tm.w.Abort(context.Background(), t.ttid); err != nil {
 		tm.n.log.Printf("neo storage: abort of %s: %v", t.ttid, err)
 	}

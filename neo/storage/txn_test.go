@@ -408,8 +408,9 @@ func TestTxnValidate(t *testing.T) {
 
 // TestTxnBadStore: a store whose checksum is wrong closes the connection
 // after a PROTOCOL_ERROR; so do a vote of an unknown transaction, too
-// many stores waiting for locks, and more data than the connection's
-// bound; the transactions of the connection are aborted.
+// many stores waiting for locks, more data than the connection's bound
+// and a store after the vote; the transactions of the connection are
+// aborted.
 func TestTxnBadStore(t *testing.T) {
 	c := startWriteCluster(t, newMemWriter(), nil, func(cfg *storage.Config) { cfg.MaxTxnBytes = 100 })
 	closed := func(cl *testClient, id uint32, what string) {
@@ -455,6 +456,14 @@ func TestTxnBadStore(t *testing.T) {
 		last = e.store(20, oid, 0, "e")
 	}
 	closed(e, last, "9 stores waiting, bound 8")
+
+	// A store after the vote (the data would not reach the database).
+	g := c.client(-536870906)
+	if got := g.storeAnswer(g.store(40, 200, 0, "g")); got != proto.InvalidTid {
+		t.Fatal(got)
+	}
+	g.vote(40, 200)
+	closed(g, g.store(40, 201, 0, "g"), "store after the vote")
 }
 
 // TestTxnPack: a transaction carrying a pack order, approved at lock,

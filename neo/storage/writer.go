@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 
+	"github.com/zodbd/zodbd/internal/spool"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -46,8 +47,10 @@ type Writer interface {
 	LastSerial(ctx context.Context, oid zodb.Oid) (zodb.Tid, error)
 
 	// Vote stores t as voted under t.TTid. The records are not visible to
-	// readers and FinalTID(t.TTid) is still 0. The backend keeps no
-	// reference to t's slices after Vote returns.
+	// readers and FinalTID(t.TTid) is still 0. The backend reads the
+	// objects' data with t.ObjectData, one at a time (a transaction may
+	// be bigger than memory), and keeps no reference to t, its slices or
+	// its spool after Vote returns.
 	Vote(ctx context.Context, t *VotedTxn) error
 
 	// Lock records tid (> every tid locked before, >= ttid) as the final
@@ -113,6 +116,29 @@ type VotedTxn struct {
 	// (NEO's AskVoteTransaction; the metadata is on other nodes).
 	Meta    *TxnMeta
 	Objects []VotedObject
+	// Spool, when not nil, holds the objects' data: Objects[i].Ref names
+	// it there and Objects[i].Data is not used. The node's transaction
+	// manager spools what its clients store (in memory up to a bound,
+	// the rest in a temporary file).
+	Spool *spool.Spool
+
+	buf []byte // ObjectData's, for the data read from Spool's file
+}
+
+// ObjectData returns the data of Objects[i]: nil for a record without
+// data, else its bytes, from Data or from Spool. They are valid until the
+// next call, and are not to be modified.
+func (t *VotedTxn) ObjectData(i int) ([]byte, error) {
+	o := &t.Objects[i]
+	if t.Spool == nil {
+		return o.Data, nil
+	}
+	if !o.Ref.InFile() {
+		return t.Spool.Get(o.Ref, nil)
+	}
+	b, err := t.Spool.Get(o.Ref, t.buf)
+	t.buf = b[:0]
+	return b, err
 }
 
 // TxnMeta is a transaction's metadata as AskStoreTransaction carries it.
@@ -127,7 +153,12 @@ type VotedObject struct {
 	Oid         zodb.Oid
 	Compression uint8 // 0 raw, 1 zlib
 	Checksum    [20]byte
-	Data        []byte // nil with NoData or DataSerial != 0
+	// Data is the record's data: nil with NoData, and with DataSerial
+	// != 0 unless the client sent it along. When the VotedTxn has a
+	// Spool, Ref names the data there instead (spool.Nil: none); read
+	// either with VotedTxn.ObjectData.
+	Data []byte
+	Ref  spool.Ref
 	// DataSerial, when not 0, makes the record a backpointer to oid's
 	// revision with that serial (an undo: NEO's value_tid).
 	DataSerial zodb.Tid

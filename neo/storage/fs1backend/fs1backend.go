@@ -143,8 +143,13 @@ func (b *Backend) Path() string { return b.path }
 // Close implements storage.Backend.
 func (b *Backend) Close() error {
 	var err error
-	if b.w != nil {
-		err = b.w.log.close()
+	if w := b.w; w != nil {
+		err = w.log.close()
+		w.mu.Lock()
+		for _, v := range w.voted {
+			v.data.Close()
+		}
+		w.mu.Unlock()
 	}
 	if b.own {
 		if cerr := b.fs.Close(); err == nil {

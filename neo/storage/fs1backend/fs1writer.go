@@ -1,21 +1,27 @@
 package fs1backend
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"sync"
 
+	"path/filepath"
+
 	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/internal/spool"
 	"github.com/zodbd/zodbd/neo/storage"
 	"github.com/zodbd/zodbd/zodb"
 )
 
 // The write side of Backend: NEO's commits into a FileStorage.
 //
-// Vote keeps the transaction in memory (a copy): nothing reaches the disk,
-// and a crash forgets it, which NEO allows of a transaction that is not
+// Vote keeps a copy of the transaction in a spool (internal/spool: its
+// data in memory up to a bound, the rest in an unlinked temporary file
+// beside the Data.fs, as fs1 keeps a transaction until its vote): nothing
+// reaches the Data.fs, and a crash forgets it, which NEO allows of a transaction that is not
 // locked (the master drops it). This holds because the FileStorage backend
 // is the only cell of its partition (-p 1 -r 0): no other node can have
 // locked the transaction.
@@ -68,13 +74,24 @@ type fs1Writes struct {
 	// transactions in tid order only.
 	pending map[zodb.Tid]struct{}
 	fs1Tid  zodb.Tid
+
+	votedMem *spool.Budget // the memory of the voted transactions' spools (votedMemory)
 }
+
+// votedSpoolMem is the data one voted transaction keeps in memory (0:
+// spool.DefaultMem), votedMemory what the voted transactions of a backend
+// keep in memory together: past them the data is in their spools' files.
+// Variables, for the tests.
+var (
+	votedSpoolMem       = 0
+	votedMemory   int64 = 64 << 20
+)
 
 // fs1Voted is a voted transaction, copied.
 type fs1Voted struct {
 	meta    storage.TxnMeta
-	objects []storage.VotedObject // Data slices into buf
-	buf     []byte
+	objects []storage.VotedObject // Data nil: their Ref in data
+	data    spool.Spool
 	locking bool // a Lock is in progress: Abort refuses
 }
 
@@ -134,7 +151,8 @@ func newWriter(fs *fs1.FileStorage) (*Backend, error) {
 		}
 		n--
 	}
-	w := &fs1Writes{voted: map[zodb.Tid]*fs1Voted{}, locked: map[zodb.Tid]*fs1Locked{}, pending: map[zodb.Tid]struct{}{}}
+	w := &fs1Writes{voted: map[zodb.Tid]*fs1Voted{}, locked: map[zodb.Tid]*fs1Locked{}, pending: map[zodb.Tid]struct{}{},
+		votedMem: spool.NewBudget(votedMemory)}
 	w.cond.L = &w.mu
 	v := &fs1View{file: fv.File, end: fs1.HeaderSize, txns: all.txns[:n:n]}
 	if n > 0 {
@@ -244,77 +262,72 @@ func (b *Backend) LastSerial(ctx context.Context, oid zodb.Oid) (zodb.Tid, error
 	return 0, nil
 }
 
-// Vote implements storage.Writer: t is copied and kept in memory until Lock or
-// Abort. An undo record's DataSerial must name a record of its oid.
+// Vote implements storage.Writer: t is copied into a spool (see fs1Writes)
+// and kept until Lock or Abort. An undo record's DataSerial must name a
+// record of its oid.
 func (b *Backend) Vote(ctx context.Context, t *storage.VotedTxn) error {
 	w, err := b.writes()
 	if err != nil {
 		return err
-	}
-	size := 0
-	for i := range t.Objects {
-		o := &t.Objects[i]
-		size += len(o.Data)
-		if o.Compression == 1 {
-			size += 2
-		}
-		if err := b.checkVoted(o); err != nil {
-			return fmt.Errorf("neo: fs1: %s: vote of %s: %w", b.path, t.TTid, err)
-		}
 	}
 	var m storage.TxnMeta
 	if t.Meta != nil {
 		m = *t.Meta
 	}
 	for _, f := range [][]byte{m.User, m.Description, m.Extension} {
-		size += len(f)
 		if len(f) > 0xffff {
 			return fmt.Errorf("neo: fs1: %s: vote of %s: transaction metadata of %d bytes (a FileStorage holds at most 65535)", b.path, t.TTid, len(f))
 		}
 	}
-	v := &fs1Voted{buf: make([]byte, 0, size), objects: make([]storage.VotedObject, len(t.Objects))}
-	keep := func(p []byte) []byte {
-		n := len(v.buf)
-		v.buf = append(v.buf, p...)
-		return v.buf[n:len(v.buf):len(v.buf)]
-	}
-	v.meta = storage.TxnMeta{User: keep(m.User), Description: keep(m.Description), Extension: keep(m.Extension)}
-	for i, o := range t.Objects {
-		if o.Data != nil && !o.NoData && o.DataSerial == 0 {
-			if o.Compression == 1 {
-				// As zc.zlibstorage stores it (see Object).
-				n := len(v.buf)
-				v.buf = append(append(v.buf, ".z"...), o.Data...)
-				o.Data = v.buf[n:len(v.buf):len(v.buf)]
-			} else {
-				o.Data = keep(o.Data)
+	v := &fs1Voted{objects: make([]storage.VotedObject, len(t.Objects)),
+		data: spool.Spool{Dir: filepath.Dir(b.path), Mem: votedSpoolMem, Budget: w.votedMem}}
+	v.meta = storage.TxnMeta{User: bytes.Clone(m.User), Description: bytes.Clone(m.Description), Extension: bytes.Clone(m.Extension)}
+	for i := range t.Objects {
+		o := t.Objects[i]
+		data, err := t.ObjectData(i)
+		if err == nil {
+			err = b.checkVoted(&o, data)
+		}
+		if err == nil {
+			o.Data, o.Ref = nil, spool.Nil
+			if !o.NoData && o.DataSerial == 0 {
+				o.Ref, err = v.data.Add(data)
 			}
-		} else {
-			o.Data = nil
+		}
+		if err != nil {
+			v.data.Close()
+			return fmt.Errorf("neo: fs1: %s: vote of %s: %w", b.path, t.TTid, err)
 		}
 		v.objects[i] = o
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	err = nil
 	if l := w.locked[t.TTid]; l != nil {
-		return fmt.Errorf("neo: fs1: %s: vote of %s: already locked as %s", b.path, t.TTid, l.tid)
+		err = fmt.Errorf("neo: fs1: %s: vote of %s: already locked as %s", b.path, t.TTid, l.tid)
+	} else if old := w.voted[t.TTid]; old != nil && old.locking {
+		err = fmt.Errorf("neo: fs1: %s: vote of %s: being locked", b.path, t.TTid)
 	}
-	if old := w.voted[t.TTid]; old != nil && old.locking {
-		return fmt.Errorf("neo: fs1: %s: vote of %s: being locked", b.path, t.TTid)
+	if err != nil {
+		v.data.Close()
+		return err
+	}
+	if old := w.voted[t.TTid]; old != nil {
+		old.data.Close()
 	}
 	w.voted[t.TTid] = v
 	return nil
 }
 
-// checkVoted checks what a FileStorage can hold of o.
-func (b *Backend) checkVoted(o *storage.VotedObject) error {
+// checkVoted checks what a FileStorage can hold of o, whose data is data.
+func (b *Backend) checkVoted(o *storage.VotedObject, data []byte) error {
 	switch {
 	case o.NoData:
 	case o.DataSerial != 0:
 		return b.checkBackpointer(o.Oid, o.DataSerial)
 	case o.Compression > 1:
 		return fmt.Errorf("oid %s: unknown compression %d", o.Oid, o.Compression)
-	case len(o.Data) == 0:
+	case len(data) == 0:
 		return fmt.Errorf("oid %s: empty data", o.Oid)
 	}
 	return nil
@@ -394,6 +407,7 @@ func (b *Backend) Lock(ctx context.Context, ttid, tid zodb.Tid) error {
 		return err
 	}
 	delete(w.voted, ttid)
+	v.data.Close()
 	w.locked[ttid] = l
 	return nil
 }
@@ -433,6 +447,7 @@ func (b *Backend) lock(ctx context.Context, w *fs1Writes, ttid, tid zodb.Tid, v 
 	if err != nil {
 		return nil, err
 	}
+	var fbuf, zbuf []byte // the data read from the spool's file, with ".z"
 	for i := range v.objects {
 		o := &v.objects[i]
 		if o.DataSerial != 0 {
@@ -442,7 +457,24 @@ func (b *Backend) lock(ctx context.Context, w *fs1Writes, ttid, tid zodb.Tid, v 
 				return nil, fmt.Errorf("neo: fs1: %s: lock of %s: %w", b.path, ttid, err)
 			}
 		}
-		if err := txn.Restore(o.Oid, o.Data, o.DataSerial); err != nil {
+		var data []byte
+		if o.Ref != spool.Nil {
+			d, err := v.data.Get(o.Ref, fbuf)
+			if err != nil {
+				txn.Abort()
+				return nil, fmt.Errorf("neo: fs1: %s: lock of %s: %w", b.path, ttid, err)
+			}
+			if o.Ref.InFile() {
+				fbuf = d[:0]
+			}
+			if o.Compression == 1 {
+				// As zc.zlibstorage stores it (see Object).
+				zbuf = append(append(zbuf[:0], ".z"...), d...)
+				d = zbuf
+			}
+			data = d
+		}
+		if err := txn.Restore(o.Oid, data, o.DataSerial); err != nil {
 			txn.Abort()
 			return nil, err
 		}
@@ -563,6 +595,7 @@ func (b *Backend) Abort(ctx context.Context, ttid zodb.Tid) error {
 			return fmt.Errorf("neo: fs1: %s: abort of %s: being locked", b.path, ttid)
 		}
 		delete(w.voted, ttid)
+		v.data.Close()
 	}
 	if l := w.locked[ttid]; l != nil {
 		return fmt.Errorf("neo: fs1: %s: abort of %s: locked as %s", b.path, ttid, l.tid)
@@ -582,6 +615,7 @@ func (b *Backend) DropUnlocked(ctx context.Context) error {
 	for ttid, v := range w.voted {
 		if !v.locking {
 			delete(w.voted, ttid)
+			v.data.Close()
 		}
 	}
 	return nil
