@@ -131,7 +131,7 @@ def test_neo_storage_max_txn_bytes(zodbd_bin, zodbd_test_bin, tmp_path):
     """--max-txn-bytes bounds the data a client connection's transactions
     hold until their vote: `zodbd copy` of a transaction of 3 MiB into a
     node started with --max-txn-bytes 2MiB fails (the node closes the
-    connection and says why), and succeeds with the default (512 MiB)."""
+    connection and says why), and succeeds with the default (no bound)."""
     import transaction as txn_mod
     from persistent.mapping import PersistentMapping
     from ZODB import DB

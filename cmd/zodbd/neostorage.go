@@ -47,8 +47,8 @@ func runNeoStorage(args []string) int {
 	maxQueued, maxQueuedTotal := sizeFlag(64<<20), sizeFlag(1<<30)
 	fl.Var(&maxQueued, "max-queued", "bytes of answers a client may leave unread before the node waits for it (64MiB, 1GiB, ...)")
 	fl.Var(&maxQueuedTotal, "max-queued-total", "the same for all clients together (0: no bound)")
-	maxTxnBytes := sizeFlag(512 << 20)
-	fl.Var(&maxTxnBytes, "max-txn-bytes", "bytes of object data the transactions of one client connection may hold until their vote (--read-write; held in memory); past it the connection is closed (512MiB, 2GiB, ...)")
+	var maxTxnBytes sizeFlag
+	fl.Var(&maxTxnBytes, "max-txn-bytes", "bytes of object data the transactions of one client connection may hold until their vote (--read-write; in memory up to a bound, the rest in unlinked files of $TMPDIR); past it the connection is closed (0: no bound; 512MiB, 2GiB, ...)")
 	fl.IntVar(&gomaxprocs, "gomaxprocs", 0, "set GOMAXPROCS (0: Go's default)")
 	fl.StringVar(&cpus, "cpus", "", "pin the process to these CPUs (e.g. 0-7,16-23)")
 	fl.StringVar(&debugAddr, "debug-addr", "", "serve Go's profiler (net/http/pprof) at http://`HOST:PORT`/debug/pprof/ (keep it private)")
@@ -67,8 +67,8 @@ func runNeoStorage(args []string) int {
 	if withMaster != "" && masters == "" {
 		masters = withMaster
 	}
-	if maxTxnBytes <= 0 {
-		return fatalf("neo-storage", "--max-txn-bytes must be more than 0")
+	if maxTxnBytes < 0 {
+		return fatalf("neo-storage", "--max-txn-bytes must not be negative")
 	}
 	if maxQueued <= 0 {
 		return fatalf("neo-storage", "--max-queued must be more than 0")

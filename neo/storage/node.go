@@ -81,9 +81,11 @@ type Config struct {
 	// 1 GiB; < 0: no bound), counted in netconn.Unit units of the
 	// connections with at least that much queued.
 	MaxQueuedTotal int
-	// MaxTxnBytes bounds the object data that the transactions of one
-	// connection hold until their vote (default 512 MiB): past it the
-	// connection is closed and its transactions aborted.
+	// MaxTxnBytes, when > 0, bounds the object data that the
+	// transactions of one connection hold until their vote (in memory up
+	// to a bound shared by all, the rest in temporary files of $TMPDIR;
+	// see txn.go): past it the connection is closed and its transactions
+	// aborted. 0: no bound, as NEO/py's node.
 	MaxTxnBytes int
 	// BusyPoll, when not nil, makes the reader of each client connection
 	// spin on its socket before parking (internal/busypoll; not over TLS).
@@ -165,9 +167,6 @@ func New(cfg Config) (*Node, error) {
 	}
 	if cfg.MaxQueued <= 0 {
 		cfg.MaxQueued = 64 << 20
-	}
-	if cfg.MaxTxnBytes <= 0 {
-		cfg.MaxTxnBytes = 512 << 20
 	}
 	if cfg.MaxQueuedTotal == 0 {
 		cfg.MaxQueuedTotal = 1 << 30
