@@ -1,0 +1,166 @@
+"""One big transaction through a zodbd NEO storage node: the node's peak
+anonymous memory and the commit's time, for zodbd builds, paired; with
+--small, the small commits of `zodbd wrk --commit` instead.
+
+    neo_bigtxn.py [--mib 384] [--rounds 2] [--backends fs,sqlite] NAME=ZODBD_TEST_BIN ...
+    neo_bigtxn.py --small 16 [-d 4] [--rounds 4] NAME=ZODBD_TEST_BIN ...
+
+The builds must be test builds (`make build-test`: `neo-storage
+--with-master` runs the test master in the node's process). A source
+Data.fs holding MIB MiB in one transaction (objects of 8 MiB of random
+data, a PersistentMapping each) is written once with ZODB/py. Each round
+starts, for every backend and every build in turn (the order alternating
+from round to round), a node (`neo-storage --read-write`) on an empty
+database in a scratch directory ($TMPDIR for the node too, where its
+spools go), and commits the source into it with `zodbd copy` of --client
+(default bin/zodbd): it prints the seconds the copy took and the node's
+RssAnon, idle and at its peak (sampled every 10 ms: the SQLite backend
+maps its file, whose pages are the page cache's, not the node's). With
+--small C, C Go committers (`zodbd wrk --commit -c C -d D`) commit small
+transactions instead: commits/s, p50 and p99.
+"""
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MiB = 1 << 20
+
+
+def anon(pid):
+    with open('/proc/%d/status' % pid) as f:
+        for line in f:
+            if line.startswith('RssAnon:'):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError('no RssAnon for %d' % pid)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(('127.0.0.1', 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def make_source(path, mib):
+    import transaction
+    from persistent.mapping import PersistentMapping
+    from ZODB import DB
+    from ZODB.FileStorage import FileStorage
+    data = [os.urandom(8 * MiB) for _ in range(4)]
+    db = DB(FileStorage(path, create=True))
+    tm = transaction.TransactionManager()
+    root = db.open(tm).root()
+    for i in range(mib // 8):
+        root['big%d' % i] = PersistentMapping(d=data[i % 4] + b'%d' % i)
+    tm.commit()
+    db.close()
+
+
+class Sampler:
+    """The most RssAnon of pid, every 10 ms, until stopped."""
+
+    def __init__(self, pid):
+        self.pid, self.peak = pid, 0
+        self.done = threading.Event()
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+
+    def run(self):
+        while not self.done.wait(0.01):
+            try:
+                self.peak = max(self.peak, anon(self.pid))
+            except (OSError, RuntimeError):
+                return
+
+    def stop(self):
+        self.done.set()
+        self.t.join()
+        return self.peak
+
+
+def one(a, name, binary, backend, src):
+    d = tempfile.mkdtemp(prefix='neo-bigtxn-')
+    try:
+        if backend == 'fs':
+            from ZODB.FileStorage import FileStorage
+            db = os.path.join(d, 'Data.fs')
+            FileStorage(db, create=True).close()
+        else:
+            db = 'sqlite:' + os.path.join(d, 'neo.sqlite')
+        mport = free_port()
+        url = 'neo://bench@127.0.0.1:%d' % mport
+        env = dict(os.environ, TMPDIR=d)
+        with open(os.path.join(d, 'node.log'), 'wb') as log:
+            node = subprocess.Popen([binary, 'neo-storage', '--cluster', 'bench', '--read-write',
+                                     '--with-master', '127.0.0.1:%d' % mport, db],
+                                    stdout=log, stderr=subprocess.STDOUT, env=env)
+        try:
+            deadline = time.time() + 30
+            while subprocess.run([a.client, 'hash', url], capture_output=True).returncode != 0:
+                if node.poll() is not None or time.time() > deadline:
+                    raise SystemExit('neo_bigtxn: %s %s: the node did not start (log in %s)' % (name, backend, d))
+                time.sleep(0.2)
+            time.sleep(0.2)
+            idle = anon(node.pid)
+            sampler = Sampler(node.pid)
+            t0 = time.time()
+            if a.small:
+                p = subprocess.run([a.client, 'wrk', '--commit', '-c', str(a.small), '-d', '%gs' % a.d, '--json', url],
+                                   capture_output=True, text=True)
+            else:
+                p = subprocess.run([a.client, 'copy', '-q', src, url], capture_output=True, text=True)
+            dt = time.time() - t0
+            peak = sampler.stop()
+            if p.returncode != 0:
+                raise SystemExit('neo_bigtxn: %s %s: %s' % (name, backend, p.stderr[-2000:]))
+        finally:
+            node.terminate()
+            node.wait(30)
+        if a.small:
+            j = json.loads(p.stdout.splitlines()[0])
+            print('%-8s %-6s %2d committers: %6.0f commits/s, p50 %6.0f us, p99 %6.0f us, node RssAnon peak %4d MiB'
+                  % (name, backend, a.small, j['ops_per_s'], j['latency_ns']['p50'] / 1e3,
+                     j['latency_ns']['p99'] / 1e3, peak // MiB), flush=True)
+        else:
+            print('%-8s %-6s %5d MiB in one transaction: %6.1f s, node RssAnon idle %4d MiB, peak %5d MiB'
+                  % (name, backend, a.mib, dt, idle // MiB, peak // MiB), flush=True)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('--mib', type=int, default=384)
+    p.add_argument('--rounds', type=int, default=2)
+    p.add_argument('--backends', default='fs,sqlite')
+    p.add_argument('--small', type=int, default=0, metavar='C', help='C committers of small transactions instead')
+    p.add_argument('-d', type=float, default=4, help='seconds per --small point')
+    p.add_argument('--client', default=os.path.join(HERE, '..', 'bin', 'zodbd'), help='the zodbd that commits')
+    p.add_argument('builds', nargs='+', metavar='NAME=ZODBD_TEST_BIN')
+    a = p.parse_args()
+    builds = [tuple(s.split('=', 1)) for s in a.builds]
+    scratch = tempfile.mkdtemp(prefix='neo-bigtxn-src-')
+    try:
+        src = os.path.join(scratch, 'src.fs')
+        if not a.small:
+            make_source(src, a.mib)
+        for r in range(a.rounds):
+            for backend in a.backends.split(','):
+                order = builds if r % 2 == 0 else builds[::-1]
+                for name, binary in order:
+                    one(a, name, binary, backend, src)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == '__main__':
+    sys.exit(main())
