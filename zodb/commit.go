@@ -62,7 +62,8 @@ type Txn interface {
 	// store conflicts (see Vote). Storing the same oid twice keeps the
 	// last store. A Txn may keep data until the transaction ends (Finish
 	// or Abort returned): the caller must not change it meanwhile. (The
-	// FileStorage's copies it; the NEO client keeps it to store again.)
+	// FileStorage's copies it; the NEO client keeps it to resolve a
+	// conflict, at least until the storages answered.)
 	Store(oid Oid, serial Tid, data []byte) error
 
 	// Delete records the deletion of oid (a record without data), with the

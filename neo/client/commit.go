@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha1"
 	"errors"
@@ -59,6 +60,14 @@ import (
 // conflict left to the caller (VoteResolving) holds no lock: another
 // transaction may commit the object meanwhile, and the caller's new store
 // then conflicts again.
+//
+// A store keeps its data until every storage answered it (to resolve a
+// conflict), and then while the transaction holds less than keptData of
+// such written data; past that, written stores let theirs go, and a store
+// waits, before it is sent, while more than flightData waits for answers,
+// so that a transaction of any size costs bounded memory (NEO/py's client
+// keeps its cache's size of them the same way). A relock's conflict gives
+// the data back (the storage sends it), for the resolution.
 
 var (
 	_ zodb.ResolvingTxn = (*txn)(nil)
@@ -234,7 +243,17 @@ type store struct {
 	pending    int            // answers of this send still expected
 	conflict   zodb.Tid       // 0, or the serial a storage reported
 	lockedBy   []proto.NodeID // the storages that answered this send: stored and locked
+	shed       bool           // written, and its data let go (see keptData)
+	flying     int            // bytes of data counted in txn.flying
 }
+
+// keptData is the data of the stores of a transaction that it holds once
+// written, flightData what it sends before waiting for answers.
+// Variables, for the tests.
+var (
+	keptData   = 64 << 20
+	flightData = 64 << 20
+)
 
 // txn is one transaction of the client.
 type txn struct {
@@ -257,6 +276,9 @@ type txn struct {
 	undos    []zodb.Tid
 	undone   []zodb.Oid // oids whose data the client produced: undo, resolution
 	deleted  map[zodb.Oid]bool
+	held     int                // bytes of data of the stores (not shed)
+	flying   int                // bytes of data of the stores waiting for answers
+	answer   chan struct{}      // closed when a store's answers are all in
 	voting   bool               // AskStoreTransaction sent: NotifyDeadlock is ignored
 	pack     *proto.PackRequest // a pack order carried by the transaction (Pack)
 
@@ -290,8 +312,12 @@ func (t *txn) record(st *store) error {
 		t.order = append(t.order, st.oid)
 	} else {
 		st.gen = old.gen
+		if !old.shed {
+			t.held -= len(old.data)
+		}
 	}
 	t.stores[st.oid] = st
+	t.held += len(st.data)
 	if st.data == nil && !st.check && st.dataSerial == proto.InvalidTid {
 		if t.deleted == nil {
 			t.deleted = make(map[zodb.Oid]bool)
@@ -309,7 +335,34 @@ func (t *txn) record(st *store) error {
 	if st.deferred {
 		return nil
 	}
+	if err := t.waitFlying(t.ctx); err != nil {
+		return t.opErr("store", err)
+	}
 	return t.send(st)
+}
+
+// waitFlying waits while the stores waiting for answers hold more than
+// flightData (and some request is in flight).
+func (t *txn) waitFlying(ctx context.Context) error {
+	for {
+		t.mu.Lock()
+		if t.flying <= flightData || t.inflight == 0 {
+			t.mu.Unlock()
+			return nil
+		}
+		if t.answer == nil {
+			t.answer = make(chan struct{})
+		}
+		answer := t.answer
+		t.mu.Unlock()
+		select {
+		case <-answer:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.c.failed():
+			return t.c.failure()
+		}
+	}
 }
 
 // Store implements zodb.Txn: AskStoreObject, sent at once.
@@ -540,6 +593,10 @@ func (t *txn) send(st *store) error {
 	t.mu.Lock()
 	st.gen++
 	st.pending = len(dests)
+	if st.flying == 0 {
+		st.flying = len(st.data)
+		t.flying += st.flying
+	}
 	st.conflict = 0
 	st.lockedBy = st.lockedBy[:0]
 	gen := st.gen
@@ -589,6 +646,7 @@ func (t *txn) answered(st *store, gen int, nid proto.NodeID, conflict zodb.Tid, 
 		return // stored again since
 	}
 	st.pending--
+	defer t.shedLocked(st)
 	switch {
 	case err != nil:
 	case conflict == proto.InvalidTid:
@@ -606,6 +664,28 @@ func (t *txn) answered(st *store, gen int, nid proto.NodeID, conflict zodb.Tid, 
 	case conflict != 0 && conflict > st.conflict:
 		st.conflict = conflict
 	}
+}
+
+// shedLocked, once every storage answered st, uncounts its data from
+// the flight and lets go of it if it was written without conflict while
+// the transaction holds more than keptData (t.mu held).
+func (t *txn) shedLocked(st *store) {
+	if st.pending > 0 {
+		return
+	}
+	if st.flying > 0 {
+		t.flying -= st.flying
+		st.flying = 0
+		if t.answer != nil {
+			close(t.answer)
+			t.answer = nil
+		}
+	}
+	if st.conflict != 0 || st.shed || len(st.data) == 0 || t.held <= keptData {
+		return
+	}
+	t.held -= len(st.data)
+	st.data, st.shed = nil, true
 }
 
 // requestDone counts the end of a request in flight.
@@ -1018,6 +1098,9 @@ func (t *txn) undo(ctx context.Context, tid zodb.Tid, resolve zodb.Resolver) err
 			own := t.stores[e.Oid]
 			t.mu.Unlock()
 			if e.CurrentSerial == t.ttid && own != nil {
+				if own.shed {
+					return &zodb.UndoError{Tid: tid, Oid: e.Oid, HasOid: true, Reason: fmt.Sprintf("the data this transaction stored is no longer held (a transaction of over %d MiB)", keptData>>20)}
+				}
 				cur = own.data
 			} else if cur, _, err = c.LoadSerial(ctx, e.Oid, e.CurrentSerial); err != nil {
 				return &zodb.UndoError{Tid: tid, Oid: e.Oid, HasOid: true, Reason: "object not found while resolving the undo conflict"}
@@ -1290,9 +1373,23 @@ func (c *Client) notifyDeadlock(nid proto.NodeID, conn *link.Conn, args []byte) 
 		conflict := proto.InvalidTid
 		if err == nil && ans.Conflict != nil {
 			conflict = ans.Conflict.ConflictTid
+			if rc := ans.Conflict; rc.HasData && rc.Compression == 0 { // (this client stores uncompressed)
+				t.dataBack(st, rc.Data)
+			}
 		}
 		t.answered(st, gen, nid, conflict, err)
 	}()
+}
+
+// dataBack takes back the data of st from a relock's conflict, if st let
+// go of it.
+func (t *txn) dataBack(st *store, data []byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if st.shed && t.stores[st.oid] == st {
+		st.data, st.shed = bytes.Clone(nonNil(data)), false
+		t.held += len(st.data)
+	}
 }
 
 // Pack implements zodb.Packer as NEO/py's client does: a transaction that
