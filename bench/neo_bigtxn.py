@@ -12,8 +12,9 @@ data, a PersistentMapping each) is written once with ZODB/py. Each round
 starts, for every backend and every build in turn (the order alternating
 from round to round), a node (`neo-storage --read-write`) on an empty
 database in a scratch directory ($TMPDIR for the node too, where its
-spools go), and commits the source into it with `zodbd copy` of --client
-(default bin/zodbd): it prints the seconds the copy took and the node's
+spools go), and commits the source into it with `zodbd copy` of the same
+build (or of --client), whose peak anonymous memory it also prints; it
+prints the seconds the copy took and the node's
 RssAnon, idle and at its peak (sampled every 10 ms: the SQLite backend
 maps its file, whose pages are the page cache's, not the node's). With
 --small C, C Go committers (`zodbd wrk --commit -c C -d D`) commit small
@@ -27,19 +28,14 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, '..', 'tests'))
+from testutil import Watchdog, rss  # noqa: E402
+
 MiB = 1 << 20
-
-
-def anon(pid):
-    with open('/proc/%d/status' % pid) as f:
-        for line in f:
-            if line.startswith('RssAnon:'):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError('no RssAnon for %d' % pid)
+NO_LIMIT = 1 << 62
 
 
 def free_port():
@@ -48,6 +44,20 @@ def free_port():
     port = s.getsockname()[1]
     s.close()
     return port
+
+
+def run(cmd):
+    """cmd's exit status, stdout, stderr and peak anonymous memory (bytes,
+    sampled every 10 ms; the rusage of a child of this Python would count
+    this process's own peak, from before the exec)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        p = subprocess.Popen(cmd, stdout=out, stderr=err)
+        sampler = Watchdog(p.pid, NO_LIMIT)
+        p.wait()
+        sampler.stop()
+        out.seek(0)
+        err.seek(0)
+        return p.returncode, out.read().decode(), err.read().decode(), sampler.peak_anon
 
 
 def make_source(path, mib):
@@ -63,28 +73,6 @@ def make_source(path, mib):
         root['big%d' % i] = PersistentMapping(d=data[i % 4] + b'%d' % i)
     tm.commit()
     db.close()
-
-
-class Sampler:
-    """The most RssAnon of pid, every 10 ms, until stopped."""
-
-    def __init__(self, pid):
-        self.pid, self.peak = pid, 0
-        self.done = threading.Event()
-        self.t = threading.Thread(target=self.run, daemon=True)
-        self.t.start()
-
-    def run(self):
-        while not self.done.wait(0.01):
-            try:
-                self.peak = max(self.peak, anon(self.pid))
-            except (OSError, RuntimeError):
-                return
-
-    def stop(self):
-        self.done.set()
-        self.t.join()
-        return self.peak
 
 
 def one(a, name, binary, backend, src):
@@ -103,36 +91,37 @@ def one(a, name, binary, backend, src):
             node = subprocess.Popen([binary, 'neo-storage', '--cluster', 'bench', '--read-write',
                                      '--with-master', '127.0.0.1:%d' % mport, db],
                                     stdout=log, stderr=subprocess.STDOUT, env=env)
+        client = a.client or binary
         try:
             deadline = time.time() + 30
-            while subprocess.run([a.client, 'hash', url], capture_output=True).returncode != 0:
+            while subprocess.run([client, 'hash', url], capture_output=True).returncode != 0:
                 if node.poll() is not None or time.time() > deadline:
                     raise SystemExit('neo_bigtxn: %s %s: the node did not start (log in %s)' % (name, backend, d))
                 time.sleep(0.2)
             time.sleep(0.2)
-            idle = anon(node.pid)
-            sampler = Sampler(node.pid)
+            idle = rss(node.pid, 'RssAnon')
+            sampler = Watchdog(node.pid, NO_LIMIT)
             t0 = time.time()
             if a.small:
-                p = subprocess.run([a.client, 'wrk', '--commit', '-c', str(a.small), '-d', '%gs' % a.d, '--json', url],
-                                   capture_output=True, text=True)
+                rc, out, err, crss = run([client, 'wrk', '--commit', '-c', str(a.small), '-d', '%gs' % a.d, '--json', url])
             else:
-                p = subprocess.run([a.client, 'copy', '-q', src, url], capture_output=True, text=True)
+                rc, out, err, crss = run([client, 'copy', '-q', src, url])
             dt = time.time() - t0
-            peak = sampler.stop()
-            if p.returncode != 0:
-                raise SystemExit('neo_bigtxn: %s %s: %s' % (name, backend, p.stderr[-2000:]))
+            sampler.stop()
+            peak = sampler.peak_anon
+            if rc != 0:
+                raise SystemExit('neo_bigtxn: %s %s: %s' % (name, backend, err[-2000:]))
         finally:
             node.terminate()
             node.wait(30)
         if a.small:
-            j = json.loads(p.stdout.splitlines()[0])
+            j = json.loads(out.splitlines()[0])
             print('%-8s %-6s %2d committers: %6.0f commits/s, p50 %6.0f us, p99 %6.0f us, node RssAnon peak %4d MiB'
                   % (name, backend, a.small, j['ops_per_s'], j['latency_ns']['p50'] / 1e3,
                      j['latency_ns']['p99'] / 1e3, peak // MiB), flush=True)
         else:
-            print('%-8s %-6s %5d MiB in one transaction: %6.1f s, node RssAnon idle %4d MiB, peak %5d MiB'
-                  % (name, backend, a.mib, dt, idle // MiB, peak // MiB), flush=True)
+            print('%-8s %-6s %5d MiB in one transaction: %6.1f s, node RssAnon idle %4d MiB, peak %5d MiB; client peak RssAnon %5d MiB'
+                  % (name, backend, a.mib, dt, idle // MiB, peak // MiB, crss // MiB), flush=True)
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
@@ -144,7 +133,7 @@ def main():
     p.add_argument('--backends', default='fs,sqlite')
     p.add_argument('--small', type=int, default=0, metavar='C', help='C committers of small transactions instead')
     p.add_argument('-d', type=float, default=4, help='seconds per --small point')
-    p.add_argument('--client', default=os.path.join(HERE, '..', 'bin', 'zodbd'), help='the zodbd that commits')
+    p.add_argument('--client', help='the zodbd that commits (default: each build itself)')
     p.add_argument('builds', nargs='+', metavar='NAME=ZODBD_TEST_BIN')
     a = p.parse_args()
     builds = [tuple(s.split('=', 1)) for s in a.builds]

@@ -35,6 +35,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import neocluster  # noqa: E402
+from testutil import Watchdog, rss  # noqa: E402
 
 SRC = os.environ.get('NEOPY_SRC')
 PY = os.environ.get('NEOPY_PYTHON')
@@ -250,5 +251,66 @@ def test_fs_and_sqlite_replicas_after_pack(tmp_path, zodbd_bin):
         c.kill_storage(1)
         alone = client('list')
         assert alone == after, (alone, after)
+    finally:
+        c.stop()
+
+
+BIG_CLIENT = r'''
+import os, sys, transaction
+from neo.client.Storage import Storage
+from ZODB import DB
+from persistent.mapping import PersistentMapping
+master, name, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+blobs = [os.urandom(8 << 20) for _ in range(4)]
+db = DB(Storage(master_nodes=master, name=name))
+tm = transaction.TransactionManager()
+root = db.open(tm).root()
+for i in range(n):
+    root['big%d' % i] = PersistentMapping(d=blobs[i % 4] + b'%d' % i)
+tm.commit()
+db.close()
+db = DB(Storage(master_nodes=master, name=name))
+root = db.open().root()
+for i in range(n):
+    assert root['big%d' % i]['d'] == blobs[i % 4] + b'%d' % i, i
+db.close()
+print('ok')
+'''
+
+
+@pytest.mark.parametrize('kind', KINDS)
+def test_big_transaction(kind, tmp_path, zodbd_bin):
+    """NEO/py's client commits 128 MiB in one transaction (16 objects of
+    8 MiB of random data) through the node and reads it back; the node's
+    anonymous memory stays bounded (its spools, BENCHMARKS.md "One big
+    transaction through a NEO storage node"), and it holds no spool file
+    afterwards."""
+    c = neocluster.Cluster(kind, str(tmp_path), SRC, PY, zodbd=zodbd_bin).start()
+    try:
+        pid = c.nodes[0].proc.pid
+        idle = rss(pid, 'RssAnon')
+        dog = Watchdog(pid, rss(pid) + (1 << 30))
+        try:
+            p = subprocess.run([PY, '-c', BIG_CLIENT, c.master, c.name, '16'], env=neo_env(),
+                               capture_output=True, text=True, timeout=600)
+        finally:
+            dog.stop()
+        assert p.returncode == 0 and 'ok' in p.stdout, p.stderr[-5000:] + c.logs()
+        assert dog.killed_at is None, 'node RSS passed 1 GiB more than idle: killed'
+        peak = dog.peak_anon
+        print('%s: node RssAnon idle %d MiB, peak %d MiB' % (kind, idle >> 20, peak >> 20))
+        if kind != 'neopy':
+            # As tests/test_hostile.py::test_neo_big_transaction.
+            bound = idle + (64 << 20) + 6 * (8 << 20) + ((64 << 20) + 6 * (8 << 20) if kind == 'zodbd-sqlite' else 0)
+            assert peak <= bound, 'peak anonymous RSS %d MiB > bound %d MiB' % (peak >> 20, bound >> 20)
+            deleted = []
+            for fd in os.listdir('/proc/%d/fd' % pid):
+                try:
+                    f = os.readlink('/proc/%d/fd/%s' % (pid, fd))
+                except OSError:
+                    continue
+                if f.endswith('(deleted)'):
+                    deleted.append(f)
+            assert not deleted, 'spool files still open: %s' % deleted
     finally:
         c.stop()

@@ -1,6 +1,9 @@
 """Helpers shared by the interop tests (not fixtures: see conftest.py)."""
+import os
+import signal
 import subprocess
 import sys
+import threading
 
 
 def zodbd(zodbd_bin, *args, check=True):
@@ -25,3 +28,45 @@ def fstest(path):
 def read(path):
     with open(path, 'rb') as f:
         return f.read()
+
+
+def rss(pid, field='VmRSS'):
+    """The process's field of /proc/PID/status, in bytes."""
+    with open('/proc/%d/status' % pid) as f:
+        for line in f:
+            if line.startswith(field + ':'):
+                return int(line.split()[1]) * 1024
+    raise AssertionError('no %s in /proc/%d/status' % (field, pid))
+
+
+def reset_peak(pid):
+    with open('/proc/%d/clear_refs' % pid, 'w') as f:
+        f.write('5')
+
+
+class Watchdog:
+    """Kills pid (SIGKILL) when its RSS passes limit, until stopped."""
+
+    def __init__(self, pid, limit):
+        self.pid, self.limit = pid, limit
+        self.killed_at = None
+        self.peak_anon = 0  # the most RssAnon seen (not the file pages a process maps)
+        self.done = threading.Event()
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+
+    def run(self):
+        while not self.done.wait(0.01):
+            try:
+                r = rss(self.pid)
+                self.peak_anon = max(self.peak_anon, rss(self.pid, 'RssAnon'))
+            except (OSError, AssertionError):
+                return
+            if r > self.limit:
+                self.killed_at = r
+                os.kill(self.pid, signal.SIGKILL)
+                return
+
+    def stop(self):
+        self.done.set()
+        self.t.join()
