@@ -18,7 +18,9 @@ prints the seconds the copy took and the node's
 RssAnon, idle and at its peak (sampled every 10 ms: the SQLite backend
 maps its file, whose pages are the page cache's, not the node's). With
 --small C, C Go committers (`zodbd wrk --commit -c C -d D`) commit small
-transactions instead: commits/s, p50 and p99.
+transactions instead: commits/s, p50, p99 and the node's CPU time per
+commit (/proc/PID/stat across the run, over the commits measured; wrk's
+setup transactions make it a little high).
 """
 import argparse
 import json
@@ -33,6 +35,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, '..', 'tests'))
 from testutil import Watchdog, rss  # noqa: E402
+sys.path.insert(0, HERE)
+from machine import proc_cpu_seconds  # noqa: E402
 
 MiB = 1 << 20
 NO_LIMIT = 1 << 62
@@ -100,6 +104,7 @@ def one(a, name, binary, backend, src):
                 time.sleep(0.2)
             time.sleep(0.2)
             idle = rss(node.pid, 'RssAnon')
+            cpu0 = proc_cpu_seconds(node.pid)
             sampler = Watchdog(node.pid, NO_LIMIT)
             t0 = time.time()
             if a.small:
@@ -107,6 +112,7 @@ def one(a, name, binary, backend, src):
             else:
                 rc, out, err, crss = run([client, 'copy', '-q', src, url])
             dt = time.time() - t0
+            cpu = proc_cpu_seconds(node.pid) - cpu0
             sampler.stop()
             peak = sampler.peak_anon
             if rc != 0:
@@ -116,9 +122,9 @@ def one(a, name, binary, backend, src):
             node.wait(30)
         if a.small:
             j = json.loads(out.splitlines()[0])
-            print('%-8s %-6s %2d committers: %6.0f commits/s, p50 %6.0f us, p99 %6.0f us, node RssAnon peak %4d MiB'
+            print('%-8s %-6s %2d committers: %6.0f commits/s, p50 %6.0f us, p99 %6.0f us, node CPU %5.0f us/commit, node RssAnon peak %4d MiB'
                   % (name, backend, a.small, j['ops_per_s'], j['latency_ns']['p50'] / 1e3,
-                     j['latency_ns']['p99'] / 1e3, peak // MiB), flush=True)
+                     j['latency_ns']['p99'] / 1e3, cpu / max(j['ops'], 1) * 1e6, peak // MiB), flush=True)
         else:
             print('%-8s %-6s %5d MiB in one transaction: %6.1f s, node RssAnon idle %4d MiB, peak %5d MiB; client peak RssAnon %5d MiB'
                   % (name, backend, a.mib, dt, idle // MiB, peak // MiB, crss // MiB), flush=True)

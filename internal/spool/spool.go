@@ -113,7 +113,7 @@ func (s *Spool) grow(need, limit int) bool {
 	if need <= cap(s.mem) {
 		return true
 	}
-	c := min(limit, max(need, 2*cap(s.mem), 4096))
+	c := min(limit, max(need, 2*cap(s.mem), 512))
 	if s.Budget != nil && !s.Budget.take(c-cap(s.mem)) {
 		return false
 	}
