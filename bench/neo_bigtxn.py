@@ -26,7 +26,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,19 +34,12 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, '..', 'tests'))
 from testutil import Watchdog, rss  # noqa: E402
+from zeoserver import free_port  # noqa: E402
 sys.path.insert(0, HERE)
 from machine import proc_cpu_seconds  # noqa: E402
 
 MiB = 1 << 20
 NO_LIMIT = 1 << 62
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(('127.0.0.1', 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def run(cmd):
