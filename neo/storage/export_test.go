@@ -58,3 +58,11 @@ func SetTxnSpool(mem int, total int64) (restore func()) {
 
 // TxnMemoryUsed returns the memory the spools of n's transactions hold.
 func TxnMemoryUsed(n *Node) int64 { return n.tm.txnMem.Used() }
+
+// SetMaxConnTxns sets the transactions a connection may have in progress;
+// the returned function restores it.
+func SetMaxConnTxns(n int) (restore func()) {
+	old := maxConnTxns
+	maxConnTxns = n
+	return func() { maxConnTxns = old }
+}

@@ -224,16 +224,34 @@ func (tm *txnManager) sendError(p *peer, id uint32, code proto.ErrorCode, msg st
 	tm.out = append(tm.out, outPacket{p, appendError(nil, id, code, msg)})
 }
 
-// register returns the transaction ttid, created for p if new (mu held).
-func (tm *txnManager) register(p *peer, ttid zodb.Tid) *txn {
+// maxConnTxns bounds the transactions in progress that one connection
+// begins here (NEO/py's client has one per thread that commits): each
+// holds a spool, a file once the node's memory budget is spent. One more
+// closes the connection. A variable, for the tests.
+var maxConnTxns = 1024
+
+// register returns the transaction ttid, created for p if new (mu held);
+// a *limitError when p has maxConnTxns in progress.
+func (tm *txnManager) register(p *peer, ttid zodb.Tid) (*txn, error) {
 	t := tm.txns[ttid]
 	if t == nil {
+		if len(tm.txns) >= maxConnTxns {
+			n := 0
+			for _, t := range tm.txns {
+				if t.owner == p {
+					n++
+				}
+			}
+			if n >= maxConnTxns {
+				return nil, &limitError{fmt.Sprintf("over %d transactions in progress", maxConnTxns)}
+			}
+		}
 		t = &txn{ttid: ttid, owner: p, nid: p.nid,
 			serials: map[zodb.Oid]zodb.Tid{}, stores: map[zodb.Oid]*VotedObject{},
 			data: spool.Spool{Mem: txnSpoolMem, Budget: tm.txnMem}}
 		tm.txns[ttid] = t
 	}
-	return t
+	return t, nil
 }
 
 // ---- client requests ----
@@ -260,7 +278,11 @@ func (tm *txnManager) storeObject(p *peer, id uint32, m *proto.AskStoreObject) e
 		o.NoData = true
 	}
 	tm.mu.Lock()
-	t := tm.register(p, m.TTid)
+	t, err := tm.register(p, m.TTid)
+	if err != nil {
+		tm.unlockAndFlush()
+		return err
+	}
 	if t.voted > 0 {
 		tm.unlockAndFlush()
 		return badInput("AskStoreObject: transaction %s already voted", m.TTid)
@@ -304,7 +326,9 @@ func (tm *txnManager) storeObject(p *peer, id uint32, m *proto.AskStoreObject) e
 func (tm *txnManager) checkCurrentSerial(p *peer, id uint32, m *proto.AskCheckCurrentSerial) error {
 	tm.mu.Lock()
 	defer tm.unlockAndFlush()
-	tm.register(p, m.TTid)
+	if _, err := tm.register(p, m.TTid); err != nil {
+		return err
+	}
 	ev := &event{ttid: m.TTid, p: p, msgID: id, code: proto.CodeAskCheckCurrentSerial, oid: m.Oid, serial: m.Serial}
 	if !tm.tryEvent(ev) {
 		return tm.queue(ev)
@@ -626,7 +650,11 @@ func (tm *txnManager) vote(p *peer, id uint32, ttid zodb.Tid, meta *TxnMeta, pac
 			tm.unlockAndFlush()
 			return badInput("AskVoteTransaction: unknown ttid %s", ttid)
 		}
-		t = tm.register(p, ttid)
+		var err error
+		if t, err = tm.register(p, ttid); err != nil {
+			tm.unlockAndFlush()
+			return err
+		}
 	}
 	if t.voted > 0 || t.tid != 0 {
 		tm.unlockAndFlush()

@@ -408,9 +408,9 @@ func TestTxnValidate(t *testing.T) {
 
 // TestTxnBadStore: a store whose checksum is wrong closes the connection
 // after a PROTOCOL_ERROR; so do a vote of an unknown transaction, too
-// many stores waiting for locks, more data than the connection's bound
-// and a store after the vote; the transactions of the connection are
-// aborted.
+// many stores waiting for locks, more data than the connection's bound,
+// a store after the vote and more transactions in progress than a
+// connection may begin; the transactions of the connection are aborted.
 func TestTxnBadStore(t *testing.T) {
 	c := startWriteCluster(t, newMemWriter(), nil, func(cfg *storage.Config) { cfg.MaxTxnBytes = 100 })
 	closed := func(cl *testClient, id uint32, what string) {
@@ -464,6 +464,24 @@ func TestTxnBadStore(t *testing.T) {
 	}
 	g.vote(40, 200)
 	closed(g, g.store(40, 201, 0, "g"), "store after the vote")
+
+	// More transactions in progress than a connection may begin (the
+	// test's bound: 3); another connection goes on.
+	defer storage.SetMaxConnTxns(3)()
+	h := c.client(-536870905)
+	for ttid := zodb.Tid(50); ttid < 53; ttid++ {
+		if got := h.storeAnswer(h.store(ttid, zodb.Oid(ttid), 0, "h")); got != proto.InvalidTid {
+			t.Fatal(got)
+		}
+	}
+	if got := h.storeAnswer(h.store(50, 300, 0, "h")); got != proto.InvalidTid { // one of its 3
+		t.Fatal(got)
+	}
+	closed(h, h.send(&proto.AskCheckCurrentSerial{TTid: 53, Oid: 301, Serial: 0}), "a fourth transaction in progress")
+	k := c.client(-536870904)
+	if got := k.storeAnswer(k.store(60, 400, 0, "k")); got != proto.InvalidTid {
+		t.Fatalf("another connection's store: %s", got)
+	}
 }
 
 // TestTxnPack: a transaction carrying a pack order, approved at lock,
