@@ -630,3 +630,46 @@ def test_neo_big_transaction(backend, zodbd_bin, zodbd_test_bin, tmp_path, monke
     finally:
         a.close()
         b.close()
+
+
+def test_frames_total(zodbd_bin, tmp_copy, tmp_path):
+    """Eight connections that each send 24 MB of a 64 MB frame and stay:
+    with --max-frames-total 32MiB the server holds at most that much of
+    their frames beyond 1 MiB each (without it, 8 buffers of 32 MiB); the
+    connections past it are closed with a log line, and a stock client
+    commits meanwhile and after."""
+    srv = Server(zodbd_bin, tmp_copy('1.fs'), tmp_path, extra=['--max-frames-total', '32MiB']).start()
+    try:
+        stock_client_commits(srv)
+        time.sleep(0.2)
+        srv.idle = rss(srv.proc.pid)
+        chunk = b'\0' * (24 * MiB)
+
+        def send():
+            conns = []
+            for _ in range(8):
+                s = raw_connect(srv)
+                try:
+                    s.sendall(struct.pack('>I', 64 * MiB) + chunk)
+                except OSError:
+                    pass  # closed past the bound while sending
+                conns.append(s)
+            assert stock_client_commits(srv) >= 2  # while they hold their frames
+            closed = 0
+            for s in conns:
+                s.settimeout(0.5)
+                try:
+                    if s.recv(1) == b'':
+                        closed += 1
+                except socket.timeout:
+                    pass
+                except OSError:
+                    closed += 1
+            for s in conns:
+                s.close()
+            assert closed >= 4, '%d of 8 connections closed' % closed
+            return []
+        attack(srv, send, 32 * MiB)
+        assert 'refused: the frames being received on all connections may hold' in srv.output()
+    finally:
+        srv.stop(signal.SIGKILL)

@@ -166,8 +166,10 @@ func (c *conn) serve() {
 	}
 
 	var buf []byte
+	charge := netconn.FrameCharge{M: c.srv.frameMem}
+	defer func() { memtrim.Dropped(charge.Done()) }() // a frame's buffer lost with the connection
 	for {
-		frame, err := wire.ReadFrame(c.br, buf, c.srv.cfg.MaxFrame)
+		frame, err := wire.ReadFrameGrow(c.br, buf, c.srv.cfg.MaxFrame, charge.Grow)
 		if err != nil {
 			c.readFailed(err)
 			return
@@ -176,6 +178,7 @@ func (c *conn) serve() {
 			buf = frame[:0] // reuse moderate buffers; let big ones go
 		}
 		ok := c.call(frame)
+		charge.Done()
 		if cap(frame) > keepFrame {
 			memtrim.Dropped(cap(frame))
 		}
@@ -349,6 +352,9 @@ const DefaultMaxQueued = 64 << 20
 
 // DefaultMaxQueuedTotal is Config.MaxQueuedTotal's default.
 const DefaultMaxQueuedTotal = 1 << 30
+
+// DefaultMaxFramesTotal is Config.MaxFramesTotal's default.
+const DefaultMaxFramesTotal = 1 << 30
 
 // overflow is the Writer's hook when the client leaves too much unread:
 // one line, and the connection is closed.

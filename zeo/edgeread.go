@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/zodbd/zodbd/internal/memtrim"
+	"github.com/zodbd/zodbd/internal/netconn"
 	"github.com/zodbd/zodbd/zeo/wire"
 )
 
@@ -52,11 +53,12 @@ import (
 // its bytes arrive; spare is the buffer of the last one, kept for the
 // next when at most keepFrame.
 type edgeBuf struct {
-	buf   []byte
-	r, w  int
-	big   []byte
-	bigN  int
-	spare []byte
+	buf    []byte
+	r, w   int
+	big    []byte
+	bigN   int
+	spare  []byte
+	charge netconn.FrameCharge // big's, to the server's FrameMemory
 }
 
 // edgeBufSize is serveEdge's read buffer: the bufio.Reader's size of the
@@ -73,7 +75,13 @@ func (c *conn) serveEdge() bool {
 	if !ok {
 		return false
 	}
-	e := &edgeBuf{buf: make([]byte, edgeBufSize)}
+	e := &edgeBuf{buf: make([]byte, edgeBufSize), charge: netconn.FrameCharge{M: c.srv.frameMem}}
+	defer func() {
+		if e.big != nil { // a request's buffer lost with the connection
+			memtrim.Dropped(cap(e.big))
+		}
+		e.charge.Done()
+	}()
 	// What the handshake's reader read beyond the handshake (a client
 	// that sent its first requests at once).
 	if n := c.br.Buffered(); n > 0 {
@@ -92,7 +100,11 @@ func (c *conn) serveEdge() bool {
 				stop = true
 				return true
 			}
-			dst := e.space()
+			dst, err := e.space()
+			if err != nil {
+				rerr = err
+				return true
+			}
 			n, err := syscall.Read(int(fd), dst)
 			switch {
 			case err == syscall.EINTR:
@@ -204,6 +216,7 @@ func (c *conn) edgeCallsN(e *edgeBuf) (calls int, ok bool) {
 			e.r += 4 + n
 		}
 		ok := c.call(frame)
+		e.charge.Done()
 		switch {
 		case cap(frame) <= edgeBufSize: // in buf
 		case cap(frame) <= keepFrame:
@@ -245,18 +258,23 @@ func (e *edgeBuf) compact() {
 }
 
 // space returns where the next read goes: the rest of the request being
-// assembled (grown as needed, never past its end), or the buffer's room.
-func (e *edgeBuf) space() []byte {
+// assembled (grown as needed, never past its end, within the server's
+// FrameMemory), or the buffer's room.
+func (e *edgeBuf) space() ([]byte, error) {
 	if e.big != nil {
 		if len(e.big) == cap(e.big) {
-			b := make([]byte, len(e.big), min(max(2*cap(e.big), bigStart), e.bigN))
+			size := min(max(2*cap(e.big), bigStart), e.bigN)
+			if err := e.charge.Grow(size); err != nil {
+				return nil, err
+			}
+			b := make([]byte, len(e.big), size)
 			copy(b, e.big)
 			memtrim.Dropped(cap(e.big))
 			e.big = b
 		}
-		return e.big[len(e.big):min(cap(e.big), e.bigN)]
+		return e.big[len(e.big):min(cap(e.big), e.bigN)], nil
 	}
-	return e.buf[e.w:]
+	return e.buf[e.w:], nil
 }
 
 // got records n bytes read into space().

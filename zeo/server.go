@@ -94,6 +94,11 @@ type Config struct {
 	// whole, the ones holding at least the mean, whose backlog grows,
 	// are closed.
 	MaxQueuedTotal int
+	// MaxFramesTotal bounds the memory that the request frames being
+	// received hold on all connections together, beyond 1 MiB each
+	// (netconn.FrameMemory; default DefaultMaxFramesTotal; < 0: no
+	// bound): a frame whose buffer would pass it closes its connection.
+	MaxFramesTotal int
 	// HandshakeTimeout bounds how long a new connection may take to
 	// answer the server's protocol announcement (and, with TLS, to do
 	// the TLS handshake) before it is closed (default
@@ -134,8 +139,9 @@ type Server struct {
 	proto    zlog // ZEO.asyncio.server
 	storages map[string]*storage
 	start    time.Time
-	budget   *netconn.Budget // Config.MaxQueuedTotal
-	txnMem   *spool.Budget   // the memory of every connection's transaction data (txnMemory)
+	budget   *netconn.Budget      // Config.MaxQueuedTotal
+	frameMem *netconn.FrameMemory // Config.MaxFramesTotal
+	txnMem   *spool.Budget        // the memory of every connection's transaction data (txnMemory)
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -175,10 +181,14 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.MaxQueuedTotal == 0 {
 		cfg.MaxQueuedTotal = DefaultMaxQueuedTotal
 	}
+	if cfg.MaxFramesTotal == 0 {
+		cfg.MaxFramesTotal = DefaultMaxFramesTotal
+	}
 	s := &Server{
 		cfg:       cfg,
 		storages:  make(map[string]*storage),
 		budget:    netconn.NewBudget(int64(cfg.MaxQueuedTotal)),
+		frameMem:  netconn.NewFrameMemory(int64(cfg.MaxFramesTotal)),
 		txnMem:    spool.NewBudget(txnMemory),
 		start:     time.Now(),
 		listeners: make(map[net.Listener]struct{}),

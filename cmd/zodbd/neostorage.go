@@ -47,6 +47,8 @@ func runNeoStorage(args []string) int {
 	maxQueued, maxQueuedTotal := sizeFlag(64<<20), sizeFlag(1<<30)
 	fl.Var(&maxQueued, "max-queued", "bytes of answers a client may leave unread before the node waits for it (64MiB, 1GiB, ...)")
 	fl.Var(&maxQueuedTotal, "max-queued-total", "the same for all clients together (0: no bound)")
+	maxFramesTotal := sizeFlag(1 << 30)
+	fl.Var(&maxFramesTotal, "max-frames-total", "memory the packets being received may hold on all connections together, beyond 1MiB each: a packet past it closes its connection (0: no bound)")
 	var maxTxnBytes sizeFlag
 	fl.Var(&maxTxnBytes, "max-txn-bytes", "bytes of object data the transactions of one client connection may hold until their vote (--read-write; in memory up to a bound, the rest in unlinked files of $TMPDIR); past it the connection is closed (0: no bound; 512MiB, 2GiB, ...)")
 	fl.IntVar(&gomaxprocs, "gomaxprocs", 0, "set GOMAXPROCS (0: Go's default)")
@@ -75,6 +77,12 @@ func runNeoStorage(args []string) int {
 	}
 	if maxQueuedTotal == 0 {
 		maxQueuedTotal = -1
+	}
+	if maxFramesTotal < 0 {
+		return fatalf("neo-storage", "--max-frames-total must not be negative")
+	}
+	if maxFramesTotal == 0 {
+		maxFramesTotal = -1
 	}
 	if clusterName == "" || masters == "" || fl.NArg() != 1 {
 		fl.Usage()
@@ -167,6 +175,7 @@ func runNeoStorage(args []string) int {
 		MaxTxnBytes:    int(maxTxnBytes),
 		MaxQueued:      int(maxQueued),
 		MaxQueuedTotal: int(maxQueuedTotal),
+		MaxFramesTotal: int(maxFramesTotal),
 		BusyPoll:       busyPoll.poller(),
 	})
 	if err != nil {

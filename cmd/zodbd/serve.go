@@ -85,6 +85,7 @@ func runServe(args []string) int {
 	var maxFrame, gomaxprocs, invq int
 	var invAge string
 	maxQueued, maxQueuedTotal := sizeFlag(zeo.DefaultMaxQueued), sizeFlag(zeo.DefaultMaxQueuedTotal)
+	maxFramesTotal := sizeFlag(zeo.DefaultMaxFramesTotal)
 	for _, n := range []string{"a", "address"} {
 		fl.StringVar(&addr, n, "", "address to listen on")
 	}
@@ -107,6 +108,7 @@ func runServe(args []string) int {
 	fl.IntVar(&maxFrame, "max-frame", wire.DefaultMaxFrame, "largest request frame accepted, in bytes")
 	fl.Var(&maxQueued, "max-queued", "bytes of replies and invalidations a client may leave unread: past half its requests wait, past the whole it is disconnected (64MiB, 1GiB, ...)")
 	fl.Var(&maxQueuedTotal, "max-queued-total", "the same for all clients together (0: no bound)")
+	fl.Var(&maxFramesTotal, "max-frames-total", "memory the request frames being received may hold on all connections together, beyond 1MiB each: a frame past it closes its connection (0: no bound)")
 	fl.IntVar(&invq, "invalidation-queue-size", 0, "transactions remembered for getInvalidations (default 100)")
 	fl.StringVar(&invAge, "invalidation-age", "0", "a client older than the invalidation queue but younger than this many seconds gets its invalidations by iteration (0: never)")
 	fl.IntVar(&gomaxprocs, "gomaxprocs", 0, "set GOMAXPROCS (0: Go's default, the number of usable CPUs)")
@@ -228,6 +230,7 @@ func runServe(args []string) int {
 		MaxFrame:              maxFrame,
 		MaxQueued:             int(maxQueued),
 		MaxQueuedTotal:        int(maxQueuedTotal),
+		MaxFramesTotal:        int(maxFramesTotal),
 		Marshal:               wire.Pickle,
 		Log:                   el,
 		BusyPoll:              busyPoll.poller(),
@@ -242,6 +245,12 @@ func runServe(args []string) int {
 	}
 	if maxQueuedTotal == 0 {
 		cfg.MaxQueuedTotal = -1
+	}
+	if maxFramesTotal < 0 {
+		return fatalf("serve", "--max-frames-total must not be negative")
+	}
+	if maxFramesTotal == 0 {
+		cfg.MaxFramesTotal = -1
 	}
 	if useMsgpack {
 		cfg.Marshal = wire.Msgpack

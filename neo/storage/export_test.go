@@ -66,3 +66,7 @@ func SetMaxConnTxns(n int) (restore func()) {
 	maxConnTxns = n
 	return func() { maxConnTxns = old }
 }
+
+// FramesHeld returns the memory charged to n's bound on the packets being
+// received (Config.MaxFramesTotal).
+func FramesHeld(n *Node) int64 { return n.frameMem.Held() }

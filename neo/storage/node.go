@@ -81,6 +81,11 @@ type Config struct {
 	// 1 GiB; < 0: no bound), counted in netconn.Unit units of the
 	// connections with at least that much queued.
 	MaxQueuedTotal int
+	// MaxFramesTotal bounds the memory that the packets being received
+	// hold on all connections together, beyond 1 MiB each
+	// (netconn.FrameMemory; default 1 GiB; < 0: no bound): a packet
+	// whose buffer would pass it closes its connection.
+	MaxFramesTotal int
 	// MaxTxnBytes, when > 0, bounds the object data that the
 	// transactions of one connection hold until their vote (in memory up
 	// to a bound shared by all, the rest in temporary files of $TMPDIR;
@@ -116,6 +121,8 @@ type Node struct {
 	peers   map[*peer]struct{}
 	stats   nodeStats       // under peersMu (stats.go)
 	budget  *netconn.Budget // Config.MaxQueuedTotal
+	// frameMem is Config.MaxFramesTotal.
+	frameMem *netconn.FrameMemory
 
 	objPool sync.Pool // *Object with a data buffer of objBufSize
 	bufPool sync.Pool // *[]byte for encoding answers
@@ -171,7 +178,10 @@ func New(cfg Config) (*Node, error) {
 	if cfg.MaxQueuedTotal == 0 {
 		cfg.MaxQueuedTotal = 1 << 30
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, be: cfg.Backend, budget: netconn.NewBudget(int64(cfg.MaxQueuedTotal)), nodes: map[proto.NodeID]nodeEntry{},
+	if cfg.MaxFramesTotal == 0 {
+		cfg.MaxFramesTotal = 1 << 30
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger, be: cfg.Backend, budget: netconn.NewBudget(int64(cfg.MaxQueuedTotal)), frameMem: netconn.NewFrameMemory(int64(cfg.MaxFramesTotal)), nodes: map[proto.NodeID]nodeEntry{},
 		nodesChanged: make(chan struct{}), peers: map[*peer]struct{}{}}
 	if n.log == nil {
 		n.log = log.Default()

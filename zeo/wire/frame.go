@@ -35,6 +35,13 @@ const growStart = 1 << 20
 // a peer that announces a big frame and sends little of it holds little
 // memory (at most four times what it sent).
 func ReadFrame(r *bufio.Reader, buf []byte, maxSize int) ([]byte, error) {
+	return ReadFrameGrow(r, buf, maxSize, nil)
+}
+
+// ReadFrameGrow is ReadFrame that calls grow, when not nil, before each
+// growth of a big frame's buffer with the buffer's new size: an error
+// from grow ends the read with that error.
+func ReadFrameGrow(r *bufio.Reader, buf []byte, maxSize int, grow func(size int) error) ([]byte, error) {
 	hdr, err := r.Peek(4)
 	if err != nil {
 		if err == io.EOF && len(hdr) > 0 {
@@ -70,6 +77,11 @@ func ReadFrame(r *bufio.Reader, buf []byte, maxSize int) ([]byte, error) {
 			size := 2 * len(buf)
 			if 4*len(buf) >= n {
 				size = n
+			}
+			if grow != nil {
+				if err := grow(size); err != nil {
+					return nil, err
+				}
 			}
 			next := make([]byte, size)
 			copy(next, buf)
