@@ -277,7 +277,7 @@ NEO_ASKOBJECT_HDR = bytes.fromhex('930220')
 
 
 class NeoNode:
-    def __init__(self, zodbd_bin, path, tmpdir):
+    def __init__(self, zodbd_bin, path, tmpdir, extra=()):
         self.mport, self.port = free_port(), free_port()
         self.log = os.path.join(str(tmpdir), 'neo-%d.log' % self.port)
         self.zodbd_bin = zodbd_bin
@@ -285,7 +285,7 @@ class NeoNode:
             self.proc = subprocess.Popen(
                 [zodbd_bin, 'neo-storage', '--cluster', 'hostile',
                  '--with-master', '127.0.0.1:%d' % self.mport,
-                 '--bind', '127.0.0.1:%d' % self.port, path],
+                 '--bind', '127.0.0.1:%d' % self.port] + list(extra) + [path],
                 stdout=logf, stderr=subprocess.STDOUT)
         self.addr = ('127.0.0.1', self.port)
         wait_listening(self.addr, self.proc, self.log)
@@ -311,8 +311,8 @@ class NeoNode:
 def neo_node(zodbd_test_bin, tmp_copy, tmp_path):
     nodes = []
 
-    def start():
-        n = NeoNode(zodbd_test_bin, tmp_copy('1.fs'), tmp_path)
+    def start(extra=()):
+        n = NeoNode(zodbd_test_bin, tmp_copy('1.fs'), tmp_path, extra)
         nodes.append(n)
         deadline = time.time() + 20
         while True:  # the cluster becomes operational
@@ -673,3 +673,54 @@ def test_frames_total(zodbd_bin, tmp_copy, tmp_path):
         assert 'refused: the frames being received on all connections may hold' in srv.output()
     finally:
         srv.stop(signal.SIGKILL)
+
+
+def test_neo_frames_total(neo_node):
+    """Eight peers that each send 24 MB of a 64 MB packet after the
+    handshake and stay: with --max-frames-total 32MiB the node holds at
+    most that much of their packets beyond 1 MiB each (without it, 8
+    buffers of 32 MiB); at least half are closed with a log line, and a
+    client reads the whole database meanwhile and after."""
+    node = neo_node(['--max-frames-total', '32MiB'])
+    pid = node.proc.pid
+    reset_peak(pid)
+    dog = Watchdog(pid, node.idle + KILL)
+    head = b'\x93\x01\x01\xc6' + struct.pack('>I', 64 * MiB)
+    chunk = b'\0' * (24 * MiB)
+    conns = []
+    try:
+        for _ in range(8):
+            s = neo_connect(node)
+            try:
+                s.sendall(head + chunk)
+            except OSError:
+                pass  # closed past the bound while sending
+            conns.append(s)
+        closed = 0
+        for s in conns:
+            s.settimeout(0.5)
+            try:
+                if s.recv(1) == b'':
+                    closed += 1
+            except socket.timeout:
+                pass
+            except OSError:
+                closed += 1
+        assert closed >= 4, '%d of 8 peers closed' % closed
+        assert node.reads() == node.first  # while the others hold theirs
+    finally:
+        dog.stop()
+        for s in conns:
+            s.close()
+    assert dog.killed_at is None, 'node RSS passed %d MiB: killed' % (dog.killed_at // MiB)
+    peak = rss(pid, 'VmHWM')
+    bound = node.idle + SLACK + 64 * MiB
+    print('idle %d MiB, peak %d MiB' % (node.idle // MiB, peak // MiB))
+    assert peak <= bound, 'peak RSS %d MiB > bound %d MiB (idle %d MiB)' % (peak // MiB, bound // MiB, node.idle // MiB)
+    t0 = time.time()
+    while rss(pid) > node.idle + SETTLE and time.time() < t0 + 10:
+        time.sleep(0.05)
+    assert rss(pid) <= node.idle + SETTLE, 'RSS %d MiB stays above idle %d MiB + %d MiB' % (
+        rss(pid) // MiB, node.idle // MiB, SETTLE // MiB)
+    assert "a frame's buffer of" in node.output()
+    assert node.reads() == node.first
