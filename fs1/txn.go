@@ -104,12 +104,9 @@ func (t *txn) record(o op, data []byte) error {
 // opData returns the data of o, valid until the next call with the same
 // scratch buffer (where the spool read it from its file).
 func (t *txn) opData(o *op, scratch *[]byte) ([]byte, error) {
-	b, err := t.data.Get(o.data, *scratch)
+	b, err := t.data.GetBuf(o.data, scratch)
 	if err != nil {
 		return nil, t.opErr(o, err)
-	}
-	if o.data.InFile() {
-		*scratch = b // read into it: reuse it for the next one
 	}
 	return b, nil
 }

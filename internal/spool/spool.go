@@ -151,6 +151,17 @@ func (s *Spool) Get(r Ref, buf []byte) ([]byte, error) {
 	return buf, nil
 }
 
+// GetBuf is Get reading from the file into *buf, which it keeps for the
+// next call (grown as needed): a loop that reads many byte strings back
+// grows one buffer. The bytes returned are valid until that next call.
+func (s *Spool) GetBuf(r Ref, buf *[]byte) ([]byte, error) {
+	b, err := s.Get(r, *buf)
+	if err == nil && r.file {
+		*buf = b
+	}
+	return b, err
+}
+
 // createUnlinked makes a file in dir (os.TempDir() when "") that has no
 // name: it goes when it is closed, also when the process dies.
 func createUnlinked(dir string) (*os.File, error) {

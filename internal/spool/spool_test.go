@@ -33,17 +33,17 @@ func TestSpool(t *testing.T) {
 	if s.fsize == 0 || len(s.mem) > 100 {
 		t.Fatalf("%d bytes in memory, %d in the file: want at most 100 in memory", len(s.mem), s.fsize)
 	}
-	var buf []byte
+	var buf []byte // GetBuf's: the file's bytes are read into it, never the memory's
 	for i, r := range refs {
-		got, err := s.Get(r, buf)
+		got, err := s.GetBuf(r, &buf)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(got, want[i]) || (got == nil) != (want[i] == nil) || int(max(r.n, 0)) != len(want[i]) {
 			t.Fatalf("#%d: got %q (nil %v), want %q", i, got, got == nil, want[i])
 		}
-		if r.InFile() {
-			buf = got
+		if len(got) > 0 && r.InFile() != (cap(buf) > 0 && &got[0] == &buf[:1][0]) {
+			t.Fatalf("#%d (in the file: %v): the bytes are in the read buffer: %v", i, r.InFile(), !r.InFile())
 		}
 	}
 	// The file is unlinked from the start: nothing is left in Dir.

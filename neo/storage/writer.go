@@ -133,12 +133,7 @@ func (t *VotedTxn) ObjectData(i int) ([]byte, error) {
 	if t.Spool == nil {
 		return o.Data, nil
 	}
-	if !o.Ref.InFile() {
-		return t.Spool.Get(o.Ref, nil)
-	}
-	b, err := t.Spool.Get(o.Ref, t.buf)
-	t.buf = b[:0]
-	return b, err
+	return t.Spool.GetBuf(o.Ref, &t.buf)
 }
 
 // TxnMeta is a transaction's metadata as AskStoreTransaction carries it.

@@ -6,9 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync"
-
 	"path/filepath"
+	"sync"
 
 	"github.com/zodbd/zodbd/fs1"
 	"github.com/zodbd/zodbd/internal/spool"
@@ -447,7 +446,7 @@ func (b *Backend) lock(ctx context.Context, w *fs1Writes, ttid, tid zodb.Tid, v 
 	if err != nil {
 		return nil, err
 	}
-	var fbuf, zbuf []byte // the data read from the spool's file, with ".z"
+	var fbuf, zbuf []byte // the spool's read buffer; the data with ".z"
 	for i := range v.objects {
 		o := &v.objects[i]
 		if o.DataSerial != 0 {
@@ -459,13 +458,10 @@ func (b *Backend) lock(ctx context.Context, w *fs1Writes, ttid, tid zodb.Tid, v 
 		}
 		var data []byte
 		if o.Ref != spool.Nil {
-			d, err := v.data.Get(o.Ref, fbuf)
+			d, err := v.data.GetBuf(o.Ref, &fbuf)
 			if err != nil {
 				txn.Abort()
 				return nil, fmt.Errorf("neo: fs1: %s: lock of %s: %w", b.path, ttid, err)
-			}
-			if o.Ref.InFile() {
-				fbuf = d[:0]
 			}
 			if o.Compression == 1 {
 				// As zc.zlibstorage stores it (see Object).
