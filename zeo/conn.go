@@ -169,7 +169,7 @@ func (c *conn) serve() {
 	charge := netconn.FrameCharge{M: c.srv.frameMem}
 	defer func() { memtrim.Dropped(charge.Done()) }() // a frame's buffer lost with the connection
 	for {
-		frame, err := wire.ReadFrameGrow(c.br, buf, c.srv.cfg.MaxFrame, charge.Grow)
+		frame, err := wire.ReadFrameGrow(c.br, buf, c.srv.cfg.MaxFrame, charge.Resize)
 		if err != nil {
 			c.readFailed(err)
 			return

@@ -264,7 +264,7 @@ func (e *edgeBuf) space() ([]byte, error) {
 	if e.big != nil {
 		if len(e.big) == cap(e.big) {
 			size := min(max(2*cap(e.big), bigStart), e.bigN)
-			if err := e.charge.Grow(size); err != nil {
+			if err := e.charge.Resize(size); err != nil {
 				return nil, err
 			}
 			b := make([]byte, len(e.big), size)

@@ -46,14 +46,17 @@ type FrameCharge struct {
 	n int64
 }
 
-// Grow charges a frame buffer of size bytes in all: a *FrameMemoryError,
-// with nothing more charged, when that would pass the bound.
-func (c *FrameCharge) Grow(size int) error {
+// Resize brings the charge to that of a frame buffer of size bytes (0:
+// none): a *FrameMemoryError, with nothing more charged, when growing it
+// would pass the bound.
+func (c *FrameCharge) Resize(size int) error {
 	if c.M == nil {
 		return nil
 	}
 	d := max(int64(size)-FreeFrame, 0) - c.n
 	if d <= 0 {
+		c.M.n.Add(d)
+		c.n += d
 		return nil
 	}
 	if c.M.n.Add(d) > c.M.max {
@@ -71,9 +74,8 @@ func (c *FrameCharge) Done() int {
 	if c.n == 0 {
 		return 0
 	}
-	c.M.n.Add(-c.n)
 	size := int(c.n) + FreeFrame
-	c.n = 0
+	c.Resize(0)
 	return size
 }
 

@@ -117,12 +117,12 @@ type Reader struct {
 	off        int64 // stream offset of buf[start]
 	err        error // sticky read error
 	MaxSize    int   // maximal packet size; MaxPacketSize when 0
-	// Grow, when not nil, is called before the buffer grows to size
+	// Resize, when not nil, is called before the buffer grows to size
 	// bytes, and with 0 when the Reader lets go of a buffer that grew
 	// (nothing buffered, or Release): an error refuses the growth and
 	// ends the reading with it (a server's bound on the memory of the
-	// packets being received, internal/netconn.FrameMemory).
-	Grow func(size int) error
+	// packets being received, internal/netconn.FrameCharge.Resize).
+	Resize func(size int) error
 	// scan sizes the packet at buf[start:], resuming over reads, so that
 	// a packet of n bytes arriving in many reads costs O(n).
 	scan msgp.Scanner
@@ -169,8 +169,8 @@ func (r *Reader) fill() error {
 		// goes, so that an idle connection does not keep it.
 		if r.buf != nil {
 			memtrim.Dropped(len(r.buf))
-			if r.Grow != nil {
-				r.Grow(0)
+			if r.Resize != nil {
+				r.Resize(0)
 			}
 		}
 		r.buf = make([]byte, DefaultReaderBufSize)
@@ -181,8 +181,8 @@ func (r *Reader) fill() error {
 		r.start, r.end = 0, n
 	}
 	if r.end == len(r.buf) {
-		if r.Grow != nil {
-			if err := r.Grow(2 * len(r.buf)); err != nil {
+		if r.Resize != nil {
+			if err := r.Resize(2 * len(r.buf)); err != nil {
 				r.err = err
 				return err
 			}
@@ -221,8 +221,8 @@ func (r *Reader) fill() error {
 // buffer.
 func (r *Reader) Release() {
 	memtrim.Dropped(len(r.buf))
-	if r.Grow != nil {
-		r.Grow(0)
+	if r.Resize != nil {
+		r.Resize(0)
 	}
 	r.buf, r.start, r.end = nil, 0, 0
 	r.scan.Reset()

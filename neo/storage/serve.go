@@ -93,13 +93,7 @@ func (n *Node) servePeer(ctx context.Context, nc net.Conn) {
 		n.peersMu.Unlock()
 	}()
 	charge := netconn.FrameCharge{M: n.frameMem}
-	rd.Grow = func(size int) error {
-		if size == 0 {
-			charge.Done()
-			return nil
-		}
-		return charge.Grow(size)
-	}
+	rd.Resize = charge.Resize
 	defer rd.Release()
 	nc.SetReadDeadline(time.Now().Add(n.cfg.IdentifyTimeout))
 	pk, err := rd.ReadPacket()
