@@ -31,10 +31,10 @@ type peer struct {
 	stats  *peerStats // nil unless Node.EnableStats (stats.go)
 	typ    proto.NodeType
 	nid    proto.NodeID
-	// held and delayed are guarded by the transaction manager's mu: the
-	// bytes of data its transactions hold until their vote, and its
-	// requests waiting for write locks.
-	held, delayed int
+	// held, delayed and txns are guarded by the transaction manager's
+	// mu: the bytes of data its transactions hold until their vote, its
+	// requests waiting for write locks, and its transactions in progress.
+	held, delayed, txns int
 
 	// A storage peer's link also carries this node's replication
 	// requests when the peer refused a link of ours (revask.go).

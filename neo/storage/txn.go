@@ -189,6 +189,11 @@ func (tm *txnManager) reset() {
 }
 
 func (tm *txnManager) resetLocked() {
+	for _, t := range tm.txns {
+		if t.owner != nil {
+			t.owner.txns--
+		}
+	}
 	tm.txns = map[zodb.Tid]*txn{}
 	tm.storeLocks = map[zodb.Oid]zodb.Tid{}
 	tm.loadLocks = map[zodb.Oid]zodb.Tid{}
@@ -235,17 +240,10 @@ var maxConnTxns = 1024
 func (tm *txnManager) register(p *peer, ttid zodb.Tid) (*txn, error) {
 	t := tm.txns[ttid]
 	if t == nil {
-		if len(tm.txns) >= maxConnTxns {
-			n := 0
-			for _, t := range tm.txns {
-				if t.owner == p {
-					n++
-				}
-			}
-			if n >= maxConnTxns {
-				return nil, &limitError{fmt.Sprintf("over %d transactions in progress", maxConnTxns)}
-			}
+		if p.txns >= maxConnTxns {
+			return nil, &limitError{fmt.Sprintf("over %d transactions in progress", maxConnTxns)}
 		}
+		p.txns++
 		t = &txn{ttid: ttid, owner: p, nid: p.nid,
 			serials: map[zodb.Oid]zodb.Tid{}, stores: map[zodb.Oid]*VotedObject{},
 			data: spool.Spool{Mem: txnSpoolMem, Budget: tm.txnMem}}
@@ -845,6 +843,7 @@ func (tm *txnManager) release(t *txn) {
 	}
 	if t.owner != nil {
 		t.owner.held -= t.bytes
+		t.owner.txns--
 	}
 	t.bytes = 0
 	delete(tm.txns, t.ttid)

@@ -466,7 +466,8 @@ func TestTxnBadStore(t *testing.T) {
 	closed(g, g.store(40, 201, 0, "g"), "store after the vote")
 
 	// More transactions in progress than a connection may begin (the
-	// test's bound: 3); another connection goes on.
+	// test's bound: 3; an aborted one makes room); another connection
+	// goes on.
 	defer storage.SetMaxConnTxns(3)()
 	h := c.client(-536870905)
 	for ttid := zodb.Tid(50); ttid < 53; ttid++ {
@@ -477,7 +478,11 @@ func TestTxnBadStore(t *testing.T) {
 	if got := h.storeAnswer(h.store(50, 300, 0, "h")); got != proto.InvalidTid { // one of its 3
 		t.Fatal(got)
 	}
-	closed(h, h.send(&proto.AskCheckCurrentSerial{TTid: 53, Oid: 301, Serial: 0}), "a fourth transaction in progress")
+	h.send(&proto.AbortTransaction{TTid: 52}) // one fewer: room for another
+	if got := h.storeAnswer(h.store(53, 53, 0, "h")); got != proto.InvalidTid {
+		t.Fatalf("a third transaction after an abort: %s", got)
+	}
+	closed(h, h.send(&proto.AskCheckCurrentSerial{TTid: 54, Oid: 301, Serial: 0}), "a fourth transaction in progress")
 	k := c.client(-536870904)
 	if got := k.storeAnswer(k.store(60, 400, 0, "k")); got != proto.InvalidTid {
 		t.Fatalf("another connection's store: %s", got)
