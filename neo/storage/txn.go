@@ -119,12 +119,16 @@ var (
 // bigger, it releases mu meanwhile.
 const keepUnderMu = 64 << 10
 
-// keep adds b to t's spool (wmu not held): false when t was dropped.
+// keep adds b, a store's data (empty, never nil, when b is), to t's
+// spool (wmu not held): false when t was dropped.
 func (t *txn) keep(b []byte) (spool.Ref, bool) {
 	t.wmu.Lock()
 	defer t.wmu.Unlock()
 	if t.dataDone {
 		return spool.Nil, false
+	}
+	if b == nil {
+		b = []byte{}
 	}
 	r, err := t.data.Add(b)
 	if err != nil && t.dataErr == nil {
