@@ -225,11 +225,9 @@ func (b *Backend) VotePack(ctx context.Context, t *storage.VotedTxn, pack *proto
 		}
 	}
 	for i, o := range t.Objects {
-		vt.Objects[i] = neosqlite.VotedObject{Oid: o.Oid, Compression: o.Compression, Checksum: o.Checksum, Data: o.Data, DataSerial: o.DataSerial, NoData: o.NoData}
+		vt.Objects[i] = neosqlite.VotedObject{Oid: o.Oid, Compression: o.Compression, Checksum: o.Checksum, DataSerial: o.DataSerial, NoData: o.NoData}
 	}
-	if t.Spool != nil {
-		vt.ObjectData = t.ObjectData
-	}
+	vt.ObjectData = t.ObjectData // from the node's spool, or Data
 	return b.db.Vote(ctx, &vt)
 }
 
