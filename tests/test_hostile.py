@@ -353,33 +353,69 @@ def neo_closed(s, timeout=30):
         pass
 
 
-def neo_attack(node, payload, identify):
+def neo_attack(node, send, size):
+    """Runs send (which attacks over connections of its own and closes
+    them), then checks the node: alive, a peak RSS within idle + SLACK +
+    twice size, the RSS back near idle, a client reads the database."""
     pid = node.proc.pid
     reset_peak(pid)
     dog = Watchdog(pid, node.idle + KILL)
     try:
-        s = neo_connect(node, identify)
-        s.sendall(payload)
-        neo_closed(s)
-        s.close()
+        send()
     finally:
         dog.stop()
     assert dog.killed_at is None, 'node RSS passed %d MiB (idle %d MiB): killed' % (
         dog.killed_at // MiB, node.idle // MiB)
     assert node.proc.poll() is None, 'node died:\n' + node.output()[-2000:]
     peak = rss(pid, 'VmHWM')
-    bound = node.idle + SLACK + 2 * len(payload)
+    bound = node.idle + SLACK + 2 * size
     assert peak <= bound, 'peak RSS %d MiB > bound %d MiB (idle %d MiB, packet %d MiB)' % (
-        peak // MiB, bound // MiB, node.idle // MiB, len(payload) // MiB)
+        peak // MiB, bound // MiB, node.idle // MiB, size // MiB)
     t0 = time.time()
     while rss(pid) > node.idle + SETTLE and time.time() < t0 + 10:
         time.sleep(0.05)
     now = rss(pid)
     print('idle %d MiB, packet %d MiB, peak %d MiB, %d MiB after %.1f s'
-          % (node.idle // MiB, len(payload) // MiB, peak // MiB, now // MiB, time.time() - t0))
+          % (node.idle // MiB, size // MiB, peak // MiB, now // MiB, time.time() - t0))
     assert now <= node.idle + SETTLE, 'RSS %d MiB stays above idle %d MiB + %d MiB' % (
         now // MiB, node.idle // MiB, SETTLE // MiB)
     assert node.reads() == node.first
+
+
+def neo_one_packet(node, payload, identify):
+    """A send for neo_attack: payload on one connection, until the node
+    closes it."""
+    def send():
+        s = neo_connect(node, identify)
+        s.sendall(payload)
+        neo_closed(s)
+        s.close()
+    return send
+
+
+def hold_partial_frames(connect, payload, n=8):
+    """n connections (connect()) that each send payload, most of a big
+    frame, and stay: the connections, and how many of them the server
+    closed."""
+    conns = []
+    for _ in range(n):
+        s = connect()
+        try:
+            s.sendall(payload)
+        except OSError:
+            pass  # closed past the bound while sending
+        conns.append(s)
+    closed = 0
+    for s in conns:
+        s.settimeout(0.5)
+        try:
+            if s.recv(1) == b'':
+                closed += 1
+        except socket.timeout:
+            pass
+        except OSError:
+            closed += 1
+    return conns, closed
 
 
 def test_neo_identification_nil_map(neo_node):
@@ -388,7 +424,7 @@ def test_neo_identification_nil_map(neo_node):
     node = neo_node()
     n = 15 * 1000 * 1000
     p = NEO_IDENT_PREFIX + b'\xdf' + struct.pack('>I', n) + b'\xc0' * (2 * n)
-    neo_attack(node, p, identify=False)
+    neo_attack(node, neo_one_packet(node, p, identify=False), len(p))
 
 
 def test_neo_nil_array(neo_node):
@@ -396,7 +432,7 @@ def test_neo_nil_array(neo_node):
     node = neo_node()
     n = 50 * MiB
     p = NEO_ASKOBJECT_HDR + b'\xdd' + struct.pack('>I', n) + b'\xc0' * n
-    neo_attack(node, p, identify=True)
+    neo_attack(node, neo_one_packet(node, p, identify=True), len(p))
 
 
 def spool_fds(pid, *dirs):
@@ -646,25 +682,8 @@ def test_frames_total(zodbd_bin, tmp_copy, tmp_path):
         chunk = b'\0' * (24 * MiB)
 
         def send():
-            conns = []
-            for _ in range(8):
-                s = raw_connect(srv)
-                try:
-                    s.sendall(struct.pack('>I', 64 * MiB) + chunk)
-                except OSError:
-                    pass  # closed past the bound while sending
-                conns.append(s)
-            assert stock_client_commits(srv) >= 2  # while they hold their frames
-            closed = 0
-            for s in conns:
-                s.settimeout(0.5)
-                try:
-                    if s.recv(1) == b'':
-                        closed += 1
-                except socket.timeout:
-                    pass
-                except OSError:
-                    closed += 1
+            conns, closed = hold_partial_frames(lambda: raw_connect(srv), struct.pack('>I', 64 * MiB) + chunk)
+            assert stock_client_commits(srv) >= 2  # while the others hold their frames
             for s in conns:
                 s.close()
             assert closed >= 4, '%d of 8 connections closed' % closed
@@ -682,45 +701,15 @@ def test_neo_frames_total(neo_node):
     buffers of 32 MiB); at least half are closed with a log line, and a
     client reads the whole database meanwhile and after."""
     node = neo_node(['--max-frames-total', '32MiB'])
-    pid = node.proc.pid
-    reset_peak(pid)
-    dog = Watchdog(pid, node.idle + KILL)
     head = b'\x93\x01\x01\xc6' + struct.pack('>I', 64 * MiB)
-    chunk = b'\0' * (24 * MiB)
-    conns = []
-    try:
-        for _ in range(8):
-            s = neo_connect(node)
-            try:
-                s.sendall(head + chunk)
-            except OSError:
-                pass  # closed past the bound while sending
-            conns.append(s)
-        closed = 0
-        for s in conns:
-            s.settimeout(0.5)
-            try:
-                if s.recv(1) == b'':
-                    closed += 1
-            except socket.timeout:
-                pass
-            except OSError:
-                closed += 1
-        assert closed >= 4, '%d of 8 peers closed' % closed
-        assert node.reads() == node.first  # while the others hold theirs
-    finally:
-        dog.stop()
-        for s in conns:
-            s.close()
-    assert dog.killed_at is None, 'node RSS passed %d MiB: killed' % (dog.killed_at // MiB)
-    peak = rss(pid, 'VmHWM')
-    bound = node.idle + SLACK + 64 * MiB
-    print('idle %d MiB, peak %d MiB' % (node.idle // MiB, peak // MiB))
-    assert peak <= bound, 'peak RSS %d MiB > bound %d MiB (idle %d MiB)' % (peak // MiB, bound // MiB, node.idle // MiB)
-    t0 = time.time()
-    while rss(pid) > node.idle + SETTLE and time.time() < t0 + 10:
-        time.sleep(0.05)
-    assert rss(pid) <= node.idle + SETTLE, 'RSS %d MiB stays above idle %d MiB + %d MiB' % (
-        rss(pid) // MiB, node.idle // MiB, SETTLE // MiB)
+
+    def send():
+        conns, closed = hold_partial_frames(lambda: neo_connect(node), head + b'\0' * (24 * MiB))
+        try:
+            assert closed >= 4, '%d of 8 peers closed' % closed
+            assert node.reads() == node.first  # while the others hold theirs
+        finally:
+            for s in conns:
+                s.close()
+    neo_attack(node, send, 32 * MiB)
     assert "a frame's buffer of" in node.output()
-    assert node.reads() == node.first
