@@ -38,6 +38,7 @@ latency of each
 successful commit (from its first attempt, and of its last tm.commit()).
 """
 import logging
+import os
 import random
 import sys
 import time
@@ -49,6 +50,7 @@ from BTrees.Length import Length
 from BTrees.OIBTree import OIBTree
 from BTrees.OOBTree import OOBTree
 from persistent.mapping import PersistentMapping
+from ZEO.Exceptions import ClientDisconnected
 from ZODB.POSException import ConflictError
 
 WORKLOADS = ('length', 'catalog', 'counter')
@@ -242,10 +244,21 @@ def run_setup(cfg):
 
 def worker(cfg, ready=None, wait_go=None):
     """One client: commit cfg['commits'] times (or for cfg['duration']
-    seconds), return the report (a dict, see the module's doc)."""
+    seconds, or until the file cfg['stop_file'] exists), return the report
+    (a dict, see the module's doc). With cfg['restarts'] (the catalog
+    workload only), a ClientDisconnected is the server being killed and
+    restarted: the client finds out whether the commit it cut is in the
+    database (counted as done, in 'unknown_committed') or tries it again;
+    'disconnects' counts them."""
     from ZEO.ClientStorage import ClientStorage
     capture = _LogCapture()
     logging.getLogger().addHandler(capture)
+    if cfg.get('restarts'):
+        # A client that cannot reconnect hangs (the stock client waits for
+        # a server it accepts): what it logs must reach the test's output.
+        loud = logging.StreamHandler(sys.stderr)
+        loud.setLevel(logging.CRITICAL)
+        logging.getLogger().addHandler(loud)
     resolves, resolved = [0], [0]
     orig, orig_vote = ClientStorage.tryToResolveConflict, ClientStorage.tpc_vote
 
@@ -276,10 +289,14 @@ def worker(cfg, ready=None, wait_go=None):
     ok = conflicts = gaveup = 0
     errors, latencies, commit_latencies, log = [], [], [], []
     commits, duration = cfg.get('commits'), cfg.get('duration')
+    stop_file, restarts = cfg.get('stop_file'), cfg.get('restarts', False)
+    disconnects = unknown = 0
     t0 = time.perf_counter()
     deadline = t0 + duration if duration else None
     i = 0
-    while (i < commits) if commits is not None else (time.perf_counter() < deadline):
+    while ((i < commits) if commits is not None
+           else (time.perf_counter() < deadline) if deadline is not None
+           else not os.path.exists(stop_file)):
         plan = catalog_plan(rng) if workload == 'catalog' else None
         start = time.perf_counter()
         for attempt in range(max_attempts):
@@ -298,6 +315,21 @@ def worker(cfg, ready=None, wait_go=None):
                 tm.abort()
                 conflicts += 1
                 continue
+            except ClientDisconnected:
+                if not restarts:
+                    raise
+                # The server was killed: this attempt may have committed
+                # (its tpc_finish reached the server, the answer did not).
+                # Only this process writes doc-p, and only commit i sets it
+                # to i: what the restarted server has says which.
+                disconnects += 1
+                serial = committed(tm, conn, p, i)
+                if serial is None:
+                    continue
+                unknown += 1
+                ok += 1
+                log.append([serial.hex(), ops])
+                break
             except Exception as e:
                 errors.append({'commit': i, 'attempt': attempt, 'type': type(e).__name__,
                                'repr': repr(e), 'traceback': traceback.format_exc()})
@@ -308,7 +340,19 @@ def worker(cfg, ready=None, wait_go=None):
             commit_latencies.append(now - c0)
             ok += 1
             if workload == 'catalog':
-                log.append([conn.root()['doc-%d' % p]._p_serial.hex(), ops])
+                if restarts:
+                    # Read back, through further kills: a reconnection may
+                    # have reset the connection's cache, leaving doc-p a
+                    # ghost (serial 0).
+                    serial = committed(tm, conn, p, i)
+                    if serial is None:
+                        errors.append({'commit': i, 'attempt': attempt, 'type': 'Lost',
+                                       'repr': 'commit %d returned but is not in the database' % i,
+                                       'traceback': ''})
+                        break
+                else:
+                    serial = conn.root()['doc-%d' % p]._p_serial
+                log.append([serial.hex(), ops])
             break
         else:
             gaveup += 1
@@ -320,10 +364,48 @@ def worker(cfg, ready=None, wait_go=None):
     logging.getLogger().removeHandler(capture)
     resolution = [r for r in capture.records if r['logger'] == 'ZODB.ConflictResolution']
     return {'proc': p, 'tried': i, 'ok': ok, 'conflicts': conflicts, 'gaveup': gaveup,
+            'disconnects': disconnects, 'unknown_committed': unknown,
             'errors': errors, 'resolution_errors': resolution,
             'logged': [r for r in capture.records if r not in resolution],
             'client_resolves': resolves[0], 'resolved': resolved[0], 'elapsed': elapsed,
             'latencies': latencies, 'commit_latencies': commit_latencies, 'log': log}
+
+
+def committed(tm, conn, p, i):
+    """Whether catalog commit i of process p is in the database, after
+    it returned or was cut by a disconnection: the serial of doc-p if
+    doc-p's i is i, else None. Waits for the client to reconnect (to the
+    restarted server), through further disconnections."""
+    t0 = time.time()
+    while True:
+        abort(tm)
+        try:
+            tm.begin()
+            doc = conn.root()['doc-%d' % p]
+            return doc._p_serial if doc['i'] == i else None
+        except ClientDisconnected as e:
+            if time.time() > t0 + RECONNECT_TIMEOUT:
+                raise Unreachable('no answer from the server for %.0f s after commit %d: %r'
+                                  % (time.time() - t0, i, e))
+            time.sleep(0.1)
+
+
+# How long a client waits for the restarted server to answer.
+RECONNECT_TIMEOUT = 60
+
+
+class Unreachable(Exception):
+    """The client could not reconnect (ZEO's client refuses a server
+    whose last transaction is older than its cache's, for one): the
+    client process ends with it, and run_clients raises."""
+
+
+def abort(tm):
+    """tm.abort(), which may meet the disconnection again."""
+    try:
+        tm.abort()
+    except ClientDisconnected:
+        pass
 
 
 def _client(cfg, ready, go, results):
@@ -352,11 +434,12 @@ def _context():
 
 
 def run_clients(addr, workload, nprocs, commits=None, duration=None, ssl=False,
-                seed=0, timeout=300):
+                seed=0, timeout=300, extra=None):
     """Run nprocs client processes against addr, all starting to commit at
     once; return their reports (sorted by process). The workload's objects
     must exist (run_setup). Raises RuntimeError when a client crashes or
-    does not report within timeout seconds.
+    does not report within timeout seconds. extra: more of worker's
+    keys (stop_file, restarts).
 
     The forkserver imports the caller's main module (as __mp_main__), as
     multiprocessing does: a script calling this must guard its own work
@@ -369,6 +452,7 @@ def run_clients(addr, workload, nprocs, commits=None, duration=None, ssl=False,
         for p in range(nprocs):
             cfg = {'addr': list(addr), 'workload': workload, 'nprocs': nprocs, 'proc': p,
                    'commits': commits, 'duration': duration, 'ssl': ssl, 'seed': seed}
+            cfg.update(extra or {})
             pr = ctx.Process(target=_client, args=(cfg, ready, go, results), daemon=True)
             pr.start()
             procs.append(pr)
