@@ -3,6 +3,7 @@ package blob
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/zodbd/zodbd/zodb"
@@ -109,5 +110,62 @@ func TestBatchAndGC(t *testing.T) {
 	}
 	if _, err := os.Stat(d.OidDir(2)); !os.IsNotExist(err) {
 		t.Fatal("GC left an empty oid directory")
+	}
+}
+
+func TestRemoveUploads(t *testing.T) {
+	d, err := Open(filepath.Join(t.TempDir(), "b"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two uploads an earlier run left: one closed, one still open.
+	u1, err := d.NewUpload()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := u1.Write(make([]byte, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := u1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	u2, err := d.NewUpload()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u2.Abort()
+	if _, err := u2.Write([]byte("abc")); err != nil {
+		t.Fatal(err)
+	}
+	// What is not an upload stays: a shared directory's client file, a
+	// name that only looks like one, a directory.
+	keep := []string{"tmpk3j2_1.tmp", "zodbd-x.tmp.old", "x-zodbd-y.tmp"}
+	for _, name := range keep {
+		if err := os.WriteFile(filepath.Join(d.TempDir(), name), []byte("client"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(d.TempDir(), "zodbd-dir.tmp"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	keep = append(keep, "zodbd-dir.tmp")
+	n, size, err := d.RemoveUploads()
+	if err != nil || n != 2 || size != 1003 {
+		t.Fatalf("RemoveUploads = %d, %d, %v; want 2, 1003, nil", n, size, err)
+	}
+	ents, err := os.ReadDir(d.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, e := range ents {
+		left = append(left, e.Name())
+	}
+	slices.Sort(keep)
+	if !slices.Equal(left, keep) {
+		t.Errorf("left in tmp: %q, want %q", left, keep)
+	}
+	if n, size, err := d.RemoveUploads(); n != 0 || size != 0 || err != nil {
+		t.Errorf("again: %d, %d, %v", n, size, err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/zodbd/zodbd/internal/vfs"
 )
@@ -24,10 +25,13 @@ type Upload struct {
 	off  int64
 }
 
+// uploadPrefix and uploadSuffix frame the names of NewUpload's files.
+const uploadPrefix, uploadSuffix = "zodbd-", ".tmp"
+
 // NewUpload creates a new empty file in the tmp directory.
 func (d *Dir) NewUpload() (*Upload, error) {
 	for range 100 {
-		p := filepath.Join(d.tmp, "zodbd-"+strconv.FormatUint(rand.Uint64(), 36)+".tmp")
+		p := filepath.Join(d.tmp, uploadPrefix+strconv.FormatUint(rand.Uint64(), 36)+uploadSuffix)
 		f, err := d.fsys.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 		if errors.Is(err, fs.ErrExist) {
 			continue
@@ -79,4 +83,38 @@ func (u *Upload) Abort() {
 	u.f.Close()
 	u.f = nil
 	u.fsys.Remove(u.path)
+}
+
+// RemoveUploads removes the files NewUpload made that are still in the
+// tmp directory: uploads a process that wrote this directory before left
+// behind when it was killed or lost power before their transaction voted
+// (the files of committed blobs are moved out at the vote). It returns how
+// many it removed and their bytes. Files of other names are left alone:
+// the clients of a shared blob directory keep their uncommitted blobs
+// there. Only the one process that writes the directory may call it,
+// before it takes uploads: the uploads of another would go too.
+func (d *Dir) RemoveUploads() (n int, size int64, err error) {
+	ents, err := os.ReadDir(d.tmp)
+	if err != nil {
+		return 0, 0, fmt.Errorf("blob: %w", err)
+	}
+	for _, e := range ents {
+		name := e.Name()
+		if !e.Type().IsRegular() || !strings.HasPrefix(name, uploadPrefix) || !strings.HasSuffix(name, uploadSuffix) {
+			continue
+		}
+		info, err := e.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return n, size, fmt.Errorf("blob: %w", err)
+		}
+		if err := d.fsys.Remove(filepath.Join(d.tmp, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return n, size, fmt.Errorf("blob: %w", err)
+		}
+		n++
+		size += info.Size()
+	}
+	return n, size, nil
 }

@@ -189,6 +189,61 @@ def test_pack_removes_blob_files(zodbd_bin, tmp_path, marshal):
         db.close()
 
 
+def test_upload_left_by_a_killed_server(zodbd_bin, tmp_path, marshal):
+    """The server SIGKILLed while it receives a blob: the restarted server
+    removes the upload it left in the blob directory's tmp (and says so),
+    leaves the other files there alone (a shared directory's clients keep
+    their uncommitted blobs in it), and the client commits the blob again."""
+    import signal
+    import threading
+    srv = start(zodbd_bin, tmp_path, marshal)
+    tmp = str(tmp_path / 'blobs' / 'tmp')
+    with open(os.path.join(tmp, 'tmpclient.tmp'), 'wb') as f:
+        f.write(b'a shared client\'s uncommitted blob')
+    big = os.urandom(64 << 20)
+    try:
+        # A store to a dead server waits that long for it to come back.
+        db = ZEO.DB(srv.addr, blob_dir=str(tmp_path / 'cache'), wait_timeout=2)
+        tm = transaction.TransactionManager()
+        root = db.open(tm).root()
+        failed = []
+
+        def commit():
+            try:
+                root['b'] = ZODB.blob.Blob(big)
+                tm.commit()
+            except Exception as e:
+                failed.append(e)
+                tm.abort()
+        t = threading.Thread(target=commit)
+        t.start()
+        deadline = time.time() + 30
+        while not [n for n in os.listdir(tmp) if n.startswith('zodbd-')
+                   and os.path.getsize(os.path.join(tmp, n)) > 0]:
+            assert time.time() < deadline and t.is_alive(), 'no upload seen in %s' % tmp
+            time.sleep(0.002)
+        srv.stop(signal.SIGKILL)
+        t.join()
+        assert failed, 'the commit survived the kill'
+        left = [n for n in os.listdir(tmp) if n.startswith('zodbd-')]
+        assert len(left) == 1, left
+        srv.start()
+        assert sorted(os.listdir(tmp)) == ['tmpclient.tmp']
+        assert 'removed 1 uploads' in srv.output(), srv.output()[-2000:]
+        for _ in range(100):
+            try:
+                root['b'] = ZODB.blob.Blob(big)
+                tm.commit()
+                break
+            except ZEO.Exceptions.ClientDisconnected:
+                tm.abort()
+                time.sleep(0.1)
+        assert read_blob(root['b']) == big
+        db.close()
+    finally:
+        assert srv.stop() == 0
+
+
 def reusable_cases():
     suites = [
         ('cache', ZODB.tests.testblob.storage_reusable_suite(

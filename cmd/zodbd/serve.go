@@ -325,6 +325,17 @@ func runServe(args []string) int {
 			if err != nil {
 				return fatalf("serve", "storage %s: %v", sc.Name, err)
 			}
+			if !sc.ReadOnly {
+				// This process holds the storage's lock: the uploads in
+				// the blob directory's tmp are those of an earlier run
+				// that was killed or lost power in a transaction.
+				n, size, err := d.RemoveUploads()
+				if err != nil {
+					logf(eventlog.Warning, "storage %s: blob-dir: uploads left by an earlier run: %v", sc.Name, err)
+				} else if n > 0 {
+					logf(eventlog.Warning, "storage %s: blob-dir: removed %d uploads (%d bytes) an earlier run left in %s", sc.Name, n, size, d.TempDir())
+				}
+			}
 			served = blob.Wrap(st, d)
 		}
 		ro := sc.ReadOnly || fc.ReadOnly
