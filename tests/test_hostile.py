@@ -694,6 +694,44 @@ def test_frames_total(zodbd_bin, tmp_copy, tmp_path):
         srv.stop(signal.SIGKILL)
 
 
+def test_out_of_file_descriptors(zodbd_bin, tmp_copy, tmp_path):
+    """More connections than the server may have files open (RLIMIT_NOFILE
+    64, soft and hard): the server logs the accept error, backs off and
+    keeps serving its clients; once the connections are closed, a new
+    stock client commits. (Linux also reports the network errors of one
+    queued connection through accept: the server goes on after any error
+    but its listener's close, netconn.Accept.)"""
+    import resource
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+    srv = Server(zodbd_bin, tmp_copy('1.fs'), tmp_path, preexec_fn=limit).start()
+    try:
+        db = ZEO.DB(srv.addr, wait_timeout=10)  # connected before the flood
+        conns = []
+        try:
+            for _ in range(100):
+                conns.append(socket.create_connection(srv.addr))
+            deadline = time.time() + 10
+            while 'accept: accept tcp' not in srv.output():
+                assert time.time() < deadline, srv.output()[-2000:]
+                time.sleep(0.05)
+            assert srv.proc.poll() is None
+            tm = transaction.TransactionManager()
+            root = db.open(tm).root()
+            root['fds'] = 1
+            tm.commit()
+        finally:
+            for s in conns:
+                s.close()
+            db.close()
+        assert stock_client_commits(srv) >= 1
+        assert srv.proc.poll() is None
+        assert 'too many open files; retrying in' in srv.output(), srv.output()[-2000:]
+    finally:
+        assert srv.stop() == 0
+
+
 def test_neo_frames_total(neo_node):
     """Eight peers that each send 24 MB of a 64 MB packet after the
     handshake and stay: with --max-frames-total 32MiB the node holds at

@@ -100,10 +100,11 @@ class Server:
     """A server process on 127.0.0.1. kind is 'zodbd' or 'runzeo'.
 
     extra: more command-line arguments; conf: zeo.conf text (then path and
-    extra are ignored except for the binary)."""
+    extra are ignored except for the binary); preexec_fn: run in the child
+    before the server starts (subprocess.Popen's)."""
 
     def __init__(self, zodbd_bin, path, tmpdir, kind='zodbd', msgpack=False,
-                 extra=(), conf=None, port=None):
+                 extra=(), conf=None, port=None, preexec_fn=None):
         self.zodbd_bin = zodbd_bin
         self.path = path
         self.tmpdir = str(tmpdir)
@@ -114,6 +115,7 @@ class Server:
         self.port = port or free_port()
         self.addr = ('127.0.0.1', self.port)
         self.proc = None
+        self.preexec_fn = preexec_fn
         self.log = os.path.join(self.tmpdir, 'server-%d.log' % self.port)
 
     def start(self):
@@ -133,7 +135,8 @@ class Server:
         else:
             cmd = runzeo_cmd() + args + self.extra
         with open(self.log, 'ab') as logf:
-            self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env)
+            self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env,
+                                         preexec_fn=self.preexec_fn)
         wait_listening(self.addr, self.proc, self.log)
         return self
 

@@ -209,7 +209,16 @@ func NewServer(cfg Config) (*Server, error) {
 	return s, nil
 }
 
+// isClosed reports whether Close was called.
+func (s *Server) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
 // Serve accepts connections on ln until Close. It returns nil after Close.
+// An error of ln.Accept while ln is open is logged and accepting goes on
+// (netconn.Accept).
 func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	if s.closed {
@@ -225,26 +234,20 @@ func (s *Server) Serve(ln net.Listener) error {
 		s.serving--
 		s.mu.Unlock()
 	}()
-	var delay time.Duration
 	for {
-		nc, err := ln.Accept()
-		if err != nil {
-			s.mu.Lock()
-			closed := s.closed
-			s.mu.Unlock()
-			if closed {
-				return nil
+		nc, err := netconn.Accept(ln, func(err error, delay time.Duration) bool {
+			if s.isClosed() {
+				return false
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, errTooManyFiles) {
-				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				s.proto.log(eventlog.Error, "accept: %v; retrying in %v", err, delay)
-				time.Sleep(delay)
-				continue
+			s.proto.log(eventlog.Error, "accept: %v; retrying in %v", err, delay)
+			return true
+		})
+		if err != nil {
+			if s.isClosed() {
+				return nil
 			}
 			return err
 		}
-		delay = 0
 		if tc, ok := nc.(*net.TCPConn); ok {
 			tc.SetNoDelay(true)
 		}

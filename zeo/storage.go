@@ -3,15 +3,12 @@ package zeo
 import (
 	"context"
 	"sync"
-	"syscall"
 
 	"github.com/zodbd/zodbd/blob"
 	"github.com/zodbd/zodbd/internal/eventlog"
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zodb"
 )
-
-var errTooManyFiles = syscall.EMFILE
 
 // storage is the server-side state of one served storage: the connections
 // registered on it (to send them invalidations) and the recent

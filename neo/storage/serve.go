@@ -57,16 +57,20 @@ type request struct {
 	zeroBound bool
 }
 
+// acceptLoop serves the peers that connect until ctx is done or the
+// listener is closed; other errors of Accept are logged and accepting goes
+// on (netconn.Accept).
 func (n *Node) acceptLoop(ctx context.Context) {
 	for {
-		nc, err := n.ln.Accept()
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return
+		nc, err := netconn.Accept(n.ln, func(err error, delay time.Duration) bool {
+			if ctx.Err() != nil {
+				return false
 			}
-			n.log.Printf("neo storage: accept: %v", err)
-			time.Sleep(50 * time.Millisecond)
-			continue
+			n.log.Printf("neo storage: accept: %v; retrying in %v", err, delay)
+			return true
+		})
+		if err != nil {
+			return
 		}
 		go n.servePeer(ctx, nc)
 	}
