@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/internal/netconn"
 	"github.com/zodbd/zodbd/internal/opstats"
 	"github.com/zodbd/zodbd/zeo"
 )
@@ -69,7 +70,9 @@ func startMetricsServer(addr string, logf func(string, ...any)) (*metricsServer,
 	statusHandlers(mux, m.statusRing)
 	m.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	go func() {
-		if err := m.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := m.srv.Serve(netconn.Listener(ln, func(err error, delay time.Duration) {
+			logf("metrics server: accept: %v; retrying in %v", err, delay)
+		})); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logf("metrics server: %v", err)
 		}
 	}()

@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"time"
+
+	"github.com/zodbd/zodbd/internal/netconn"
 )
 
 // debugServer serves net/http/pprof's endpoints under /debug/pprof/ on
@@ -44,7 +46,9 @@ func startDebugServer(addr string, logf func(string, ...any)) (*debugServer, err
 		IdleTimeout:       2 * time.Minute,
 	}}
 	go func() {
-		if err := d.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := d.srv.Serve(netconn.Listener(ln, func(err error, delay time.Duration) {
+			logf("debug server: accept: %v; retrying in %v", err, delay)
+		})); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logf("debug server: %v", err)
 		}
 	}()

@@ -39,3 +39,23 @@ func Accept(ln net.Listener, retry func(err error, delay time.Duration) bool) (n
 		time.Sleep(delay)
 	}
 }
+
+// Listener returns ln with an Accept that is Accept's: through errors
+// that do not end a listener, each given to logf with the delay before
+// the next try (for servers whose accept loop is not ours: net/http's
+// stops at the first error it does not take for temporary).
+func Listener(ln net.Listener, logf func(err error, delay time.Duration)) net.Listener {
+	return retryListener{ln, logf}
+}
+
+type retryListener struct {
+	net.Listener
+	logf func(err error, delay time.Duration)
+}
+
+func (l retryListener) Accept() (net.Conn, error) {
+	return Accept(l.Listener, func(err error, delay time.Duration) bool {
+		l.logf(err, delay)
+		return true
+	})
+}

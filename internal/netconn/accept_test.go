@@ -80,3 +80,19 @@ func TestAccept(t *testing.T) {
 		t.Errorf("Accept = %v after %d retries, last delay %v; want EMFILE after 9, 1s", err, n, last)
 	}
 }
+
+func TestListener(t *testing.T) {
+	c1, c2 := net.Pipe()
+	defer c1.Close()
+	defer c2.Close()
+	var logged []error
+	ln := Listener(&errListener{errs: []error{opErr(syscall.ENOBUFS), opErr(syscall.EPROTO)}, nc: c1}, func(err error, d time.Duration) {
+		logged = append(logged, err)
+	})
+	if nc, err := ln.Accept(); nc != c1 || err != nil || len(logged) != 2 {
+		t.Fatalf("Accept = %v, %v after logging %v; want the connection after 2 errors", nc, err, logged)
+	}
+	if _, err := ln.Accept(); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("closed: %v", err)
+	}
+}
