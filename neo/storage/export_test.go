@@ -70,3 +70,18 @@ func SetMaxConnTxns(n int) (restore func()) {
 // FramesHeld returns the memory charged to n's bound on the packets being
 // received (Config.MaxFramesTotal).
 func FramesHeld(n *Node) int64 { return n.frameMem.Held() }
+
+// Peers returns the number of connections n serves (its link to the
+// master is not one); Txns, the number of
+// transactions its manager holds.
+func Peers(n *Node) int {
+	n.peersMu.Lock()
+	defer n.peersMu.Unlock()
+	return len(n.peers)
+}
+
+func Txns(n *Node) int {
+	n.tm.mu.Lock()
+	defer n.tm.mu.Unlock()
+	return len(n.tm.txns)
+}

@@ -924,7 +924,7 @@ func (n *Node) nodeInformation(args []byte) error {
 		for _, ni := range msg.Nodes {
 			if ni.Type == proto.Client && ni.State != proto.NodeRunning {
 				// The client is gone: even its voted transactions go.
-				n.tm.abortFor(ni.NID, true)
+				n.tm.abortFor(ni.NID)
 			}
 		}
 	}

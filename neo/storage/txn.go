@@ -240,19 +240,32 @@ func (tm *txnManager) sendError(p *peer, id uint32, code proto.ErrorCode, msg st
 var maxConnTxns = 1024
 
 // register returns the transaction ttid, created for p if new (mu held);
-// a *limitError when p has maxConnTxns in progress.
+// a *limitError when p has maxConnTxns in progress. A transaction that
+// another connection of p's client began becomes p's: the client
+// connected again and goes on with it here, so that the end of the
+// earlier connection (dropPeer) does not drop it.
 func (tm *txnManager) register(p *peer, ttid zodb.Tid) (*txn, error) {
 	t := tm.txns[ttid]
-	if t == nil {
-		if p.txns >= maxConnTxns {
-			return nil, &limitError{fmt.Sprintf("over %d transactions in progress", maxConnTxns)}
-		}
-		p.txns++
-		t = &txn{ttid: ttid, owner: p, nid: p.nid,
-			serials: map[zodb.Oid]zodb.Tid{}, stores: map[zodb.Oid]*VotedObject{},
-			data: spool.Spool{Mem: txnSpoolMem, Budget: tm.txnMem}}
-		tm.txns[ttid] = t
+	if t != nil && (t.owner == p || t.nid != p.nid) {
+		return t, nil
 	}
+	if p.txns >= maxConnTxns {
+		return nil, &limitError{fmt.Sprintf("over %d transactions in progress", maxConnTxns)}
+	}
+	p.txns++
+	if t != nil {
+		if o := t.owner; o != nil {
+			o.txns--
+			o.held -= t.bytes
+		}
+		t.owner = p
+		p.held += t.bytes
+		return t, nil
+	}
+	t = &txn{ttid: ttid, owner: p, nid: p.nid,
+		serials: map[zodb.Oid]zodb.Tid{}, stores: map[zodb.Oid]*VotedObject{},
+		data: spool.Spool{Mem: txnSpoolMem, Budget: tm.txnMem}}
+	tm.txns[ttid] = t
 	return t, nil
 }
 
@@ -812,13 +825,18 @@ func (tm *txnManager) writerAbort(t *txn) {
 	}
 }
 
-// abortFor aborts the transactions of client nid that are not locked
-// (voted ones too when evenIfVoted: the master says the client is gone).
-func (tm *txnManager) abortFor(nid proto.NodeID, evenIfVoted bool) {
+// abortFor aborts the transactions of client nid that are not locked, voted
+// or not: the master says the client is gone.
+func (tm *txnManager) abortFor(nid proto.NodeID) {
+	tm.abortWhere(func(t *txn) bool { return t.nid == nid })
+}
+
+// abortWhere aborts the transactions that are not locked and match.
+func (tm *txnManager) abortWhere(match func(t *txn) bool) {
 	tm.mu.Lock()
 	var dropped []*txn
 	for _, t := range tm.txns {
-		if t.nid == nid && t.tid == 0 && (evenIfVoted || t.voted == 0) {
+		if t.tid == 0 && match(t) {
 			tm.release(t)
 			dropped = append(dropped, t)
 		}
@@ -859,7 +877,13 @@ func (tm *txnManager) release(t *txn) {
 }
 
 // dropPeer forgets what a closed connection left: its delayed requests
-// and the transactions of its client that did not vote.
+// and the transactions it began (or took over, register) that did not
+// vote. Those of its client on another connection stay: a client that
+// connected again may have begun one there before this connection's end
+// was noticed (a request of it still being served), and dropping it would
+// make its vote commit a transaction without the stores it was answered
+// for. (NEO/py aborts by node id, but refuses a second connection of a
+// node until it has handled the end of the first.)
 func (tm *txnManager) dropPeer(p *peer) {
 	tm.mu.Lock()
 	tm.events = slices.DeleteFunc(tm.events, func(ev *event) bool { return ev.p == p })
@@ -873,8 +897,8 @@ func (tm *txnManager) dropPeer(p *peer) {
 	})
 	p.delayed = 0
 	tm.mu.Unlock()
-	if p.nid != proto.NoNode && p.typ == proto.Client {
-		tm.abortFor(p.nid, false)
+	if p.typ == proto.Client {
+		tm.abortWhere(func(t *txn) bool { return t.owner == p && t.voted == 0 })
 	}
 }
 
