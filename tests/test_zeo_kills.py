@@ -18,6 +18,13 @@ and kept its cache (ZEO's client refuses a server whose last transaction
 is older than what it has seen, and drops its cache when the server
 cannot list what changed since), and the file passes fstest.
 
+With a blob in every commit (test_zodbd_killed_with_blobs, 30 kB
+uploaded through the server, kills landing in uploads), also: each
+client's last blob reads back, ZODB/py's FileStorage on the same files
+finds every committed document revision's blob with the data its commit
+stored, and no upload is left in the blob directory's tmp (the restarted
+server removes those of the killed one).
+
 The same run against runzeo (fewer kills: it starts slowly) shows that
 the test itself is sound.
 """
@@ -28,7 +35,6 @@ import threading
 import time
 
 import pytest
-import ZEO
 
 import zeo_contention_app as app
 from test_zeo_contention import summary
@@ -41,15 +47,17 @@ KILLS = int(os.environ.get('ZODBD_ZEO_KILLS', '8'))
 
 # The server remembers every transaction of the run for getInvalidations
 # (and finds them in the file when it restarts): a client that reconnects
-# keeps its cache, and "dropping stale cache" is a failure.
-QUEUE = '100000'
-RUNZEO_CONF = '''
+# keeps its cache, and "dropping stale cache" is a failure. The same
+# zeo.conf serves both kinds (the file is created when missing).
+QUEUE = 100000
+CONF = '''
 <zeo>
-  address 127.0.0.1:%d
-  invalidation-queue-size %s
+  address 127.0.0.1:%(port)d
+  invalidation-queue-size %(queue)d
 </zeo>
 <filestorage 1>
-  path %s
+  path %(path)s
+  %(blobs)s
 </filestorage>
 '''
 
@@ -82,19 +90,20 @@ def killer(srv, kills, rng, stop_file, failures):
         open(stop_file, 'w').close()
 
 
-def run(kind, zodbd_bin, tmp_path, monkeypatch, kills):
+def run(kind, zodbd_bin, tmp_path, monkeypatch, kills, blobs=False):
     monkeypatch.setenv('PYTHONPATH', HERE)  # runzeo imports the app's classes
     path = str(tmp_path / 'Data.fs')
-    if kind == 'zodbd':
-        srv = Server(zodbd_bin, path, tmp_path, extra=['--create', '--invalidation-queue-size', QUEUE])
-        srv.start().extra = srv.extra[1:]  # restarts open the file as it is
-    else:
-        port = free_port()
-        srv = Server(zodbd_bin, path, tmp_path, kind=kind, port=port, conf=RUNZEO_CONF % (port, QUEUE, path))
-        srv.start()
+    blob_dir = str(tmp_path / 'blobs')
+    port = free_port()
+    conf = CONF % {'port': port, 'queue': QUEUE, 'path': path,
+                   'blobs': 'blob-dir %s' % blob_dir if blobs else ''}
+    srv = Server(zodbd_bin, path, tmp_path, kind=kind, port=port, conf=conf).start()
+    cfg = {'addr': srv.addr, 'workload': 'catalog', 'nprocs': NPROCS}
+    if blobs:
+        cfg['blob_dir'] = str(tmp_path / 'client-blobs')
     stop_file = str(tmp_path / 'stop')
     try:
-        app.run_setup({'addr': srv.addr, 'workload': 'catalog', 'nprocs': NPROCS})
+        app.run_setup(cfg)
         failures = []
         t = threading.Thread(target=killer, args=(srv, kills, random.Random(kills), stop_file, failures))
         t.start()
@@ -102,7 +111,8 @@ def run(kind, zodbd_bin, tmp_path, monkeypatch, kills):
             # A kill cycle takes 1-2 s (the stock client waits 1-2 s to
             # reconnect).
             reports = app.run_clients(srv.addr, 'catalog', NPROCS, ssl=False, timeout=30 + 5 * kills,
-                                      extra={'stop_file': stop_file, 'restarts': True})
+                                      extra={'stop_file': stop_file, 'restarts': True,
+                                             'blob_dir': cfg.get('blob_dir')})
         except RuntimeError as e:
             # Clients stuck: what they logged at CRITICAL is in the
             # captured stderr.
@@ -113,9 +123,12 @@ def run(kind, zodbd_bin, tmp_path, monkeypatch, kills):
         assert not failures, '%s\nserver log:\n%s' % (failures, srv.output()[-3000:])
         for r in reports:
             r['logged'] = [e for e in r['logged'] if not e['msg'].startswith(EXPECTED_LOG)]
-        db = ZEO.DB(srv.addr, wait_timeout=30)
+        db = app._open(cfg)
         try:
-            problems = app.problems(db.open().root(), 'catalog', reports)
+            root = db.open().root()
+            problems = app.problems(root, 'catalog', reports)
+            if blobs:
+                problems += blob_problems(root, reports)
         finally:
             db.close()
         ok = sum(r['ok'] for r in reports)
@@ -129,13 +142,79 @@ def run(kind, zodbd_bin, tmp_path, monkeypatch, kills):
         assert rc == 0, srv.output()[-4000:]
         assert 'panic:' not in srv.output(), srv.output()[-4000:]
         fstest(path)
+        if blobs:
+            check_blob_files(path, blob_dir)
         return reports
     finally:
         srv.stop()
 
 
+def blob_problems(root, reports):
+    """Each client's document holds the blob of its last commit."""
+    out = []
+    for r in reports:
+        if not r['log']:
+            continue
+        p = r['proc']
+        doc = root['doc-%d' % p]
+        with doc['blob'].open('r') as f:
+            got = f.read()
+        if got != app.blob_data(p, doc['i']):
+            out.append('client %d: the blob of commit %d holds %r...' % (p, doc['i'], got[:40]))
+    return out
+
+
+def check_blob_files(path, blob_dir):
+    """ZODB/py's FileStorage on the same files finds the blob file of
+    every document revision with the data its commit stored (the blob of
+    process p's commit i is blob_data(p, i)); no upload is left in the blob
+    directory's tmp."""
+    import io
+    import pickle
+    import ZODB
+    import ZODB.FileStorage
+
+    def state(data):
+        u = pickle.Unpickler(io.BytesIO(data))
+        u.persistent_load = lambda ref: ref
+        u.load()  # the class
+        return u.load()
+    fs = ZODB.FileStorage.FileStorage(path, blob_dir=blob_dir, read_only=True)
+    db = ZODB.DB(fs)
+    try:
+        root = db.open().root()
+        docs = {root[k]._p_oid: int(k[4:]) for k in root if k.startswith('doc-')}
+        n = 0
+        for t in fs.iterator():
+            for r in t:
+                if r.oid not in docs or not r.data:
+                    continue
+                d = state(r.data)['data']
+                if 'blob' not in d:
+                    continue  # the setup's
+                ref = d['blob']
+                oid = ref[0] if isinstance(ref, tuple) else ref
+                with open(fs.loadBlob(oid, t.tid), 'rb') as f:
+                    got = f.read()
+                want = app.blob_data(docs[r.oid], d['i'])
+                assert got == want, 'doc-%d commit %d: blob %r@%r holds %r...' % (
+                    docs[r.oid], d['i'], oid, t.tid, got[:40])
+                n += 1
+        assert n > 0
+    finally:
+        db.close()
+    left = [f for f in os.listdir(os.path.join(blob_dir, 'tmp')) if f.startswith('zodbd-')]
+    assert not left, left
+
+
 def test_zodbd_killed_under_contention(zodbd_bin, tmp_path, monkeypatch):
     run('zodbd', zodbd_bin, tmp_path, monkeypatch, KILLS)
+
+
+def test_zodbd_killed_with_blobs(zodbd_bin, tmp_path, monkeypatch):
+    """The same with a blob in every commit (30 kB, uploaded through the
+    server): every acknowledged blob is there with its data."""
+    run('zodbd', zodbd_bin, tmp_path, monkeypatch, KILLS, blobs=True)
 
 
 def test_runzeo_reference(zodbd_bin, tmp_path, monkeypatch):

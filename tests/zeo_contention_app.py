@@ -26,6 +26,10 @@ Workloads (WORKLOADS):
 - counter  a Counter (defined here, _p_resolveConflict in Python only):
            zodbd cannot resolve it on the server, so the client does.
 
+With cfg['blob_dir'] (the catalog; the clients' blob caches go under it),
+every catalog commit also stores a new Blob of blob_data(p, i) in its
+document.
+
 A client reports, for its fixed number of commits or its duration: the
 successful commits (and for the catalog, each one's tid and what it did, so
 that the final trees can be recomputed in commit order), the ConflictErrors
@@ -227,7 +231,15 @@ def _open(cfg):
     if cfg.get('ssl'):
         from ZEO.tests import testssl
         kw['ssl'] = testssl.client_ssl()
+    if cfg.get('blob_dir'):
+        kw['blob_dir'] = os.path.join(cfg['blob_dir'], 'client-%s' % cfg.get('proc', 'setup'))
     return ZEO.DB(tuple(cfg['addr']), wait_timeout=30, **kw)
+
+
+def blob_data(p, i):
+    """The blob catalog commit i of process p stores (with
+    cfg['blob_dir']): 30 kB that say which."""
+    return b'%d.%d ' % (p, i) * (30000 // len(b'%d.%d ' % (p, i)))
 
 
 def run_setup(cfg):
@@ -309,6 +321,9 @@ def worker(cfg, ready=None, wait_go=None):
                     root['counter'].inc()
                 else:
                     ops = catalog_apply(root, p, i, plan, cfg.get('seed', 0))
+                    if cfg.get('blob_dir'):
+                        import ZODB.blob
+                        root['doc-%d' % p]['blob'] = ZODB.blob.Blob(blob_data(p, i))
                 c0 = time.perf_counter()
                 tm.commit()
             except ConflictError:
