@@ -3,10 +3,10 @@ package storage_test
 import (
 	"encoding/binary"
 	"net"
-	"runtime"
 	"testing"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/leaktest"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
 	"github.com/zodbd/zodbd/zodb"
@@ -27,15 +27,13 @@ func TestConnectionsLeaveNothing(t *testing.T) {
 	c.commit(cl, 10, 20, 1, 0, "first")
 	serial := zodb.Tid(20)
 	cl.l.Close()
-	settle := func() int {
-		deadline := time.Now().Add(10 * time.Second)
-		for storage.Peers(c.n) > 0 && time.Now().Before(deadline) {
+	settle := func() {
+		for deadline := time.Now().Add(10 * time.Second); storage.Peers(c.n) > 0 && time.Now().Before(deadline); {
 			time.Sleep(10 * time.Millisecond)
 		}
-		runtime.GC()
-		return runtime.NumGoroutine()
 	}
-	base := settle()
+	settle()
+	base := leaktest.Goroutines()
 	ttid, tid := zodb.Tid(100), zodb.Tid(200)
 	next := func() (zodb.Tid, zodb.Tid) { ttid, tid = ttid+10, tid+10; return ttid, tid }
 	dial := func() net.Conn {
@@ -102,14 +100,8 @@ func TestConnectionsLeaveNothing(t *testing.T) {
 			f()
 		}
 	}
-	n := settle()
-	for deadline := time.Now().Add(10 * time.Second); n > base && time.Now().Before(deadline); n = runtime.NumGoroutine() {
-		time.Sleep(10 * time.Millisecond) // a goroutine on its way out
-	}
-	if n > base {
-		buf := make([]byte, 1<<20)
-		t.Errorf("%d goroutines after the connections ended, %d before:\n%s", n, base, buf[:runtime.Stack(buf, true)])
-	}
+	settle()
+	leaktest.Check(t, base)
 	if p, tx, f, m := storage.Peers(c.n), storage.Txns(c.n), storage.FramesHeld(c.n), storage.TxnMemoryUsed(c.n); p != 0 || tx != 0 || f != 0 || m != 0 {
 		t.Errorf("left: %d peers, %d transactions, %d bytes of packets, %d of transaction data", p, tx, f, m)
 	}
