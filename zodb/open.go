@@ -149,9 +149,11 @@ type Watcher interface {
 	// Watch returns a channel that receives, in commit order, every
 	// transaction committed after the call: by other clients (the
 	// server's invalidations) and by this storage's own commits. The
-	// channel is closed when ctx is done or the storage stops (closed, or
-	// its connection lost). Events are queued without bound, so that a
-	// slow reader never stalls the storage.
+	// channel is closed when ctx is done or the storage stops: when its
+	// connection is lost, after the events that came before; when it is
+	// closed, at once (the events not yet received are dropped, so that
+	// nothing waits for a reader that stopped). Events are queued without
+	// bound, so that a slow reader never stalls the storage.
 	Watch(ctx context.Context) (<-chan CommitEvent, error)
 }
 

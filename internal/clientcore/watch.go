@@ -16,28 +16,31 @@ import (
 // watchHub is the set of watchers of one client. The zero watchHub is
 // ready to use.
 type watchHub struct {
-	mu      sync.Mutex
-	set     map[*watcher]struct{}
-	stopped bool
+	mu        sync.Mutex
+	set       map[*watcher]struct{}
+	stopped   bool
+	abandoned bool
 }
 
 type watcher struct {
-	mu   sync.Mutex
-	q    []zodb.CommitEvent
-	kick chan struct{} // capacity 1: "the queue is not empty"
-	stop chan struct{} // closed by Stop
-	out  chan zodb.CommitEvent
+	mu      sync.Mutex
+	q       []zodb.CommitEvent
+	kick    chan struct{} // capacity 1: "the queue is not empty"
+	stop    chan struct{} // closed by Stop
+	abandon chan struct{} // closed by Abandon
+	out     chan zodb.CommitEvent
 }
 
 // Watch returns a channel that receives every event notified from now on,
-// in order, until ctx is done (the channel is then closed) or Stop (the
-// channel is closed after the events already queued). It returns false if
-// the hub is stopped.
+// in order, until ctx is done (the channel is then closed), Stop (the
+// channel is closed after the events already queued) or Abandon (closed
+// at once). It returns false if the hub is stopped.
 func (h *watchHub) Watch(ctx context.Context) (<-chan zodb.CommitEvent, bool) {
 	w := &watcher{
-		kick: make(chan struct{}, 1),
-		stop: make(chan struct{}),
-		out:  make(chan zodb.CommitEvent),
+		kick:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		abandon: make(chan struct{}),
+		out:     make(chan zodb.CommitEvent),
 	}
 	h.mu.Lock()
 	if h.stopped {
@@ -64,6 +67,8 @@ func (h *watchHub) Watch(ctx context.Context) (<-chan zodb.CommitEvent, bool) {
 				stopping = true
 			case <-ctx.Done():
 				return
+			case <-w.abandon:
+				return
 			}
 			w.mu.Lock()
 			q := w.q
@@ -73,6 +78,8 @@ func (h *watchHub) Watch(ctx context.Context) (<-chan zodb.CommitEvent, bool) {
 				select {
 				case w.out <- ev:
 				case <-ctx.Done():
+					return
+				case <-w.abandon:
 					return
 				}
 			}
@@ -111,5 +118,21 @@ func (h *watchHub) Stop() {
 	h.stopped = true
 	for w := range h.set {
 		close(w.stop)
+	}
+}
+
+// Abandon is Stop without the events not yet received: every watcher's
+// channel is closed at once, so that a watcher whose reader stopped
+// reading does not wait for it forever.
+func (h *watchHub) Abandon() {
+	h.Stop()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.abandoned {
+		return
+	}
+	h.abandoned = true
+	for w := range h.set {
+		close(w.abandon)
 	}
 }

@@ -366,6 +366,7 @@ func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		c.closing.Store(true)
 		c.fail(ErrClosed)
+		c.core.Close(ErrClosed) // the watchers' channels, at once
 		<-c.loopDone
 	})
 	return nil
