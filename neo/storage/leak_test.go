@@ -1,12 +1,15 @@
 package storage_test
 
 import (
+	"context"
 	"encoding/binary"
 	"net"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/zodbd/zodbd/internal/leaktest"
+	"github.com/zodbd/zodbd/neo/neotest"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
 	"github.com/zodbd/zodbd/zodb"
@@ -108,4 +111,61 @@ func TestConnectionsLeaveNothing(t *testing.T) {
 	cl = c.client(nid)
 	tt, ti := next()
 	c.commit(cl, tt, ti, 1, serial, "last")
+}
+
+// TestMasterSessionsLeaveNothing: a read-write node whose master goes away
+// and comes back (a new master on the same address) ten times runs as
+// many master sessions; each one's goroutines end with it.
+func TestMasterSessionsLeaveNothing(t *testing.T) {
+	newMaster := func(bind string) (*neotest.Master, context.CancelFunc) {
+		m, err := neotest.NewMaster(neotest.MasterConfig{Cluster: cluster, Bind: bind})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { m.Serve(ctx); close(done) }()
+		return m, func() { cancel(); <-done }
+	}
+	m, stopMaster := newMaster("127.0.0.1:0")
+	bind := m.Addr()
+	n, _ := runFS1Node(t, m, filepath.Join(t.TempDir(), "Data.fs"), "127.0.0.1:0", true)
+	var serial zodb.Tid
+	session := func() {
+		stopMaster()
+		for deadline := time.Now().Add(10 * time.Second); n.Operational(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the node still operational without its master")
+			}
+		}
+		var err error
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			// The old master's port may take a moment to be free.
+			if m, err = neotest.NewMaster(neotest.MasterConfig{Cluster: cluster, Bind: bind}); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal(err)
+			}
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { m.Serve(ctx); close(done) }()
+		stopMaster = func() { cancel(); <-done }
+		for deadline := time.Now().Add(10 * time.Second); !n.Operational(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the node did not come back with the new master")
+			}
+		}
+		c := dialClient(t, m)
+		serial = commitOne(t, c, 1, serial, "x")
+		c.Close()
+	}
+	session()
+	base := leaktest.Goroutines()
+	for range 10 {
+		session()
+	}
+	leaktest.Check(t, base)
+	stopMaster()
 }
