@@ -149,17 +149,12 @@ func (c *Core[X]) Err() error {
 // Failed returns a channel closed by the first Fail.
 func (c *Core[X]) Failed() <-chan struct{} { return c.failed }
 
-// Close is Fail(err) for a client that its application closes: the Watch
-// channels are closed at once, without the events not yet received (the
-// application closing the client does not read them, and a watcher
-// blocked on a reader that stopped would stay so until its context
-// ends). A connection lost (Fail) still delivers the events queued before
-// it.
-func (c *Core[X]) Close(err error) bool {
-	first := c.Fail(err)
-	c.watch.Abandon()
-	return first
-}
+// DropWatchers closes the Watch channels at once, without the events not
+// yet received, and makes later Watch calls fail: for a client that its
+// application closes (which does not read them; a watcher blocked on a
+// reader that stopped would stay so until its context ends). Fail, for a
+// connection lost, still delivers the events queued before it.
+func (c *Core[X]) DropWatchers() { c.watch.Abandon() }
 
 // Fail makes the client unusable with cause err, unless it already is
 // (the first cause stands: see Err); it reports whether this call made it

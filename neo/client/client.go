@@ -366,7 +366,7 @@ func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		c.closing.Store(true)
 		c.fail(ErrClosed)
-		c.core.Close(ErrClosed) // the watchers' channels, at once
+		c.core.DropWatchers() // the watchers' channels, at once
 		<-c.loopDone
 	})
 	return nil

@@ -398,7 +398,7 @@ func (c *Client) Close() error {
 		// back; holding it, fail every outstanding call.
 		rs := c.token.Get()
 		c.fail(net.ErrClosed)
-		c.core.Close(ErrClosed) // the watchers' channels, at once
+		c.core.DropWatchers() // the watchers' channels, at once
 		c.token.Put(rs)
 		<-c.idleDone
 		select {
