@@ -78,9 +78,6 @@ func runNeoStorage(args []string) int {
 	if maxQueuedTotal == 0 {
 		maxQueuedTotal = -1
 	}
-	if maxFramesTotal < 0 {
-		return fatalf("neo-storage", "--max-frames-total must not be negative")
-	}
 	if maxFramesTotal == 0 {
 		maxFramesTotal = -1
 	}

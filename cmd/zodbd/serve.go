@@ -246,9 +246,6 @@ func runServe(args []string) int {
 	if maxQueuedTotal == 0 {
 		cfg.MaxQueuedTotal = -1
 	}
-	if maxFramesTotal < 0 {
-		return fatalf("serve", "--max-frames-total must not be negative")
-	}
 	if maxFramesTotal == 0 {
 		cfg.MaxFramesTotal = -1
 	}
