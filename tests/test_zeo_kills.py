@@ -123,7 +123,7 @@ def run(kind, zodbd_bin, tmp_path, monkeypatch, kills, blobs=False):
         assert not failures, '%s\nserver log:\n%s' % (failures, srv.output()[-3000:])
         for r in reports:
             r['logged'] = [e for e in r['logged'] if not e['msg'].startswith(EXPECTED_LOG)]
-        db = app._open(cfg)
+        db = app.open_db(cfg)
         try:
             root = db.open().root()
             problems = app.problems(root, 'catalog', reports)

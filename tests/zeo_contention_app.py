@@ -225,7 +225,9 @@ class _LogCapture(logging.Handler):
                              'msg': record.getMessage(), 'exc': exc})
 
 
-def _open(cfg):
+def open_db(cfg):
+    """A ZEO.DB on cfg['addr'] (with TLS, and a client blob cache under
+    cfg['blob_dir'], as cfg says)."""
     import ZEO
     kw = {}
     if cfg.get('ssl'):
@@ -244,7 +246,7 @@ def blob_data(p, i):
 
 def run_setup(cfg):
     """Connect and create the workload's objects."""
-    db = _open(cfg)
+    db = open_db(cfg)
     try:
         tm = transaction.TransactionManager()
         conn = db.open(tm)
@@ -289,7 +291,7 @@ def worker(cfg, ready=None, wait_go=None):
     p, workload = cfg['proc'], cfg['workload']
     max_attempts = cfg.get('max_attempts', 1000)
     rng = random.Random(cfg.get('seed', 0) * 1000 + p)
-    db = _open(cfg)
+    db = open_db(cfg)
     tm = transaction.TransactionManager()
     conn = db.open(tm)
     tm.begin()
