@@ -10,11 +10,9 @@ import (
 	"github.com/zodbd/zodbd/zodb"
 )
 
-// commitRaw commits one store of oid (based on serial) through c and
-// returns the new tid.
-func commitRaw(tb testing.TB, c *rawClient, id *int64, oid zodb.Oid, serial zodb.Tid, data []byte) zodb.Tid {
-	tb.Helper()
-	const txnID = 77
+// beginRaw encodes (in c.enc, not sent) tpc_begin of txnID and one store
+// of oid based on serial.
+func beginRaw(c *rawClient, txnID int64, oid zodb.Oid, serial zodb.Tid, data []byte) {
 	e := &c.enc
 	e.BeginCall("tpc_begin")
 	e.BeginTuple(6)
@@ -35,6 +33,14 @@ func commitRaw(tb testing.TB, c *rawClient, id *int64, oid zodb.Oid, serial zodb
 	e.Int(txnID)
 	e.EndTuple(4)
 	e.EndMessage()
+}
+
+// commitRaw commits one store of oid (based on serial) through c and
+// returns the new tid.
+func commitRaw(tb testing.TB, c *rawClient, id *int64, oid zodb.Oid, serial zodb.Tid, data []byte) zodb.Tid {
+	tb.Helper()
+	const txnID = 77
+	beginRaw(c, txnID, oid, serial, data)
 	*id++
 	r := c.call(tb, *id, "vote", func(e *wire.Encoder) { e.Int(txnID) }, 1)
 	if r.Len() != 0 {

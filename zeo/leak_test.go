@@ -45,28 +45,6 @@ func testConnectionsLeaveNothing(t *testing.T, m wire.Marshal) {
 	}
 	settle()
 	base := leaktest.Goroutines()
-	// begin sends tpc_begin and one store of oid (based on serial).
-	begin := func(c *rawClient, txnID int64, oid zodb.Oid, serial zodb.Tid, data []byte) {
-		c.enc.BeginCall("tpc_begin")
-		c.enc.BeginTuple(6)
-		c.enc.Int(txnID)
-		c.enc.Bytes(nil)
-		c.enc.Bytes(nil)
-		c.enc.BeginDict(0)
-		c.enc.EndDict(0)
-		c.enc.None()
-		c.enc.Str(" ")
-		c.enc.EndTuple(6)
-		c.enc.EndMessage()
-		c.enc.BeginCall("storea")
-		c.enc.BeginTuple(4)
-		c.enc.Oid8(uint64(oid))
-		c.enc.Oid8(uint64(serial))
-		c.enc.Bytes(data)
-		c.enc.Int(txnID)
-		c.enc.EndTuple(4)
-		c.enc.EndMessage()
-	}
 
 	kinds := map[string]func(){
 		"before handshake": func() {
@@ -88,13 +66,13 @@ func testConnectionsLeaveNothing(t *testing.T, m wire.Marshal) {
 		},
 		"in a transaction": func() {
 			c := dialRawRW(t, addr, m)
-			begin(c, 5, 2, 0, make([]byte, 100<<10))
+			beginRaw(c, 5, 2, 0, make([]byte, 100<<10))
 			c.flush(t)
 			c.nc.Close()
 		},
 		"voted": func() {
 			c := dialRawRW(t, addr, m)
-			begin(c, 6, 1, serial, []byte("voted, never finished"))
+			beginRaw(c, 6, 1, serial, []byte("voted, never finished"))
 			c.call(t, 20, "vote", func(e *wire.Encoder) { e.Int(6) }, 1) // holds the commit lock
 			c.nc.Close()
 		},
