@@ -57,9 +57,9 @@ func benchCommit(b *testing.B, committers int, noGroup, single bool, pause time.
 	// of a commit in fdatasyncs (mean-µs / fsync-µs).
 	var syncNs, syncN atomic.Int64
 	realSync := fs.w.sync
-	fs.w.sync = func() error {
+	fs.w.sync = func(slot int) error {
 		t := time.Now()
-		err := realSync()
+		err := realSync(slot)
 		syncNs.Add(int64(time.Since(t)))
 		syncN.Add(1)
 		return err

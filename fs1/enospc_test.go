@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -113,5 +114,43 @@ func TestIOErrorLogged(t *testing.T) {
 	fault = nil
 	if _, err := commit("five"); err == nil {
 		t.Errorf("commit after a failed fsync succeeded")
+	}
+}
+
+// TestPackDirSyncError: when the directory fsync that makes the packed
+// file's new name durable fails, an online pack reports the error and the
+// storage refuses commits (they would go to a file whose name a power loss
+// may give back to the original); an offline pack reports it. Before, the
+// error was dropped: commits after the pack were acknowledged, and lost
+// with the name at the next power loss.
+func TestPackDirSyncError(t *testing.T) {
+	pt := crashfs.NewPoint(t, t.TempDir(), 0)
+	var armed atomic.Bool
+	pt.FS.Fault = func(op crashfs.Op, path string) error {
+		if armed.Load() && op == crashfs.OpSyncDir {
+			return syscall.EIO
+		}
+		return nil
+	}
+	path := filepath.Join(pt.Src, "Data.fs")
+	fs := openRW(t, path, &Options{FS: pt.FS}, true)
+	t1 := commit(t, fs, nil, map[zodb.Oid]string{0: "root-1", 1: "a-1"})
+	t2 := commit(t, fs, map[zodb.Oid]zodb.Tid{0: t1, 1: t1}, map[zodb.Oid]string{0: "root-2", 1: "a-2"})
+	armed.Store(true)
+	if err := fs.Pack(bg, t2, false); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("online pack with a failing directory fsync: %v, want EIO", err)
+	}
+	if tid, err := tryCommit(fs, zodb.TxnMeta{}, func(tx zodb.Txn) error { return tx.Store(2, 0, []byte("after")) }); err == nil {
+		t.Fatalf("commit %s acknowledged after a pack whose rename is not durable", tid)
+	}
+	fs.Close()
+
+	armed.Store(false)
+	fs = openRW(t, path, &Options{FS: pt.FS}, false)
+	t3 := commit(t, fs, map[zodb.Oid]zodb.Tid{1: t2}, map[zodb.Oid]string{1: "a-3"})
+	fs.Close()
+	armed.Store(true)
+	if _, err := PackFile(bg, path, t3, &PackOptions{FS: pt.FS}); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("offline pack with a failing directory fsync: %v, want EIO", err)
 	}
 }

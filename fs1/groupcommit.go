@@ -2,8 +2,10 @@ package fs1
 
 import (
 	"fmt"
+	"os"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/vfs"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -158,15 +160,39 @@ func (w *writer) truncated(size int64) {
 }
 
 // replaced records that the file is now another one (a packed file),
-// durable up to size. Called with the commit lock held, once the syncers
-// published everything (drain).
-func (w *writer) replaced(size int64) {
+// durable up to size, whose fdatasyncs run on syncFiles. Called with the
+// commit lock held, once the syncers published everything and no
+// fdatasync runs (drain).
+func (w *writer) replaced(size int64, syncFiles [syncers]*os.File) {
 	w.mu.Lock()
+	closeSyncFiles(w.syncFiles)
+	w.syncFiles = syncFiles
 	w.ss.written, w.ss.started, w.ss.synced = size, size, size
 	for i := range w.ss.covers {
 		w.ss.covers[i] = -1 // an fdatasync of the old file
 	}
 	w.mu.Unlock()
+}
+
+// openSyncFiles opens the file at path once for each sync slot
+// (writer.syncFiles).
+func openSyncFiles(fsys vfs.FS, path string) (fs [syncers]*os.File, err error) {
+	for i := range fs {
+		if fs[i], err = fsys.OpenFile(path, os.O_RDWR, 0); err != nil {
+			closeSyncFiles(fs)
+			return fs, fmt.Errorf("fs1: %w", err)
+		}
+	}
+	return fs, nil
+}
+
+// closeSyncFiles closes the files openSyncFiles opened.
+func closeSyncFiles(fs [syncers]*os.File) {
+	for _, f := range fs {
+		if f != nil {
+			f.Close()
+		}
+	}
 }
 
 // startSyncers starts the syncer goroutines; the file is durable up to end.
@@ -280,7 +306,7 @@ func (w *writer) sync1(claimed []*commitEntry) {
 	if err == nil {
 		w.nsync.Add(1)
 		start := time.Now()
-		serr := w.sync()
+		serr := w.sync(slot)
 		took = time.Since(start)
 		if serr != nil {
 			err = fmt.Errorf("fs1: %s: fsync: %w", w.fs.path, serr)
@@ -366,9 +392,14 @@ func (w *writer) writeStatus(pos int64, status byte, tid zodb.Tid) error {
 // (undo, restore); called with the commit lock held.
 type headReader struct{ w *writer }
 
+// ReadAt reads under w.mu: a syncer removes an entry from the queue
+// (under w.mu) only after writing its status byte, so the bytes read
+// either hold that byte or are patched from the entry (read first and
+// patched after, a syncer could write the byte and publish the entry in
+// between: the stale 'c' read would stay).
 func (h headReader) ReadAt(b []byte, off int64) (int, error) {
-	n, err := h.w.fs.file.ReadAt(b, off)
 	h.w.mu.Lock()
+	n, err := h.w.fs.file.ReadAt(b, off)
 	for _, e := range h.w.queue {
 		if e.barrier {
 			continue

@@ -161,7 +161,7 @@ func TestGroupCommitBatches(t *testing.T) {
 			fs := createStorage(t, &Options{NoGroupCommit: noGroup})
 			realSync := fs.w.sync
 			var inSync, maxInSync atomic.Int32
-			fs.w.sync = func() error {
+			fs.w.sync = func(slot int) error {
 				n := inSync.Add(1)
 				if n > syncers {
 					t.Errorf("%d fsyncs at once, at most %d expected", n, syncers)
@@ -170,7 +170,7 @@ func TestGroupCommitBatches(t *testing.T) {
 				}
 				time.Sleep(2 * time.Millisecond) // a slow disk
 				inSync.Add(-1)
-				return realSync()
+				return realSync(slot)
 			}
 			const committers, each = 16, 5
 			var wg sync.WaitGroup
@@ -267,7 +267,7 @@ func TestFsyncError(t *testing.T) {
 	fs.Close() // saves an index
 	fs = openRW(t, fs.path, nil, false)
 	idxBefore, _ := os.ReadFile(fs.path + ".index")
-	fs.w.sync = func() error { return syscall.EIO }
+	fs.w.sync = func(slot int) error { return syscall.EIO }
 	called := false
 	tx, _ := fs.Begin(bg, zodb.TxnMeta{})
 	tx.Store(1, 0, []byte("x"))
@@ -361,7 +361,7 @@ func TestHeadSeesUnpublished(t *testing.T) {
 	t1 := commit(t, fs, nil, map[zodb.Oid]string{1: "a"})
 	realSync := fs.w.sync
 	gate := make(chan struct{})
-	fs.w.sync = func() error { <-gate; return realSync() }
+	fs.w.sync = func(slot int) error { <-gate; return realSync(slot) }
 	tx, _ := fs.Begin(bg, zodb.TxnMeta{})
 	tx.Store(1, t1, []byte("b"))
 	if _, err := tx.Vote(bg); err != nil {
@@ -409,4 +409,94 @@ func TestHeadSeesUnpublished(t *testing.T) {
 	if ce[0].Committed != t2 {
 		t.Fatalf("the conflict said %s, the commit got %s", ce[0].Committed, t2)
 	}
+}
+
+// TestHeadReaderSeesFinished: an undo of a transaction that just finished
+// reads its status through headReader while the syncers write that byte
+// and publish the transaction. headReader once read the file before taking
+// w.mu to patch the queued statuses: a transaction flipped and published
+// in between kept the 'c' read, and the undo failed on a healthy file
+// ("torn tail").
+func TestHeadReaderSeesFinished(t *testing.T) {
+	fs := createStorage(t, nil)
+	w := fs.w
+	w.sync = func(int) error { return nil } // a fast disk: the window is the syncer's
+	commit(t, fs, nil, map[zodb.Oid]string{0: "root"})
+	var stop atomic.Bool
+	done := make(chan struct{})
+	go func() { // others taking w.mu (voters, Finish, the other syncer)
+		defer close(done)
+		for !stop.Load() {
+			w.mu.Lock()
+			for i := 0; i < 200; i++ {
+				_ = i * i
+			}
+			w.mu.Unlock()
+		}
+	}()
+	defer func() { stop.Store(true); <-done }()
+	deadline := time.Now().Add(time.Second)
+	for oid := zodb.Oid(1); time.Now().Before(deadline); oid++ {
+		tx, err := fs.Begin(bg, zodb.TxnMeta{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx.Store(oid, 0, []byte("x"))
+		if _, err := tx.Vote(bg); err != nil {
+			t.Fatal(err)
+		}
+		tid := tx.(*txn).tid
+		undone := make(chan error, 1)
+		go func() {
+			ut, err := fs.Begin(bg, zodb.TxnMeta{}) // waits for the commit lock
+			if err == nil {
+				ut.Undo(tid)
+				if _, err = ut.Vote(bg); err == nil {
+					_, err = ut.Finish(bg, nil)
+				}
+			}
+			undone <- err
+		}()
+		for w.commit.Waiting() == 0 {
+			time.Sleep(10 * time.Microsecond)
+		}
+		if _, err := tx.Finish(bg, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-undone; err != nil {
+			t.Fatalf("undo of %s, just finished: %v", tid, err)
+		}
+	}
+}
+
+// TestSyncSlotsOwnFiles: each sync slot fdatasyncs the file through a
+// descriptor of its own, also after an online pack replaced the file: on
+// one shared descriptor, Linux reports a writeback error to one of two
+// concurrent fdatasyncs only, which could leave it to the one whose
+// transactions the failed write did not hold.
+func TestSyncSlotsOwnFiles(t *testing.T) {
+	fs := createStorage(t, nil)
+	t1 := commit(t, fs, nil, map[zodb.Oid]string{0: "root", 1: "a"})
+	t2 := commit(t, fs, map[zodb.Oid]zodb.Tid{1: t1}, map[zodb.Oid]string{1: "b"})
+	check := func(when string) {
+		t.Helper()
+		seen := map[uintptr]bool{fs.file.Fd(): true}
+		for i, f := range fs.w.syncFiles {
+			if seen[f.Fd()] {
+				t.Fatalf("%s: sync slot %d shares descriptor %d", when, i, f.Fd())
+			}
+			seen[f.Fd()] = true
+			a, err1 := f.Stat()
+			b, err2 := fs.file.Stat()
+			if err1 != nil || err2 != nil || !os.SameFile(a, b) {
+				t.Fatalf("%s: sync slot %d's descriptor is not of the storage's file (%v, %v)", when, i, err1, err2)
+			}
+		}
+	}
+	check("after open")
+	if err := fs.Pack(bg, t2, false); err != nil {
+		t.Fatal(err)
+	}
+	check("after an online pack")
+	commit(t, fs, nil, map[zodb.Oid]string{2: "c"})
 }

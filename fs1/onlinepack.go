@@ -195,10 +195,19 @@ func (fs *FileStorage) installPacked(ctx context.Context, w *writer, p *Packer, 
 	if err := ctx.Err(); err != nil {
 		return nil, 0, err
 	}
-	if err := replaceWithPacked(fs.fsys, fs.path, packPath); err != nil {
-		if _, serr := os.Stat(fs.path); serr != nil {
+	// The sync slots' descriptors of the packed file, opened before it
+	// takes the name (a descriptor follows its file).
+	syncFiles, err := openSyncFiles(fs.fsys, packPath)
+	if err != nil {
+		return nil, 0, err
+	}
+	if renamed, err := replaceWithPacked(fs.fsys, fs.path, packPath); err != nil {
+		closeSyncFiles(syncFiles)
+		if _, serr := os.Stat(fs.path); serr != nil || renamed {
 			// The original was moved away and the packed file is not in
-			// its place: commits must stop until an operator looks.
+			// its place, or the packed file has the name but a power loss
+			// may give it back to the original, which this writer still
+			// appends to: commits must stop until an operator looks.
 			w.fail(err)
 		}
 		return nil, 0, err
@@ -209,7 +218,7 @@ func (fs *FileStorage) installPacked(ctx context.Context, w *writer, p *Packer, 
 	old := fs.file
 	fs.file = dst
 	w.head, w.pos, w.lastTid = idx, size, p.LastTid()
-	w.replaced(size)
+	w.replaced(size, syncFiles)
 	w.recent.reset()
 	if w.retired != nil {
 		w.retired.Close()
@@ -242,27 +251,31 @@ func (w *writer) drain() error {
 // replaceWithPacked puts the packed file packPath in the place of path,
 // keeping the original as path.old (ZODB/py's pack-keep-old), and removes
 // path.index, which describes the original. When it fails before the
-// rename of packPath, path is untouched.
-func replaceWithPacked(fsys vfs.FS, path, packPath string) error {
+// rename of packPath, path is untouched; renamed says that packPath was
+// renamed to path (an error after it: the directory could not be synced,
+// so after a power loss path may name either file).
+func replaceWithPacked(fsys vfs.FS, path, packPath string) (renamed bool, err error) {
 	// From here the old index no longer matches the file.
 	if err := fsys.Remove(path + ".index"); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("fs1: pack: %w", err)
+		return false, fmt.Errorf("fs1: pack: %w", err)
 	}
 	oldPath := path + ".old"
 	if err := fsys.Remove(oldPath); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("fs1: pack: %w", err)
+		return false, fmt.Errorf("fs1: pack: %w", err)
 	}
 	// A hard link keeps path in place until the packed file replaces it
 	// (ZODB/py renames, leaving a moment without path); rename where
 	// links are not supported.
 	if err := fsys.Link(path, oldPath); err != nil {
 		if err := fsys.Rename(path, oldPath); err != nil {
-			return fmt.Errorf("fs1: pack: %w", err)
+			return false, fmt.Errorf("fs1: pack: %w", err)
 		}
 	}
 	if err := fsys.Rename(packPath, path); err != nil {
-		return fmt.Errorf("fs1: pack: the packed file is %s, the original %s: %w", packPath, oldPath, err)
+		return false, fmt.Errorf("fs1: pack: the packed file is %s, the original %s: %w", packPath, oldPath, err)
 	}
-	fsys.SyncDir(filepath.Dir(path))
-	return nil
+	if err := fsys.SyncDir(filepath.Dir(path)); err != nil {
+		return true, fmt.Errorf("fs1: pack: %s is the packed file, but its new name may not survive a power loss (the original is %s): sync directory: %w", path, oldPath, err)
+	}
+	return true, nil
 }

@@ -1464,7 +1464,7 @@ func PackFile(ctx context.Context, path string, at zodb.Tid, opt *PackOptions) (
 		return st, err
 	}
 	// The point of no return.
-	if err := replaceWithPacked(fsys, path, packPath); err != nil {
+	if _, err := replaceWithPacked(fsys, path, packPath); err != nil {
 		if _, serr := os.Stat(path); serr == nil {
 			fsys.Remove(packPath) // the original is still in place
 		}

@@ -111,7 +111,7 @@ func TestVoteResolvingConflictLoadable(t *testing.T) {
 	n0 := fs.w.nsync.Load()
 	gate := make(chan struct{})
 	realSync := fs.w.sync
-	fs.w.sync = func() error { <-gate; return realSync() }
+	fs.w.sync = func(slot int) error { <-gate; return realSync(slot) }
 	finished := make(chan error, 1)
 	go func() {
 		_, err := tryCommit(fs, zodb.TxnMeta{}, func(tx zodb.Txn) error { return tx.Store(1, t1, []byte("a")) })

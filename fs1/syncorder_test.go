@@ -58,13 +58,13 @@ func watchSyncs(fs *FileStorage) *syncLog {
 		l.add(syncEvent{kind: 't', off: size})
 		return err
 	}
-	w.sync = func() error {
+	w.sync = func(slot int) error {
 		mu.Lock()
 		nsync++
 		id := nsync
 		mu.Unlock()
 		l.add(syncEvent{kind: 's', n: id})
-		err := realSync()
+		err := realSync(slot)
 		if err == nil {
 			l.add(syncEvent{kind: 'e', n: id})
 		}
@@ -244,7 +244,7 @@ func TestSyncAbortDuringSync(t *testing.T) {
 	l := watchSyncs(fs)
 	logged := fs.w.sync
 	gate := make(chan struct{})
-	fs.w.sync = func() error { <-gate; return logged() }
+	fs.w.sync = func(slot int) error { <-gate; return logged(slot) }
 	x, _ := fs.Begin(bg, zodb.TxnMeta{})
 	x.Store(1, 0, []byte("x"))
 	if _, err := x.Vote(bg); err != nil {

@@ -67,6 +67,14 @@ type writer struct {
 	progress packProgress // its progress, for Stats
 	packOpt  Options      // the options it was opened with: PackNoGC, PackDiscardOld, Quota
 	retired  *os.File     // the file the last online pack replaced, kept open for readers; guarded by the commit lock
+	// syncFiles[i] is the descriptor of the file that the fdatasyncs of
+	// sync slot i run on, its own: Linux reports a writeback error to
+	// one fdatasync per open file, so that of two at once on one
+	// descriptor, the one whose transactions the failed write held
+	// could return success (the error gone to the other, which may
+	// report it only after the first published them). Opened with the
+	// file, replaced with it by a pack (while no fdatasync runs).
+	syncFiles [syncers]*os.File
 
 	oids oidAlloc // NewOids (oidmark.go)
 
@@ -88,7 +96,7 @@ type writer struct {
 	// Test hooks: the file operations of the commit path.
 	writeAt  func(b []byte, off int64) (int, error)
 	truncate func(size int64) error
-	sync     func() error
+	sync     func(slot int) error
 }
 
 var (
@@ -161,7 +169,11 @@ func openWriter(path string, opt *Options, logf func(string, ...interface{})) (*
 	// Through fs.file, not f: a pack may replace the file.
 	w.writeAt = func(b []byte, off int64) (int, error) { return fsys.WriteAt(fs.file, b, off) }
 	w.truncate = func(size int64) error { return fsys.Truncate(fs.file, size) }
-	w.sync = func() error { return fsys.Sync(fs.file) }
+	w.sync = func(slot int) error { return fsys.Sync(w.syncFiles[slot]) }
+	if w.syncFiles, err = openSyncFiles(fsys, path); err != nil {
+		w.oids.close(false)
+		return fail(err)
+	}
 	fs.w = w
 	if s.lastTid != 0 {
 		if ahead := s.lastTid.Time().Sub(w.now()); ahead > 0 {
@@ -277,6 +289,7 @@ func (w *writer) close() error {
 	w.cond.Broadcast()
 	w.mu.Unlock()
 	<-w.stopped
+	closeSyncFiles(w.syncFiles)
 	w.mu.Lock()
 	failed := w.failed
 	w.mu.Unlock()
