@@ -278,6 +278,7 @@ type oidAlloc struct {
 	reserved  zodb.Oid // the durable mark: oids below it may be handed out
 	closed    bool
 	extending bool // a write ahead (extend(0)) is started
+	exhausted bool // the largest oid is stored: none is above it (ZODB/py's new_oid fails too)
 	logf      func(string, ...interface{})
 
 	// markMu serializes the writes of the mark; it is taken before mu, and
@@ -294,6 +295,9 @@ func (a *oidAlloc) open(fsys vfs.FS, path string, create bool, maxOid zodb.Oid, 
 	a.logf = logf
 	mpath := path + OidMarkSuffix
 	floor := maxOid + 1 // 1 for an empty storage: oid 0 is the root, stored explicitly
+	if floor == 0 {
+		a.exhausted, floor = true, maxOid
+	}
 	var m oidMark
 	var err error
 	if create {
@@ -339,6 +343,10 @@ func (a *oidAlloc) take(n int) ([]zodb.Oid, error) {
 		if a.closed {
 			a.mu.Unlock()
 			return nil, ErrClosed
+		}
+		if a.exhausted {
+			a.mu.Unlock()
+			return nil, fmt.Errorf("fs1: %s: no oids left (oid %s is stored)", a.mark.path, zodb.Oid(1<<64-1))
 		}
 		first := a.next
 		end := first + zodb.Oid(n)
@@ -412,7 +420,9 @@ func (a *oidAlloc) extend(n int) error {
 // an oid stored by a commit is in the file once committed.
 func (a *oidAlloc) raise(oid zodb.Oid) {
 	a.mu.Lock()
-	if oid >= a.next {
+	if oid+1 == 0 {
+		a.exhausted = true
+	} else if oid >= a.next {
 		a.next = oid + 1
 	}
 	a.mu.Unlock()

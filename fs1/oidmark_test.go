@@ -531,3 +531,32 @@ func TestOidMarkConcurrent(t *testing.T) {
 		fs.Close()
 	}
 }
+
+// Once the largest oid is stored, no oid is above it: NewOids fails
+// (ZODB/py's new_oid too) rather than wrap to 0 and hand out the root and
+// the other stored oids, also after a restart.
+func TestNewOidsAfterLargestOid(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "Data.fs")
+	fs := openRW(t, path, nil, true)
+	commit(t, fs, nil, map[zodb.Oid]string{0: "root"})
+	before, err := fs.NewOids(bg, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit(t, fs, nil, map[zodb.Oid]string{1<<64 - 1: "last"})
+	for i := 0; i < 2; i++ {
+		if oids, err := fs.NewOids(bg, 1); err == nil || !strings.Contains(err.Error(), "no oids left") {
+			t.Fatalf("NewOids after the largest oid is stored (open %d): %v, %v; want no oids left", i, oids, err)
+		}
+		fs.Close()
+		fs = openRW(t, path, nil, false)
+	}
+	fs.Close()
+	if _, err := os.Stat(path + OidMarkSuffix); err != nil {
+		t.Fatal(err)
+	}
+	m, err := readOidMark(path + OidMarkSuffix)
+	if err != nil || m.slot.next <= before[1] {
+		t.Fatalf("oid mark: %+v, %v; want above %s", m.slot, err, before[1])
+	}
+}

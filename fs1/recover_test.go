@@ -2,8 +2,10 @@ package fs1
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/zodbd/zodbd/internal/datasets"
@@ -138,4 +140,57 @@ func TestEmptyFileReadWrite(t *testing.T) {
 	commit(t, fs, nil, map[zodb.Oid]string{0: "x"})
 	fs.Close()
 	checkScan(t, path)
+}
+
+// A damaged length or status in the header of a transaction in the middle
+// of the file (committed transactions after it) is damage, not a torn
+// tail: Open refuses the file with the offset, read-write too, instead of
+// cutting the later transactions off into .tr0 (what ZODB/py does for a
+// length that goes past the end of the file).
+func TestOpenRefusesDamagedHeader(t *testing.T) {
+	for _, field := range []string{"status", "length"} {
+		t.Run(field, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "Data.fs")
+			fs := openRW(t, path, nil, true)
+			t1 := commit(t, fs, nil, map[zodb.Oid]string{0: "root-1"})
+			commit(t, fs, map[zodb.Oid]zodb.Tid{0: t1}, map[zodb.Oid]string{1: "x"})
+			commit(t, fs, map[zodb.Oid]zodb.Tid{0: t1}, map[zodb.Oid]string{0: "root-3"})
+			pos, _ := fs.Index().Get(1)
+			var dh DataHeader
+			if err := dh.Load(fs.file, path, pos, fs.End()); err != nil {
+				t.Fatal(err)
+			}
+			fs.Close()
+			off, b := dh.TxnPos+16, []byte{'x'}
+			if field == "length" {
+				off, b = dh.TxnPos+8, []byte{0x7f} // the length's high byte
+			}
+			f, err := os.OpenFile(path, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteAt(b, off); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			os.Remove(path + ".index")
+			before, _ := os.ReadFile(path)
+			for _, rw := range []bool{false, true} {
+				fs2, err := Open(path, &Options{ReadWrite: rw, Logf: t.Logf})
+				if err == nil {
+					fs2.Close()
+					t.Fatalf("damaged %s of a transaction in the middle (read-write %v): Open accepted the file", field, rw)
+				}
+				if want := fmt.Sprintf("Data.fs:%d: transaction record", dh.TxnPos); !strings.Contains(err.Error(), want) {
+					t.Fatalf("Open: %v, want an error at %s", err, want)
+				}
+			}
+			if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
+				t.Fatal("the refused file was changed")
+			}
+			if _, err := os.Stat(path + ".tr0"); err == nil {
+				t.Fatal("a .tr0 was written")
+			}
+		})
+	}
 }

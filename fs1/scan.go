@@ -94,9 +94,19 @@ func Scan(r io.ReaderAt, path string, from, size int64, prevTid zodb.Tid, idx *I
 			return fail(pos, "transaction record", "read: %w", err)
 		}
 		h := DecodeTxnHeaderFix(b)
-		if h.Len > uint64(size) || pos+int64(h.Len)+8 > size || h.Status == byte(zodb.TxnCheckpoint) {
-			res.Torn = pos
+		if h.Status == byte(zodb.TxnCheckpoint) {
+			res.Torn = pos // voted, never finished
 			break
+		}
+		if h.Len > uint64(size) || pos+int64(h.Len)+8 > size {
+			// A header written before a crash whose transaction did not
+			// all reach the disk; in the middle of the file (committed
+			// transactions after it), a damaged length.
+			if tornTail(r, pos, size) {
+				res.Torn = pos
+				break
+			}
+			return fail(pos, "transaction record", "transaction length %d goes past the end of the file (%d)", h.Len, size)
 		}
 		tpos, tlen := pos, int64(h.Len)
 		tend := tpos + tlen
