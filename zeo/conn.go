@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -369,6 +370,11 @@ func (c *conn) overflow(err error) {
 	c.nc.Close()
 }
 
+// publishTries bounds the tries of a loadBefore waiting for a commit
+// whose invalidation was queued on the connection to be published (after
+// the first hundred, a millisecond apart): ~10 s.
+var publishTries = 10000
+
 // loadBefore answers loadBefore(oid, tid) inline: the reply is encoded
 // straight into the output queue.
 func (c *conn) loadBefore(id *wire.Value, oid zodb.Oid, before zodb.Tid) {
@@ -401,12 +407,16 @@ func (c *conn) loadBefore(id *wire.Value, oid zodb.Oid, before zodb.Tid) {
 			c.replyError(id, err)
 			return
 		}
-		if try > 1000 {
+		if try > publishTries {
 			// The storage publishes a commit right after its
-			// invalidations are queued; not seeing it for this long
-			// means it is stuck. Answer with what we have.
-			c.log(eventlog.Warning, "storage %s did not publish tid %s in time", st.name, zodb.Tid(c.out.Seq()))
-			seen = zodb.TidMax
+			// invalidations are queued; not seeing it for ~10 s
+			// means it is stuck. What was read may be stale once the
+			// client applies the invalidation already sent: an
+			// error, not data the client would cache as current.
+			err := fmt.Errorf("storage %s did not publish tid %s in time", st.name, zodb.Tid(c.out.Seq()))
+			c.log(eventlog.Error, "loadBefore(%s, %s): %v", oid, before, err)
+			c.replyError(id, err)
+			return
 		}
 		if next != 0 {
 			seen = zodb.TidMax // a closed revision range never goes stale

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/zodbd/zodbd/fs1"
 	"github.com/zodbd/zodbd/zeo/wire"
@@ -272,3 +273,24 @@ func BenchmarkPingPong(b *testing.B) {
 }
 
 var _ = io.EOF
+
+// readUntil reads messages of c until one named name (".reply" included)
+// arrives, within d; it fails the test otherwise.
+func (c *rawClient) readUntil(t *testing.T, name string, d time.Duration) wire.Message {
+	t.Helper()
+	c.nc.SetReadDeadline(time.Now().Add(d))
+	defer c.nc.SetReadDeadline(time.Time{})
+	for {
+		f, err := wire.ReadFrame(c.br, nil, 1<<20)
+		if err != nil {
+			t.Fatalf("waiting for %s: %v", name, err)
+		}
+		msg, err := c.dec.DecodeMessage(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(msg.Name) == name {
+			return msg
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -162,5 +163,39 @@ func TestInvalidationAgeInWindow(t *testing.T) {
 	slices.Sort(oids)
 	if last := zodb.Tid(binary.BigEndian.Uint64(r.Items[0].B)); last != t3 || !slices.Equal(oids, []zodb.Oid{1, 2}) {
 		t.Fatalf("getInvalidations(%s) = %s %v, want %s [1 2]", t1, last, oids, t3)
+	}
+}
+
+// TestLoadWaitsForPublish: a client that received
+// invalidateTransaction(T2) for oid 1 then asks loadBefore(1, maxtid)
+// while T2 is still not published (a commit whose fsync takes over a
+// second). The server must not answer the old revision as current (the
+// stock client would cache it as current, after the invalidation, and
+// serve stale data until the next change of the object): past its bound
+// (publishTries) it answers an error. It did answer the old revision.
+func TestLoadWaitsForPublish(t *testing.T) {
+	w := newWindowFS(t)
+	addr := startServer(t, Config{Storages: []StorageConfig{{Name: "1", Storage: w}}})
+	c := dialRawRW(t, addr, wire.Pickle)
+	reader := dialRaw(t, addr, wire.Pickle)
+	var id int64 = 10
+	t1 := commitRaw(t, c, &id, 1, 0, []byte("first"))
+	reader.readUntil(t, "invalidateTransaction", 5*time.Second) // t1's
+	publish := commitInWindow(t, w, c, &id, t1)
+	inv := reader.readUntil(t, "invalidateTransaction", 5*time.Second)
+	t2 := zodb.Tid(binary.BigEndian.Uint64(inv.Args.Items[0].B))
+
+	defer func(n int) { publishTries = n }(publishTries)
+	publishTries = 300 // ~0.2 s
+	reader.sendLoad(1, zodb.TidMax)
+	reader.flush(t)
+	r := reader.readUntil(t, ".reply", 10*time.Second)
+	publish()
+	if r.Flags.Int == 0 && r.Args.Kind == wire.Tuple {
+		serial := zodb.Tid(binary.BigEndian.Uint64(r.Args.Items[1].B))
+		t.Fatalf("after invalidateTransaction(%s) for oid 1, loadBefore(1, maxtid) answered revision %s (end %v) before %s was published", t2, serial, r.Args.Items[2], t2)
+	}
+	if r.Flags.Int != 2 || !strings.Contains(r.Args.String(), "did not publish") {
+		t.Fatalf("loadBefore: %v, want an error", r.Args)
 	}
 }
