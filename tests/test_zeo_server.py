@@ -88,6 +88,30 @@ def test_iterator_matches_filestorage(serve, tmp_copy):
         ref.close()
 
 
+def test_records_outlive_transaction_iterator(serve, tmp_copy):
+    """A transaction's records, read lazily by the stock client (one
+    iterator_record_next each), are all returned when the transaction
+    iterator moved on meanwhile: runzeo's iter(txn_info) does not depend
+    on the transaction iterator (zodbd's records ended early)."""
+    path = tmp_copy('1.fs')
+    ref = FileStorage(path, read_only=True)
+    srv = serve(path, extra=['-r'])
+    cs = client(srv, read_only=True)
+    try:
+        want = {t.tid: [r.oid for r in t] for t in ref.iterator()}
+        tid = next(tid for tid, oids in want.items() if len(oids) >= 3)
+        it = cs.iterator(tid, None)
+        txn = next(it)
+        assert txn.tid == tid
+        recs = iter(txn)
+        first = next(recs)
+        next(it)  # the next transaction, before the records are all read
+        assert [first.oid] + [r.oid for r in recs] == want[tid]
+    finally:
+        cs.close()
+        ref.close()
+
+
 def test_db_reads(serve, tmp_copy):
     srv = serve(tmp_copy('1.fs'), extra=['-r'])
     db = ZEO.DB(srv.addr, read_only=True, wait_timeout=10)

@@ -24,11 +24,13 @@ type iterState struct {
 
 	// for a record iterator: its transaction iterator (parent) and tid,
 	// and the records it reads: the parent's data (shared), valid while
-	// the parent stays on tid, or those of an iterator of its own.
+	// the parent stays on tid, or those of an iterator of its own; n
+	// records returned so far.
 	parent int64
 	tid    zodb.Tid
 	rdata  zodb.DataIterator
 	shared bool
+	n      int
 }
 
 // maxIterators bounds the iterators a connection keeps open (each holds
@@ -99,13 +101,11 @@ func (c *conn) iteratorRecordStart(id *wire.Value, iid int64, tid zodb.Tid) erro
 		r.rdata, r.shared, it.taken = it.data, true, true
 	} else {
 		// The records of the same transaction again (the stock client
-		// does not ask for it): an iterator over that transaction alone.
-		own := c.st.st.Iterate(context.Background(), tid, tid)
-		txn, data, err := own.NextTxn(c.ctx)
-		if err != nil || txn.Tid != tid {
-			return &pyError{"builtins.ValueError", "iterator_record_start: transaction " + tid.String() + " is gone"}
+		// does not ask for it).
+		var err error
+		if r.rdata, err = c.ownRecords(tid, 0); err != nil {
+			return err
 		}
-		r.rdata = data
 	}
 	c.iterSeq++
 	riid := c.iterSeq
@@ -119,19 +119,30 @@ func (c *conn) iteratorRecordNext(id *wire.Value, riid int64) error {
 	if it == nil || it.txns != nil {
 		return &pyError{"builtins.KeyError", "no such iterator"}
 	}
-	var d *zodb.DataInfo
-	if p := c.iters[it.parent]; !it.shared || (p != nil && p.lastTid == it.tid) {
-		var err error
-		if d, err = it.rdata.NextData(c.ctx); err != nil && !errors.Is(err, io.EOF) {
+	if p := c.iters[it.parent]; it.shared && (p == nil || p.lastTid != it.tid) {
+		// The transaction iterator moved on (or went): the rest of the
+		// records from an iterator of their own, as runzeo's records
+		// do not depend on the transaction iterator. Costly (a search
+		// for the transaction), but the stock client reads a
+		// transaction's records before it asks for the next one.
+		rdata, err := c.ownRecords(it.tid, it.n)
+		if err != nil {
+			delete(c.iters, riid)
 			return err
 		}
+		it.rdata, it.shared = rdata, false
+	}
+	d, err := it.rdata.NextData(c.ctx)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return err
 	}
 	if d == nil {
-		// Done, or the transaction iterator moved on.
+		// Done.
 		delete(c.iters, riid)
 		c.reply(id, func(e *wire.Encoder) { e.None() })
 		return nil
 	}
+	it.n++
 	c.reply(id, func(e *wire.Encoder) {
 		e.BeginTuple(4)
 		e.Oid8(uint64(d.Oid))
@@ -149,4 +160,20 @@ func (c *conn) iteratorRecordNext(id *wire.Value, riid int64) error {
 		e.EndTuple(4)
 	})
 	return nil
+}
+
+// ownRecords returns an iterator over the records of transaction tid
+// alone, after its first skip records.
+func (c *conn) ownRecords(tid zodb.Tid, skip int) (zodb.DataIterator, error) {
+	gone := &pyError{"builtins.ValueError", "transaction " + tid.String() + " is gone"}
+	txn, data, err := c.st.st.Iterate(context.Background(), tid, tid).NextTxn(c.ctx)
+	if err != nil || txn.Tid != tid {
+		return nil, gone
+	}
+	for range skip {
+		if _, err := data.NextData(c.ctx); err != nil {
+			return nil, gone
+		}
+	}
+	return data, nil
 }
