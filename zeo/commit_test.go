@@ -168,3 +168,95 @@ func TestCloseAfterFinish(t *testing.T) {
 		t.Fatalf("lastTransaction: %v", r)
 	}
 }
+
+// sendVote sends vote(txnID) as request id without waiting.
+func sendVote(t *testing.T, c *rawClient, id, txnID int64) {
+	idv := wire.Value{Kind: wire.Int, Int: id}
+	c.enc.BeginRequest(&idv, false, "vote")
+	c.enc.BeginTuple(1)
+	c.enc.Int(txnID)
+	c.enc.EndTuple(1)
+	c.enc.EndMessage()
+	c.flush(t)
+}
+
+// TestLockReleasedByConflictedHolder: a transaction whose vote
+// returned conflicts for the client keeps the commit lock; its client
+// going away (disconnect), aborting, timing out or finishing lets a
+// waiting voter through.
+func TestLockReleasedByConflictedHolder(t *testing.T) {
+	for _, how := range []string{"disconnect", "abort", "timeout", "finish"} {
+		t.Run(how, func(t *testing.T) {
+			stor := openWritable(t)
+			cfg := Config{Storages: []StorageConfig{{Name: "1", Storage: stor}}}
+			if how == "timeout" {
+				cfg.TransactionTimeout = 300 * time.Millisecond
+			}
+			addr := startServer(t, cfg)
+			a := dialRawRW(t, addr, wire.Pickle)
+			b := dialRawRW(t, addr, wire.Pickle)
+			w := dialRawRW(t, addr, wire.Pickle)
+			var id int64 = 10
+			s0 := commitRaw(t, w, &id, 1, 0, []byte("v0"))
+			commitRaw(t, w, &id, 1, s0, []byte("v1"))
+			r := storeAndVote(t, a, 20, 5, true, 1, s0, []byte("stale"))
+			if r.Len() != 1 || r.Items[0].Kind != wire.Dict {
+				t.Fatalf("vote: %v, want one conflict", r)
+			}
+			// b votes another object: it waits for the lock.
+			b.tpcBegin(9)
+			b.oneway("storea", 4, func(e *wire.Encoder) { e.Oid8(2); e.Oid8(0); e.Bytes([]byte("b")); e.Int(9) })
+			sendVote(t, b, 30, 9)
+			time.Sleep(100 * time.Millisecond)
+			switch how {
+			case "disconnect":
+				a.nc.Close()
+			case "abort":
+				a.call(t, 21, "tpc_abort", func(e *wire.Encoder) { e.Int(5) }, 1)
+			case "finish":
+				idv := wire.Value{Kind: wire.Int, Int: 22}
+				a.enc.BeginRequest(&idv, false, "tpc_finish")
+				a.enc.BeginTuple(1)
+				a.enc.Int(5)
+				a.enc.EndTuple(1)
+				a.enc.EndMessage()
+				a.flush(t)
+			}
+			msg := b.readUntil(t, ".reply", 5*time.Second)
+			if msg.Flags.Int != 0 || msg.Args.Len() != 0 {
+				t.Fatalf("b's vote: %v %v", msg.Flags, msg.Args)
+			}
+			r = b.call(t, 31, "tpc_finish", func(e *wire.Encoder) { e.Int(9) }, 1)
+			if len(r.B) != 8 {
+				t.Fatalf("b's finish: %v", r)
+			}
+		})
+	}
+}
+
+// TestLockWaiterLeaves: a voter waiting for the commit lock disconnects;
+// the holder finishes; a third voter gets the lock.
+func TestLockWaiterLeaves(t *testing.T) {
+	stor := openWritable(t)
+	addr := startServer(t, Config{Storages: []StorageConfig{{Name: "1", Storage: stor}}})
+	a := dialRawRW(t, addr, wire.Pickle)
+	b := dialRawRW(t, addr, wire.Pickle)
+	c := dialRawRW(t, addr, wire.Pickle)
+	r := storeAndVote(t, a, 20, 5, true, 1, 0, []byte("a"))
+	if r.Len() != 0 {
+		t.Fatalf("a's vote: %v", r)
+	}
+	b.tpcBegin(9)
+	b.oneway("storea", 4, func(e *wire.Encoder) { e.Oid8(2); e.Oid8(0); e.Bytes([]byte("b")); e.Int(9) })
+	sendVote(t, b, 30, 9)
+	time.Sleep(50 * time.Millisecond)
+	b.nc.Close()
+	time.Sleep(50 * time.Millisecond)
+	a.call(t, 21, "tpc_finish", func(e *wire.Encoder) { e.Int(5) }, 1)
+	c.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
+	r = storeAndVote(t, c, 40, 7, true, 3, 0, []byte("c"))
+	if r.Len() != 0 {
+		t.Fatalf("c's vote: %v", r)
+	}
+	c.call(t, 41, "tpc_finish", func(e *wire.Encoder) { e.Int(7) }, 1)
+}
