@@ -367,7 +367,19 @@ func (tm *txnManager) relockObject(p *peer, id uint32, m *proto.AskRelockObject)
 		tm.send(p, id, &proto.AnswerRelockObject{})
 		return nil
 	}
+	if _, told := t.deadlock[m.Oid]; !told {
+		// A lock given back unasked would let another transaction store
+		// over this one's change (NEO/py refuses it too).
+		return badInput("relock of %s by %s: no deadlock notified", m.Oid, m.TTid)
+	}
 	delete(t.deadlock, m.Oid)
+	if t.voted > 0 {
+		// Voted since: no deadlock any more (an older transaction waits
+		// for a voted one), and its vote holds for what it stored, so it
+		// keeps the lock (the clients do not relock once they voted).
+		tm.send(p, id, &proto.AnswerRelockObject{})
+		return nil
+	}
 	if tm.storeLocks[m.Oid] == m.TTid {
 		delete(tm.storeLocks, m.Oid)
 		// The younger transaction that caused the deadlock takes it now.
@@ -381,11 +393,12 @@ func (tm *txnManager) relockObject(p *peer, id uint32, m *proto.AskRelockObject)
 }
 
 // queue delays ev behind the events of older transactions (mu held).
+// Delayed stores and checks are not bounded by count (MaxInflight bounds
+// the delayed reads): a client pipelines every store of its transaction
+// (NEO/py's and zodbd's clients), which all wait when another
+// transaction locks their oids, and each costs a fraction of what its
+// store costs the transaction anyway.
 func (tm *txnManager) queue(ev *event) error {
-	if ev.p.delayed >= tm.n.cfg.MaxInflight {
-		return &limitError{fmt.Sprintf("over %d requests waiting for write locks", tm.n.cfg.MaxInflight)}
-	}
-	ev.p.delayed++
 	ev.since = time.Now()
 	i := len(tm.events)
 	for i > 0 && tm.events[i-1].ttid > ev.ttid {
@@ -410,7 +423,6 @@ func (tm *txnManager) runEvents() {
 		for i := 0; i < len(tm.events); {
 			ev := tm.events[i]
 			if tm.tryEvent(ev) {
-				ev.p.delayed--
 				tm.events = slices.Delete(tm.events, i, i+1)
 			} else {
 				i++
