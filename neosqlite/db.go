@@ -236,7 +236,7 @@ func OpenExclusive(ctx context.Context, path string) (*DB, error) {
 
 // OpenWriter opens the database read-write, as the storage node that owns
 // it: it takes NEO/py's storage lock on the file as OpenExclusive does, and
-// accepts commits (Vote, Lock, Unlock, Abort, DropUnlocked, Pack; see
+// accepts commits (Vote, Lock, Unlock, Abort, DropUnfinished, Pack; see
 // write.go) besides every read. While it is open the database is in WAL
 // mode (a -wal and a -shm file beside it); Close puts it back in the
 // journal mode it had (NEO/py's default: DELETE), so that a NEO/py node

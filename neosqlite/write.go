@@ -1013,12 +1013,12 @@ func (w *writer) abort(ttid zodb.Tid) error {
 	return w.release(ids, true)
 }
 
-// dropUnlocked drops the voted transactions that are not locked (NEO/py's
-// dropUnfinishedData, which runs when no transaction is locked, restricted
-// to those: ttrans rows without a tid, tobj rows of the other ttids).
-func (w *writer) dropUnlocked(locked map[zodb.Tid]bool) error {
+// dropUnfinished drops every transaction voted or locked and not
+// unlocked: the rows of ttrans and tobj, and the data only they
+// referenced (NEO/py's dropUnfinishedData).
+func (w *writer) dropUnfinished() error {
 	c := w.c
-	st, err := c.prepare("SELECT DISTINCT tid FROM tobj UNION SELECT ttid FROM ttrans WHERE tid IS NULL")
+	st, err := c.prepare("SELECT DISTINCT tid FROM tobj UNION SELECT ttid FROM ttrans")
 	if err != nil {
 		return err
 	}
@@ -1035,24 +1035,7 @@ func (w *writer) dropUnlocked(locked map[zodb.Tid]bool) error {
 		ttids = append(ttids, zodb.Tid(c.int64(st, 0)))
 	}
 	sqlite3.Xsqlite3_finalize(c.tls, st)
-	lockedInDB, err := c.prepare("SELECT 1 FROM ttrans WHERE ttid=? AND tid IS NOT NULL")
-	if err != nil {
-		return err
-	}
-	defer sqlite3.Xsqlite3_finalize(c.tls, lockedInDB)
 	for _, ttid := range ttids {
-		if locked[ttid] {
-			continue
-		}
-		c.bindInt(lockedInDB, 1, int64(ttid))
-		row, err := c.step(lockedInDB, "unfinished")
-		if err != nil {
-			return err
-		}
-		if row {
-			c.reset(lockedInDB)
-			continue
-		}
 		if err := w.abort(ttid); err != nil {
 			return err
 		}

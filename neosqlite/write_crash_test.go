@@ -54,7 +54,7 @@ func snapshotFiles(t *testing.T, path, dir string) string {
 // reopening, the transaction is listed as locked with its tid, FinalTID
 // answers it, its data is not visible; Lock and Unlock again (the master's
 // ValidateTransaction) commit it; a transaction only voted is dropped by
-// DropUnlocked. With NEO/py available, its own database manager takes over
+// DropUnfinished. With NEO/py available, its own database manager takes over
 // the crashed database as well and ends with the same tables.
 func TestWriteCrashLocked(t *testing.T) {
 	ctx := context.Background()
@@ -104,7 +104,7 @@ func TestWriteCrashLocked(t *testing.T) {
 	if err := db2.Unlock(ctx, locked, tid); err != nil {
 		t.Fatal(err)
 	}
-	if err := db2.DropUnlocked(ctx); err != nil {
+	if err := db2.DropUnfinished(ctx); err != nil {
 		t.Fatal(err)
 	}
 	o, err := db2.Object(ctx, 10, 0, 0, nil)

@@ -149,7 +149,7 @@ func runScenario(t *testing.T, dbPath, path string) []any {
 		case "abort":
 			err = db.Abort(ctx, zodb.Tid(op.TTid))
 		case "drop_unlocked":
-			err = db.DropUnlocked(ctx)
+			err = db.DropUnfinished(ctx)
 		case "pack":
 			err = db.Pack(ctx, zodb.Tid(op.PackID), zodb.Tid(op.Tid), toOids(op.Oids))
 		case "undo_serial":

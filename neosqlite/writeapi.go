@@ -109,22 +109,22 @@ func (db *DB) Abort(ctx context.Context, ttid zodb.Tid) error {
 	return nil
 }
 
-// DropUnlocked drops every voted transaction that is not locked (neither
-// by a Lock of this process nor in ttrans).
-func (db *DB) DropUnlocked(ctx context.Context) error {
+// DropUnfinished drops every transaction voted or locked and not
+// unlocked (NEO/py's dropUnfinishedData, when operation starts: the
+// master validated during its verification the locked transactions it
+// keeps; the others are dropped, and replication brings them back if
+// they committed elsewhere).
+func (db *DB) DropUnfinished(ctx context.Context) error {
 	w, err := db.writer()
 	if err != nil {
 		return err
 	}
+	if err := w.do(ctx, true, func(w *writer) error { return w.dropUnfinished() }); err != nil {
+		return db.wrap(fmt.Errorf("drop unfinished: %w", err))
+	}
 	db.lockMu.Lock()
-	locked := make(map[zodb.Tid]bool, len(db.locked))
-	for t := range db.locked {
-		locked[t] = true
-	}
+	clear(db.locked)
 	db.lockMu.Unlock()
-	if err := w.do(ctx, true, func(w *writer) error { return w.dropUnlocked(locked) }); err != nil {
-		return db.wrap(fmt.Errorf("drop unlocked: %w", err))
-	}
 	return nil
 }
 

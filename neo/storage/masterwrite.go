@@ -1,11 +1,31 @@
 package storage
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 
+	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/zodb"
 )
+
+// validateAll applies the master's ValidateTransactions received since the
+// last other packet, in tid order (n.validations): NEO/py's master sends
+// them in the order of a dict, and a FileStorage commits and unlocks in
+// tid order only. The master sends them together at the end of its
+// verification, then asks for the last ids (which must count them).
+func (n *Node) validateAll(ctx context.Context) error {
+	v := n.validations
+	n.validations = v[:0]
+	slices.SortFunc(v, func(a, b proto.LockedTxn) int { return cmp.Compare(a.Tid, b.Tid) })
+	for _, t := range v {
+		if err := n.validate(ctx, t.TTid, t.Tid); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // validate handles the master's ValidateTransaction during verification:
 // a transaction that a node locked (or that this node only voted, when

@@ -26,7 +26,7 @@ type memWriter struct {
 	voted  map[zodb.Tid]*memVoted
 	lastLk zodb.Tid
 	np     int      // partitions, to filter TIDs and TIDsFrom (0: 1)
-	calls  []string // Vote/Lock/Unlock/Abort/DropUnlocked, in order
+	calls  []string // Vote/Lock/Unlock/Abort/DropUnfinished, in order
 	err    error    // a broken contract, reported by check
 }
 
@@ -315,10 +315,10 @@ func (m *memWriter) Abort(ctx context.Context, ttid zodb.Tid) error {
 	return nil
 }
 
-func (m *memWriter) DropUnlocked(ctx context.Context) error {
+func (m *memWriter) DropUnfinished(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.calls = append(m.calls, "DropUnlocked")
+	m.calls = append(m.calls, "DropUnfinished")
 	for ttid, v := range m.voted {
 		if v.tid == 0 {
 			delete(m.voted, ttid)

@@ -105,8 +105,11 @@ type Node struct {
 	tm   *txnManager // nil: a read-only node (the backend is no Writer)
 	repl *replicator // with tm: this node's OUT_OF_DATE cells (replicator.go)
 	pack packState   // pack orders, with tm
-	ln   net.Listener
-	addr proto.Address
+	// validations are the master's ValidateTransactions not applied yet
+	// (masterwrite.go); only the master session's goroutine uses them.
+	validations []proto.LockedTxn
+	ln          net.Listener
+	addr        proto.Address
 
 	nid         atomic.Int32
 	operational atomic.Bool
@@ -461,6 +464,7 @@ func (n *Node) masterSession(ctx context.Context, addr string) (next int, err er
 		defer cancel()
 		n.pack.start(pctx, m, rec.PackID)
 		defer n.pack.stop()
+		n.validations = n.validations[:0] // of a session that ended
 	}
 
 	for {
@@ -529,6 +533,11 @@ func (n *Node) handleMaster(ctx context.Context, m *link.Conn, id uint32, code u
 			return proto.InvalidTid
 		}
 		return t
+	}
+	if len(n.validations) > 0 && code != proto.CodeValidateTransaction {
+		if err := n.validateAll(ctx); err != nil {
+			return next, err
+		}
 	}
 	switch code {
 	case proto.CodeAskRecovery:
@@ -655,7 +664,8 @@ func (n *Node) handleMaster(ctx context.Context, m *link.Conn, id uint32, code u
 			return next, err
 		}
 		if n.tm != nil {
-			return next, n.validate(ctx, msg.TTid, msg.Tid)
+			n.validations = append(n.validations, proto.LockedTxn{TTid: msg.TTid, Tid: msg.Tid})
+			return next, nil
 		}
 		final, err := n.be.FinalTID(ctx, msg.TTid)
 		if err != nil && !errors.Is(err, ErrNonReadableCell) {
@@ -736,7 +746,7 @@ func (n *Node) handleMaster(ctx context.Context, m *link.Conn, id uint32, code u
 			// What the verification did not validate is dropped before
 			// any client is served (NEO/py: dropUnfinishedData when
 			// operation starts).
-			if err := n.tm.w.DropUnlocked(ctx); err != nil {
+			if err := n.tm.w.DropUnfinished(ctx); err != nil {
 				return next, fmt.Errorf("dropping unfinished transactions: %w", err)
 			}
 		}

@@ -34,8 +34,8 @@ import (
 //
 // After Lock returned, FinalTID(ttid) answers tid and
 // LockedTransactions lists ttid -> tid until Unlock is durable; both must
-// hold across a crash. DropUnlocked is called when the master starts
-// operation after verification: voted transactions it did not validate are
+// hold across a crash. DropUnfinished is called when the master starts
+// operation after verification: the transactions it did not validate are
 // dropped. Methods may be called from several goroutines at once for
 // different ttids; calls for one ttid come one at a time and in the order
 // above. Unlock calls come in tid order.
@@ -66,8 +66,14 @@ type Writer interface {
 	// nothing is stored under ttid).
 	Abort(ctx context.Context, ttid zodb.Tid) error
 
-	// DropUnlocked drops every voted transaction that is not locked.
-	DropUnlocked(ctx context.Context) error
+	// DropUnfinished drops every transaction voted, or locked and not
+	// unlocked (NEO/py's dropUnfinishedData): the master validated those
+	// it keeps during its verification, asking only the nodes whose
+	// cells are readable; another node's are dropped, and replication
+	// brings them back if they committed. A backend that is never a
+	// replication target (ReplicationSink), whose cells are so always
+	// readable, may keep the locked ones.
+	DropUnfinished(ctx context.Context) error
 
 	// UndoSerial answers AskObjectUndoSerial for one oid: the transaction
 	// with tid undoTid is undone by a transaction that sees the database

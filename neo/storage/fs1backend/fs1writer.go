@@ -599,9 +599,11 @@ func (b *Backend) Abort(ctx context.Context, ttid zodb.Tid) error {
 	return nil
 }
 
-// DropUnlocked implements storage.Writer: the voted transactions are dropped (one
-// being locked is kept); the locked ones stay.
-func (b *Backend) DropUnlocked(ctx context.Context) error {
+// DropUnfinished implements storage.Writer: the voted transactions are dropped (one
+// being locked is kept); the locked ones stay, being in the file already
+// (a FileStorage node is never a replication target: the master
+// validates its locked transactions).
+func (b *Backend) DropUnfinished(ctx context.Context) error {
 	w, err := b.writes()
 	if err != nil {
 		return err

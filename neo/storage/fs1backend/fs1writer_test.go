@@ -298,7 +298,7 @@ func TestFS1WriterCommit(t *testing.T) {
 	check("reopened", map[zodb.Tid]zodb.Tid{}, tid)
 }
 
-// TestFS1WriterAbort checks Abort and DropUnlocked: nothing reaches the
+// TestFS1WriterAbort checks Abort and DropUnfinished: nothing reaches the
 // file.
 func TestFS1WriterAbort(t *testing.T) {
 	ctx := context.Background()
@@ -329,7 +329,7 @@ func TestFS1WriterAbort(t *testing.T) {
 	if err := b.Abort(ctx, t3); err == nil {
 		t.Error("Abort of a locked transaction succeeded")
 	}
-	if err := b.DropUnlocked(ctx); err != nil {
+	if err := b.DropUnfinished(ctx); err != nil {
 		t.Fatal(err)
 	}
 	locked, _ := b.LockedTransactions(ctx)

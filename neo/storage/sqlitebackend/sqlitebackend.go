@@ -252,8 +252,8 @@ func (b *Backend) Unlock(ctx context.Context, ttid, tid zodb.Tid) error {
 // Abort implements storage.Writer.
 func (b *Backend) Abort(ctx context.Context, ttid zodb.Tid) error { return b.db.Abort(ctx, ttid) }
 
-// DropUnlocked implements storage.Writer.
-func (b *Backend) DropUnlocked(ctx context.Context) error { return b.db.DropUnlocked(ctx) }
+// DropUnfinished implements storage.Writer.
+func (b *Backend) DropUnfinished(ctx context.Context) error { return b.db.DropUnfinished(ctx) }
 
 // UndoSerial implements storage.Writer. As NEO/py's findUndoTID, it may return ok
 // with current 0: the undoing transaction (ltid) does not see undoTid;

@@ -105,7 +105,7 @@ func TestSQLiteWriter(t *testing.T) {
 		t.Fatalf("Object after the pack: %+v, %v", o, err)
 	}
 
-	// Abort and DropUnlocked leave nothing behind.
+	// Abort and DropUnfinished leave nothing behind.
 	vt := &storage.VotedTxn{TTid: t3 + 1, Objects: []storage.VotedObject{obj("aborted")}}
 	if err := w.Vote(ctx, vt); err != nil {
 		t.Fatal(err)
@@ -117,7 +117,7 @@ func TestSQLiteWriter(t *testing.T) {
 	if err := w.Vote(ctx, vt); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.DropUnlocked(ctx); err != nil {
+	if err := w.DropUnfinished(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if m, err := w.LockedTransactions(ctx); err != nil || len(m) != 0 {
