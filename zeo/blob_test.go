@@ -215,13 +215,7 @@ func TestBlobMalformed(t *testing.T) {
 	c = dialRawRW(t, addr, wire.Pickle)
 	c.tpcBegin(1)
 	call := func(id int64, name string, n int, args func(e *wire.Encoder)) (int64, wire.Value) {
-		idv := wire.Value{Kind: wire.Int, Int: id}
-		c.enc.BeginRequest(&idv, false, name)
-		c.enc.BeginTuple(n)
-		args(&c.enc)
-		c.enc.EndTuple(n)
-		c.enc.EndMessage()
-		c.flush(t)
+		c.send(t, id, name, args, n)
 		msg := c.read(t)
 		return msg.Flags.Int, cloneValue(&msg.Args)
 	}

@@ -169,17 +169,6 @@ func TestCloseAfterFinish(t *testing.T) {
 	}
 }
 
-// sendVote sends vote(txnID) as request id without waiting.
-func sendVote(t *testing.T, c *rawClient, id, txnID int64) {
-	idv := wire.Value{Kind: wire.Int, Int: id}
-	c.enc.BeginRequest(&idv, false, "vote")
-	c.enc.BeginTuple(1)
-	c.enc.Int(txnID)
-	c.enc.EndTuple(1)
-	c.enc.EndMessage()
-	c.flush(t)
-}
-
 // TestLockReleasedByConflictedHolder: a transaction whose vote
 // returned conflicts for the client keeps the commit lock; its client
 // going away (disconnect), aborting, timing out or finishing lets a
@@ -206,7 +195,7 @@ func TestLockReleasedByConflictedHolder(t *testing.T) {
 			// b votes another object: it waits for the lock.
 			b.tpcBegin(9)
 			b.oneway("storea", 4, func(e *wire.Encoder) { e.Oid8(2); e.Oid8(0); e.Bytes([]byte("b")); e.Int(9) })
-			sendVote(t, b, 30, 9)
+			b.send(t, 30, "vote", func(e *wire.Encoder) { e.Int(9) }, 1)
 			time.Sleep(100 * time.Millisecond)
 			switch how {
 			case "disconnect":
@@ -214,13 +203,7 @@ func TestLockReleasedByConflictedHolder(t *testing.T) {
 			case "abort":
 				a.call(t, 21, "tpc_abort", func(e *wire.Encoder) { e.Int(5) }, 1)
 			case "finish":
-				idv := wire.Value{Kind: wire.Int, Int: 22}
-				a.enc.BeginRequest(&idv, false, "tpc_finish")
-				a.enc.BeginTuple(1)
-				a.enc.Int(5)
-				a.enc.EndTuple(1)
-				a.enc.EndMessage()
-				a.flush(t)
+				a.send(t, 22, "tpc_finish", func(e *wire.Encoder) { e.Int(5) }, 1)
 			}
 			msg := b.readUntil(t, ".reply", 5*time.Second)
 			if msg.Flags.Int != 0 || msg.Args.Len() != 0 {
@@ -248,7 +231,7 @@ func TestLockWaiterLeaves(t *testing.T) {
 	}
 	b.tpcBegin(9)
 	b.oneway("storea", 4, func(e *wire.Encoder) { e.Oid8(2); e.Oid8(0); e.Bytes([]byte("b")); e.Int(9) })
-	sendVote(t, b, 30, 9)
+	b.send(t, 30, "vote", func(e *wire.Encoder) { e.Int(9) }, 1)
 	time.Sleep(50 * time.Millisecond)
 	b.nc.Close()
 	time.Sleep(50 * time.Millisecond)

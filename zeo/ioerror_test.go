@@ -48,13 +48,7 @@ func TestIOErrorLog(t *testing.T) {
 	var id int64 = 10
 	request := func(name string, n int, args func(e *wire.Encoder)) wire.Message {
 		id++
-		idv := wire.Value{Kind: wire.Int, Int: id}
-		c.enc.BeginRequest(&idv, false, name)
-		c.enc.BeginTuple(n)
-		args(&c.enc)
-		c.enc.EndTuple(n)
-		c.enc.EndMessage()
-		c.flush(t)
+		c.send(t, id, name, args, n)
 		return c.read(t)
 	}
 	store := func(txnID int64, data string) {

@@ -23,13 +23,7 @@ func TestIteratorLimit(t *testing.T) {
 			first = r.Int
 		}
 	}
-	idv := wire.Value{Kind: wire.Int, Int: 5000}
-	c.enc.BeginRequest(&idv, false, "iterator_start")
-	c.enc.BeginTuple(2)
-	start(&c.enc)
-	c.enc.EndTuple(2)
-	c.enc.EndMessage()
-	c.flush(t)
+	c.send(t, 5000, "iterator_start", start, 2)
 	msg := c.read(t)
 	if msg.Flags.Int == 0 || !strings.Contains(msg.Args.String(), "too many iterators") {
 		t.Fatalf("iterator %d: %v %v, want a ValueError", maxIterators+1, msg.Flags, msg.Args)

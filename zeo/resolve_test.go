@@ -75,13 +75,7 @@ func TestVoteConflicts(t *testing.T) {
 		if r.Len() != 1 {
 			t.Fatalf("%v: vote: %v, want one conflict", m, r)
 		}
-		idv := wire.Value{Kind: wire.Int, Int: 24}
-		b.enc.BeginRequest(&idv, false, "tpc_finish")
-		b.enc.BeginTuple(1)
-		b.enc.Int(6)
-		b.enc.EndTuple(1)
-		b.enc.EndMessage()
-		b.flush(t)
+		b.send(t, 24, "tpc_finish", func(e *wire.Encoder) { e.Int(6) }, 1)
 		msg := b.read(t)
 		if msg.Flags.Int == 0 || !strings.Contains(msg.Args.String(), "ZODB.POSException.ConflictError") {
 			t.Fatalf("%v: tpc_finish after unresolved conflicts: %v %v, want a ConflictError", m, msg.Flags, msg.Args)

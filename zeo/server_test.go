@@ -115,8 +115,9 @@ func dialRawNoRegister(tb testing.TB, addr string, m wire.Marshal) *rawClient {
 	return c
 }
 
-// call sends a request with n args written by args and returns the reply.
-func (c *rawClient) call(tb testing.TB, id int64, name string, args func(e *wire.Encoder), n int) wire.Value {
+// send sends a request with n args written by args, without waiting for
+// its reply.
+func (c *rawClient) send(tb testing.TB, id int64, name string, args func(e *wire.Encoder), n int) {
 	tb.Helper()
 	idv := wire.Value{Kind: wire.Int, Int: id}
 	c.enc.BeginRequest(&idv, false, name)
@@ -125,6 +126,12 @@ func (c *rawClient) call(tb testing.TB, id int64, name string, args func(e *wire
 	c.enc.EndTuple(n)
 	c.enc.EndMessage()
 	c.flush(tb)
+}
+
+// call sends a request with n args written by args and returns the reply.
+func (c *rawClient) call(tb testing.TB, id int64, name string, args func(e *wire.Encoder), n int) wire.Value {
+	tb.Helper()
+	c.send(tb, id, name, args, n)
 	msg := c.read(tb)
 	if msg.ID.Int != id || msg.Flags.Int != 0 {
 		tb.Fatalf("%s: reply %v %v %v", name, msg.ID, msg.Flags, msg.Args)

@@ -664,7 +664,7 @@ func (n *Node) handleMaster(ctx context.Context, m *link.Conn, id uint32, code u
 			return next, err
 		}
 		if n.tm != nil {
-			n.validations = append(n.validations, proto.LockedTxn{TTid: msg.TTid, Tid: msg.Tid})
+			n.validations = append(n.validations, proto.LockedTxn(msg))
 			return next, nil
 		}
 		final, err := n.be.FinalTID(ctx, msg.TTid)
