@@ -324,11 +324,18 @@ func (b *Batch) Link(oid zodb.Oid, from, to zodb.Tid) (bool, error) {
 // another blob directory) also the blob file of oid's revision tid: a
 // hard link, or a copy (fsynced) where a link is not possible. src is
 // left in place.
+//
+// When src is that blob file already (a copy between storages that share
+// the blob directory), there is nothing to do.
 func (b *Batch) LinkFile(src string, oid zodb.Oid, tid zodb.Tid) error {
-	if fi, err := os.Lstat(src); err != nil {
+	fi, err := os.Lstat(src)
+	if err != nil {
 		return fmt.Errorf("blob: %w", err)
 	} else if !fi.Mode().IsRegular() {
 		return fmt.Errorf("blob: %s is not a regular file", src)
+	}
+	if dfi, err := os.Lstat(b.d.FilePath(oid, tid)); err == nil && os.SameFile(fi, dfi) {
+		return nil
 	}
 	return b.place(src, oid, tid, false)
 }

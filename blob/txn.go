@@ -118,13 +118,18 @@ func (t *Txn) Tid() zodb.Tid {
 
 // Abort implements zodb.Txn: it aborts the wrapped transaction and removes
 // the blob files placed for it and those it took over.
+//
+// The files go first, while the wrapped transaction still holds the
+// storage's commit lock: the next transaction may get the same tid (a
+// clock behind the last tid gives last+1) and place a file of the same
+// name, which a late removal would take.
 func (t *Txn) Abort() {
-	t.Txn.Abort()
 	if t.placed != nil {
 		t.placed.Undo()
 		t.placed = nil
 	}
 	t.dropFiles()
+	t.Txn.Abort()
 }
 
 // dropFiles removes the files the transaction took over and not placed.
@@ -177,12 +182,14 @@ func (t *Txn) place(ctx context.Context, undone []zodb.Oid) error {
 		}
 	}
 	// Undo: the new record of each object is its revision before the
-	// undone transaction; if that revision has a blob, so does the undo
-	// record.
+	// undone transaction (of the last one that changed it, when several
+	// did: its record is written last, as the storage writes them in
+	// order); if that revision has a blob, so does the undo record.
 	for _, oid := range undone {
 		if _, ok := last[oid]; ok {
 			continue
 		}
+		var from zodb.Tid // 0: created by the undone transaction, no blob
 		for _, u := range t.undos {
 			_, serial, err := t.s.Load(ctx, zodb.Xid{Oid: oid, At: u})
 			var noData *zodb.NoDataError
@@ -192,14 +199,15 @@ func (t *Txn) place(ctx context.Context, undone []zodb.Oid) error {
 			if err != nil || serial != u {
 				continue // oid was not changed by u
 			}
-			_, prev, err := t.s.Load(ctx, zodb.Xid{Oid: oid, At: u - 1})
-			if err != nil {
-				break // created by u: no blob
+			from = 0
+			if _, prev, err := t.s.Load(ctx, zodb.Xid{Oid: oid, At: u - 1}); err == nil {
+				from = prev
 			}
-			if _, err := b.Link(oid, prev, tid); err != nil {
+		}
+		if from != 0 {
+			if _, err := b.Link(oid, from, tid); err != nil {
 				return err
 			}
-			break
 		}
 	}
 	if err := b.Sync(); err != nil {

@@ -11,6 +11,7 @@
 """
 import os
 import stat
+import subprocess
 import sys
 import time
 import unittest
@@ -284,3 +285,94 @@ def test_zodb_blob_suite(case, tmp_path, monkeypatch):
     problems = result.errors + result.failures
     if problems:
         pytest.fail('\n'.join(tb for _, tb in problems), pytrace=False)
+
+
+def create_conf(port, tmp):
+    return ('<zeo>\naddress 127.0.0.1:%d\n</zeo>\n'
+            '<filestorage 1>\npath %s\nblob-dir %s\ncreate true\n</filestorage>\n'
+            % (port, os.path.join(tmp, 'Data.fs'), os.path.join(tmp, 'blobs')))
+
+
+def test_second_serve_with_create_keeps_running_servers_blobs(zodbd_bin, tmp_path):
+    """A second `zodbd serve` of the same `create true` configuration
+    fails on the FileStorage's lock, held by the running server, and leaves
+    that server's blob directory alone (it emptied it before it took the
+    lock; ZODB/py's FileStorage takes the lock first)."""
+    tmp = str(tmp_path)
+    port = free_port()
+    srv = Server(zodbd_bin, None, tmp_path, conf=create_conf(port, tmp), port=port).start()
+    try:
+        db = ZEO.DB(srv.addr, blob_dir=os.path.join(tmp, 'cache'))
+        try:
+            conn = db.open()
+            b = ZODB.blob.Blob()
+            with b.open('w') as f:
+                f.write(b'precious')
+            conn.root()['b'] = b
+            transaction.commit()
+            conn.close()
+        finally:
+            db.close()
+        # The same configuration started again (another port): refused.
+        port2 = free_port()
+        cpath = os.path.join(tmp, 'zeo2.conf')
+        with open(cpath, 'w') as f:
+            f.write(create_conf(port2, tmp))
+        p = subprocess.run([zodbd_bin, 'serve', '-C', cpath], capture_output=True, timeout=30)
+        assert p.returncode != 0, 'a second server on a locked FileStorage started'
+        assert b'locked' in p.stdout + p.stderr
+        db = ZEO.DB(srv.addr, blob_dir=os.path.join(tmp, 'cache2'))
+        try:
+            conn = db.open()
+            with conn.root()['b'].open() as f:
+                assert f.read() == b'precious'
+            conn.close()
+        finally:
+            db.close()
+    finally:
+        srv.stop()
+
+
+def test_copy_with_the_same_blob_dir_keeps_the_source_blobs(zodbd_bin, tmp_path):
+    """`zodbd copy --src-blob-dir B --dst-blob-dir B SRC DST` (DST sharing
+    SRC's blob directory: every revision's file is already in place) copies
+    and leaves SRC's blob files alone (it removed each before linking it
+    to itself, and failed), as ZODB/py's copyTransactionsFrom does."""
+    tmp = str(tmp_path)
+    blobs = os.path.join(tmp, 'blobs')
+    st = ZODB.FileStorage.FileStorage(os.path.join(tmp, 'src.fs'), blob_dir=blobs)
+    db = ZODB.DB(st)
+    conn = db.open()
+    for i in range(3):
+        b = ZODB.blob.Blob()
+        with b.open('w') as f:
+            f.write(b'content %d' % i)
+        conn.root()['b%d' % i] = b
+        transaction.commit()
+    db.close()
+
+    def files():
+        out = {}
+        for d, _, names in os.walk(blobs):
+            for n in names:
+                if n.endswith('.blob'):
+                    with open(os.path.join(d, n), 'rb') as f:
+                        out[os.path.relpath(os.path.join(d, n), blobs)] = f.read()
+        return out
+    before = files()
+    assert len(before) == 3
+    p = subprocess.run([zodbd_bin, 'copy', '--src-blob-dir', blobs, '--dst-blob-dir', blobs,
+                        os.path.join(tmp, 'src.fs'), os.path.join(tmp, 'dst.fs')],
+                       capture_output=True, timeout=60)
+    after = files()
+    assert after == before, 'copy (rc %d: %s) changed the source blob files: %d of %d left' % (
+        p.returncode, (p.stdout + p.stderr).decode().strip(), len(after), len(before))
+    assert p.returncode == 0, (p.stdout + p.stderr).decode()
+    db = ZODB.DB(ZODB.FileStorage.FileStorage(os.path.join(tmp, 'dst.fs'), blob_dir=blobs))
+    try:
+        conn = db.open()
+        for i in range(3):
+            with conn.root()['b%d' % i].open() as f:
+                assert f.read() == b'content %d' % i
+    finally:
+        db.close()

@@ -126,7 +126,8 @@ func (c *conn) sendBlob(id *wire.Value, oid zodb.Oid, serial zodb.Tid) error {
 	f, err := c.st.blobs.OpenBlob(c.ctx, oid, serial)
 	if err != nil {
 		if errors.Is(err, zodb.ErrNoBlob) {
-			return &pyError{"ZODB.POSException.POSKeyError", err.Error()}
+			// ZODB/py's message (BlobStorage.loadBlob).
+			return &pyError{"ZODB.POSException.POSKeyError", "No blob file at " + c.st.blobs.Dir().FilePath(oid, serial)}
 		}
 		return err
 	}

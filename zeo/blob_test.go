@@ -389,3 +389,153 @@ func TestBlobWrappedStorage(t *testing.T) {
 		t.Errorf("blob of the current revision 0@%s was removed", tids[1])
 	}
 }
+
+// TestBlobUploadDiscardedWhenSpoolFails: once a transaction's spool
+// failed ($TMPDIR cannot take the data), its vote fails, and the upload
+// storeBlobEnd finished goes with the transaction (it stayed in
+// BLOBDIR/tmp until the next start: the store was not recorded).
+func TestBlobUploadDiscardedWhenSpoolFails(t *testing.T) {
+	old := txnSpoolMem
+	txnSpoolMem = -1 // every store's data goes to the spool's file
+	defer func() { txnSpoolMem = old }()
+	addr, dir := blobServer(t, wire.Pickle)
+	c := dialRawRW(t, addr, wire.Pickle)
+	t.Setenv("TMPDIR", filepath.Join(t.TempDir(), "missing")) // the spool cannot create its file
+
+	c.tpcBegin(1)
+	c.storeBlob(1, 3, []byte("pickle of a Blob"), []byte("content"))
+	c.send(t, 2, "vote", func(e *wire.Encoder) { e.Int(1) }, 1)
+	msg := c.read(t)
+	if msg.Flags.Int == 0 {
+		t.Fatalf("vote succeeded: %v", msg.Args)
+	}
+	c.call(t, 3, "tpc_abort", func(e *wire.Encoder) { e.Int(1) }, 1)
+	ents, err := os.ReadDir(filepath.Join(dir, "tmp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 0 {
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		t.Fatalf("after the failed vote and tpc_abort, %d uploads are left in tmp/: %v", len(ents), names)
+	}
+}
+
+// TestBlobDisconnectMidUpload: a client that drops the connection in
+// the middle of an upload (after storeBlobStart and a chunk), and one
+// that drops it after a finished upload before its vote, leave nothing in
+// the blob directory.
+func TestBlobDisconnectMidUpload(t *testing.T) {
+	addr, dir := blobServer(t, wire.Pickle)
+	for i := 0; i < 2; i++ {
+		c := dialRawRW(t, addr, wire.Pickle)
+		c.tpcBegin(1)
+		c.storeBlob(1, 3, []byte("d"), []byte("finished upload"))
+		if i == 0 {
+			c.oneway("storeBlobStart", 0, func(e *wire.Encoder) {})
+			c.oneway("storeBlobChunk", 1, func(e *wire.Encoder) { e.Bytes([]byte("partial")) })
+		}
+		c.call(t, 2, "lastTransaction", func(e *wire.Encoder) {}, 0) // all of it is in
+		c.nc.Close()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for countFiles(t, dir) != 1 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := countFiles(t, dir); n != 1 { // .layout
+		t.Fatalf("%d files left in the blob directory after disconnects", n)
+	}
+}
+
+// TestBlobWithClientResolvedConflict: a transaction that stores a
+// blob (oid 9) and a stale store of another object (oid 1) gets the
+// conflict back at its first vote, stores the client's resolution and
+// votes again: the blob stored before the first vote is committed with
+// the transaction; a transaction that gives up after the conflicts
+// (tpc_abort) leaves no file.
+func TestBlobWithClientResolvedConflict(t *testing.T) {
+	addr, dir := blobServer(t, wire.Pickle)
+	a := dialRawRW(t, addr, wire.Pickle)
+	b := dialRawRW(t, addr, wire.Pickle)
+	var id int64 = 10
+	s0 := commitRaw(t, a, &id, 1, 0, []byte("v0"))
+	s1 := commitRaw(t, a, &id, 1, s0, []byte("v1"))
+
+	b.tpcBegin(5)
+	b.storeBlob(5, 9, []byte("pickle of a Blob"), []byte("blob content"))
+	r := storeAndVote(t, b, 20, 5, false, 1, s0, []byte("stale"))
+	if r.Len() != 1 || r.Items[0].Kind != wire.Dict {
+		t.Fatalf("vote: %v, want one conflict", r)
+	}
+	r = storeAndVote(t, b, 21, 5, false, 1, s1, []byte("resolved"))
+	if r.Len() != 0 {
+		t.Fatalf("vote after resolution: %v", r)
+	}
+	r = b.call(t, 22, "tpc_finish", func(e *wire.Encoder) { e.Int(5) }, 1)
+	tid := zodb.Tid(binary.BigEndian.Uint64(r.B))
+	got, flags, _ := b.sendBlob(t, 23, 9, tid)
+	if flags != 0 || string(got) != "blob content" {
+		t.Fatalf("blob of the transaction committed after a conflict: flags %d %q", flags, got)
+	}
+
+	b.tpcBegin(6)
+	b.storeBlob(6, 10, []byte("pickle of a Blob"), []byte("never committed"))
+	r = storeAndVote(t, b, 30, 6, false, 1, s1, []byte("stale again"))
+	if r.Len() != 1 {
+		t.Fatalf("vote: %v, want one conflict", r)
+	}
+	b.call(t, 31, "tpc_abort", func(e *wire.Encoder) { e.Int(6) }, 1)
+	d, _ := blob.Open(dir, "")
+	n := 0
+	d.Walk(func(oid zodb.Oid, tid zodb.Tid, path string) error { n++; return nil })
+	if ents, _ := os.ReadDir(d.TempDir()); n != 1 || len(ents) != 0 {
+		t.Fatalf("%d blob files (want 1), %d uploads left in tmp", n, len(ents))
+	}
+}
+
+// TestBlobUndoSeveral: one transaction undoes t2 and then t1 (newest
+// first, as an undo log lists them), both of which changed a blob object:
+// its record is its revision before t1, and so is its blob (it was t1's:
+// the first undo that changed the object won, while the storage writes
+// the last one's record), as ZODB/py's.
+func TestBlobUndoSeveral(t *testing.T) {
+	addr, _ := blobServer(t, wire.Pickle)
+	c := dialRawRW(t, addr, wire.Pickle)
+	commit := func(id int64, txnID int64, ops func()) zodb.Tid {
+		c.tpcBegin(txnID)
+		ops()
+		c.call(t, id, "vote", func(e *wire.Encoder) { e.Int(txnID) }, 1)
+		r := c.call(t, id+1, "tpc_finish", func(e *wire.Encoder) { e.Int(txnID) }, 1)
+		return zodb.Tid(binary.BigEndian.Uint64(r.B))
+	}
+	var tids []zodb.Tid
+	serial := zodb.Tid(0)
+	for i, v := range []string{"v0", "v1", "v2"} {
+		txnID := int64(1 + i)
+		serial = commit(int64(10*(i+1)), txnID, func() {
+			c.storeBlobWithSerial(txnID, 5, serial, []byte("d"+v), []byte(v))
+		})
+		tids = append(tids, serial)
+	}
+	t3 := commit(40, 4, func() {
+		c.oneway("undoa", 2, func(e *wire.Encoder) { e.Bytes(encodeUndoID(tids[2])); e.Int(4) })
+		c.oneway("undoa", 2, func(e *wire.Encoder) { e.Bytes(encodeUndoID(tids[1])); e.Int(4) })
+	})
+	got, flags, _ := c.sendBlob(t, 50, 5, t3)
+	if flags != 0 || string(got) != "v0" {
+		t.Fatalf("blob of the undo of t2 and t1: flags %d %q, want %q", flags, got, "v0")
+	}
+}
+
+// TestMissingBlobMessage: a missing blob is a POSKeyError whose
+// message is ZODB/py's BlobStorage.loadBlob's, "No blob file at PATH".
+func TestMissingBlobMessage(t *testing.T) {
+	addr, _ := blobServer(t, wire.Pickle)
+	c := dialRawRW(t, addr, wire.Pickle)
+	_, flags, args := c.sendBlob(t, 2, 7, 1)
+	if flags != 2 || !strings.Contains(args.String(), "POSKeyError") || !strings.Contains(args.String(), "No blob file at ") {
+		t.Fatalf("sendBlob of a missing blob: flags %d %v", flags, args)
+	}
+}

@@ -116,15 +116,18 @@ func (c *conn) record(txnID int64, o op, data []byte, a *args) error {
 	if o.kind == opStore {
 		c.stores.Add(1)
 	}
-	if t.err != nil {
+	if t.err == nil {
+		var err error
+		if o.data, err = t.data.Add(data); err != nil {
+			// A full $TMPDIR fails this transaction, not the connection.
+			t.err = &pyError{"ZODB.POSException.StorageError", err.Error()}
+		}
+	}
+	if t.err != nil && o.blob == "" {
 		return nil // the vote fails anyway
 	}
-	var err error
-	if o.data, err = t.data.Add(data); err != nil {
-		// A full $TMPDIR fails this transaction, not the connection.
-		t.err = &pyError{"ZODB.POSException.StorageError", err.Error()}
-		return nil
-	}
+	// (A store with a blob is kept, without its data, when the vote
+	// fails anyway: the transaction's end discards its file.)
 	t.ops = append(t.ops, o)
 	return nil
 }

@@ -301,18 +301,20 @@ func runServe(args []string) int {
 		// server's read-only (<zeo> read-only, -r) only refuses the
 		// clients' writes, so a storage that is not read-only itself is
 		// opened for writing (and created when missing) all the same.
-		if sc.BlobDir != "" && sc.Create && !sc.ReadOnly {
-			// As ZODB/py's FileStorage(create=True, blob_dir=...): a new
-			// storage starts with an empty blob directory.
-			if err := os.RemoveAll(sc.BlobDir); err != nil {
-				return fatalf("serve", "storage %s: blob-dir: %v", sc.Name, err)
-			}
-		}
 		st, fs, err := openServedStorage(sc, fslog)
 		if err != nil {
 			return fatalf("serve", "storage %s: %v", sc.Name, err)
 		}
 		opened = append(opened, st)
+		if sc.BlobDir != "" && sc.Create && !sc.ReadOnly {
+			// As ZODB/py's FileStorage(create=True, blob_dir=...): a new
+			// storage starts with an empty blob directory, emptied once
+			// the storage's lock is held (a second server started on it
+			// stops at the lock, before it touches the first one's blobs).
+			if err := os.RemoveAll(sc.BlobDir); err != nil {
+				return fatalf("serve", "storage %s: blob-dir: %v", sc.Name, err)
+			}
+		}
 		fsByName[sc.Name] = fs
 		served := zodb.Storage(st)
 		if sc.BlobDir != "" {
