@@ -387,11 +387,16 @@ func (r *replicator) loop(ctx context.Context, m *link.Conn) {
 
 // step does one thing that is due, if any.
 func (r *replicator) step(ctx context.Context, m *link.Conn) error {
+	// The records of the partitions a request is for: a cell discarded
+	// and given back meanwhile has a new record, which the answer, about
+	// the old one, must not update.
 	r.mu.Lock()
 	var ask []uint32
+	asked := map[uint32]*replPart{}
 	for p, x := range r.parts {
 		if x.ask {
 			ask = append(ask, p)
+			asked[p] = x
 		}
 	}
 	r.mu.Unlock()
@@ -427,7 +432,7 @@ func (r *replicator) step(ctx context.Context, m *link.Conn) error {
 			r.ttids[t] = struct{}{}
 		}
 		for _, p := range ask {
-			if x := r.parts[p]; x != nil && x.ask {
+			if x := r.parts[p]; x == asked[p] && x.ask {
 				x.ask = false
 				x.upTo = a.MaxTid
 				x.pending = true
@@ -442,6 +447,7 @@ func (r *replicator) step(ctx context.Context, m *link.Conn) error {
 	r.mu.Lock()
 	var (
 		best  uint32
+		bestX *replPart
 		found bool
 		upTo  zodb.Tid
 	)
@@ -452,7 +458,7 @@ func (r *replicator) step(ctx context.Context, m *link.Conn) error {
 		// The furthest behind first, then the lowest (as NEO/py).
 		if !found || r.sink.ReplicatedTid(p) < r.sink.ReplicatedTid(best) ||
 			r.sink.ReplicatedTid(p) == r.sink.ReplicatedTid(best) && p < best {
-			best, found, upTo = p, true, x.upTo
+			best, bestX, found, upTo = p, x, true, x.upTo
 		}
 	}
 	r.mu.Unlock()
@@ -468,7 +474,9 @@ func (r *replicator) step(ctx context.Context, m *link.Conn) error {
 		// that stored it without a lock is still in progress.
 		r.n.tm.mu.Lock()
 		r.mu.Lock()
-		if x := r.parts[best]; x != nil {
+		// (Not when the cell was discarded and given back meanwhile: its
+		// new record starts over, from what this pass wrote.)
+		if x := r.parts[best]; x == bestX {
 			x.tid = tid
 			if x.upTo == upTo {
 				x.pending = false
@@ -970,8 +978,8 @@ func (r *replicator) fetchObjects(ctx context.Context, pipe *replPipe, p uint32,
 		if a.NextTid == proto.InvalidTid {
 			return nil
 		}
-		if a.NextTid < next || a.NextTid == next && a.NextOid < minOid {
-			return badInput("AnswerFetchObjects: next (%s, %s) goes back from (%s, %s)", a.NextTid, a.NextOid, next, minOid)
+		if a.NextTid < next || a.NextTid == next && a.NextOid <= minOid {
+			return badInput("AnswerFetchObjects: next (%s, %s) does not advance from (%s, %s)", a.NextTid, a.NextOid, next, minOid)
 		}
 		if a.NextTid > 0 && buf == nil {
 			// Everything before next tid is here (NEO/py's

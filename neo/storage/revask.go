@@ -95,8 +95,11 @@ func (p *peer) reverseAsk(ctx context.Context, req, ans proto.Msg, add func(*lin
 		return fmt.Errorf("%s: link closed", p.name)
 	case <-ctx.Done():
 		// The answer, if it comes, finds no call: the link goes, as the
-		// two nodes are no longer in step.
+		// two nodes are no longer in step. Its reader may be handing
+		// add a packet: the caller may free what add writes to (the
+		// replication's pipe) only once the reader is done.
 		p.nc.Close()
+		<-p.gone
 		return ctx.Err()
 	}
 }
