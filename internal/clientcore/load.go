@@ -88,6 +88,7 @@ func (c *Core[X]) Load(ctx context.Context, xid zodb.Xid) ([]byte, zodb.Tid, err
 // zodb.TidMax: see Config.LatestIsHead), unless the same request is in
 // flight already, whose answer it then shares.
 func (c *Core[X]) LoadAppend(ctx context.Context, xid zodb.Xid, dst []byte) ([]byte, zodb.Tid, error) {
+	xid.At = c.latest(xid.At)
 	if data, serial, ok := c.cache.Load(xid.Oid, xid.At, dst); ok {
 		return data, serial, nil
 	}
@@ -138,6 +139,7 @@ func (c *Core[X]) LoadBefore(ctx context.Context, oid zodb.Oid, before zodb.Tid,
 // The answer goes into the cache (with the cache off, only a load that
 // joins the request in flight profits).
 func (c *Core[X]) Prefetch(ctx context.Context, xid zodb.Xid) {
+	xid.At = c.latest(xid.At)
 	if _, _, ok := c.cache.Load(xid.Oid, xid.At, nil); ok {
 		return
 	}
@@ -150,8 +152,24 @@ func (c *Core[X]) Prefetch(ctx context.Context, xid zodb.Xid) {
 		return
 	}
 	l := c.startLocked(xid.Oid, before)
+	// A reference of its own for Ask: a Fail meanwhile finishes the load
+	// (nobody waits for it), which would recycle it under Ask.
+	l.Ref()
 	c.mu.Unlock()
 	c.t.Ask(ctx, l, false)
+	c.release(l, nil, true)
+}
+
+// latest maps a load at zodb.TidMax to one at the head with
+// Config.LatestIsHead, also for the cache: a revision loaded at a state
+// past the head (a tid the caller learned elsewhere) is cached as the
+// open one, and a load at zodb.TidMax must not answer it while LastTid
+// is older.
+func (c *Core[X]) latest(at zodb.Tid) zodb.Tid {
+	if at >= zodb.TidMax && c.conf.LatestIsHead {
+		return c.cache.Head()
+	}
+	return at
 }
 
 // before is the request's before for a load at at.
