@@ -1,13 +1,16 @@
 package backup
 
 import (
+	"bufio"
 	"bytes"
+	"compress/gzip"
 	"crypto/md5"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -286,9 +289,10 @@ func txnEndingAt(f *os.File, pos int64) (zodb.Tid, error) {
 // match. An uncompressed backup file of the right size is compared with f
 // byte for byte (on GOMAXPROCS goroutines: what repozo's default check
 // amounts to, since it compares the md5 of the repository's files with the
-// md5 of the file, without the md5's single-core bound); for the others the
-// md5 of f's range is compared with the entry's (in parallel across
-// entries).
+// md5 of the file, without the md5's single-core bound); one missing or of
+// another size does not match. For a gzip file, the md5 of f's range and
+// that of the file's content are compared with the entry's (in parallel
+// across entries): a damaged backup file is not continued.
 func checkRanges(repo string, f *os.File, es []datEntry) (*datEntry, error) {
 	var byMD5 []int
 	for i, e := range es {
@@ -298,9 +302,11 @@ func checkRanges(repo string, f *os.File, es []datEntry) (*datEntry, error) {
 			continue
 		}
 		same, err := sameBytes(f, e.Start, path, e.End-e.Start)
-		if err != nil { // missing, or not of the right size: the md5
-			byMD5 = append(byMD5, i)
-			continue
+		if errors.Is(err, errSize) || errors.Is(err, fs.ErrNotExist) {
+			return &es[i], nil
+		}
+		if err != nil {
+			return nil, err
 		}
 		if !same {
 			return &es[i], nil
@@ -320,7 +326,11 @@ func checkRanges(repo string, f *os.File, es []datEntry) (*datEntry, error) {
 			defer func() { <-sem; wg.Done() }()
 			h := md5.New()
 			_, err := io.Copy(h, io.NewSectionReader(f, e.Start, e.End-e.Start))
-			rs[k] = result{bad: hex.EncodeToString(h.Sum(nil)) != e.Sum, err: err}
+			bad := hex.EncodeToString(h.Sum(nil)) != e.Sum
+			if err == nil && !bad {
+				bad = !gzipHolds(filepath.Join(repo, e.Name()), e)
+			}
+			rs[k] = result{bad: bad, err: err}
 		}(k, es[i])
 	}
 	wg.Wait()
@@ -333,6 +343,23 @@ func checkRanges(repo string, f *os.File, es []datEntry) (*datEntry, error) {
 		}
 	}
 	return nil, nil
+}
+
+// gzipHolds tells whether the gzip file at path decompresses, whole and
+// sound, to e's bytes (their size and md5).
+func gzipHolds(path string, e datEntry) bool {
+	g, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer g.Close()
+	zr, err := gzip.NewReader(bufio.NewReader(g))
+	if err != nil {
+		return false
+	}
+	h := md5.New()
+	n, err := io.Copy(h, zr)
+	return err == nil && n == e.End-e.Start && hex.EncodeToString(h.Sum(nil)) == e.Sum
 }
 
 // errSize is sameBytes' answer for a file that is not of the size asked.

@@ -122,19 +122,28 @@ func readDat(path string) ([]datEntry, error) {
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(nil, 1<<20)
 	for line := 1; sc.Scan(); line++ {
-		f := strings.Fields(sc.Text())
+		text := sc.Text()
+		f := strings.Fields(text)
 		if len(f) == 0 {
 			continue
 		}
-		if len(f) != 4 {
-			return nil, fmt.Errorf("backup: %s:%d: want \"PATH START END MD5\", got %q", path, line, sc.Text())
+		if len(f) < 4 {
+			return nil, fmt.Errorf("backup: %s:%d: want \"PATH START END MD5\", got %q", path, line, text)
 		}
-		start, err1 := strconv.ParseInt(f[1], 10, 64)
-		end, err2 := strconv.ParseInt(f[2], 10, 64)
+		// The path is what comes before the last three fields: it may
+		// hold spaces (repozo writes it as it is).
+		f = f[len(f)-3:]
+		cut := len(text)
+		for i := 2; i >= 0; i-- {
+			cut = strings.LastIndex(text[:cut], f[i])
+		}
+		p := strings.TrimRight(text[:cut], " \t")
+		start, err1 := strconv.ParseInt(f[0], 10, 64)
+		end, err2 := strconv.ParseInt(f[1], 10, 64)
 		if err1 != nil || err2 != nil || start < 0 || end < start {
-			return nil, fmt.Errorf("backup: %s:%d: bad positions %q %q", path, line, f[1], f[2])
+			return nil, fmt.Errorf("backup: %s:%d: bad positions %q %q", path, line, f[0], f[1])
 		}
-		es = append(es, datEntry{Path: f[0], Start: start, End: end, Sum: f[3]})
+		es = append(es, datEntry{Path: p, Start: start, End: end, Sum: f[2]})
 	}
 	return es, sc.Err()
 }

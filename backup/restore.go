@@ -1,6 +1,7 @@
 package backup
 
 import (
+	"bufio"
 	"compress/gzip"
 	"crypto/md5"
 	"encoding/binary"
@@ -71,20 +72,65 @@ func selectFiles(o RestoreOptions) (chain, error) {
 	if o.To == 0 {
 		return cs[len(cs)-1], nil
 	}
-	// The newest set begun at or before the point, unless its last file
-	// was taken before it and a newer set exists: the transactions just
-	// before the point are then only in the newer set.
-	at := stampFor(o.To.Time())
-	pick := 0
-	for i, c := range cs {
-		if c[0].Stamp <= at {
-			pick = i
+	// The oldest set whose last transaction is at or after the point: it
+	// holds the state at the point whole, where a newer one may have been
+	// packed since (the revisions current at the point gone); else the
+	// newest. (By the files' data: their names' stamps, to the second and
+	// taken before the scan by repozo, cannot tell.)
+	for _, c := range cs[:len(cs)-1] {
+		last, err := chainLastTid(o.Repo, c)
+		if err != nil {
+			return nil, err
+		}
+		if last >= o.To {
+			return c, nil
 		}
 	}
-	if c := cs[pick]; c[len(c)-1].Stamp <= at && pick+1 < len(cs) {
-		pick++
+	return cs[len(cs)-1], nil
+}
+
+// chainLastTid returns the tid of the last transaction of set c: the last
+// header of its last file, whose transactions it walks (a gzip file is
+// read whole).
+func chainLastTid(repo string, c chain) (zodb.Tid, error) {
+	f := c[len(c)-1]
+	path := filepath.Join(repo, f.Name)
+	in, err := os.Open(path)
+	if err != nil {
+		return 0, fmt.Errorf("restore: %w", err)
 	}
-	return cs[pick], nil
+	defer in.Close()
+	var r io.Reader = in
+	if f.Gzip {
+		zr, err := gzip.NewReader(bufio.NewReader(in))
+		if err != nil {
+			return 0, fmt.Errorf("restore: %s: %w", path, err)
+		}
+		r = zr
+	}
+	br := bufio.NewReaderSize(r, 1<<16)
+	if f.Full {
+		if _, err := br.Discard(4); err != nil { // the magic
+			return 0, fmt.Errorf("restore: %s: %w", path, err)
+		}
+	}
+	var last zodb.Tid
+	var h [16]byte
+	for {
+		if _, err := io.ReadFull(br, h[:]); err == io.EOF {
+			return last, nil
+		} else if err != nil {
+			return 0, fmt.Errorf("restore: %s: %w", path, err)
+		}
+		last = zodb.Tid(binary.BigEndian.Uint64(h[:8]))
+		n := int64(binary.BigEndian.Uint64(h[8:]))
+		if n < txnHeaderLen {
+			return 0, fmt.Errorf("restore: %s: transaction %s: length %d", path, last, n)
+		}
+		if _, err := io.CopyN(io.Discard, br, n+8-16); err != nil {
+			return 0, fmt.Errorf("restore: %s: transaction %s: %w", path, last, err)
+		}
+	}
 }
 
 // Restore writes o.Output from the repository's files: the newest set (or
@@ -244,18 +290,32 @@ func Restore(o RestoreOptions) (res RestoreResult, err error) {
 	res.Size = pos
 
 	// The index: the backup's own when the restore ends where the backup
-	// ended, else a new one.
+	// ended (with Verify, only when it equals the one a scan builds: a
+	// damaged one would be installed), else a new one.
 	idxPath := o.Output + ".index"
 	lastIdx := filepath.Join(o.Repo, c[len(c)-1].Stamp+".index")
 	var idx *fs1.Index
 	copyIdx := false
 	if !res.Cut {
-		if topPos, ok := indexTopPos(lastIdx); ok {
+		if o.Verify {
+			if topPos, x, err := fs1.LoadIndexFile(lastIdx); err == nil && topPos == pos && pos > 4 {
+				idx = fs1.NewIndex(0)
+				sr, err := fs1.Scan(out, part, 4, pos, 0, idx)
+				if err != nil {
+					return res, fmt.Errorf("restore: %w", err)
+				}
+				res.LastTid = sr.LastTid
+				if copyIdx = sr.End == pos && idx.Equal(x); !copyIdx {
+					logf("restore: %s does not match the restored data: a new index is written", lastIdx)
+					res.Index = "rebuilt"
+				}
+			}
+		} else if topPos, ok := indexTopPos(lastIdx); ok {
 			copyIdx = topPos == pos
 		} else if topPos, x, err := fs1.LoadIndexFile(lastIdx); err == nil && topPos == pos {
 			idx = x
 		}
-		if copyIdx || idx != nil {
+		if copyIdx || idx != nil && res.Index == "" {
 			res.Index = "copied"
 		}
 	}
@@ -303,9 +363,20 @@ func Restore(o RestoreOptions) (res RestoreResult, err error) {
 	}
 
 	if o.BlobDir != "" {
-		upTo := zodb.TidMax
-		if res.Cut || o.To != 0 {
-			upTo = res.LastTid
+		// Not the blobs of the transactions after the restored file's
+		// last (of newer sets, or after --date's backup).
+		upTo := res.LastTid
+		if upTo == 0 && pos > 4 {
+			f, err := os.Open(o.Output)
+			if err != nil {
+				return res, fmt.Errorf("restore: %w", err)
+			}
+			upTo, err = txnEndingAt(f, pos)
+			f.Close()
+			if err != nil {
+				return res, fmt.Errorf("restore: %s: %w", o.Output, err)
+			}
+			res.LastTid = upTo
 		}
 		res.Blobs, _, err = restoreBlobs(fsys, filepath.Join(o.Repo, BlobSubdir), o.BlobDir, upTo)
 		if err != nil {

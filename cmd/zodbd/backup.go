@@ -275,6 +275,9 @@ func runRestore(args []string) int {
 
 func cliMisuse(cmd, msg string) { cli.Misuse(os.Stderr, cmd, msg) }
 
+// isTid matches a tid given to --to: 16 hex digits, or 0x and hex digits.
+var isTid = regexp.MustCompile(`^(0x[0-9a-fA-F]+|[0-9a-fA-F]{16})$`)
+
 var repozoDate = regexp.MustCompile(`^(\d{4})-(\d\d)-(\d\d)(?:-(\d\d)(?:-(\d\d)(?:-(\d\d))?)?)?$`)
 
 // parseRepozoDate checks repozo's --date (UTC, YYYY-MM-DD[-hh[-mm[-ss]]])
@@ -289,7 +292,7 @@ func parseRepozoDate(s string) (string, error) {
 
 // parsePoint parses --to: a tid, a repozo date or an RFC 3339 time.
 func parsePoint(s string) (zodb.Tid, error) {
-	if len(s) == 16 || strings.HasPrefix(s, "0x") {
+	if isTid.MatchString(s) {
 		return zodb.ParseTid(s)
 	}
 	if m := repozoDate.FindStringSubmatch(s); m != nil {

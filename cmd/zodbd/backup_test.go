@@ -20,6 +20,7 @@ func TestParsePoint(t *testing.T) {
 		{"0x03f58eb8c19ce066", 0x03f58eb8c19ce066},
 		{"2024-01-01", zodb.TidFromTime(time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC))},
 		{"2024-01-01-03-04-45", zodb.TidFromTime(time.Date(2024, 1, 1, 3, 4, 45, 0, time.UTC))},
+		{"2024-01-01-03-04", zodb.TidFromTime(time.Date(2024, 1, 1, 3, 4, 0, 0, time.UTC))}, // 16 characters, as a tid
 		{"2024-01-01T03:04:45.5Z", zodb.TidFromTime(time.Date(2024, 1, 1, 3, 4, 45, 5e8, time.UTC))},
 	} {
 		got, err := parsePoint(tc.in)
@@ -27,7 +28,7 @@ func TestParsePoint(t *testing.T) {
 			t.Errorf("parsePoint(%q) = %s, %v; want %s", tc.in, got, err, tc.want)
 		}
 	}
-	for _, bad := range []string{"", "yesterday", "2024-13-01", "03f58eb8c19ce06"} {
+	for _, bad := range []string{"", "yesterday", "2024-13-01", "03f58eb8c19ce06", "03f58eb8c19ce06x"} {
 		if _, err := parsePoint(bad); err == nil {
 			t.Errorf("parsePoint(%q) succeeded", bad)
 		}
