@@ -220,9 +220,11 @@ func (fs *FileStorage) installPacked(ctx context.Context, w *writer, p *Packer, 
 	w.head, w.pos, w.lastTid = idx, size, p.LastTid()
 	w.replaced(size, syncFiles)
 	w.recent.reset()
-	if w.retired != nil {
-		w.retired.Close()
-	}
+	// The file replaced stays open for the snapshots and iterators that
+	// read it still (ZODB/py's iterators have a descriptor of their own):
+	// os.File's finalizer closes it, and the kernel frees its space, once
+	// none references it; Close closes the last one at once. (An earlier
+	// one closed here failed an iteration across two packs.)
 	w.retired = old
 	fs.state.Store(&snapshot{file: dst, index: idx, end: size, lastTid: w.lastTid, ntxn: -1})
 	return idx, size, nil

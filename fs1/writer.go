@@ -66,7 +66,7 @@ type writer struct {
 	packing  atomic.Bool  // a Pack is running (onlinepack.go)
 	progress packProgress // its progress, for Stats
 	packOpt  Options      // the options it was opened with: PackNoGC, PackDiscardOld, Quota
-	retired  *os.File     // the file the last online pack replaced, kept open for readers; guarded by the commit lock
+	retired  *os.File     // the file the last online pack replaced, for Close (onlinepack.go); guarded by the commit lock
 	// syncFiles[i] is the descriptor of the file that the fdatasyncs of
 	// sync slot i run on, its own: Linux reports a writeback error to
 	// one fdatasync per open file, so that of two at once on one
