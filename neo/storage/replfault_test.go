@@ -100,19 +100,19 @@ func (p *replProxy) relay(nc net.Conn) {
 	}
 }
 
-func replStartNode(t *testing.T, m *neotest.Master, path, advertise string) *storage.Node {
+// replStartNode runs a node on a new SQLite database at path until ctx is
+// done or the test ends.
+func replStartNode(t *testing.T, ctx context.Context, m *neotest.Master, path, advertise string) *storage.Node {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	be, err := sqlitebackend.Open(ctx, path)
+	ctx, cancel := context.WithCancel(ctx)
+	be, err := sqlitebackend.Open(context.Background(), path)
 	if err != nil {
-		cancel()
 		t.Fatal(err)
 	}
 	n, err := storage.New(storage.Config{Cluster: "replfault", Masters: []string{m.Addr()}, Bind: "127.0.0.1:0",
 		Advertise: advertise, Backend: be, Logger: neotest.Logger(),
 		RetryInterval: 20 * time.Millisecond, IdentifyTimeout: time.Second})
 	if err != nil {
-		cancel()
 		be.Close()
 		t.Fatal(err)
 	}
@@ -128,6 +128,25 @@ func replStartNode(t *testing.T, m *neotest.Master, path, advertise string) *sto
 		be.Close()
 	})
 	return n
+}
+
+// replJoin adds the pending node n to the cluster and waits until it is
+// operational.
+func replJoin(t *testing.T, m *neotest.Master, n *storage.Node) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if nid := n.NID(); nid != proto.NoNode && m.AddNodes(nid) == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("node not pending")
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); !n.Operational(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("node not operational")
+		}
+	}
 }
 
 func replCell(pt *proto.SendPartitionTable, p int, nid proto.NodeID) (proto.CellState, bool) {
@@ -198,7 +217,7 @@ func replDiscardReadd(t *testing.T, readd bool) {
 	var ttid zodb.Tid
 	dir := t.TempDir()
 	proxy := newReplProxy(t)
-	a := replStartNode(t, m, filepath.Join(dir, "a.db"), proxy.ln.Addr().String())
+	a := replStartNode(t, context.Background(), m, filepath.Join(dir, "a.db"), proxy.ln.Addr().String())
 	proxy.mu.Lock()
 	proxy.target = a.Addr().String()
 	proxy.mu.Unlock()
@@ -208,20 +227,8 @@ func replDiscardReadd(t *testing.T, readd bool) {
 		t.Fatal("cluster did not start")
 	}
 
-	b := replStartNode(t, m, filepath.Join(dir, "b.db"), "")
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if nid := b.NID(); nid != proto.NoNode && m.AddNodes(nid) == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("B not pending")
-		}
-	}
-	for deadline := time.Now().Add(10 * time.Second); !b.Operational(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("B not operational")
-		}
-	}
+	b := replStartNode(t, context.Background(), m, filepath.Join(dir, "b.db"), "")
+	replJoin(t, m, b)
 	nidB := b.NID()
 	if !readd {
 		ttid = replBegin(t, m)
@@ -289,7 +296,7 @@ func replReverse(t *testing.T, serve func(rl *neotest.Link)) (b *storage.Node, b
 	}
 	t.Cleanup(func() { fl.Close() })
 	faddr := fl.Addr().(*net.TCPAddr)
-	a := replStartNode(t, m, filepath.Join(dir, "a.db"), fl.Addr().String())
+	a := replStartNode(t, context.Background(), m, filepath.Join(dir, "a.db"), fl.Addr().String())
 	select {
 	case <-m.Running():
 	case <-time.After(10 * time.Second):
@@ -297,21 +304,8 @@ func replReverse(t *testing.T, serve func(rl *neotest.Link)) (b *storage.Node, b
 	}
 	nidA := a.NID()
 	bctx, bcancel := context.WithCancel(context.Background())
-	b = replStartNodeCtx(t, bctx, m, filepath.Join(dir, "b.db"))
-	t.Cleanup(bcancel) // (before the wait replStartNodeCtx set up)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if nid := b.NID(); nid != proto.NoNode && m.AddNodes(nid) == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("B not pending")
-		}
-	}
-	for deadline := time.Now().Add(10 * time.Second); !b.Operational(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("B not operational")
-		}
-	}
+	b = replStartNode(t, bctx, m, filepath.Join(dir, "b.db"), "")
+	replJoin(t, m, b)
 	// The fake source's own link to B, as node A at A's announced address.
 	rl, err := neotest.Dial(b.Addr().String(), nil)
 	if err != nil {
@@ -437,29 +431,4 @@ func TestReplNoProgress(t *testing.T) {
 	if n := asks.Load(); n > 50 {
 		t.Errorf("B asked the same AskFetchObjects chunk %d times in 1 s: no progress check, it loops forever", n)
 	}
-}
-
-func replStartNodeCtx(t *testing.T, ctx context.Context, m *neotest.Master, path string) *storage.Node {
-	t.Helper()
-	be, err := sqlitebackend.Open(context.Background(), path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := storage.New(storage.Config{Cluster: "replfault", Masters: []string{m.Addr()}, Bind: "127.0.0.1:0",
-		Backend: be, Logger: neotest.Logger(), RetryInterval: 20 * time.Millisecond, IdentifyTimeout: time.Second})
-	if err != nil {
-		be.Close()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
-	t.Cleanup(func() {
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Error("node did not stop")
-		}
-		be.Close()
-	})
-	return n
 }
