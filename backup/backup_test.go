@@ -409,32 +409,38 @@ func TestLeftoversRemoved(t *testing.T) {
 	}
 }
 
+// putFile writes content at path, creating its directories.
+func putFile(t *testing.T, path, content string) {
+	t.Helper()
+	os.MkdirAll(filepath.Dir(path), 0o700)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// blobName is the path of oid's blob of revision tid in a bushy blob
+// directory.
+func blobName(oid int, tid zodb.Tid) string {
+	return filepath.Join("0x00", "0x00", "0x00", "0x00", "0x00", "0x00", "0x00", "0x"+hex2(oid), "0x"+tidHex(tid)+".blob")
+}
+
 func TestBlobs(t *testing.T) {
 	data := fixture(t, "1.fs")
 	ends, tids := txnEnds(t, data)
 	e := newEnv(t)
 	live := filepath.Join(e.dir, "blobs")
-	put := func(rel string, content string) {
-		p := filepath.Join(live, rel)
-		os.MkdirAll(filepath.Dir(p), 0o700)
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	name := func(oid int, tid zodb.Tid) string {
-		return filepath.Join("0x00", "0x00", "0x00", "0x00", "0x00", "0x00", "0x00", "0x"+hex2(oid), "0x"+tidHex(tid)+".blob")
-	}
+	put := func(rel string, content string) { putFile(t, filepath.Join(live, rel), content) }
 	put(".layout", "bushy\n")
 	put("tmp/upload123", "partial")
-	put(name(1, tids[3]), "one")
-	put(name(2, tids[5]), "two")
+	put(blobName(1, tids[3]), "one")
+	put(blobName(2, tids[5]), "two")
 	e.setLive(data[:ends[10]])
 	r := e.backup(Options{BlobDir: live})
 	if r.Blobs != 3 { // .layout and two blobs; not tmp/
 		t.Fatalf("first backup copied %d blob files, want 3", r.Blobs)
 	}
-	put(name(1, tids[15]), "one, later")
-	put(name(3, tids[20]), "three")
+	put(blobName(1, tids[15]), "one, later")
+	put(blobName(3, tids[20]), "three")
 	e.setLive(data)
 	if r := e.backup(Options{BlobDir: live}); r.Blobs != 2 || r.Kind != "incremental" {
 		t.Fatalf("second backup: %+v, want 2 new blob files", r)
@@ -449,10 +455,10 @@ func TestBlobs(t *testing.T) {
 	if rr.Blobs != 4 {
 		t.Fatalf("restore --to: %d blob files, want 4", rr.Blobs)
 	}
-	if _, err := os.Stat(filepath.Join(out, "blobs", name(3, tids[20]))); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(out, "blobs", blobName(3, tids[20]))); !os.IsNotExist(err) {
 		t.Fatal("a blob of a transaction after the point was restored")
 	}
-	if b, _ := os.ReadFile(filepath.Join(out, "blobs", name(1, tids[15]))); string(b) != "one, later" {
+	if b, _ := os.ReadFile(filepath.Join(out, "blobs", blobName(1, tids[15]))); string(b) != "one, later" {
 		t.Fatalf("restored blob holds %q", b)
 	}
 	if _, err := os.Stat(filepath.Join(out, "blobs", "tmp", "upload123")); !os.IsNotExist(err) {

@@ -100,21 +100,12 @@ func TestRestoreDateBlobs(t *testing.T) {
 	ends, tids := txnEnds(t, data)
 	e := newEnv(t)
 	live := filepath.Join(e.dir, "blobs")
-	put := func(rel string, content string) {
-		p := filepath.Join(live, rel)
-		os.MkdirAll(filepath.Dir(p), 0o700)
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	name := func(oid int, tid zodb.Tid) string {
-		return filepath.Join("0x00", "0x00", "0x00", "0x00", "0x00", "0x00", "0x00", "0x"+hex2(oid), "0x"+tidHex(tid)+".blob")
-	}
+	put := func(rel string, content string) { putFile(t, filepath.Join(live, rel), content) }
 	put(".layout", "bushy\n")
-	put(name(1, tids[3]), "one")
+	put(blobName(1, tids[3]), "one")
 	e.setLive(data[:ends[10]])
 	first := e.backup(Options{BlobDir: live})
-	put(name(3, tids[20]), "three")
+	put(blobName(3, tids[20]), "three")
 	e.setLive(data)
 	e.backup(Options{BlobDir: live})
 	stamp := filepath.Base(first.Path)
@@ -125,7 +116,7 @@ func TestRestoreDateBlobs(t *testing.T) {
 	if !bytes.Equal(got, data[:ends[10]]) {
 		t.Fatalf("restore --date %s: %d bytes", stamp, len(got))
 	}
-	if _, err := os.Stat(filepath.Join(out, "blobs", name(3, tids[20]))); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(out, "blobs", blobName(3, tids[20]))); !os.IsNotExist(err) {
 		t.Fatalf("restore --date %s (last tid %s): the blob of transaction %s, not in the restored file, was restored", stamp, tids[10], tids[20])
 	}
 }
