@@ -99,7 +99,14 @@ func (p *peer) dispatchWrite1(tm *txnManager, id uint32, code uint16, args []byt
 		if !ok {
 			var err error
 			tid, err = p.n.be.FinalTID(context.Background(), m.TTid)
-			if err != nil && !errors.Is(err, ErrNonReadableCell) {
+			if errors.Is(err, ErrNonReadableCell) {
+				// As NEO/py: the client asks another node (it took
+				// nil for "not committed", and failed a tpc_finish
+				// that may have committed).
+				p.w.Write(appendError(nil, id, proto.NonReadableCell, ""))
+				return nil
+			}
+			if err != nil {
 				p.w.Write(appendError(nil, id, proto.NotReady, err.Error()))
 				return nil
 			}

@@ -157,6 +157,10 @@ func (n *Node) servePeer(ctx context.Context, nc net.Conn) {
 	}
 }
 
+// errBadOffsets is the decoding error of AskTIDs and AskObjectHistory
+// whose first offset is not below the last (NEO/py's "invalid offsets").
+var errBadOffsets = errors.New("invalid offsets")
+
 func (p *peer) errorAndClose(id uint32, code proto.ErrorCode, msg string) {
 	b := appendError(nil, id, code, msg)
 	p.w.Write(b)
@@ -279,13 +283,17 @@ func (p *peer) dispatch(id uint32, code uint16, args []byte) error {
 		var m proto.AskObject
 		err = m.DecodeArgs(args)
 		req.oid, req.at, req.before = m.Oid, optTid(m.At), optTid(m.Before)
-		req.zeroBound = m.At == 0 || m.Before == 0
+		// The bound used is at when given (NEO/py's getObject), else
+		// before.
+		req.zeroBound = m.At == 0 || m.At == proto.InvalidTid && m.Before == 0
 		if bt, ok := n.backupTid(); ok && p.typ == proto.Client {
 			req.boundRead(bt)
 		}
 	case proto.CodeAskTIDs:
 		var m proto.AskTIDs
-		err = m.DecodeArgs(args)
+		if err = m.DecodeArgs(args); err == nil && m.First >= m.Last {
+			err = errBadOffsets
+		}
 		req.first, req.last, req.partition = clampInt(m.First), clampInt(m.Last), m.Partition
 	case proto.CodeAskTIDsFrom:
 		var m proto.AskTIDsFrom
@@ -304,7 +312,9 @@ func (p *peer) dispatch(id uint32, code uint16, args []byte) error {
 		req.tid = m.Tid
 	case proto.CodeAskObjectHistory:
 		var m proto.AskObjectHistory
-		err = m.DecodeArgs(args)
+		if err = m.DecodeArgs(args); err == nil && m.First >= m.Last {
+			err = errBadOffsets
+		}
 		req.oid, req.first, req.last = m.Oid, clampInt(m.First), clampInt(m.Last)
 	case proto.CodeAskFinalTID:
 		var m proto.AskFinalTID
@@ -343,6 +353,9 @@ func (p *peer) dispatch(id uint32, code uint16, args []byte) error {
 	}
 	if err != nil {
 		n.reqPool.Put(req)
+		if err == errBadOffsets {
+			p.errorAndClose(id, proto.ProtocolError, "invalid offsets") // as NEO/py
+		}
 		return badInput("bad arguments: %v", err)
 	}
 	if n.tm != nil && n.tm.nlocked.Load() != 0 { // else lock-free
@@ -532,7 +545,7 @@ func (p *peer) serve(req *request) {
 
 	case proto.CodeAskFinalTID:
 		final, err := n.be.FinalTID(ctx, req.tid)
-		if err != nil && !errors.Is(err, ErrNonReadableCell) {
+		if err != nil { // NON_READABLE_CELL too: the client asks another node
 			b = p.appendErr(b, req, err)
 			break
 		}
