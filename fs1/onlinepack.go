@@ -93,6 +93,17 @@ func (fs *FileStorage) PackStats(ctx context.Context, at zodb.Tid, opt *PackOpti
 	}
 	o := w.packOptions(opt)
 
+	// No undo votes from now on (txnEncoder.undo): one voted before is
+	// finished and published once the commit lock is free and the
+	// syncers drained, so that the snapshot packed holds it.
+	if err := w.commit.Lock(ctx); err != nil {
+		return PackStats{}, err
+	}
+	err = w.drain()
+	w.commit.Unlock()
+	if err != nil {
+		return PackStats{}, err
+	}
 	s := fs.state.Load()
 	w.progress.begin(at, s.end)
 	defer w.progress.end()

@@ -503,7 +503,10 @@ func commit(t testing.TB, st *fs1.FileStorage, recs map[zodb.Oid][]byte) zodb.Ti
 	}
 	for oid, data := range recs {
 		_, serial, err := st.Load(ctx, zodb.Xid{Oid: oid, At: zodb.TidMax})
-		if err != nil {
+		var noData *zodb.NoDataError
+		if errors.As(err, &noData) {
+			serial = noData.DeletedAt
+		} else if err != nil {
 			serial = 0
 		}
 		if data == nil {

@@ -22,6 +22,12 @@ import (
 // cannot run (it needs the application's Python classes), so the undo
 // fails with "Some data were modified by a later transaction".
 
+// errUndoPacking is the error of UndoLog and of an undo's vote while an
+// online pack runs (ZODB/py's undoLog says the same): the pack's GC does
+// not see an undo committed meanwhile, which could bring back a revision
+// that refers to an object it drops.
+var errUndoPacking = &zodb.UndoError{Reason: "Undo is currently disabled for database maintenance"}
+
 // undoLogMinPos is where ZODB/py's undo search stops: it considers no
 // transaction ending before this position.
 const undoLogMinPos = 39
@@ -32,7 +38,13 @@ const undoLogMinPos = 39
 // packed transaction ('p': nothing before a pack can be undone), and
 // returns entries first <= i < last of that list; a negative last means
 // first-last. Size is the length of the transaction record (tlen).
+//
+// While an online pack runs it fails, as ZODB/py's (undo too: see
+// errUndoPacking).
 func (fs *FileStorage) UndoLog(ctx context.Context, first, last int) ([]zodb.UndoEntry, error) {
+	if fs.w != nil && fs.w.packing.Load() {
+		return nil, errUndoPacking
+	}
 	if last < 0 {
 		last = first - last
 	}
@@ -139,6 +151,9 @@ func (w *writer) restoreBackpointer(oid zodb.Oid, data []byte, prevTid zodb.Tid)
 // is returned.
 func (e *txnEncoder) undo(tid zodb.Tid) ([]zodb.Oid, error) {
 	w := e.w
+	if w.packing.Load() {
+		return nil, &zodb.UndoError{Tid: tid, Reason: errUndoPacking.Reason}
+	}
 	f, path := w.headFile(), w.fs.path
 	tpos, ok, err := w.findTxn(tid, true)
 	if err != nil {

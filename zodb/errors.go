@@ -105,6 +105,9 @@ type UndoError struct {
 }
 
 func (e *UndoError) Error() string {
+	if e.Tid == 0 && !e.HasOid { // not about one transaction
+		return e.Reason
+	}
 	if e.HasOid {
 		return fmt.Sprintf("undo %s: %s: %s", e.Tid, e.Oid, e.Reason)
 	}
