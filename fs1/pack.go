@@ -1270,6 +1270,18 @@ func (p *Packer) copyVerbatim(ctx context.Context, from, to int64, report bool) 
 				if back, err = p.translateBack(&dh, data); err != nil {
 					return err
 				}
+				if back == 0 && checked && dh.BackPos < p.packPos && p.gc {
+					// A transaction committed while an online pack ran
+					// brings back a revision the pack dropped, whose
+					// references its GC did not follow (an undo, or
+					// NEO's undo record): its data is copied, unless it
+					// refers to an object the pack dropped (ZODB/py's
+					// copyRest fails on some of these, "Invalid
+					// backpointer", and loses the object on others).
+					if err := p.refsKept(&dh, data); err != nil {
+						return err
+					}
+				}
 			}
 			if err := p.writeRecord(dh.Oid, dh.Tid, prev, ntpos, data, back); err != nil {
 				return err
@@ -1295,6 +1307,23 @@ func (p *Packer) copyVerbatim(ctx context.Context, from, to int64, report bool) 
 		}
 		p.stats.TxnsAfter++
 		pos = t.next()
+	}
+	return nil
+}
+
+// refsKept checks that every object data (dh's, copied from a revision
+// the pack dropped) refers to is in the packed file, else fails with
+// ErrPackAgain.
+func (p *Packer) refsKept(dh *DataHeader, data []byte) error {
+	var sc serialize.Scanner
+	refs, err := sc.AppendReferences(nil, data)
+	if err != nil {
+		return &Error{p.path, dh.Pos, "data record", fmt.Errorf("%w: oid %s committed during the pack brings back a revision the pack dropped, whose references cannot be read: %v", ErrPackAgain, dh.Oid, err)}
+	}
+	for _, r := range refs {
+		if _, ok := p.index.Get(r); !ok {
+			return &Error{p.path, dh.Pos, "data record", fmt.Errorf("%w: oid %s committed during the pack brings back a revision that refers to %s, which the pack dropped", ErrPackAgain, dh.Oid, r)}
+		}
 	}
 	return nil
 }
@@ -1380,6 +1409,11 @@ func (p *Packer) translateBack(dh *DataHeader, data []byte) (int64, error) {
 	}
 	return 0, nil
 }
+
+// ErrPackAgain is the error of an online pack that a transaction committed
+// meanwhile made wrong: the storage is left as it was, and a new pack
+// includes that transaction in what it packs.
+var ErrPackAgain = errors.New("fs1: pack: committed during the pack, pack again")
 
 // ---- offline pack of a file ----
 

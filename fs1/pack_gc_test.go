@@ -81,6 +81,56 @@ func TestUndoRefusedWhilePacking(t *testing.T) {
 	}
 }
 
+// TestPackAgainAfterRestoreDuringPack: a restore with a backpointer (the
+// NEO FileStorage backend's undo records) committed while an online pack
+// with GC runs, to a revision the pack drops that refers to an object the
+// GC drops, fails the pack (ErrPackAgain: the storage is left as it is)
+// instead of copying data that refers to nothing; the next pack keeps
+// the object.
+func TestPackAgainAfterRestoreDuringPack(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "Data.fs")
+	st, err := fs1.Open(path, &fs1.Options{Create: true, ReadWrite: true, Logf: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	t1 := commit(t, st, map[zodb.Oid][]byte{0: record("root", 1), 1: record("one", 2), 2: record("two")})
+	commit(t, st, map[zodb.Oid][]byte{1: record("one, without two")}) // 2 is garbage from here
+	t3 := commit(t, st, map[zodb.Oid][]byte{0: record("root v2", 1)})
+	restored := false
+	opt := &fs1.PackOptions{Logf: quiet, Progress: func(ph fs1.PackPhase, done, total int64) {
+		if ph != fs1.PackCopy || restored {
+			return
+		}
+		restored = true
+		txn, err := st.Begin(ctx, zodb.TxnMeta{Description: []byte("undo record during the pack")})
+		if err == nil {
+			if err = txn.Restore(1, nil, t1); err == nil {
+				if _, err = txn.Vote(ctx); err == nil {
+					_, err = txn.Finish(ctx, nil)
+				}
+			}
+		}
+		if err != nil {
+			t.Error(err)
+		}
+	}}
+	if _, err := st.PackStats(ctx, t3, opt); !errors.Is(err, fs1.ErrPackAgain) {
+		t.Fatalf("pack with a restore of a dropped revision committed meanwhile: %v, want ErrPackAgain", err)
+	}
+	if got := load(t, st, 2, zodb.TidMax); got.absent {
+		t.Fatal("object 2, referred to by the restored revision of 1, is gone")
+	}
+	last, _ := st.LastTid(ctx)
+	if _, err := st.PackStats(ctx, last, &fs1.PackOptions{Logf: quiet}); err != nil {
+		t.Fatal(err)
+	}
+	if got := load(t, st, 2, zodb.TidMax); got.absent {
+		t.Fatal("object 2 gone after the next pack")
+	}
+}
+
 // A history written by zodbd's own writer (random stores, deletions,
 // undos, several undos in one transaction, undos of undos), packed at every
 // transaction boundary by PackFile and by ZODB/py: the same bytes, or both
