@@ -89,11 +89,13 @@ func newStorage(s *Server, sc StorageConfig) (*storage, error) {
 }
 
 // register adds c to the storage's connections and returns the last tid
-// the storage has published. A commit that committed has broadcast but
-// the storage has not published yet did not reach c: its invalidation is
-// queued on c now (before the reply to register, which the client
-// tolerates), so that c misses no invalidation after the tid returned and
-// its loads wait for that commit's state as those of other connections do.
+// committed. A commit that committed has broadcast but the storage has
+// not published yet did not reach c: its invalidation is queued on c now
+// (before the reply to register, which the client tolerates), so that c
+// misses no invalidation after the last tid published, and its loads wait
+// for that commit's state as those of other connections do. The tid
+// returned is that commit's: a client that got its invalidation on its
+// connection before (it reconnects) refuses a server behind its cache.
 // The storage's LastTid must not block (fs1's is an atomic load): it is
 // called under st.mu, which committed takes inside the storage's commit.
 func (st *storage) register(ctx context.Context, c *conn) (zodb.Tid, error) {
@@ -107,7 +109,7 @@ func (st *storage) register(ctx context.Context, c *conn) (zodb.Tid, error) {
 	st.queuedAfterLocked(last, func(inv *invalidation) {
 		c.out.Send(st.invalidationFrame(inv.tid, inv.oids), uint64(inv.tid))
 	})
-	return last, nil
+	return max(last, st.lastTid), nil
 }
 
 // oidSet collects oids, each once, in the order they were first added.
