@@ -2,6 +2,7 @@ package neosqlite
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"sort"
 	"strconv"
@@ -320,4 +321,36 @@ func (w *writer) publish(pt []Cell, cfg Config) error {
 	db.lockMu.Unlock()
 	db.lay.Store(l)
 	return nil
+}
+
+// PackOrders returns the pack orders of the committed transactions with
+// tid >= min, in tid order, and those tids (NEO/py's getPackOrders).
+func (db *DB) PackOrders(ctx context.Context, min zodb.Tid) (ids []zodb.Tid, orders []PackOrder, err error) {
+	rows, err := db.sql.QueryContext(ctx, "SELECT tid, approved, partial, oids, pack_tid FROM pack WHERE tid>=? ORDER BY tid", int64(min))
+	if err != nil {
+		return nil, nil, db.wrap(fmt.Errorf("pack orders: %w", err))
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, partial, packTid int64
+		var approved sql.NullInt64
+		var oids []byte
+		if err := rows.Scan(&id, &approved, &partial, &oids, &packTid); err != nil {
+			return nil, nil, db.wrap(fmt.Errorf("pack orders: %w", err))
+		}
+		o := PackOrder{HasApproved: approved.Valid, Approved: approved.Int64 != 0, Partial: partial != 0, PackTid: zodb.Tid(packTid)}
+		if oids != nil {
+			if o.Oids, err = splitOids(oids); err != nil {
+				return nil, nil, db.wrap(fmt.Errorf("pack order %s: oids: %w", zodb.Tid(id), err))
+			}
+			if o.Oids == nil {
+				o.Oids = []zodb.Oid{}
+			}
+		}
+		ids, orders = append(ids, zodb.Tid(id)), append(orders, o)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, db.wrap(fmt.Errorf("pack orders: %w", err))
+	}
+	return ids, orders, nil
 }

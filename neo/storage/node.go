@@ -316,11 +316,15 @@ func (n *Node) stopOperation() {
 	if n.operational.Swap(false) {
 		n.log.Printf("neo storage: operation stopped")
 	}
-	n.repl.stop() // replication hook: stops with the operation
+	// The clients go and the transactions are reset first: the
+	// replicator may wait for an unlock (waitUnlockedBefore), which the
+	// reset ends; stopped first, it held the node up to 30 s, its
+	// clients still served.
 	n.closePeers()
 	if n.tm != nil {
 		n.tm.reset()
 	}
+	n.repl.stop() // replication hook: stops with the operation
 }
 
 func (n *Node) closePeers() {
@@ -427,9 +431,11 @@ func (n *Node) masterSession(ctx context.Context, addr string) (next int, err er
 		err = <-asked
 	}
 	if pe, ok := errors.AsType[*proto.Error](err); ok {
-		if pe.ErrCode == proto.ProtocolError {
+		if pe.ErrCode == proto.ProtocolError && pe.Message != "already connected" {
 			return next, fatalf("master %s refused the identification: %s", addr, pe.Message)
 		}
+		// ("already connected": NEO/py's master has not dropped this
+		// node's previous link yet; it retries, as NEO/py's node.)
 		return next, fmt.Errorf("identification refused (error %d): %s", pe.ErrCode, pe.Message)
 	}
 	if err != nil {
@@ -702,8 +708,11 @@ func (n *Node) handleMaster(ctx context.Context, m *link.Conn, id uint32, code u
 		if err != nil {
 			return next, err
 		}
-		if err := m.Send(&proto.NotifyPackCompleted{PackID: rec.PackID}); err != nil {
-			return next, err
+		if packed := max(rec.PackID, n.pack.completedID()); packed != 0 {
+			// (Not 0: the master would take the node's progress back.)
+			if err := m.Send(&proto.NotifyPackCompleted{PackID: packed}); err != nil {
+				return next, err
+			}
 		}
 		a := proto.AnswerLastIDs{LastTid: proto.InvalidTid, LastOid: proto.InvalidOid, FirstTid: ids.FirstTid}
 		if ids.HasTid {
@@ -720,7 +729,11 @@ func (n *Node) handleMaster(ctx context.Context, m *link.Conn, id uint32, code u
 			return next, err
 		}
 		if n.tm != nil {
-			return next, m.Reply(id, &proto.AnswerPackOrders{Orders: n.pack.list(msg.MinPackID)})
+			orders, err := n.pack.list(ctx, msg.MinPackID)
+			if err != nil {
+				return next, err
+			}
+			return next, m.Reply(id, &proto.AnswerPackOrders{Orders: orders})
 		}
 		// A read-only node packs nothing: no order is pending here.
 		return next, m.Reply(id, &proto.AnswerPackOrders{})

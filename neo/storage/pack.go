@@ -39,6 +39,15 @@ type PackOrderer interface {
 	PackOrder(ctx context.Context, packID, tid zodb.Tid, oids []zodb.Oid) error
 }
 
+// PackOrderStore is implemented by a backend that keeps the pack orders
+// of its transactions (sqlitebackend: its pack table), so that a node
+// that restarts answers the master's AskPackOrders with those not packed
+// yet, as NEO/py's node does (a restarted master learns them from the
+// nodes).
+type PackOrderStore interface {
+	PackOrders(ctx context.Context, min zodb.Tid) ([]proto.PackOrder, error)
+}
+
 // PackVoter is implemented by a Writer that stores the pack order a
 // transaction carries with the transaction, as NEO/py does
 // (sqlitebackend: its pack table): VotePack is Vote with the order
@@ -86,7 +95,10 @@ type packState struct {
 func (ps *packState) start(ctx context.Context, m *link.Conn, completed zodb.Tid) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	ps.m, ps.ctx, ps.completed, ps.last, ps.signedMax = m, ctx, completed, completed, 0
+	// Never below what this process packed already: the orders it keeps
+	// across sessions would be packed again when signed again.
+	completed = max(completed, ps.completed)
+	ps.m, ps.ctx, ps.completed, ps.last, ps.signedMax = m, ctx, completed, max(ps.last, completed), 0
 	if ps.orders == nil {
 		ps.orders = map[zodb.Tid]*proto.PackOrder{}
 	}
@@ -130,6 +142,26 @@ func (ps *packState) signed(approved, rejected []zodb.Tid) {
 	ps.next()
 }
 
+// completedID returns the last order packed (or skipped) by this process.
+func (ps *packState) completedID() zodb.Tid {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return ps.completed
+}
+
+// truncated forgets the orders after tid, whose transactions a truncation
+// deleted.
+func (ps *packState) truncated(tid zodb.Tid) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for id := range ps.orders {
+		if id > tid {
+			delete(ps.orders, id)
+		}
+	}
+	ps.completed, ps.last = min(ps.completed, tid), min(ps.last, tid)
+}
+
 // lastSigned returns the greatest pack id approved by NotifyPackSigned in
 // this session, 0 if none.
 func (ps *packState) lastSigned() zodb.Tid {
@@ -138,18 +170,31 @@ func (ps *packState) lastSigned() zodb.Tid {
 	return ps.signedMax
 }
 
-// list answers the master's AskPackOrders.
-func (ps *packState) list(min zodb.Tid) []proto.PackOrder {
+// list answers the master's AskPackOrders: the orders known in this
+// process, and those the backend stored (PackOrderStore).
+func (ps *packState) list(ctx context.Context, min zodb.Tid) ([]proto.PackOrder, error) {
+	var stored []proto.PackOrder
+	if s, ok := ps.n.be.(PackOrderStore); ok {
+		var err error
+		if stored, err = s.PackOrders(ctx, min); err != nil {
+			return nil, err
+		}
+	}
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	var r []proto.PackOrder
+	for _, o := range stored {
+		if _, ok := ps.orders[o.PackID]; !ok && o.PackID > ps.completed {
+			ps.orders[o.PackID] = &o
+		}
+	}
 	for id, o := range ps.orders {
 		if id >= min {
 			r = append(r, *o)
 		}
 	}
 	slices.SortFunc(r, func(a, b proto.PackOrder) int { return cmp.Compare(a.PackID, b.PackID) })
-	return r
+	return r, nil
 }
 
 // next starts the pack of the next approved order, if any (mu held).

@@ -62,6 +62,7 @@ func (n *Node) applyTruncation(ctx context.Context) error {
 		return fatalf("truncating: %w", err)
 	}
 	if tid != 0 {
+		n.pack.truncated(tid)
 		n.log.Printf("neo storage: database truncated after %s", tid)
 	}
 	return nil

@@ -339,3 +339,17 @@ var (
 	_ storage.Truncater   = (*Backend)(nil)
 	_ storage.BackupStore = (*Backend)(nil)
 )
+
+// PackOrders implements storage.PackOrderStore.
+func (b *Backend) PackOrders(ctx context.Context, min zodb.Tid) ([]proto.PackOrder, error) {
+	ids, os, err := b.db.PackOrders(ctx, min)
+	if err != nil {
+		return nil, err
+	}
+	r := make([]proto.PackOrder, len(os))
+	for i, o := range os {
+		r[i] = proto.PackOrder{PackID: ids[i], Approved: o.Approved, ApprovedSet: o.HasApproved, Partial: o.Partial,
+			Oids: o.Oids, OidsSet: o.Oids != nil, PackTid: o.PackTid}
+	}
+	return r, nil
+}
