@@ -102,9 +102,13 @@ func ParseConfig(r io.Reader) (*FileConfig, error) {
 	}
 	cfg := &FileConfig{InvalidationQueueSize: 100}
 	unnamed := 0
+	zeos := 0
 	for _, s := range root.subs {
 		switch s.typ {
 		case "zeo":
+			if zeos++; zeos > 1 {
+				return nil, fmt.Errorf("line %d: a second <zeo> section", s.line)
+			}
 			if err := cfg.zeoSection(s); err != nil {
 				return nil, err
 			}
@@ -162,12 +166,16 @@ func (cfg *FileConfig) zeoSection(s *section) error {
 		case "read-only":
 			cfg.ReadOnly, err = parseBool(v)
 		case "invalidation-queue-size":
-			cfg.InvalidationQueueSize, err = strconv.Atoi(v)
+			if cfg.InvalidationQueueSize, err = strconv.Atoi(v); err == nil && cfg.InvalidationQueueSize < 1 {
+				err = fmt.Errorf("%d: want at least 1", cfg.InvalidationQueueSize)
+			}
 		case "invalidation-age":
 			cfg.InvalidationAge, err = ParseInvalidationAge(v)
 		case "transaction-timeout":
 			var n int
-			n, err = strconv.Atoi(v)
+			if n, err = strconv.Atoi(v); err == nil && n < 0 {
+				err = fmt.Errorf("%d: want 0 (none) or more seconds", n)
+			}
 			cfg.TransactionTimeout = time.Duration(n) * time.Second
 		case "pid-filename":
 			cfg.PidFile = v
@@ -191,6 +199,9 @@ func (cfg *FileConfig) zeoSection(s *section) error {
 	for _, sub := range s.subs {
 		if sub.typ != "ssl" {
 			return fmt.Errorf("line %d: <zeo> cannot hold <%s>", sub.line, sub.typ)
+		}
+		if cfg.SSL != nil {
+			return fmt.Errorf("line %d: a second <ssl> section", sub.line)
 		}
 		ssl := &SSLConfig{}
 		for k, vs := range sub.keys {
@@ -251,7 +262,11 @@ func parseZConfig(r io.Reader) (*section, error) {
 				if len(f) < 2 {
 					return nil, fmt.Errorf("line %d: %%define needs a name", n)
 				}
-				defines[strings.ToLower(f[1])] = strings.Join(f[2:], " ")
+				name, val := strings.ToLower(f[1]), strings.Join(f[2:], " ")
+				if old, ok := defines[name]; ok && old != val {
+					return nil, fmt.Errorf("line %d: cannot redefine %s", n, f[1]) // as ZConfig
+				}
+				defines[name] = val
 			case "import":
 				if len(f) == 2 && f[1] == "zc.zlibstorage" {
 					root.imports[f[1]] = true
@@ -283,7 +298,7 @@ func parseZConfig(r io.Reader) (*section, error) {
 			}
 			s := &section{typ: strings.ToLower(f[0]), keys: map[string][]string{}, line: n}
 			if len(f) == 2 {
-				s.name = f[1]
+				s.name = strings.ToLower(f[1]) // ZConfig's section names are case-insensitive: lower case
 			}
 			cur.subs = append(cur.subs, s)
 			if !empty {
@@ -295,6 +310,11 @@ func parseZConfig(r io.Reader) (*section, error) {
 				k, v = line[:i], line[i+1:]
 			}
 			k = strings.ToLower(k)
+			if _, dup := cur.keys[k]; dup {
+				// ZConfig refuses it too (no key of these sections is
+				// a multikey): the last value does not win silently.
+				return nil, fmt.Errorf("line %d: %s given twice in this section", n, k)
+			}
 			cur.keys[k] = append(cur.keys[k], strings.TrimSpace(v))
 		}
 	}

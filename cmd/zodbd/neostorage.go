@@ -121,6 +121,7 @@ func runNeoStorage(args []string) int {
 			return fatalf("neo-storage", "%v", err)
 		}
 	}
+	signal.Ignore(syscall.SIGPIPE) // as serve: a log reader gone must not kill the node
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	arg := fl.Arg(0)

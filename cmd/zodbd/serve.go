@@ -18,6 +18,7 @@ import (
 
 	"github.com/zodbd/zodbd/blob"
 	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/internal/cli"
 	"github.com/zodbd/zodbd/internal/eventlog"
 	"github.com/zodbd/zodbd/zeo"
 	"github.com/zodbd/zodbd/zeo/wire"
@@ -121,11 +122,28 @@ func runServe(args []string) int {
 		return status
 	}
 	if fl.NArg() != 0 {
-		fl.Usage()
+		cli.Misuse(os.Stderr, "serve", fmt.Sprintf("unexpected argument %q (storages are given with -f FILE or -C zeo.conf)", fl.Arg(0)))
 		return 2
 	}
 	set := map[string]bool{}
 	fl.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	// A value that cannot be honoured is refused, not replaced.
+	switch {
+	case create && len(files) == 0:
+		return fatalf("serve", "--create applies to -f files (with -C, create true in a <filestorage>)")
+	case invq < 0 || set["invalidation-queue-size"] && invq == 0:
+		return fatalf("serve", "--invalidation-queue-size %d: want at least 1", invq)
+	case maxFrame <= 0:
+		return fatalf("serve", "--max-frame %d: want a positive size", maxFrame)
+	case gomaxprocs < 0:
+		return fatalf("serve", "--gomaxprocs %d: want 0 (Go's default) or more", gomaxprocs)
+	case timeout < 0:
+		return fatalf("serve", "--timeout %v: want 0 (none) or more seconds", timeout)
+	}
+	// A log reader that goes away (a pipe to logger, restarted) must not
+	// kill the server, as SIGPIPE does by default for a write to fd 1 or
+	// 2 (runzeo's Python ignores it); the write's error is reported.
+	signal.Ignore(syscall.SIGPIPE)
 
 	// Scheduling knobs first, so that every thread started later inherits.
 	if cpus != "" {
@@ -287,11 +305,18 @@ func runServe(args []string) int {
 	}()
 
 	var opened []io.Closer
+	pidFileWritten := ""
 	defer func() {
 		for _, c := range opened {
 			if err := c.Close(); err != nil {
 				logf(eventlog.Error, "close: %v", err)
 			}
+		}
+		// Once the storages are closed and their locks released (as
+		// runzeo): a supervisor that waits for the pid file to go may
+		// start the next server at once.
+		if pidFileWritten != "" {
+			os.Remove(pidFileWritten)
 		}
 	}()
 	fslog := func(f string, a ...any) { el.Logf(eventlog.Warning, "ZODB.FileStorage", f, a...) }
@@ -363,7 +388,7 @@ func runServe(args []string) int {
 		if err := writePidFile(fc.PidFile); err != nil {
 			return fatalf("serve", "pid file: %v", err)
 		}
-		defer os.Remove(fc.PidFile)
+		pidFileWritten = fc.PidFile
 	}
 	where := ""
 	if ta, ok := ln.Addr().(*net.TCPAddr); ok && ta.IP.IsUnspecified() {
