@@ -708,11 +708,10 @@ func (n *Node) handleMaster(ctx context.Context, m *link.Conn, id uint32, code u
 		if err != nil {
 			return next, err
 		}
-		if packed := max(rec.PackID, n.pack.completedID()); packed != 0 {
-			// (Not 0: the master would take the node's progress back.)
-			if err := m.Send(&proto.NotifyPackCompleted{PackID: packed}); err != nil {
-				return next, err
-			}
+		// (Not below what this process packed: the master would take
+		// the node's progress back.)
+		if err := m.Send(&proto.NotifyPackCompleted{PackID: max(rec.PackID, n.pack.completedID())}); err != nil {
+			return next, err
 		}
 		a := proto.AnswerLastIDs{LastTid: proto.InvalidTid, LastOid: proto.InvalidOid, FirstTid: ids.FirstTid}
 		if ids.HasTid {
