@@ -20,6 +20,23 @@ import (
 	"github.com/zodbd/zodbd/zodb/serialize"
 )
 
+// garbageHistory returns a new storage where root -> 1 -> 2 (t1), then 1
+// no longer refers to 2, garbage from then on (t2), then the root
+// changes (t3), and those three tids.
+func garbageHistory(t *testing.T) (*fs1.FileStorage, []zodb.Tid) {
+	t.Helper()
+	st, err := fs1.Open(filepath.Join(t.TempDir(), "Data.fs"), &fs1.Options{Create: true, ReadWrite: true, Logf: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st, []zodb.Tid{
+		commit(t, st, map[zodb.Oid][]byte{0: record("root", 1), 1: record("one", 2), 2: record("two")}),
+		commit(t, st, map[zodb.Oid][]byte{1: record("one, without two")}),
+		commit(t, st, map[zodb.Oid][]byte{0: record("root v2", 1)}),
+	}
+}
+
 // TestUndoRefusedWhilePacking: while an online pack runs, UndoLog and an
 // undo's vote fail ("Undo is currently disabled for database
 // maintenance", as ZODB/py's undoLog). An undo committed meanwhile of a
@@ -28,15 +45,8 @@ import (
 // saw the undo, copied with the tail) dropped: a reachable object lost.
 func TestUndoRefusedWhilePacking(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "Data.fs")
-	st, err := fs1.Open(path, &fs1.Options{Create: true, ReadWrite: true, Logf: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	commit(t, st, map[zodb.Oid][]byte{0: record("root", 1), 1: record("one", 2), 2: record("two")})
-	t2 := commit(t, st, map[zodb.Oid][]byte{1: record("one, without two")}) // 2 is garbage from here
-	t3 := commit(t, st, map[zodb.Oid][]byte{0: record("root v2", 1)})
+	st, tids := garbageHistory(t)
+	t2, t3 := tids[1], tids[2]
 
 	tried := false
 	var undoLogErr, voteErr error
@@ -89,15 +99,8 @@ func TestUndoRefusedWhilePacking(t *testing.T) {
 // the object.
 func TestPackAgainAfterRestoreDuringPack(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "Data.fs")
-	st, err := fs1.Open(path, &fs1.Options{Create: true, ReadWrite: true, Logf: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	t1 := commit(t, st, map[zodb.Oid][]byte{0: record("root", 1), 1: record("one", 2), 2: record("two")})
-	commit(t, st, map[zodb.Oid][]byte{1: record("one, without two")}) // 2 is garbage from here
-	t3 := commit(t, st, map[zodb.Oid][]byte{0: record("root v2", 1)})
+	st, tids := garbageHistory(t)
+	t1, t3 := tids[0], tids[2]
 	restored := false
 	opt := &fs1.PackOptions{Logf: quiet, Progress: func(ph fs1.PackPhase, done, total int64) {
 		if ph != fs1.PackCopy || restored {

@@ -153,13 +153,7 @@ func (b *countingFS1) Pack(ctx context.Context, tid zodb.Tid, oids []zodb.Oid) e
 func testPackNotRepeated(t *testing.T, be storage.Backend, packs func() int) {
 	c := startSessionsCluster(t, be)
 	a := c.client(-536870911)
-	c.commit(a, 10, 11, 1, 0, "v1")
-	c.commit(a, 12, 13, 1, 11, "v2")
-	id := a.send(&proto.AskStoreTransaction{TTid: 20, Description: []byte("pack"), Pack: &proto.PackRequest{PackTid: 13}})
-	a.answer(id, proto.CodeAnswerStoreTransaction)
-	id = c.send(&proto.AskLockInformation{TTid: 20, Tid: 21, Pack: true, PackSet: true})
-	c.m.expect(t, id, proto.CodeAnswerInformationLocked)
-	c.unlock(20)
+	c.commitPackOrder(a, true)
 	c.send(&proto.NotifyPackSigned{Approved: []zodb.Tid{21}})
 	if m := decodeArgs(t, c.m.expectCode(t, proto.CodeNotifyPackCompleted)).(*proto.NotifyPackCompleted); m.PackID != 21 {
 		t.Fatalf("NotifyPackCompleted %s, want 21", m.PackID)
@@ -221,21 +215,13 @@ func TestTruncateForgetsPackOrders(t *testing.T) {
 	be := newSQLiteBackend(t)
 	c := startWriteCluster(t, be, nil)
 	a := c.client(-536870911)
-	c.commit(a, 10, 11, 1, 0, "v1")
-	c.commit(a, 12, 13, 1, 11, "v2")
-	id := a.send(&proto.AskStoreTransaction{TTid: 20, Description: []byte("pack"), Pack: &proto.PackRequest{PackTid: 13}})
-	a.answer(id, proto.CodeAnswerStoreTransaction)
-	// Locked without approval (the master's autosign is off, or another
-	// order is pending).
-	id = c.send(&proto.AskLockInformation{TTid: 20, Tid: 21, Pack: false, PackSet: true})
-	c.m.expect(t, id, proto.CodeAnswerInformationLocked)
-	c.unlock(20)
+	c.commitPackOrder(a, false)
 
 	// neoctl truncate 13: StopOperation, Truncate, then recovery and
 	// verification.
 	c.send(&proto.StopOperation{})
 	c.send(&proto.Truncate{Tid: 13})
-	id = c.send(&proto.AskRecovery{})
+	id := c.send(&proto.AskRecovery{})
 	if r := decodeArgs(t, c.m.expect(t, id, proto.CodeAnswerRecovery)).(*proto.AnswerRecovery); r.TruncateTid != 13 {
 		t.Fatalf("AnswerRecovery %+v, want truncate tid 13", r)
 	}
@@ -271,15 +257,9 @@ func TestPackOrderKeptAcrossRestart(t *testing.T) {
 	be := newSQLiteBackend(t)
 	c := startWriteCluster(t, be, nil)
 	a := c.client(-536870911)
-	c.commit(a, 10, 11, 1, 0, "v1")
-	c.commit(a, 12, 13, 1, 11, "v2")
-	id := a.send(&proto.AskStoreTransaction{TTid: 20, Description: []byte("pack"), Pack: &proto.PackRequest{PackTid: 13}})
-	a.answer(id, proto.CodeAnswerStoreTransaction)
-	id = c.send(&proto.AskLockInformation{TTid: 20, Tid: 21, Pack: true, PackSet: true})
-	c.m.expect(t, id, proto.CodeAnswerInformationLocked)
-	c.unlock(20)
+	c.commitPackOrder(a, true)
 	// (Before the restart, the node lists it.)
-	id = c.send(&proto.AskPackOrders{MinPackID: 1})
+	id := c.send(&proto.AskPackOrders{MinPackID: 1})
 	if o := decodeArgs(t, c.m.expect(t, id, proto.CodeAnswerPackOrders)).(*proto.AnswerPackOrders).Orders; len(o) != 1 {
 		t.Fatalf("AnswerPackOrders before the restart: %+v", o)
 	}

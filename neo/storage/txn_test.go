@@ -140,6 +140,20 @@ func (c *writeCluster) unlock(ttid zodb.Tid) {
 	c.sync()
 }
 
+// commitPackOrder commits, by client a, oid 1 twice (tids 11, 13), then
+// transaction 20 carrying the order to pack at 13, locked as 21
+// (approved at lock or not) and unlocked.
+func (c *writeCluster) commitPackOrder(a *testClient, approved bool) {
+	c.t.Helper()
+	c.commit(a, 10, 11, 1, 0, "v1")
+	c.commit(a, 12, 13, 1, 11, "v2")
+	id := a.send(&proto.AskStoreTransaction{TTid: 20, Description: []byte("pack"), Pack: &proto.PackRequest{PackTid: 13}})
+	a.answer(id, proto.CodeAnswerStoreTransaction)
+	id = c.send(&proto.AskLockInformation{TTid: 20, Tid: 21, Pack: approved, PackSet: true})
+	c.m.expect(c.t, id, proto.CodeAnswerInformationLocked)
+	c.unlock(20)
+}
+
 // testClient is a client connection to the node.
 type testClient struct {
 	t   testing.TB
@@ -551,14 +565,8 @@ func TestTxnBadStore(t *testing.T) {
 func TestTxnPack(t *testing.T) {
 	c := startWriteCluster(t, newMemWriter(), nil)
 	a := c.client(-536870911)
-	c.commit(a, 10, 11, 1, 0, "v1")
-	c.commit(a, 12, 13, 1, 11, "v2")
-	id := a.send(&proto.AskStoreTransaction{TTid: 20, Description: []byte("pack"), Pack: &proto.PackRequest{PackTid: 13}})
-	a.answer(id, proto.CodeAnswerStoreTransaction)
-	id = c.send(&proto.AskLockInformation{TTid: 20, Tid: 21, Pack: true, PackSet: true})
-	c.m.expect(t, id, proto.CodeAnswerInformationLocked)
-	c.unlock(20)
-	id = c.send(&proto.AskPackOrders{MinPackID: 1})
+	c.commitPackOrder(a, true)
+	id := c.send(&proto.AskPackOrders{MinPackID: 1})
 	orders := decodeArgs(t, c.m.expect(t, id, proto.CodeAnswerPackOrders)).(*proto.AnswerPackOrders).Orders
 	if len(orders) != 1 || orders[0].PackID != 21 || orders[0].PackTid != 13 || !orders[0].Approved || orders[0].OidsSet {
 		t.Fatalf("pack orders %+v", orders)
