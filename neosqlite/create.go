@@ -62,12 +62,23 @@ func Create(path string, opt CreateOptions) error {
 	if fi, err = os.Stat(abs); err != nil {
 		return fail(err)
 	}
-	if fi.Size() != 0 || exists(abs+"-journal") || exists(abs+"-wal") {
-		return fail(fmt.Errorf("create: %w (not empty)", fs.ErrExist))
-	}
 	c, err := openRaw(dsnRW(abs), sqlite3.SQLITE_OPEN_READWRITE, busyTimeoutMS)
 	if err != nil {
 		return fail(err)
+	}
+	if fi.Size() != 0 || exists(abs+"-journal") || exists(abs+"-wal") {
+		// A file left by a crash during a create (SQLite rolls its
+		// schema transaction back as it reads it) has no table: the
+		// schema is created again, as NEO/py's CREATE TABLE IF NOT
+		// EXISTS does.
+		n, err := c.queryText("SELECT count(*) FROM sqlite_master")
+		if err != nil || n != "0" {
+			c.close()
+			if err == nil {
+				err = fmt.Errorf("create: %w (not empty)", fs.ErrExist)
+			}
+			return fail(err)
+		}
 	}
 	err = c.createSchema(opt)
 	c.close()

@@ -181,7 +181,6 @@ type writer struct {
 
 type wstmts struct {
 	begin, commit, rollback, savepoint, release, rollbackTo uintptr
-	syncFull, syncNormal                                    uintptr
 
 	insData, dupData, undoData, insTobj, insTtrans, insPack uintptr
 	lockTtrans, approvePack                                 uintptr
@@ -200,8 +199,6 @@ var wstmtSQL = []struct {
 	{func(s *wstmts) *uintptr { return &s.savepoint }, "SAVEPOINT op"},
 	{func(s *wstmts) *uintptr { return &s.release }, "RELEASE op"},
 	{func(s *wstmts) *uintptr { return &s.rollbackTo }, "ROLLBACK TO op"},
-	{func(s *wstmts) *uintptr { return &s.syncFull }, "PRAGMA synchronous=FULL"},
-	{func(s *wstmts) *uintptr { return &s.syncNormal }, "PRAGMA synchronous=NORMAL"},
 	{func(s *wstmts) *uintptr { return &s.insData }, "INSERT INTO data VALUES (?,?,?,?)"},
 	{func(s *wstmts) *uintptr { return &s.dupData }, "SELECT id, value FROM data WHERE hash=? AND compression=?"},
 	{func(s *wstmts) *uintptr { return &s.undoData }, "SELECT data_id FROM obj WHERE partition=? AND oid=? AND tid=?"},
@@ -255,6 +252,9 @@ func openWriter(db *DB, uri string) (*writer, error) {
 	}
 	if err := c.execSQL("PRAGMA wal_autocheckpoint=0"); err != nil {
 		return fail(fmt.Errorf("checkpoints: %w", err))
+	}
+	if err := c.execSQL("PRAGMA synchronous=NORMAL"); err != nil { // w.syncOn false
+		return fail(fmt.Errorf("synchronous: %w", err))
 	}
 	for _, s := range wstmtSQL {
 		st, err := c.prepareKeep(s.sql)
@@ -457,11 +457,16 @@ func (w *writer) runBatch() {
 		}
 	}
 	if sync != w.syncOn {
-		st := w.st.syncNormal
+		// Executed from its text each time: SQLite applies a
+		// synchronous pragma when it is prepared, so that a statement
+		// prepared once and kept (as the others) did nothing at its
+		// first run, and the first durable batch after the open was
+		// committed without syncing the WAL.
+		q := "PRAGMA synchronous=NORMAL"
 		if sync {
-			st = w.st.syncFull
+			q = "PRAGMA synchronous=FULL"
 		}
-		if err := c.exec(st, "synchronous"); err != nil {
+		if err := c.execSQL(q); err != nil {
 			fail(err)
 			return
 		}

@@ -542,11 +542,16 @@ func (db *DB) SetNID(ctx context.Context, nid int32) error {
 	}
 	err = w.do(ctx, true, func(w *writer) error {
 		if cfg.HasNid && cfg.Nid != 0 {
-			if err := w.c.execSQL(fmt.Sprintf("INSERT INTO pt SELECT partition, %d, tid, pack FROM pt WHERE nid=%d", nid, cfg.Nid)); err != nil {
-				return err
-			}
-			if err := w.c.execSQL(fmt.Sprintf("DELETE FROM pt WHERE nid=%d", cfg.Nid)); err != nil {
-				return err
+			// NEO/py's rule for a cell the new id has already: its tid
+			// is this node's, its pack kept.
+			for _, q := range []string{
+				"UPDATE pt SET tid=(SELECT o.tid FROM pt o WHERE o.partition=pt.partition AND o.nid=%[2]d) WHERE nid=%[1]d AND partition IN (SELECT partition FROM pt WHERE nid=%[2]d)",
+				"INSERT INTO pt SELECT partition, %[1]d, tid, pack FROM pt o WHERE nid=%[2]d AND NOT EXISTS (SELECT 1 FROM pt n WHERE n.partition=o.partition AND n.nid=%[1]d)",
+				"DELETE FROM pt WHERE nid=%[2]d",
+			} {
+				if err := w.c.execSQL(fmt.Sprintf(q, nid, cfg.Nid)); err != nil {
+					return err
+				}
 			}
 		}
 		if err := w.setConfig("nid", strconv.Itoa(int(nid))); err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
@@ -35,15 +34,14 @@ type Backend struct {
 // wait for commits); Close puts it back in the journal mode it had
 // (NEO/py's default: DELETE).
 //
-// When path does not exist, or is an empty file, it is first created as
-// NEO/py's storage creates its database at its first start
-// (neosqlite.Create): NEO's schema, no cluster name, node id nor partition
-// table, which the node stores when it joins a cluster (PTStore).
+// When path does not exist, or holds no table (an empty file, or what a
+// crash during a create left), it is first created as NEO/py's storage
+// creates its database at its first start (neosqlite.Create): NEO's
+// schema, no cluster name, node id nor partition table, which the node
+// stores when it joins a cluster (PTStore).
 func Open(ctx context.Context, path string) (*Backend, error) {
-	if fi, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) || err == nil && fi.Mode().IsRegular() && fi.Size() == 0 {
-		if err := neosqlite.Create(path, neosqlite.CreateOptions{}); err != nil && !errors.Is(err, fs.ErrExist) {
-			return nil, err
-		}
+	if err := neosqlite.Create(path, neosqlite.CreateOptions{}); err != nil && !errors.Is(err, fs.ErrExist) {
+		return nil, err
 	}
 	db, err := neosqlite.OpenWriter(ctx, path)
 	if err != nil {
