@@ -140,10 +140,12 @@ func (q *Writer) WriteFunc(fn func([]byte) []byte) error {
 	}
 	q.buf = fn(q.buf)
 	q.account()
-	if q.writing || q.corked {
+	if q.writing || q.corked && !q.fullLocked() {
 		q.mu.Unlock()
 		return nil
 	}
+	// (Corked but full: written all the same, so that the bounds hold
+	// while a reader keeps the Writer corked.)
 	return q.drainLocked()
 }
 

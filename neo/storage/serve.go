@@ -130,21 +130,24 @@ func (n *Node) servePeer(ctx context.Context, nc net.Conn) {
 			}
 			return
 		}
-		// Replies are held while more requests are buffered, so that a
-		// pipelining client gets them in one write; they go out as soon
-		// as the reader has nothing left to handle.
+		// Replies are held while more whole requests are buffered, so
+		// that a pipelining client gets them in one write; they go out
+		// as soon as the reader has no whole request left to handle
+		// (with part of the next one buffered too: held while it waits
+		// for the rest, they went out only with more bytes, and a client
+		// that sent a partial packet and read nothing made the node
+		// queue without bound, the corked writer never waiting).
 		if p.typ == proto.Storage && p.takeReverse(id, code, args) {
 			// A packet for this node's own request (revask.go); what
-			// the requests before it queued goes out once nothing
-			// more is buffered, as below.
-			if rd.Buffered() == 0 {
+			// the requests before it queued goes out as below.
+			if !rd.PacketBuffered() {
 				p.w.Uncork()
 			}
 			continue
 		}
 		p.w.Cork()
 		err = p.timedDispatch(id, code, args)
-		if rd.Buffered() == 0 {
+		if !rd.PacketBuffered() {
 			p.w.Uncork()
 		}
 		if err != nil {
