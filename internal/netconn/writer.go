@@ -51,8 +51,9 @@ type Writer struct {
 
 	async   int    // bytes sent (Send) since the current write began
 	holds   int    // Hold calls not yet released
-	held    []byte // what Send held back
+	held    []byte // what Send held back (and the replies behind it)
 	heldSeq uint64
+	heldMin uint64 // the lowest seq held (while held is not empty)
 	seq     uint64 // the highest seq of Send's bytes in buf or written
 	charged int    // bytes charged to budget
 	written uint64 // bytes written to w (Written)
@@ -100,6 +101,13 @@ func (q *Writer) AppendAfter(seen uint64, fn func([]byte) []byte) (n int, stale 
 	}
 	if q.err != nil || q.closed {
 		return 0, false
+	}
+	if len(q.held) > 0 && seen >= q.heldMin {
+		// Computed on a state that a notification held back announces:
+		// behind it, so that the peer gets the notification first.
+		n = len(q.held)
+		q.held = fn(q.held)
+		return len(q.held) - n, false
 	}
 	n = len(q.buf)
 	q.buf = fn(q.buf)
@@ -283,6 +291,9 @@ func (q *Writer) Send(b []byte, seq uint64) {
 		return
 	}
 	if q.holds > 0 && seq != 0 {
+		if len(q.held) == 0 {
+			q.heldMin = seq
+		}
 		q.held = append(q.held, b...)
 		q.heldSeq = max(q.heldSeq, seq)
 	} else {
