@@ -1,7 +1,6 @@
 package backup
 
 import (
-	"bufio"
 	"compress/gzip"
 	"crypto/md5"
 	"encoding/binary"
@@ -12,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 
 	"github.com/zodbd/zodbd/fs1"
@@ -90,47 +90,27 @@ func selectFiles(o RestoreOptions) (chain, error) {
 }
 
 // chainLastTid returns the tid of the last transaction of set c: the last
-// header of its last file, whose transactions it walks (a gzip file is
-// read whole).
+// header of its last file, which the walker reads (a gzip file whole).
 func chainLastTid(repo string, c chain) (zodb.Tid, error) {
 	f := c[len(c)-1]
-	path := filepath.Join(repo, f.Name)
-	in, err := os.Open(path)
-	if err != nil {
-		return 0, fmt.Errorf("restore: %w", err)
-	}
-	defer in.Close()
-	var r io.Reader = in
-	if f.Gzip {
-		zr, err := gzip.NewReader(bufio.NewReader(in))
+	var start int64 // a full backup begins with the magic, at 0
+	if !f.Full {
+		es, err := readDat(datPath(repo, c[0]))
 		if err != nil {
-			return 0, fmt.Errorf("restore: %s: %w", path, err)
+			return 0, err
 		}
-		r = zr
+		i := slices.IndexFunc(es, func(e datEntry) bool { return e.Name() == f.Name })
+		if i < 0 {
+			return 0, fmt.Errorf("restore: %s is not listed in %s", f.Name, datPath(repo, c[0]))
+		}
+		start = es[i].Start
 	}
-	br := bufio.NewReaderSize(r, 1<<16)
-	if f.Full {
-		if _, err := br.Discard(4); err != nil { // the magic
-			return 0, fmt.Errorf("restore: %s: %w", path, err)
-		}
+	w := newWalker(start, 0)
+	path := filepath.Join(repo, f.Name)
+	if _, err := streamFile(path, f.Gzip, func(b []byte) error { _, err := w.feed(b); return err }, nil); err != nil {
+		return 0, fmt.Errorf("restore: %s: %w", path, unwrapPath(err))
 	}
-	var last zodb.Tid
-	var h [16]byte
-	for {
-		if _, err := io.ReadFull(br, h[:]); err == io.EOF {
-			return last, nil
-		} else if err != nil {
-			return 0, fmt.Errorf("restore: %s: %w", path, err)
-		}
-		last = zodb.Tid(binary.BigEndian.Uint64(h[:8]))
-		n := int64(binary.BigEndian.Uint64(h[8:]))
-		if n < txnHeaderLen {
-			return 0, fmt.Errorf("restore: %s: transaction %s: length %d", path, last, n)
-		}
-		if _, err := io.CopyN(io.Discard, br, n+8-16); err != nil {
-			return 0, fmt.Errorf("restore: %s: transaction %s: %w", path, last, err)
-		}
-	}
+	return w.lastTid, nil
 }
 
 // Restore writes o.Output from the repository's files: the newest set (or
