@@ -1,9 +1,7 @@
 package backup
 
 import (
-	"bufio"
 	"bytes"
-	"compress/gzip"
 	"crypto/md5"
 	"encoding/binary"
 	"encoding/hex"
@@ -348,17 +346,8 @@ func checkRanges(repo string, f *os.File, es []datEntry) (*datEntry, error) {
 // gzipHolds tells whether the gzip file at path decompresses, whole and
 // sound, to e's bytes (their size and md5).
 func gzipHolds(path string, e datEntry) bool {
-	g, err := os.Open(path)
-	if err != nil {
-		return false
-	}
-	defer g.Close()
-	zr, err := gzip.NewReader(bufio.NewReader(g))
-	if err != nil {
-		return false
-	}
 	h := md5.New()
-	n, err := io.Copy(h, zr)
+	n, err := streamFile(path, true, func(b []byte) error { h.Write(b); return nil }, nil)
 	return err == nil && n == e.End-e.Start && hex.EncodeToString(h.Sum(nil)) == e.Sum
 }
 
