@@ -447,8 +447,7 @@ func (r *replicator) step(ctx context.Context, m *link.Conn) error {
 	r.mu.Lock()
 	var (
 		best  uint32
-		bestX *replPart
-		found bool
+		bestX *replPart // nil: none pending
 		upTo  zodb.Tid
 	)
 	for p, x := range r.parts {
@@ -456,13 +455,13 @@ func (r *replicator) step(ctx context.Context, m *link.Conn) error {
 			continue
 		}
 		// The furthest behind first, then the lowest (as NEO/py).
-		if !found || r.sink.ReplicatedTid(p) < r.sink.ReplicatedTid(best) ||
+		if bestX == nil || r.sink.ReplicatedTid(p) < r.sink.ReplicatedTid(best) ||
 			r.sink.ReplicatedTid(p) == r.sink.ReplicatedTid(best) && p < best {
-			best, bestX, found, upTo = p, x, true, x.upTo
+			best, bestX, upTo = p, x, x.upTo
 		}
 	}
 	r.mu.Unlock()
-	if found {
+	if bestX != nil {
 		tid, err := r.replicatePartition(ctx, best, upTo)
 		if err != nil {
 			return fmt.Errorf("partition %d: %w", best, err)
