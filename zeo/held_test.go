@@ -1,49 +1,13 @@
 package zeo
 
 import (
-	"context"
 	"encoding/binary"
-	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/zodbd/zodbd/fs1"
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zodb"
 )
-
-// heldFS holds a commit, once armed, after the storage's Finish returned
-// (the commit is published and the commit lock free) and before the
-// server's tpc_finish goroutine queues its reply (Writer.Release).
-type heldFS struct {
-	*fs1.FileStorage
-	armed   atomic.Bool
-	inAfter chan struct{}
-	release chan struct{}
-}
-
-func (w *heldFS) Begin(ctx context.Context, m zodb.TxnMeta) (zodb.Txn, error) {
-	t, err := w.FileStorage.Begin(ctx, m)
-	return &heldTxn{Txn: t, w: w}, err
-}
-
-type heldTxn struct {
-	zodb.Txn
-	w *heldFS
-}
-
-func (t *heldTxn) Tid() zodb.Tid { return t.Txn.(interface{ Tid() zodb.Tid }).Tid() }
-
-func (t *heldTxn) Finish(ctx context.Context, onCommit func(zodb.Tid, []zodb.Oid)) (zodb.Tid, error) {
-	tid, err := t.Txn.Finish(ctx, onCommit)
-	if t.w.armed.CompareAndSwap(true, false) {
-		close(t.w.inAfter)
-		<-t.w.release
-	}
-	return tid, err
-}
 
 // TestLoadReplyBehindHeldInvalidation: while connection A's tpc_finish
 // reply is not yet queued (its Writer holds notifications), connection B
@@ -51,16 +15,8 @@ func (t *heldTxn) Finish(ctx context.Context, onCommit func(zodb.Tid, []zodb.Oid
 // that reads T2's state goes behind it (it was queued at once: A received
 // data of T2 as current before invalidateTransaction(T2)).
 func TestLoadReplyBehindHeldInvalidation(t *testing.T) {
-	fs, err := fs1.Open(filepath.Join(t.TempDir(), "Data.fs"), &fs1.Options{Create: true, ReadWrite: true, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { fs.Close() })
-	w := &heldFS{FileStorage: fs, inAfter: make(chan struct{}), release: make(chan struct{})}
-	var rel func()
-	var once sync.Once
-	rel = func() { once.Do(func() { close(w.release) }) }
-	t.Cleanup(rel)
+	w := newWindowFS(t)
+	w.afterFinish = true
 	addr := startServer(t, Config{Storages: []StorageConfig{{Name: "1", Storage: w}}})
 	a := dialRawRW(t, addr, wire.Pickle)
 	b := dialRawRW(t, addr, wire.Pickle)
@@ -78,7 +34,7 @@ func TestLoadReplyBehindHeldInvalidation(t *testing.T) {
 	ida++
 	finishID := ida
 	a.send(t, finishID, "tpc_finish", func(e *wire.Encoder) { e.Int(txnID) }, 1)
-	<-w.inAfter
+	<-w.inWindow
 
 	// B commits T2 on oid 1.
 	t2 := commitRaw(t, b, &idb, 1, t0, []byte("t2"))
@@ -86,7 +42,7 @@ func TestLoadReplyBehindHeldInvalidation(t *testing.T) {
 	// A loads oid 1; its finish goes on a moment later.
 	a.sendLoad(1, zodb.TidMax)
 	a.flush(t)
-	time.AfterFunc(300*time.Millisecond, rel)
+	time.AfterFunc(300*time.Millisecond, w.publish)
 	a.nc.SetReadDeadline(time.Now().Add(5 * time.Second))
 	var invalidated zodb.Tid
 	for {

@@ -22,13 +22,16 @@ import (
 // that commit.
 
 // windowFS holds a commit, once armed, between the server's onCommit and
-// the storage's publication of the transaction.
+// the storage's publication of the transaction; with afterFinish, after
+// the storage's Finish returned instead (the commit published, the commit
+// lock free), before the server's tpc_finish goroutine queues its reply.
 type windowFS struct {
 	*fs1.FileStorage
-	armed    atomic.Bool
-	inWindow chan struct{}
-	release  chan struct{}
-	once     sync.Once
+	afterFinish bool
+	armed       atomic.Bool
+	inWindow    chan struct{}
+	release     chan struct{}
+	once        sync.Once
 }
 
 // publish lets the commit held in the window go on.
@@ -60,12 +63,20 @@ type windowTxn struct {
 func (t *windowTxn) Tid() zodb.Tid { return t.Txn.(interface{ Tid() zodb.Tid }).Tid() }
 
 func (t *windowTxn) Finish(ctx context.Context, onCommit func(zodb.Tid, []zodb.Oid)) (zodb.Tid, error) {
-	return t.Txn.Finish(ctx, func(tid zodb.Tid, oids []zodb.Oid) {
-		onCommit(tid, oids)
+	hold := func() {
 		if t.w.armed.CompareAndSwap(true, false) {
 			close(t.w.inWindow)
 			<-t.w.release
 		}
+	}
+	if t.w.afterFinish {
+		tid, err := t.Txn.Finish(ctx, onCommit)
+		hold()
+		return tid, err
+	}
+	return t.Txn.Finish(ctx, func(tid zodb.Tid, oids []zodb.Oid) {
+		onCommit(tid, oids)
+		hold()
 	})
 }
 
