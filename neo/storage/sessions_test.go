@@ -2,7 +2,6 @@ package storage_test
 
 import (
 	"context"
-	"net"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -12,91 +11,29 @@ import (
 	"github.com/zodbd/zodbd/fs1"
 	"github.com/zodbd/zodbd/neo/storage/fs1backend"
 
-	"github.com/zodbd/zodbd/neo/neotest"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
 	"github.com/zodbd/zodbd/zodb"
 )
 
-// sessionsCluster is a writeCluster whose master the test plays over several
-// sessions: the node's listener for the master is kept, so that the test
-// can close the master link and take the node's next connection.
-type sessionsCluster struct {
-	*writeCluster
-	ln         *net.TCPListener
-	acceptWait time.Duration // how long accept waits (0: 5 s)
-}
-
-// startSessionsCluster is startWriteCluster keeping the master's listener
-// (and a short retry interval).
-func startSessionsCluster(t *testing.T, backend storage.Backend) *sessionsCluster {
+// startSessionsCluster is startWriteCluster with a short retry interval,
+// for the tests that play the node's master over several sessions.
+func startSessionsCluster(t *testing.T, backend storage.Backend) *writeCluster {
 	t.Helper()
 	return startSessionsClusterRows(t, backend, [][]proto.CellInfo{{{NID: nodeNID, State: proto.UpToDate}}})
 }
 
-func startSessionsClusterRows(t *testing.T, backend storage.Backend, rows [][]proto.CellInfo) *sessionsCluster {
+func startSessionsClusterRows(t *testing.T, backend storage.Backend, rows [][]proto.CellInfo) *writeCluster {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	cfg := storage.Config{Cluster: cluster, Masters: []string{ln.Addr().String()}, Bind: "127.0.0.1:0",
-		Backend: backend, Logger: neotest.Logger(), IdentifyTimeout: 2 * time.Second, MaxInflight: 8,
-		RetryInterval: 20 * time.Millisecond}
-	n, err := storage.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	be, _ := backend.(*memWriter)
-	c := &sessionsCluster{writeCluster: &writeCluster{t: t, n: n, be: be, done: make(chan error, 1), cancel: cancel, id: 100, ts: 1000},
-		ln: ln.(*net.TCPListener)}
-	go func() { c.done <- n.Run(ctx) }()
-	t.Cleanup(c.stop)
-	c.sessionRows(t, nodeNID, 1, rows)
-	return c
-}
-
-// accept takes the node's next master connection and its
-// RequestIdentification.
-func (c *sessionsCluster) accept(t *testing.T) proto.Packet {
-	t.Helper()
-	wait := c.acceptWait
-	if wait == 0 {
-		wait = 5 * time.Second
-	}
-	c.ln.SetDeadline(time.Now().Add(wait))
-	nc, err := c.ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := neotest.NewLink(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	c.m = &replayLink{l: l}
-	return c.m.expectCode(t, proto.CodeRequestIdentification)
+	return startWriteClusterRows(t, backend, rows, nil, func(cfg *storage.Config) { cfg.RetryInterval = 20 * time.Millisecond })
 }
 
 // session accepts the node's next master connection and takes it through
 // identification (as node nid), a partition table of one partition (ptid)
 // and StartOperation.
-func (c *sessionsCluster) session(t *testing.T, nid proto.NodeID, ptid uint64) {
+func (c *writeCluster) session(t *testing.T, nid proto.NodeID, ptid uint64) {
 	t.Helper()
-	c.sessionRows(t, nid, ptid, [][]proto.CellInfo{{{NID: nid, State: proto.UpToDate}}})
-}
-
-// sessionRows is session with the partition table's rows.
-func (c *sessionsCluster) sessionRows(t *testing.T, nid proto.NodeID, ptid uint64, rows [][]proto.CellInfo) {
-	t.Helper()
-	p := c.accept(t)
-	c.write(p.ID, &proto.AcceptIdentification{NodeType: proto.Master, MyNID: -268435455, YourNID: nid})
-	c.notifyNodes(proto.NodeInfo{Type: proto.Storage, NID: nid, State: proto.NodeRunning, IdTime: proto.NoIdTime})
-	c.send(&proto.SendPartitionTable{PTid: ptid, Rows: rows})
-	c.send(&proto.StartOperation{})
-	c.m.expectCode(t, proto.CodeNotifyReady)
+	c.sessionRows(t, nid, ptid, [][]proto.CellInfo{{{NID: nid, State: proto.UpToDate}}}, nil)
 }
 
 // countCalls counts the memWriter's calls that begin with prefix.

@@ -30,14 +30,29 @@ type writeCluster struct {
 	done   chan error
 	cancel context.CancelFunc
 	ts     float64 // the master's notification clock
+
+	ln         *net.TCPListener // where the node connects to its master
+	acceptWait time.Duration    // how long accept waits (0: 5 s)
 }
 
 const nodeNID = proto.NodeID(1)
 
 // startWriteCluster starts the node and takes it through identification,
-// a partition table of one partition and StartOperation; before is called
-// between the partition table and StartOperation (verification).
+// a partition table of one cell per partition of the backend and
+// StartOperation; before is called between the partition table and
+// StartOperation (verification).
 func startWriteCluster(t testing.TB, backend storage.Backend, before func(c *writeCluster), opts ...func(*storage.Config)) *writeCluster {
+	t.Helper()
+	rows := make([][]proto.CellInfo, max(backend.NumPartitions(), 1))
+	for i := range rows {
+		rows[i] = []proto.CellInfo{{NID: nodeNID, State: proto.UpToDate}}
+	}
+	return startWriteClusterRows(t, backend, rows, before, opts...)
+}
+
+// startWriteClusterRows is startWriteCluster with the partition table's
+// rows.
+func startWriteClusterRows(t testing.TB, backend storage.Backend, rows [][]proto.CellInfo, before func(c *writeCluster), opts ...func(*storage.Config)) *writeCluster {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -55,10 +70,24 @@ func startWriteCluster(t testing.TB, backend storage.Backend, before func(c *wri
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	be, _ := backend.(*memWriter)
-	c := &writeCluster{t: t, n: n, be: be, done: make(chan error, 1), cancel: cancel, id: 100, ts: 1000}
+	c := &writeCluster{t: t, n: n, be: be, done: make(chan error, 1), cancel: cancel, id: 100, ts: 1000, ln: ln.(*net.TCPListener)}
 	go func() { c.done <- n.Run(ctx) }()
 	t.Cleanup(c.stop)
-	nc, err := ln.Accept()
+	c.sessionRows(t, nodeNID, 1, rows, before)
+	return c
+}
+
+// accept takes the node's next master connection (the master listener
+// kept: a test may close the link and take the node's next session) and
+// its RequestIdentification.
+func (c *writeCluster) accept(t testing.TB) proto.Packet {
+	t.Helper()
+	wait := c.acceptWait
+	if wait == 0 {
+		wait = 5 * time.Second
+	}
+	c.ln.SetDeadline(time.Now().Add(wait))
+	nc, err := c.ln.Accept()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,24 +97,23 @@ func startWriteCluster(t testing.TB, backend storage.Backend, before func(c *wri
 	}
 	t.Cleanup(func() { l.Close() })
 	c.m = &replayLink{l: l}
-	nc.SetReadDeadline(time.Now().Add(5 * time.Second))
-	p, err := l.Recv()
-	if err != nil || p.Code != proto.CodeRequestIdentification {
-		t.Fatalf("identification: %v %v", p.Code, err)
-	}
-	c.write(p.ID, &proto.AcceptIdentification{NodeType: proto.Master, MyNID: -268435455, YourNID: nodeNID})
-	c.notifyNodes(proto.NodeInfo{Type: proto.Storage, NID: nodeNID, State: proto.NodeRunning, IdTime: proto.NoIdTime})
-	rows := make([][]proto.CellInfo, max(backend.NumPartitions(), 1))
-	for i := range rows {
-		rows[i] = []proto.CellInfo{{NID: nodeNID, State: proto.UpToDate}}
-	}
-	c.send(&proto.SendPartitionTable{PTid: 1, Rows: rows})
+	return c.m.expectCode(t, proto.CodeRequestIdentification)
+}
+
+// sessionRows accepts the node's next master connection and takes it
+// through identification (as node nid), the partition table (ptid, rows),
+// before (nil: nothing) and StartOperation.
+func (c *writeCluster) sessionRows(t testing.TB, nid proto.NodeID, ptid uint64, rows [][]proto.CellInfo, before func(c *writeCluster)) {
+	t.Helper()
+	p := c.accept(t)
+	c.write(p.ID, &proto.AcceptIdentification{NodeType: proto.Master, MyNID: -268435455, YourNID: nid})
+	c.notifyNodes(proto.NodeInfo{Type: proto.Storage, NID: nid, State: proto.NodeRunning, IdTime: proto.NoIdTime})
+	c.send(&proto.SendPartitionTable{PTid: ptid, Rows: rows})
 	if before != nil {
 		before(c)
 	}
 	c.send(&proto.StartOperation{})
 	c.m.expectCode(t, proto.CodeNotifyReady) // the node's first packet of its own
-	return c
 }
 
 func (c *writeCluster) stop() {
