@@ -277,9 +277,11 @@ func replDiscardReadd(t *testing.T, readd bool) {
 // address and node B, which the fake source identifies to as A over a
 // link of its own; B's dials to the fake source are refused with "already
 // connected", so B asks its replication requests over that link
-// (revask.go). serve handles them; Tweak gives B an OUT_OF_DATE cell of
-// partition 0. It returns B's cancel.
-func replReverse(t *testing.T, serve func(rl *neotest.Link)) (b *storage.Node, bcancel context.CancelFunc) {
+// (revask.go): the fake source answers that it has no transaction, and
+// hands each AskFetchObjects to objects (which returns false to stop
+// serving). Tweak gives B an OUT_OF_DATE cell of partition 0. It returns
+// B's cancel.
+func replReverse(t *testing.T, objects func(rl *neotest.Link, q proto.Packet) bool) (b *storage.Node, bcancel context.CancelFunc) {
 	m, err := neotest.NewMaster(neotest.MasterConfig{Cluster: "replfault", Partitions: 1, Replicas: 1, Storages: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -342,7 +344,22 @@ func replReverse(t *testing.T, serve func(rl *neotest.Link)) (b *storage.Node, b
 			}()
 		}
 	}()
-	go serve(rl)
+	go func() {
+		for {
+			q, err := rl.Recv()
+			if err != nil {
+				return
+			}
+			switch q.Code {
+			case proto.CodeAskFetchTransactions:
+				rl.Write(proto.AppendPacket(nil, q.ID, &proto.AnswerFetchTransactions{NextTid: proto.InvalidTid, TidsToDelete: []zodb.Tid{}, CompletedPack: proto.InvalidTid}))
+			case proto.CodeAskFetchObjects:
+				if !objects(rl, q) {
+					return
+				}
+			}
+		}
+	}()
 	if err := m.Tweak(); err != nil {
 		t.Fatal(err)
 	}
@@ -367,27 +384,16 @@ func TestReplReverseStop(t *testing.T) {
 func replReverseStop(t *testing.T) {
 	sending := make(chan struct{})
 	var sent atomic.Int64
-	_, bcancel := replReverse(t, func(rl *neotest.Link) {
-		data := make([]byte, 1<<20)
-		sum := sha1.Sum(data)
-		for {
-			q, err := rl.Recv()
-			if err != nil {
-				return
+	data := make([]byte, 1<<20)
+	sum := sha1.Sum(data)
+	_, bcancel := replReverse(t, func(rl *neotest.Link, q proto.Packet) bool {
+		close(sending)
+		for i := 1; ; i++ {
+			o := &proto.AddObject{Oid: zodb.Oid(i), Serial: 1, Checksum: sum, Data: data, DataSerial: proto.InvalidTid}
+			if rl.Write(proto.AppendPacket(nil, q.ID, o)) != nil {
+				return false
 			}
-			switch q.Code {
-			case proto.CodeAskFetchTransactions:
-				rl.Write(proto.AppendPacket(nil, q.ID, &proto.AnswerFetchTransactions{NextTid: proto.InvalidTid, TidsToDelete: []zodb.Tid{}, CompletedPack: proto.InvalidTid}))
-			case proto.CodeAskFetchObjects:
-				close(sending)
-				for i := 1; ; i++ {
-					o := &proto.AddObject{Oid: zodb.Oid(i), Serial: 1, Checksum: sum, Data: data, DataSerial: proto.InvalidTid}
-					if rl.Write(proto.AppendPacket(nil, q.ID, o)) != nil {
-						return
-					}
-					sent.Add(1)
-				}
-			}
+			sent.Add(1)
 		}
 	})
 	select {
@@ -408,24 +414,14 @@ func replReverseStop(t *testing.T) {
 // advance.
 func TestReplNoProgress(t *testing.T) {
 	var asks atomic.Int64
-	replReverse(t, func(rl *neotest.Link) {
-		for {
-			q, err := rl.Recv()
-			if err != nil {
-				return
-			}
-			switch q.Code {
-			case proto.CodeAskFetchTransactions:
-				rl.Write(proto.AppendPacket(nil, q.ID, &proto.AnswerFetchTransactions{NextTid: proto.InvalidTid, TidsToDelete: []zodb.Tid{}, CompletedPack: proto.InvalidTid}))
-			case proto.CodeAskFetchObjects:
-				var a proto.AskFetchObjects
-				if err := q.Decode(&a); err != nil {
-					return
-				}
-				asks.Add(1)
-				rl.Write(proto.AppendPacket(nil, q.ID, &proto.AnswerFetchObjects{NextTid: a.MinTid, NextOid: a.MinOid, ObjectDict: []proto.SerialOids{}}))
-			}
+	replReverse(t, func(rl *neotest.Link, q proto.Packet) bool {
+		var a proto.AskFetchObjects
+		if err := q.Decode(&a); err != nil {
+			return false
 		}
+		asks.Add(1)
+		rl.Write(proto.AppendPacket(nil, q.ID, &proto.AnswerFetchObjects{NextTid: a.MinTid, NextOid: a.MinOid, ObjectDict: []proto.SerialOids{}}))
+		return true
 	})
 	time.Sleep(time.Second)
 	if n := asks.Load(); n > 50 {
