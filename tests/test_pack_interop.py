@@ -33,31 +33,12 @@ from ZODB import DB
 from ZODB.Connection import TransactionMetaData
 from ZODB.FileStorage import FileStorage
 from ZODB.POSException import POSKeyError
-from ZODB.serialize import referencesf
-from ZODB.TimeStamp import TimeStamp
 from ZODB.utils import p64, u64
 
+from packutil import pack_time_between, py_pack, reachable, tids_of
 from testutil import fstest, read, zodbd
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-
-def tids_of(path):
-    st = FileStorage(path, read_only=True)
-    try:
-        return [t.tid for t in st.iterator()]
-    finally:
-        st.close()
-
-
-def pack_time_between(tid1, tid2):
-    """A float pack time between two tids, and the tid ZODB/py makes of it
-    (FileStorage.pack's conversion)."""
-    t = (TimeStamp(tid1).timeTime() + TimeStamp(tid2).timeTime()) / 2
-    stop = TimeStamp(*time.gmtime(t)[:5] + (t % 60,)).raw()
-    assert tid1 <= stop < tid2, (tid1.hex(), stop.hex(), tid2.hex())
-    return t, stop
 
 
 class Scenario:
@@ -174,14 +155,6 @@ def copy(src, dst):
     return dst
 
 
-def py_pack(path, t, gc=True):
-    st = FileStorage(path, pack_gc=gc)
-    try:
-        st.pack(t, referencesf)
-    finally:
-        st.close()
-
-
 def answers(path, tids_after):
     """What ZODB/py reads from a file: every oid's current data and serial
     (or POSKeyError), and its loadBefore answer at every tid in tids_after."""
@@ -270,24 +243,6 @@ def present(ans):
     return {oid: a for oid, a in ans.items()
             if a[0] != 'POSKeyError' or any(x not in (None, 'POSKeyError')
                                              for x in a[1])}
-
-
-def reachable(path, at):
-    """The oids reachable from the root in the state before `at`."""
-    st = FileStorage(path, read_only=True)
-    try:
-        seen, todo = set(), [p64(0)]
-        while todo:
-            oid = todo.pop()
-            if oid in seen:
-                continue
-            seen.add(oid)
-            r = st.loadBefore(oid, at)
-            if r:
-                todo.extend(referencesf(r[0]))
-        return seen
-    finally:
-        st.close()
 
 
 def test_pack_times(tmp_path, zodbd_bin, main_db):
