@@ -23,7 +23,6 @@ were not current at the pack time.
 import base64
 import os
 import shutil
-import time
 
 import pytest
 import transaction
