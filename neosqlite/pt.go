@@ -339,13 +339,8 @@ func (db *DB) PackOrders(ctx context.Context, min zodb.Tid) (ids []zodb.Tid, ord
 			return nil, nil, db.wrap(fmt.Errorf("pack orders: %w", err))
 		}
 		o := PackOrder{HasApproved: approved.Valid, Approved: approved.Int64 != 0, Partial: partial != 0, PackTid: zodb.Tid(packTid)}
-		if oids != nil {
-			if o.Oids, err = splitOids(oids); err != nil {
-				return nil, nil, db.wrap(fmt.Errorf("pack order %s: oids: %w", zodb.Tid(id), err))
-			}
-			if o.Oids == nil {
-				o.Oids = []zodb.Oid{}
-			}
+		if o.Oids, err = packOrderOids(oids, oids == nil); err != nil {
+			return nil, nil, db.wrap(fmt.Errorf("pack order %s: oids: %w", zodb.Tid(id), err))
 		}
 		ids, orders = append(ids, zodb.Tid(id)), append(orders, o)
 	}

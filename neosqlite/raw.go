@@ -508,17 +508,25 @@ func scanTransInto(c *rawConn, st uintptr, part uint32, tid zodb.Tid, t *TxnInfo
 	if c.colType(st, 7) != sqlite3.SQLITE_NULL { // p.partial: a pack order
 		po := &PackOrder{HasApproved: c.colType(st, 6) != sqlite3.SQLITE_NULL, Approved: c.int64(st, 6) != 0,
 			Partial: c.int64(st, 7) != 0, PackTid: zodb.Tid(c.int64(st, 9))}
-		if c.colType(st, 8) != sqlite3.SQLITE_NULL {
-			if po.Oids, err = splitOids(c.blob(st, 8)); err != nil {
-				return buf, fmt.Errorf("pack row (tid %s): oids: %w", tid, err)
-			}
-			if po.Oids == nil {
-				po.Oids = []zodb.Oid{}
-			}
+		if po.Oids, err = packOrderOids(c.blob(st, 8), c.colType(st, 8) == sqlite3.SQLITE_NULL); err != nil {
+			return buf, fmt.Errorf("pack row (tid %s): oids: %w", tid, err)
 		}
 		t.Pack = po
 	}
 	return buf, nil
+}
+
+// packOrderOids decodes the oids column of a pack row: nil when NULL (a
+// full pack), else the oids (empty, not nil, for a partial pack of none).
+func packOrderOids(b []byte, null bool) ([]zodb.Oid, error) {
+	if null {
+		return nil, nil
+	}
+	oids, err := splitOids(b)
+	if oids == nil && err == nil {
+		oids = []zodb.Oid{}
+	}
+	return oids, err
 }
 
 func nonNil(b []byte) []byte {
