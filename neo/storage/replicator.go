@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -391,17 +393,18 @@ func (r *replicator) step(ctx context.Context, m *link.Conn) error {
 	// and given back meanwhile has a new record, which the answer, about
 	// the old one, must not update.
 	r.mu.Lock()
-	var ask []uint32
-	asked := map[uint32]*replPart{}
+	var asked map[uint32]*replPart
 	for p, x := range r.parts {
 		if x.ask {
-			ask = append(ask, p)
+			if asked == nil {
+				asked = map[uint32]*replPart{}
+			}
 			asked[p] = x
 		}
 	}
 	r.mu.Unlock()
-	if len(ask) > 0 {
-		sort.Slice(ask, func(i, j int) bool { return ask[i] < ask[j] })
+	if len(asked) > 0 {
+		ask := slices.Sorted(maps.Keys(asked))
 		var a proto.AnswerUnfinishedTransactions
 		r.mu.Lock()
 		r.asking = true
