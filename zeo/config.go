@@ -70,7 +70,7 @@ type FileStorageConfig struct {
 // section is a parsed ZConfig section.
 type section struct {
 	typ, name string
-	keys      map[string][]string
+	keys      map[string]string // a key is given once (refused twice, as ZConfig)
 	subs      []*section
 	line      int
 	imports   map[string]bool // root only: the packages of %import lines
@@ -157,8 +157,7 @@ func CheckHTTPAddr(addr string) error {
 }
 
 func (cfg *FileConfig) zeoSection(s *section) error {
-	for k, vs := range s.keys {
-		v := vs[len(vs)-1]
+	for k, v := range s.keys {
 		var err error
 		switch k {
 		case "address":
@@ -204,8 +203,7 @@ func (cfg *FileConfig) zeoSection(s *section) error {
 			return fmt.Errorf("line %d: a second <ssl> section", sub.line)
 		}
 		ssl := &SSLConfig{}
-		for k, vs := range sub.keys {
-			v := vs[len(vs)-1]
+		for k, v := range sub.keys {
 			switch k {
 			case "certificate":
 				ssl.Certificate = v
@@ -235,7 +233,7 @@ func (cfg *FileConfig) zeoSection(s *section) error {
 // substitution. %import is refused (it loads Python code), but for
 // zc.zlibstorage, whose storage sections zodbd implements.
 func parseZConfig(r io.Reader) (*section, error) {
-	root := &section{keys: map[string][]string{}, imports: map[string]bool{}}
+	root := &section{keys: map[string]string{}, imports: map[string]bool{}}
 	stack := []*section{root}
 	defines := map[string]string{}
 	sc := bufio.NewScanner(r)
@@ -296,7 +294,7 @@ func parseZConfig(r io.Reader) (*section, error) {
 			if len(f) == 0 || len(f) > 2 {
 				return nil, fmt.Errorf("line %d: malformed section start", n)
 			}
-			s := &section{typ: strings.ToLower(f[0]), keys: map[string][]string{}, line: n}
+			s := &section{typ: strings.ToLower(f[0]), keys: map[string]string{}, line: n}
 			if len(f) == 2 {
 				s.name = strings.ToLower(f[1]) // ZConfig's section names are case-insensitive: lower case
 			}
@@ -315,7 +313,7 @@ func parseZConfig(r io.Reader) (*section, error) {
 				// a multikey): the last value does not win silently.
 				return nil, fmt.Errorf("line %d: %s given twice in this section", n, k)
 			}
-			cur.keys[k] = append(cur.keys[k], strings.TrimSpace(v))
+			cur.keys[k] = strings.TrimSpace(v)
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -423,8 +421,7 @@ func storageSection(s *section, name string, imports map[string]bool) (FileStora
 	}
 	var dir string
 	compress := true
-	for k, vs := range s.keys {
-		v := vs[len(vs)-1]
+	for k, v := range s.keys {
 		var err error
 		switch {
 		case k == "blob-dir" && !isZlib:
@@ -467,8 +464,7 @@ func storageSection(s *section, name string, imports map[string]bool) (FileStora
 func filestorageSection(s *section, name string) (FileStorageConfig, error) {
 	fs := FileStorageConfig{Name: name, PackGC: true, PackKeepOld: true}
 	var err error
-	for k, vs := range s.keys {
-		v := vs[len(vs)-1]
+	for k, v := range s.keys {
 		switch k {
 		case "path":
 			fs.Path = v

@@ -20,8 +20,7 @@ type EventLogConfig struct {
 // every key ZConfig defines for them, each honoured or refused.
 func eventlogSection(s *section) (*EventLogConfig, error) {
 	el := &EventLogConfig{Level: eventlog.Info}
-	for k, vs := range s.keys {
-		v := vs[len(vs)-1]
+	for k, v := range s.keys {
 		switch k {
 		case "level":
 			l, err := eventlog.ParseLevel(v)
@@ -56,8 +55,7 @@ func logfileSection(s *section) (eventlog.HandlerConfig, error) {
 	var when string
 	var interval int
 	var encoding bool
-	for k, vs := range s.keys {
-		v := vs[len(vs)-1]
+	for k, v := range s.keys {
 		var err error
 		switch k {
 		case "path":
