@@ -440,3 +440,48 @@ func TestKillWrite(t *testing.T) {
 		base = last + 64
 	}
 }
+
+// TestSyncErrorSticky: a failed fsync of the WAL by syncNow (an Unlock's
+// commit made durable by a later durable operation that writes nothing)
+// fails that operation and every batch after it, and Close reports it:
+// Linux reports a writeback error to one fsync only, so that a later
+// success would not make the earlier commits durable.
+func TestSyncErrorSticky(t *testing.T) {
+	ctx := context.Background()
+	db := openWriterCopy(t, "testdata/storage.sqlite")
+	w := db.w
+	t1, t2 := testTid, testTid+2
+	for _, v := range []*VotedTxn{votedTxn(t1, true, "one"), votedTxn(t2, false, "two")} {
+		if err := db.Vote(ctx, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Lock(ctx, t1, t1+1, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Unlock(ctx, t1, t1+1); err != nil {
+		t.Fatal(err)
+	}
+	errIO := errors.New("injected EIO")
+	if err := w.do(ctx, false, func(w *writer) error {
+		if !w.dirty {
+			return errors.New("the Unlock's commit is already synced")
+		}
+		w.syncFile = func(string) error { return errIO }
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// A durable operation that changes no row: the earlier commit is
+	// synced by syncNow.
+	if err := w.do(ctx, true, func(*writer) error { return nil }); !errors.Is(err, errIO) {
+		t.Fatalf("durable operation after a failed fsync: %v, want %v", err, errIO)
+	}
+	w.syncFile = fsyncFile // the next fsync would succeed
+	if err := db.Lock(ctx, t2, t2+1, false); !errors.Is(err, errIO) {
+		t.Errorf("Lock after a failed fsync: %v, want %v", err, errIO)
+	}
+	if err := db.Close(); !errors.Is(err, errIO) {
+		t.Errorf("Close after a failed fsync: %v, want %v", err, errIO)
+	}
+}

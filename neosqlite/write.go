@@ -165,8 +165,11 @@ type writer struct {
 	errs     []error         // runBatch's, reused
 	oidBuf   []byte          // oidField's result, reused
 
-	dirty       bool          // a commit not yet durable
-	syncCommits atomic.Uint64 // durable commits so far (tests)
+	dirty       bool                    // a commit not yet durable
+	syncErr     error                   // the first failed fsync of the WAL: every later batch fails with it
+	syncFile    func(name string) error // fsyncs the named file (tests replace it)
+	rollbackErr error                   // a failed ROLLBACK TO of the batch running: it is rolled back whole
+	syncCommits atomic.Uint64           // durable commits so far (tests)
 	st          wstmts
 	batch       []*wop
 	syncOn      bool // the connection's synchronous is FULL
@@ -234,7 +237,7 @@ func openWriter(db *DB, uri string) (*writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &writer{db: db, c: c, ops: make(chan *wop, 256), quit: make(chan struct{}), exit: make(chan struct{}), held: map[int64]int32{}}
+	w := &writer{db: db, c: c, ops: make(chan *wop, 256), quit: make(chan struct{}), exit: make(chan struct{}), held: map[int64]int32{}, syncFile: fsyncFile}
 	fail := func(err error) (*writer, error) {
 		c.close()
 		return nil, err
@@ -409,7 +412,7 @@ func (w *writer) loop() {
 			timerC = nil
 			w.db.raw.sweepNow()
 			if w.dirty {
-				w.syncNow()
+				w.syncNow() // a failure fails the batches after it
 			}
 		case <-idleC:
 			idleC = nil
@@ -456,6 +459,10 @@ func (w *writer) runBatch() {
 			op.done <- err
 		}
 	}
+	if w.syncErr != nil {
+		fail(w.syncErr)
+		return
+	}
 	if sync != w.syncOn {
 		// Executed from its text each time: SQLite applies a
 		// synchronous pragma when it is prepared, so that a statement
@@ -480,7 +487,12 @@ func (w *writer) runBatch() {
 	for i, op := range w.batch {
 		errs[i] = w.runOp(op)
 	}
-	if err := c.exec(w.st.commit, "commit"); err != nil {
+	err := w.rollbackErr
+	w.rollbackErr = nil
+	if err == nil {
+		err = c.exec(w.st.commit, "commit")
+	}
+	if err != nil {
 		c.exec(w.st.rollback, "rollback")
 		// The in-memory state may reflect operations that are gone.
 		if lerr := w.load(uint64(len(w.dataNext))); lerr != nil {
@@ -498,7 +510,10 @@ func (w *writer) runBatch() {
 	case sync && w.dirty:
 		// Nothing written, so nothing synced; an earlier unlock's
 		// commit must be durable now all the same.
-		w.syncNow()
+		if err := w.syncNow(); err != nil {
+			fail(err)
+			return
+		}
 	case changed:
 		w.dirty = true
 	}
@@ -600,7 +615,11 @@ func (w *writer) runOp(op *wop) error {
 		err = op.run(w)
 	}
 	if err != nil {
-		c.exec(w.st.rollbackTo, "rollback to")
+		if rerr := c.exec(w.st.rollbackTo, "rollback to"); rerr != nil && w.rollbackErr == nil {
+			// The failed operation's rows are still in the
+			// transaction: runBatch rolls it back whole.
+			w.rollbackErr = fmt.Errorf("%w (after: %v)", rerr, err)
+		}
 		for i := len(w.undo) - 1; i >= 0; i-- {
 			u := w.undo[i]
 			switch {
@@ -614,24 +633,47 @@ func (w *writer) runOp(op *wop) error {
 		}
 	}
 	w.undo = w.undo[:0]
-	if rerr := c.exec(w.st.release, "release"); err == nil {
-		err = rerr
+	if rerr := c.exec(w.st.release, "release"); rerr != nil {
+		// The savepoint stays open: the batch is rolled back whole
+		// rather than committed with an operation reported failed.
+		if err == nil {
+			err = rerr
+		}
+		if w.rollbackErr == nil {
+			w.rollbackErr = rerr
+		}
 	}
 	return err
 }
 
 // syncNow makes the commits done so far durable: an fsync of the WAL file
 // (a checkpoint would skip it when a reader's snapshot leaves it nothing
-// to copy).
-func (w *writer) syncNow() {
-	f, err := os.Open(w.db.abs + "-wal")
+// to copy). Its failure is kept in w.syncErr and fails every later batch:
+// Linux reports a writeback error to one fsync only, so a later fsync's
+// success would not mean that the commits before it reached the disk.
+func (w *writer) syncNow() error {
+	if w.syncErr != nil {
+		return w.syncErr
+	}
+	if err := w.syncFile(w.db.abs + "-wal"); err != nil {
+		w.syncErr = fmt.Errorf("neosqlite: %s: syncing the WAL failed, commits refused from now on: %w", w.db.abs, err)
+		return w.syncErr
+	}
+	w.dirty = false
+	return nil
+}
+
+// fsyncFile fsyncs the file name.
+func fsyncFile(name string) error {
+	f, err := os.Open(name)
 	if err != nil {
-		return
+		return err
 	}
-	if f.Sync() == nil {
-		w.dirty = false
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	f.Close()
+	return err
 }
 
 // close stops the committer after the queued operations; the caller then
@@ -701,6 +743,10 @@ func (w *writer) finish() error {
 		err = nil
 	}
 	c.close()
+	if w.syncErr != nil {
+		// The commits since the failed sync may not be durable.
+		err = w.syncErr
+	}
 	return err
 }
 
