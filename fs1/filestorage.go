@@ -218,7 +218,7 @@ func (fs *FileStorage) loadIndexFile(size int64) (idx *Index, pos int64, tid zod
 	if _, err := os.Stat(ipath); err != nil {
 		return nil, 0, 0, 0
 	}
-	pos, idx, err := LoadIndexFile(ipath)
+	pos, idx, err := loadIndexFile(ipath, size)
 	if err == nil {
 		err = CheckIndex(fs.file, fs.path, idx, pos, size)
 	}

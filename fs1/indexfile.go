@@ -61,6 +61,15 @@ const maxIndexPos = 1<<48 - 1
 //
 // The index is not checked against the data file; see CheckIndex.
 func LoadIndexFile(path string) (topPos int64, idx *Index, err error) {
+	return loadIndexFile(path, -1)
+}
+
+// loadIndexFile is LoadIndexFile for the index of a data file of dataSize
+// bytes (-1: unknown), which bounds what the index may hold: it covers no
+// more than the file, and holds no more oids than data records fit in the
+// part it covers, so that a crafted index costs no more memory than the
+// index a scan of the data file could build.
+func loadIndexFile(path string, dataSize int64) (topPos int64, idx *Index, err error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, nil, &IndexFileError{path, err}
@@ -70,16 +79,17 @@ func LoadIndexFile(path string) (topPos int64, idx *Index, err error) {
 	if st, err := f.Stat(); err == nil {
 		size = st.Size()
 	}
-	return loadIndex(f, path, size)
+	return loadIndex(f, path, size, dataSize)
 }
 
 // loadIndex decodes an index file from r. size is the size of the input if
-// known (else -1); it only sizes the map.
+// known (else -1); it only sizes the map. dataSize is the size of the data
+// file if known (else -1), see loadIndexFile.
 //
 // The file is untrusted: reading it costs memory and time in proportion to
 // its size (see indexpickle.go), and an error names the pickle and the
 // offset where the file is damaged or not an index.
-func loadIndex(r io.Reader, path string, size int64) (topPos int64, idx *Index, err error) {
+func loadIndex(r io.Reader, path string, size, dataSize int64) (topPos int64, idx *Index, err error) {
 	fail := func(format string, args ...interface{}) (int64, *Index, error) {
 		return 0, nil, &IndexFileError{path, fmt.Errorf(format, args...)}
 	}
@@ -106,6 +116,12 @@ func loadIndex(r io.Reader, path string, size int64) (topPos int64, idx *Index, 
 	if topPos < 0 || topPos > maxIndexPos {
 		return fail("pickle 1 at offset 0: position %d out of range", topPos)
 	}
+	if dataSize >= 0 && topPos > dataSize {
+		return fail("pickle 1 at offset 0: covers the data file up to %d, beyond its end (%d)", topPos, dataSize)
+	}
+	// Each oid has a data record of DataHeaderSize bytes at least in the
+	// part of the data file the index covers.
+	maxOids := max(topPos-HeaderSize, 0) / DataHeaderSize
 	x.first = false
 
 	// Each entry takes 8 bytes of the file at least: size/8 bounds the
@@ -154,6 +170,9 @@ func loadIndex(r io.Reader, path string, size int64) (topPos int64, idx *Index, 
 				return fail("pickle %d at offset %d: oid %s at position %d, outside the data the index covers [%d, %d)", n, at, oid, pos, HeaderSize, topPos)
 			}
 			idx.Set(oid, pos)
+			if int64(idx.n) > maxOids {
+				return fail("pickle %d at offset %d: more than %d oids, the most that the %d bytes it covers can hold", n, at, maxOids, topPos)
+			}
 		}
 	}
 	return topPos, idx, nil

@@ -224,7 +224,7 @@ func TestIndexPosPickle(t *testing.T) {
 		if got != want {
 			t.Errorf("pos %d: got %s, want %s", tc.pos, got, want)
 		}
-		pos, _, err := loadIndex(bytes.NewReader(buf.Bytes()), "x", -1)
+		pos, _, err := loadIndex(bytes.NewReader(buf.Bytes()), "x", -1, -1)
 		if err != nil || pos != tc.pos {
 			t.Errorf("pos %d: loaded %d, %v", tc.pos, pos, err)
 		}
@@ -297,7 +297,7 @@ func TestLoadIndexFilePy2(t *testing.T) {
 	b = append(b, 0x40, 0x01, 0, 0)
 	b = append(b, bucket...)
 	b = append(b, "q\x02tq\x03.N."...)
-	pos, idx, err := loadIndex(bytes.NewReader(b), "py2memo", -1)
+	pos, idx, err := loadIndex(bytes.NewReader(b), "py2memo", -1, -1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,7 +370,7 @@ func TestLoadIndexFileErrors(t *testing.T) {
 	}
 	// Every truncation of a good file is an error.
 	for n := 0; n < len(good); n++ {
-		if _, _, err := loadIndex(bytes.NewReader(good[:n]), "trunc", int64(n)); err == nil {
+		if _, _, err := loadIndex(bytes.NewReader(good[:n]), "trunc", int64(n), -1); err == nil {
 			t.Errorf("truncated to %d bytes: no error", n)
 		}
 	}
@@ -556,7 +556,7 @@ func FuzzLoadIndexFile(f *testing.F) {
 	}
 	r := bytes.NewReader(data)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		pos, idx, err := loadIndex(bytes.NewReader(b), "fuzz.index", int64(len(b)))
+		pos, idx, err := loadIndex(bytes.NewReader(b), "fuzz.index", int64(len(b)), -1)
 		if err != nil {
 			var ie *IndexFileError
 			if !errors.As(err, &ie) || ie.Path != "fuzz.index" {
@@ -568,7 +568,7 @@ func FuzzLoadIndexFile(f *testing.F) {
 		if err := idx.writeIndex(&buf, pos); err != nil {
 			t.Fatalf("save of a loaded index: %v", err)
 		}
-		pos2, idx2, err := loadIndex(bytes.NewReader(buf.Bytes()), "again", int64(buf.Len()))
+		pos2, idx2, err := loadIndex(bytes.NewReader(buf.Bytes()), "again", int64(buf.Len()), -1)
 		if err != nil {
 			t.Fatalf("reload: %v", err)
 		}
@@ -611,4 +611,34 @@ func BenchmarkLoadIndexFile(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/oid")
+}
+
+// TestLoadIndexBoundedByData: an index holds no more oids than data
+// records fit in the part of the data file it covers, and covers no more
+// than the data file: a crafted index (oids spread one per chunk, ~1 KiB
+// of nodes each) costs no more memory than a scan of the data file could.
+func TestLoadIndexBoundedByData(t *testing.T) {
+	save := func(topPos int64, oids ...zodb.Oid) []byte {
+		x := NewIndex(0)
+		for _, oid := range oids {
+			x.Set(oid, HeaderSize)
+		}
+		var buf bytes.Buffer
+		if err := x.writeIndex(&buf, topPos); err != nil {
+			t.Fatal(err)
+		}
+		return buf.Bytes()
+	}
+	three := HeaderSize + 3*DataHeaderSize
+	if _, idx, err := loadIndex(bytes.NewReader(save(int64(three), 0, 1<<16, 2<<16)), "ok", -1, int64(three)); err != nil || idx.Len() != 3 {
+		t.Fatalf("3 oids in %d bytes: %v", three, err)
+	}
+	_, _, err := loadIndex(bytes.NewReader(save(int64(three), 0, 1<<16, 2<<16, 3<<16)), "many", -1, -1)
+	if err == nil || !strings.Contains(err.Error(), "more than 3 oids") {
+		t.Errorf("4 oids in %d bytes: %v, want an error", three, err)
+	}
+	_, _, err = loadIndex(bytes.NewReader(save(1<<40, 0, 1<<16)), "beyond", -1, int64(three))
+	if err == nil || !strings.Contains(err.Error(), "beyond its end") {
+		t.Errorf("index covering 1 TiB of a %d-byte file: %v, want an error", three, err)
+	}
 }

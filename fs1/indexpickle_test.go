@@ -150,7 +150,7 @@ func ixLoadMeasured(b []byte) (int64, *Index, error, uint64) {
 	a := uint64(math.MaxUint64)
 	for try := 0; try < 3 && a > ixAllocBound(len(b)); try++ {
 		a0 := ixHeapAllocs()
-		pos, idx, err = loadIndex(bytes.NewReader(b), "hostile.index", int64(len(b)))
+		pos, idx, err = loadIndex(bytes.NewReader(b), "hostile.index", int64(len(b)), -1)
 		a = min(a, ixHeapAllocs()-a0)
 	}
 	return pos, idx, err, a
@@ -178,7 +178,7 @@ func TestLoadIndexHostile(t *testing.T) {
 	}
 	// Reuse of a memoized bucket within the budget (a few times) loads.
 	b := ixBucketReuse(64, 3)
-	if _, idx, err := loadIndex(bytes.NewReader(b), "reuse", -1); err != nil || idx.Len() != 4*64 {
+	if _, idx, err := loadIndex(bytes.NewReader(b), "reuse", -1, -1); err != nil || idx.Len() != 4*64 {
 		t.Errorf("a bucket used 4 times: %v", err)
 	}
 }
@@ -333,7 +333,7 @@ func TestLoadIndexReadError(t *testing.T) {
 	}
 	eio := errors.New("input/output error")
 	for _, n := range []int{0, 3, 8, 20, len(good) - 1} {
-		_, _, err := loadIndex(&failingReader{good[:n], eio}, "eio.index", -1)
+		_, _, err := loadIndex(&failingReader{good[:n], eio}, "eio.index", -1, -1)
 		if !errors.Is(err, eio) || !strings.Contains(err.Error(), "offset") {
 			t.Errorf("error after %d bytes: %v, want the I/O error with an offset", n, err)
 		}
