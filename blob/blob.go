@@ -64,6 +64,37 @@ type Dir struct {
 	// by GC (write-locked), so that a move never finds its directory
 	// removed under it.
 	mu sync.RWMutex
+
+	// durable holds directories under base whose entry in their parent
+	// this process made durable (created or found, then the parent
+	// fsynced): a directory that exists is not durable for that, as one
+	// created by a batch that failed before its Sync, or by a process
+	// that crashed before it, may still be lost to a power loss with the
+	// files placed in it later. Bounded: emptied when full (the next
+	// batches sync again), and by GC, which removes directories.
+	durMu   sync.Mutex
+	durable map[string]struct{}
+}
+
+// maxDurableDirs bounds Dir.durable.
+const maxDurableDirs = 1 << 16
+
+func (d *Dir) isDurable(dir string) bool {
+	d.durMu.Lock()
+	_, ok := d.durable[dir]
+	d.durMu.Unlock()
+	return ok
+}
+
+func (d *Dir) markDurable(dirs []string) {
+	d.durMu.Lock()
+	if d.durable == nil || len(d.durable)+len(dirs) > maxDurableDirs {
+		d.durable = make(map[string]struct{})
+	}
+	for _, dir := range dirs {
+		d.durable[dir] = struct{}{}
+	}
+	d.durMu.Unlock()
 }
 
 // Open opens (creating if needed) the blob directory at path, with its tmp
@@ -292,6 +323,7 @@ type Batch struct {
 	d      *Dir
 	placed []string
 	dirs   map[string]struct{} // directories whose entries changed
+	made   []string            // directories whose entries Sync makes durable
 }
 
 // NewBatch starts a batch.
@@ -390,13 +422,15 @@ func (b *Batch) prepare(oid zodb.Oid, tid zodb.Tid) (string, error) {
 }
 
 // mkdirs creates dir and its missing parents, remembering the parents
-// whose entries changed. Called with d.mu read-locked.
+// whose entries Sync must make durable: those of the directories created,
+// and of those found but not known durable (Dir.durable). Called with
+// d.mu read-locked.
 func (b *Batch) mkdirs(dir string) error {
-	if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
+	if b.d.isDurable(dir) {
 		return nil
 	}
 	parent := filepath.Dir(dir)
-	if parent != dir && len(parent) >= len(b.d.base) {
+	if parent != dir && len(parent) > len(b.d.base) {
 		if err := b.mkdirs(parent); err != nil {
 			return err
 		}
@@ -405,6 +439,7 @@ func (b *Batch) mkdirs(dir string) error {
 		return fmt.Errorf("blob: %w", err)
 	}
 	b.dirs[parent] = struct{}{}
+	b.made = append(b.made, dir)
 	return nil
 }
 
@@ -420,6 +455,8 @@ func (b *Batch) Sync() error {
 			return fmt.Errorf("blob: %w", err)
 		}
 	}
+	b.d.markDurable(b.made)
+	b.made = b.made[:0]
 	return nil
 }
 
@@ -532,6 +569,9 @@ func (d *Dir) GC(last zodb.Tid, exists func(oid zodb.Oid, tid zodb.Tid) (bool, e
 		return nil
 	})
 	// Remove empty directories, deepest first.
+	d.durMu.Lock()
+	d.durable = nil
+	d.durMu.Unlock()
 	for i := len(dirs) - 1; i >= 0; i-- {
 		d.mu.Lock()
 		d.fsys.Remove(dirs[i]) // fails unless empty

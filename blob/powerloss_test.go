@@ -139,3 +139,55 @@ func blobPowerLoss(t *testing.T, base string, seed int64, crashAt int) (int, int
 	}
 	return n, len(acked)
 }
+
+// TestPowerLossDirOfUndoneBatch: a batch that created an oid's directory
+// and was undone before its Sync leaves that directory's entry not
+// durable; a later batch placing a blob in the directory, found existing,
+// must make it durable all the same, or a power loss takes the blob it
+// synced.
+func TestPowerLossDirOfUndoneBatch(t *testing.T) {
+	pt := crashfs.NewPoint(t, t.TempDir(), -1)
+	defer pt.Remove()
+	cfs := pt.FS
+	d, err := OpenFS(filepath.Join(pt.Src, "blobs"), "", cfs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upload := func(name string, data []byte) string {
+		f, err := cfs.OpenFile(filepath.Join(d.TempDir(), name), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := cfs.WriteAt(f, data, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := cfs.Sync(f); err != nil {
+			t.Fatal(err)
+		}
+		return f.Name()
+	}
+	const oid = zodb.Oid(0x1234)
+	t1, t2 := zodb.Tid(0x03d0000000000001), zodb.Tid(0x03d0000000000002)
+	a := d.NewBatch()
+	if err := a.Move(upload("a", []byte("aborted")), oid, t1); err != nil {
+		t.Fatal(err)
+	}
+	a.Undo() // the transaction failed before its Sync
+	b := d.NewBatch()
+	if err := b.Move(upload("b", []byte("committed")), oid, t2); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	cfs.Crash()
+	after := pt.Materialize(t, 1, false)
+	d2, err := Open(filepath.Join(after, "blobs"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(d2.FilePath(oid, t2)); err != nil || string(got) != "committed" {
+		t.Fatalf("blob synced by the second batch after the power loss: %q, %v", got, err)
+	}
+}
