@@ -253,9 +253,13 @@ func planBackup(o Options, src *os.File, cs []chain, logf func(string, ...interf
 		return full(fmt.Sprintf("file changed, possibly because of a pack (md5 of [%d, %d) differs from %s's)", bad.Start, bad.End, bad.Name()))
 	}
 	p = plan{start: reposz, dat: es, datPath: dp}
-	// Continue from the last file's index when it covers exactly the set.
+	// Continue from the last file's index when it covers exactly the set
+	// and passes ZODB/py's sanity check against the live file (whose
+	// first reposz bytes are the set's): a damaged one would be carried
+	// into every later index of the set.
 	last := c[len(es)-1]
-	if topPos, idx, err := fs1.LoadIndexFile(filepath.Join(o.Repo, last.Stamp+".index")); err == nil && topPos == reposz {
+	if topPos, idx, err := fs1.LoadIndexFile(filepath.Join(o.Repo, last.Stamp+".index")); err == nil && topPos == reposz &&
+		fs1.CheckIndex(src, o.File, idx, topPos, fi.Size()) == nil {
 		p.idx, p.idxPos = idx, topPos
 	}
 	return p, nil

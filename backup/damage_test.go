@@ -209,3 +209,51 @@ func TestRepoPathWithSpace(t *testing.T) {
 		t.Fatalf("second backup into %q: %v", e.repo, err)
 	}
 }
+
+// An incremental backup continues the index of the set's last file only
+// when it passes ZODB/py's sanity check against the live file: a damaged
+// one (here the position of an object of the last transaction it covers)
+// was carried into the new file's index, which a restore then installs.
+func TestIncrementalIgnoresDamagedIndex(t *testing.T) {
+	data := fixture(t, "1.fs")
+	ends, _ := txnEnds(t, data)
+	e := newEnv(t)
+	e.setLive(data[:ends[15]])
+	r := e.backup(Options{})
+	ipath := r.Path[:len(r.Path)-len(".fs")] + ".index"
+	top, idx, err := fs1.LoadIndexFile(ipath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first data record of the last transaction the index covers.
+	var th fs1.TxnHeader
+	f := bytes.NewReader(data)
+	if err := th.LoadPrev(f, "x", top, top); err != nil {
+		t.Fatal(err)
+	}
+	var dh fs1.DataHeader
+	if err := dh.Load(f, "x", th.DataPos(), th.End()); err != nil {
+		t.Fatal(err)
+	}
+	idx.Set(dh.Oid, 4+23) // another record (the first transaction's first)
+	if err := idx.SaveFile(ipath, top); err != nil {
+		t.Fatal(err)
+	}
+	e.setLive(data)
+	r = e.backup(Options{})
+	if r.Kind != "incremental" {
+		t.Fatalf("%+v", r)
+	}
+	_, got, err := fs1.LoadIndexFile(r.Path[:len(r.Path)-len(filepath.Ext(r.Path))] + ".index")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fs1.NewIndex(0)
+	if _, err := fs1.Scan(bytes.NewReader(data), "x", 4, int64(len(data)), 0, want); err != nil {
+		t.Fatal(err)
+	}
+	if !got.Equal(want) {
+		p, _ := got.Get(dh.Oid)
+		t.Errorf("the incremental's index differs from the data's (oid %s at %d, its record is at %d)", dh.Oid, p, th.DataPos())
+	}
+}
