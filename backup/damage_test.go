@@ -3,8 +3,10 @@ package backup
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -256,4 +258,47 @@ func TestIncrementalIgnoresDamagedIndex(t *testing.T) {
 		p, _ := got.Get(dh.Oid)
 		t.Errorf("the incremental's index differs from the data's (oid %s at %d, its record is at %d)", dh.Oid, p, th.DataPos())
 	}
+}
+
+// Verify checks the set's .index (which no md5 of the .dat covers, and a
+// restore installs) against the index of the set's data: a damaged one,
+// here a valid pickle with one object's position another's, passed.
+func TestVerifyDamagedIndex(t *testing.T) {
+	data := fixture(t, "1.fs")
+	ends, _ := txnEnds(t, data)
+	e := newEnv(t)
+	e.setLive(data[:ends[15]])
+	e.backup(Options{})
+	e.setLive(data)
+	r := e.backup(Options{})
+	if _, err := Verify(e.repo, "", nil, nil); err != nil {
+		t.Fatalf("verify of a sound set: %v", err)
+	}
+	ipath := r.Path[:len(r.Path)-len(filepath.Ext(r.Path))] + ".index"
+	top, idx, err := fs1.LoadIndexFile(ipath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a, b zodb.Oid
+	n := 0
+	idx.All(func(oid zodb.Oid, pos int64) bool {
+		if n == 0 {
+			a = oid
+		} else {
+			b = oid
+		}
+		n++
+		return n < 2
+	})
+	pb, _ := idx.Get(b)
+	idx.Set(a, pb)
+	if err := idx.SaveFile(ipath, top); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Verify(e.repo, "", nil, nil)
+	var ve *VerifyError
+	if !errors.As(err, &ve) || ve.File != ipath || !strings.Contains(ve.Msg, "oid "+a.String()) {
+		t.Fatalf("verify with a damaged index: %v, want a VerifyError on %s naming oid %s", err, ipath, a)
+	}
+	t.Log(err)
 }

@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/zodb"
 )
 
 // VerifyError is the first damage Verify found.
@@ -37,7 +40,10 @@ type VerifyResult struct {
 // that a restore --date stamp would read): every file its .dat lists must
 // exist, have the listed size (uncompressed) and md5, and the bytes must be
 // FileStorage transaction records that start and end on the files'
-// boundaries. The first damage is a *VerifyError. Files of the set that the
+// boundaries, each transaction's data records filling it exactly; the
+// set's index (the .index of its last file, which a restore installs),
+// when there is one, must be the index of that data. The first damage is a
+// *VerifyError. Files of the set that the
 // .dat does not list (left by an interrupted backup) are reported through
 // logf, not as damage.
 func Verify(repo, stamp string, progress progressFunc, logf func(string, ...interface{})) (res VerifyResult, err error) {
@@ -77,6 +83,13 @@ func Verify(repo, stamp string, progress progressFunc, logf func(string, ...inte
 		}
 	}
 	w := newWalker(0, 0)
+	// The index a restore installs: the set's last file's, when there is
+	// one (a restore rebuilds a missing one). The md5s of the .dat do not
+	// cover it.
+	ipath := filepath.Join(repo, parseRepoFile(es[len(es)-1].Name()).Stamp+".index")
+	if _, err := os.Stat(ipath); err == nil {
+		w.idx = fs1.NewIndex(0)
+	}
 	var done int64
 	for i, e := range es {
 		path := filepath.Join(repo, e.Name())
@@ -137,7 +150,46 @@ func Verify(repo, stamp string, progress progressFunc, logf func(string, ...inte
 		}
 	}
 	res.Txns = w.ntxn
+	if w.idx != nil {
+		end := es[len(es)-1].End
+		topPos, x, err := fs1.LoadIndexFile(ipath)
+		switch {
+		case err != nil:
+			return res, &VerifyError{File: ipath, Offset: -1, Msg: fmt.Sprintf("unreadable: %v", err)}
+		case topPos != end:
+			return res, &VerifyError{File: ipath, Offset: -1, Msg: fmt.Sprintf("covers the data up to %d, the set ends at %d", topPos, end)}
+		case !x.Equal(w.idx):
+			return res, &VerifyError{File: ipath, Offset: -1, Msg: "differs from the index of the set's data" + indexDiff(x, w.idx)}
+		}
+	}
 	return res, nil
+}
+
+// indexDiff names the first oid whose position differs between got and
+// want (as ": oid X at P, its record is at Q"), or "".
+func indexDiff(got, want *fs1.Index) string {
+	msg := ""
+	check := func(a, b *fs1.Index, which string) {
+		a.All(func(oid zodb.Oid, pos int64) bool {
+			if p, ok := b.Get(oid); !ok || p != pos {
+				switch {
+				case which == "got" && ok:
+					msg = fmt.Sprintf(": oid %s at %d, its latest record is at %d", oid, pos, p)
+				case which == "got":
+					msg = fmt.Sprintf(": oid %s at %d, not in the data", oid, pos)
+				default:
+					msg = fmt.Sprintf(": oid %s (record at %d) missing", oid, pos)
+				}
+				return false
+			}
+			return true
+		})
+	}
+	check(got, want, "got")
+	if msg == "" {
+		check(want, got, "want")
+	}
+	return msg
 }
 
 func prevEnd(es []datEntry, i int) int64 {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/zodbd/zodbd/fs1"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -32,8 +33,21 @@ type walker struct {
 	lastTid zodb.Tid // tid of the last complete transaction
 	ntxn    int
 
-	buf [txnHeaderLen]byte
+	// idx, when not nil, receives the position of each data record of
+	// the committed transactions (what fs1.Scan builds); the walker then
+	// also follows the data records inside each transaction.
+	idx    *fs1.Index
+	inData bool       // reading the data record headers of the current transaction
+	dend   int64      // where its data records end (its redundant length)
+	tindex []idxEntry // the current transaction's records, set in idx at its end
+
+	buf [fs1.DataHeaderSize]byte
 	n   int // bytes in buf
+}
+
+type idxEntry struct {
+	oid zodb.Oid
+	pos int64
 }
 
 // newWalker returns a walker for a stream that starts at Data.fs offset
@@ -84,9 +98,19 @@ func (w *walker) feed(p []byte) (keep int, err error) {
 			w.pos += k
 			continue
 		}
+		if w.inData && w.next == w.dend {
+			w.inData, w.inTail = false, true
+			continue
+		}
 		want := txnHeaderLen
-		if w.inTail {
+		switch {
+		case w.inTail:
 			want = 8
+		case w.inData:
+			if w.dend-w.next < fs1.DataHeaderSize {
+				return i, &walkError{w.next, fmt.Sprintf("data record header exceeds its transaction (at %d, ending at %d)", w.txnPos, w.dend)}
+			}
+			want = fs1.DataHeaderSize
 		}
 		k := copy(w.buf[w.n:want], p[i:])
 		w.n += k
@@ -103,6 +127,29 @@ func (w *walker) feed(p []byte) (keep int, err error) {
 			w.inTail = false
 			w.next += 8
 			w.ntxn++
+			for _, e := range w.tindex {
+				w.idx.Set(e.oid, e.pos)
+			}
+			w.tindex = w.tindex[:0]
+			continue
+		}
+		if w.inData {
+			dpos := w.next
+			d := fs1.DecodeDataHeaderRaw(w.buf[:])
+			rlen := uint64(8) // a backpointer
+			if d.DataLen != 0 {
+				rlen = d.DataLen
+			}
+			switch {
+			case d.VerLen != 0:
+				return i, &walkError{dpos, fmt.Sprintf("data record: version length %d", d.VerLen)}
+			case d.TxnPos != uint64(w.txnPos):
+				return i, &walkError{dpos, fmt.Sprintf("data record: transaction pointer %d, want %d", d.TxnPos, w.txnPos)}
+			case rlen > uint64(w.dend-dpos-fs1.DataHeaderSize):
+				return i, &walkError{dpos, fmt.Sprintf("data record exceeds its transaction (at %d, ending at %d)", w.txnPos, w.dend)}
+			}
+			w.tindex = append(w.tindex, idxEntry{d.Oid, dpos})
+			w.next = dpos + fs1.DataHeaderSize + int64(rlen)
 			continue
 		}
 		// A transaction header.
@@ -128,8 +175,14 @@ func (w *walker) feed(p []byte) (keep int, err error) {
 			return i, &walkError{tpos, fmt.Sprintf("transaction %s: length %d", tid, tlen)}
 		}
 		w.txnPos, w.txnLen, w.lastTid = tpos, tlen, tid
-		w.inTail = true
 		w.next = tpos + int64(tlen)
+		if w.idx != nil && status != 'u' {
+			// Its data records, from after its metadata.
+			w.inData, w.dend = true, w.next
+			w.next = tpos + int64(meta)
+		} else {
+			w.inTail = true
+		}
 		if w.pos > w.next { // cannot happen: tlen >= 23
 			w.next = w.pos
 		}
