@@ -123,22 +123,30 @@ func TestRestoreDateBlobs(t *testing.T) {
 	}
 }
 
+// backupIndex backs up the first 16 transactions of fixture 1.fs, the
+// whole file being the data, and loads the backup's index, which the
+// caller damages.
+func backupIndex(t *testing.T) (e *env, data []byte, ipath string, top int64, idx *fs1.Index) {
+	data = fixture(t, "1.fs")
+	ends, _ := txnEnds(t, data)
+	e = newEnv(t)
+	e.setLive(data[:ends[15]])
+	r := e.backup(Options{})
+	ipath = r.Path[:len(r.Path)-len(".fs")] + ".index"
+	top, idx, err := fs1.LoadIndexFile(ipath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, data, ipath, top, idx
+}
+
 // The .index files of a set are not covered by the .dat's md5s: restore
 // --verify installs the set's last one only when it equals the index a
 // scan of the restored file builds, else writes that one (it installed a
 // damaged one: here a valid pickle whose position for one object is
 // another object's record, as bit rot in a position can give).
 func TestRestoreVerifyRebuildsDamagedIndex(t *testing.T) {
-	data := fixture(t, "1.fs")
-	ends, _ := txnEnds(t, data)
-	e := newEnv(t)
-	e.setLive(data[:ends[15]])
-	r := e.backup(Options{})
-	ipath := r.Path[:len(r.Path)-len(".fs")] + ".index"
-	top, idx, err := fs1.LoadIndexFile(ipath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, data, ipath, top, idx := backupIndex(t)
 	// Two objects that no later transaction changes.
 	all := fs1.NewIndex(0)
 	if _, err := fs1.Scan(bytes.NewReader(data), "x", 4, int64(len(data)), 0, all); err != nil {
@@ -217,16 +225,7 @@ func TestRepoPathWithSpace(t *testing.T) {
 // one (here the position of an object of the last transaction it covers)
 // was carried into the new file's index, which a restore then installs.
 func TestIncrementalIgnoresDamagedIndex(t *testing.T) {
-	data := fixture(t, "1.fs")
-	ends, _ := txnEnds(t, data)
-	e := newEnv(t)
-	e.setLive(data[:ends[15]])
-	r := e.backup(Options{})
-	ipath := r.Path[:len(r.Path)-len(".fs")] + ".index"
-	top, idx, err := fs1.LoadIndexFile(ipath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, data, ipath, top, idx := backupIndex(t)
 	// The first data record of the last transaction the index covers.
 	var th fs1.TxnHeader
 	f := bytes.NewReader(data)
@@ -242,7 +241,7 @@ func TestIncrementalIgnoresDamagedIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.setLive(data)
-	r = e.backup(Options{})
+	r := e.backup(Options{})
 	if r.Kind != "incremental" {
 		t.Fatalf("%+v", r)
 	}
