@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 
@@ -39,6 +40,10 @@ type Analysis struct {
 	// MissingBlobs counts blob records whose file is not in the blob
 	// directory (a pack removed it, or it was lost).
 	MissingBlobs int64 `json:"missing_blobs,omitempty"`
+	// Unreadable counts the records of an oid not seen before whose
+	// class pickle analyze.py's get_type cannot read (it prints the
+	// error): counted in Records and Bytes only, as analyze.py does.
+	Unreadable int64 `json:"unreadable,omitempty"`
 
 	oidClass map[zodb.Oid]string // OIDMAP
 	oidSize  map[zodb.Oid]int64  // USEDMAP
@@ -88,7 +93,11 @@ func (a *Analysis) record(d *zodb.DataInfo, blobs *blob.Dir) {
 	a.Bytes += size
 	class, seen := a.oidClass[d.Oid]
 	if !seen {
-		class = AnalyzeClass(d.Data)
+		var ok bool
+		if class, ok = AnalyzeClass(d.Data); !ok {
+			a.Unreadable++
+			return
+		}
 		a.oidClass[d.Oid] = class
 		a.oidSize[d.Oid] = size
 		a.CurrentObjects++
@@ -133,28 +142,41 @@ func mayBeBlob(class string) bool {
 // AnalyzeClass returns the class analyze.py's get_type gives a record:
 // the module and name of the first class the class pickle names (where
 // its unpickler, which refuses every class, stops), else, for a pickle of
-// a tuple whose first item is a (module, name) tuple, "module.name", else
-// the str of that first item. A record that cannot be decoded gives "".
-func AnalyzeClass(data []byte) string {
-	if c, err := PickleClass(data); err == nil && hasGlobalPrefix(data) {
-		return c
+// a tuple (or list) whose first item is a (module, name) tuple,
+// "module.name", else the str of that first item. It reports false where
+// get_type raises: a pickle its unpickler (zodbpickle's) cannot read, an
+// empty tuple, a first item that is a tuple of another length than 2, a
+// value of another type (whose first item analyze.py would take as the
+// class: not done here).
+func AnalyzeClass(data []byte) (string, bool) {
+	if hasGlobalPrefix(data) {
+		c, err := PickleClass(data)
+		return c, err == nil
 	}
-	d := ogórek.NewDecoderWithConfig(bytes.NewReader(data), &ogórek.DecoderConfig{StrictUnicode: true})
-	v, err := d.Decode()
+	v, err := decodePickle(data, &ogórek.DecoderConfig{StrictUnicode: true})
 	if err != nil {
-		return ""
+		return "", false
 	}
 	if c, ok := firstClass(v); ok {
-		return c.Module + "." + c.Name
+		return c.Module + "." + c.Name, true
 	}
-	t, ok := v.(ogórek.Tuple)
-	if !ok || len(t) == 0 {
-		return ""
+	var t []interface{}
+	switch x := v.(type) {
+	case ogórek.Tuple:
+		t = x
+	case []interface{}:
+		t = x
 	}
-	if ci, ok := t[0].(ogórek.Tuple); ok && len(ci) == 2 {
-		return pyStr(ci[0]) + "." + pyStr(ci[1])
+	if len(t) == 0 {
+		return "", false
 	}
-	return pyStr(t[0])
+	if ci, ok := t[0].(ogórek.Tuple); ok {
+		if len(ci) != 2 {
+			return "", false
+		}
+		return pyStr(ci[0]) + "." + pyStr(ci[1]), true
+	}
+	return pyStr(t[0]), true
 }
 
 func hasGlobalPrefix(data []byte) bool {
@@ -191,12 +213,20 @@ func firstClass(v interface{}) (ogórek.Class, bool) {
 // WriteAnalysis writes a's report in analyze.py's format.
 func WriteAnalysis(w io.Writer, a *Analysis) error {
 	bw := bufio.NewWriter(w)
-	fmt.Fprintf(bw, "Processed %d records in %d transactions\n", a.Records, a.Transactions)
-	if a.Records == 0 || a.Transactions == 0 || a.Bytes == 0 {
+	// analyze.py fails with ZeroDivisionError where it divides by zero,
+	// after the lines printed before.
+	zeroDiv := func() error {
 		bw.Flush()
 		return errors.New("nothing to analyze (analyze.py divides by zero here)")
 	}
+	fmt.Fprintf(bw, "Processed %d records in %d transactions\n", a.Records, a.Transactions)
+	if a.Records == 0 {
+		return zeroDiv()
+	}
 	fmt.Fprintf(bw, "Average record size is %7.2f bytes\n", float64(a.Bytes)/float64(a.Records))
+	if a.Transactions == 0 {
+		return zeroDiv()
+	}
 	fmt.Fprintf(bw, "Average transaction size is %7.2f bytes\n", float64(a.Bytes)/float64(a.Transactions))
 	fmt.Fprintf(bw, "Types used:\n")
 	const hdr = "%-46s %7s %9s %6s %7s\n"
@@ -210,6 +240,9 @@ func WriteAnalysis(w io.Writer, a *Analysis) error {
 	cum := 0.0
 	for _, n := range names {
 		cs := a.Classes[n]
+		if a.Bytes == 0 {
+			return zeroDiv()
+		}
 		pct := float64(cs.Bytes) * 100 / float64(a.Bytes)
 		cum += pct
 		fmt.Fprintf(bw, "%-46s %7d %9d %5.1f%% %7.2f\n", shorten(n, 46), cs.Count, cs.Bytes, pct, float64(cs.Bytes)/float64(cs.Count))
@@ -218,9 +251,8 @@ func WriteAnalysis(w io.Writer, a *Analysis) error {
 	fmt.Fprintf(bw, "%46s %7d %9s %6s %6.2fk\n", "Total Transactions", a.Transactions, " ", " ", float64(a.Bytes)/float64(a.Transactions)/1024)
 	const sum = "%46s %7d %8dk %5.1f%% %7.2f\n"
 	fmt.Fprintf(bw, sum, "Total Records", a.Records, int64(float64(a.Bytes)/1024), cum, float64(a.Bytes)/float64(a.Records))
-	if a.CurrentObjects == 0 {
-		bw.Flush()
-		return errors.New("no current objects (analyze.py divides by zero here)")
+	if a.Bytes == 0 || a.CurrentObjects == 0 {
+		return zeroDiv()
 	}
 	fmt.Fprintf(bw, sum, "Current Objects", a.CurrentObjects, int64(float64(a.CurrentBytes)/1024),
 		float64(a.CurrentBytes)*100/float64(a.Bytes), float64(a.CurrentBytes)/float64(a.CurrentObjects))
@@ -255,17 +287,19 @@ func WriteBlobAnalysis(w io.Writer, a *Analysis) error {
 }
 
 // shorten is analyze.py's shorten: drop leading dotted components (and
-// mark the cut with "...") until s fits in n characters.
+// mark the cut with "...") until s fits in n characters (Python's, so
+// runes), else keep its last n characters.
 func shorten(s string, n int) string {
-	if len(s) <= n {
+	r := []rune(s)
+	if len(r) <= n {
 		return s
 	}
-	for len(s)+3 > n {
-		i := strings.IndexByte(s, '.')
+	for len(r)+3 > n {
+		i := slices.Index(r, '.')
 		if i < 0 {
-			return s[len(s)-n:]
+			return string(r[max(len(r)-n, 0):])
 		}
-		s = s[i+1:]
+		r = r[i+1:]
 	}
-	return "..." + s
+	return "..." + string(r)
 }

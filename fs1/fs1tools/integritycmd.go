@@ -149,6 +149,10 @@ func RunAnalyze(args []string, open Opener, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
+	if a.Unreadable > 0 {
+		// analyze.py prints each one's error before its report.
+		fmt.Fprintf(stderr, "analyze: %d records whose class pickle could not be read (counted in the records and bytes only, as analyze.py does)\n", a.Unreadable)
+	}
 	if err := WriteAnalysis(stdout, a); err != nil {
 		return fail(stderr, "analyze", err)
 	}

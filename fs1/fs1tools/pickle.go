@@ -32,17 +32,18 @@ func PickleClass(data []byte) (string, error) {
 	if len(data) == 0 {
 		return "", errors.New("class pickle: empty data")
 	}
+	body := data
 	if data[0] == 0x80 { // PROTO n
-		data = data[min(2, len(data)):]
+		body = data[min(2, len(data)):]
 	}
 	prefix := 0
-	if bytes.HasPrefix(data, []byte("(c")) {
+	if bytes.HasPrefix(body, []byte("(c")) {
 		prefix = 2
-	} else if bytes.HasPrefix(data, []byte("c")) {
+	} else if bytes.HasPrefix(body, []byte("c")) {
 		prefix = 1
 	}
 	if prefix > 0 {
-		parts := bytes.SplitN(data, []byte("\n"), 3)
+		parts := bytes.SplitN(body, []byte("\n"), 3)
 		if len(parts) < 3 {
 			return "", errors.New("class pickle: GLOBAL without module and class lines")
 		}
@@ -53,8 +54,7 @@ func PickleClass(data []byte) (string, error) {
 		return string(mod) + "." + string(name), nil
 	}
 
-	d := ogórek.NewDecoderWithConfig(bytes.NewReader(data), &ogórek.DecoderConfig{StrictUnicode: true})
-	v, err := d.Decode()
+	v, err := decodePickle(data, &ogórek.DecoderConfig{StrictUnicode: true})
 	if err != nil {
 		return ".", nil
 	}
@@ -126,4 +126,66 @@ func py3List[L ~[]interface{}](x L) (interface{}, bool) {
 		out[i] = e
 	}
 	return out, true
+}
+
+// decodePickle decodes the first pickle of data as ZODB/py's unpickler
+// (zodbpickle) reads it: protocol 3 at most, and the text of the binary
+// unicode opcodes valid UTF-8 (encoded surrogates allowed, as Python's
+// "surrogatepass"), where og-rek alone takes protocols 4 and 5 and any
+// bytes as text.
+func decodePickle(data []byte, cfg *ogórek.DecoderConfig) (interface{}, error) {
+	if len(data) >= 2 && data[0] == 0x80 && data[1] > 3 {
+		return nil, fmt.Errorf("unsupported pickle protocol: %d", data[1])
+	}
+	v, err := ogórek.NewDecoderWithConfig(bytes.NewReader(data), cfg).Decode()
+	if err != nil {
+		return nil, err
+	}
+	// Every string of the value, without recursion (a hostile pickle
+	// nests deeply at the cost of one byte per level).
+	stack := []interface{}{v}
+	for len(stack) > 0 {
+		x := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		switch x := x.(type) {
+		case string:
+			if !validPyUTF8(x) {
+				return nil, fmt.Errorf("text %q is not UTF-8", x)
+			}
+		case ogórek.Tuple:
+			stack = append(stack, x...)
+		case []interface{}:
+			stack = append(stack, x...)
+		case map[interface{}]interface{}:
+			for k, e := range x {
+				stack = append(stack, k, e)
+			}
+		case ogórek.Call:
+			stack = append(stack, x.Callable.Module, x.Callable.Name)
+			stack = append(stack, x.Args...)
+		case ogórek.Class:
+			stack = append(stack, x.Module, x.Name)
+		case ogórek.Ref:
+			stack = append(stack, x.Pid)
+		}
+	}
+	return v, nil
+}
+
+// validPyUTF8 reports whether s decodes as Python's "utf-8" codec with
+// "surrogatepass" decodes: valid UTF-8, or encoded UTF-16 surrogates
+// (0xED 0xA0-0xBF 0x80-0xBF), which Go's utf8 refuses.
+func validPyUTF8(s string) bool {
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n == 1 {
+			if i+2 < len(s) && s[i] == 0xED && s[i+1] >= 0xA0 && s[i+1] <= 0xBF && s[i+2] >= 0x80 && s[i+2] <= 0xBF {
+				i += 3
+				continue
+			}
+			return false
+		}
+		i += n
+	}
+	return true
 }

@@ -94,9 +94,9 @@ func currentOf(ctx context.Context, stor zodb.Storage) (*current, error) {
 // stor), in its order, on GOMAXPROCS goroutines, and calls visit for each
 // in that order. With keep (nil: references are not read), o.refs holds
 // the references of a loaded object for which keep (called on the loading
-// goroutine with the ones kept so far) is true, and o.class its class when
+// goroutines) is true, each once when unique, and o.class its class when
 // there is one; a record whose references cannot be read has o.err set.
-func walkCurrent(ctx context.Context, stor zodb.Storage, cur *current, keep func(ref zodb.Oid, kept []zodb.Oid) bool, visit func(o *object) error) error {
+func walkCurrent(ctx context.Context, stor zodb.Storage, cur *current, keep func(ref zodb.Oid) bool, unique bool, visit func(o *object) error) error {
 	ents := cur.ents
 	load := func(oid zodb.Oid, dst []byte) ([]byte, zodb.Tid, error) {
 		return stor.Load(ctx, zodb.Xid{Oid: oid, At: zodb.TidMax})
@@ -142,7 +142,7 @@ func walkCurrent(ctx context.Context, stor zodb.Storage, cur *current, keep func
 					default:
 						o.tid = serial
 						if keep != nil {
-							scanRefs(&sc, o, data, keep)
+							scanRefs(&sc, o, data, keep, unique)
 						}
 					}
 				}
@@ -158,19 +158,32 @@ func walkCurrent(ctx context.Context, stor zodb.Storage, cur *current, keep func
 	return nil
 }
 
-// scanRefs sets o.refs to the references of data that keep keeps, and
-// o.class when there is one.
-func scanRefs(sc *serialize.Scanner, o *object, data []byte, keep func(ref zodb.Oid, kept []zodb.Oid) bool) {
+// scanRefs sets o.refs to the references of data that keep keeps (each
+// once when unique, in the order of their first occurrence), and o.class.
+func scanRefs(sc *serialize.Scanner, o *object, data []byte, keep func(ref zodb.Oid) bool, unique bool) {
 	refs, err := sc.AppendReferences(o.refs[:0], data)
 	if err != nil {
 		o.err = err
 		return
 	}
 	o.refs = refs[:0] // filtered in place
+	var seen map[zodb.Oid]struct{}
+	if unique && len(refs) > 16 {
+		seen = make(map[zodb.Oid]struct{}, len(refs))
+	}
 	for _, r := range refs {
-		if keep(r, o.refs) {
-			o.refs = append(o.refs, r)
+		if !keep(r) {
+			continue
 		}
+		if seen != nil {
+			if _, dup := seen[r]; dup {
+				continue
+			}
+			seen[r] = struct{}{}
+		} else if unique && slices.Contains(o.refs, r) {
+			continue
+		}
+		o.refs = append(o.refs, r)
 	}
 	if len(o.refs) > 0 {
 		o.class, _ = PickleClass(data)
@@ -215,7 +228,7 @@ func Refs(ctx context.Context, w io.Writer, stor zodb.Storage) error {
 		return err
 	}
 	bad := map[zodb.Oid]refState{}
-	err = walkCurrent(ctx, stor, cur, nil, func(o *object) error {
+	err = walkCurrent(ctx, stor, cur, nil, false, func(o *object) error {
 		if o.state != loadOK {
 			bad[o.oid] = o.state
 		}
@@ -226,9 +239,9 @@ func Refs(ctx context.Context, w io.Writer, stor zodb.Storage) error {
 	}
 	bw := bufio.NewWriter(w)
 	var rerr *RefsError
-	err = walkCurrent(ctx, stor, cur, func(r zodb.Oid, _ []zodb.Oid) bool {
+	err = walkCurrent(ctx, stor, cur, func(r zodb.Oid) bool {
 		return !cur.exists(r) || bad[r] != loadOK
-	}, func(o *object) error {
+	}, false, func(o *object) error {
 		if o.state != loadOK {
 			return nil
 		}
@@ -298,9 +311,9 @@ func Referrers(ctx context.Context, w io.Writer, stor zodb.Storage, targets []zo
 	bw := bufio.NewWriter(w)
 	n := 0
 	var first error
-	err = walkCurrent(ctx, stor, cur, func(r zodb.Oid, kept []zodb.Oid) bool {
-		return (targets == nil || want[r]) && !slices.Contains(kept, r)
-	}, func(o *object) error {
+	err = walkCurrent(ctx, stor, cur, func(r zodb.Oid) bool {
+		return targets == nil || want[r]
+	}, true, func(o *object) error {
 		if o.err != nil && first == nil {
 			first = fmt.Errorf("oid %s: %w", o.oid, o.err)
 		}

@@ -121,7 +121,7 @@ func tailTxn(w io.Writer, f *file, pos int64, th fs1.TxnHeaderFix) error {
 	}
 	if th.ExtLen != 0 {
 		ext := take(th.ExtLen)
-		if _, err := ogórek.NewDecoder(bytes.NewReader(ext)).Decode(); err != nil {
+		if _, err := decodePickle(ext, &ogórek.DecoderConfig{StrictUnicode: true}); err != nil {
 			return &fs1.Error{Path: f.path, Pos: pos, Record: "transaction record",
 				Err: fmt.Errorf("extension does not unpickle: %w", err)}
 		}
