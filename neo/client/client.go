@@ -60,6 +60,7 @@ import (
 	"log"
 	"math/rand/v2"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -263,13 +264,25 @@ func Dial(ctx context.Context, opt *Options) (*Client, error) {
 		defer cancel()
 	}
 	var errs []string
-	for _, addr := range o.Masters {
+	// The masters given, and those a secondary master names (the
+	// primary first), each tried once.
+	cands, tried := slices.Clone(o.Masters), map[string]bool{}
+	for i := 0; i < len(cands); i++ {
+		addr := cands[i]
+		if tried[addr] {
+			continue
+		}
+		tried[addr] = true
 		err := c.joinMaster(ctx, addr)
 		if err == nil {
 			break
 		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("neo client: %s: %w", addr, err)
+		}
+		var npm *notPrimaryError
+		if errors.As(err, &npm) {
+			cands = slices.Insert(cands, i+1, npm.masters...)
 		}
 		errs = append(errs, fmt.Sprintf("%s: %v", addr, err))
 	}
@@ -337,7 +350,11 @@ func (c *Client) joinMaster(ctx context.Context, addr string) error {
 	}
 	var acc proto.AcceptIdentification
 	if err := conn.Ask(ctx, req, &acc); err != nil {
+		npm := notPrimary(conn)
 		conn.Close()
+		if npm != nil {
+			return npm
+		}
 		return fmt.Errorf("identification: %w", err)
 	}
 	if acc.NodeType != proto.Master {
@@ -350,6 +367,45 @@ func (c *Client) joinMaster(ctx context.Context, addr string) error {
 	}
 	c.master, c.masterAddr, c.nid = conn, addr, acc.YourNID
 	return nil
+}
+
+// notPrimaryError is a secondary master's answer to an identification
+// (NotPrimaryMaster, before it closes the connection): the masters it
+// knows, the primary first when it knows it.
+type notPrimaryError struct{ masters []string }
+
+func (e *notPrimaryError) Error() string {
+	return fmt.Sprintf("not the primary master (it names %s)", strings.Join(e.masters, ", "))
+}
+
+// notPrimary returns the NotPrimaryMaster that conn, closed by its peer,
+// received, or nil.
+func notPrimary(conn *link.Conn) *notPrimaryError {
+	select {
+	case <-conn.Done():
+	default:
+		return nil
+	}
+	for {
+		r, err := conn.Recv()
+		if err != nil {
+			return nil
+		}
+		var m proto.NotPrimaryMaster
+		ok := r.Code == proto.CodeNotPrimaryMaster && m.DecodeArgs(r.Args) == nil
+		r.Release()
+		if !ok {
+			continue
+		}
+		e := &notPrimaryError{}
+		if m.Primary >= 0 && m.Primary < len(m.KnownMasters) {
+			e.masters = append(e.masters, joinHostPort(m.KnownMasters[m.Primary]))
+		}
+		for _, a := range m.KnownMasters {
+			e.masters = append(e.masters, joinHostPort(a))
+		}
+		return e
+	}
 }
 
 // URL returns neo://CLUSTER@MASTERS (neos:// with TLS).

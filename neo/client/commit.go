@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/zodbd/zodbd/internal/zlibx"
 	"github.com/zodbd/zodbd/neo/link"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/zodb"
@@ -566,7 +567,10 @@ func (t *txn) send(st *store) error {
 		if r.Data == nil {
 			r.Data = []byte{}
 		}
-		if len(st.data) > 0 {
+		if st.data != nil {
+			// Empty data too (a store of b"", not a deletion:
+			// the storages take no data with a zero checksum for
+			// one), as NEO/py's client.
 			r.Checksum = sha1.Sum(st.data)
 		}
 		req = r
@@ -1173,10 +1177,12 @@ func (t *txn) Finish(ctx context.Context, onCommit func(tid zodb.Tid, oids []zod
 		}
 		if err != nil {
 			var pe *proto.Error
-			if errors.As(err, &pe) || c.failure() == nil {
+			if errors.As(err, &pe) {
 				return 0, t.opErr("finish", masterErr(err))
 			}
-			// The master is lost: did the transaction commit?
+			// The master is lost (whether or not the master loop
+			// has noticed yet): did the transaction commit? As
+			// NEO/py's client, ask the storages that locked it.
 			if tid = t.finalTID(ctx); tid == 0 {
 				return 0, t.opErr("finish", err)
 			}
@@ -1201,7 +1207,10 @@ func (t *txn) Finish(ctx context.Context, onCommit func(tid zodb.Tid, oids []zod
 	}
 	if t.exclusive {
 		c.commit.mu.Lock()
-		if c.commit.restored == nil {
+		if c.commit.restored == nil || len(c.commit.restored) > maxRestored {
+			// Bounded (a copy of a big database restores every
+			// object): a restore of an oid forgotten loads its
+			// serial, as for the first.
 			c.commit.restored = make(map[zodb.Oid]zodb.Tid)
 		}
 		for _, oid := range all {
@@ -1286,15 +1295,46 @@ func (c *Client) finished(ttid, tid zodb.Tid) {
 // finalTID asks the storages of partition(ttid) whether the transaction
 // committed (after the master was lost during Finish): its tid, or 0.
 func (t *txn) finalTID(ctx context.Context) zodb.Tid {
-	var ans proto.AnswerFinalTID
 	c := t.c
+	ask := func(conn *link.Conn) zodb.Tid {
+		var ans proto.AnswerFinalTID
+		actx, cancel := context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+		if err := conn.Ask(actx, &proto.AskFinalTID{TTid: t.ttid}, &ans); err == nil && ans.Tid != proto.InvalidTid {
+			return ans.Tid
+		}
+		return 0
+	}
 	for _, n := range c.partitionNodes(c.partition(uint64(t.ttid))) {
-		conn, err := t.conn(n)
+		// The transaction's connection, unless the client's failure
+		// (the master lost) closed it already: then one of its own,
+		// which the client's failure does not close.
+		t.mu.Lock()
+		conn := t.conns[n.nid]
+		t.mu.Unlock()
+		if conn != nil {
+			if tid := ask(conn); tid != 0 {
+				return tid
+			}
+			select {
+			case <-conn.Done(): // closed: on a connection of its own
+			default:
+				continue // answered: not locked there
+			}
+		}
+		c.mu.RLock()
+		addr := n.addr
+		c.mu.RUnlock()
+		dctx, cancel := context.WithTimeout(ctx, c.timeout)
+		conn, err := c.dialStorage(dctx, n, addr)
+		cancel()
 		if err != nil {
 			continue
 		}
-		if err := conn.Ask(ctx, &proto.AskFinalTID{TTid: t.ttid}, &ans); err == nil && ans.Tid != proto.InvalidTid && ans.Tid != 0 {
-			return ans.Tid
+		tid := ask(conn)
+		conn.Close()
+		if tid != 0 {
+			return tid
 		}
 	}
 	return 0
@@ -1373,8 +1413,8 @@ func (c *Client) notifyDeadlock(nid proto.NodeID, conn *link.Conn, args []byte) 
 		conflict := proto.InvalidTid
 		if err == nil && ans.Conflict != nil {
 			conflict = ans.Conflict.ConflictTid
-			if rc := ans.Conflict; rc.HasData && rc.Compression == 0 { // (this client stores uncompressed)
-				t.dataBack(st, rc.Data)
+			if rc := ans.Conflict; rc.HasData {
+				err = t.dataBack(st, rc)
 			}
 		}
 		t.answered(st, gen, nid, conflict, err)
@@ -1382,15 +1422,32 @@ func (c *Client) notifyDeadlock(nid proto.NodeID, conn *link.Conn, args []byte) 
 }
 
 // dataBack takes back the data of st from a relock's conflict, if st let
-// go of it.
-func (t *txn) dataBack(st *store, data []byte) {
+// go of it: checked against its checksum (as NEO/py's client: "wrong
+// checksum while getting back data") and decompressed; an error fails
+// the transaction, whose data is then not known.
+func (t *txn) dataBack(st *store, rc *proto.RelockConflict) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if st.shed && t.stores[st.oid] == st {
-		st.data, st.shed = bytes.Clone(nonNil(data)), false
-		t.held += len(st.data)
+	if !st.shed || t.stores[st.oid] != st {
+		return nil
 	}
+	if sha1.Sum(rc.Data) != rc.Checksum {
+		return fmt.Errorf("wrong checksum while getting back the data of oid %s", st.oid)
+	}
+	data := bytes.Clone(nonNil(rc.Data))
+	if rc.Compression != 0 {
+		var err error
+		if data, err = zlibx.AppendInflate(nil, rc.Data); err != nil {
+			return fmt.Errorf("getting back the data of oid %s: %w", st.oid, err)
+		}
+	}
+	st.data, st.shed = data, false
+	t.held += len(st.data)
+	return nil
 }
+
+// maxRestored bounds commitState.restored.
+const maxRestored = 1 << 20
 
 // Pack implements zodb.Packer as NEO/py's client does: a transaction that
 // carries a pack order up to at (AskStoreTransaction's and
@@ -1403,6 +1460,13 @@ func (c *Client) Pack(ctx context.Context, at zodb.Tid, gc bool) error {
 	if gc {
 		return c.opErr("pack", at, errors.New("NEO does not collect unreachable objects (pack without gc)"))
 	}
+	// A pack time after the last transaction packs up to it, as NEO/py's
+	// client clamps it (the master refuses a later one).
+	last, err := c.LastTid(ctx)
+	if err != nil {
+		return c.opErr("pack", at, err)
+	}
+	at = min(at, last)
 	if at == 0 {
 		return nil
 	}

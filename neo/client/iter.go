@@ -119,6 +119,7 @@ func (d *dataIter) NextData(ctx context.Context) (*zodb.DataInfo, error) {
 		d.oids = d.oids[1:]
 		r, err := c.askObject(ctx, &proto.AskObject{Oid: oid, At: d.tid, Before: proto.InvalidTid}, new(proto.AnswerObject), nil)
 		var nd *zodb.NoDataError
+		var no *zodb.NoObjectError
 		switch {
 		case err == nil:
 			dataTid := d.tid
@@ -128,8 +129,10 @@ func (d *dataIter) NextData(ctx context.Context) (*zodb.DataInfo, error) {
 			d.info = zodb.DataInfo{Oid: oid, Tid: d.tid, Data: r.data, DataTid: dataTid}
 		case errors.As(err, &nd) && nd.DeletedAt == d.tid:
 			d.info = zodb.DataInfo{Oid: oid, Tid: d.tid}
-		case errors.As(err, &nd):
-			// The record is gone (packed): NEO/py's iterator skips it.
+		case errors.As(err, &nd), errors.As(err, &no):
+			// The record is gone (packed; the whole object when
+			// its last revision was a deletion): NEO/py's iterator
+			// skips it (NEOStorageNotFoundError).
 			continue
 		default:
 			return nil, c.opErr("iterate", zodb.Xid{Oid: oid, At: d.tid}, err)

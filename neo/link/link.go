@@ -489,8 +489,17 @@ func (c *Conn) Recv() (*Request, error) {
 			r := c.queue[c.qhead]
 			c.queue[c.qhead] = nil
 			c.qhead++
-			if c.qhead == len(c.queue) {
+			switch {
+			case c.qhead == len(c.queue):
 				c.queue = c.queue[:0]
+				c.qhead = 0
+			case c.qhead >= 64 && 2*c.qhead >= len(c.queue):
+				// A receiver that stays behind (never empties the
+				// queue) would have it grow with every packet ever
+				// received: the waiting ones move to the front.
+				n := copy(c.queue, c.queue[c.qhead:])
+				clear(c.queue[n:])
+				c.queue = c.queue[:n]
 				c.qhead = 0
 			}
 			c.qmu.Unlock()

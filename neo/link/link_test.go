@@ -844,3 +844,43 @@ func TestAskBuf(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestRecvQueueBounded: the queue of Recv is reset only when it is
+// empty; while the receiver stays one packet behind the reader (a master
+// that streams invalidations to a client whose loop never quite catches
+// up), every packet ever received kept a slot and the queue's array grew
+// with the total number of packets, not with the number waiting.
+func TestRecvQueueBounded(t *testing.T) {
+	ln := listen(t)
+	serve(t, ln, nil, func(c *Conn, r *Request) { r.Release() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := DialOptions(ctx, "tcp", ln.Addr().String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	notif := func(id uint32) proto.Packet {
+		return proto.Packet{ID: id, Code: proto.CodePing, Args: []byte{0x90}}
+	}
+	// One packet waiting at all times, 100000 received in all.
+	c.dispatch(notif(0))
+	const n = 100000
+	for i := 1; i <= n; i++ {
+		c.dispatch(notif(uint32(i)))
+		r, err := c.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Release()
+	}
+	c.qmu.Lock()
+	waiting, slots := len(c.queue)-c.qhead, cap(c.queue)
+	c.qmu.Unlock()
+	if waiting != 1 {
+		t.Fatalf("%d packets waiting; want 1", waiting)
+	}
+	if slots > 1024 {
+		t.Errorf("Recv's queue holds %d slots for 1 packet waiting (after %d received): it grows with every packet while never empty", slots, n)
+	}
+}
