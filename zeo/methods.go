@@ -704,13 +704,15 @@ func tidTime(tid zodb.Tid) float64 {
 	return float64(t.Unix()) + float64(t.Nanosecond())/1e9
 }
 
-// decodeExtension decodes a stored (pickled) extension dict; an empty or
-// undecodable one gives an empty dict.
+// decodeExtension decodes a stored (pickled) extension dict, ints beyond
+// 64 bits included; an empty or undecodable one gives an empty dict.
 func decodeExtension(b []byte) wire.Value {
 	if len(b) == 0 {
 		return wire.Value{Kind: wire.Dict}
 	}
-	v, err := wire.NewDecoder(wire.Pickle).Decode(b)
+	d := wire.NewDecoder(wire.Pickle)
+	d.BigInts = true
+	v, err := d.Decode(b)
 	if err != nil || v.Kind != wire.Dict {
 		return wire.Value{Kind: wire.Dict}
 	}

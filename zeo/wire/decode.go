@@ -34,6 +34,11 @@ type Decoder struct {
 	// globals beyond the few reduceGlobal allows.
 	Replies bool
 
+	// BigInts keeps a LONG beyond 64 bits as an Int whose B holds its
+	// payload (see Value) rather than failing: for a stored pickle read
+	// back whole (a transaction's extension), not for requests.
+	BigInts bool
+
 	// arena provides the Items of tuples; reset at each Decode. When a
 	// chunk is full a bigger one is started, leaving earlier slices valid.
 	arena []Value
@@ -56,7 +61,8 @@ type Decoder struct {
 type slot struct {
 	v Value
 	// n is the number of values v expands to as a tree (each use of a
-	// memo entry counted in full).
+	// memo entry counted in full), a bytes or str value counting also
+	// its size in values (see Limits).
 	n int
 	// depth is the nesting of containers in v: 0 for a scalar.
 	depth int
@@ -73,7 +79,10 @@ type Limits struct {
 	// A frame of n bytes may decode to at most BaseValues +
 	// n/BytesPerValue values, counting the values a memo entry expands
 	// to at each of its uses (so a reference to a big value costs as
-	// much as the value). A value costs about 72 bytes of memory.
+	// much as the value) and a bytes or str value of k bytes as
+	// 1 + k/BytesPerValue values (so that a reference to a big string,
+	// which a re-encoding expands, costs its size too). A value costs
+	// about 72 bytes of memory.
 	BaseValues    int
 	BytesPerValue int
 }
@@ -249,15 +258,20 @@ func reduceGlobal(name string, args Value) (Value, bool) {
 		}
 	case "builtins list", "__builtin__ list", "builtins tuple", "__builtin__ tuple",
 		"builtins set", "__builtin__ set", "builtins frozenset", "__builtin__ frozenset":
-		k := List
-		if name == "builtins tuple" || name == "__builtin__ tuple" {
+		k, set := List, int64(0)
+		switch name {
+		case "builtins tuple", "__builtin__ tuple":
 			k = Tuple
+		case "builtins set", "__builtin__ set":
+			set = SetList
+		case "builtins frozenset", "__builtin__ frozenset":
+			set = FrozenSetList
 		}
 		if len(args.Items) == 0 {
-			return Value{Kind: k}, true
+			return Value{Kind: k, Int: set}, true
 		}
 		if len(args.Items) == 1 && (args.Items[0].Kind == Tuple || args.Items[0].Kind == List) {
-			return Value{Kind: k, Items: args.Items[0].Items}, true
+			return Value{Kind: k, Int: set, Items: args.Items[0].Items}, true
 		}
 	case "ZopeUndo.Prefix Prefix":
 		if len(args.Items) == 1 && args.Items[0].Kind == Str {
@@ -437,10 +451,14 @@ func (d *Decoder) decodePickle(b []byte) (Value, error) {
 				return fail(at, "pickle: LONG: %v", errTruncated)
 			}
 			x, ok := decodeLong(b[i : i+n])
-			if !ok {
+			switch {
+			case ok:
+				v = Value{Kind: Int, Int: x}
+			case d.BigInts:
+				v = Value{Kind: Int, B: b[i : i+n]}
+			default:
 				return fail(at, "pickle: LONG of %d bytes does not fit in 64 bits", n)
 			}
-			v = Value{Kind: Int, Int: x}
 			i += n
 		case pickle.OpBinfloat:
 			if !need(8) {
@@ -638,10 +656,17 @@ func (d *Decoder) decodePickle(b []byte) (Value, error) {
 			return fail(at, "pickle: opcode %#02x not allowed in a ZEO message", op)
 		}
 		if push {
-			if !d.charge(1) {
+			// A bytes or str value also costs its size (in values):
+			// a memo reference to it then costs as much, so that
+			// what expands references (a re-encoding) is bounded.
+			cost := 1
+			if (v.Kind == Bytes || v.Kind == Str) && d.Limits.BytesPerValue > 0 {
+				cost += len(v.B) / d.Limits.BytesPerValue
+			}
+			if !d.charge(cost) {
 				return over(at)
 			}
-			d.stack = append(d.stack, slot{v: v, n: 1})
+			d.stack = append(d.stack, slot{v: v, n: cost})
 		}
 		d.stackHW = max(d.stackHW, len(d.stack))
 	}

@@ -283,7 +283,18 @@ func (e *Encoder) Value(v *Value) {
 	case Bool:
 		e.Bool(v.Int != 0)
 	case Int:
-		e.Int(v.Int)
+		switch {
+		case v.B == nil:
+			e.Int(v.Int)
+		case e.M == Pickle:
+			e.Buf = append(e.Buf, pickle.OpLong4)
+			e.Buf = binary.LittleEndian.AppendUint32(e.Buf, uint32(len(v.B)))
+			e.Buf = append(e.Buf, v.B...)
+		default:
+			// msgpack has no integers beyond 64 bits (ZEO/py's
+			// marshaller fails on one).
+			e.None()
+		}
 	case Float:
 		e.Float(v.Float)
 	case Bytes:
@@ -297,11 +308,25 @@ func (e *Encoder) Value(v *Value) {
 		}
 		e.EndTuple(len(v.Items))
 	case List:
+		set := e.M == Pickle && (v.Int == SetList || v.Int == FrozenSetList)
+		if set {
+			// builtins.set(list), as Python's pickler writes a set
+			// in protocol 3 (msgpack has no sets: an array).
+			name := "builtins\nset\n"
+			if v.Int == FrozenSetList {
+				name = "builtins\nfrozenset\n"
+			}
+			e.Buf = append(e.Buf, pickle.OpGlobal)
+			e.Buf = append(e.Buf, name...)
+		}
 		e.BeginList(len(v.Items))
 		for i := range v.Items {
 			e.Value(&v.Items[i])
 		}
 		e.EndList(len(v.Items))
+		if set {
+			e.Buf = append(e.Buf, pickle.OpTuple1, pickle.OpReduce)
+		}
 	case Dict:
 		n := len(v.Items) / 2
 		e.BeginDict(n)

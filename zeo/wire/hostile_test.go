@@ -328,3 +328,69 @@ func TestReadFrameGrows(t *testing.T) {
 		}
 	}
 }
+
+// expandedSize is what Encoder.Value writes for v, roughly: each value's
+// bytes plus one byte of header, memo references expanded (walked without
+// recursion, without allocating the encoding).
+func expandedSize(v *Value) uint64 {
+	var n uint64
+	stack := []*Value{v}
+	for len(stack) > 0 {
+		x := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		n += 1 + uint64(len(x.B))
+		for i := range x.Items {
+			stack = append(stack, &x.Items[i])
+		}
+	}
+	return n
+}
+
+// TestMemoBytesAmplification: a tpc_begin whose extension dict is
+// {'k': (b, b, ..., b)} with b one 64 KiB bytes value memoized once and
+// fetched 16000 times (BINGET, 2 bytes each). The Limits counted each
+// memo reference as the number of values it expands to (1 for a bytes
+// value), not as its bytes, so ServerLimits accepted the ~100 KB frame; the
+// zeo server then re-encodes the extension (zeo/txn.go tpcBegin ->
+// encodeExtension -> Encoder.Value), which writes 1 GiB: a 10000x
+// amplification from an unauthenticated request (with 1 MiB values, tens
+// of GiB: the server is OOM-killed).
+func TestMemoBytesAmplification(t *testing.T) {
+	big := bytes.Repeat([]byte{'x'}, 64<<10)
+	const refs = 16000
+	var args []byte
+	args = append(args, pickle.OpMark, pickle.OpBinint1, 1) // txn id
+	args = append(args, pickle.OpShortBinbytes, 0, pickle.OpShortBinbytes, 0)
+	args = append(args, pickle.OpEmptyDict, pickle.OpMark)
+	args = append(args, pickleStr("k")...)
+	args = append(args, pickle.OpMark, pickle.OpBinbytes)
+	args = binary.LittleEndian.AppendUint32(args, uint32(len(big)))
+	args = append(args, big...)
+	args = append(args, pickle.OpBinput, 0)
+	args = append(args, bytes.Repeat([]byte{pickle.OpBinget, 0}, refs-1)...)
+	args = append(args, pickle.OpTuple, pickle.OpSetitems)
+	args = append(args, pickle.OpNone)
+	args = append(args, pickleStr(" ")...)
+	args = append(args, pickle.OpTuple)
+	frame := pickleMessage([]byte{pickle.OpBinint1, 1}, "tpc_begin", args)
+
+	d := NewDecoder(Pickle)
+	d.Limits = ServerLimits
+	msg, err := d.DecodeMessage(frame)
+	if err != nil {
+		t.Logf("refused: %v", err)
+		return
+	}
+	ext := &msg.Args.Items[3]
+	if ext.Kind != Dict {
+		t.Fatalf("ext is a %s", ext.Kind)
+	}
+	got := expandedSize(ext)
+	// What the decoder promises: a frame of n bytes decodes to at most
+	// 16384 + n/256 values "(about 1.2 MiB + 0.3 n)".
+	bound := uint64(2<<20) + 4*uint64(len(frame))
+	if got > bound {
+		t.Errorf("a %d-byte frame decoded under ServerLimits to an extension dict that re-encodes to %d bytes (%.0fx the frame; bound %d): memo references to big strings are charged 1 value each",
+			len(frame), got, float64(got)/float64(len(frame)), bound)
+	}
+}

@@ -45,14 +45,28 @@ func (k Kind) String() string {
 
 // Value is one decoded value.
 type Value struct {
-	Kind  Kind
-	Int   int64   // Int (also Bool: 0 or 1)
+	Kind Kind
+	// Int is the value of an Int (also Bool: 0 or 1); for a List, 0, or
+	// SetList or FrozenSetList when it was decoded from a set or a
+	// frozenset (builtins.set/frozenset called on a list), which
+	// Encoder.Value writes back as one.
+	Int   int64
 	Float float64 // Float
-	B     []byte  // Bytes and Str payload
+	// B is the payload of a Bytes or a Str; for an Int beyond 64 bits
+	// (decoded with Decoder.BigInts), its LONG payload (little-endian
+	// two's complement), Int being 0.
+	B []byte
 	// Items holds the elements of a Tuple or List, and the keys and values
 	// of a Dict alternately (k0, v0, k1, v1, ...).
 	Items []Value
 }
+
+// A List's Int when it stands for a Python set or frozenset (which the
+// decoder gives as lists, so that every reader of a list reads them).
+const (
+	SetList       = 1
+	FrozenSetList = 2
+)
 
 // IsNone reports whether v is None.
 func (v *Value) IsNone() bool { return v.Kind == None }
@@ -103,6 +117,10 @@ func (v *Value) repr(sb *strings.Builder, depth int) {
 			sb.WriteString("False")
 		}
 	case Int:
+		if v.B != nil {
+			fmt.Fprintf(sb, "<int of %d bytes>", len(v.B))
+			break
+		}
 		sb.WriteString(strconv.FormatInt(v.Int, 10))
 	case Float:
 		sb.WriteString(strconv.FormatFloat(v.Float, 'g', -1, 64))

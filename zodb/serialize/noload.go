@@ -94,12 +94,18 @@ func (s *Scanner) noload(data []byte, pos int) (next, where int, err error) {
 			}
 			x, err := strconv.ParseInt(strings.TrimLeft(string(l), " \t\r\v\f"), 0, 64)
 			switch {
-			case err != nil:
-				s.push(value{k: kInt}) // a long, or text Python rejects
-			case len(l) == 2 && (x == 0 || x == 1):
+			case err == nil && len(l) == 2 && (x == 0 || x == 1):
 				s.push(boolValue(x)) // "00" and "01" are False and True
-			default:
+			case err == nil:
 				s.push(intValue(x))
+			default:
+				// Python's fallback, int(text), also takes
+				// trailing whitespace ("0 " is 0, not False).
+				if x, err := strconv.ParseInt(strings.TrimSpace(string(l)), 0, 64); err == nil {
+					s.push(intValue(x))
+				} else {
+					s.push(value{k: kInt}) // a long, or text Python rejects
+				}
 			}
 		case pickle.OpLong:
 			l, ok := line()
@@ -752,7 +758,9 @@ func validUTF8Surrogates(b []byte) bool {
 // literal with backslash escapes. Without escapes the result is l's own
 // bytes, not a copy.
 func decodeStringOp(l []byte) ([]byte, error) {
-	for len(l) > 0 && l[len(l)-1] <= ' ' {
+	// zodbpickle strips with `*p <= ' '` on a char, signed on the
+	// machines ZODB runs on: bytes 0x80-0xff go too.
+	for len(l) > 0 && (l[len(l)-1] <= ' ' || l[len(l)-1] >= 0x80) {
 		l = l[:len(l)-1]
 	}
 	q, err := pickle.Quoted(l)

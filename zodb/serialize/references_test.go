@@ -379,3 +379,32 @@ func BenchmarkReferences(b *testing.B) {
 		}
 	}
 }
+
+// TestStringTrailingHighByte: zodbpickle's load_string strips the
+// line's trailing bytes with `s[len-1] <= ' '` on a (signed, on x86)
+// char, so bytes 0x80-0xff after the closing quote are stripped like
+// whitespace, and ZODB/py's referencesf reads this record (oid 7).
+// References refused it ("insecure string pickle"), so pack ran without
+// GC where ZODB/py collects (its output then differed from ZODB/py's).
+//
+//	referencesf(b"c__main__\nK\n.(S'\\x00...\\x07'\xff\nNtQ.") == [p64(7)]
+func TestStringTrailingHighByte(t *testing.T) {
+	rec := []byte("c__main__\nK\n.(S'\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x07'\xff\nNtQ.")
+	got, err := serialize.References(rec)
+	if err != nil || !slices.Equal(got, []zodb.Oid{7}) {
+		t.Errorf("References = %v, %v; ZODB/py's referencesf = [7]", got, err)
+	}
+}
+
+// TestIntTrailingSpace: zodbpickle's load_int falls back to
+// PyLong_FromString, which accepts trailing whitespace ("0 " is 0), so
+// list[0] = None is a valid SETITEM and referencesf returns [7].
+// References modelled "0 " as an int of unknown value and refused the
+// SETITEM on the list.
+func TestIntTrailingSpace(t *testing.T) {
+	rec := []byte("c__main__\nK\n.(NNlI0 \nNsC\x08\x00\x00\x00\x00\x00\x00\x00\x07Q.")
+	got, err := serialize.References(rec)
+	if err != nil || !slices.Equal(got, []zodb.Oid{7}) {
+		t.Errorf("References = %v, %v; ZODB/py's referencesf = [7]", got, err)
+	}
+}
