@@ -7,6 +7,7 @@
 package netconn
 
 import (
+	"context"
 	"io"
 	"net"
 	"sync"
@@ -157,6 +158,45 @@ func (q *Writer) WriteFunc(fn func([]byte) []byte) error {
 	return q.drainLocked()
 }
 
+// WriteFuncCtx is WriteFunc for a caller that must not block past ctx on a
+// peer that does not read: with a ctx that can end, the caller queues what
+// fn appends (waiting for room until ctx ends) and leaves the write to the
+// Writer's goroutine rather than doing it. It returns ctx.Err() if ctx
+// ended before there was room (nothing queued), else the first error of
+// the Writer.
+func (q *Writer) WriteFuncCtx(ctx context.Context, fn func([]byte) []byte) error {
+	if ctx.Done() == nil {
+		return q.WriteFunc(fn)
+	}
+	q.mu.Lock()
+	if q.writing && q.fullLocked() && q.err == nil && !q.closed {
+		stop := context.AfterFunc(ctx, func() {
+			q.mu.Lock()
+			q.drained.Broadcast()
+			q.mu.Unlock()
+		})
+		for q.writing && q.fullLocked() && q.err == nil && !q.closed && ctx.Err() == nil {
+			q.drained.Wait()
+		}
+		stop()
+	}
+	if err := q.errLocked(); err != nil {
+		q.mu.Unlock()
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		q.mu.Unlock()
+		return err
+	}
+	q.buf = fn(q.buf)
+	q.account()
+	if !q.corked {
+		q.wakeLocked()
+	}
+	q.mu.Unlock()
+	return nil
+}
+
 // Flush writes the queue unless another goroutine is writing (it will
 // write what was queued) or the Writer is corked. It returns the first
 // error of the Writer.
@@ -302,6 +342,25 @@ func (q *Writer) Send(b []byte, seq uint64) {
 		q.seq = max(q.seq, seq)
 		q.account()
 	}
+	if !q.overflowLocked() {
+		q.wakeLocked()
+	}
+}
+
+// SendFunc is Send of what fn appends to the queue's buffer (which fn
+// must only append to), not a notification: it never blocks on the
+// network (a client's request that nobody waits for, such as a
+// prefetch).
+func (q *Writer) SendFunc(fn func([]byte) []byte) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.err != nil || q.closed {
+		return
+	}
+	n := len(q.buf)
+	q.buf = fn(q.buf)
+	q.async += len(q.buf) - n
+	q.account()
 	if !q.overflowLocked() {
 		q.wakeLocked()
 	}

@@ -28,10 +28,13 @@
 // client cache (package zodb/cache) of revisions with validity ranges:
 // Load(oid, at) hits when at lies in a cached [serial, next) range. Whoever reads inserts every loadBefore answer into
 // the cache and applies every invalidateTransaction message, in the order
-// the server sent them; the server sends the invalidation of a transaction
-// before any reply that exposes it, which keeps the cache coherent.
-// LastTid is the newest transaction this client knows of (from register,
-// invalidations, its own commits and Sync) and costs no round trip.
+// the server sent them; zodbd's server sends the invalidation of a
+// transaction before any reply that exposes it, runzeo not always (a
+// lastTransaction or loadBefore read in the same turn of its loop as the
+// commit is answered first), so that Sync waits for the invalidations up
+// to the tid it returns. LastTid is the newest transaction this client
+// knows of (from register, invalidations and its own commits) and costs no
+// round trip.
 //
 // # Lost connections
 //
@@ -305,7 +308,9 @@ func newClient(ctx context.Context, nc net.Conn, urlStr, addr string, opt *Optio
 		return nil, fmt.Errorf("zeo client: %s: handshake: %w", addr, err)
 	}
 	c.enc.Buf = nil
-	c.w = netconn.NewWriter(nc, netconn.Config{})
+	// Bounded: prefetches queued while a server does not read fail the
+	// connection past 64 MiB.
+	c.w = netconn.NewWriter(nc, netconn.Config{Max: maxQueued, Overflow: func(error) { nc.Close() }})
 	nc.SetDeadline(time.Time{})
 
 	dec := wire.NewDecoder(c.marshal)
@@ -344,7 +349,7 @@ func newClient(ctx context.Context, nc net.Conn, urlStr, addr string, opt *Optio
 		return nil, fmt.Errorf("zeo client: %s: register %q: %w", addr, c.storage, err)
 	}
 	if !haveTid {
-		if _, err := c.lastTransaction(ctx); err != nil {
+		if _, err := c.lastTransaction(ctx, true); err != nil {
 			return nil, err
 		}
 	}
@@ -442,8 +447,11 @@ func (c *Client) fail(err error) {
 }
 
 // dispatch handles one message on the reading goroutine. Its values alias
-// the frame: whatever is kept is copied.
-func (c *Client) dispatch(m *wire.Message) {
+// the frame: whatever is kept is copied. A message that breaks the
+// protocol where the client cannot go on coherently (a reply it cannot
+// match, an invalidation it cannot read: its cache would serve what the
+// server said was replaced) is an error, which fails the connection.
+func (c *Client) dispatch(m *wire.Message) error {
 	if string(m.Name) == ".reply" {
 		isErr := m.Flags.Truth()
 		switch m.ID.Kind {
@@ -453,8 +461,7 @@ func (c *Client) dispatch(m *wire.Message) {
 			delete(c.calls, m.ID.Int)
 			c.pmu.Unlock()
 			if cl == nil {
-				c.logf("zeo client: %s: reply to unknown msgid %d", c.addr, m.ID.Int)
-				return
+				return fmt.Errorf("reply to unknown msgid %d", m.ID.Int)
 			}
 			if isErr {
 				cl.err = serverError(&m.Args)
@@ -463,30 +470,27 @@ func (c *Client) dispatch(m *wire.Message) {
 			}
 			close(cl.done)
 		case wire.Tuple, wire.List:
-			c.loadReply(&m.ID, isErr, &m.Args)
+			return c.loadReply(&m.ID, isErr, &m.Args)
 		default:
-			c.logf("zeo client: %s: reply with msgid %v", c.addr, m.ID)
+			return fmt.Errorf("reply with msgid %v", m.ID)
 		}
-		return
+		return nil
 	}
 	switch string(m.Name) {
 	case "invalidateTransaction":
 		a := &m.Args
 		if a.Len() != 2 {
-			c.logf("zeo client: %s: invalidateTransaction%v: want 2 args", c.addr, *a)
-			return
+			return fmt.Errorf("invalidateTransaction%v: want 2 args", *a)
 		}
 		tid, err := tidOf(&a.Items[0])
 		if err != nil {
-			c.logf("zeo client: %s: invalidateTransaction: %v", c.addr, err)
-			return
+			return fmt.Errorf("invalidateTransaction: %w", err)
 		}
 		oids := make([]zodb.Oid, 0, a.Items[1].Len())
 		for i := range a.Items[1].Items {
 			oid, err := tidOf(&a.Items[1].Items[i])
 			if err != nil {
-				c.logf("zeo client: %s: invalidateTransaction: %v", c.addr, err)
-				return
+				return fmt.Errorf("invalidateTransaction: %w", err)
 			}
 			oids = append(oids, zodb.Oid(oid))
 		}
@@ -502,17 +506,48 @@ func (c *Client) dispatch(m *wire.Message) {
 	default:
 		c.logf("zeo client: %s: unknown call %q from server", c.addr, m.Name)
 	}
+	return nil
+}
+
+// maxQueued bounds the requests queued behind a write the server does not
+// read (netconn.Config.Max): prefetches, which do not wait.
+const maxQueued = 64 << 20
+
+// appendMsg appends to b the message encode encodes, with c.enc (under
+// the writer's lock: called by its WriteFunc and SendFunc).
+func (c *Client) appendMsg(b []byte, encode func(e *wire.Encoder)) []byte {
+	c.enc.Buf = b
+	encode(&c.enc)
+	b, c.enc.Buf = c.enc.Buf, nil
+	return b
+}
+
+// sendCtx is send for a call made with ctx: when ctx can end, the message
+// is queued and written by the writer's goroutine, so that a server that
+// does not read makes the caller wait for its reply, which ctx bounds,
+// rather than in a write, which it does not (netconn.Writer.WriteFuncCtx).
+// If ctx ends before there is room in the queue, nothing is sent and
+// ctx.Err() is returned.
+func (c *Client) sendCtx(ctx context.Context, encode func(e *wire.Encoder)) error {
+	if ctx.Done() == nil {
+		return c.send(encode)
+	}
+	err := c.w.WriteFuncCtx(ctx, func(b []byte) []byte { return c.appendMsg(b, encode) })
+	if err != nil && err != ctx.Err() {
+		c.nc.Close() // the reader fails the outstanding calls
+		c.pmu.Lock()
+		if c.err != nil {
+			err = c.err
+		}
+		c.pmu.Unlock()
+	}
+	return err
 }
 
 // send encodes one message with encode and writes it, together with
 // whatever other goroutines queued meanwhile.
 func (c *Client) send(encode func(e *wire.Encoder)) error {
-	err := c.w.WriteFunc(func(b []byte) []byte {
-		c.enc.Buf = b
-		encode(&c.enc)
-		b, c.enc.Buf = c.enc.Buf, nil
-		return b
-	})
+	err := c.w.WriteFunc(func(b []byte) []byte { return c.appendMsg(b, encode) })
 	if err != nil {
 		c.nc.Close() // the reader fails the outstanding calls
 		c.pmu.Lock()
@@ -543,7 +578,7 @@ func (c *Client) start(cl *call) (int64, error) {
 // waits for the reply; handle, run on the reading goroutine, extracts the
 // result. An exception reply becomes the error (see serverError).
 func (c *Client) call(ctx context.Context, name string, nargs int, args func(e *wire.Encoder), handle func(v *wire.Value) error) error {
-	cl, err := c.callAsync(name, nargs, args, handle)
+	cl, err := c.callAsync(ctx, name, nargs, args, handle)
 	if err != nil {
 		return err
 	}
@@ -553,24 +588,23 @@ func (c *Client) call(ctx context.Context, name string, nargs int, args func(e *
 	return cl.err
 }
 
-// callAsync sends a request and returns without waiting for the reply.
-func (c *Client) callAsync(name string, nargs int, args func(e *wire.Encoder), handle func(v *wire.Value) error) (*call, error) {
+// callAsync sends a request and returns without waiting for the reply
+// (see sendCtx for ctx).
+func (c *Client) callAsync(ctx context.Context, name string, nargs int, args func(e *wire.Encoder), handle func(v *wire.Value) error) (*call, error) {
 	cl := &call{done: make(chan struct{}), handle: handle}
 	id, err := c.start(cl)
 	if err != nil {
 		return nil, err
 	}
-	err = c.send(func(e *wire.Encoder) {
-		idv := wire.Value{Kind: wire.Int, Int: id}
-		e.BeginRequest(&idv, false, name)
-		e.BeginTuple(nargs)
-		if args != nil {
-			args(e)
-		}
-		e.EndTuple(nargs)
-		e.EndMessage()
-	})
+	err = c.sendCtx(ctx, func(e *wire.Encoder) { encodeRequest(e, id, name, nargs, args) })
 	if err != nil {
+		if ctx.Err() != nil && err == ctx.Err() {
+			// Not sent: the call is forgotten.
+			c.pmu.Lock()
+			delete(c.calls, id)
+			c.pmu.Unlock()
+			return nil, err
+		}
 		// The reader fails the call; wait for that so that the error is
 		// the connection's.
 		c.wait(context.Background(), cl.done)
@@ -579,9 +613,32 @@ func (c *Client) callAsync(name string, nargs int, args func(e *wire.Encoder), h
 	return cl, nil
 }
 
-// oneway sends a call that has no reply.
-func (c *Client) oneway(name string, nargs int, args func(e *wire.Encoder)) error {
-	return c.send(func(e *wire.Encoder) {
+// post sends a request whose reply nobody waits for (tpc_abort) without
+// blocking on the network (netconn.Writer.SendFunc).
+func (c *Client) post(name string, nargs int, args func(e *wire.Encoder)) {
+	id, err := c.start(&call{done: make(chan struct{})})
+	if err != nil {
+		return
+	}
+	c.w.SendFunc(func(b []byte) []byte {
+		return c.appendMsg(b, func(e *wire.Encoder) { encodeRequest(e, id, name, nargs, args) })
+	})
+}
+
+func encodeRequest(e *wire.Encoder, id int64, name string, nargs int, args func(e *wire.Encoder)) {
+	idv := wire.Value{Kind: wire.Int, Int: id}
+	e.BeginRequest(&idv, false, name)
+	e.BeginTuple(nargs)
+	if args != nil {
+		args(e)
+	}
+	e.EndTuple(nargs)
+	e.EndMessage()
+}
+
+// oneway sends a call that has no reply (see sendCtx for ctx).
+func (c *Client) oneway(ctx context.Context, name string, nargs int, args func(e *wire.Encoder)) error {
+	return c.sendCtx(ctx, func(e *wire.Encoder) {
 		e.BeginCall(name)
 		e.BeginTuple(nargs)
 		args(e)
@@ -617,9 +674,14 @@ func (c *Client) heartbeat(every time.Duration) {
 	}
 }
 
-// lastTransaction asks the server for its last tid and raises the head to
-// it. The reply comes after every invalidation the server sent before it.
-func (c *Client) lastTransaction(ctx context.Context) (zodb.Tid, error) {
+// lastTransaction asks the server for its last tid; with setHead (at
+// connection, the cache empty) it raises the head to it. Sync does not:
+// the reply may come before invalidations of transactions up to that tid
+// (runzeo queues another client's invalidation for a later turn of its
+// loop, and answers a request read meanwhile at once), and a head raised
+// past them would serve their older revisions from the cache: the core's
+// Sync waits for them.
+func (c *Client) lastTransaction(ctx context.Context, setHead bool) (zodb.Tid, error) {
 	var tid zodb.Tid
 	err := c.call(ctx, "lastTransaction", 0, nil, func(v *wire.Value) error {
 		t, err := tidOf(v)
@@ -627,7 +689,9 @@ func (c *Client) lastTransaction(ctx context.Context) (zodb.Tid, error) {
 			return err
 		}
 		tid = t
-		c.cache.SetHead(t)
+		if setHead {
+			c.cache.SetHead(t)
+		}
 		return nil
 	})
 	if err != nil {

@@ -80,7 +80,7 @@ func (c *Client) Begin(ctx context.Context, meta zodb.TxnMeta) (zodb.Txn, error)
 	if status == 0 {
 		status = zodb.TxnComplete
 	}
-	err := c.oneway("tpc_begin", 6, func(e *wire.Encoder) {
+	err := c.oneway(ctx, "tpc_begin", 6, func(e *wire.Encoder) {
 		e.Int(t.id)
 		e.Bytes(meta.User)
 		e.Bytes(meta.Description)
@@ -123,7 +123,7 @@ func (t *txn) record(name string, nargs int, args func(e *wire.Encoder)) error {
 	if t.err != nil {
 		return t.err
 	}
-	if err := t.c.oneway(name, nargs, args); err != nil {
+	if err := t.c.oneway(context.Background(), name, nargs, args); err != nil {
 		t.err = t.c.opErr(name, nil, err)
 		return t.err
 	}
@@ -277,7 +277,7 @@ func (t *txn) Finish(ctx context.Context, onCommit func(tid zodb.Tid, oids []zod
 	t.state = txnDone
 	oids := t.oids
 	var tid zodb.Tid
-	cl, err := c.callAsync("tpc_finish", 1, func(e *wire.Encoder) { e.Int(t.id) }, func(v *wire.Value) error {
+	cl, err := c.callAsync(context.Background(), "tpc_finish", 1, func(e *wire.Encoder) { e.Int(t.id) }, func(v *wire.Value) error {
 		if v.IsNone() {
 			return fmt.Errorf("tpc_finish: the server does not know the transaction")
 		}
@@ -315,7 +315,7 @@ func (t *txn) Abort() {
 		return
 	}
 	t.state = txnDone
-	t.c.callAsync("tpc_abort", 1, func(e *wire.Encoder) { e.Int(t.id) }, nil)
+	t.c.post("tpc_abort", 1, func(e *wire.Encoder) { e.Int(t.id) })
 	<-t.c.commitSem
 }
 

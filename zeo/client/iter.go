@@ -99,7 +99,7 @@ func (it *txnIter) NextTxn(ctx context.Context) (*zodb.TxnInfo, zodb.DataIterato
 		it.done = true
 		// The server forgets an exhausted iterator itself; iterator_gc
 		// also covers servers that keep it.
-		c.oneway("iterator_gc", 1, func(e *wire.Encoder) {
+		c.oneway(context.Background(), "iterator_gc", 1, func(e *wire.Encoder) {
 			e.BeginList(1)
 			e.Int(it.iid)
 			e.EndList(1)

@@ -46,10 +46,19 @@ func (c *Client) Prefetch(ctx context.Context, xid zodb.Xid) {
 
 // Ask sends loadBefore(oid, before), whose msgid is (oid, before); the
 // reader hands the reply to loadReply. A send error fails the connection,
-// and with it l.
+// and with it l. A prefetch (wait false) is only queued, written by the
+// writer's goroutine if nobody writes: it does not block on a server that
+// does not read (past the writer's bound, the connection fails).
 func (t *transport) Ask(ctx context.Context, l *clientcore.Load[struct{}], wait bool) {
+	c := (*Client)(t)
 	oid, before := l.Oid, l.Before
-	(*Client)(t).send(func(e *wire.Encoder) { e.LoadBeforeRequest(uint64(oid), uint64(before)) })
+	if !wait {
+		c.w.SendFunc(func(b []byte) []byte {
+			return c.appendMsg(b, func(e *wire.Encoder) { e.LoadBeforeRequest(uint64(oid), uint64(before)) })
+		})
+		return
+	}
+	c.send(func(e *wire.Encoder) { e.LoadBeforeRequest(uint64(oid), uint64(before)) })
 }
 
 // Wait waits for a load's signal, reading the connection meanwhile when
@@ -60,7 +69,7 @@ func (t *transport) Wait(ctx context.Context, done <-chan struct{}) error {
 
 // LastTransaction is Sync's round trip.
 func (t *transport) LastTransaction(ctx context.Context) (zodb.Tid, error) {
-	return (*Client)(t).lastTransaction(ctx)
+	return (*Client)(t).lastTransaction(ctx, false)
 }
 
 // LoadError tells apart, for loadBefore's POSKeyError, a missing object
@@ -74,21 +83,18 @@ func (t *transport) LoadError(ctx context.Context, xid zodb.Xid, err error) erro
 }
 
 // loadReply handles the reply to loadBefore (on the reading goroutine).
-func (c *Client) loadReply(id *wire.Value, isErr bool, v *wire.Value) {
+func (c *Client) loadReply(id *wire.Value, isErr bool, v *wire.Value) error {
 	if len(id.Items) != 2 {
-		c.logf("zeo client: %s: reply with msgid %v", c.addr, *id)
-		return
+		return fmt.Errorf("reply with msgid %v", *id)
 	}
 	oid, err1 := tidOf(&id.Items[0])
 	bef, err2 := tidOf(&id.Items[1])
 	if err1 != nil || err2 != nil {
-		c.logf("zeo client: %s: reply with msgid %v", c.addr, *id)
-		return
+		return fmt.Errorf("reply with msgid %v", *id)
 	}
 	l := c.core.Claim(zodb.Oid(oid), bef)
 	if l == nil {
-		c.logf("zeo client: %s: reply to a loadBefore%v not asked for", c.addr, *id)
-		return
+		return fmt.Errorf("reply to a loadBefore%v not asked for", *id)
 	}
 	switch {
 	case isErr:
@@ -115,6 +121,7 @@ func (c *Client) loadReply(id *wire.Value, isErr bool, v *wire.Value) {
 		l.Err = fmt.Errorf("loadBefore reply: unexpected %v", *v)
 	}
 	c.core.Finish(l)
+	return nil
 }
 
 // missing tells apart, after loadBefore answered POSKeyError, an oid that

@@ -126,12 +126,22 @@ func (c *Client) readOne(rs *readState) error {
 		c.nc.Close()
 		return &decodeError{err}
 	}
-	c.dispatch(&rs.msg)
+	err = c.dispatch(&rs.msg)
 	// dispatch used the message's values synchronously: let go of them,
 	// so that a big reply does not keep its buffers on an idle connection.
 	rs.dec.Release()
+	if err != nil {
+		c.nc.Close()
+		return &protocolError{err}
+	}
 	return nil
 }
+
+// protocolError is a message that breaks the protocol (see dispatch).
+type protocolError struct{ err error }
+
+func (e *protocolError) Error() string { return "protocol error from server: " + e.err.Error() }
+func (e *protocolError) Unwrap() error { return e.err }
 
 type decodeError struct{ err error }
 

@@ -18,30 +18,30 @@ import (
 	"github.com/zodbd/zodbd/zodb"
 )
 
-// auditServer is a scripted ZEO 5 server (pickle marshalling) on a local
+// scriptServer is a scripted ZEO 5 server (pickle marshalling) on a local
 // listener: it does the handshake, answers register, get_info and
 // lastTransaction itself and hands every other request to handle, which
-// may answer it (or not) through the auditConn.
-type auditServer struct {
+// may answer it (or not) through the scriptConn.
+type scriptServer struct {
 	addr   string
 	last   zodb.Tid
-	handle func(c *auditConn, m *wire.Message)
+	handle func(c *scriptConn, m *wire.Message)
 	mu     sync.Mutex
-	conns  []*auditConn
+	conns  []*scriptConn
 	// noRead: after get_info, the server stops reading the connection
 	// (a stalled server: it neither reads nor closes).
 	noRead bool
 	stop   chan struct{}
 	// lastTransaction, when set, answers lastTransaction.
-	lastTransaction func(c *auditConn, m *wire.Message)
+	lastTransaction func(c *scriptConn, m *wire.Message)
 }
 
-type auditConn struct {
+type scriptConn struct {
 	nc net.Conn
 	mu sync.Mutex
 }
 
-func (c *auditConn) write(f func(e *wire.Encoder)) {
+func (c *scriptConn) write(f func(e *wire.Encoder)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e := wire.Encoder{M: wire.Pickle}
@@ -50,7 +50,7 @@ func (c *auditConn) write(f func(e *wire.Encoder)) {
 }
 
 // reply answers the request id with the value v writes.
-func (c *auditConn) reply(id *wire.Value, v func(e *wire.Encoder)) {
+func (c *scriptConn) reply(id *wire.Value, v func(e *wire.Encoder)) {
 	c.write(func(e *wire.Encoder) {
 		e.BeginReply(id, 0)
 		v(e)
@@ -59,7 +59,7 @@ func (c *auditConn) reply(id *wire.Value, v func(e *wire.Encoder)) {
 }
 
 // call sends a one-way call from the server.
-func (c *auditConn) call(name string, nargs int, args func(e *wire.Encoder)) {
+func (c *scriptConn) call(name string, nargs int, args func(e *wire.Encoder)) {
 	c.write(func(e *wire.Encoder) {
 		e.BeginCall(name)
 		e.BeginTuple(nargs)
@@ -69,7 +69,7 @@ func (c *auditConn) call(name string, nargs int, args func(e *wire.Encoder)) {
 	})
 }
 
-func startAuditServer(t *testing.T, s *auditServer) *auditServer {
+func startScriptServer(t *testing.T, s *scriptServer) *scriptServer {
 	ln := listenLocal(t)
 	s.addr = ln.Addr().String()
 	s.stop = make(chan struct{})
@@ -92,7 +92,7 @@ func startAuditServer(t *testing.T, s *auditServer) *auditServer {
 			if err != nil {
 				return
 			}
-			c := &auditConn{nc: nc}
+			c := &scriptConn{nc: nc}
 			s.mu.Lock()
 			s.conns = append(s.conns, c)
 			s.mu.Unlock()
@@ -107,7 +107,7 @@ func startAuditServer(t *testing.T, s *auditServer) *auditServer {
 	return s
 }
 
-func (s *auditServer) serve(c *auditConn) {
+func (s *scriptServer) serve(c *scriptConn) {
 	c.write(func(e *wire.Encoder) { e.RawFrame([]byte("Z5")) })
 	br := bufio.NewReader(c.nc)
 	if _, err := wire.ReadFrame(br, nil, 64); err != nil {
@@ -146,7 +146,7 @@ func (s *auditServer) serve(c *auditConn) {
 	}
 }
 
-func auditDial(t *testing.T, addr string, opt *client.Options) *client.Client {
+func scriptDial(t *testing.T, addr string, opt *client.Options) *client.Client {
 	t.Helper()
 	if opt == nil {
 		opt = &client.Options{}
@@ -155,16 +155,15 @@ func auditDial(t *testing.T, addr string, opt *client.Options) *client.Client {
 	return dial(t, addr, opt)
 }
 
-// An invalidateTransaction that the client cannot decode is logged and
-// dropped: the client goes on answering loads at the head from a cached
-// revision that the server said was replaced, with no error, forever.
-// (A malformed message is a protocol error: the connection should fail,
-// as it does for an undecodable frame, rather than serve stale data.)
-func TestAuditMalformedInvalidationServesStaleData(t *testing.T) {
-	s := &auditServer{last: 0x10}
+// An invalidateTransaction that the client cannot decode was logged and
+// dropped: the client went on answering loads at the head from a cached
+// revision that the server said was replaced, with no error, forever. It
+// is a protocol error: the connection fails, as for an undecodable frame.
+func TestMalformedInvalidationFails(t *testing.T) {
+	s := &scriptServer{last: 0x10}
 	var connMu sync.Mutex
-	var conn *auditConn
-	s.handle = func(c *auditConn, m *wire.Message) {
+	var conn *scriptConn
+	s.handle = func(c *scriptConn, m *wire.Message) {
 		if string(m.Name) != "loadBefore" {
 			return
 		}
@@ -180,8 +179,8 @@ func TestAuditMalformedInvalidationServesStaleData(t *testing.T) {
 			e.EndTuple(3)
 		})
 	}
-	startAuditServer(t, s)
-	c := auditDial(t, s.addr, &client.Options{CacheSize: 1 << 20})
+	startScriptServer(t, s)
+	c := scriptDial(t, s.addr, &client.Options{CacheSize: 1 << 20})
 	ctx := context.Background()
 	data, serial, err := c.Load(ctx, zodb.Xid{Oid: 1, At: zodb.TidMax})
 	if err != nil || string(data) != "old" || serial != 0x10 {
@@ -236,14 +235,14 @@ func TestAuditMalformedInvalidationServesStaleData(t *testing.T) {
 }
 
 // A reply to loadBefore whose msgid the client cannot parse (here the
-// before tid echoed as an int) is logged and dropped: the load it answers
-// is never finished, and its caller waits until its context ends, forever
-// with context.Background, on a connection that is otherwise alive. (The
-// same for a reply to a msgid not asked for.) The protocol error should
-// fail the connection, and with it the load.
-func TestAuditUnparseableLoadReplyHangs(t *testing.T) {
-	s := &auditServer{last: 0x10}
-	s.handle = func(c *auditConn, m *wire.Message) {
+// before tid echoed as an int) was logged and dropped: the load it answers
+// was never finished, and its caller waited until its context ended,
+// forever with context.Background, on a connection otherwise alive. (The
+// same for a reply to a msgid not asked for.) The protocol error fails the
+// connection, and with it the load.
+func TestUnparseableLoadReplyFails(t *testing.T) {
+	s := &scriptServer{last: 0x10}
+	s.handle = func(c *scriptConn, m *wire.Message) {
 		if string(m.Name) != "loadBefore" {
 			return
 		}
@@ -259,8 +258,8 @@ func TestAuditUnparseableLoadReplyHangs(t *testing.T) {
 			e.EndTuple(3)
 		})
 	}
-	startAuditServer(t, s)
-	c := auditDial(t, s.addr, &client.Options{CacheSize: -1})
+	startScriptServer(t, s)
+	c := scriptDial(t, s.addr, &client.Options{CacheSize: -1})
 	res := make(chan error, 1)
 	go func() {
 		_, _, err := c.Load(context.Background(), zodb.Xid{Oid: 1, At: 0x10})
@@ -283,14 +282,14 @@ func TestAuditUnparseableLoadReplyHangs(t *testing.T) {
 // Prefetch "returns at once" (zodb.Prefetcher; clientcore.Transport.Ask
 // must not block for it), and takes a context. Against a server that
 // stops reading (stalled, or a network path that drops packets without a
-// reset), the Prefetch whose goroutine happens to write the queued
-// requests blocks in the socket write once the buffers are full: forever,
-// its context's deadline ignored. The same write is done by any call
-// (Load, Sync, Begin...) whose goroutine finds nobody writing.
-func TestAuditPrefetchBlocksOnStalledServer(t *testing.T) {
-	s := &auditServer{last: 0x10, noRead: true}
-	startAuditServer(t, s)
-	c := auditDial(t, s.addr, &client.Options{CacheSize: 1 << 20, Heartbeat: -1})
+// reset), the Prefetch whose goroutine happened to write the queued
+// requests blocked in the socket write once the buffers were full:
+// forever, its context's deadline ignored. A prefetch is now queued and
+// written by the writer's goroutine.
+func TestPrefetchOnStalledServer(t *testing.T) {
+	s := &scriptServer{last: 0x10, noRead: true}
+	startScriptServer(t, s)
+	c := scriptDial(t, s.addr, &client.Options{CacheSize: 1 << 20, Heartbeat: -1})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	const n = 400000 // ~50 bytes each: ~20 MB of requests, past any socket buffer
@@ -322,11 +321,12 @@ func TestAuditPrefetchBlocksOnStalledServer(t *testing.T) {
 // The same blocked write with a call that has a context: Begin(ctx) of a
 // transaction with a big description (any request bigger than the socket
 // buffers: a big store's data is written the same way) on a server that
-// stopped reading never returns, its context's deadline notwithstanding.
-func TestAuditBeginIgnoresContextOnStalledServer(t *testing.T) {
-	s := &auditServer{last: 0x10, noRead: true}
-	startAuditServer(t, s)
-	c := auditDial(t, s.addr, &client.Options{ReadWrite: true, CacheSize: -1, Heartbeat: -1})
+// stopped reading never returned, its context's deadline notwithstanding
+// (nor did the Abort after it).
+func TestBeginContextOnStalledServer(t *testing.T) {
+	s := &scriptServer{last: 0x10, noRead: true}
+	startScriptServer(t, s)
+	c := scriptDial(t, s.addr, &client.Options{ReadWrite: true, CacheSize: -1, Heartbeat: -1})
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	res := make(chan error, 1)
@@ -348,7 +348,7 @@ func TestAuditBeginIgnoresContextOnStalledServer(t *testing.T) {
 }
 
 // loadBeforeOld answers every loadBefore with "old"@0x10, current.
-func loadBeforeOld(c *auditConn, m *wire.Message) {
+func loadBeforeOld(c *scriptConn, m *wire.Message) {
 	if string(m.Name) != "loadBefore" {
 		return
 	}
@@ -361,22 +361,45 @@ func loadBeforeOld(c *auditConn, m *wire.Message) {
 	})
 }
 
-// Sync's lastTransaction reply raises the cache's head at once
-// (Client.lastTransaction calls cache.SetHead), before the invalidations
+// Sync's lastTransaction reply raised the cache's head at once
+// (Client.lastTransaction called cache.SetHead), before the invalidations
 // up to that tid have arrived: a server may send the reply first (runzeo
 // does: an invalidation is queued for the next turn of its event loop,
 // while a lastTransaction read in the same turn is answered at once).
 // clientcore.Sync is written to wait for those invalidations, and
-// cache.SetHead requires them applied, but the head is already there:
-// Sync returns tid and a Load at tid answers, from the cache, a revision
+// cache.SetHead requires them applied, but the head was already there:
+// Sync returned tid and a Load at tid answered, from the cache, a revision
 // that tid replaced. ZEO/py's client never raises its last tid from a
 // lastTransaction reply (its lastTransaction is the cache's, moved by
 // invalidations only).
-func TestAuditSyncRaisesHeadBeforeInvalidations(t *testing.T) {
-	s := &auditServer{last: 0x10, handle: loadBeforeOld}
-	s.lastTransaction = func(c *auditConn, m *wire.Message) {
+func TestSyncRaisesHeadBeforeInvalidations(t *testing.T) {
+	// Before transaction 0x20, oid 1 is "old"@0x10 and current; after
+	// it, "new"@0x20.
+	var committed atomic.Bool
+	s := &scriptServer{last: 0x10, handle: func(c *scriptConn, m *wire.Message) {
+		if !committed.Load() || string(m.Name) != "loadBefore" {
+			loadBeforeOld(c, m)
+			return
+		}
+		before := binary.BigEndian.Uint64(m.Args.Items[1].B)
+		c.reply(&m.ID, func(e *wire.Encoder) {
+			e.BeginTuple(3)
+			if before > 0x20 {
+				e.Bytes([]byte("new"))
+				e.Oid8(0x20)
+				e.None()
+			} else {
+				e.Bytes([]byte("old"))
+				e.Oid8(0x10)
+				e.Oid8(0x20)
+			}
+			e.EndTuple(3)
+		})
+	}}
+	s.lastTransaction = func(c *scriptConn, m *wire.Message) {
 		// Transaction 0x20 changed oid 1: the reply says 0x20 now,
 		// the invalidation follows a little later.
+		committed.Store(true)
 		c.reply(&m.ID, func(e *wire.Encoder) { e.Oid8(0x20) })
 		time.AfterFunc(300*time.Millisecond, func() {
 			c.call("invalidateTransaction", 2, func(e *wire.Encoder) {
@@ -387,8 +410,8 @@ func TestAuditSyncRaisesHeadBeforeInvalidations(t *testing.T) {
 			})
 		})
 	}
-	startAuditServer(t, s)
-	c := auditDial(t, s.addr, &client.Options{CacheSize: 1 << 20})
+	startScriptServer(t, s)
+	c := scriptDial(t, s.addr, &client.Options{CacheSize: 1 << 20})
 	ctx := context.Background()
 	if _, serial, err := c.Load(ctx, zodb.Xid{Oid: 1, At: 0x10}); err != nil || serial != 0x10 {
 		t.Fatalf("load: %s %v", serial, err)
@@ -414,8 +437,8 @@ func TestAuditSyncRaisesHeadBeforeInvalidations(t *testing.T) {
 // returned, checked against a client without cache. runzeo answers
 // lastTransaction before it sends the invalidation of a transaction
 // committed in the same turn of its event loop, and the cached revision
-// is returned at a state that replaced it.
-func TestAuditSyncStaleAgainstRunzeo(t *testing.T) {
+// was returned at a state that replaced it.
+func TestSyncStaleAgainstRunzeo(t *testing.T) {
 	addr := zeotest.StartRunzeo(t, zeotest.Fixture(t, "1"), false)
 	ctx := context.Background()
 	w := dial(t, addr, &client.Options{ReadWrite: true, CacheSize: -1})
