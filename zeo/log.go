@@ -84,6 +84,9 @@ func (s *Server) logf(format string, args ...any) {
 // setLabel records the client's label (set_client_label): later messages
 // about the connection name it, as ZEO's "(label addr)".
 func (c *conn) setLabel(label string) {
+	// Any bytes from the client (Python's surrogateescape'd names pickle
+	// as invalid UTF-8): metrics refuse a label that is not UTF-8.
+	label = strings.ToValidUTF8(label, "\uFFFD")
 	c.label = label
 	c.metricLabel.Store(&label)
 	l := label + " " + c.addrLabel()

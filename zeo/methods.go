@@ -847,6 +847,13 @@ func (c *conn) pack(id *wire.Value, t float64, wait bool) {
 		c.replyError(id, &pyError{"ZODB.POSException.StorageError", "this storage cannot be packed"})
 		return
 	}
+	if err := zodb.CheckUnix(t); err != nil {
+		// As ZODB/py's FileStorage, whose TimeStamp (or time.gmtime)
+		// raises: a pack time that no tid encodes would have
+		// wrapped around to one far in the future.
+		c.replyError(id, &pyError{"builtins.ValueError", fmt.Sprintf("pack time: %v", err)})
+		return
+	}
 	at := zodb.TidFromUnix(t)
 	run := func() error {
 		err := p.Pack(c.srv.packContext(), at, true)

@@ -1,10 +1,13 @@
 package zeo
 
 import (
+	"context"
+	"math"
 	"path/filepath"
 	"testing"
 
 	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -17,4 +20,35 @@ func openWritable(tb testing.TB) zodb.WriteStorage {
 	}
 	tb.Cleanup(func() { fs.Close() })
 	return fs
+}
+
+// TestPackTimeOutOfRange: a pack time that no tid encodes (infinite, NaN,
+// before 1900) is refused with ValueError, as ZODB/py's FileStorage
+// refuses it (its TimeStamp or time.gmtime raises); it was converted to a
+// tid wrapped around to one far in the future, and every revision that
+// was not current was packed away.
+func TestPackTimeOutOfRange(t *testing.T) {
+	stor := openWritable(t)
+	addr := startServer(t, Config{Storages: []StorageConfig{{Name: "1", Storage: stor}}, Marshal: wire.Pickle})
+	c := dialRawRW(t, addr, wire.Pickle)
+	for i := range 2 {
+		txnID := int64(100 + i)
+		c.tpcBegin(txnID)
+		serial := zodb.Tid(0)
+		if i > 0 {
+			_, serial, _ = stor.Load(context.Background(), zodb.Xid{Oid: 0, At: zodb.TidMax})
+		}
+		c.oneway("storea", 4, func(e *wire.Encoder) { e.Oid8(0); e.Oid8(uint64(serial)); e.Bytes([]byte{'x', byte(i)}); e.Int(txnID) })
+		c.call(t, 3, "vote", func(e *wire.Encoder) { e.Int(txnID) }, 1)
+		c.call(t, 4, "tpc_finish", func(e *wire.Encoder) { e.Int(txnID) }, 1)
+	}
+	for i, pt := range []float64{math.Inf(1), math.NaN(), -3e9} {
+		c.send(t, int64(20+i), "pack", func(e *wire.Encoder) { e.Float(pt); e.Bool(true) }, 2)
+		if msg := c.read(t); msg.Flags.Int == 0 {
+			t.Errorf("pack(%v) answered %v, want an error", pt, msg.Args)
+		}
+	}
+	if h, err := stor.History(context.Background(), 0, 10); err != nil || len(h) != 2 {
+		t.Errorf("history after the refused packs: %d revisions, %v; want 2", len(h), err)
+	}
 }

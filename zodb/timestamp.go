@@ -2,6 +2,7 @@ package zodb
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -68,8 +69,33 @@ func TidFromTime(t time.Time) Tid {
 	return TimeStamp{t.Year(), int(t.Month()), t.Day(), t.Hour(), t.Minute(), sec}.Tid()
 }
 
+// CheckTime reports whether t is a time a tid can encode: from
+// 1900-01-01 (ZODB/py's TimeStamp refuses an earlier year) to the last
+// minute 32 bits of minutes hold. TidFromTime of another time is
+// meaningless (it wraps around).
+func CheckTime(t time.Time) error {
+	t = t.UTC()
+	if t.Year() < 1900 {
+		return fmt.Errorf("time %s: year must be 1900 or later", t.Format(time.RFC3339))
+	}
+	hi := ((int64(t.Year()-1900)*12+int64(t.Month())-1)*31+int64(t.Day())-1)*24 + int64(t.Hour())
+	if hi*60+int64(t.Minute()) > 0xffffffff {
+		return fmt.Errorf("time %s: beyond the last a tid encodes", t.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// CheckUnix is CheckTime of a Unix time in (fractional) seconds, which
+// must also be finite (TidFromUnix of another is meaningless).
+func CheckUnix(sec float64) error {
+	if math.IsNaN(sec) || math.IsInf(sec, 0) || math.Abs(sec) > 1<<53 {
+		return fmt.Errorf("time %v: not a time", sec)
+	}
+	return CheckTime(time.Unix(int64(math.Floor(sec)), 0))
+}
+
 // TidFromUnix returns the tid for a Unix time in (fractional) seconds, like
-// ZODB/py's pack time conversion.
+// ZODB/py's pack time conversion (see CheckUnix).
 func TidFromUnix(sec float64) Tid {
 	whole := int64(sec)
 	frac := sec - float64(whole)

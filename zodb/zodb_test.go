@@ -3,6 +3,7 @@ package zodb
 import (
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 	"time"
 )
@@ -84,5 +85,33 @@ func TestErrors(t *testing.T) {
 	want := "Data.fs: load 0000000000000001@0000000000000002: 0000000000000001: object was deleted @0000000000000005"
 	if err.Error() != want {
 		t.Errorf("Error() = %q\nwant      %q", err.Error(), want)
+	}
+}
+
+// TestCheckTime: the times a tid encodes are from 1900-01-01 to the last
+// minute 32 bits of minutes hold; TidFromTime of another wraps around.
+func TestCheckTime(t *testing.T) {
+	for _, c := range []struct {
+		t  time.Time
+		ok bool
+	}{
+		{time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC), true},
+		{time.Date(1899, 12, 31, 23, 59, 59, 0, time.UTC), false},
+		{time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC), true},
+		{time.Date(224, 1, 2, 0, 0, 0, 0, time.UTC), false},
+		{Tid(0xffffffff << 32).Time(), true},
+		{Tid(0xffffffff << 32).Time().Add(time.Hour), false},
+	} {
+		if err := CheckTime(c.t); (err == nil) != c.ok {
+			t.Errorf("CheckTime(%s) = %v, want ok %v", c.t, err, c.ok)
+		}
+	}
+	for _, sec := range []float64{math.Inf(1), math.Inf(-1), math.NaN(), -3e9} {
+		if CheckUnix(sec) == nil {
+			t.Errorf("CheckUnix(%v) accepted", sec)
+		}
+	}
+	if err := CheckUnix(1.7e9); err != nil {
+		t.Errorf("CheckUnix(1.7e9): %v", err)
 	}
 }

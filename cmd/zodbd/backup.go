@@ -303,6 +303,9 @@ func parsePoint(s string) (zodb.Tid, error) {
 			}
 		}
 		t, err := time.Parse("2006-01-02-15-04-05", strings.Join(parts, "-"))
+		if err == nil {
+			err = zodb.CheckTime(t)
+		}
 		if err != nil {
 			return 0, fmt.Errorf("%q: %v", s, err)
 		}
@@ -311,6 +314,9 @@ func parsePoint(s string) (zodb.Tid, error) {
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
 		return 0, fmt.Errorf("%q: want a tid (16 hex digits), YYYY-MM-DD[-hh[-mm[-ss]]] or RFC 3339", s)
+	}
+	if err := zodb.CheckTime(t); err != nil {
+		return 0, fmt.Errorf("%q: %v", s, err)
 	}
 	return zodb.TidFromTime(t), nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"strconv"
 
 	"github.com/zodbd/zodbd/internal/benchenv"
 	"github.com/zodbd/zodbd/zodb"
@@ -27,10 +28,22 @@ func runHash(args []string) int {
 		"until the first missing one, folds their data into one hash and prints\n"+
 		"  crc32:XXXXXXXX ; oid=0..N nread=BYTES t=Ts (X µs / object)\n"+
 		"The environment (CPU, governor, kernel, where the server is) goes to stderr.\n\n")
-	name := "crc32"
+	name, named := "crc32", ""
 	for _, h := range []string{"crc32", "adler32", "sha1", "sha256"} {
-		h := h
-		fl.BoolFunc(h, "use "+h, func(string) error { name = h; return nil })
+		fl.BoolFunc(h, "use "+h, func(v string) error {
+			on, err := strconv.ParseBool(v)
+			switch {
+			case err != nil:
+				return err
+			case on && named != "" && named != h:
+				return fmt.Errorf("give one hash only (--%s and --%s)", named, h)
+			case on:
+				name, named = h, h
+			case named == h:
+				name, named = "crc32", ""
+			}
+			return nil
+		})
 	}
 	prefetch := fl.Int("prefetch", 0, "keep `N` loads in flight (default: one at a time, the latency of a load)")
 	pos, status, ok := parseInterleaved(fl, args)
@@ -58,6 +71,8 @@ func runHash(args []string) int {
 	if err != nil {
 		return fatalf("hash", "%v", err)
 	}
-	fmt.Println(res)
+	if _, err := fmt.Println(res); err != nil {
+		return fatalf("hash", "%v", err)
+	}
 	return 0
 }

@@ -91,6 +91,9 @@ func runNeoStorage(args []string) int {
 			return fatalf("neo-storage", "--cpus %s: %v", cpus, err)
 		}
 	}
+	if gomaxprocs < 0 {
+		return fatalf("neo-storage", "--gomaxprocs must not be negative")
+	}
 	if gomaxprocs > 0 {
 		runtime.GOMAXPROCS(gomaxprocs)
 	}

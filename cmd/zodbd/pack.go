@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"flag"
 	"fmt"
+	"io"
+	"math"
 	"os"
 	"os/signal"
 	"strconv"
@@ -80,13 +83,20 @@ func runPack(args []string) int {
 		if err != nil || t <= 0 {
 			return fatalf("pack", "--time %q: want a positive Unix time in seconds", *unix)
 		}
+		if err := zodb.CheckUnix(t); err != nil {
+			return fatalf("pack", "--time %q: %v", *unix, err)
+		}
 		at = zodb.TidFromUnix(t)
 	default:
-		if *days < 0 {
+		if *days < 0 || math.IsNaN(*days) {
 			return fatalf("pack", "--days must not be negative")
 		}
 		now := float64(time.Now().UnixNano()) / 1e9
-		at = zodb.TidFromUnix(now - *days*86400)
+		t := now - *days*86400
+		if err := zodb.CheckUnix(t); err != nil {
+			return fatalf("pack", "--days %v: %v", *days, err)
+		}
+		at = zodb.TidFromUnix(t)
 	}
 
 	if *blobDir != "" {
@@ -117,7 +127,9 @@ func runPack(args []string) int {
 		if err != nil {
 			return fatalf("pack", "%v", err)
 		}
-		printDryRun(path, st)
+		if err := printDryRun(os.Stdout, path, st); err != nil {
+			return fatalf("pack", "%v", err)
+		}
 		if st.DanglingRefs > 0 {
 			return 1
 		}
@@ -182,34 +194,36 @@ func (p *packProgress) report(phase fs1.PackPhase, done, total int64) {
 
 func mb(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
 
-// printDryRun prints what a pack would do (PackDryRun's stats).
-func printDryRun(path string, st fs1.PackStats) {
+// printDryRun writes to w what a pack would do (PackDryRun's stats).
+func printDryRun(w io.Writer, path string, st fs1.PackStats) error {
+	bw := bufio.NewWriter(w)
 	when := fmt.Sprintf("%s (tid %s)", st.PackTid.TimeStamp(), st.PackTid)
 	switch {
 	case st.Redundant:
-		fmt.Printf("%s: dry run: a pack at %s would change nothing: already packed at a later time, or no changes since the last pack\n", path, when)
-		return
+		fmt.Fprintf(bw, "%s: dry run: a pack at %s would change nothing: already packed at a later time, or no changes since the last pack\n", path, when)
+		return bw.Flush()
 	case !st.Changed:
-		fmt.Printf("%s: dry run: a pack at %s would remove nothing\n", path, when)
-		return
+		fmt.Fprintf(bw, "%s: dry run: a pack at %s would remove nothing\n", path, when)
+		return bw.Flush()
 	}
-	fmt.Printf("%s: dry run: a pack at %s would remove\n", path, when)
-	fmt.Printf("  %d of %d bytes, %d of %d transactions, %d of %d data records\n",
+	fmt.Fprintf(bw, "%s: dry run: a pack at %s would remove\n", path, when)
+	fmt.Fprintf(bw, "  %d of %d bytes, %d of %d transactions, %d of %d data records\n",
 		st.SizeBefore-st.SizeAfter, st.SizeBefore, st.TxnsBefore-st.TxnsAfter, st.TxnsBefore,
 		st.RecordsBefore-st.RecordsAfter, st.RecordsBefore)
 	switch {
 	case st.GC:
-		fmt.Printf("  %d unreachable objects (of %d current at the pack time)\n", st.Current-st.Reachable, st.Current)
+		fmt.Fprintf(bw, "  %d unreachable objects (of %d current at the pack time)\n", st.Current-st.Reachable, st.Current)
 	case st.BadRecords > 0:
-		fmt.Printf("  no unreachable objects: the references of %d records could not be read, so GC would keep every object\n", st.BadRecords)
+		fmt.Fprintf(bw, "  no unreachable objects: the references of %d records could not be read, so GC would keep every object\n", st.BadRecords)
 	default:
-		fmt.Printf("  no unreachable objects (no GC)\n")
+		fmt.Fprintf(bw, "  no unreachable objects (no GC)\n")
 	}
 	if st.DanglingRefs > 0 {
-		fmt.Printf("  %d references of reachable objects point to objects without a revision at the pack time: they dangle already (zodbd refs --dangling names them)\n", st.DanglingRefs)
+		fmt.Fprintf(bw, "  %d references of reachable objects point to objects without a revision at the pack time: they dangle already (zodbd refs --dangling names them)\n", st.DanglingRefs)
 	} else {
-		fmt.Printf("  no reachable object would dangle\n")
+		fmt.Fprintf(bw, "  no reachable object would dangle\n")
 	}
+	return bw.Flush()
 }
 
 func printPackSummary(path string, st fs1.PackStats) {

@@ -245,11 +245,14 @@ func (r *statusRing) add(s statusSample) {
 func (r *statusRing) since(seq uint64) []statusSample {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	out := []statusSample{}
+	if seq >= r.n {
+		return out // (seq+1 would wrap around for the largest seq)
+	}
 	first := seq + 1
 	if r.n > statusRingSize && first <= r.n-statusRingSize {
 		first = r.n - statusRingSize + 1
 	}
-	out := []statusSample{}
 	for i := first; i <= r.n; i++ {
 		out = append(out, r.samples[(i-1)%statusRingSize])
 	}

@@ -52,9 +52,12 @@ func runWrk(args []string) int {
 	if !ok {
 		return status
 	}
-	if len(pos) != 1 || *nclients < 1 || *inflight < 1 || *dur <= 0 || *objects < 1 || *size < 0 {
+	if len(pos) != 1 || *nclients < 1 || *inflight < 1 || *dur <= 0 || *objects < 1 || *size < 1 {
 		fl.Usage()
 		return 2
+	}
+	if *commit && *inflight != 1 {
+		return fatalf("wrk", "--inflight applies to loads: a client commits one transaction at a time")
 	}
 	cacheSize, err := parseCacheFlag(*cacheFlag)
 	if err != nil {
@@ -91,15 +94,20 @@ func runWrk(args []string) int {
 	if err != nil && res == nil {
 		return fatalf("wrk", "%v", err)
 	}
-	res.WriteTable(human)
+	werr := res.WriteTable(human)
 	if *asJSON {
 		b, jerr := res.JSON(*topic, env)
 		if jerr != nil {
 			return fatalf("wrk", "%v", jerr)
 		}
-		os.Stdout.Write(append(b, '\n'))
-	} else {
-		res.WriteBench(os.Stdout, *topic, env.CPU)
+		if _, err := os.Stdout.Write(append(b, '\n')); werr == nil {
+			werr = err
+		}
+	} else if err := res.WriteBench(os.Stdout, *topic, env.CPU); werr == nil {
+		werr = err
+	}
+	if werr != nil {
+		return fatalf("wrk", "writing the results: %v", werr)
 	}
 	if err != nil {
 		return fatalf("wrk", "%v", err)
@@ -122,23 +130,12 @@ func parseCacheFlag(s string) (int64, error) {
 	case "off", "0":
 		return -1, nil
 	}
-	mul := int64(1)
-	switch strings.ToUpper(s[len(s)-1:]) {
-	case "K":
-		mul = 1 << 10
-	case "M":
-		mul = 1 << 20
-	case "G":
-		mul = 1 << 30
-	}
-	if mul != 1 {
-		s = s[:len(s)-1]
-	}
-	var n int64
-	if _, err := fmt.Sscan(s, &n); err != nil || n <= 0 {
+	// The sizes of serve's flags (64M, 64MiB, 1G...).
+	var n sizeFlag
+	if err := n.Set(s); err != nil || n <= 0 {
 		return 0, fmt.Errorf("--cache: want on, off or a size like 64M, not %q", s)
 	}
-	return n * mul, nil
+	return int64(n), nil
 }
 
 // isTerminal reports whether f is a character device (a terminal).
