@@ -30,6 +30,9 @@ func (d *decoder) eq(a, b int32, pidMode bool) (bool, error) {
 	if a == b {
 		return true, nil
 	}
+	if d.cmpLeft--; d.cmpLeft < 0 {
+		return false, errCmpBudget
+	}
 	A, B := &d.nodes[a], &d.nodes[b]
 	if A.k == kRef || B.k == kRef {
 		if A.k == kRef && B.k == kRef {
@@ -85,6 +88,9 @@ func (d *decoder) eq(a, b int32, pidMode bool) (bool, error) {
 
 // lt is Python's a < b.
 func (d *decoder) lt(a, b int32) (bool, error) {
+	if d.cmpLeft--; d.cmpLeft < 0 {
+		return false, errCmpBudget
+	}
 	A, B := &d.nodes[a], &d.nodes[b]
 	if A.k == kRef || B.k == kRef {
 		if A.k == kRef && B.k == kRef {

@@ -50,9 +50,11 @@
 // nest at most 100 deep; a record's values, expanded as trees (a memo
 // entry counted at each use), may be at most 64 times its size (plus
 // 4 KiB), and a zlib-compressed record (zc.zlibstorage's ".z" prefix) may
-// decompress to at most 64 times its size: beyond these the record is
-// ErrUnsupported. Memory use and time are proportional to the size of the
-// records.
+// decompress to at most 64 times its size; a record decodes to at most 4
+// values per byte received (compressed or not), and the comparisons of a
+// merge visit at most 256 values per byte of the records: beyond these the
+// conflict is ErrUnsupported. Memory use and time are proportional to the
+// size of the records received.
 //
 // The result is committed's class pickle, as is, then a state pickle of
 // protocol 3 opcodes (not byte-identical to what Python would write, but

@@ -68,6 +68,13 @@ const (
 	expandFactor = 64
 	// expandSlack is added to the bounds relative to the input size.
 	expandSlack = 4096
+	// nodesPerByte bounds the values decoded per byte received (an
+	// uncompressed record makes at most one per byte).
+	nodesPerByte = 4
+	// cmpPerByte bounds the values the comparisons of a merge visit per
+	// byte of the records: a merge compares each key a bounded number of
+	// times, but two equal keys compare in full, memo sharing expanded.
+	cmpPerByte = 256
 )
 
 // unsupported returns an error wrapping ErrUnsupported with the detail.
@@ -81,6 +88,8 @@ var (
 	errTruncated = unsupported("pickle data was truncated")
 	errDepth     = unsupported("values nested more than %d deep", maxDepth)
 	errExpand    = unsupported("values expand to more than %d times the record size", expandFactor)
+	errNodes     = unsupported("the record decodes to more than %d values per byte", nodesPerByte)
+	errCmpBudget = unsupported("comparisons visit more than %d values per byte of the records", cmpPerByte)
 	errMutate    = unsupported("pickle mutates a shared container")
 	errMemoIndex = unsupported("memo index out of range")
 	errNaN       = unsupported("float NaN")
@@ -107,7 +116,12 @@ type decoder struct {
 	nmemo int     // memo entries in use (reset per record)
 
 	maxKids   int
+	maxNodes  int // bound of the values decoded, and of the stack
 	maxWeight int32
+
+	// cmpLeft is what is left of the comparisons' budget (values
+	// visited by eq and lt), in proportion to the records' size.
+	cmpLeft int64
 }
 
 // reset empties the decoder for a new Resolve.
@@ -116,16 +130,24 @@ func (d *decoder) reset() {
 	d.kids = d.kids[:0]
 	d.refs = d.refs[:0]
 	d.maxKids = 0
+	d.maxNodes = 0
 	d.maxWeight = 0
+	d.cmpLeft = 0
 }
 
-// startRecord prepares the decoder for a record of n bytes: the memo is
-// emptied and the bounds grow by n's share.
-func (d *decoder) startRecord(n int) {
+// startRecord prepares the decoder for a record of n bytes, raw of them
+// received (n is the size inflated): the memo is emptied and the bounds
+// grow by their share. The values decoded are bounded by the bytes
+// received, so that a compressed record, whose every inflated opcode
+// byte could make a value, does not compound the inflation (up to
+// expandFactor) with a value's size.
+func (d *decoder) startRecord(n, raw int) {
 	clear(d.memo)
 	d.memo = d.memo[:0]
 	d.nmemo = 0
 	d.maxKids += 2*n + 16
+	d.maxNodes += nodesPerByte*raw + expandSlack
+	d.cmpLeft += cmpPerByte*int64(raw) + expandSlack
 	w := int64(expandFactor)*int64(n) + expandSlack
 	if w > maxWeight {
 		w = maxWeight
@@ -134,6 +156,12 @@ func (d *decoder) startRecord(n int) {
 }
 
 func (d *decoder) newNode(k kind) int32 {
+	if len(d.nodes) == cap(d.nodes) {
+		// Doubling: append's growth by 1/4 for big slices leaves
+		// garbage of several times the final size.
+		// (Up to the bound, which decode checks.)
+		d.nodes = append(make([]node, 0, max(min(2*cap(d.nodes), d.maxNodes+1), 64)), d.nodes...)
+	}
 	d.nodes = append(d.nodes, node{k: k, weight: 1})
 	return int32(len(d.nodes) - 1)
 }
@@ -671,7 +699,9 @@ func (d *decoder) decode(data []byte, pos int) (root int32, next int, err error)
 			if !isASCII(l) {
 				return 0, pos, unsupported("PERSID argument is not ASCII")
 			}
-			p, err := d.leaf(kStr, l)
+			// zodbpickle's unpickler gives persistent_load bytes
+			// (ZODB's reference factory keys by tuple(pid)).
+			p, err := d.leaf(kBytes, l)
 			if err != nil {
 				return 0, pos, err
 			}
@@ -694,6 +724,9 @@ func (d *decoder) decode(data []byte, pos int) (root int32, next int, err error)
 		}
 		if v >= 0 {
 			d.push(v)
+		}
+		if len(d.nodes) > d.maxNodes || len(d.stack) > d.maxNodes {
+			return 0, pos, errNodes
 		}
 	}
 }

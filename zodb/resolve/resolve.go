@@ -157,7 +157,7 @@ func (r *resolver) resolve(old, committed, new []byte) ([]byte, error) {
 	// refused before any state is decoded.
 	for _, i := range [3]int{2, 0, 1} {
 		rec := recs[i]
-		d.startRecord(len(rec))
+		d.startRecord(len(rec), len([3][]byte{old, committed, new}[i]))
 		meta, end, err := d.decode(rec, 0)
 		if err != nil {
 			return nil, fmt.Errorf("resolve: %s record, class pickle: %w", recordName[i], err)
@@ -316,7 +316,12 @@ func inflate(dst, src []byte, limit int) ([]byte, error) {
 			if len(dst)-n0 >= limit {
 				return dst[:n0], unsupported("zlib-compressed record expands more than %d times", expandFactor)
 			}
-			dst = append(dst, 0)[:len(dst)]
+			// Doubling, up to the limit (append grows big
+			// slices by 1/4: garbage of several times the
+			// output).
+			grown := make([]byte, len(dst), min(2*cap(dst), n0+limit+1))
+			copy(grown, dst)
+			dst = grown
 		}
 		end := cap(dst)
 		if end-n0 > limit {

@@ -63,7 +63,7 @@ func fixtureNamed(t testing.TB, name string) fixture {
 // state.
 func decodeRecord(t testing.TB, d *decoder, rec []byte) (meta, state int32) {
 	t.Helper()
-	d.startRecord(len(rec))
+	d.startRecord(len(rec), len(rec))
 	meta, end, err := d.decode(rec, 0)
 	if err != nil {
 		t.Fatalf("class pickle: %v", err)
@@ -238,7 +238,7 @@ func TestDifferentClasses(t *testing.T) {
 // order of str.
 func TestComparisons(t *testing.T) {
 	var d decoder
-	d.startRecord(1 << 10)
+	d.startRecord(1<<10, 1<<10)
 	num := func(k kind, x int64, b []byte) int32 {
 		i := d.newNode(k)
 		d.nodes[i].i, d.nodes[i].b = x, b
