@@ -170,12 +170,23 @@ func (c *Client) readFrame(rs *readState) ([]byte, error) {
 		return nil, &wire.FrameTooBigError{Size: uint64(n), Max: uint64(c.maxFrame)}
 	}
 	rs.br.Discard(4)
+	// A big frame's buffer grows as its bytes arrive (doubling), so that
+	// a length header alone does not make the client allocate it.
 	buf := rs.buf
-	if cap(buf) < int(n) {
+	switch {
+	case cap(buf) >= int(n):
+		buf = buf[:n]
+	case n <= frameGrowStart:
 		buf = make([]byte, n)
+	default:
+		buf = make([]byte, frameGrowStart)
 	}
-	buf = buf[:n]
-	for k := 0; k < len(buf); {
+	for k := 0; k < int(n); {
+		if k == len(buf) {
+			grown := make([]byte, min(2*len(buf), int(n)))
+			copy(grown, buf)
+			buf = grown
+		}
 		m, err := rs.br.Read(buf[k:])
 		k += m
 		if err != nil {
@@ -191,6 +202,9 @@ func (c *Client) readFrame(rs *readState) ([]byte, error) {
 	}
 	return buf, nil
 }
+
+// frameGrowStart is the buffer a frame bigger than it starts with.
+const frameGrowStart = 1 << 20
 
 // idleReader reads what arrives while no waiter holds the token (see the
 // comment at the top of this file). It returns when the connection fails.

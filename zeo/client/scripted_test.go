@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -497,4 +498,30 @@ func TestSyncStaleAgainstRunzeo(t *testing.T) {
 		}
 	}
 	t.Logf("%d commits, no stale load", commits.Load())
+}
+
+// A server's frame header alone (here one naming 200 MiB, followed by a
+// few bytes, then a close) does not make the client allocate the frame:
+// the buffer grows as the bytes arrive (it was allocated whole at once).
+func TestFrameHeaderNoAllocation(t *testing.T) {
+	s := &scriptServer{last: 0x10, handle: func(c *scriptConn, m *wire.Message) {
+		if string(m.Name) != "loadBefore" {
+			return
+		}
+		c.mu.Lock()
+		c.nc.Write([]byte{0x0c, 0x80, 0, 0, 0x80, 3})
+		c.nc.Close()
+		c.mu.Unlock()
+	}}
+	startScriptServer(t, s)
+	c := scriptDial(t, s.addr, &client.Options{CacheSize: -1})
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	if _, _, err := c.Load(context.Background(), zodb.Xid{Oid: 1, At: 0x10}); err == nil {
+		t.Fatal("Load succeeded on a cut frame")
+	}
+	runtime.ReadMemStats(&ms1)
+	if a := ms1.TotalAlloc - ms0.TotalAlloc; a > 32<<20 {
+		t.Errorf("a 200 MiB frame header followed by 2 bytes made the client allocate %d MiB", a>>20)
+	}
 }
