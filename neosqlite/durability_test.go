@@ -103,6 +103,27 @@ func TestCreateAfterCrash(t *testing.T) {
 	}
 }
 
+// unsyncedUnlock opens a writable copy of the fixture, votes others and a
+// transaction ttid (with metadata), locks and unlocks it as ttid+1: the
+// unlock's commit is not synced yet (NORMAL).
+func unsyncedUnlock(t *testing.T, ttid zodb.Tid, others ...*VotedTxn) *DB {
+	t.Helper()
+	ctx := context.Background()
+	db := openWriterCopy(t, "testdata/storage.sqlite")
+	for _, v := range append(others, votedTxn(ttid, true, "one")) {
+		if err := db.Vote(ctx, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Lock(ctx, ttid, ttid+1, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Unlock(ctx, ttid, ttid+1); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
 // TestDirtyAfterRolledBackOp: a batch whose only row changes were
 // undone (a failing vote rolled back to its savepoint) beside a durable
 // operation that writes nothing (a Lock without metadata on this node)
@@ -110,20 +131,9 @@ func TestCreateAfterCrash(t *testing.T) {
 // must then be synced (written frames and an fsync) or stay dirty.
 func TestDirtyAfterRolledBackOp(t *testing.T) {
 	ctx := context.Background()
-	db := openWriterCopy(t, "testdata/storage.sqlite")
-	w := db.w
 	t0, t1, t2 := testTid, testTid+2, testTid+4
-	for _, v := range []*VotedTxn{votedTxn(t0, true, "zero"), votedTxn(t2, false, "two"), votedTxn(t1, true, "one")} {
-		if err := db.Vote(ctx, v); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := db.Lock(ctx, t1, t1+1, false); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Unlock(ctx, t1, t1+1); err != nil {
-		t.Fatal(err)
-	}
+	db := unsyncedUnlock(t, t1, votedTxn(t0, true, "zero"), votedTxn(t2, false, "two"))
+	w := db.w
 	walSum := func() [32]byte {
 		b, err := os.ReadFile(db.abs + "-wal")
 		if err != nil {
@@ -448,20 +458,9 @@ func TestKillWrite(t *testing.T) {
 // success would not make the earlier commits durable.
 func TestSyncErrorSticky(t *testing.T) {
 	ctx := context.Background()
-	db := openWriterCopy(t, "testdata/storage.sqlite")
-	w := db.w
 	t1, t2 := testTid, testTid+2
-	for _, v := range []*VotedTxn{votedTxn(t1, true, "one"), votedTxn(t2, false, "two")} {
-		if err := db.Vote(ctx, v); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := db.Lock(ctx, t1, t1+1, false); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Unlock(ctx, t1, t1+1); err != nil {
-		t.Fatal(err)
-	}
+	db := unsyncedUnlock(t, t1, votedTxn(t2, false, "two"))
+	w := db.w
 	errIO := errors.New("injected EIO")
 	if err := w.do(ctx, false, func(w *writer) error {
 		if !w.dirty {

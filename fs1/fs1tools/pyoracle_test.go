@@ -103,41 +103,37 @@ func goAnalyze(t *testing.T, path string) (out string, err error) {
 	return b.String(), err
 }
 
-// A class whose last dotted component is 44 to 46 characters long, in a
-// dotted name longer than 46: analyze.py's shorten returns s[-46:] (the
-// whole last component); shorten sliced s[len(s)-46:] with len(s) < 46 and
-// panicked.
-func TestAnalyzeShortenShortLastComponent(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "Data.fs")
-	mustPy(t, rawStorePy, path,
-		"0:"+globalPickle("persistent.mapping", "PersistentMapping"),
-		"1:"+globalPickle("Products.Site", strings.Repeat("C", 44)))
-	want := mustPy(t, analyzePy, path)
-	got, err := goAnalyze(t, path)
-	if err != nil {
-		t.Fatalf("WriteAnalysis: %v", err)
-	}
-	if got != want {
-		t.Errorf("analyze report differs from analyze.py's:\n%s", firstDiff([]byte(got), []byte(want)))
-	}
-}
-
-// A class name with non-ASCII characters (Python 3 identifiers): analyze.py
-// measures it in characters (shorten measured bytes, so that a name of 41
-// characters and 81 bytes was shortened by zodbd and not by analyze.py).
-func TestAnalyzeShortenNonASCII(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "Data.fs")
-	mustPy(t, rawStorePy, path,
-		"0:"+globalPickle("persistent.mapping", "PersistentMapping"),
-		"1:"+globalPickle("m", strings.Repeat("\u00c9", 39)),
-		"2:"+globalPickle("caf\u00e9.m\u00f6dule", strings.Repeat("\u00c9", 40)))
-	want := mustPy(t, analyzePy, path)
-	got, err := goAnalyze(t, path)
-	if err != nil {
-		t.Fatalf("WriteAnalysis: %v", err)
-	}
-	if got != want {
-		t.Errorf("analyze report differs from analyze.py's:\n%s", firstDiff([]byte(got), []byte(want)))
+// Class names that analyze.py's shorten cuts: one whose last dotted
+// component is 44 to 46 characters long, in a dotted name longer than 46
+// (analyze.py's shorten returns s[-46:], the whole last component; shorten
+// sliced s[len(s)-46:] with len(s) < 46 and panicked), and names with
+// non-ASCII characters (Python 3 identifiers), which analyze.py measures in
+// characters (shorten measured bytes, so that a name of 41 characters and
+// 81 bytes was shortened by zodbd and not by analyze.py).
+func TestAnalyzeShorten(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		classes []string
+	}{
+		{"short last component", []string{globalPickle("Products.Site", strings.Repeat("C", 44))}},
+		{"non-ASCII", []string{globalPickle("m", strings.Repeat("\u00c9", 39)), globalPickle("caf\u00e9.m\u00f6dule", strings.Repeat("\u00c9", 40))}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "Data.fs")
+			args := []string{path, "0:" + globalPickle("persistent.mapping", "PersistentMapping")}
+			for i, cl := range c.classes {
+				args = append(args, fmt.Sprintf("%d:%s", i+1, cl))
+			}
+			mustPy(t, rawStorePy, args...)
+			want := mustPy(t, analyzePy, path)
+			got, err := goAnalyze(t, path)
+			if err != nil {
+				t.Fatalf("WriteAnalysis: %v", err)
+			}
+			if got != want {
+				t.Errorf("analyze report differs from analyze.py's:\n%s", firstDiff([]byte(got), []byte(want)))
+			}
+		})
 	}
 }
 

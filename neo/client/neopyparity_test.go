@@ -17,31 +17,32 @@ import (
 	"github.com/zodbd/zodbd/zodb"
 )
 
-// TestStoreEmptyData: Store with empty data (not a Delete) must
-// commit a revision with empty data, as NEO/py's client does (it sends
-// sha1(b"") as the checksum). The client sent a zero checksum with no
-// data, which the storages take for a deletion: the object then read as
-// deleted.
-func TestStoreEmptyData(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	// (The FileStorage backend refuses empty data: a FileStorage data
-	// record of length 0 holds a backpointer.)
+// newSQLiteCluster starts a cluster on a new SQLite database (the FileStorage
+// backend refuses empty data: a FileStorage data record of length 0 holds a
+// backpointer) and returns its opener, a client and a new oid.
+func newSQLiteCluster(ctx context.Context, t *testing.T) (open func(*testing.T) zodb.Storage, c *client.Client, oid zodb.Oid) {
+	t.Helper()
 	be, err := sqlitebackend.Open(ctx, filepath.Join(t.TempDir(), "storage.sqlite"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	open := writeCluster(t, "audit", be)
-	c := open(t).(*client.Client)
+	open = writeCluster(t, "parity", be)
+	c = open(t).(*client.Client)
 	oids, err := c.NewOids(ctx, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return open, c, oids[0]
+}
+
+// storeOne commits a store of data for oid at serial and returns its tid.
+func storeOne(ctx context.Context, t *testing.T, c *client.Client, oid zodb.Oid, serial zodb.Tid, data []byte) zodb.Tid {
+	t.Helper()
 	txn, err := c.Begin(ctx, zodb.TxnMeta{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := txn.Store(oids[0], 0, []byte{}); err != nil {
+	if err := txn.Store(oid, serial, data); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := txn.Vote(ctx); err != nil {
@@ -51,9 +52,22 @@ func TestStoreEmptyData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return tid
+}
+
+// TestStoreEmptyData: Store with empty data (not a Delete) must
+// commit a revision with empty data, as NEO/py's client does (it sends
+// sha1(b"") as the checksum). The client sent a zero checksum with no
+// data, which the storages take for a deletion: the object then read as
+// deleted.
+func TestStoreEmptyData(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	open, c, oid := newSQLiteCluster(ctx, t)
+	tid := storeOne(ctx, t, c, oid, 0, []byte{})
 	// A fresh client: no cache.
 	c2 := open(t)
-	data, serial, err := c2.Load(ctx, zodb.Xid{Oid: oids[0], At: tid})
+	data, serial, err := c2.Load(ctx, zodb.Xid{Oid: oid, At: tid})
 	if err != nil {
 		t.Fatalf("Load of a revision stored with empty data: %v; want empty data", err)
 	}
@@ -70,33 +84,10 @@ func TestStoreEmptyData(t *testing.T) {
 func TestPackAfterLastTid(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	// (The FileStorage backend refuses empty data: a FileStorage data
-	// record of length 0 holds a backpointer.)
-	be, err := sqlitebackend.Open(ctx, filepath.Join(t.TempDir(), "storage.sqlite"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	open := writeCluster(t, "audit", be)
-	c := open(t).(*client.Client)
-	oids, err := c.NewOids(ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, c, oid := newSQLiteCluster(ctx, t)
 	var last zodb.Tid
 	for i := range 2 {
-		txn, err := c.Begin(ctx, zodb.TxnMeta{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := txn.Store(oids[0], last, []byte{'a' + byte(i)}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := txn.Vote(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if last, err = txn.Finish(ctx, nil); err != nil {
-			t.Fatal(err)
-		}
+		last = storeOne(ctx, t, c, oid, last, []byte{'a' + byte(i)})
 	}
 	at := zodb.TidFromTime(time.Now().Add(time.Hour))
 	if at <= last {

@@ -533,29 +533,31 @@ func (c *Client) sendCtx(ctx context.Context, encode func(e *wire.Encoder)) erro
 		return c.send(encode)
 	}
 	err := c.w.WriteFuncCtx(ctx, func(b []byte) []byte { return c.appendMsg(b, encode) })
-	if err != nil && err != ctx.Err() {
-		c.nc.Close() // the reader fails the outstanding calls
-		c.pmu.Lock()
-		if c.err != nil {
-			err = c.err
-		}
-		c.pmu.Unlock()
+	if err != nil && err == ctx.Err() {
+		return err // nothing sent
 	}
-	return err
+	return c.sendFailed(err)
 }
 
 // send encodes one message with encode and writes it, together with
 // whatever other goroutines queued meanwhile.
 func (c *Client) send(encode func(e *wire.Encoder)) error {
-	err := c.w.WriteFunc(func(b []byte) []byte { return c.appendMsg(b, encode) })
-	if err != nil {
-		c.nc.Close() // the reader fails the outstanding calls
-		c.pmu.Lock()
-		if c.err != nil {
-			err = c.err
-		}
-		c.pmu.Unlock()
+	return c.sendFailed(c.w.WriteFunc(func(b []byte) []byte { return c.appendMsg(b, encode) }))
+}
+
+// sendFailed handles the writer's error err (nil: none): the connection
+// is closed, so that the reader fails the outstanding calls, and the
+// connection's error, when known, is returned.
+func (c *Client) sendFailed(err error) error {
+	if err == nil {
+		return nil
 	}
+	c.nc.Close()
+	c.pmu.Lock()
+	if c.err != nil {
+		err = c.err
+	}
+	c.pmu.Unlock()
 	return err
 }
 
