@@ -276,6 +276,15 @@ func open(ctx context.Context, path string, exclusive, writable bool) (*DB, erro
 			return nil, db.wrap(err)
 		default:
 			db.lock = lock
+			if !writable && exists(abs+"-journal") {
+				// Left by a writer that crashed (nobody else
+				// holds the lock): a read-only connection
+				// cannot roll it back (SQLITE_READONLY_ROLLBACK).
+				if err := rollBackHotJournal(abs); err != nil {
+					db.unlock()
+					return nil, db.wrap(err)
+				}
+			}
 			immutable = !writable && !exists(abs+"-journal") && !exists(abs+"-wal")
 		}
 	}
@@ -339,6 +348,27 @@ func (db *DB) unlock() {
 	}
 }
 
+// rollBackHotJournal rolls back the transaction that a writer killed in it
+// left in the rollback journal beside the database at abs, as the next
+// read with write access does (and a NEO/py node at its start): the file
+// is back to its last committed state. The caller holds the storage lock.
+func rollBackHotJournal(abs string) error {
+	rw, err := sql.Open("sqlite", dsnRW(abs))
+	if err != nil {
+		return err
+	}
+	defer rw.Close()
+	var n int
+	if err := rw.QueryRow("SELECT count(*) FROM sqlite_master").Scan(&n); err != nil {
+		return fmt.Errorf("rolling back the journal left by a crashed writer: %w", err)
+	}
+	return nil
+}
+
+// sqliteReadonlyRollback is SQLITE_READONLY_ROLLBACK: a read-only
+// connection found a hot journal it cannot roll back.
+const sqliteReadonlyRollback = 776
+
 // busyTimeoutMS is how long a statement waits for a NEO/py node's write
 // to end, when the file is not opened as immutable.
 const busyTimeoutMS = 10000
@@ -397,6 +427,10 @@ func (db *DB) init(ctx context.Context) error {
 	// Tables: the first query also tells whether the file is SQLite.
 	rows, err := db.sql.QueryContext(ctx, "SELECT name FROM sqlite_master WHERE type='table'")
 	if err != nil {
+		var se interface{ Code() int }
+		if errors.As(err, &se) && se.Code() == sqliteReadonlyRollback {
+			return fmt.Errorf("a transaction of a writer that crashed must be rolled back first (%s-journal): open it while no node runs on it (OpenExclusive, zodbd neo-storage) or start NEO/py's node on it: %w", db.abs, err)
+		}
 		return fmt.Errorf("%w: %w", ErrNotNEO, err)
 	}
 	have := map[string]bool{}
@@ -516,7 +550,9 @@ func (db *DB) readPT(ctx context.Context) error {
 		if err := rows.Scan(&p, &nid, &tid, &pack); err != nil {
 			return fmt.Errorf("pt: %w", err)
 		}
-		if p < 0 || p >= 1<<32 || nid != int64(int32(nid)) || tid < -255 || (pack.Valid && pack.Int64 < 0) {
+		// (NEO's data ids are partition<<48 in a signed int64:
+		// fewer than 2^15 partitions.)
+		if p < 0 || p >= 1<<15 || nid != int64(int32(nid)) || tid < -255 || (pack.Valid && pack.Int64 < 0) {
 			return corruptf("pt row (partition %d, nid %d, tid %d, pack %v): out of range", p, nid, tid, pack.Int64)
 		}
 		c := Cell{Partition: uint32(p), Nid: int32(nid)}

@@ -30,6 +30,9 @@ func (db *DB) OIDsFrom(ctx context.Context, p uint32, length int, minOid zodb.Oi
 	if length <= 0 {
 		return nil, minOid, true, nil
 	}
+	if uint64(minOid) > uint64(zodb.TidMax) {
+		return nil, minOid, false, nil // no oid beyond int64 in SQLite
+	}
 	rows, err := db.sql.QueryContext(ctx, oidsFromSQL, int64(p), int64(minOid), int64(min(tid, zodb.TidMax)), int64(length))
 	if err != nil {
 		return nil, 0, false, db.wrap(fmt.Errorf("oids from %s: %w", minOid, err))

@@ -144,6 +144,11 @@ func (r *objRow) scan(c *rawConn, st uintptr) error {
 	if null[0] {
 		return corruptf("%s: tid is NULL", r.where())
 	}
+	for i, name := range [...]string{0: "tid", 1: "data_id", 2: "value_tid", 7: "next tid"} {
+		if name != "" && !null[i] && ints[i] < 0 {
+			return corruptf("%s: %s %d is negative", r.where(), name, ints[i])
+		}
+	}
 	r.serial = zodb.Tid(ints[0])
 	if !null[7] {
 		r.next = zodb.Tid(ints[7])

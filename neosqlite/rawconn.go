@@ -101,7 +101,11 @@ type rawPool struct {
 	// build has SQLITE_ENABLE_UNLOCK_NOTIFY). So instead each connection
 	// keeps its read transaction (its snapshot) open while gen does not
 	// change, and starts a new one when it does: a lookup sees every
-	// commit that completed before it began. sweep ends the snapshots of
+	// commit that completed before it began. gen is a sequence count:
+	// the writer makes it odd before a commit and even again after it, so
+	// that a snapshot begun while a commit becomes visible (which the
+	// database/sql queries, LastTid and the listings, may already see) is
+	// not kept: while gen is odd every lookup begins a new one. sweep ends the snapshots of
 	// idle connections, which would otherwise keep checkpoints from
 	// reusing the WAL. gen is also set, and stays 0, for a file opened as
 	// immutable: its connections keep one snapshot for good. It is nil
@@ -147,7 +151,7 @@ func (p *rawPool) get() (*rawRef, error) {
 // fresh makes sure c is in a read transaction begun after the commit
 // number gen; c.mu is held.
 func (c *rawConn) fresh(gen uint64) error {
-	if c.inTxn && c.gen == gen {
+	if c.inTxn && c.gen == gen && gen%2 == 0 {
 		return nil
 	}
 	c.endTxn()

@@ -22,6 +22,21 @@ var (
 	_ zodb.BeforeLoader = (*DB)(nil)
 )
 
+// viewCap is the last tid the view shows (0: no cap): a pending
+// truncation's truncate_tid (NEO/py deletes what follows it before it
+// serves anything; a node killed while truncating leaves some partitions
+// truncated, others not), and in backup mode backup_tid (beyond it some
+// partitions may be replicated and others not: NEO/py's nodes answer
+// clients up to it), the smaller when both are set.
+func (db *DB) viewCap() zodb.Tid {
+	cfg := db.Config()
+	c := cfg.TruncateTid
+	if cfg.HasBackupTid && cfg.BackupTid != 0 && (c == 0 || cfg.BackupTid < c) {
+		c = cfg.BackupTid
+	}
+	return c
+}
+
 // URL returns sqlite:///ABSPATH, the URL of the file that zodb.Open
 // accepts (with this package linked).
 func (db *DB) URL() string { return db.url }
@@ -34,6 +49,9 @@ func (db *DB) LastTid(ctx context.Context) (zodb.Tid, error) {
 	r, err := db.LastIDsFull(ctx, nil)
 	if err != nil {
 		return 0, &zodb.OpError{URL: db.url, Op: "lastTid", Err: err}
+	}
+	if c := db.viewCap(); c != 0 {
+		return min(r.Tid, c), nil
 	}
 	return r.Tid, nil
 }
@@ -89,9 +107,21 @@ func (db *DB) load(ctx context.Context, oid zodb.Oid, mode objMode, arg zodb.Tid
 		// Nothing is before tid 0; only existence matters.
 		mode, arg = modeAt, 0
 	}
+	c := db.viewCap()
+	if c != 0 {
+		switch mode {
+		case modeAtOrBefore:
+			arg = min(arg, c)
+		case modeBefore:
+			arg = min(arg, c+1)
+		}
+	}
 	data = dst
 	err = db.lookup(ctx, oid, mode, arg, func(r *objRow) error {
 		serial, next = r.serial, r.next
+		if c != 0 && next > c {
+			next = 0 // the revision after it is not shown
+		}
 		if !r.hasData {
 			return &zodb.NoDataError{Oid: oid, DeletedAt: r.serial}
 		}
@@ -140,6 +170,32 @@ func (db *DB) History(ctx context.Context, oid zodb.Oid, size int) ([]zodb.Histo
 		size = 0
 	}
 	h, err := db.objectHistory(ctx, oid, 0, max(size, 1))
+	if c := db.viewCap(); c != 0 && err == nil {
+		// Newest first: the revisions after the cap come first.
+		var kept []HistoryEntry
+		for off := 0; len(h) > 0 && len(kept) < max(size, 1); {
+			for _, e := range h {
+				if e.Serial <= c {
+					kept = append(kept, e)
+				}
+			}
+			off += len(h)
+			if len(h) < max(size, 1) {
+				break
+			}
+			h, err = db.objectHistory(ctx, oid, off, off+max(size, 1))
+			var nf *OidNotFoundError
+			if errors.As(err, &nf) {
+				h, err = nil, nil
+			}
+			if err != nil {
+				return nil, opErr(err)
+			}
+		}
+		if h = kept; len(h) == 0 {
+			err = &OidNotFoundError{Oid: oid}
+		}
+	}
 	if err != nil {
 		var nf *OidNotFoundError
 		if errors.As(err, &nf) {
@@ -180,6 +236,9 @@ const iterBatch = 100
 // value_tid.
 func (db *DB) Iterate(ctx context.Context, tidMin, tidMax zodb.Tid) zodb.Iterator {
 	tidMax = min(tidMax, zodb.TidMax)
+	if c := db.viewCap(); c != 0 {
+		tidMax = min(tidMax, c)
+	}
 	l := db.l()
 	return &txnIter{db: db, lay: l, next: tidMin, max: tidMax, done: l.rsql == "" || tidMin > tidMax}
 }

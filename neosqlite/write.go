@@ -489,8 +489,18 @@ func (w *writer) runBatch() {
 	}
 	err := w.rollbackErr
 	w.rollbackErr = nil
+	// (Counted before the commit, so that readers know of it while it
+	// becomes visible: see rawPool.gen.)
+	changed := sqlite3.Xsqlite3_total_changes64(c.tls, c.db) != changes
 	if err == nil {
+		if changed {
+			w.db.raw.gen.Add(1) // odd: a commit in progress
+		}
 		err = c.exec(w.st.commit, "commit")
+		if changed {
+			// Readers start a new snapshot on their next lookup.
+			w.db.raw.gen.Add(1)
+		}
 	}
 	if err != nil {
 		c.exec(w.st.rollback, "rollback")
@@ -501,7 +511,6 @@ func (w *writer) runBatch() {
 		fail(err)
 		return
 	}
-	changed := sqlite3.Xsqlite3_total_changes64(c.tls, c.db) != changes
 	switch {
 	case sync && changed:
 		// The commit synced the WAL, earlier commits included.
@@ -516,10 +525,6 @@ func (w *writer) runBatch() {
 		}
 	case changed:
 		w.dirty = true
-	}
-	if changed {
-		// Readers start a new snapshot on their next lookup.
-		w.db.raw.gen.Add(1)
 	}
 	w.db.raw.sweep()
 	for i, op := range w.batch {
@@ -587,8 +592,9 @@ func (w *writer) idleCheckpoint() bool {
 	w.idleCkpts.Add(1)
 	// New snapshots now: at the next lookup for the connections in use,
 	// at once for the idle ones (whose snapshots would also keep the
-	// next commit from starting the WAL over).
-	w.db.raw.gen.Add(1)
+	// next commit from starting the WAL over; by 2: gen stays even
+	// outside commits).
+	w.db.raw.gen.Add(2)
 	w.db.raw.sweepNow()
 	return true
 }
