@@ -87,7 +87,7 @@ func (t *txn) resolveStore(o *op, pos int64, cur zodb.Tid) (ok, final bool) {
 		return false, false
 	}
 	o.data, o.serial = ref, cur
-	t.resolved = appendUnique(t.resolved, o.oid)
+	t.resolved = append(t.resolved, o.oid) // (made unique at vote)
 	return true, false
 }
 

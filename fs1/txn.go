@@ -305,8 +305,11 @@ func (t *txn) vote() (undone []zodb.Oid, err error) {
 	for _, r := range e.recs {
 		idx.Set(r.oid, e.tpos+r.off)
 		maxOid = max(maxOid, r.oid)
-		oids = appendUnique(oids, r.oid)
+		oids = append(oids, r.oid)
 	}
+	// Once for all the records (one call per record rebuilt its set:
+	// quadratic in a big transaction, under the commit lock).
+	oids = appendUnique(oids[:0:0], oids...)
 	if len(e.recs) > 0 {
 		w.raiseOidFloor(maxOid)
 	}
@@ -325,7 +328,8 @@ func (w *writer) keepBuf(buf []byte) {
 
 // appendUnique appends to s each of oids not already in it. Transactions
 // are small, so a linear search is cheaper than a map up to a few dozen
-// oids; beyond that a set is built.
+// oids; beyond that a set is built, for the call: a caller appends many
+// oids in one call, not one per call.
 func appendUnique(s []zodb.Oid, oids ...zodb.Oid) []zodb.Oid {
 	if len(s)+len(oids) > 64 {
 		seen := make(map[zodb.Oid]struct{}, len(s)+len(oids))

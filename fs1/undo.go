@@ -194,7 +194,7 @@ func (e *txnEncoder) undo(tid zodb.Tid) ([]zodb.Oid, error) {
 		}
 		if data != nil {
 			e.add(dh.Oid, data, 0) // merged by the resolver
-			e.t.resolved = appendUnique(e.t.resolved, dh.Oid)
+			e.t.resolved = append(e.t.resolved, dh.Oid) // (made unique at vote)
 			continue
 		}
 		e.add(dh.Oid, nil, back)
