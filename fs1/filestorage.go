@@ -460,6 +460,10 @@ func (it *txnIter) NextTxn(ctx context.Context) (*zodb.TxnInfo, zodb.DataIterato
 	return nil, nil, io.EOF
 }
 
+// maxIterBuf is the largest record buffer an iterator keeps between
+// records.
+const maxIterBuf = 64 << 10
+
 func (d *dataIter) NextData(ctx context.Context) (*zodb.DataInfo, error) {
 	if d.pos >= d.end {
 		return nil, io.EOF
@@ -473,10 +477,17 @@ func (d *dataIter) NextData(ctx context.Context) (*zodb.DataInfo, error) {
 	if err != nil {
 		return nil, &zodb.OpError{URL: fs.path, Op: "iterate", Err: err}
 	}
+	// The buffer and the record are kept for the next record unless
+	// big: an iterator left open (a ZEO client may hold a thousand)
+	// then holds no big buffer.
+	info := &d.info
 	d.buf = data
-	d.info = zodb.DataInfo{Oid: d.dh.Oid, Tid: d.dh.Tid, Data: data, DataTid: d.dh.Tid}
+	if cap(data) > maxIterBuf {
+		d.buf, info = nil, new(zodb.DataInfo)
+	}
+	*info = zodb.DataInfo{Oid: d.dh.Oid, Tid: d.dh.Tid, Data: data, DataTid: d.dh.Tid}
 	if d.dh.DataLen == 0 {
-		d.info.DataTid = 0
+		info.DataTid = 0
 		if d.dh.BackPos != 0 {
 			// One link, like ZODB/py's iterator: the tid of the record
 			// the backpointer names.
@@ -484,11 +495,11 @@ func (d *dataIter) NextData(ctx context.Context) (*zodb.DataInfo, error) {
 			if err := bh.Load(d.f, fs.path, d.dh.BackPos, d.dh.Pos); err != nil {
 				return nil, &zodb.OpError{URL: fs.path, Op: "iterate", Err: err}
 			}
-			d.info.DataTid = bh.Tid
+			info.DataTid = bh.Tid
 		}
 		if src.DataLen == 0 {
-			d.info.Data = nil
+			info.Data = nil
 		}
 	}
-	return &d.info, nil
+	return info, nil
 }

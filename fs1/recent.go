@@ -107,3 +107,16 @@ func (fs *FileStorage) recent(ctx context.Context, n int, after, upto zodb.Tid, 
 // Oids returns every oid of the published state, in ascending order (for
 // ZEO's record_iternext).
 func (fs *FileStorage) Oids() []zodb.Oid { return fs.state.Load().index.Oids() }
+
+// OidsFrom returns up to n oids >= min, ascending, of the current index.
+func (fs *FileStorage) OidsFrom(min zodb.Oid, n int) []zodb.Oid {
+	var oids []zodb.Oid
+	if n <= 0 {
+		return nil
+	}
+	fs.state.Load().index.AllFrom(min, func(oid zodb.Oid, _ int64) bool {
+		oids = append(oids, oid)
+		return len(oids) < n
+	})
+	return oids
+}

@@ -391,7 +391,9 @@ func (t *txn) checkConflicts() error {
 		case !ok && o.kind == opDelete:
 			fatal = &zodb.OpError{URL: w.fs.path, Op: "delete", Args: o.oid, Err: &zodb.NoObjectError{Oid: o.oid}}
 		case !ok && o.kind == opCheck:
-			fatal = &zodb.ConflictError{Oid: o.oid, Serial: o.serial, Read: true}
+			// As ZODB/py's FileStorage (its load raises): not a
+			// conflict that a retry could get past.
+			fatal = &zodb.OpError{URL: w.fs.path, Op: "checkCurrentSerial", Args: o.oid, Err: &zodb.NoObjectError{Oid: o.oid}}
 		case !ok:
 			// A new object: nothing to check, as in ZODB.
 		case o.kind == opCheck:

@@ -42,6 +42,12 @@ const undoLogMinPos = 39
 // While an online pack runs it fails, as ZODB/py's (undo too: see
 // errUndoPacking).
 func (fs *FileStorage) UndoLog(ctx context.Context, first, last int) ([]zodb.UndoEntry, error) {
+	return fs.UndoLogFilter(ctx, first, last, nil)
+}
+
+// UndoLogFilter implements zodb.UndoFilterer: UndoLog of the entries that
+// filter (nil: all) accepts.
+func (fs *FileStorage) UndoLogFilter(ctx context.Context, first, last int, filter func(*zodb.UndoEntry) bool) ([]zodb.UndoEntry, error) {
 	if fs.w != nil && fs.w.packing.Load() {
 		return nil, errUndoPacking
 	}
@@ -65,14 +71,13 @@ func (fs *FileStorage) UndoLog(ctx context.Context, first, last int) ([]zodb.Und
 		if th.Status != zodb.TxnComplete {
 			continue
 		}
+		e := zodb.UndoEntry{Tid: th.Tid, User: th.User, Description: th.Description, Extension: th.Extension, Size: th.Len}
+		if filter != nil && !filter(&e) {
+			continue
+		}
 		if i >= first {
-			res = append(res, zodb.UndoEntry{
-				Tid:         th.Tid,
-				User:        clone(th.User),
-				Description: clone(th.Description),
-				Extension:   clone(th.Extension),
-				Size:        th.Len,
-			})
+			e.User, e.Description, e.Extension = clone(e.User), clone(e.Description), clone(e.Extension)
+			res = append(res, e)
 		}
 		i++
 	}

@@ -81,7 +81,6 @@ type conn struct {
 
 	iters   map[int64]*iterState
 	iterSeq int64
-	recOids []zodb.Oid // oids of the record_iternext in progress
 
 	msg  wire.Message // the call being handled
 	args args         // its arguments (methods.go)

@@ -38,7 +38,7 @@ import (
 // oidLister is implemented by storages that can list their oids in order
 // (fs1), for record_iternext.
 type oidLister interface {
-	Oids() []zodb.Oid
+	OidsFrom(min zodb.Oid, n int) []zodb.Oid
 }
 
 // sizer is implemented by storages that can tell their number of objects

@@ -192,16 +192,25 @@ func init() {
 			return nil
 		}
 	}
-	// window reads undoLog's and undoInfo's (first, last) with their defaults.
+	// window reads undoLog's and undoInfo's (first, last) with their
+	// defaults, as FileStorage's undoLog takes any Python numbers: a
+	// negative last is first - last, and entry i is in when first <= i <
+	// last (so a fraction rounds up). The result is in [0, MaxInt32].
 	window := func(a *args) (int, int) {
-		first, last := int64(0), int64(-20)
+		first, last := 0.0, -20.0
 		if len(a.v) > 0 {
-			first = a.int(0)
+			first = a.float(0)
 		}
 		if len(a.v) > 1 {
-			last = a.int(1)
+			last = a.float(1)
 		}
-		return int(first), int(last)
+		if last < 0 {
+			last = first - last
+		}
+		bound := func(x float64) int {
+			return int(max(0, min(math.Ceil(x), math.MaxInt32)))
+		}
+		return bound(first), bound(last)
 	}
 	blobCall := func(c *conn, id *wire.Value, a *args) error { return c.blobCall(id, a.name, a, a.oneway) } // blob.go
 	newOids := func(c *conn, id *wire.Value, a *args) error {
@@ -246,15 +255,14 @@ func init() {
 			return c.history(id, oid, int(size))
 		}},
 		"record_iternext": {min: 0, max: 1, call: func(c *conn, id *wire.Value, a *args) error {
-			var next zodb.Oid
-			start := len(a.v) == 0 || a.v[0].IsNone()
-			if !start {
+			var next zodb.Oid // (None: from the start)
+			if len(a.v) > 0 && !a.v[0].IsNone() {
 				next = a.oid(0)
 			}
 			if a.err != nil {
 				return nil
 			}
-			return c.recordIternext(id, next, start)
+			return c.recordIternext(id, next)
 		}},
 
 		// The session.
@@ -563,21 +571,21 @@ func (c *conn) encodeInfo(e *wire.Encoder, full bool) {
 }
 
 // recordIternext answers record_iternext(next): the current record of the
-// smallest oid >= next and the oid after it (None at the end). The oid list
-// is taken when an iteration starts (next None) and kept on the connection.
-func (c *conn) recordIternext(id *wire.Value, next zodb.Oid, start bool) error {
+// smallest oid >= next (0 when next is None: start) and the oid after it
+// (None at the end), from the storage's current index.
+func (c *conn) recordIternext(id *wire.Value, next zodb.Oid) error {
 	ol := c.st.oids
 	if ol == nil {
 		return &pyError{"ZODB.POSException.StorageError", "record_iternext is not supported by this storage"}
 	}
-	if start || c.recOids == nil {
-		c.recOids = ol.Oids()
-	}
-	i := sort.Search(len(c.recOids), func(i int) bool { return c.recOids[i] >= next })
-	if i == len(c.recOids) {
+	// The current index, at each call, as FileStorage's record_iternext
+	// (index.minKey): objects created meanwhile are found, and nothing is
+	// kept on the connection.
+	oids := ol.OidsFrom(next, 2)
+	if len(oids) == 0 {
 		return &pyError{"builtins.ValueError", "no more objects"}
 	}
-	oid := c.recOids[i]
+	oid := oids[0]
 	data, serial, err := c.st.st.Load(c.ctx, zodb.Xid{Oid: oid, At: zodb.TidMax})
 	if err != nil {
 		return err
@@ -587,8 +595,8 @@ func (c *conn) recordIternext(id *wire.Value, next zodb.Oid, start bool) error {
 		e.Oid8(uint64(oid))
 		e.Oid8(uint64(serial))
 		e.Bytes(data)
-		if i+1 < len(c.recOids) {
-			e.Oid8(uint64(c.recOids[i+1]))
+		if len(oids) > 1 {
+			e.Oid8(uint64(oids[1]))
 		} else {
 			e.None()
 		}
@@ -603,7 +611,9 @@ func (c *conn) getInvalidations(id *wire.Value, tid zodb.Tid) {
 		last, oids, ok = c.st.invalidationsByIteration(c.ctx, tid)
 	}
 	c.reply(id, func(e *wire.Encoder) {
-		if !ok {
+		if !ok || last == 0 {
+			// (An empty storage: ZEO/py's queue is empty, and it
+			// answers None.)
 			e.None()
 			return
 		}
@@ -671,6 +681,9 @@ func (c *conn) history(id *wire.Value, oid zodb.Oid, size int) error {
 	if err != nil {
 		return err
 	}
+	if size <= 0 {
+		hist = nil // FileStorage's history returns [] (after the lookup)
+	}
 	c.reply(id, func(e *wire.Encoder) {
 		e.BeginList(len(hist))
 		for i := range hist {
@@ -678,6 +691,11 @@ func (c *conn) history(id *wire.Value, oid zodb.Oid, size int) error {
 			ext := decodeExtension(h.Extension)
 			n := 5 + ext.Len()
 			e.BeginDict(n)
+			// The extension first: the record's keys win (a dict's
+			// last value for a key does).
+			for j := range ext.Items {
+				e.Value(&ext.Items[j])
+			}
 			e.Str("time")
 			e.Float(tidTime(h.Tid))
 			e.Str("user_name")
@@ -688,9 +706,6 @@ func (c *conn) history(id *wire.Value, oid zodb.Oid, size int) error {
 			e.Oid8(uint64(h.Tid))
 			e.Str("size")
 			e.Int(int64(h.Size))
-			for j := range ext.Items {
-				e.Value(&ext.Items[j])
-			}
 			e.EndDict(n)
 		}
 		e.EndList(len(hist))
@@ -698,10 +713,15 @@ func (c *conn) history(id *wire.Value, oid zodb.Oid, size int) error {
 	return nil
 }
 
-// tidTime is ZODB's TimeStamp(tid).timeTime(): seconds since the epoch.
+// tidTime is ZODB's TimeStamp(tid).timeTime(): seconds since the epoch,
+// computed as persistent's C code does, to the last bit: the seconds
+// since 1900 of the minute's start, plus the seconds (as doubles), less
+// those from 1900 to 1970.
 func tidTime(tid zodb.Tid) float64 {
-	t := tid.Time()
-	return float64(t.Unix()) + float64(t.Nanosecond())/1e9
+	const from1900 = 2208988800 // 1900-01-01 to 1970-01-01, in seconds
+	ts := tid.TimeStamp()
+	minute := time.Date(ts.Year, time.Month(ts.Month), ts.Day, ts.Hour, ts.Minute, 0, 0, time.UTC)
+	return (float64(minute.Unix()+from1900) + ts.Second) - from1900
 }
 
 // decodeExtension decodes a stored (pickled) extension dict, ints beyond
@@ -711,7 +731,7 @@ func decodeExtension(b []byte) wire.Value {
 		return wire.Value{Kind: wire.Dict}
 	}
 	d := wire.NewDecoder(wire.Pickle)
-	d.BigInts = true
+	d.BigInts, d.Py2Text = true, true // as ZODB/py's loads of a stored pickle
 	v, err := d.Decode(b)
 	if err != nil || v.Kind != wire.Dict {
 		return wire.Value{Kind: wire.Dict}
@@ -752,25 +772,36 @@ func (c *conn) undoLog(id *wire.Value, first, last int, spec *wire.Value) error 
 		c.reply(id, func(e *wire.Encoder) { e.BeginTuple(0); e.EndTuple(0) })
 		return nil
 	}
-	if last < 0 {
-		last = first - last
-	}
 	var entries []zodb.UndoEntry
 	var err error
 	if spec == nil || len(spec.Items) == 0 {
 		entries, err = c.st.undoer.UndoLog(c.ctx, first, last)
+	} else if f, ok := c.st.undoer.(zodb.UndoFilterer); ok {
+		// Filtered as the log is walked, as FileStorage's undoLog
+		// does: only the entries returned are held.
+		entries, err = f.UndoLogFilter(c.ctx, first, last, func(u *zodb.UndoEntry) bool { return undoMatches(u, spec) })
 	} else {
-		var all []zodb.UndoEntry
-		all, err = c.st.undoer.UndoLog(c.ctx, 0, math.MaxInt32)
+		// The log in pages (each twice the one before, so that the
+		// walks from the end cost twice the entries read), only
+		// the matches kept, until last matches were found.
 		matched := 0
-		for _, u := range all {
-			if !undoMatches(&u, spec) {
-				continue
+		for off, n := 0, 256; matched < last; off, n = off+n, 2*n {
+			var page []zodb.UndoEntry
+			if page, err = c.st.undoer.UndoLog(c.ctx, off, off+n); err != nil {
+				break
 			}
-			if matched >= first && matched < last {
-				entries = append(entries, u)
+			for i := range page {
+				if !undoMatches(&page[i], spec) {
+					continue
+				}
+				if matched >= first && matched < last {
+					entries = append(entries, page[i])
+				}
+				matched++
 			}
-			matched++
+			if len(page) < n {
+				break
+			}
 		}
 	}
 	if err != nil {
@@ -806,39 +837,104 @@ func encodeUndoEntry(e *wire.Encoder, u *zodb.UndoEntry) {
 	e.EndDict(n)
 }
 
-// undoMatches applies an undoInfo specification: every key of spec must
-// have an equal value in the entry (user_name, description, or an
-// extension key).
+// undoMatches applies an undoInfo specification as FileStorage's filter
+// does (desc.get(k) != v rejects): every key of spec must have an equal
+// value, in Python's sense, in the entry's dict (id, time, user_name,
+// description, size, then the extension's keys, which override them); an
+// absent key is None. (A str and bytes of the same bytes are taken as
+// equal, as on Python 2: user names and descriptions are bytes.)
 func undoMatches(u *zodb.UndoEntry, spec *wire.Value) bool {
 	ext := decodeExtension(u.Extension)
+	id := encodeUndoID(u.Tid)
+	std := [...]struct {
+		k string
+		v wire.Value
+	}{
+		{"id", wire.Value{Kind: wire.Bytes, B: id}},
+		{"time", wire.Value{Kind: wire.Float, Float: tidTime(u.Tid)}},
+		{"user_name", wire.Value{Kind: wire.Bytes, B: u.User}},
+		{"description", wire.Value{Kind: wire.Bytes, B: u.Description}},
+		{"size", wire.Value{Kind: wire.Int, Int: u.Size}},
+	}
 	for i := 0; i+1 < len(spec.Items); i += 2 {
-		k, want := string(spec.Items[i].B), &spec.Items[i+1]
-		var got []byte
-		switch k {
-		case "user_name":
-			got = u.User
-		case "description":
-			got = u.Description
-		default:
-			found := false
-			for j := 0; j+1 < len(ext.Items); j += 2 {
-				if string(ext.Items[j].B) == k {
-					if ext.Items[j+1].String() != want.String() {
-						return false
-					}
-					found = true
+		k, want := &spec.Items[i], &spec.Items[i+1]
+		got := &wire.Value{Kind: wire.None}
+		if k.Kind == wire.Str {
+			for j := range std {
+				if string(k.B) == std[j].k {
+					got = &std[j].v
 				}
 			}
-			if !found {
-				return false
-			}
-			continue
 		}
-		if string(got) != string(want.B) {
+		for j := 0; j+1 < len(ext.Items); j += 2 {
+			if pyEqual(&ext.Items[j], k) {
+				got = &ext.Items[j+1]
+			}
+		}
+		if !pyEqual(got, want) {
 			return false
 		}
 	}
 	return true
+}
+
+// pyEqual is Python's a == b for decoded plain values: numbers compare
+// by value across bool, int and float; str and bytes by content (see
+// undoMatches); tuples and lists item by item (a tuple never equals a
+// list); dicts as sets of pairs.
+func pyEqual(a, b *wire.Value) bool {
+	num := func(v *wire.Value) (float64, bool) {
+		switch {
+		case v.Kind == wire.Float:
+			return v.Float, true
+		case (v.Kind == wire.Int || v.Kind == wire.Bool) && v.B == nil:
+			return float64(v.Int), true
+		}
+		return 0, false
+	}
+	if x, ok := num(a); ok {
+		y, ok := num(b)
+		if a.Kind != wire.Float && b.Kind != wire.Float {
+			return ok && a.Int == b.Int
+		}
+		return ok && x == y
+	}
+	switch a.Kind {
+	case wire.None:
+		return b.Kind == wire.None
+	case wire.Int: // beyond 64 bits
+		return b.Kind == wire.Int && b.B != nil && string(a.B) == string(b.B)
+	case wire.Str, wire.Bytes:
+		return (b.Kind == wire.Str || b.Kind == wire.Bytes) && string(a.B) == string(b.B)
+	case wire.Tuple, wire.List:
+		if b.Kind != a.Kind || a.Int != b.Int || len(a.Items) != len(b.Items) {
+			return false
+		}
+		for i := range a.Items {
+			if !pyEqual(&a.Items[i], &b.Items[i]) {
+				return false
+			}
+		}
+		return true
+	case wire.Dict:
+		if b.Kind != wire.Dict || len(a.Items) != len(b.Items) {
+			return false
+		}
+	next:
+		for i := 0; i+1 < len(a.Items); i += 2 {
+			for j := 0; j+1 < len(b.Items); j += 2 {
+				if pyEqual(&a.Items[i], &b.Items[j]) {
+					if pyEqual(&a.Items[i+1], &b.Items[j+1]) {
+						continue next
+					}
+					return false
+				}
+			}
+			return false
+		}
+		return true
+	}
+	return false
 }
 
 func (c *conn) pack(id *wire.Value, t float64, wait bool) {

@@ -15,11 +15,12 @@ type Base interface {
 	zodb.WriteStorage
 	zodb.BeforeLoader
 	zodb.AppendLoader
-	zodb.Undoer
+	zodb.UndoFilterer
 	zodb.Packer
 	Len() int                                                                                   // number of objects (get_info)
 	End() int64                                                                                 // size in bytes (get_info)
-	Oids() []zodb.Oid                                                                           // every oid, in order (record_iternext)
+	Oids() []zodb.Oid                                                                           // every oid, in order
+	OidsFrom(min zodb.Oid, n int) []zodb.Oid                                                    // up to n oids >= min, in order (record_iternext)
 	RecentChanges(ctx context.Context, n int) (tids []zodb.Tid, oids [][]zodb.Oid, err error)   // the invalidation queue at start
 	RecentTids(ctx context.Context, n int) ([]zodb.Tid, error)                                  // the invalidation queue at start
 	ChangesBetween(ctx context.Context, after, upto zodb.Tid) ([]zodb.Tid, [][]zodb.Oid, error) // its oids, when asked
@@ -99,14 +100,19 @@ func (s *Storage) UndoLog(ctx context.Context, first, last int) ([]zodb.UndoEntr
 	return s.base.UndoLog(ctx, first, last)
 }
 
+func (s *Storage) UndoLogFilter(ctx context.Context, first, last int, filter func(*zodb.UndoEntry) bool) ([]zodb.UndoEntry, error) {
+	return s.base.UndoLogFilter(ctx, first, last, filter)
+}
+
 func (s *Storage) NewOids(ctx context.Context, n int) ([]zodb.Oid, error) {
 	return s.base.NewOids(ctx, n)
 }
 
-func (s *Storage) SetOidFloor(next zodb.Oid) error { return s.base.SetOidFloor(next) }
-func (s *Storage) Len() int                        { return s.base.Len() }
-func (s *Storage) End() int64                      { return s.base.End() }
-func (s *Storage) Oids() []zodb.Oid                { return s.base.Oids() }
+func (s *Storage) SetOidFloor(next zodb.Oid) error         { return s.base.SetOidFloor(next) }
+func (s *Storage) Len() int                                { return s.base.Len() }
+func (s *Storage) End() int64                              { return s.base.End() }
+func (s *Storage) Oids() []zodb.Oid                        { return s.base.Oids() }
+func (s *Storage) OidsFrom(min zodb.Oid, n int) []zodb.Oid { return s.base.OidsFrom(min, n) }
 
 func (s *Storage) RecentChanges(ctx context.Context, n int) ([]zodb.Tid, [][]zodb.Oid, error) {
 	return s.base.RecentChanges(ctx, n)

@@ -188,6 +188,16 @@ type Undoer interface {
 	UndoLog(ctx context.Context, first, last int) ([]UndoEntry, error)
 }
 
+// UndoFilterer is an Undoer that filters its log as it walks it (ZODB's
+// undoLog(first, last, filter)): only the entries that filter accepts are
+// counted, and those first <= i < last of them returned. The entry given
+// to filter (its byte slices) is valid during the call only; so memory
+// goes to the entries returned, whatever the log holds.
+type UndoFilterer interface {
+	Undoer
+	UndoLogFilter(ctx context.Context, first, last int, filter func(*UndoEntry) bool) ([]UndoEntry, error)
+}
+
 // Packer is implemented by storages that can be packed.
 type Packer interface {
 	// Pack removes the revisions that are not current as of tid at (and,

@@ -1,10 +1,13 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 
 	"github.com/zodbd/zodbd/internal/pickle"
 )
@@ -38,6 +41,12 @@ type Decoder struct {
 	// payload (see Value) rather than failing: for a stored pickle read
 	// back whole (a transaction's extension), not for requests.
 	BigInts bool
+
+	// Py2Text decodes a Python 2 str (STRING, BINSTRING,
+	// SHORT_BINSTRING) as ZODB/py reads a stored pickle
+	// (encoding='ASCII', errors='bytes'): a Str when it is ASCII, else
+	// Bytes. Without it a Python 2 str is Bytes.
+	Py2Text bool
 
 	// arena provides the Items of tuples; reset at each Decode. When a
 	// chunk is full a bigger one is started, leaving earlier slices valid.
@@ -297,6 +306,19 @@ func (d *Decoder) uncalled(v *Value, at int, where string) error {
 // maxGlobalName bounds the "module name" of a global.
 const maxGlobalName = 256
 
+// maxTextArg bounds the text argument of a protocol-0 opcode (STRING,
+// INT, LONG, FLOAT, PUT, GET).
+const maxTextArg = 1 << 20
+
+func isASCII(b []byte) bool {
+	for _, c := range b {
+		if c >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
 func (d *Decoder) decodePickle(b []byte) (Value, error) {
 	d.stack = d.stack[:0]
 	d.marks = d.marks[:0]
@@ -312,6 +334,23 @@ func (d *Decoder) decodePickle(b []byte) (Value, error) {
 			Msg: fmt.Sprintf("pickle: more than %d values (a frame of %d bytes)", d.limit, len(b))}
 	}
 	need := func(n int) bool { return n >= 0 && i+n <= len(b) }
+	// line returns the text argument of a protocol-0 opcode, up to its
+	// newline.
+	line := func() ([]byte, bool) {
+		j := bytes.IndexByte(b[i:], '\n')
+		if j < 0 || j > maxTextArg {
+			return nil, false
+		}
+		l := b[i : i+j]
+		i += j + 1
+		return l, true
+	}
+	py2 := func(s []byte) Kind {
+		if d.Py2Text && isASCII(s) {
+			return Str
+		}
+		return Bytes
+	}
 	for {
 		if i >= len(b) {
 			return fail(i, "pickle: no STOP opcode")
@@ -496,11 +535,57 @@ func (d *Decoder) decodePickle(b []byte) (Value, error) {
 				return fail(at, "pickle: string of %d bytes: %v", n, errTruncated)
 			}
 			k := Bytes
-			if op == pickle.OpBinunicode || op == pickle.OpShortBinunicode || op == pickle.OpBinunicode8 {
+			switch op {
+			case pickle.OpBinunicode, pickle.OpShortBinunicode, pickle.OpBinunicode8:
 				k = Str
+			case pickle.OpBinstring, pickle.OpShortBinstring:
+				k = py2(b[i : i+n])
 			}
 			v = Value{Kind: k, B: b[i : i+n : i+n]}
 			i += n
+		case pickle.OpString:
+			// Protocol 0 (Python 2's stored extensions): a quoted
+			// literal with backslash escapes.
+			l, ok := line()
+			if !ok {
+				return fail(at, "pickle: STRING: %v", errTruncated)
+			}
+			q, err := pickle.Quoted(bytes.TrimRight(l, " \t\r"))
+			if err == nil && bytes.IndexByte(q, '\\') >= 0 {
+				q, err = pickle.AppendUnescape(make([]byte, 0, len(q)), q)
+			}
+			if err != nil {
+				return fail(at, "pickle: STRING: %v", err)
+			}
+			v = Value{Kind: py2(q), B: q}
+		case pickle.OpInt, pickle.OpLong:
+			l, ok := line()
+			if !ok {
+				return fail(at, "pickle: INT: %v", errTruncated)
+			}
+			s := strings.TrimSpace(string(l))
+			if op == pickle.OpLong {
+				s = strings.TrimSuffix(s, "L")
+			}
+			x, err := strconv.ParseInt(s, 10, 64)
+			switch {
+			case err != nil:
+				return fail(at, "pickle: %q %q: not an integer of 64 bits", op, l)
+			case op == pickle.OpInt && (s == "00" || s == "01"):
+				v = Value{Kind: Bool, Int: x} // Python 2's False and True
+			default:
+				v = Value{Kind: Int, Int: x}
+			}
+		case pickle.OpFloat:
+			l, ok := line()
+			if !ok {
+				return fail(at, "pickle: FLOAT: %v", errTruncated)
+			}
+			f, err := strconv.ParseFloat(strings.TrimSpace(string(l)), 64)
+			if err != nil {
+				return fail(at, "pickle: FLOAT %q: %v", l, err)
+			}
+			v = Value{Kind: Float, Float: f}
 		case pickle.OpEmptyTuple:
 			v = Value{Kind: Tuple}
 		case pickle.OpTuple1, pickle.OpTuple2, pickle.OpTuple3:
@@ -589,9 +674,16 @@ func (d *Decoder) decodePickle(b []byte) (Value, error) {
 			}
 			d.stack = d.stack[:base+1]
 			push = false
-		case pickle.OpBinput, pickle.OpLongBinput, pickle.OpMemoize:
+		case pickle.OpBinput, pickle.OpLongBinput, pickle.OpMemoize, pickle.OpPut:
 			var idx int
 			switch op {
+			case pickle.OpPut:
+				l, ok := line()
+				n, err := strconv.Atoi(string(l))
+				if !ok || err != nil || n < 0 {
+					return fail(at, "pickle: PUT %q: bad memo index", l)
+				}
+				idx = n
 			case pickle.OpBinput:
 				if !need(1) {
 					return fail(at, "pickle: BINPUT: %v", errTruncated)
@@ -628,9 +720,16 @@ func (d *Decoder) decodePickle(b []byte) (Value, error) {
 				d.memo[idx] = s
 			}
 			push = false
-		case pickle.OpBinget, pickle.OpLongBinget:
+		case pickle.OpBinget, pickle.OpLongBinget, pickle.OpGet:
 			var idx int
-			if op == pickle.OpBinget {
+			if op == pickle.OpGet {
+				l, ok := line()
+				n, err := strconv.Atoi(string(l))
+				if !ok || err != nil || n < 0 {
+					return fail(at, "pickle: GET %q: bad memo index", l)
+				}
+				idx = n
+			} else if op == pickle.OpBinget {
 				if !need(1) {
 					return fail(at, "pickle: BINGET: %v", errTruncated)
 				}
