@@ -320,10 +320,9 @@ func init() {
 			return op{kind: opRestore, oid: a.oid(0), serial: a.tid(1), prev: prev}, data
 		})},
 		"undoa": {min: 2, max: 2, oneway: true, call: record(1, func(a *args) (op, []byte) {
-			tid, err := decodeUndoID(a.bytes(0))
-			if err != nil && a.err == nil {
-				a.err = &argError{"undoa: " + err.Error()}
-			}
+			// A malformed id fails the vote (as FileStorage's undo
+			// does, the connection kept): tid 0 names no transaction.
+			tid, _ := decodeUndoID(a.bytes(0))
 			return op{kind: opUndo, serial: tid}, nil
 		})},
 		"vote":       {min: 1, max: 1, async: true, call: txnCall((*conn).vote)},

@@ -52,3 +52,21 @@ func TestPackTimeOutOfRange(t *testing.T) {
 		t.Errorf("history after the refused packs: %d revisions, %v; want 2", len(h), err)
 	}
 }
+
+// TestMalformedUndoIDFailsVote: an undo id that is not base64 of a tid
+// fails the transaction's vote, the connection kept, as FileStorage's undo
+// fails it; it closed the connection at the one-way undoa (the client saw
+// ClientDisconnected).
+func TestMalformedUndoIDFailsVote(t *testing.T) {
+	stor := openWritable(t)
+	addr := startServer(t, Config{Storages: []StorageConfig{{Name: "1", Storage: stor}}, Marshal: wire.Pickle})
+	c := dialRawRW(t, addr, wire.Pickle)
+	c.tpcBegin(7)
+	c.oneway("undoa", 2, func(e *wire.Encoder) { e.Bytes([]byte("not an id!")); e.Int(7) })
+	c.send(t, 3, "vote", func(e *wire.Encoder) { e.Int(7) }, 1)
+	if msg := c.read(t); msg.Flags.Int == 0 {
+		t.Fatalf("vote of an undo of a malformed id answered %v, want an error", msg.Args)
+	}
+	c.call(t, 4, "tpc_abort", func(e *wire.Encoder) { e.Int(7) }, 1)
+	c.call(t, 5, "lastTransaction", func(e *wire.Encoder) {}, 0)
+}
