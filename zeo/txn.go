@@ -3,6 +3,8 @@ package zeo
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime/debug"
 	"time"
 
 	"github.com/zodbd/zodbd/internal/eventlog"
@@ -178,7 +180,11 @@ func (c *conn) vote(id *wire.Value, txnID int64) {
 		defer close(t.done)
 		defer cancel()
 		st.addWaiting(1)
-		undone, err := c.replay(ctx, t)
+		var undone []zodb.Oid
+		err := c.recovered("vote", func() (err error) {
+			undone, err = c.replay(ctx, t)
+			return err
+		})
 		st.addWaiting(-1)
 
 		e := wire.Encoder{M: c.srv.cfg.Marshal}
@@ -453,8 +459,12 @@ func (c *conn) tpcFinish(id *wire.Value, txnID int64) {
 	go func() {
 		// A finish is not cancelled by a disconnect: once voted, the
 		// transaction is committed as soon as possible.
-		tid, err := t.stxn.Finish(context.Background(), func(tid zodb.Tid, oids []zodb.Oid) {
-			st.committed(c, tid, oids)
+		var tid zodb.Tid
+		err := c.recovered("tpc_finish", func() (err error) {
+			tid, err = t.stxn.Finish(context.Background(), func(tid zodb.Tid, oids []zodb.Oid) {
+				st.committed(c, tid, oids)
+			})
+			return err
 		})
 		st.lockReleased()
 		c.txmu.Lock()
@@ -581,4 +591,18 @@ func (st *storage) lockReleased() {
 	st.mu.Lock()
 	st.stats.lockSince = 0
 	st.mu.Unlock()
+}
+
+// recovered runs f, the work of a method on a goroutine of its own (vote,
+// tpc_finish), turning a panic into its error: a bug must cost the
+// request (and the transaction), not the server (serve's recover does not
+// cover these goroutines).
+func (c *conn) recovered(name string, f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.log(eventlog.Critical, "internal error in %s: %v\n%s", name, r, debug.Stack())
+			err = fmt.Errorf("internal error in %s: %v", name, r)
+		}
+	}()
+	return f()
 }

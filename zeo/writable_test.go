@@ -70,3 +70,32 @@ func TestMalformedUndoIDFailsVote(t *testing.T) {
 	c.call(t, 4, "tpc_abort", func(e *wire.Encoder) { e.Int(7) }, 1)
 	c.call(t, 5, "lastTransaction", func(e *wire.Encoder) {}, 0)
 }
+
+// panicVote is a storage whose transactions panic at vote.
+type panicVote struct{ zodb.WriteStorage }
+
+type panicVoteTxn struct{ zodb.Txn }
+
+func (s panicVote) Begin(ctx context.Context, meta zodb.TxnMeta) (zodb.Txn, error) {
+	t, err := s.WriteStorage.Begin(ctx, meta)
+	return panicVoteTxn{t}, err
+}
+
+func (panicVoteTxn) Vote(context.Context) ([]zodb.Oid, error) { panic("vote bug") }
+
+// TestVotePanicCostsTheRequest: a panic in a storage's vote (a bug) fails
+// that vote and leaves the server serving; the vote runs on a goroutine of
+// its own, which the connection's recover did not cover: the server died.
+func TestVotePanicCostsTheRequest(t *testing.T) {
+	addr := startServer(t, Config{Storages: []StorageConfig{{Name: "1", Storage: panicVote{openWritable(t)}}}, Marshal: wire.Pickle})
+	c := dialRawRW(t, addr, wire.Pickle)
+	c.tpcBegin(7)
+	c.oneway("storea", 4, func(e *wire.Encoder) { e.Oid8(0); e.Oid8(0); e.Bytes([]byte("x")); e.Int(7) })
+	c.send(t, 3, "vote", func(e *wire.Encoder) { e.Int(7) }, 1)
+	if msg := c.read(t); msg.Flags.Int == 0 {
+		t.Fatalf("vote answered %v, want an error", msg.Args)
+	}
+	c.call(t, 4, "tpc_abort", func(e *wire.Encoder) { e.Int(7) }, 1)
+	c2 := dialRaw(t, addr, wire.Pickle)
+	c2.call(t, 5, "lastTransaction", func(e *wire.Encoder) {}, 0)
+}
