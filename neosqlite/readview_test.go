@@ -115,7 +115,7 @@ func TestHotJournal(t *testing.T) {
 // (one SQLite transaction per partition) or of NEO/py's truncate
 // (commitFromTimeToTime) leaves it. NEO/py (and this package's Truncate)
 // deletes everything after truncate_tid before serving anything; the
-// read-only zodb.Storage view ignores truncate_tid and shows transaction T3
+// read-only zodb.Storage view ignored truncate_tid and showed transaction T3
 // (tid 040d2ea05cca7dcc, oids 0, 4, 3) half: oid 3's record at T3 is
 // loaded, while oids 0 and 4 are back to T1; and T4, which the cluster
 // deleted, is the last transaction.
@@ -143,6 +143,14 @@ func TestTruncatePending(t *testing.T) {
 	if _, s, err := db.Load(ctx, zodb.Xid{Oid: 3, At: t3}); err == nil {
 		t.Errorf("load oid 3 at %s: serial %s, but T3's trans row and its other records are gone", t3, s)
 	}
+	iterateUpTo(t, db, truncTid)
+}
+
+// iterateUpTo checks that db's iteration shows no transaction after
+// last.
+func iterateUpTo(t *testing.T, db *DB, last zodb.Tid) {
+	t.Helper()
+	ctx := context.Background()
 	it := db.Iterate(ctx, 0, zodb.TidMax)
 	for {
 		txn, _, err := it.NextTxn(ctx)
@@ -152,8 +160,8 @@ func TestTruncatePending(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if txn.Tid > truncTid {
-			t.Errorf("Iterate shows %s, after the pending truncation at %s", txn.Tid, truncTid)
+		if txn.Tid > last {
+			t.Errorf("Iterate shows %s, after %s", txn.Tid, last)
 		}
 	}
 }
@@ -165,8 +173,8 @@ func TestTruncatePending(t *testing.T) {
 // serves clients of a backup cluster only up to backup_tid
 // (ClientReadOnlyOperationHandler) and neo/storage/serve.go bounds the
 // reads as well. The zodb.Storage view (zodbd hash/copy/zdump on
-// sqlite:PATH) ignores it: LastTid is past backup_tid and transaction T3
-// (oids 0, 4 in partition 0, oid 3 in partition 1) shows half.
+// sqlite:PATH) ignored it: LastTid was past backup_tid and transaction T3
+// (oids 0, 4 in partition 0, oid 3 in partition 1) showed half.
 func TestBackupTid(t *testing.T) {
 	ctx := context.Background()
 	const backupTid = zodb.Tid(0x040d2ea05cb5ba23) // T2
@@ -184,19 +192,7 @@ func TestBackupTid(t *testing.T) {
 	if _, s, err := db.Load(ctx, zodb.Xid{Oid: 3, At: zodb.TidMax}); err == nil && s > backupTid {
 		t.Errorf("load oid 3: serial %s, past backup_tid %s (T3 is incomplete: oid 0 is still at its T1 revision)", s, backupTid)
 	}
-	it := db.Iterate(ctx, 0, zodb.TidMax)
-	for {
-		txn, _, err := it.NextTxn(ctx)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if txn.Tid > backupTid {
-			t.Errorf("Iterate shows %s, past backup_tid %s", txn.Tid, backupTid)
-		}
-	}
+	iterateUpTo(t, db, backupTid)
 }
 
 // TestHugePartition: a damaged pt row with a huge partition number is

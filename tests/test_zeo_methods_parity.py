@@ -52,13 +52,20 @@ def both(zodbd_bin, tmp_path):
     src = str(tmp_path / 'src.fs')
     make_source(src)
 
-    def run(fn, source=True):
+    def run(fn, source=True, make=None):
+        """source False: an empty storage; make(path): a source file of
+        its own."""
         out = []
+        if make is not None:
+            own = str(tmp_path / 'own.fs')
+            make(own)
         for kind in ('runzeo', 'zodbd'):
             d = tmp_path / kind
             d.mkdir(exist_ok=True)
             p = str(d / 'Data.fs')
-            if source:
+            if make is not None:
+                shutil.copyfile(own, p)
+            elif source:
                 shutil.copyfile(src, p)
             else:
                 FileStorage(p, create=True).close()
@@ -220,7 +227,7 @@ PY2_EXTENSIONS = [
 ]
 
 
-def test_python2_extension_strings(zodbd_bin, tmp_path):
+def test_python2_extension_strings(both):
     """ZODB/py reads a stored extension with encoding='ASCII',
     errors='bytes' (ZODB._compat.loads): a Python 2 str is a str when it is
     ASCII, else bytes. runzeo's history, undoLog and iterator give the
@@ -228,15 +235,15 @@ def test_python2_extension_strings(zodbd_bin, tmp_path):
     client's entry['foo'] fails, and a copyTransactionsFrom through ZEO
     rewrites the extension with bytes keys), and dropped the whole
     extension of the protocol-0 one ({})."""
-    src = str(tmp_path / 'src.fs')
-    fs = FileStorage(src, create=True)
-    for i, ext in enumerate(PY2_EXTENSIONS):
-        t = TransactionMetaData(b'u', b'd%d' % i, ext)
-        fs.tpc_begin(t)
-        fs.store(p64(i), z64, b'x', '', t)
-        fs.tpc_vote(t)
-        fs.tpc_finish(t)
-    fs.close()
+    def make(path):
+        fs = FileStorage(path, create=True)
+        for i, ext in enumerate(PY2_EXTENSIONS):
+            t = TransactionMetaData(b'u', b'd%d' % i, ext)
+            fs.tpc_begin(t)
+            fs.store(p64(i), z64, b'x', '', t)
+            fs.tpc_vote(t)
+            fs.tpc_finish(t)
+        fs.close()
     std = ('id', 'time', 'size', 'user_name', 'description', 'tid')
 
     def fn(cs):
@@ -244,21 +251,6 @@ def test_python2_extension_strings(zodbd_bin, tmp_path):
                  for i in range(len(PY2_EXTENSIONS))],
                 [{k: v for k, v in e.items() if k not in std} for e in cs.undoLog(0, 20)],
                 [t.extension for t in cs.iterator()])
-    out = []
-    for kind in ('runzeo', 'zodbd'):
-        d = tmp_path / kind
-        d.mkdir()
-        p = str(d / 'Data.fs')
-        shutil.copyfile(src, p)
-        srv = Server(zodbd_bin, p, d, kind=kind).start()
-        try:
-            cs = ClientStorage(srv.addr, wait_timeout=20)
-            try:
-                out.append(fn(cs))
-            finally:
-                cs.close()
-        finally:
-            srv.stop()
-    runzeo, zodbd = out
+    runzeo, zodbd = both(fn, make=make)
     assert runzeo[2] == [{'foo': 'bar'}, {'user': b'x\xe9y'}, {'a': 1, 'b': 'abcd'}]
     assert zodbd == runzeo
