@@ -206,7 +206,7 @@ func (e *txnEncoder) undo(tid zodb.Tid) ([]zodb.Oid, error) {
 		oids = append(oids, dh.Oid)
 	}
 	if len(failures) > 0 {
-		return nil, failures[0]
+		return nil, zodb.UndoErrors(failures)
 	}
 	return oids, nil
 }

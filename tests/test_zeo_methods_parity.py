@@ -254,3 +254,26 @@ def test_python2_extension_strings(both):
     runzeo, zodbd = both(fn, make=make)
     assert runzeo[2] == [{'foo': 'bar'}, {'user': b'x\xe9y'}, {'a': 1, 'b': 'abcd'}]
     assert zodbd == runzeo
+
+
+def test_multiple_undo_errors(both):
+    """An undo that fails for several objects lists every one of them in
+    MultipleUndoErrors._errs, as runzeo does (zodbd listed the first)."""
+    def fn(cs):
+        oids = [p64(1), p64(2)]
+
+        def rev(n):
+            return (pickle.dumps((PersistentMapping, None), 3)
+                    + pickle.dumps({'data': {'n': n}}, 3))
+        first = commit(cs, [(oid, z64, rev(1)) for oid in oids])
+        again = commit(cs, [(oid, first, rev(2)) for oid in oids])
+        commit(cs, [(oid, again, rev(3)) for oid in oids])
+        from ZODB.POSException import MultipleUndoErrors
+        try:
+            commit(cs, undos=[cs.undoLog(0, 3)[1]['id']])
+        except MultipleUndoErrors as e:
+            return sorted(oid for oid, _ in e._errs)
+        return None
+    runzeo, zodbd = both(fn, source=False)
+    assert runzeo == [p64(1), p64(2)]
+    assert zodbd == runzeo

@@ -70,17 +70,24 @@ func encodeError(e *wire.Encoder, id *wire.Value, err error) {
 		encodeConflict(e, conflict)
 	case errors.As(err, &undo) && undo.HasOid:
 		// FileStorage reports per-object undo failures as
-		// MultipleUndoErrors([(oid, reason)]), which the client rebuilds
-		// (a subclass of UndoError).
+		// MultipleUndoErrors([(oid, reason), ...]), every object,
+		// which the client rebuilds (a subclass of UndoError).
+		list := []*zodb.UndoError{undo}
+		var undos zodb.UndoErrors
+		if errors.As(err, &undos) {
+			list = undos
+		}
 		e.Str("ZODB.POSException.MultipleUndoErrors")
 		e.BeginDict(1)
 		e.Str("_errs")
-		e.BeginList(1)
-		e.BeginTuple(2)
-		e.Oid8(uint64(undo.Oid))
-		e.Str(undo.Reason)
-		e.EndTuple(2)
-		e.EndList(1)
+		e.BeginList(len(list))
+		for _, u := range list {
+			e.BeginTuple(2)
+			e.Oid8(uint64(u.Oid))
+			e.Str(u.Reason)
+			e.EndTuple(2)
+		}
+		e.EndList(len(list))
 		e.EndDict(1)
 	case errors.As(err, &undo):
 		e.Str("ZODB.POSException.UndoError")

@@ -114,6 +114,25 @@ func (e *UndoError) Error() string {
 	return fmt.Sprintf("undo %s: %s", e.Tid, e.Reason)
 }
 
+// UndoErrors are the objects of a transaction that cannot be undone
+// (ZODB's MultipleUndoErrors), in record order; errors.As finds each.
+type UndoErrors []*UndoError
+
+func (e UndoErrors) Error() string {
+	if len(e) == 1 {
+		return e[0].Error()
+	}
+	return fmt.Sprintf("%s (and %d more objects)", e[0].Error(), len(e)-1)
+}
+
+func (e UndoErrors) Unwrap() []error {
+	errs := make([]error, len(e))
+	for i, u := range e {
+		errs[i] = u
+	}
+	return errs
+}
+
 // QuotaError is the error of a commit that would grow a storage past its
 // quota (ZODB/py's FileStorageQuotaError). Nothing was written; the storage
 // accepts other, smaller transactions.
