@@ -277,3 +277,25 @@ def test_multiple_undo_errors(both):
     runzeo, zodbd = both(fn, source=False)
     assert runzeo == [p64(1), p64(2)]
     assert zodbd == runzeo
+
+
+def test_server_status_counters(both):
+    """server_status's stores count deleteObject (and restorea) as runzeo's
+    do, and active_txns the transactions in progress (it was always 0)."""
+    def fn(cs):
+        t = TransactionMetaData()
+        cs.tpc_begin(t)
+        cs.store(p64(1), z64, MAPPING, '', t)
+        during = cs.server_status()['active_txns']
+        cs.tpc_vote(t)
+        tid = cs.tpc_finish(t)
+        t = TransactionMetaData()
+        cs.tpc_begin(t)
+        cs.deleteObject(p64(1), tid, t)
+        cs.tpc_vote(t)
+        cs.tpc_finish(t)
+        st = cs.server_status()
+        return during, st['active_txns'], st['stores']
+    runzeo, zodbd = both(fn, source=False)
+    assert runzeo == (1, 0, 2)
+    assert zodbd == runzeo

@@ -1009,7 +1009,7 @@ func (s *Server) status(st *storage) map[string]interface{} {
 		"stores":                  stores,
 		"commits":                 stats.commits,
 		"aborts":                  stats.aborts,
-		"active_txns":             int64(0),
+		"active_txns":             stats.active,
 		"conflicts":               stats.conflicts,
 		"conflicts_resolved":      stats.resolved,
 		"connections":             conns,

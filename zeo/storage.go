@@ -38,6 +38,7 @@ type storage struct {
 // per-connection.
 type storageStats struct {
 	commits, aborts, conflicts int64
+	active                     int64 // transactions begun and not ended
 	resolved                   int64 // conflicts resolved in the server
 	loads, stores              int64 // of connections that closed
 	waiting                    int64

@@ -42,11 +42,13 @@ type op struct {
 }
 
 type ztxn struct {
-	id   int64
-	meta zodb.TxnMeta
-	ops  []op
-	data spool.Spool // the data of ops
-	err  error       // the spool could not take an operation's data: the vote fails with it
+	st    *storage // counts it active until end
+	ended bool     // end was called
+	id    int64
+	meta  zodb.TxnMeta
+	ops   []op
+	data  spool.Spool // the data of ops
+	err   error       // the spool could not take an operation's data: the vote fails with it
 
 	voting     bool                // a vote goroutine is running
 	cancel     context.CancelFunc  // cancels the running vote
@@ -88,7 +90,8 @@ func (c *conn) tpcBegin(a *args) error {
 	if status == "p" {
 		meta.Status = zodb.TxnPacked
 	}
-	c.txn = &ztxn{id: txnID, meta: meta, data: spool.Spool{Mem: txnSpoolMem, Budget: c.srv.txnMem}}
+	c.txn = &ztxn{st: c.st, id: txnID, meta: meta, data: spool.Spool{Mem: txnSpoolMem, Budget: c.srv.txnMem}}
+	c.st.addActive(1)
 	return nil
 }
 
@@ -115,8 +118,8 @@ func (c *conn) record(txnID int64, o op, data []byte, a *args) error {
 	if t.voting || (t.stxn != nil && !t.conflicted) {
 		return &pyError{"ZODB.POSException.StorageTransactionError", "operation after vote"}
 	}
-	if o.kind == opStore {
-		c.stores.Add(1)
+	if o.kind == opStore || o.kind == opDelete || o.kind == opRestore {
+		c.stores.Add(1) // (ZEO/py counts storea, deleteObject, restorea)
 	}
 	if t.err == nil {
 		var err error
@@ -137,6 +140,10 @@ func (c *conn) record(txnID int64, o op, data []byte, a *args) error {
 // end lets go of what t holds once it is over (committed, aborted or
 // failed). Called with txmu held, or by the goroutine that finished t.
 func (t *ztxn) end() {
+	if !t.ended && t.st != nil {
+		t.ended = true
+		t.st.addActive(-1)
+	}
 	t.data.Close()
 }
 
@@ -572,6 +579,14 @@ func (st *storage) addConflicts(ces []*zodb.ConflictError, datas [][]byte) {
 func (st *storage) addResolved(n int64) {
 	st.mu.Lock()
 	st.stats.resolved += n
+	st.mu.Unlock()
+}
+
+// addActive counts transactions begun and not yet ended (server_status's
+// active_txns).
+func (st *storage) addActive(n int64) {
+	st.mu.Lock()
+	st.stats.active += n
 	st.mu.Unlock()
 }
 
