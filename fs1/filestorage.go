@@ -422,6 +422,7 @@ type txnIter struct {
 	info           zodb.TxnInfo
 	data           dataIter
 	done           bool
+	started        bool // pos was set to where tidMin's transactions begin
 }
 
 type dataIter struct {
@@ -433,7 +434,50 @@ type dataIter struct {
 	buf      []byte
 }
 
+// startPos is where the iteration begins: as ZODB/py's iterator
+// (_skip_to_start), the file is scanned for tidMin from its start or, when
+// tidMin is closer (in time) to the last transaction than to the first,
+// backwards from its end; so iterating recent transactions of a big file
+// (a ZEO record iterator finding its transaction again, a replication
+// from a recent tid) reads the headers after them only. Tids increase
+// through a FileStorage file; an error in the backward scan leaves the
+// forward one, which reports it.
+func (it *txnIter) startPos() int64 {
+	if it.tidMin == 0 || it.end <= HeaderSize {
+		return HeaderSize
+	}
+	var first, last TxnHeader
+	if first.Load(it.f, it.fs.path, HeaderSize, it.end) != nil || first.Tid >= it.tidMin {
+		return HeaderSize
+	}
+	if last.LoadPrev(it.f, it.fs.path, it.end, it.end) != nil {
+		return HeaderSize
+	}
+	if last.Tid < it.tidMin {
+		return it.end
+	}
+	if it.tidMin-first.Tid < last.Tid-it.tidMin {
+		return HeaderSize
+	}
+	th := &last
+	for {
+		if th.Tid < it.tidMin {
+			return th.Next()
+		}
+		if th.Pos <= HeaderSize {
+			return HeaderSize
+		}
+		if th.LoadPrev(it.f, it.fs.path, th.Pos, it.end) != nil {
+			return HeaderSize
+		}
+	}
+}
+
 func (it *txnIter) NextTxn(ctx context.Context) (*zodb.TxnInfo, zodb.DataIterator, error) {
+	if !it.started {
+		it.started = true
+		it.pos = it.startPos()
+	}
 	for !it.done {
 		if err := ctx.Err(); err != nil {
 			return nil, nil, err

@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -398,5 +400,51 @@ func TestConcurrentLoad(t *testing.T) {
 		if err := <-errc; err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// TestIterateFrom: Iterate(min, max) gives the transactions a full
+// iteration gives between min and max, for every bound at, between and
+// beside the file's tids: the start is found from the file's start or,
+// for a min closer to the last transaction, backwards from its end.
+func TestIterateFrom(t *testing.T) {
+	fs := openFixture(t, "1")
+	ctx := context.Background()
+	tids := func(min, max zodb.Tid) []zodb.Tid {
+		var out []zodb.Tid
+		it := fs.Iterate(ctx, min, max)
+		for {
+			ti, _, err := it.NextTxn(ctx)
+			if err == io.EOF {
+				return out
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, ti.Tid)
+		}
+	}
+	all := tids(0, zodb.TidMax)
+	if len(all) < 10 {
+		t.Fatalf("fixture has %d transactions", len(all))
+	}
+	for i, tid := range all {
+		for _, min := range []zodb.Tid{tid - 1, tid, tid + 1} {
+			var want []zodb.Tid
+			for _, x := range all {
+				if x >= min {
+					want = append(want, x)
+				}
+			}
+			if got := tids(min, zodb.TidMax); !slices.Equal(got, want) {
+				t.Fatalf("Iterate(%s, max) (tid %d of %d): %d transactions, want %d", min, i, len(all), len(got), len(want))
+			}
+			if got := tids(min, min); len(got) > 1 || (len(got) == 1) != (min == tid) {
+				t.Fatalf("Iterate(%s, %s): %v", min, min, got)
+			}
+		}
+	}
+	if got := tids(all[len(all)-1]+1, zodb.TidMax); len(got) != 0 {
+		t.Errorf("Iterate past the last tid: %v", got)
 	}
 }
