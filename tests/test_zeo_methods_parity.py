@@ -299,3 +299,27 @@ def test_server_status_counters(both):
     runzeo, zodbd = both(fn, source=False)
     assert runzeo == (1, 0, 2)
     assert zodbd == runzeo
+
+
+def test_iterator_errors(both):
+    """An unknown iterator, and a record iterator asked of a transaction
+    iterator that returned nothing yet, raise KeyError(iid) as runzeo's do
+    (zodbd: KeyError('no such iterator'), ValueError)."""
+    def fn(cs):
+        out = []
+
+        def call(*args):
+            try:
+                cs._call(*args)
+                out.append('ok')
+            except Exception as e:
+                out.append((type(e).__name__, e.args))
+        call('iterator_next', 999)
+        call('iterator_record_next', 999)
+        iid = cs._call('iterator_start', None, None)
+        call('iterator_record_start', iid, z64)
+        out.append(iid)
+        return out
+    runzeo, zodbd = both(fn)
+    assert runzeo[0] == ('KeyError', (999,))
+    assert zodbd == runzeo

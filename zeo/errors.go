@@ -2,6 +2,7 @@ package zeo
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zodb"
@@ -20,6 +21,8 @@ func (e *pyError) Error() string {
 		return e.class + ": " + p
 	case []byte:
 		return e.class + ": " + string(p)
+	case int64:
+		return fmt.Sprintf("%s: %d", e.class, p)
 	}
 	return e.class
 }
@@ -55,6 +58,8 @@ func encodeError(e *wire.Encoder, id *wire.Value, err error) {
 				e.Bytes(a)
 			case string:
 				e.Str(a)
+			case int64:
+				e.Int(a)
 			}
 		}
 		e.EndTuple(len(args))

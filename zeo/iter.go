@@ -50,8 +50,8 @@ func (c *conn) iteratorStart(id *wire.Value, start, stop zodb.Tid) error {
 	if err := c.tooManyIterators(); err != nil {
 		return err
 	}
+	iid := c.iterSeq // from 0, as runzeo's
 	c.iterSeq++
-	iid := c.iterSeq
 	c.iters[iid] = &iterState{txns: c.st.st.Iterate(context.Background(), start, stop)}
 	c.reply(id, func(e *wire.Encoder) { e.Int(iid) })
 	return nil
@@ -60,7 +60,7 @@ func (c *conn) iteratorStart(id *wire.Value, start, stop zodb.Tid) error {
 func (c *conn) iteratorNext(id *wire.Value, iid int64) error {
 	it := c.iters[iid]
 	if it == nil || it.txns == nil {
-		return &pyError{"builtins.KeyError", "no such iterator"}
+		return &pyError{"builtins.KeyError", iid}
 	}
 	txn, data, err := it.txns.NextTxn(c.ctx)
 	if errors.Is(err, io.EOF) {
@@ -88,9 +88,12 @@ func (c *conn) iteratorNext(id *wire.Value, iid int64) error {
 func (c *conn) iteratorRecordStart(id *wire.Value, iid int64, tid zodb.Tid) error {
 	it := c.iters[iid]
 	if it == nil || it.txns == nil {
-		return &pyError{"builtins.KeyError", "no such iterator"}
+		return &pyError{"builtins.KeyError", iid}
 	}
-	if it.data == nil || it.lastTid != tid {
+	if it.data == nil {
+		return &pyError{"builtins.KeyError", iid} // (runzeo: no transaction yet)
+	}
+	if it.lastTid != tid {
 		return &pyError{"builtins.ValueError", "iterator_record_start: not the transaction last returned"}
 	}
 	if err := c.tooManyIterators(); err != nil {
@@ -107,8 +110,8 @@ func (c *conn) iteratorRecordStart(id *wire.Value, iid int64, tid zodb.Tid) erro
 			return err
 		}
 	}
-	c.iterSeq++
 	riid := c.iterSeq
+	c.iterSeq++
 	c.iters[riid] = r
 	c.reply(id, func(e *wire.Encoder) { e.Int(riid) })
 	return nil
@@ -117,7 +120,7 @@ func (c *conn) iteratorRecordStart(id *wire.Value, iid int64, tid zodb.Tid) erro
 func (c *conn) iteratorRecordNext(id *wire.Value, riid int64) error {
 	it := c.iters[riid]
 	if it == nil || it.txns != nil {
-		return &pyError{"builtins.KeyError", "no such iterator"}
+		return &pyError{"builtins.KeyError", riid}
 	}
 	if p := c.iters[it.parent]; it.shared && (p == nil || p.lastTid != it.tid) {
 		// The transaction iterator moved on (or went): the rest of the
