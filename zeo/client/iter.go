@@ -30,11 +30,12 @@ type txnIter struct {
 }
 
 type dataIter struct {
-	it   *txnIter
-	tid  zodb.Tid
-	riid int64 // 0: not started
-	done bool
-	info zodb.DataInfo
+	it      *txnIter
+	tid     zodb.Tid
+	riid    int64 // the record iterator's id, once started
+	started bool
+	done    bool
+	info    zodb.DataInfo
 }
 
 func (it *txnIter) NextTxn(ctx context.Context) (*zodb.TxnInfo, zodb.DataIterator, error) {
@@ -119,7 +120,7 @@ func (d *dataIter) NextData(ctx context.Context) (*zodb.DataInfo, error) {
 	if d.it.info.Tid != d.tid || d.it.err != nil {
 		return nil, fmt.Errorf("zeo client: data iterator used after NextTxn moved on")
 	}
-	if d.riid == 0 {
+	if !d.started {
 		err := c.call(ctx, "iterator_record_start", 2, func(e *wire.Encoder) {
 			e.Int(d.it.iid)
 			e.Oid8(uint64(d.tid))
@@ -127,7 +128,7 @@ func (d *dataIter) NextData(ctx context.Context) (*zodb.DataInfo, error) {
 			if v.Kind != wire.Int {
 				return fmt.Errorf("iterator_record_start reply: %v", *v)
 			}
-			d.riid = v.Int
+			d.riid, d.started = v.Int, true
 			return nil
 		})
 		if err != nil {
