@@ -323,3 +323,21 @@ def test_iterator_errors(both):
     runzeo, zodbd = both(fn)
     assert runzeo[0] == ('KeyError', (999,))
     assert zodbd == runzeo
+
+
+def test_storage_transaction_error_args(both):
+    """A store or a vote naming another transaction than the connection's
+    raises StorageTransactionError(current id or None, id given), as
+    runzeo's (zodbd's args were a message)."""
+    def fn(cs):
+        out = []
+        for args in (('vote', 5), ('storea', z64, z64, b'x', 5)):
+            try:
+                cs._call(*args)  # (as a call: the error comes back)
+                out.append('ok')
+            except Exception as e:
+                out.append((type(e).__name__, e.args))
+        return out
+    runzeo, zodbd = both(fn)
+    assert runzeo[0] == ('StorageTransactionError', (None, 5))
+    assert zodbd == runzeo

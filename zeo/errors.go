@@ -21,10 +21,10 @@ func (e *pyError) Error() string {
 		return e.class + ": " + p
 	case []byte:
 		return e.class + ": " + string(p)
-	case int64:
-		return fmt.Sprintf("%s: %d", e.class, p)
+	case nil:
+		return e.class
 	}
-	return e.class
+	return fmt.Sprintf("%s: %v", e.class, e.payload)
 }
 
 // replyError writes an exception reply for err to the reading goroutine's
@@ -60,6 +60,8 @@ func encodeError(e *wire.Encoder, id *wire.Value, err error) {
 				e.Str(a)
 			case int64:
 				e.Int(a)
+			case nil:
+				e.None()
 			}
 		}
 		e.EndTuple(len(args))
@@ -117,10 +119,13 @@ func encodeError(e *wire.Encoder, id *wire.Value, err error) {
 	case errors.As(err, &argErr):
 		argsTuple("builtins.TypeError", argErr.msg)
 	case errors.As(err, &py):
-		if py.payload == nil {
+		switch p := py.payload.(type) {
+		case nil:
 			argsTuple(py.class)
-		} else {
-			argsTuple(py.class, py.payload)
+		case []interface{}:
+			argsTuple(py.class, p...)
+		default:
+			argsTuple(py.class, p)
 		}
 	default:
 		argsTuple("ZODB.POSException.StorageError", err.Error())

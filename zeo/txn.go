@@ -113,7 +113,7 @@ func (c *conn) record(txnID int64, o op, data []byte, a *args) error {
 	defer c.txmu.Unlock()
 	t := c.txn
 	if t == nil || t.id != txnID {
-		return &pyError{"ZODB.POSException.StorageTransactionError", "invalid transaction id"}
+		return wrongTxnError(t, txnID)
 	}
 	if t.voting || (t.stxn != nil && !t.conflicted) {
 		return &pyError{"ZODB.POSException.StorageTransactionError", "operation after vote"}
@@ -168,7 +168,7 @@ func (c *conn) vote(id *wire.Value, txnID int64) {
 	t := c.txn
 	if t == nil || t.id != txnID {
 		c.txmu.Unlock()
-		c.replyError(id, &pyError{"ZODB.POSException.StorageTransactionError", "vote: invalid transaction id"})
+		c.replyError(id, wrongTxnError(t, txnID))
 		return
 	}
 	if t.voting || (t.stxn != nil && !t.conflicted) {
@@ -620,4 +620,15 @@ func (c *conn) recovered(name string, f func() error) (err error) {
 		}
 	}()
 	return f()
+}
+
+// wrongTxnError is ZEO/py's StorageTransactionError for a call naming
+// transaction txnID while the connection's is t (nil: none): its args are
+// the current transaction's id (None) and the one given.
+func wrongTxnError(t *ztxn, txnID int64) error {
+	var cur interface{}
+	if t != nil {
+		cur = t.id
+	}
+	return &pyError{"ZODB.POSException.StorageTransactionError", []interface{}{cur, txnID}}
 }
