@@ -429,22 +429,16 @@ func (p *Packer) readTxn(w *windowReader, pos, size int64, tornOK bool) (t packT
 	}
 	h := DecodeTxnHeaderFix(b)
 	t = packTxn{pos: pos, tid: h.Tid, tlen: int64(h.Len), status: h.Status, hlen: TxnHeaderFixSize + h.MetaLen()}
-	if h.Len > uint64(size) || pos+int64(h.Len)+8 > size || h.Status == byte(zodb.TxnCheckpoint) {
-		if tornOK {
-			return t, true, nil
-		}
+	// As Scan (checkTxnHeader): a torn tail only where the end of the
+	// file says so; damage in the middle is an error, never a tail to
+	// drop (a pack that took it for one lost the transactions after it).
+	switch torn, damage := checkTxnHeader(p.src, &h, pos, size); {
+	case torn && tornOK:
+		return t, true, nil
+	case torn:
 		return fail("transaction (length %d, status %q) exceeds the data (ends at %d) or is not committed", h.Len, h.Status, size)
-	}
-	if t.tlen < t.hlen {
-		if tornOK && tornGarbage(p.src, pos, size) {
-			return t, true, nil
-		}
-		return fail("transaction length %d shorter than its header (%d)", t.tlen, t.hlen)
-	}
-	switch zodb.TxnStatus(h.Status) {
-	case zodb.TxnComplete, zodb.TxnPacked, zodb.TxnInprogress:
-	default:
-		return fail("invalid status %q", h.Status)
+	case damage != "":
+		return fail("%s", damage)
 	}
 	if p.lastTid != 0 && t.tid <= p.lastTid {
 		return fail("time-stamp reduction: %s <= %s", t.tid, p.lastTid)

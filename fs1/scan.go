@@ -94,41 +94,14 @@ func Scan(r io.ReaderAt, path string, from, size int64, prevTid zodb.Tid, idx *I
 			return fail(pos, "transaction record", "read: %w", err)
 		}
 		h := DecodeTxnHeaderFix(b)
-		if h.Status == byte(zodb.TxnCheckpoint) {
-			res.Torn = pos // voted, never finished
+		if torn, damage := checkTxnHeader(r, &h, pos, size); torn {
+			res.Torn = pos
 			break
-		}
-		if h.Len > uint64(size) || pos+int64(h.Len)+8 > size {
-			// A header written before a crash whose transaction did not
-			// all reach the disk; in the middle of the file (committed
-			// transactions after it), a damaged length.
-			if tornTail(r, pos, size) {
-				res.Torn = pos
-				break
-			}
-			return fail(pos, "transaction record", "transaction length %d goes past the end of the file (%d)", h.Len, size)
+		} else if damage != "" {
+			return fail(pos, "transaction record", "%s", damage)
 		}
 		tpos, tlen := pos, int64(h.Len)
 		tend := tpos + tlen
-		// The length is checked before the status, as ZODB/py does: a
-		// tail of garbage (zeros after a crash) is a torn tail, not an
-		// invalid status.
-		if tlen < TxnHeaderFixSize+h.MetaLen() {
-			if tornTail(r, tpos, size) {
-				res.Torn = tpos
-				break
-			}
-			return fail(tpos, "transaction record", "transaction length %d shorter than its header (%d)", tlen, TxnHeaderFixSize+h.MetaLen())
-		}
-		switch zodb.TxnStatus(h.Status) {
-		case zodb.TxnComplete, zodb.TxnPacked, zodb.TxnInprogress:
-		default:
-			if tornTail(r, tpos, size) {
-				res.Torn = tpos
-				return res, nil
-			}
-			return fail(tpos, "transaction record", "invalid status %q", h.Status)
-		}
 		if h.Tid <= res.LastTid && res.LastTid != 0 {
 			res.Warnings = append(res.Warnings, fmt.Sprintf("%s: time-stamp reduction at %d", path, tpos))
 		}
@@ -186,6 +159,38 @@ func Scan(r io.ReaderAt, path string, from, size int64, prevTid zodb.Tid, idx *I
 		res.NTxn++
 	}
 	return res, nil
+}
+
+// checkTxnHeader classifies the fixed transaction header h at pos of a
+// file of size bytes (read through r), as Scan and pack read it: torn (the
+// start of a tail a crash left half written: voted but never finished,
+// or an impossible length or status that tornTail finds at the end), or
+// damage (its description: committed transactions follow it), or neither.
+// The length is checked before the status, as ZODB/py does: a tail of
+// garbage (zeros after a crash) is a torn tail, not an invalid status.
+func checkTxnHeader(r io.ReaderAt, h *TxnHeaderFix, pos, size int64) (torn bool, damage string) {
+	if h.Status == byte(zodb.TxnCheckpoint) {
+		return true, "" // voted, never finished
+	}
+	switch {
+	case h.Len > uint64(size) || pos+int64(h.Len)+8 > size:
+		// A header written before a crash whose transaction did not
+		// all reach the disk; in the middle of the file, a damaged
+		// length.
+		damage = fmt.Sprintf("transaction length %d goes past the end of the file (%d)", h.Len, size)
+	case int64(h.Len) < TxnHeaderFixSize+h.MetaLen():
+		damage = fmt.Sprintf("transaction length %d shorter than its header (%d)", h.Len, TxnHeaderFixSize+h.MetaLen())
+	default:
+		switch zodb.TxnStatus(h.Status) {
+		case zodb.TxnComplete, zodb.TxnPacked, zodb.TxnInprogress:
+			return false, ""
+		}
+		damage = fmt.Sprintf("invalid status %q", h.Status)
+	}
+	if tornTail(r, pos, size) {
+		return true, ""
+	}
+	return false, damage
 }
 
 // tornGarbage reports whether a transaction header at pos with an impossible

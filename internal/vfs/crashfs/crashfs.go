@@ -338,11 +338,27 @@ func (c *FS) Rename(oldpath, newpath string) error {
 	if err := c.begin(OpRename, oldpath); err != nil {
 		return err
 	}
+	over, _ := os.Lstat(newpath)
 	if err := os.Rename(oldpath, newpath); err != nil {
 		return err
 	}
+	c.unlinked(over)
 	c.log(OpRename, oldpath, "-> "+c.rel(newpath))
 	return nil
+}
+
+// unlinked forgets the real inode of fi (nil: none), whose name was
+// removed or renamed over, if that was its last link: the system may give
+// its number to a new file, which must not be taken for it (a model inode
+// with durable content). The model inode stays, for the durable entries
+// that name it.
+func (c *FS) unlinked(fi fs.FileInfo) {
+	if fi == nil {
+		return
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && (st.Nlink <= 1 || fi.IsDir()) {
+		delete(c.byIno, inoOf(fi))
+	}
 }
 
 func (c *FS) Link(oldname, newname string) error {
@@ -364,9 +380,11 @@ func (c *FS) Remove(name string) error {
 	if err := c.begin(OpRemove, name); err != nil {
 		return err
 	}
+	fi, _ := os.Lstat(name)
 	if err := os.Remove(name); err != nil {
 		return err
 	}
+	c.unlinked(fi)
 	c.log(OpRemove, name, "")
 	return nil
 }
