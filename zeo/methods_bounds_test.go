@@ -8,32 +8,22 @@ import (
 	"testing"
 
 	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/internal/storagetest"
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zodb"
 )
 
-// commitDirect commits one transaction of stores (oid -> data) straight
-// into the storage, with the given user and description.
-func commitDirect(tb testing.TB, st zodb.WriteStorage, user, desc []byte, stores map[zodb.Oid][]byte) zodb.Tid {
-	tb.Helper()
-	ctx := context.Background()
-	txn, err := st.Begin(ctx, zodb.TxnMeta{User: user, Description: desc})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for oid, data := range stores {
-		if err := txn.Store(oid, 0, data); err != nil {
-			tb.Fatal(err)
+// commitDirect commits one transaction of stores of new objects (oid ->
+// data) straight into the storage, with the given user and description.
+func commitDirect(t *testing.T, st zodb.WriteStorage, user, desc []byte, stores map[zodb.Oid][]byte) zodb.Tid {
+	t.Helper()
+	return storagetest.MustCommit(t, st, zodb.TxnMeta{User: user, Description: desc}, func(txn zodb.Txn) {
+		for oid, data := range stores {
+			if err := txn.Store(oid, 0, data); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	if _, err := txn.Vote(ctx); err != nil {
-		tb.Fatal(err)
-	}
-	tid, err := txn.Finish(ctx, nil)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return tid
+	})
 }
 
 // totalAlloc is the bytes allocated by the process so far.

@@ -50,7 +50,15 @@ func commit(t *testing.T, s zodb.WriteStorage, meta zodb.TxnMeta, ops func(txn z
 // mustCommit is commit that fails the test on an error.
 func mustCommit(t *testing.T, s zodb.WriteStorage, ops func(txn zodb.Txn)) zodb.Tid {
 	t.Helper()
-	tid, _, err := commit(t, s, zodb.TxnMeta{}, ops)
+	return MustCommit(t, s, zodb.TxnMeta{}, ops)
+}
+
+// MustCommit runs one transaction of ops on s with meta and returns its
+// tid, failing the test on an error (the suite's commit, for the tests
+// beside a storage: ops may fail the test itself).
+func MustCommit(t *testing.T, s zodb.WriteStorage, meta zodb.TxnMeta, ops func(txn zodb.Txn)) zodb.Tid {
+	t.Helper()
+	tid, _, err := commit(t, s, meta, ops)
 	if err != nil {
 		t.Fatalf("commit: %v", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/storagetest"
 	"github.com/zodbd/zodbd/neo/client"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage/sqlitebackend"
@@ -36,23 +37,13 @@ func newSQLiteCluster(ctx context.Context, t *testing.T) (open func(*testing.T) 
 }
 
 // storeOne commits a store of data for oid at serial and returns its tid.
-func storeOne(ctx context.Context, t *testing.T, c *client.Client, oid zodb.Oid, serial zodb.Tid, data []byte) zodb.Tid {
+func storeOne(t *testing.T, c *client.Client, oid zodb.Oid, serial zodb.Tid, data []byte) zodb.Tid {
 	t.Helper()
-	txn, err := c.Begin(ctx, zodb.TxnMeta{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := txn.Store(oid, serial, data); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := txn.Vote(ctx); err != nil {
-		t.Fatal(err)
-	}
-	tid, err := txn.Finish(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tid
+	return storagetest.MustCommit(t, c, zodb.TxnMeta{}, func(txn zodb.Txn) {
+		if err := txn.Store(oid, serial, data); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // TestStoreEmptyData: Store with empty data (not a Delete) must
@@ -64,7 +55,7 @@ func TestStoreEmptyData(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	open, c, oid := newSQLiteCluster(ctx, t)
-	tid := storeOne(ctx, t, c, oid, 0, []byte{})
+	tid := storeOne(t, c, oid, 0, []byte{})
 	// A fresh client: no cache.
 	c2 := open(t)
 	data, serial, err := c2.Load(ctx, zodb.Xid{Oid: oid, At: tid})
@@ -87,7 +78,7 @@ func TestPackAfterLastTid(t *testing.T) {
 	_, c, oid := newSQLiteCluster(ctx, t)
 	var last zodb.Tid
 	for i := range 2 {
-		last = storeOne(ctx, t, c, oid, last, []byte{'a' + byte(i)})
+		last = storeOne(t, c, oid, last, []byte{'a' + byte(i)})
 	}
 	at := zodb.TidFromTime(time.Now().Add(time.Hour))
 	if at <= last {
