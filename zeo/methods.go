@@ -775,33 +775,10 @@ func (c *conn) undoLog(id *wire.Value, first, last int, spec *wire.Value) error 
 	var err error
 	if spec == nil || len(spec.Items) == 0 {
 		entries, err = c.st.undoer.UndoLog(c.ctx, first, last)
-	} else if f, ok := c.st.undoer.(zodb.UndoFilterer); ok {
+	} else {
 		// Filtered as the log is walked, as FileStorage's undoLog
 		// does: only the entries returned are held.
-		entries, err = f.UndoLogFilter(c.ctx, first, last, func(u *zodb.UndoEntry) bool { return undoMatches(u, spec) })
-	} else {
-		// The log in pages (each twice the one before, so that the
-		// walks from the end cost twice the entries read), only
-		// the matches kept, until last matches were found.
-		matched := 0
-		for off, n := 0, 256; matched < last; off, n = off+n, 2*n {
-			var page []zodb.UndoEntry
-			if page, err = c.st.undoer.UndoLog(c.ctx, off, off+n); err != nil {
-				break
-			}
-			for i := range page {
-				if !undoMatches(&page[i], spec) {
-					continue
-				}
-				if matched >= first && matched < last {
-					entries = append(entries, page[i])
-				}
-				matched++
-			}
-			if len(page) < n {
-				break
-			}
-		}
+		entries, err = zodb.FilterUndoLog(c.ctx, c.st.undoer, first, last, func(u *zodb.UndoEntry) bool { return undoMatches(u, spec) })
 	}
 	if err != nil {
 		return err

@@ -198,6 +198,37 @@ type UndoFilterer interface {
 	UndoLogFilter(ctx context.Context, first, last int, filter func(*UndoEntry) bool) ([]UndoEntry, error)
 }
 
+// FilterUndoLog is UndoLogFilter for any Undoer: u's own when it is an
+// UndoFilterer, else u's log read in pages (each twice the one before, so
+// that walks from the newest entry cost about twice the entries read),
+// only the entries filter accepts kept, until last of them were found.
+func FilterUndoLog(ctx context.Context, u Undoer, first, last int, filter func(*UndoEntry) bool) ([]UndoEntry, error) {
+	if f, ok := u.(UndoFilterer); ok {
+		return f.UndoLogFilter(ctx, first, last, filter)
+	}
+	var entries []UndoEntry
+	matched := 0
+	for off, n := 0, 256; matched < last; off, n = off+n, 2*n {
+		page, err := u.UndoLog(ctx, off, off+n)
+		if err != nil {
+			return nil, err
+		}
+		for i := range page {
+			if !filter(&page[i]) {
+				continue
+			}
+			if matched >= first && matched < last {
+				entries = append(entries, page[i])
+			}
+			matched++
+		}
+		if len(page) < n {
+			break
+		}
+	}
+	return entries, nil
+}
+
 // Packer is implemented by storages that can be packed.
 type Packer interface {
 	// Pack removes the revisions that are not current as of tid at (and,

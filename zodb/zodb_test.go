@@ -1,6 +1,7 @@
 package zodb
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -113,5 +114,48 @@ func TestCheckTime(t *testing.T) {
 	}
 	if err := CheckUnix(1.7e9); err != nil {
 		t.Errorf("CheckUnix(1.7e9): %v", err)
+	}
+}
+
+// logUndoer is an Undoer (not an UndoFilterer) of n entries, tids n..1
+// newest first.
+type logUndoer struct{ n int }
+
+func (u logUndoer) UndoLog(_ context.Context, first, last int) ([]UndoEntry, error) {
+	var out []UndoEntry
+	for i := first; i < last && i < u.n; i++ {
+		out = append(out, UndoEntry{Tid: Tid(u.n - i)})
+	}
+	return out, nil
+}
+
+// TestFilterUndoLog: for an Undoer without its own filter, FilterUndoLog
+// reads the log in pages and gives the window of the matches, as a
+// filter applied to the whole log would.
+func TestFilterUndoLog(t *testing.T) {
+	u := logUndoer{n: 2000}
+	even := func(e *UndoEntry) bool { return e.Tid%2 == 0 }
+	for _, w := range [][2]int{{0, 20}, {0, 1000}, {5, 600}, {990, 2000}, {1000, 1001}} {
+		got, err := FilterUndoLog(context.Background(), u, w[0], w[1], even)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []Tid
+		for i, tid := 0, Tid(2000); tid > 0; tid-- {
+			if tid%2 == 0 {
+				if i >= w[0] && i < w[1] {
+					want = append(want, tid)
+				}
+				i++
+			}
+		}
+		if len(got) != len(want) {
+			t.Fatalf("window %v: %d entries, want %d", w, len(got), len(want))
+		}
+		for i := range got {
+			if got[i].Tid != want[i] {
+				t.Fatalf("window %v: entry %d is %s, want %s", w, i, got[i].Tid, want[i])
+			}
+		}
 	}
 }
