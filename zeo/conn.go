@@ -71,6 +71,7 @@ type conn struct {
 	tEnd    opstats.Stamp // when the call just handled ended, if ended
 	ended   bool          // the call just handled was observed inline, at tEnd
 	chained bool          // t0 is set already, from tEnd
+	awaited bool          // the request just handled was a call, whose client awaits its reply (edgeread.go)
 	callIdx int           // the method being handled
 	spawned bool          // it called spawn
 	// metricLabel is the client's label (set_client_label), for Stats.
@@ -213,6 +214,7 @@ func (c *conn) call(frame []byte) bool {
 	// method table, which would move a local one to the heap.
 	var err error
 	c.msg, err = c.dec.DecodeMessage(frame)
+	c.awaited = err == nil && awaitsReply(&c.msg)
 	if err != nil {
 		if !c.undecodable(err) {
 			return false

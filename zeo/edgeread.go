@@ -35,8 +35,18 @@ import (
 // offered is followed by another read at once.
 //
 // It waits only after a short read that brought exactly one request and
-// nothing more: the pattern of a client with one request in flight, which
-// cannot send the next before it has the reply. A read that brought
+// nothing more, a call: the pattern of a client with one request in
+// flight, which cannot send the next before it has the reply. The end of
+// the stream is the exception to "any byte makes a new edge": a read that
+// returns the last bytes also takes the FIN queued behind them, and the
+// edge of that FIN may be the one the wait before the read took (both
+// arrived while the loop answered the request before). After a call, a
+// client that closed or went gets the reply and answers it with a reset,
+// which makes an edge; after a one-way request or a heartbeat, which
+// nothing answers, the loop reads again at once, and finds the end there.
+// (A client that half-closes after a call and reads the reply keeps the
+// connection until the server next writes to it or TCP keepalive finds
+// it gone.) A read that brought
 // several requests, or part of one, is from a client that pipelines: its
 // next requests may have arrived while they were answered, and the poller
 // hears of them only when it next runs (under load, when a P runs out of
@@ -132,10 +142,10 @@ func (c *conn) serveEdge() bool {
 				stop = true
 				return true
 			}
-			if calls == 1 && e.r == e.w && e.big == nil {
-				// One request, answered: a client with one request
-				// in flight sends no other before it reads the
-				// reply. Wait for the poller without a read.
+			if calls == 1 && c.awaited && e.r == e.w && e.big == nil {
+				// One call, answered: a client with one request in
+				// flight sends no other before it reads the reply.
+				// Wait for the poller without a read.
 				return false
 			}
 			// Several requests or part of one: a client that
@@ -228,6 +238,12 @@ func (c *conn) edgeCallsN(e *edgeBuf) (calls int, ok bool) {
 			return calls + 1, false
 		}
 	}
+}
+
+// awaitsReply reports whether m is a call that the client awaits a reply
+// to: not one-way, not a heartbeat.
+func awaitsReply(m *wire.Message) bool {
+	return !m.Flags.Truth() && !(m.ID.Kind == wire.Int && m.ID.Int == -1)
 }
 
 // bigStart is the size up to which a request bigger than the read buffer

@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/binary"
+	"io"
 	"math/rand"
 	"net"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/zodbd/zodbd/fs1"
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -174,4 +176,94 @@ func TestEdgeConn(t *testing.T) {
 			t.Errorf("%s: edgeConn ok %v, want %v", tc.name, ok, tc.want)
 		}
 	}
+}
+
+// TestEdgeReadEOFBehindOneway: a client's last request is one-way
+// (tpc_begin, or a heartbeat) and its end of the stream (FIN) arrives with it while the
+// server is still answering the request before (a load, held up here).
+// The poller reported both arrivals while the server was busy, in one
+// readiness that the server's next wait took; the read after it got the
+// request and the end of the stream together. The loop then waited for
+// the poller, as after a call, and no edge came for an end of stream
+// already read: the connection stayed open, with its goroutine, after
+// the client had gone (seen in CI as a goroutine left by zeo/client's
+// TestCloseLeavesNothing, whose clients close in mid-transaction).
+func TestEdgeReadEOFBehindOneway(t *testing.T) {
+	for _, last := range []string{"tpc_begin", "heartbeat"} {
+		t.Run(last, func(t *testing.T) { testEdgeReadEOFBehindOneway(t, last) })
+	}
+	t.Run("call", testEdgeReadEOFBehindCall)
+}
+
+// testEdgeReadEOFBehindCall: the same with a call as the last request and
+// a client that closes (the loop waits without a read after a call): its
+// reply draws a reset from the client's side, which ends the connection.
+func testEdgeReadEOFBehindCall(t *testing.T) {
+	st := &gatedLoads{FileStorage: openFixtureCopy(t), entered: make(chan struct{}, 1), release: make(chan struct{})}
+	srv, addr := startServerOn(t, Config{Storages: []StorageConfig{{Name: "1", Storage: st}}}, nil)
+	c := dialRaw(t, addr, wire.Pickle)
+	c.sendLoad(st.Index().Oids()[0], zodb.TidMax)
+	c.flush(t)
+	<-st.entered
+	c.send(t, 2, "lastTransaction", func(e *wire.Encoder) {}, 0)
+	c.nc.Close()
+	time.Sleep(50 * time.Millisecond) // both arrive while the load is held
+	close(st.release)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if srv.Stats().Connections[""] == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the connection of a client that closed is still open after 10 s")
+		}
+	}
+}
+
+func testEdgeReadEOFBehindOneway(t *testing.T, last string) {
+	st := &gatedLoads{FileStorage: openFixtureCopy(t), entered: make(chan struct{}, 1), release: make(chan struct{})}
+	addr := startServer(t, Config{Storages: []StorageConfig{{Name: "1", Storage: st}}})
+	c := dialRawNoRegister(t, addr, wire.Pickle)
+	c.call(t, 1, "register", func(e *wire.Encoder) { e.Str("1"); e.Bool(false) }, 2)
+	c.sendLoad(st.Index().Oids()[0], zodb.TidMax)
+	c.flush(t)
+	<-st.entered // the server answers the load
+	if last == "tpc_begin" {
+		c.tpcBegin(1)
+	} else { // what ZEO's client sends as its heartbeat: (-1, 0, ".reply", None)
+		id := wire.Value{Kind: wire.Int, Int: -1}
+		c.enc.BeginRequest(&id, false, ".reply")
+		c.enc.None()
+		c.enc.EndMessage()
+	}
+	c.flush(t)
+	if err := c.nc.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // both arrive while the load is held
+	close(st.release)
+	c.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if msg := c.read(t); msg.Flags.Int != 0 {
+		t.Fatalf("load: %v", msg.Args)
+	}
+	// The server sees the end of the stream and closes the connection.
+	if _, err := c.br.ReadByte(); err != io.EOF {
+		t.Fatalf("after the reply: %v, want the server's end of the stream (io.EOF)", err)
+	}
+}
+
+// gatedLoads is a FileStorage whose LoadBefore, the loads of the ZEO
+// server, says on entered that it started and waits for release.
+type gatedLoads struct {
+	*fs1.FileStorage
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *gatedLoads) LoadBefore(ctx context.Context, oid zodb.Oid, before zodb.Tid, dst []byte) ([]byte, zodb.Tid, zodb.Tid, error) {
+	select {
+	case s.entered <- struct{}{}:
+	default:
+	}
+	<-s.release
+	return s.FileStorage.LoadBefore(ctx, oid, before, dst)
 }
