@@ -1,8 +1,6 @@
 package main
 
 import (
-	"fmt"
-	"strings"
 	"time"
 
 	"github.com/zodbd/zodbd/internal/busypoll"
@@ -20,20 +18,9 @@ func (f *busyPollFlag) String() string {
 }
 
 func (f *busyPollFlag) Set(s string) error {
-	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "off", "false", "no", "0":
-		f.spin = 0
-		return nil
-	case "on", "true", "yes":
-		f.spin = busypoll.DefaultSpin
-		return nil
-	}
-	d, err := time.ParseDuration(s)
-	if err != nil || d < 0 {
-		return fmt.Errorf("want off, on or a duration such as 50us, not %q", s)
-	}
-	if d > 10*time.Millisecond {
-		return fmt.Errorf("%s: a spin longer than 10ms burns a CPU for nothing: the wake-up it saves is tens of µs", d)
+	d, err := busypoll.ParseSpin(s)
+	if err != nil {
+		return err
 	}
 	f.spin = d
 	return nil

@@ -17,9 +17,11 @@
 package busypoll
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -30,6 +32,25 @@ import (
 // (10–60 µs on loopback), shorter than the pause of a client that does
 // anything else.
 const DefaultSpin = 50 * time.Microsecond
+
+// ParseSpin parses a busy-poll setting (--busy-poll, zeo.conf's busy-poll):
+// "off" (0: no spinning), "on" (DefaultSpin) or a duration up to 10ms.
+func ParseSpin(s string) (time.Duration, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "off", "false", "no", "0":
+		return 0, nil
+	case "on", "true", "yes":
+		return DefaultSpin, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("want off, on or a duration such as 50us, not %q", s)
+	}
+	if d > 10*time.Millisecond {
+		return 0, fmt.Errorf("%s: a spin longer than 10ms burns a CPU for nothing: the wake-up it saves is tens of µs", d)
+	}
+	return d, nil
+}
 
 // minSpin is the spin below which a reader stops spinning altogether,
 // until data arrives quickly again.
