@@ -7,9 +7,12 @@ import (
 	"math"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/zodbd/zodbd/internal/busypoll"
 )
 
 // FileConfig is what a runzeo configuration file (zeo.conf, ZConfig
@@ -70,10 +73,41 @@ type FileStorageConfig struct {
 // section is a parsed ZConfig section.
 type section struct {
 	typ, name string
-	keys      map[string]string // a key is given once (refused twice, as ZConfig)
+	keys      map[string]keyValue // a key is given once (refused twice, as ZConfig)
 	subs      []*section
 	line      int
 	imports   map[string]bool // root only: the packages of %import lines
+}
+
+// keyValue is a key's value and the line that gives it.
+type keyValue struct {
+	v    string
+	line int
+}
+
+// each calls fn with the keys of s in the order of their lines (so that
+// the first bad key is the one reported) and returns fn's first error,
+// prefixed with the key's line.
+func (s *section) each(fn func(k, v string) error) error {
+	keys := make([]string, 0, len(s.keys))
+	for k := range s.keys {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int { return s.keys[a].line - s.keys[b].line })
+	for _, k := range keys {
+		if err := fn(k, s.keys[k].v); err != nil {
+			return fmt.Errorf("line %d: %w", s.keys[k].line, err)
+		}
+	}
+	return nil
+}
+
+// noSubs refuses the sections nested in s, which holds none.
+func (s *section) noSubs() error {
+	if len(s.subs) > 0 {
+		return fmt.Errorf("line %d: <%s> cannot hold <%s>", s.subs[0].line, s.typ, s.subs[0].typ)
+	}
+	return nil
 }
 
 // ParseConfigFile parses a runzeo configuration file.
@@ -128,7 +162,11 @@ func ParseConfig(r io.Reader) (*FileConfig, error) {
 				return nil, err
 			}
 		case "runner":
-			// zdaemon options (zeoctl); nothing for the server itself.
+			// zdaemon's options (zeoctl); nothing for the server itself,
+			// but checked as zdaemon's schema does.
+			if err := runnerSection(s); err != nil {
+				return nil, err
+			}
 		default:
 			return nil, fmt.Errorf("line %d: section <%s> is not supported (zodbd serves filestorage sections)", s.line, s.typ)
 		}
@@ -140,6 +178,28 @@ func ParseConfig(r io.Reader) (*FileConfig, error) {
 		return nil, fmt.Errorf("no storage section")
 	}
 	return cfg, nil
+}
+
+// runnerKeys are the keys of zdaemon's <runner> section (zdaemon's
+// schema), which zeoctl reads and the server does not.
+var runnerKeys = map[string]bool{
+	"program": true, "daemon": true, "directory": true, "backoff-limit": true, "forever": true,
+	"exit-codes": true, "hang-around": true, "default-to-interactive": true, "logfile": true,
+	"transcript": true, "socket-name": true, "prompt": true, "user": true, "umask": true,
+	"start-test-program": true, "start-timeout": true, "stop-timeout": true,
+}
+
+// runnerSection checks <runner>: zdaemon's keys only, no nested section.
+func runnerSection(s *section) error {
+	if err := s.noSubs(); err != nil {
+		return err
+	}
+	return s.each(func(k, _ string) error {
+		if !runnerKeys[k] {
+			return fmt.Errorf("<runner> %s: unknown key (zdaemon's runner keys only)", k)
+		}
+		return nil
+	})
 }
 
 // CheckHTTPAddr checks an address for the metrics listener (http-addr,
@@ -157,11 +217,11 @@ func CheckHTTPAddr(addr string) error {
 }
 
 func (cfg *FileConfig) zeoSection(s *section) error {
-	for k, v := range s.keys {
+	err := s.each(func(k, v string) error {
 		var err error
 		switch k {
 		case "address":
-			cfg.Address = v
+			cfg.Address, err = v, CheckAddress(v)
 		case "read-only":
 			cfg.ReadOnly, err = parseBool(v)
 		case "invalidation-queue-size":
@@ -171,9 +231,9 @@ func (cfg *FileConfig) zeoSection(s *section) error {
 		case "invalidation-age":
 			cfg.InvalidationAge, err = ParseInvalidationAge(v)
 		case "transaction-timeout":
-			var n int
-			if n, err = strconv.Atoi(v); err == nil && n < 0 {
-				err = fmt.Errorf("%d: want 0 (none) or more seconds", n)
+			var n int64
+			if n, err = strconv.ParseInt(v, 10, 64); err == nil && (n < 0 || n > math.MaxInt64/int64(time.Second)) {
+				err = fmt.Errorf("%d: want 0 (none) or more seconds, at most %d", n, math.MaxInt64/int64(time.Second))
 			}
 			cfg.TransactionTimeout = time.Duration(n) * time.Second
 		case "pid-filename":
@@ -186,14 +246,19 @@ func (cfg *FileConfig) zeoSection(s *section) error {
 			cfg.Msgpack = &b
 		case "busy-poll":
 			cfg.BusyPoll = v
+			_, err = busypoll.ParseSpin(v)
 		case "http-addr":
 			cfg.HTTPAddr, err = v, CheckHTTPAddr(v)
 		default:
 			err = fmt.Errorf("unknown key")
 		}
 		if err != nil {
-			return fmt.Errorf("line %d: <zeo> %s: %w", s.line, k, err)
+			return fmt.Errorf("<zeo> %s: %w", k, err)
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	for _, sub := range s.subs {
 		if sub.typ != "ssl" {
@@ -202,8 +267,11 @@ func (cfg *FileConfig) zeoSection(s *section) error {
 		if cfg.SSL != nil {
 			return fmt.Errorf("line %d: a second <ssl> section", sub.line)
 		}
+		if err := sub.noSubs(); err != nil {
+			return err
+		}
 		ssl := &SSLConfig{}
-		for k, v := range sub.keys {
+		err := sub.each(func(k, v string) error {
 			switch k {
 			case "certificate":
 				ssl.Certificate = v
@@ -212,18 +280,39 @@ func (cfg *FileConfig) zeoSection(s *section) error {
 			case "authenticate":
 				ssl.Authenticate = v
 			case "password-function":
-				ssl.PasswordFunction = v
+				return fmt.Errorf("<ssl> password-function names a Python callable, which zodbd cannot run")
 			default:
-				return fmt.Errorf("line %d: <ssl> %s: unknown key", sub.line, k)
+				return fmt.Errorf("<ssl> %s: unknown key", k)
 			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 		if ssl.Certificate == "" {
 			return fmt.Errorf("line %d: <ssl> needs a certificate", sub.line)
 		}
-		if ssl.PasswordFunction != "" {
-			return fmt.Errorf("line %d: <ssl> password-function names a Python callable, which zodbd cannot run", sub.line)
-		}
 		cfg.SSL = ssl
+	}
+	return nil
+}
+
+// CheckAddress checks a ZEO server address (<zeo> address, zodbd serve -a):
+// a Unix socket's path (one with a "/"), or PORT, :PORT, HOST:PORT or
+// [IPV6]:PORT with a numeric port from 0 to 65535.
+func CheckAddress(addr string) error {
+	if strings.Contains(addr, "/") {
+		return nil
+	}
+	port := addr
+	if strings.Contains(addr, ":") {
+		var err error
+		if _, port, err = net.SplitHostPort(addr); err != nil {
+			return fmt.Errorf("%q is not PORT, HOST:PORT or a Unix socket's path", addr)
+		}
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("%q: port %q is not a number from 0 to 65535", addr, port)
 	}
 	return nil
 }
@@ -233,7 +322,7 @@ func (cfg *FileConfig) zeoSection(s *section) error {
 // substitution. %import is refused (it loads Python code), but for
 // zc.zlibstorage, whose storage sections zodbd implements.
 func parseZConfig(r io.Reader) (*section, error) {
-	root := &section{keys: map[string]string{}, imports: map[string]bool{}}
+	root := &section{keys: map[string]keyValue{}, imports: map[string]bool{}}
 	stack := []*section{root}
 	defines := map[string]string{}
 	sc := bufio.NewScanner(r)
@@ -243,11 +332,6 @@ func parseZConfig(r io.Reader) (*section, error) {
 		if line == "" || line[0] == '#' {
 			continue
 		}
-		var err error
-		line, err = substitute(line, defines)
-		if err != nil {
-			return nil, fmt.Errorf("line %d: %w", n, err)
-		}
 		cur := stack[len(stack)-1]
 		switch {
 		case strings.HasPrefix(line, "%"):
@@ -255,10 +339,21 @@ func parseZConfig(r io.Reader) (*section, error) {
 			if len(f) == 0 {
 				return nil, fmt.Errorf("line %d: empty directive", n)
 			}
+			// As ZConfig: $NAME is replaced in values and in the
+			// arguments of directives, never in names.
+			for i := 2; i < len(f); i++ {
+				var err error
+				if f[i], err = substitute(f[i], defines); err != nil {
+					return nil, fmt.Errorf("line %d: %w", n, err)
+				}
+			}
 			switch strings.ToLower(f[0]) {
 			case "define":
 				if len(f) < 2 {
 					return nil, fmt.Errorf("line %d: %%define needs a name", n)
+				}
+				if !legalName(f[1]) {
+					return nil, fmt.Errorf("line %d: %%define %s: not a name $NAME can refer to (letters, digits and _, not starting with a digit)", n, f[1])
 				}
 				name, val := strings.ToLower(f[1]), strings.Join(f[2:], " ")
 				if old, ok := defines[name]; ok && old != val {
@@ -266,6 +361,12 @@ func parseZConfig(r io.Reader) (*section, error) {
 				}
 				defines[name] = val
 			case "import":
+				if len(f) == 2 {
+					var err error
+					if f[1], err = substitute(f[1], defines); err != nil {
+						return nil, fmt.Errorf("line %d: %w", n, err)
+					}
+				}
 				if len(f) == 2 && f[1] == "zc.zlibstorage" {
 					root.imports[f[1]] = true
 					break
@@ -294,7 +395,7 @@ func parseZConfig(r io.Reader) (*section, error) {
 			if len(f) == 0 || len(f) > 2 {
 				return nil, fmt.Errorf("line %d: malformed section start", n)
 			}
-			s := &section{typ: strings.ToLower(f[0]), keys: map[string]string{}, line: n}
+			s := &section{typ: strings.ToLower(f[0]), keys: map[string]keyValue{}, line: n}
 			if len(f) == 2 {
 				s.name = strings.ToLower(f[1]) // ZConfig's section names are case-insensitive: lower case
 			}
@@ -313,7 +414,11 @@ func parseZConfig(r io.Reader) (*section, error) {
 				// a multikey): the last value does not win silently.
 				return nil, fmt.Errorf("line %d: %s given twice in this section", n, k)
 			}
-			cur.keys[k] = strings.TrimSpace(v)
+			v, err := substitute(strings.TrimSpace(v), defines)
+			if err != nil {
+				return nil, fmt.Errorf("line %d: %s: %w", n, k, err)
+			}
+			cur.keys[k] = keyValue{v, n}
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -322,10 +427,8 @@ func parseZConfig(r io.Reader) (*section, error) {
 	if len(stack) > 1 {
 		return nil, fmt.Errorf("section <%s> (line %d) is not closed", stack[len(stack)-1].typ, stack[len(stack)-1].line)
 	}
-	if len(root.keys) > 0 {
-		for k := range root.keys {
-			return nil, fmt.Errorf("key %q outside of any section", k)
-		}
+	if err := root.each(func(k, _ string) error { return fmt.Errorf("key %q outside of any section", k) }); err != nil {
+		return nil, err
 	}
 	return root, nil
 }
@@ -345,6 +448,13 @@ func substitute(s string, defines map[string]string) (string, error) {
 			i++
 			continue
 		}
+		if i+1 < len(s) && s[i+1] == '(' {
+			end := strings.IndexByte(s[i:], ')')
+			if end < 0 {
+				end = len(s) - i - 1
+			}
+			return "", fmt.Errorf("%s: environment substitution is not supported (use %%define)", s[i:i+end+1])
+		}
 		var name string
 		if i+1 < len(s) && s[i+1] == '{' {
 			end := strings.IndexByte(s[i:], '}')
@@ -360,6 +470,9 @@ func substitute(s string, defines map[string]string) (string, error) {
 			}
 			name = s[i+1 : j]
 			i = j - 1
+			if name == "" {
+				return "", fmt.Errorf("a $ with no name after it (write $$ for a dollar sign)")
+			}
 		}
 		v, ok := defines[strings.ToLower(name)]
 		if !ok {
@@ -368,6 +481,16 @@ func substitute(s string, defines map[string]string) (string, error) {
 		b.WriteString(v)
 	}
 	return b.String(), nil
+}
+
+// legalName reports whether a %define name can be referred to by $NAME.
+func legalName(name string) bool {
+	for i, c := range name {
+		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return name != ""
 }
 
 func parseBool(s string) (bool, error) {
@@ -399,6 +522,9 @@ func parseSize(s string) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%q is not a byte size", s)
 	}
+	if n > math.MaxInt64/mult || n < math.MinInt64/mult {
+		return 0, fmt.Errorf("%q: too big (at most 8 EB)", s)
+	}
 	return n * mult, nil
 }
 
@@ -421,7 +547,7 @@ func storageSection(s *section, name string, imports map[string]bool) (FileStora
 	}
 	var dir string
 	compress := true
-	for k, v := range s.keys {
+	err := s.each(func(k, v string) error {
 		var err error
 		switch {
 		case k == "blob-dir" && !isZlib:
@@ -432,8 +558,12 @@ func storageSection(s *section, name string, imports map[string]bool) (FileStora
 			err = fmt.Errorf("unknown key")
 		}
 		if err != nil {
-			return FileStorageConfig{}, fmt.Errorf("line %d: <%s %s> %s: %w", s.line, s.typ, s.name, k, err)
+			return fmt.Errorf("<%s %s> %s: %w", s.typ, s.name, k, err)
 		}
+		return nil
+	})
+	if err != nil {
+		return FileStorageConfig{}, err
 	}
 	if !isZlib && dir == "" {
 		return FileStorageConfig{}, fmt.Errorf("line %d: <blobstorage %s> has no blob-dir", s.line, s.name)
@@ -463,8 +593,11 @@ func storageSection(s *section, name string, imports map[string]bool) (FileStora
 // name ("" when unnamed). A <blobstorage> around it sets BlobDir after.
 func filestorageSection(s *section, name string) (FileStorageConfig, error) {
 	fs := FileStorageConfig{Name: name, PackGC: true, PackKeepOld: true}
-	var err error
-	for k, v := range s.keys {
+	if err := s.noSubs(); err != nil {
+		return fs, err
+	}
+	err := s.each(func(k, v string) error {
+		var err error
 		switch k {
 		case "path":
 			fs.Path = v
@@ -488,8 +621,12 @@ func filestorageSection(s *section, name string) (FileStorageConfig, error) {
 			err = fmt.Errorf("unknown key")
 		}
 		if err != nil {
-			return fs, fmt.Errorf("line %d: <filestorage %s> %s: %w", s.line, s.name, k, err)
+			return fmt.Errorf("<filestorage %s> %s: %w", s.name, k, err)
 		}
+		return nil
+	})
+	if err != nil {
+		return fs, err
 	}
 	if fs.Path == "" {
 		return fs, fmt.Errorf("line %d: <filestorage %s> has no path", s.line, s.name)

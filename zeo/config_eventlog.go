@@ -20,17 +20,19 @@ type EventLogConfig struct {
 // every key ZConfig defines for them, each honoured or refused.
 func eventlogSection(s *section) (*EventLogConfig, error) {
 	el := &EventLogConfig{Level: eventlog.Info}
-	for k, v := range s.keys {
-		switch k {
-		case "level":
-			l, err := eventlog.ParseLevel(v)
-			if err != nil {
-				return nil, fmt.Errorf("line %d: <eventlog> level: %w", s.line, err)
-			}
-			el.Level = l
-		default:
-			return nil, fmt.Errorf("line %d: <eventlog> %s: unknown key", s.line, k)
+	err := s.each(func(k, v string) error {
+		if k != "level" {
+			return fmt.Errorf("<eventlog> %s: unknown key", k)
 		}
+		l, err := eventlog.ParseLevel(v)
+		if err != nil {
+			return fmt.Errorf("<eventlog> level: %w", err)
+		}
+		el.Level = l
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	for _, sub := range s.subs {
 		switch sub.typ {
@@ -55,7 +57,10 @@ func logfileSection(s *section) (eventlog.HandlerConfig, error) {
 	var when string
 	var interval int
 	var encoding bool
-	for k, v := range s.keys {
+	if err := s.noSubs(); err != nil {
+		return h, err
+	}
+	err := s.each(func(k, v string) error {
 		var err error
 		switch k {
 		case "path":
@@ -103,8 +108,12 @@ func logfileSection(s *section) (eventlog.HandlerConfig, error) {
 			err = fmt.Errorf("unknown key")
 		}
 		if err != nil {
-			return h, fmt.Errorf("line %d: <logfile> %s: %w", s.line, k, err)
+			return fmt.Errorf("<logfile> %s: %w", k, err)
 		}
+		return nil
+	})
+	if err != nil {
+		return h, err
 	}
 	if h.Path == "" {
 		return h, fmt.Errorf("line %d: <logfile> has no path", s.line)
