@@ -51,3 +51,10 @@ func parseInterleaved(fl *flag.FlagSet, args []string) (pos []string, status int
 		args = args[1:]
 	}
 }
+
+// isSet reports whether the flag name was given on the command line.
+func isSet(fl *flag.FlagSet, name string) bool {
+	set := false
+	fl.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}

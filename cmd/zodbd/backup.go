@@ -112,6 +112,15 @@ func runBackup(args []string) int {
 			cliMisuse("backup", "--verify takes no FILE")
 			return 2
 		}
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"-F (--full)", full}, {"-z (--gzip)", gz}, {"-Q (--quick)", quick}, {"-k (--kill-old-on-full)", kill}, {"--blob-dir", blobDir != ""}} {
+			if f.set {
+				cliMisuse("backup", f.name+" is for a backup, not for --verify")
+				return 2
+			}
+		}
 		stamp := ""
 		if date != "" {
 			var err error

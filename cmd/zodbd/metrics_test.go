@@ -372,7 +372,7 @@ func TestMetricsConfig(t *testing.T) {
 	}{
 		{[]string{"serve", "-f", filepath.Join(dir, "Other.fs"), "-a", "127.0.0.1:0", "--http-addr", "9100"}, `zodbd serve: --http-addr: "9100" is not HOST:PORT`},
 		{[]string{"serve", "-f", filepath.Join(dir, "Other.fs"), "-a", "127.0.0.1:0", "--http-addr", "127.0.0.1:http"}, `port "http" is not a number`},
-		{[]string{"serve", "-C", bad}, `line 1: <zeo> http-addr: "nowhere" is not HOST:PORT`},
+		{[]string{"serve", "-C", bad}, `line 3: <zeo> http-addr: "nowhere" is not HOST:PORT`},
 		{[]string{"serve", "-f", filepath.Join(dir, "Other.fs"), "-a", "127.0.0.1:0", "--http-addr", s.httpAddr}, "address already in use"},
 	} {
 		status, _, errOut := capture(t, tc.args...)

@@ -72,6 +72,10 @@ func runNeoStorage(args []string) int {
 	if maxTxnBytes < 0 {
 		return fatalf("neo-storage", "--max-txn-bytes must not be negative")
 	}
+	if !readWrite && isSet(fl, "max-txn-bytes") {
+		cliMisuse("neo-storage", "--max-txn-bytes bounds the transactions of a node that takes commits: it goes with --read-write")
+		return 2
+	}
 	if maxQueued <= 0 {
 		return fatalf("neo-storage", "--max-queued must be more than 0")
 	}

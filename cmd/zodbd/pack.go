@@ -58,6 +58,10 @@ func runPack(args []string) int {
 		return 2
 	}
 	path := pos[0]
+	if *workers < 0 {
+		cliMisuse("pack", fmt.Sprintf("--workers %d: want 0 (GOMAXPROCS) or more", *workers))
+		return 2
+	}
 	set := map[string]bool{}
 	fl.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	n := 0

@@ -69,6 +69,9 @@ type multiFlag []string
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(s string) error { *m = append(*m, s); return nil }
 
+// Repeatable tells cli.Parse that -f may be given several times.
+func (m *multiFlag) Repeatable() {}
+
 func runServe(args []string) int {
 	fl := newFlags("serve", "usage: zodbd serve [-C zeo.conf] [-a ADDRESS] [-f Data.fs]... [options]\n\n"+
 		"Serves FileStorage files to ZEO clients (ZEO.ClientStorage), like runzeo.\n"+
@@ -137,8 +140,10 @@ func runServe(args []string) int {
 		return fatalf("serve", "--max-frame %d: want a positive size", maxFrame)
 	case gomaxprocs < 0:
 		return fatalf("serve", "--gomaxprocs %d: want 0 (Go's default) or more", gomaxprocs)
-	case timeout < 0:
-		return fatalf("serve", "--timeout %v: want 0 (none) or more seconds", timeout)
+	case !(timeout >= 0 && timeout <= float64(math.MaxInt64/int64(time.Second))): // NaN too
+		return fatalf("serve", "--timeout %v: want 0 (none) or more seconds, at most %d", timeout, math.MaxInt64/int64(time.Second))
+	case addr != "" && zeo.CheckAddress(addr) != nil:
+		return fatalf("serve", "--address: %v", zeo.CheckAddress(addr))
 	}
 	// A log reader that goes away (a pipe to logger, restarted) must not
 	// kill the server, as SIGPIPE does by default for a write to fd 1 or
@@ -156,6 +161,7 @@ func runServe(args []string) int {
 	}
 
 	fc := &zeo.FileConfig{InvalidationQueueSize: 100}
+	var replaced []string // zeo.conf's storages replaced by -f
 	if conf != "" {
 		var err error
 		if fc, err = zeo.ParseConfigFile(conf); err != nil {
@@ -169,6 +175,14 @@ func runServe(args []string) int {
 		fc.Address = "127.0.0.1:8100"
 	}
 	if len(files) > 0 {
+		if len(fc.Storages) > 0 {
+			// As runzeo: -f replaces the storages of zeo.conf. Said, so
+			// that a blob directory or a zlib section that no longer
+			// applies is not lost without a word (logged below).
+			for _, st := range fc.Storages {
+				replaced = append(replaced, fmt.Sprintf("%s (%s)", st.Name, st.Path))
+			}
+		}
 		fc.Storages = nil
 		for i, f := range files {
 			fc.Storages = append(fc.Storages, zeo.FileStorageConfig{Name: strconv.Itoa(i + 1), Path: f, Create: create, PackGC: true, PackKeepOld: true})
@@ -210,9 +224,7 @@ func runServe(args []string) int {
 		fc.HTTPAddr = httpAddr
 	}
 	if fc.BusyPoll != "" && !set["busy-poll"] {
-		if err := busyPoll.Set(fc.BusyPoll); err != nil {
-			return fatalf("serve", "%s: <zeo> busy-poll: %v", conf, err)
-		}
+		busyPoll.Set(fc.BusyPoll) // checked by ParseConfigFile
 	}
 
 	el, err := openEventLog(fc.EventLog, logPath)
@@ -221,6 +233,9 @@ func runServe(args []string) int {
 	}
 	defer el.Close()
 	logf := func(lv eventlog.Level, f string, a ...any) { el.Logf(lv, "ZEO.runzeo", f, a...) }
+	if len(replaced) > 0 {
+		logf(eventlog.Warning, "-f replaces the storages of %s: %s not served", conf, strings.Join(replaced, ", "))
+	}
 	if debugAddr != "" {
 		d, err := startDebugServer(debugAddr, func(f string, a ...any) { logf(eventlog.Info, f, a...) })
 		if err != nil {
@@ -384,11 +399,17 @@ func runServe(args []string) int {
 	if err != nil {
 		return fatalf("serve", "%v", err)
 	}
-	if fc.PidFile != "" && !fc.ReadOnly {
-		if err := writePidFile(fc.PidFile); err != nil {
+	if fc.PidFile != "" {
+		// Read-only too (runzeo skips it there, without a word, and a
+		// supervisor waits for it), but a read-only server may run
+		// where it cannot write: then the failure is a warning.
+		if err := writePidFile(fc.PidFile); err == nil {
+			pidFileWritten = fc.PidFile
+		} else if fc.ReadOnly {
+			logf(eventlog.Warning, "pid file (read-only server): %v", err)
+		} else {
 			return fatalf("serve", "pid file: %v", err)
 		}
-		pidFileWritten = fc.PidFile
 	}
 	where := ""
 	if ta, ok := ln.Addr().(*net.TCPAddr); ok && ta.IP.IsUnspecified() {

@@ -56,6 +56,12 @@ func runWrk(args []string) int {
 		fl.Usage()
 		return 2
 	}
+	for _, name := range []string{"objects", "size"} {
+		if !*commit && isSet(fl, name) {
+			cliMisuse("wrk", "--"+name+" applies to the commit workload: it goes with --commit")
+			return 2
+		}
+	}
 	if *commit && *inflight != 1 {
 		return fatalf("wrk", "--inflight applies to loads: a client commits one transaction at a time")
 	}

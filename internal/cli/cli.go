@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 )
 
 // Parse parses args with fl, a flag.ContinueOnError FlagSet named after
@@ -24,6 +25,7 @@ import (
 // afterwards, so that a later fl.Usage() (a wrong number of arguments)
 // prints to stderr as before.
 func Parse(fl *flag.FlagSet, args []string, stdout, stderr io.Writer) (status int, ok bool) {
+	guardRepeats(fl)
 	usage, out := fl.Usage, fl.Output()
 	fl.Usage = func() {}
 	fl.SetOutput(io.Discard)
@@ -52,4 +54,68 @@ func Parse(fl *flag.FlagSet, args []string, stdout, stderr io.Writer) (status in
 // Misuse prints "zodbd NAME: MSG" and the pointer to "zodbd NAME -h" to w.
 func Misuse(w io.Writer, name, msg string) {
 	fmt.Fprintf(w, "zodbd %s: %s\nRun \"zodbd %s -h\" for usage.\n", name, msg, name)
+}
+
+// Repeatable is implemented by flag values that a command line may give
+// several times (each occurrence adds a value).
+type Repeatable interface {
+	flag.Value
+	Repeatable()
+}
+
+// guardRepeats makes a flag given twice with different values an error
+// (the last one does not win silently), aliases included (-r and
+// --repository set the same variable): the flags of fl that set one
+// variable share one record of the value given first. Values that are
+// Repeatable are left alone. Parsing the same set again (flags after
+// positional arguments) keeps the record.
+func guardRepeats(fl *flag.FlagSet) {
+	given := map[flag.Value]*givenValue{}
+	fl.VisitAll(func(f *flag.Flag) {
+		if _, ok := f.Value.(*onceValue); ok {
+			return
+		}
+		if _, ok := f.Value.(Repeatable); ok {
+			return
+		}
+		g := &givenValue{}
+		if reflect.TypeOf(f.Value).Comparable() { // flag.Func's values are funcs
+			if seen, ok := given[f.Value]; ok {
+				g = seen
+			} else {
+				given[f.Value] = g
+			}
+		}
+		f.Value = &onceValue{Value: f.Value, given: g}
+	})
+}
+
+// givenValue is the value given first to the flags of one variable.
+type givenValue struct {
+	v   string
+	set bool
+}
+
+// onceValue is a flag's value that refuses a second, different setting.
+type onceValue struct {
+	flag.Value
+	given *givenValue
+}
+
+func (o *onceValue) Set(s string) error {
+	if o.given.set {
+		if o.given.v != s {
+			return fmt.Errorf("given twice, with %q before", o.given.v)
+		}
+		return nil
+	}
+	o.given.v, o.given.set = s, true
+	return o.Value.Set(s)
+}
+
+// IsBoolFlag passes the wrapped value's (flag's boolFlag), so that a
+// boolean flag still takes no argument.
+func (o *onceValue) IsBoolFlag() bool {
+	b, ok := o.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }

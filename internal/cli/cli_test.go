@@ -60,3 +60,42 @@ func TestParse(t *testing.T) {
 		}
 	}
 }
+
+// TestParseRepeats: a flag given twice with another value, or an alias of
+// it (two names of one variable), is an error naming it; the same value
+// twice, and a Repeatable value, are not.
+func TestParseRepeats(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		ok   bool
+	}{
+		{[]string{"-r", "a", "-r", "b"}, false},
+		{[]string{"-r", "a", "--repository", "b"}, false},
+		{[]string{"-r", "a", "--repository=a"}, true},
+		{[]string{"-v", "-v"}, true},
+		{[]string{"-v", "-v=false"}, false},
+		{[]string{"-f", "a", "-f", "b"}, true},
+	} {
+		fl := flag.NewFlagSet("cmd", flag.ContinueOnError)
+		var repo string
+		var files multi
+		fl.StringVar(&repo, "r", "", "")
+		fl.StringVar(&repo, "repository", "", "")
+		fl.Bool("v", false, "")
+		fl.Var(&files, "f", "")
+		var stdout, stderr bytes.Buffer
+		_, ok := Parse(fl, tc.args, &stdout, &stderr)
+		if ok != tc.ok || !ok && !strings.Contains(stderr.String(), "given twice") {
+			t.Errorf("%q: ok %v (%q), want %v", tc.args, ok, stderr.String(), tc.ok)
+		}
+		if tc.ok && tc.args[0] == "-f" && len(files) != 2 {
+			t.Errorf("%q: -f values %q, want both", tc.args, files)
+		}
+	}
+}
+
+type multi []string
+
+func (m *multi) String() string     { return strings.Join(*m, ",") }
+func (m *multi) Set(s string) error { *m = append(*m, s); return nil }
+func (m *multi) Repeatable()        {}
