@@ -357,8 +357,11 @@ func (n *Node) devPath() []string {
 }
 
 // newWriter returns the writer of a connection, with the node's budgets.
-func (n *Node) newWriter(nc net.Conn) *netconn.Writer {
-	return netconn.NewWriter(nc, netconn.Config{Max: n.cfg.MaxQueued, Budget: n.budget})
+func (n *Node) newWriter(nc net.Conn, name string) *netconn.Writer {
+	return netconn.NewWriter(nc, netconn.Config{Max: n.cfg.MaxQueued, Budget: n.budget, Overflow: func(err error) {
+		n.log.Printf("neo storage: %s: %v (closing)", name, err)
+		nc.Close()
+	}})
 }
 
 // ---- master session ----

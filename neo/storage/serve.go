@@ -31,10 +31,11 @@ type peer struct {
 	stats  *peerStats // nil unless Node.EnableStats (stats.go)
 	typ    proto.NodeType
 	nid    proto.NodeID
-	// held, delayed and txns are guarded by the transaction manager's
-	// mu: the bytes of data its transactions hold until their vote, its
-	// requests waiting for write locks, and its transactions in progress.
-	held, delayed, txns int
+	// held, delayed, events and txns are guarded by the transaction
+	// manager's mu: the bytes of data its transactions hold until their
+	// vote, its reads waiting for write locks, its stores, checks and
+	// relocks waiting for them, and its transactions in progress.
+	held, delayed, events, txns int
 
 	// A storage peer's link also carries this node's replication
 	// requests when the peer refused a link of ours (revask.go).
@@ -84,7 +85,7 @@ func (n *Node) servePeer(ctx context.Context, nc net.Conn) {
 		n.log.Printf("neo storage: %s: %v (closing)", name, err)
 		return
 	}
-	p := &peer{n: n, nc: nc, w: n.newWriter(nc), name: name, sem: make(chan struct{}, n.cfg.MaxInflight), stats: n.newPeerStats(), gone: make(chan struct{})}
+	p := &peer{n: n, nc: nc, w: n.newWriter(nc, name), name: name, sem: make(chan struct{}, n.cfg.MaxInflight), stats: n.newPeerStats(), gone: make(chan struct{})}
 	defer close(p.gone)
 	defer p.w.Close()
 	n.peersMu.Lock()
@@ -115,7 +116,17 @@ func (n *Node) servePeer(ctx context.Context, nc net.Conn) {
 		return
 	}
 	nc.SetReadDeadline(time.Time{})
-	defer p.wg.Wait()
+	defer func() {
+		// The requests still being served end before the connection
+		// is forgotten, but a peer that does not read must not keep
+		// them waiting for room to write their answers (nor keep its
+		// socket): what is queued gets a second to go out, then the
+		// socket closes, which fails the writes waiting on it.
+		nc.SetWriteDeadline(time.Now().Add(time.Second))
+		p.w.Close()
+		nc.Close()
+		p.wg.Wait()
+	}()
 	if n.tm != nil {
 		defer n.tm.dropPeer(p) // before the wait: it drops the delayed reads
 	}

@@ -68,7 +68,7 @@ type txnManager struct {
 	txns       map[zodb.Tid]*txn
 	storeLocks map[zodb.Oid]zodb.Tid // write locks: oid -> ttid
 	loadLocks  map[zodb.Oid]zodb.Tid // oids of locked transactions -> ttid
-	events     []*event              // delayed stores, checks, relocks, by ttid
+	events     eventQueue            // delayed stores, checks, relocks, by ttid
 	reads      []delayedRead         // delayed reads, in arrival order
 	running    bool                  // runEvents is running
 	rerun      bool                  // a lock was released while it ran
@@ -201,7 +201,10 @@ func (tm *txnManager) resetLocked() {
 	tm.txns = map[zodb.Tid]*txn{}
 	tm.storeLocks = map[zodb.Oid]zodb.Tid{}
 	tm.loadLocks = map[zodb.Oid]zodb.Tid{}
-	tm.events = nil
+	tm.events.removeFunc(func(ev *event) bool {
+		ev.p.events--
+		return true
+	})
 	tm.reads = nil
 	tm.out = nil
 	tm.nlocked.Store(0)
@@ -211,13 +214,19 @@ func (tm *txnManager) resetLocked() {
 	tm.released = make(chan struct{})
 }
 
-// unlockAndFlush releases mu and writes the packets queued under it.
+// unlockAndFlush releases mu and sends the packets queued under it. They
+// are for any connection, not only the caller's (a lock released by the
+// master's NotifyUnlockInformation answers the stores of other clients
+// that waited for it), so they are sent without waiting for room: a
+// client that does not read its answers must not stall the goroutine
+// that released the lock (the master session, another client's reader);
+// past its MaxQueued it is disconnected (newWriter's Overflow).
 func (tm *txnManager) unlockAndFlush() {
 	out := tm.out
 	tm.out = nil
 	tm.mu.Unlock()
 	for _, o := range out {
-		o.p.w.Write(o.b)
+		o.p.w.Send(o.b, 0)
 	}
 }
 
@@ -393,19 +402,33 @@ func (tm *txnManager) relockObject(p *peer, id uint32, m *proto.AskRelockObject)
 }
 
 // queue delays ev behind the events of older transactions (mu held).
-// Delayed stores and checks are not bounded by count (MaxInflight bounds
-// the delayed reads): a client pipelines every store of its transaction
-// (NEO/py's and zodbd's clients), which all wait when another
-// transaction locks their oids, and each costs a fraction of what its
-// store costs the transaction anyway.
+// A connection's delayed stores and checks are bounded by a count far
+// above what a client sends (MaxInflight bounds the delayed reads): a
+// client pipelines every store of its transaction (NEO/py's and zodbd's
+// clients), which all wait when another transaction locks their oids,
+// but a peer that sent checks without end would hold the node's memory.
 func (tm *txnManager) queue(ev *event) error {
-	ev.since = time.Now()
-	i := len(tm.events)
-	for i > 0 && tm.events[i-1].ttid > ev.ttid {
-		i--
+	if ev.p.events >= maxEventsPerConn {
+		return fmt.Errorf("more than %d stores and checks waiting for locks", maxEventsPerConn)
 	}
-	tm.events = slices.Insert(tm.events, i, ev)
+	ev.since = time.Now()
+	ev.p.events++
+	tm.events.add(ev)
 	return nil
+}
+
+// maxEventsPerConn bounds the stores, checks and relocks of one
+// connection waiting for locks (about 100 bytes each, data aside).
+const maxEventsPerConn = 1 << 20
+
+// tryQueued is tryEvent for a queued event: true when it is done (and
+// leaves the queue).
+func (tm *txnManager) tryQueued(ev *event) bool {
+	if !tm.tryEvent(ev) {
+		return false
+	}
+	ev.p.events--
+	return true
 }
 
 // runEvents retries the delayed events in ttid order (mu held). It is not
@@ -420,17 +443,7 @@ func (tm *txnManager) runEvents() {
 	defer func() { tm.running = false }()
 	for {
 		tm.rerun = false
-		for i := 0; i < len(tm.events); {
-			ev := tm.events[i]
-			if tm.tryEvent(ev) {
-				tm.events = slices.Delete(tm.events, i, i+1)
-			} else {
-				i++
-			}
-			if tm.rerun {
-				break
-			}
-		}
+		tm.events.retry(tm.tryQueued, func() bool { return tm.rerun })
 		if !tm.rerun {
 			return
 		}
@@ -898,7 +911,8 @@ func (tm *txnManager) release(t *txn) {
 // node until it has handled the end of the first.)
 func (tm *txnManager) dropPeer(p *peer) {
 	tm.mu.Lock()
-	tm.events = slices.DeleteFunc(tm.events, func(ev *event) bool { return ev.p == p })
+	tm.events.removeFunc(func(ev *event) bool { return ev.p == p })
+	p.events = 0
 	tm.reads = slices.DeleteFunc(tm.reads, func(r delayedRead) bool {
 		if r.p == p {
 			r.p.wg.Done()
