@@ -64,7 +64,16 @@ func TestReplayReplicationInto(t *testing.T) {
 			nAdds++
 		}
 	}
-	go func() { s1done <- playSource(sl, sc) }()
+	s1exit := make(chan struct{})
+	defer func() { sl.Close(); <-s1exit }() // t.Logf below is not called after the test
+	go func() {
+		defer close(s1exit)
+		err := playSource(sl, sc)
+		if err != nil {
+			t.Logf("S1: %v", err) // at once: the node then waits for S1, and the master side times out
+		}
+		s1done <- err
+	}()
 
 	ln, n, done := startReplayNode(t, be)
 	nc, err := ln.Accept()
