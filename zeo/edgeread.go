@@ -35,18 +35,21 @@ import (
 // offered is followed by another read at once.
 //
 // It waits only after a short read that brought exactly one request and
-// nothing more, a call: the pattern of a client with one request in
-// flight, which cannot send the next before it has the reply. The end of
-// the stream is the exception to "any byte makes a new edge": a read that
-// returns the last bytes also takes the FIN queued behind them, and the
-// edge of that FIN may be the one the wait before the read took (both
-// arrived while the loop answered the request before). After a call, a
-// client that closed or went gets the reply and answers it with a reset,
-// which makes an edge; after a one-way request or a heartbeat, which
-// nothing answers, the loop reads again at once, and finds the end there.
-// (A client that half-closes after a call and reads the reply keeps the
-// connection until the server next writes to it or TCP keepalive finds
-// it gone.) A read that brought
+// nothing more, a call answered at once: the pattern of a client with one
+// request in flight, which cannot send the next before it has the reply.
+// The end of the stream is the exception to "any byte makes a new edge":
+// a read that returns the last bytes also takes the FIN queued behind
+// them (in the same segment, or the edge of that FIN was the one the wait
+// before the read took: both arrived while the loop answered the request
+// before). After a call answered at once, a client that closed or went
+// gets the reply and answers it with a reset, which makes an edge. After
+// a one-way request or a heartbeat, which nothing answers, and after a
+// call whose reply comes later from a goroutine of its own (a vote that
+// waits for the commit lock, whose gone client would keep its
+// transaction until the lock's holder finished), the loop reads again at
+// once, and finds the end there. (A client that half-closes after a call
+// and reads the reply keeps the connection until the server next writes
+// to it or TCP keepalive finds it gone.) A read that brought
 // several requests, or part of one, is from a client that pipelines: its
 // next requests may have arrived while they were answered, and the poller
 // hears of them only when it next runs (under load, when a P runs out of
@@ -142,7 +145,7 @@ func (c *conn) serveEdge() bool {
 				stop = true
 				return true
 			}
-			if calls == 1 && c.awaited && e.r == e.w && e.big == nil {
+			if calls == 1 && c.awaited && !c.spawned && e.r == e.w && e.big == nil {
 				// One call, answered: a client with one request in
 				// flight sends no other before it reads the reply.
 				// Wait for the poller without a read.
