@@ -927,7 +927,9 @@ func (c *conn) pack(id *wire.Value, t float64, wait bool) {
 		return
 	}
 	at := zodb.TidFromUnix(t)
+	c.srv.work.Add(1) // run is called once, on a goroutine of its own
 	run := func() error {
+		defer c.srv.work.Done()
 		err := p.Pack(c.srv.packContext(), at, true)
 		if err != nil {
 			c.log(eventlog.Error, "pack of storage %s to %s failed: %v", c.st.name, at, err)

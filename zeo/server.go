@@ -148,6 +148,9 @@ type Server struct {
 	conns     map[*conn]struct{}
 	closed    bool
 	wg        sync.WaitGroup
+	// work counts the goroutines that use a storage past their
+	// connection's end (a tpc_finish, a pack): Close waits for them too.
+	work sync.WaitGroup
 	serving   int        // Serve loops running (Stats' Serving)
 	retired   connTotals // the figures of the connections that ended (stats.go)
 
@@ -276,8 +279,10 @@ func (s *Server) Serve(ln net.Listener) error {
 }
 
 // Close stops accepting, closes every connection (aborting their open
-// transactions and releasing the commit lock) and waits for the connection
-// goroutines to finish. It does not close the storages.
+// transactions and releasing the commit lock), cancels the packs, and
+// waits for the connection goroutines and for what they started that uses
+// a storage (a tpc_finish under way completes; a pack ends) to finish:
+// the caller may then close the storages. It does not close them.
 func (s *Server) Close() error {
 	s.mu.Lock()
 	s.closed = true
@@ -292,6 +297,7 @@ func (s *Server) Close() error {
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
+	s.work.Wait() // started by connections: none is added now
 	return nil
 }
 

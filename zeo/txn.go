@@ -463,7 +463,9 @@ func (c *conn) tpcFinish(id *wire.Value, txnID int64) {
 	st := c.st
 	observe := c.spawn()
 	c.out.Hold()
+	c.srv.work.Add(1)
 	go func() {
+		defer c.srv.work.Done()
 		// A finish is not cancelled by a disconnect: once voted, the
 		// transaction is committed as soon as possible.
 		var tid zodb.Tid
