@@ -154,9 +154,13 @@ func (c *conn) sendBlob(id *wire.Value, oid zodb.Oid, serial zodb.Tid) error {
 			e.EndMessage()
 			pending += n
 			if pending >= 1<<20 {
-				// Do not build a big blob in memory: write what we have.
+				// Do not build a big blob in memory: write what we
+				// have, and wait while the client leaves more than
+				// half of MaxQueued unread (flush writes nothing while
+				// another goroutine is writing, such as the Writer's
+				// own with invalidations for this client).
 				pending = 0
-				if !c.flush() {
+				if !c.flush() || !c.out.WaitRoom() {
 					return nil // the connection is broken; the read loop ends it
 				}
 			}
