@@ -247,8 +247,9 @@ var errShutdown = errors.New("shut down by the master")
 // Run serves until ctx is done, the master declares the node down (then
 // Run returns nil), or a fatal error (a partition table this backend
 // cannot serve, a transaction it cannot validate). A lost master is
-// reconnected to. Run closes the listener when it returns; it does not
-// close the backend.
+// reconnected to. Run closes the listener and the peers' connections
+// when it returns, after their requests being served have ended (the
+// caller may close the backend then); it does not close the backend.
 func (n *Node) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -256,7 +257,7 @@ func (n *Node) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		n.acceptLoop(ctx)
+		n.acceptLoop(ctx, &wg)
 	}()
 	go func() {
 		<-ctx.Done()

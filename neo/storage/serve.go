@@ -61,7 +61,7 @@ type request struct {
 // acceptLoop serves the peers that connect until ctx is done or the
 // listener is closed; other errors of Accept are logged and accepting goes
 // on (netconn.Accept).
-func (n *Node) acceptLoop(ctx context.Context) {
+func (n *Node) acceptLoop(ctx context.Context, wg *sync.WaitGroup) {
 	for {
 		nc, err := netconn.Accept(n.ln, func(err error, delay time.Duration) bool {
 			if ctx.Err() != nil {
@@ -73,7 +73,11 @@ func (n *Node) acceptLoop(ctx context.Context) {
 		if err != nil {
 			return
 		}
-		go n.servePeer(ctx, nc)
+		wg.Add(1) // Run waits for the peers too: it closes the backend next
+		go func() {
+			defer wg.Done()
+			n.servePeer(ctx, nc)
+		}()
 	}
 }
 

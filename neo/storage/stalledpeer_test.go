@@ -3,6 +3,7 @@ package storage_test
 // Peers that stop reading: they cost their own connection only.
 
 import (
+	"context"
 	"runtime"
 	"strings"
 	"testing"
@@ -133,3 +134,38 @@ func TestMalformedFrameClosesBusyConnection(t *testing.T) {
 	}
 }
 
+// gatedTxnInfo is a memWriter whose TransactionInformation says on
+// entered that it started and waits for release.
+type gatedTxnInfo struct {
+	*memWriter
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (b *gatedTxnInfo) TransactionInformation(ctx context.Context, tid zodb.Tid) (*storage.TxnInfo, error) {
+	b.entered <- struct{}{}
+	<-b.release
+	return b.memWriter.TransactionInformation(ctx, tid)
+}
+
+// TestRunWaitsForPeers: Run's exit closed the peers' sockets and waited
+// for the accept loop, not for servePeer, whose goroutines (and the
+// requests they serve, in the backend) outlived Run: the caller then
+// closed the backend under them.
+func TestRunWaitsForPeers(t *testing.T) {
+	be := &gatedTxnInfo{memWriter: newMemWriter(), entered: make(chan struct{}, 1), release: make(chan struct{})}
+	c := startWriteCluster(t, be, nil)
+	a := c.client(-536870911)
+	c.commit(a, 10, 11, 1, 0, "v")
+	a.send(&proto.AskTransactionInformation{Tid: 11})
+	<-be.entered // served, in the backend
+	c.cancel()
+	select {
+	case err := <-c.done:
+		c.done <- err // for the cleanup's stop
+		close(be.release)
+		t.Fatalf("Run returned (%v) while a request of a peer was still being served in the backend", err)
+	case <-time.After(500 * time.Millisecond):
+		close(be.release) // Run waits for its peers: right
+	}
+}
