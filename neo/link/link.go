@@ -329,7 +329,12 @@ func (c *Conn) newID() uint32 { return c.nextID.Add(1) - 1 }
 // write queues one packet and writes it, or leaves it to the goroutine
 // whose write is in progress.
 func (c *Conn) write(id uint32, m proto.Msg) error {
-	err := c.w.WriteFunc(func(b []byte) []byte { return proto.AppendPacket(b, id, m) })
+	return c.writeFailed(c.w.WriteFunc(func(b []byte) []byte { return proto.AppendPacket(b, id, m) }))
+}
+
+// writeFailed handles the writer's error err (nil: none): the connection
+// is shut down, and its error returned.
+func (c *Conn) writeFailed(err error) error {
 	if err == nil {
 		return nil
 	}
@@ -399,7 +404,7 @@ func (c *Conn) AskQueued(ctx context.Context, req, answer proto.Msg) error {
 }
 
 func (c *Conn) ask(ctx context.Context, req, answer proto.Msg, buf []byte, queue bool) ([]byte, error) {
-	cl, id, err := c.start(req, buf, queue)
+	cl, id, err := c.start(ctx, req, buf, queue)
 	if err != nil {
 		return buf, err
 	}
@@ -412,7 +417,7 @@ func (c *Conn) ask(ctx context.Context, req, answer proto.Msg, buf []byte, queue
 // calls (with Ask, a request is written by the goroutine that asks: two
 // goroutines' requests are in no set order).
 func (c *Conn) AskAsync(ctx context.Context, req, answer proto.Msg, done func(error)) {
-	cl, id, err := c.start(req, nil, false)
+	cl, id, err := c.start(ctx, req, nil, false)
 	if err != nil {
 		done(err)
 		return
@@ -424,7 +429,7 @@ func (c *Conn) AskAsync(ctx context.Context, req, answer proto.Msg, done func(er
 }
 
 // start registers a call and writes its request.
-func (c *Conn) start(req proto.Msg, buf []byte, queue bool) (*call, uint32, error) {
+func (c *Conn) start(ctx context.Context, req proto.Msg, buf []byte, queue bool) (*call, uint32, error) {
 	cl := callPool.Get().(*call)
 	cl.buf = buf[:0]
 	cl.queue = queue
@@ -440,13 +445,35 @@ func (c *Conn) start(req proto.Msg, buf []byte, queue bool) (*call, uint32, erro
 	c.pending[id] = cl
 	c.pmu.Unlock()
 
-	if err := c.write(id, req); err != nil {
+	if err := c.writeCtx(ctx, id, req); err != nil {
 		c.abandon(id, cl)
 		// Not put back: the reader may still deliver to it.
 		return nil, 0, err
 	}
 	return cl, id, nil
 }
+
+// writeCtx is write for a request asked with ctx. A request that carries
+// object data, bigger than a socket's buffers, is queued and left to the
+// writer's goroutine when ctx can end (netconn.Writer.WriteFuncCtx): a
+// peer that stops reading then makes the caller wait for the answer,
+// which ctx bounds, not in a write, which it does not. The others, small,
+// are written by the caller (no hand-over to another goroutine on the
+// path of every load).
+func (c *Conn) writeCtx(ctx context.Context, id uint32, req proto.Msg) error {
+	if so, ok := req.(*proto.AskStoreObject); !ok || len(so.Data) < bulkRequest || ctx.Done() == nil {
+		return c.write(id, req)
+	}
+	err := c.w.WriteFuncCtx(ctx, func(b []byte) []byte { return proto.AppendPacket(b, id, req) })
+	if err != nil && err == ctx.Err() {
+		return err // nothing sent
+	}
+	return c.writeFailed(err)
+}
+
+// bulkRequest is the size of object data past which a store is written
+// by the writer's goroutine when its ctx can end.
+const bulkRequest = 64 << 10
 
 // finish waits for the answer of a started call and decodes it.
 func (c *Conn) finish(ctx context.Context, cl *call, id uint32, answer proto.Msg, buf []byte) ([]byte, error) {
