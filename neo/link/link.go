@@ -81,6 +81,7 @@ type Conn struct {
 	// pending requests
 	pmu     sync.Mutex
 	pending map[uint32]*call
+	stray   int   // answers that matched no pending request (guarded by pmu)
 	perr    error // set when the connection is dead
 
 	// received requests and notifications

@@ -133,14 +133,21 @@ func (c *Conn) dispatch(p proto.Packet) {
 		c.pmu.Lock()
 		cl := c.pending[p.ID]
 		queue := false
+		stray := 0
 		if cl != nil {
 			delete(c.pending, p.ID)
 			queue = cl.queue
 			cl.ch <- result{code: p.Code, args: append(cl.buf, p.Args...)}
+		} else {
+			c.stray++
+			stray = c.stray
 		}
 		c.pmu.Unlock()
-		if cl == nil {
-			c.logf("link: %v: dropping %s with unexpected msg_id %d", c.nc.RemoteAddr(), proto.CodeName(p.Code), p.ID)
+		// An answer to an Ask abandoned (ctx done) comes late: dropped.
+		// Logged, but not one line each for a peer that sends them
+		// without end: the first 10, then at 16, 32, 64, ...
+		if cl == nil && (stray <= 10 || stray&(stray-1) == 0) {
+			c.logf("link: %v: dropping %s with unexpected msg_id %d (%d such answers)", c.nc.RemoteAddr(), proto.CodeName(p.Code), p.ID, stray)
 		}
 		if !queue {
 			return
