@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"runtime"
+	"sync"
 
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zodb"
@@ -14,8 +16,15 @@ import (
 // iterator_record_next, iterator_gc): one round trip per transaction and
 // one per data record. The iterator is started on the server by the first
 // NextTxn and forgotten there after the last one.
+//
+// An iterator dropped before its end (zodb.Iterator has no Close) has its
+// server-side iterators forgotten with iterator_gc once it is garbage
+// collected, as ZODB/py's ClientStorage does: the server keeps a bounded
+// number per connection, and abandoned ones would use them up.
 func (c *Client) Iterate(ctx context.Context, tidMin, tidMax zodb.Tid) zodb.Iterator {
-	return &txnIter{c: c, min: tidMin, max: tidMax}
+	it := &txnIter{c: c, min: tidMin, max: tidMax, ids: &iterIDs{c: c}}
+	runtime.AddCleanup(it, (*iterIDs).gc, it.ids)
+	return it
 }
 
 type txnIter struct {
@@ -27,6 +36,59 @@ type txnIter struct {
 	err      error
 	info     zodb.TxnInfo
 	data     dataIter
+	ids      *iterIDs // what the server keeps for it, for its cleanup
+}
+
+// iterIDs are the ids of the server-side iterators of a txnIter that are
+// live on the server: the transaction iterator's and its current record
+// iterator's.
+type iterIDs struct {
+	c         *Client
+	mu        sync.Mutex
+	iid, riid int64
+	txn, rec  bool // iid, riid live
+}
+
+func (ids *iterIDs) set(txn bool, iid int64, rec bool, riid int64) {
+	ids.mu.Lock()
+	ids.txn, ids.iid, ids.rec, ids.riid = txn, iid, rec, riid
+	ids.mu.Unlock()
+}
+
+// gc sends iterator_gc for the live ids, without waiting (it runs as a
+// cleanup, on the runtime's goroutine); nothing after Close.
+func (ids *iterIDs) gc() {
+	ids.mu.Lock()
+	var live []int64
+	if ids.txn {
+		live = append(live, ids.iid)
+	}
+	if ids.rec {
+		live = append(live, ids.riid)
+	}
+	ids.mu.Unlock()
+	ids.c.iteratorGC(live...)
+}
+
+// iteratorGC sends iterator_gc for the server-side iterators iids, without
+// waiting for room (a cleanup calls it); nothing after Close.
+func (c *Client) iteratorGC(iids ...int64) {
+	if len(iids) == 0 || c.closing.Load() {
+		return
+	}
+	c.w.SendFunc(func(b []byte) []byte {
+		return c.appendMsg(b, func(e *wire.Encoder) {
+			e.BeginCall("iterator_gc")
+			e.BeginTuple(1)
+			e.BeginList(len(iids))
+			for _, id := range iids {
+				e.Int(id)
+			}
+			e.EndList(len(iids))
+			e.EndTuple(1)
+			e.EndMessage()
+		})
+	})
 }
 
 type dataIter struct {
@@ -62,6 +124,14 @@ func (it *txnIter) NextTxn(ctx context.Context) (*zodb.TxnInfo, zodb.DataIterato
 			return nil, nil, it.err
 		}
 		it.started = true
+		it.ids.set(true, it.iid, false, 0)
+	}
+	if it.data.started && !it.data.done {
+		// The record iterator of the transaction before, left before
+		// its end: the server keeps it until told.
+		c.iteratorGC(it.data.riid)
+		it.data.done = true
+		it.ids.set(true, it.iid, false, 0)
 	}
 	var end bool
 	info := zodb.TxnInfo{}
@@ -98,6 +168,7 @@ func (it *txnIter) NextTxn(ctx context.Context) (*zodb.TxnInfo, zodb.DataIterato
 	}
 	if end {
 		it.done = true
+		it.ids.set(false, 0, false, 0)
 		// The server forgets an exhausted iterator itself; iterator_gc
 		// also covers servers that keep it.
 		c.oneway(context.Background(), "iterator_gc", 1, func(e *wire.Encoder) {
@@ -129,6 +200,7 @@ func (d *dataIter) NextData(ctx context.Context) (*zodb.DataInfo, error) {
 				return fmt.Errorf("iterator_record_start reply: %v", *v)
 			}
 			d.riid, d.started = v.Int, true
+			d.it.ids.set(true, d.it.iid, true, d.riid)
 			return nil
 		})
 		if err != nil {
@@ -176,7 +248,8 @@ func (d *dataIter) NextData(ctx context.Context) (*zodb.DataInfo, error) {
 		return nil, c.opErr("iterate", d.tid, err)
 	}
 	if end {
-		d.done = true
+		d.done = true // the server forgot it
+		d.it.ids.set(true, d.it.iid, false, 0)
 		return nil, io.EOF
 	}
 	d.info = info
