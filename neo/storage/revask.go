@@ -62,11 +62,27 @@ func (n *Node) storagePeerAt(addr proto.Address) *peer {
 	n.peersMu.Lock()
 	defer n.peersMu.Unlock()
 	for p := range n.peers {
-		if p.typ == proto.Storage && p.nid != proto.NoNode && p.addr == addr {
+		if p.identified && p.typ == proto.Storage && p.nid != proto.NoNode && p.addr == addr {
 			return p
 		}
 	}
 	return nil
+}
+
+// claim marks p identified unless it is a storage node with a node id
+// that another identified peer has: false then.
+func (n *Node) claim(p *peer) bool {
+	n.peersMu.Lock()
+	defer n.peersMu.Unlock()
+	if p.typ == proto.Storage && p.nid != proto.NoNode {
+		for q := range n.peers {
+			if q.identified && q.typ == proto.Storage && q.nid == p.nid {
+				return false
+			}
+		}
+	}
+	p.identified = true
+	return true
 }
 
 // reverseAsk sends req on p's link and hands the AddTransaction and

@@ -36,6 +36,9 @@ type peer struct {
 	// vote, its reads waiting for write locks, its stores, checks and
 	// relocks waiting for them, and its transactions in progress.
 	held, delayed, events, txns int
+	// identified is set, under the node's peersMu, once the peer's
+	// identification is accepted: typ, nid and addr are set before.
+	identified bool
 
 	// A storage peer's link also carries this node's replication
 	// requests when the peer refused a link of ours (revask.go).
@@ -224,6 +227,20 @@ func (p *peer) identify(ctx context.Context, id uint32, args []byte) bool {
 	}
 	if !n.operational.Load() {
 		p.errorAndClose(id, proto.NotReady, "Not ready")
+		return false
+	}
+	if typ == proto.Storage && nid != proto.NoNode && nid == n.NID() {
+		n.log.Printf("neo storage: %s: our own node id (closing)", p.name)
+		p.errorAndClose(id, proto.ProtocolError, "uuid conflict or loopback connection")
+		return false
+	}
+	if !n.claim(p) {
+		// As NEO/py: a second link of a storage node is refused while
+		// the first is served (a node whose link broke on its side
+		// retries; the replication requests sent on a storage's link,
+		// revask.go, have one link to choose from).
+		n.log.Printf("neo storage: %s: already connected (closing)", p.name)
+		p.errorAndClose(id, proto.NotReady, "uuid conflict: retry later")
 		return false
 	}
 	acc := proto.AcceptIdentification{NodeType: proto.Storage, YourNID: nid}
