@@ -198,7 +198,7 @@ func (e *txnEncoder) undo(tid zodb.Tid) ([]zodb.Oid, error) {
 			continue
 		}
 		if data != nil {
-			e.add(dh.Oid, data, 0) // merged by the resolver
+			e.add(dh.Oid, data, 0)                      // merged by the resolver
 			e.t.resolved = append(e.t.resolved, dh.Oid) // (made unique at vote)
 			continue
 		}

@@ -84,6 +84,7 @@ type counter int
 
 func (c *counter) String() string   { return strconv.Itoa(int(*c)) }
 func (c *counter) IsBoolFlag() bool { return true }
+func (c *counter) Repeatable()      {} // -v -v: cli.Parse counts, not refuses
 func (c *counter) Set(s string) error {
 	v, err := strconv.ParseBool(s)
 	if err != nil {
