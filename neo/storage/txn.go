@@ -311,6 +311,12 @@ func (tm *txnManager) storeObject(p *peer, id uint32, m *proto.AskStoreObject) e
 		tm.unlockAndFlush()
 		return badInput("AskStoreObject: transaction %s already voted", m.TTid)
 	}
+	if t.nid != p.nid {
+		// Another client's transaction: no client stores there, and
+		// its data would be counted in nobody's MaxTxnBytes.
+		tm.unlockAndFlush()
+		return badInput("AskStoreObject: transaction %s belongs to another client", m.TTid)
+	}
 	if t.owner == p && hasData {
 		// The data is counted from receipt (a delayed store holds it too).
 		if max := tm.n.cfg.MaxTxnBytes; max > 0 && p.held+len(m.Data) > max {
