@@ -93,6 +93,7 @@ type txn struct {
 	// their partition is being replicated here (replicator.go).
 	lockless map[zodb.Oid]struct{}
 	bytes    int                // data held, counted in its owner's held
+	spooled  bool               // its spool has a file (maxConnSpoolFiles)
 	pack     *proto.PackRequest // a pack order carried by the transaction
 
 	wmu sync.Mutex // serializes the Writer calls for this ttid; guards:
@@ -113,6 +114,10 @@ var (
 	txnSpoolMem       = 0
 	txnMemory   int64 = 256 << 20
 )
+
+// maxConnSpoolFiles bounds the transactions of one connection whose spool
+// has a file (an open descriptor each).
+const maxConnSpoolFiles = 64
 
 // keepUnderMu is the most data a store copies into its transaction's
 // spool with the manager's mu held (a copy in memory, or a short write):
@@ -340,6 +345,22 @@ func (tm *txnManager) storeObject(p *peer, id uint32, m *proto.AskStoreObject) e
 		kept = kept && tm.txns[m.TTid] == t
 	}
 	defer tm.unlockAndFlush()
+	if kept && o.Ref.InFile() && !t.spooled {
+		// Its spool opened a file (the memory of the node's
+		// transactions is spent): a descriptor until the transaction
+		// ends, so a connection's are bounded (maxConnTxns alone let
+		// one client hold a thousand).
+		t.spooled = true
+		n := 0
+		for _, u := range tm.txns {
+			if u.owner == p && u.spooled {
+				n++
+			}
+		}
+		if n > maxConnSpoolFiles {
+			return &limitError{fmt.Sprintf("over %d transactions of this connection spool their data to files", maxConnSpoolFiles)}
+		}
+	}
 	ev := &event{ttid: m.TTid, p: p, msgID: id, code: proto.CodeAskStoreObject, oid: m.Oid, serial: m.Serial, obj: o}
 	if !kept {
 		// Dropped meanwhile (aborted, or the master session ended).

@@ -48,3 +48,43 @@ func TestStoreIntoAnotherClientsTransaction(t *testing.T) {
 	}
 }
 
+
+// TestSpoolFilesPerConnection: once the memory of the node's transactions
+// is spent, each transaction that stores data keeps its spool in a file,
+// an open descriptor: maxConnTxns (1024) bounded them per connection, so
+// a few connections of one client held thousands (the process's limit:
+// accept and the backend's files fail). Past 64 such transactions, the
+// connection is closed.
+func TestSpoolFilesPerConnection(t *testing.T) {
+	defer storage.SetTxnSpool(0, 1024)()
+	c := startWriteCluster(t, newMemWriter(), nil)
+	cl := c.client(1)
+	sum := sha1.Sum([]byte("x"))
+	var buf []byte
+	for i := range 200 {
+		cl.id++
+		ttid := zodb.Tid(1000 + i)
+		buf = proto.AppendPacket(buf, cl.id, &proto.AskStoreObject{Oid: zodb.Oid(ttid), Serial: 0, Checksum: sum, Data: []byte("x"), DataSerial: proto.InvalidTid, TTid: ttid})
+	}
+	if err := cl.l.Write(buf); err != nil {
+		t.Fatal(err)
+	}
+	answers := 0
+	for {
+		cl.l.Conn().SetReadDeadline(time.Now().Add(10 * time.Second))
+		p, err := cl.l.Recv()
+		if err != nil || p.Code == proto.CodeError {
+			break // closed by the node (after an error packet)
+		}
+		if p.Code != proto.CodeAnswerStoreObject {
+			t.Fatalf("got %s", proto.CodeName(p.Code))
+		}
+		answers++
+	}
+	// 1024 bytes of memory: about a thousand stores of one byte in
+	// memory would be many more; here each transaction's first byte
+	// needs 512 (the spool's first buffer), so two fit, then 64 in files.
+	if answers < 64 || answers > 2+64 {
+		t.Errorf("%d stores in as many transactions answered, want the connection closed past 64 transactions spooled to files (and not before)", answers)
+	}
+}
