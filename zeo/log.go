@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/zodbd/zodbd/internal/eventlog"
 	"github.com/zodbd/zodbd/zodb"
@@ -85,13 +86,28 @@ func (s *Server) logf(format string, args ...any) {
 // about the connection name it, as ZEO's "(label addr)".
 func (c *conn) setLabel(label string) {
 	// Any bytes from the client (Python's surrogateescape'd names pickle
-	// as invalid UTF-8): metrics refuse a label that is not UTF-8.
+	// as invalid UTF-8): metrics refuse a label that is not UTF-8. A
+	// label goes into every log line and scrape about the connection:
+	// at most maxLabel bytes, and no control character (a newline split
+	// the log line).
 	label = strings.ToValidUTF8(label, "\uFFFD")
+	if len(label) > maxLabel {
+		label = strings.ToValidUTF8(label[:maxLabel], "")
+	}
+	label = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return '?'
+		}
+		return r
+	}, label)
 	c.label = label
 	c.metricLabel.Store(&label)
 	l := label + " " + c.addrLabel()
 	c.logLabel.Store(&l)
 }
+
+// maxLabel is the longest client label kept, in bytes.
+const maxLabel = 128
 
 // addrLabel is the connection's address as its log label: the peer's
 // host:port, or for a Unix socket the socket's path.

@@ -1,7 +1,10 @@
 package zeo
 
 import (
+	"maps"
+	"slices"
 	"sort"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/zodbd/zodbd/internal/opstats"
@@ -77,6 +80,45 @@ type StorageStats struct {
 	Size    int64
 }
 
+// maxLabels bounds the client labels Stats.Connections names: the labels
+// come from the clients (set_client_label), any number of them, and each
+// is a series in the metrics and a row of the status page.
+const maxLabels = 100
+
+// OtherLabel is the label of Stats.Connections that counts the
+// connections of the labels past maxLabels.
+const OtherLabel = "(other)"
+
+// capLabels keeps the maxLabels labels with the most connections (the
+// first in byte order among equals) and counts the others under
+// OtherLabel.
+func capLabels(conns map[string]int) {
+	if len(conns) <= maxLabels {
+		return
+	}
+	labels := slices.Collect(maps.Keys(conns))
+	slices.SortFunc(labels, func(a, b string) int {
+		if d := conns[b] - conns[a]; d != 0 {
+			return d
+		}
+		return strings.Compare(a, b)
+	})
+	other := 0
+	for _, l := range labels[maxLabels:] {
+		other += conns[l]
+		delete(conns, l)
+	}
+	conns[OtherLabel] += other
+}
+
+// Ready reports whether the server is serving (Stats().Serving, without
+// the figures).
+func (s *Server) Ready() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.serving > 0 && !s.closed
+}
+
 // Stats returns the server's figures.
 func (s *Server) Stats() Stats {
 	var out Stats
@@ -99,6 +141,7 @@ func (s *Server) Stats() Stats {
 		out.Connections[label]++
 		out.Queued += int64(c.out.Queued())
 	}
+	capLabels(out.Connections)
 	out.BytesIn, out.BytesOut = t.in, t.out
 	if s.cfg.Metrics {
 		out.Methods = make([]MethodStats, len(methodNames))
@@ -196,13 +239,23 @@ func (c *conn) spawn() (observe func()) {
 const maxClasses = 200
 
 // countClass counts a conflict on an object of class. Called with st.mu
-// held.
+// held. Past maxClasses classes, a new one takes the place of the class
+// with the fewest conflicts, whose count goes to "other": the classes are
+// named by the clients' records, and the first ones seen (a client's made
+// up classes) must not keep the places of those that conflict often.
 func (s *storageStats) countClass(class string) {
 	if s.byClass == nil {
 		s.byClass = make(map[string]int64)
 	}
 	if _, ok := s.byClass[class]; !ok && len(s.byClass) >= maxClasses {
-		class = "other"
+		least, n := "", int64(0)
+		for c, k := range s.byClass {
+			if c != "other" && (least == "" || k < n || k == n && c < least) {
+				least, n = c, k
+			}
+		}
+		delete(s.byClass, least)
+		s.byClass["other"] += n
 	}
 	s.byClass[class]++
 }

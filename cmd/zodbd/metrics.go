@@ -68,7 +68,10 @@ func startMetricsServer(addr string, logf func(string, ...any)) (*metricsServer,
 		fmt.Fprintln(w, "ready")
 	})
 	statusHandlers(mux, m.statusRing)
-	m.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	// Bounded in time whatever a peer does (a body announced and never
+	// sent held a connection for ever), and GET and HEAD only.
+	m.srv = &http.Server{Handler: readOnlyHandler(mux), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 	go func() {
 		if err := m.srv.Serve(netconn.Listener(ln, func(err error, delay time.Duration) {
 			logf("metrics server: accept: %v; retrying in %v", err, delay)
@@ -78,6 +81,22 @@ func startMetricsServer(addr string, logf func(string, ...any)) (*metricsServer,
 	}()
 	logf("metrics on http://%s/metrics (probes /live, /ready; status page http://%[1]s/)", ln.Addr())
 	return m, nil
+}
+
+// readOnlyHandler serves GET and HEAD requests with h, refuses the others
+// (405) before reading their body, and tells browsers not to guess the
+// type of what it serves (client labels and class names are in it).
+func readOnlyHandler(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			w.Header().Set("Connection", "close")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // promLog passes promhttp's errors to logf.
@@ -117,6 +136,20 @@ func (m *metricsServer) statusRing() *statusRing {
 
 // Register adds a collector.
 func (m *metricsServer) Register(c prometheus.Collector) error { return m.reg.Register(c) }
+
+// Replace unregisters old and registers c.
+func (m *metricsServer) Replace(old, c prometheus.Collector) error {
+	m.reg.Unregister(old)
+	return m.reg.Register(c)
+}
+
+// notReady reports zodbd_ready 0 until the collector of what opens
+// replaces it, so that an alert on zodbd_ready == 0 sees a server stuck
+// opening its storage.
+type notReady struct{}
+
+func (notReady) Describe(ch chan<- *prometheus.Desc) { ch <- descReady }
+func (notReady) Collect(ch chan<- prometheus.Metric) { ch <- gauge(descReady, 0) }
 
 // Addr is the address listened on.
 func (m *metricsServer) Addr() net.Addr { return m.ln.Addr() }
@@ -275,7 +308,7 @@ func (c *zeoCollector) ready() bool {
 	c.mu.Lock()
 	srv := c.srv
 	c.mu.Unlock()
-	return srv != nil && srv.Stats().Serving
+	return srv != nil && srv.Ready()
 }
 
 func (c *zeoCollector) Describe(ch chan<- *prometheus.Desc) {

@@ -117,6 +117,7 @@ func runNeoStorage(args []string) int {
 			return fatalf("neo-storage", "--http-addr: %v", err)
 		}
 		defer metrics.Close()
+		metrics.Register(notReady{})
 	}
 	var tlsConf *tls.Config
 	if ca != "" || cert != "" || key != "" {
@@ -188,11 +189,13 @@ func runNeoStorage(args []string) int {
 	}
 	if metrics != nil {
 		n.EnableStats()
-		c := &neoCollector{node: n, name: arg}
+		// The storage label, as given (a path need not be UTF-8, which
+		// metrics refuse).
+		c := &neoCollector{node: n, name: strings.ToValidUTF8(arg, "\uFFFD")}
 		if fb, ok := be.(*fs1backend.Backend); ok {
 			c.fs = fb.FileStorage()
 		}
-		metrics.Register(c)
+		metrics.Replace(notReady{}, c)
 		metrics.SetReady(c.ready)
 		metrics.SetStatus(c)
 	}

@@ -43,7 +43,8 @@ func startDebugServer(addr string, logf func(string, ...any)) (*debugServer, err
 	d := &debugServer{ln: ln, srv: &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		ReadTimeout:       10 * time.Second, // a body never sent (pprof's symbol lookups are POSTs)
+		IdleTimeout:       2 * time.Minute,  // no WriteTimeout: a CPU profile takes 30 s by default
 	}}
 	go func() {
 		if err := d.srv.Serve(netconn.Listener(ln, func(err error, delay time.Duration) {
