@@ -215,14 +215,15 @@ func (b *Backend) Object(ctx context.Context, oid zodb.Oid, at, before zodb.Tid,
 	if rev.Next > last {
 		rev.Next = 0 // committed after the state served
 	}
-	*o = storage.Object{Oid: oid, Serial: rev.Serial, NextSerial: rev.Next, Data: data, NoData: rev.NoData}
+	// data_serial names the record the backpointer points to (one link),
+	// as ZODB/py's iterator gives data_txn and so as NEO/py's Importer
+	// stores value_tid; the data is the chain's end. An undo that brings
+	// back a deletion has no data and a data_serial (NEO/py's
+	// fetchObject sends its value_tid).
+	*o = storage.Object{Oid: oid, Serial: rev.Serial, NextSerial: rev.Next, Data: data, NoData: rev.NoData, DataSerial: rev.BackTid}
 	if rev.NoData {
 		return nil
 	}
-	// data_serial names the record the backpointer points to (one link),
-	// as ZODB/py's iterator gives data_txn and so as NEO/py's Importer
-	// stores value_tid; the data is the chain's end.
-	o.DataSerial = rev.BackTid
 	if zlibstorage.Compressed(data) && len(data) > 2 {
 		// A record zc.zlibstorage compressed (".z" + zlib) is what NEO
 		// calls compression 1: the zlib data goes out as such, and the
