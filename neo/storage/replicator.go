@@ -414,8 +414,11 @@ func (r *replicator) step(ctx context.Context, m *link.Conn) error {
 			// The answer can overtake the handling of the master's
 			// unlocks sent before it: a transaction up to MaxTid
 			// locked here is made visible first, so that the
-			// replication neither fetches it nor collides with it.
-			r.n.tm.waitUnlockedBefore(a.MaxTid+1, 30*time.Second)
+			// replication neither fetches it nor collides with it
+			// (if it is still locked, the question is asked again).
+			if !r.n.tm.waitUnlockedBefore(a.MaxTid+1, 30*time.Second) {
+				err = fmt.Errorf("transactions up to %s still locked here after 30 s", a.MaxTid)
+			}
 		}
 		r.mu.Lock()
 		r.asking = false
