@@ -129,7 +129,9 @@ class Server:
                 f.write(self.conf)
             args = ['-C', cpath]
         else:
-            args = ['-a', '127.0.0.1:%d' % self.port, '-f', self.path]
+            args = ['-f', self.path]
+            if '-a' not in self.extra:  # an option given twice is refused (runzeo too)
+                args = ['-a', '127.0.0.1:%d' % self.port] + args
         if self.kind == 'zodbd':
             cmd = [self.zodbd_bin, 'serve'] + args + self.extra
         else:
