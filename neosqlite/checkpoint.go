@@ -76,6 +76,18 @@ type checkpointer struct {
 	quit chan struct{}
 	done chan struct{}
 	runs atomic.Uint64 // checkpoints that copied frames (tests)
+	// ioErr is the first I/O error of a checkpoint: SQLite fsyncs the
+	// WAL before it copies frames, and after a failed fsync the commits
+	// in the WAL may not be durable, whatever a later fsync says.
+	ioErr atomic.Pointer[error]
+}
+
+// failed returns the first I/O error of a checkpoint, or nil.
+func (k *checkpointer) failed() error {
+	if p := k.ioErr.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 type ckptResult struct {
@@ -116,6 +128,9 @@ func (k *checkpointer) loop() {
 	// the WAL, where readers find it and a later checkpoint copies it.
 	run := func() (r ckptResult) {
 		r.walFrames, r.copied, r.err = k.c.checkpoint(k.st)
+		if isIOError(r.err) {
+			k.ioErr.CompareAndSwap(nil, &r.err)
+		}
 		if r.err == nil && r.copied != prev {
 			k.runs.Add(1)
 		}

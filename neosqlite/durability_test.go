@@ -476,7 +476,7 @@ func TestSyncErrorSticky(t *testing.T) {
 	if err := w.do(ctx, true, func(*writer) error { return nil }); !errors.Is(err, errIO) {
 		t.Fatalf("durable operation after a failed fsync: %v, want %v", err, errIO)
 	}
-	w.syncFile = fsyncFile // the next fsync would succeed
+	w.syncFile = w.wal.sync // the next fsync would succeed
 	if err := db.Lock(ctx, t2, t2+1, false); !errors.Is(err, errIO) {
 		t.Errorf("Lock after a failed fsync: %v, want %v", err, errIO)
 	}

@@ -423,7 +423,24 @@ func (c *rawConn) errorf(rc int32, op string) error {
 	if msg == "" {
 		msg = libc.GoString(sqlite3.Xsqlite3_errstr(c.tls, rc))
 	}
-	return fmt.Errorf("sqlite: %s: %s (%d)", op, msg, rc)
+	return &sqliteError{op: op, msg: msg, code: rc}
+}
+
+// sqliteError is an error SQLite returned, with its result code.
+type sqliteError struct {
+	op, msg string
+	code    int32
+}
+
+func (e *sqliteError) Error() string { return fmt.Sprintf("sqlite: %s: %s (%d)", e.op, e.msg, e.code) }
+
+// isIOError reports whether err is SQLite's report of an I/O error
+// (primary result code SQLITE_IOERR): after one in a write or an fsync of
+// the WAL, what the kernel held for it may be gone. (A full disk,
+// SQLITE_FULL, fails the write before anything is lost.)
+func isIOError(err error) bool {
+	var se *sqliteError
+	return errors.As(err, &se) && se.code&0xff == sqlite3.SQLITE_IOERR
 }
 
 // Column access on a statement positioned on a row. The slices returned

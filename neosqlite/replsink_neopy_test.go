@@ -259,12 +259,12 @@ func TestReplSinkVsNeopy(t *testing.T) {
 					{Op: "obj", Oid: 2, Serial: neopyReplAT, Checksum: neopyReplSum("a"), Data: neopyReplHex([]byte("a"))},
 					{Op: "obj", Oid: 3, Serial: neopyReplAT, Checksum: neopyReplSum(""), Data: ""},
 					{Op: "obj", Oid: 4, Serial: neopyReplAT, Checksum: neopyReplSum("a"), Data: neopyReplHex([]byte("a")), Compression: 1},
-					{Op: "obj", Oid: 1, Serial: neopyReplAT + 1, Checksum: zero, Data: ""},                                                                      // deletion
+					{Op: "obj", Oid: 1, Serial: neopyReplAT + 1, Checksum: zero, Data: ""},                                                                                 // deletion
 					{Op: "obj", Oid: 1, Serial: neopyReplAT + 2, Checksum: neopyReplSum("a"), Data: neopyReplHex([]byte("a")), DataSerial: neopyReplU64p(neopyReplAT)},     // undo, revision here
-					{Op: "obj", Oid: 1, Serial: neopyReplAT + 3, Checksum: zero, Data: "", DataSerial: neopyReplU64p(neopyReplAT + 1)},                                  // undo to the deletion
+					{Op: "obj", Oid: 1, Serial: neopyReplAT + 3, Checksum: zero, Data: "", DataSerial: neopyReplU64p(neopyReplAT + 1)},                                     // undo to the deletion
 					{Op: "obj", Oid: 7, Serial: neopyReplAT + 3, Checksum: neopyReplSum("b"), Data: neopyReplHex([]byte("b")), DataSerial: neopyReplU64p(neopyReplAT - 9)}, // undo, revision gone
-					{Op: "obj", Oid: 8, Serial: neopyReplAT + 3, Checksum: zero, Data: "", DataSerial: neopyReplU64p(neopyReplAT - 9)},                                  // undo to a deletion gone
-					{Op: "obj", Oid: 9, Serial: neopyReplAT + 3, Checksum: neopyReplSum(""), Data: "", DataSerial: neopyReplU64p(neopyReplAT - 9)},                          // undo to empty data, gone
+					{Op: "obj", Oid: 8, Serial: neopyReplAT + 3, Checksum: zero, Data: "", DataSerial: neopyReplU64p(neopyReplAT - 9)},                                     // undo to a deletion gone
+					{Op: "obj", Oid: 9, Serial: neopyReplAT + 3, Checksum: neopyReplSum(""), Data: "", DataSerial: neopyReplU64p(neopyReplAT - 9)},                         // undo to empty data, gone
 				},
 				{
 					{Op: "deltid", Tid: neopyReplAT + 1},

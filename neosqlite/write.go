@@ -167,9 +167,10 @@ type writer struct {
 
 	dirty       bool                    // a commit not yet durable
 	syncErr     error                   // the first failed fsync of the WAL: every later batch fails with it
-	syncFile    func(name string) error // fsyncs the named file (tests replace it)
-	rollbackErr error                   // a failed ROLLBACK TO of the batch running: it is rolled back whole
-	syncCommits atomic.Uint64           // durable commits so far (tests)
+	syncFile    func(name string) error // fsyncs the named file: wal.sync (tests replace it)
+	wal         walSync
+	rollbackErr error         // a failed ROLLBACK TO of the batch running: it is rolled back whole
+	syncCommits atomic.Uint64 // durable commits so far (tests)
 	st          wstmts
 	batch       []*wop
 	syncOn      bool // the connection's synchronous is FULL
@@ -237,9 +238,11 @@ func openWriter(db *DB, uri string) (*writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &writer{db: db, c: c, ops: make(chan *wop, 256), quit: make(chan struct{}), exit: make(chan struct{}), held: map[int64]int32{}, syncFile: fsyncFile}
+	w := &writer{db: db, c: c, ops: make(chan *wop, 256), quit: make(chan struct{}), exit: make(chan struct{}), held: map[int64]int32{}}
+	w.syncFile = w.wal.sync
 	fail := func(err error) (*writer, error) {
 		c.close()
+		w.wal.close()
 		return nil, err
 	}
 	if w.journal, err = foundJournalMode(c, db.abs); err != nil {
@@ -250,6 +253,9 @@ func openWriter(db *DB, uri string) (*writer, error) {
 	} else if mode != "wal" {
 		return fail(fmt.Errorf("journal mode: cannot switch to WAL (%q)", mode))
 	}
+	// The WAL's descriptor for the writer's fsyncs, open before any
+	// write (walSync); made at the first fsync if there is no WAL yet.
+	w.wal.open(db.abs + "-wal")
 	if err := c.execSQL(fmt.Sprintf("PRAGMA cache_size=%d", -writerCacheKiB)); err != nil {
 		return fail(fmt.Errorf("cache size: %w", err))
 	}
@@ -459,6 +465,9 @@ func (w *writer) runBatch() {
 			op.done <- err
 		}
 	}
+	if w.syncErr == nil {
+		w.checkCheckpoint()
+	}
 	if w.syncErr != nil {
 		fail(w.syncErr)
 		return
@@ -501,6 +510,13 @@ func (w *writer) runBatch() {
 			// Readers start a new snapshot on their next lookup.
 			w.db.raw.gen.Add(1)
 		}
+	}
+	if err != nil && isIOError(err) && w.syncErr == nil {
+		// A commit that failed writing or syncing the WAL: the frames
+		// of earlier commits not synced yet may be gone with it (the
+		// kernel reports a writeback error once), and the next
+		// commit's fsync would say nothing of them.
+		w.syncErr = fmt.Errorf("neosqlite: %s: a commit failed with an I/O error, commits refused from now on: %w", w.db.abs, err)
 	}
 	if err != nil {
 		c.exec(w.st.rollback, "rollback")
@@ -658,6 +674,7 @@ func (w *writer) runOp(op *wop) error {
 // Linux reports a writeback error to one fsync only, so a later fsync's
 // success would not mean that the commits before it reached the disk.
 func (w *writer) syncNow() error {
+	w.checkCheckpoint()
 	if w.syncErr != nil {
 		return w.syncErr
 	}
@@ -669,17 +686,48 @@ func (w *writer) syncNow() error {
 	return nil
 }
 
-// fsyncFile fsyncs the file name.
-func fsyncFile(name string) error {
+// checkCheckpoint makes a checkpoint's I/O error the writer's syncErr.
+func (w *writer) checkCheckpoint() {
+	if err := w.ckpt.failed(); err != nil && w.syncErr == nil {
+		w.syncErr = fmt.Errorf("neosqlite: %s: a checkpoint failed with an I/O error, commits refused from now on: %w", w.db.abs, err)
+	}
+}
+
+// walSync fsyncs the WAL through one descriptor, open from the writer's
+// start: Linux reports a writeback error to each descriptor open when it
+// happened, once; a descriptor opened for each fsync would not hear of
+// an error that SQLite's own fsync (a commit's, a checkpoint's) was told
+// of first, and would say the commits before it durable.
+type walSync struct {
+	f    *os.File
+	name string
+}
+
+func (s *walSync) open(name string) error {
+	if s.f != nil && s.name == name {
+		return nil
+	}
+	s.close()
 	f, err := os.Open(name)
 	if err != nil {
 		return err
 	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	s.f, s.name = f, name
+	return nil
+}
+
+func (s *walSync) sync(name string) error {
+	if err := s.open(name); err != nil {
+		return err
 	}
-	return err
+	return s.f.Sync()
+}
+
+func (s *walSync) close() {
+	if s.f != nil {
+		s.f.Close()
+		s.f = nil
+	}
 }
 
 // close stops the committer after the queued operations; the caller then
@@ -742,6 +790,16 @@ func (w *writer) finish() error {
 		return nil
 	}
 	w.ckpt.stop()
+	w.checkCheckpoint()
+	defer w.wal.close()
+	if w.syncErr != nil {
+		// The commits since the failed sync may not be durable; the
+		// WAL is not copied into the file (which leaving WAL mode
+		// does): what the kernel dropped would be copied from the
+		// disk's stale pages. It stays, for the next open's recovery.
+		c.close()
+		return w.syncErr
+	}
 	var err error
 	if _, err = c.queryText("PRAGMA journal_mode=" + restoredJournalMode(w.journal)); err != nil {
 		err = fmt.Errorf("journal mode: %w", err)
@@ -749,10 +807,6 @@ func (w *writer) finish() error {
 		err = nil
 	}
 	c.close()
-	if w.syncErr != nil {
-		// The commits since the failed sync may not be durable.
-		err = w.syncErr
-	}
 	return err
 }
 
