@@ -440,7 +440,14 @@ func (t *txn) Finish(ctx context.Context, onCommit func(tid zodb.Tid, oids []zod
 	}
 	w := t.w
 	if w.oneSync {
-		if err := w.writeStatus(t.pos, byte(t.meta.Status), t.tid); err != nil {
+		// Not after a failure (an fsync of a transaction before this
+		// one, while it voted): its status byte would mark it committed
+		// behind data the kernel may have dropped.
+		err := w.usable()
+		if err == nil {
+			err = w.writeStatus(t.pos, byte(t.meta.Status), t.tid)
+		}
+		if err != nil {
 			w.fail(err)
 			w.truncateTo(t.pos)
 			t.state = txnAborted

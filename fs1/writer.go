@@ -299,7 +299,7 @@ func (w *writer) close() error {
 		w.fs.logf("fs1: warning: error saving the oid mark on close: %v", err)
 	}
 	if failed != nil {
-		return nil
+		return failed // the storage's I/O error: commits since may be lost
 	}
 	s := w.fs.state.Load()
 	if err := s.index.saveFile(w.fs.fsys, w.fs.path+".index", s.end); err != nil {
