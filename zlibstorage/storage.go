@@ -3,6 +3,7 @@ package zlibstorage
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/zodbd/zodbd/zodb"
@@ -45,15 +46,23 @@ func Wrap(base Base, compress bool) *Storage {
 // Base returns the wrapped storage.
 func (s *Storage) Base() Base { return s.base }
 
+// Unwrap returns the wrapped storage: the same records, compressed (what a
+// walk over the records that needs no data, such as blob.Storage's GC,
+// reads without inflating each).
+func (s *Storage) Unwrap() zodb.Storage { return s.base }
+
 var scratch = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
 
 // uncompressed runs load with a pooled buffer and appends the decompressed
-// data it returns to dst.
-func uncompressed(dst []byte, load func(buf []byte) ([]byte, error)) ([]byte, error) {
+// data it returns to dst; an error of the decompression names the record
+// (oid, and the serial load set in *serial).
+func uncompressed(dst []byte, oid zodb.Oid, serial *zodb.Tid, load func(buf []byte) ([]byte, error)) ([]byte, error) {
 	bp := scratch.Get().(*[]byte)
 	raw, err := load((*bp)[:0])
 	if err == nil {
-		dst, err = AppendDecompress(dst, raw)
+		if dst, err = AppendDecompress(dst, raw); err != nil {
+			err = fmt.Errorf("%w (oid %s, serial %s)", err, oid, *serial)
+		}
 	}
 	if cap(raw) <= 1<<20 {
 		*bp = raw[:0]
@@ -68,7 +77,7 @@ func (s *Storage) Load(ctx context.Context, xid zodb.Xid) ([]byte, zodb.Tid, err
 
 func (s *Storage) LoadAppend(ctx context.Context, xid zodb.Xid, dst []byte) ([]byte, zodb.Tid, error) {
 	var serial zodb.Tid
-	data, err := uncompressed(dst, func(buf []byte) (raw []byte, err error) {
+	data, err := uncompressed(dst, xid.Oid, &serial, func(buf []byte) (raw []byte, err error) {
 		raw, serial, err = s.base.LoadAppend(ctx, xid, buf)
 		return raw, err
 	})
@@ -77,7 +86,7 @@ func (s *Storage) LoadAppend(ctx context.Context, xid zodb.Xid, dst []byte) ([]b
 
 func (s *Storage) LoadBefore(ctx context.Context, oid zodb.Oid, before zodb.Tid, dst []byte) ([]byte, zodb.Tid, zodb.Tid, error) {
 	var serial, next zodb.Tid
-	data, err := uncompressed(dst, func(buf []byte) (raw []byte, err error) {
+	data, err := uncompressed(dst, oid, &serial, func(buf []byte) (raw []byte, err error) {
 		raw, serial, next, err = s.base.LoadBefore(ctx, oid, before, buf)
 		return raw, err
 	})
@@ -157,7 +166,7 @@ func (it *dataIterator) NextData(ctx context.Context) (*zodb.DataInfo, error) {
 	}
 	it.info = *d
 	if it.buf, err = AppendDecompress(it.buf[:0], d.Data); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w (oid %s, serial %s)", err, d.Oid, d.Tid)
 	}
 	it.info.Data = it.buf
 	return &it.info, nil
