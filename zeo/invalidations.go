@@ -36,6 +36,10 @@ type invalidation struct {
 	tid  zodb.Tid
 	oids []zodb.Oid
 	lazy bool
+	// gone: a seeded entry whose transaction was not in the storage
+	// when its oids were read (a pack removed it): its oids are unknown,
+	// and an answer that needs them is None.
+	gone bool
 }
 
 // invQueue is a ring of the last size commits, oldest first from head.
@@ -44,6 +48,22 @@ type invQueue struct {
 	head int // index of the oldest entry when the ring is full
 	size int
 	lazy int // lazy entries in the ring
+	// dropped is the tid of the newest entry pushed out (0: none): the
+	// queue holds every commit after it.
+	dropped zodb.Tid
+}
+
+// holdsAllAfter reports whether every commit after tid is in the queue.
+func (q *invQueue) holdsAllAfter(tid zodb.Tid) bool {
+	switch {
+	case q.dropped != 0:
+		return tid >= q.dropped
+	case q.len() > 0:
+		// Nothing pushed out: the queue starts at its oldest entry (or at
+		// the storage's start), whose predecessor is not known.
+		return tid >= q.at(0).tid-1
+	}
+	return false
 }
 
 func (q *invQueue) len() int { return len(q.ring) }
@@ -67,6 +87,7 @@ func (q *invQueue) push(inv invalidation) {
 	if q.ring[q.head].lazy {
 		q.lazy--
 	}
+	q.dropped = q.ring[q.head].tid
 	q.ring[q.head] = inv
 	q.head = (q.head + 1) % q.size
 }
@@ -87,7 +108,7 @@ func (q *invQueue) lazyAfter(tid zodb.Tid) (zodb.Tid, bool) {
 // fill gives the lazy entries with after < tid <= upto their oids, from
 // the storage's transactions in that range (tids ascending, as
 // ChangesBetween returns them). An entry whose transaction is not there
-// any more (a pack removed it) gets no oids.
+// any more (a pack removed it, and maybe objects it changed) is gone.
 func (q *invQueue) fill(after, upto zodb.Tid, tids []zodb.Tid, oids [][]zodb.Oid) {
 	j := 0
 	for i := 0; i < q.len(); i++ {
@@ -98,9 +119,9 @@ func (q *invQueue) fill(after, upto zodb.Tid, tids []zodb.Tid, oids [][]zodb.Oid
 		for j < len(tids) && tids[j] < e.tid {
 			j++
 		}
-		e.oids = nil
+		e.oids, e.gone = nil, true
 		if j < len(tids) && tids[j] == e.tid {
-			e.oids = oids[j]
+			e.oids, e.gone = oids[j], false
 		}
 		e.lazy = false
 		q.lazy--
@@ -185,7 +206,14 @@ func (st *storage) invalidationsSince(ctx context.Context, tid zodb.Tid) (last z
 		st.invq.fill(tid, upto, tids, oids)
 	}
 	var set oidSet
-	st.queuedAfterLocked(tid, func(inv *invalidation) { set.add(inv.oids...) })
+	gone := false
+	st.queuedAfterLocked(tid, func(inv *invalidation) {
+		set.add(inv.oids...)
+		gone = gone || inv.gone
+	})
+	if gone {
+		return 0, nil, false
+	}
 	return last, set.oids, true
 }
 
@@ -206,19 +234,44 @@ func (st *storage) invalidationsByIteration(ctx context.Context, tid zodb.Tid) (
 		}
 		return 0, nil, false
 	}
-	err := zodb.Walk(ctx, st.st.Iterate(ctx, tid+1, zodb.TidMax), zodb.Visitor{
-		Data:   func(_ *zodb.TxnInfo, d *zodb.DataInfo) error { set.add(d.Oid); return nil },
-		TxnEnd: func(txn *zodb.TxnInfo) error { last = txn.Tid; return nil },
-	})
-	if err != nil {
-		return fail(err)
-	}
 	// The iteration sees what the storage has published; commits already
 	// broadcast (committed) may not be published yet. Those are in the
-	// queue: add them, and answer the last tid committed, so that the
-	// client misses none (its loads wait for their state, see register).
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	st.queuedAfterLocked(max(last, tid), func(inv *invalidation) { set.add(inv.oids...) })
-	return st.lastTid, set.oids, true
+	// queue: they are added, and the answer is the last tid committed, so
+	// that the client misses none (its loads wait for their state, see
+	// register). The queue holds every commit after its oldest entry:
+	// when commits during the iteration pushed out those right after the
+	// iteration's end, the transactions after it are iterated again (a
+	// few times at most; then the answer is None, the client verifying
+	// its whole cache).
+	from := tid
+	for range maxIterationRounds {
+		err := zodb.Walk(ctx, st.st.Iterate(ctx, from+1, zodb.TidMax), zodb.Visitor{
+			Data:   func(_ *zodb.TxnInfo, d *zodb.DataInfo) error { set.add(d.Oid); return nil },
+			TxnEnd: func(txn *zodb.TxnInfo) error { last = txn.Tid; return nil },
+		})
+		if err != nil {
+			return fail(err)
+		}
+		from = max(last, from)
+		st.mu.Lock()
+		if st.lastTid <= from || st.invq.holdsAllAfter(from) {
+			gone := false
+			st.queuedAfterLocked(from, func(inv *invalidation) {
+				set.add(inv.oids...)
+				gone = gone || inv.gone || inv.lazy
+			})
+			last = st.lastTid
+			st.mu.Unlock()
+			if gone {
+				return 0, nil, false
+			}
+			return last, set.oids, true
+		}
+		st.mu.Unlock()
+	}
+	return 0, nil, false
 }
+
+// maxIterationRounds bounds the iterations of one getInvalidations that
+// commits keep overtaking.
+const maxIterationRounds = 4
