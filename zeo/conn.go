@@ -2,6 +2,7 @@ package zeo
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -90,15 +91,17 @@ type conn struct {
 func newConn(s *Server, nc net.Conn) *conn {
 	ctx, stop := context.WithCancel(context.Background())
 	c := &conn{
-		srv:     s,
-		nc:      nc,
-		peer:    nc.RemoteAddr().String(),
-		br:      bufio.NewReaderSize(busypoll.NewReader(nc, s.cfg.BusyPoll), 64<<10),
-		dec:     newDecoder(s.cfg.Marshal),
-		enc:     wire.Encoder{M: s.cfg.Marshal, Buf: make([]byte, 0, 64<<10)},
-		ctx:     ctx,
-		stop:    stop,
-		loadBuf: make([]byte, 0, 64<<10),
+		srv:  s,
+		nc:   nc,
+		peer: nc.RemoteAddr().String(),
+		// Small until the handshake is done (readerAfterHandshake), and
+		// the reply and load buffers grow with use: a connection that
+		// sends nothing costs little, however many there are.
+		br:   bufio.NewReaderSize(busypoll.NewReader(nc, s.cfg.BusyPoll), handshakeReadBuf),
+		dec:  newDecoder(s.cfg.Marshal),
+		enc:  wire.Encoder{M: s.cfg.Marshal},
+		ctx:  ctx,
+		stop: stop,
 	}
 	c.out = netconn.NewWriter(nc, netconn.Config{Max: s.cfg.MaxQueued, Budget: s.budget, Overflow: c.overflow})
 	if s.cfg.Metrics {
@@ -165,6 +168,7 @@ func (c *conn) serve() {
 	if c.serveEdge() {
 		return
 	}
+	c.readerAfterHandshake()
 
 	var buf []byte
 	charge := netconn.FrameCharge{M: c.srv.frameMem}
@@ -187,6 +191,22 @@ func (c *conn) serve() {
 			return
 		}
 	}
+}
+
+// handshakeReadBuf is the read buffer of a connection until its handshake
+// is done: the handshake is one frame of a few bytes.
+const handshakeReadBuf = 4 << 10
+
+// readerAfterHandshake gives the buffered request loop (TLS, busy-polling)
+// its 64 KiB read buffer, with the bytes the handshake's small one holds
+// (requests a client sent at once) read first.
+func (c *conn) readerAfterHandshake() {
+	var src io.Reader = busypoll.NewReader(c.nc, c.srv.cfg.BusyPoll)
+	if n := c.br.Buffered(); n > 0 {
+		b, _ := c.br.Peek(n)
+		src = io.MultiReader(bytes.NewReader(bytes.Clone(b)), src)
+	}
+	c.br = bufio.NewReaderSize(src, 64<<10)
 }
 
 // readFailed logs why reading the connection's next request failed, unless

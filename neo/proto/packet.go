@@ -235,6 +235,24 @@ func isTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
 
 // ReadHandshake reads the peer's 6-byte handshake and checks it.
 func (r *Reader) ReadHandshake() error {
+	if r.buf == nil {
+		// No read buffer yet: the handshake is read on its own, so that
+		// a peer that sends nothing (or only the handshake) costs no
+		// buffer (DefaultReaderBufSize) while it is there.
+		var got [len(Handshake)]byte
+		n, err := io.ReadFull(r.r, got[:])
+		switch {
+		case err == io.EOF:
+			return fmt.Errorf("proto: handshake: %w", io.EOF)
+		case err != nil:
+			return fmt.Errorf("proto: handshake: %w", err)
+		}
+		r.off += int64(n)
+		if got != Handshake {
+			return &HandshakeError{Got: got[:], OtherVersion: string(got[:5]) == string(Handshake[:5])}
+		}
+		return nil
+	}
 	for r.end-r.start < len(Handshake) {
 		if err := r.fill(); err != nil {
 			if err == io.EOF {
