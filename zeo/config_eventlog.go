@@ -71,6 +71,11 @@ func logfileSection(s *section) (eventlog.HandlerConfig, error) {
 			h.Format = eventlog.UnescapeFormat(v)
 		case "dateformat":
 			h.DateFormat = v
+			if v == "" {
+				// ZConfig passes it on: Python's own default then, with
+				// milliseconds after a comma, which zodbd does not write.
+				err = fmt.Errorf("empty: leave the key out for ZConfig's default (%%Y-%%m-%%dT%%H:%%M:%%S), or give a strftime format")
+			}
 		case "max-size":
 			h.MaxSize, err = parseSize(v)
 		case "old-files":

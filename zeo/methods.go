@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/zodbd/zodbd/internal/eventlog"
@@ -428,21 +429,21 @@ func (c *conn) handle(m *wire.Message) bool {
 		return true // heartbeat
 	}
 	if !validMsgid(&m.ID) {
-		c.logProto(eventlog.Error, "%.64s: message id is not an int or a short tuple (%.64s); closing", m.Name, m.ID)
+		c.logProto(eventlog.Error, "%s: message id is not an int or a short tuple (%s); closing", logName(m.Name), logName([]byte(fmt.Sprint(m.ID))))
 		return false
 	}
 	oneway := m.Flags.Truth()
 	if m.Args.Kind != wire.Tuple && m.Args.Kind != wire.List {
-		c.logProto(eventlog.Error, "%s: arguments are a %s, not a tuple; closing", m.Name, m.Args.Kind)
+		c.logProto(eventlog.Error, "%s: arguments are a %s, not a tuple; closing", logName(m.Name), m.Args.Kind)
 		return false
 	}
 	if c.st == nil && string(m.Name) != "register" {
-		c.logProto(eventlog.Error, "%s called before register; closing", m.Name)
+		c.logProto(eventlog.Error, "%s called before register; closing", logName(m.Name))
 		return false
 	}
 	mt := methods[string(m.Name)]
 	if mt == nil {
-		c.logProto(eventlog.Error, "Invalid method, %q; closing", m.Name)
+		c.logProto(eventlog.Error, "Invalid method, %s; closing", logName(m.Name))
 		return false
 	}
 	id := &m.ID
@@ -480,6 +481,16 @@ func (c *conn) handle(m *wire.Message) bool {
 		c.replyError(id, err)
 	}
 	return true
+}
+
+// logName is a name (or other bytes) a client sent, as a log line shows
+// it: Python's repr of its first 64 bytes, so that no byte it holds can
+// end the line or forge another.
+func logName(b []byte) string {
+	if len(b) > 64 {
+		b = b[:64]
+	}
+	return eventlog.PyRepr(strings.ToValidUTF8(string(b), "\uFFFD"))
 }
 
 // reply writes a normal reply whose value body writes.

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // DefaultFormat is the format of a <logfile> that gives none, and of
@@ -192,6 +193,10 @@ func ParseFormat(s string) (*Format, error) {
 			if fl.kind() == 's' {
 				return nil, fmt.Errorf("format %q: %%(%s)%c: a number is required, not a string", s, name, p.conv)
 			}
+			if fl.kind() == 'f' && (p.conv == 'x' || p.conv == 'X' || p.conv == 'o') {
+				// Python: "%x format: an integer is required, not float".
+				return nil, fmt.Errorf("format %q: %%(%s)%c: an integer is required, not a float", s, name, p.conv)
+			}
 			verb := p.conv
 			fls := flags.String()
 			switch verb {
@@ -266,8 +271,11 @@ func (f *Format) Append(b []byte, r *Record, d *DateFormat) []byte {
 				b = appendPadded(b, s, p)
 				continue
 			}
-			if p.conv != 's' {
+			switch p.conv {
+			case 'r':
 				s = PyRepr(s)
+			case 'a':
+				s = pyASCII(s)
 			}
 			b = appendPadded(b, s, p)
 		default:
@@ -370,12 +378,44 @@ func PyRepr(s string) string {
 			b.WriteString(`\t`)
 		case r < 0x20 || r == 0x7f:
 			fmt.Fprintf(&b, `\x%02x`, r)
+		case !unicode.IsPrint(r):
+			// As Python's repr: what str.isprintable refuses (line and
+			// paragraph separators, format characters, other spaces)
+			// escaped, so that a logged name cannot break a line.
+			pyEscape(&b, r)
 		default:
 			b.WriteRune(r)
 		}
 	}
 	b.WriteByte(q)
 	return b.String()
+}
+
+// pyASCII is Python's ascii() of a str: repr with every non-ASCII
+// character escaped.
+func pyASCII(s string) string {
+	r := PyRepr(s)
+	var b strings.Builder
+	for _, c := range r {
+		if c < 0x80 {
+			b.WriteRune(c)
+		} else {
+			pyEscape(&b, c)
+		}
+	}
+	return b.String()
+}
+
+// pyEscape writes Python's escape of r: \xNN, \uNNNN or \UNNNNNNNN.
+func pyEscape(b *strings.Builder, r rune) {
+	switch {
+	case r < 0x100:
+		fmt.Fprintf(b, `\x%02x`, r)
+	case r < 0x10000:
+		fmt.Fprintf(b, `\u%04x`, r)
+	default:
+		fmt.Fprintf(b, `\U%08x`, r)
+	}
 }
 
 // DateFormat is a compiled strftime format for %(asctime)s.

@@ -89,10 +89,11 @@ type Handler struct {
 	format *Format
 	date   *DateFormat
 
-	mu   sync.Mutex
-	buf  []byte
-	w    io.Writer // the stream, or the open file; nil while a file is closed
-	file *fileOut  // nil for a stream or writer
+	mu      sync.Mutex
+	buf     []byte
+	w       io.Writer // the stream, or the open file; nil while a file is closed
+	file    *fileOut  // nil for a stream or writer
+	failing string    // the write error last reported, "" while writes succeed
 }
 
 // fileOut is a handler's file: its path, rotation settings and size.
@@ -102,6 +103,9 @@ type fileOut struct {
 	size     int64
 	maxSize  int64
 	oldFiles int
+	delay    bool
+	regular  bool  // the open file is a regular file: the only kind rotated
+	retryAt  int64 // after a failed rotation, the size at which to try again
 }
 
 // NewHandler opens the output of c (unless c.Delay).
@@ -117,7 +121,7 @@ func NewHandler(c HandlerConfig) (*Handler, error) {
 	case "STDERR":
 		h.w = os.Stderr
 	default:
-		h.file = &fileOut{path: c.Path, maxSize: c.MaxSize, oldFiles: c.OldFiles}
+		h.file = &fileOut{path: c.Path, maxSize: c.MaxSize, oldFiles: c.OldFiles, delay: c.Delay}
 		if !c.Delay {
 			if err := h.file.open(); err != nil {
 				return nil, err
@@ -149,12 +153,13 @@ func (o *fileOut) open() error {
 		f.Close()
 		return err
 	}
-	o.f, o.size = f, st.Size()
+	o.f, o.size, o.regular, o.retryAt = f, st.Size(), st.Mode().IsRegular(), 0
 	return nil
 }
 
 // emit writes r. A write error is reported on standard error, as Python's
-// logging does, and the record is lost.
+// logging does, and the record is lost; the report is made once while the
+// same error goes on (a full disk, a closed pipe), not once per record.
 func (h *Handler) emit(r *Record) {
 	if r.Level < h.level {
 		return
@@ -169,8 +174,13 @@ func (h *Handler) emit(r *Record) {
 	} else {
 		_, err = h.w.Write(h.buf)
 	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "--- Logging error ---\n%v\n", err)
+	switch {
+	case err != nil && err.Error() != h.failing:
+		h.failing = err.Error()
+		fmt.Fprintf(os.Stderr, "--- Logging error ---\n%v (reported once while it lasts)\n", err)
+	case err == nil && h.failing != "":
+		h.failing = ""
+		fmt.Fprintf(os.Stderr, "--- Logging error ---\nwriting the log works again\n")
 	}
 	if cap(h.buf) > 64<<10 {
 		h.buf = nil
@@ -184,36 +194,61 @@ func (h *Handler) writeFile(b []byte) error {
 			return err
 		}
 	}
-	if o.maxSize > 0 && o.size > 0 && o.size+int64(len(b)) >= o.maxSize {
-		if err := o.rotate(); err != nil {
-			return err
+	var rerr error
+	if o.maxSize > 0 && o.regular {
+		// The file's own size, as Python's handler takes it: another
+		// program may have truncated it (logrotate's copytruncate).
+		if end, err := o.f.Seek(0, io.SeekEnd); err == nil {
+			o.size = end
+		}
+		if o.size > 0 && o.size+int64(len(b)) >= o.maxSize && o.size >= o.retryAt {
+			rerr = o.rotate()
 		}
 	}
 	n, err := o.f.Write(b)
 	o.size += int64(n)
+	if err == nil {
+		err = rerr
+	}
 	return err
 }
 
 // rotate shifts path.N-1 to path.N ... path to path.1 (the oldest beyond
-// oldFiles is overwritten) and opens a new path.
+// oldFiles is overwritten) and opens a new path. The file is renamed
+// before it is closed: when a rename fails, the records go on into the
+// current file (none lost), and the rotation is tried again once it grew
+// by another maxSize.
 func (o *fileOut) rotate() error {
-	o.f.Close()
-	o.f = nil
+	fail := func(err error) error {
+		o.retryAt = o.size + o.maxSize
+		return fmt.Errorf("rotating %s: %w (writing on to it)", o.path, err)
+	}
 	for i := o.oldFiles - 1; i >= 1; i-- {
 		src := fmt.Sprintf("%s.%d", o.path, i)
 		if _, err := os.Stat(src); err == nil {
 			if err := os.Rename(src, fmt.Sprintf("%s.%d", o.path, i+1)); err != nil {
-				return err
+				return fail(err)
 			}
 		}
 	}
 	if err := os.Rename(o.path, o.path+".1"); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
+		return fail(err)
 	}
-	return o.open()
+	old := o.f
+	if err := o.open(); err != nil {
+		// Renamed but no new file: on into the renamed one.
+		o.f = old
+		return fail(err)
+	}
+	old.Close()
+	return nil
 }
 
-// reopen closes and reopens a file output (after logrotate moved it).
+// reopen reopens a file output (after logrotate moved it), as ZConfig's
+// handlers do on runzeo's SIGUSR2: a rotating one (max-size) rotates; a
+// delayed one is closed until its next record; another is opened anew
+// before the old file is closed (if the open fails, the records go on
+// into the old one).
 func (h *Handler) reopen() error {
 	if h.file == nil {
 		return nil
@@ -221,12 +256,28 @@ func (h *Handler) reopen() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	o := h.file
-	if o.f != nil {
+	switch {
+	case o.f == nil:
+		if o.delay {
+			return nil
+		}
+	case o.delay:
 		o.f.Close()
 		o.f = nil
+		return nil
+	case o.maxSize > 0 && o.regular:
+		if err := o.rotate(); err != nil {
+			return fmt.Errorf("reopen %s: %w", o.path, err)
+		}
+		return nil
 	}
+	old := o.f
 	if err := o.open(); err != nil {
+		o.f = old
 		return fmt.Errorf("reopen %s: %w", o.path, err)
+	}
+	if old != nil {
+		old.Close()
 	}
 	return nil
 }
