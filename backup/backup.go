@@ -216,7 +216,7 @@ func planBackup(o Options, src *os.File, cs []chain, logf func(string, ...interf
 	dp := datPath(o.Repo, c[0])
 	es, err := readDat(dp)
 	if err != nil {
-		return p, err
+		return full(fmt.Sprintf("damaged .dat (%v)", err))
 	}
 	if len(es) == 0 {
 		return full("missing or empty " + filepath.Base(dp))
@@ -251,6 +251,19 @@ func planBackup(o Options, src *os.File, cs []chain, logf func(string, ...interf
 		return p, err
 	} else if bad != nil {
 		return full(fmt.Sprintf("file changed, possibly because of a pack (md5 of [%d, %d) differs from %s's)", bad.Start, bad.End, bad.Name()))
+	}
+	if o.Quick {
+		// repozo -Q compares the live range with the line's md5: a .dat
+		// whose md5 is wrong (a set every --verify would fail) makes a
+		// new full backup, not one more incremental behind it.
+		e := es[len(es)-1]
+		h := md5.New()
+		if _, err := io.Copy(h, io.NewSectionReader(src, e.Start, e.End-e.Start)); err != nil {
+			return p, fmt.Errorf("backup: %s: %w", src.Name(), err)
+		}
+		if hex.EncodeToString(h.Sum(nil)) != e.Sum {
+			return full(fmt.Sprintf("the md5 of [%d, %d) is not %s's in %s", e.Start, e.End, e.Name(), filepath.Base(dp)))
+		}
 	}
 	p = plan{start: reposz, dat: es, datPath: dp}
 	// Continue from the last file's index when it covers exactly the set
@@ -533,7 +546,9 @@ func cleanLeftovers(fsys vfs.FS, repo string, logf func(string, ...interface{}))
 		return nil
 	}
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), ".tmp-") {
+		// Our temporary files, and fs1's of an index being saved
+		// (STAMP.index.tmpNNN).
+		if strings.HasPrefix(e.Name(), ".tmp-") || strings.Contains(e.Name(), ".index.tmp") {
 			if err := remove(e.Name(), "left by an interrupted backup"); err != nil {
 				return err
 			}
@@ -544,7 +559,10 @@ func cleanLeftovers(fsys vfs.FS, repo string, logf func(string, ...interface{}))
 		c := cs[len(cs)-1]
 		es, err := readDat(datPath(repo, c[0]))
 		if err != nil {
-			return err
+			// A .dat cut by a power loss (repozo appends to it): nothing
+			// is trimmed on its word; the backup then starts a new set.
+			logf("not trimming the newest set: %v", err)
+			es = nil
 		}
 		if len(es) > 0 && len(es) < len(c) && c[len(es)-1].Name == es[len(es)-1].Name() {
 			for _, f := range c[len(es):] {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 
 	"github.com/zodbd/zodbd/fs1"
@@ -89,6 +90,58 @@ func selectFiles(o RestoreOptions) (chain, error) {
 	return cs[len(cs)-1], nil
 }
 
+// matchDat checks the files of set c against the set's .dat, which lists
+// each file with its range (and repozo writes after the file): files
+// after the last one listed were left by an interrupted backup and are
+// not restored (a line says so); a file listed and absent (among those a
+// restore at o.Date would read), or an uncompressed one whose size is not
+// its range's, is an error, where restoring the files present would give
+// an older state without a word. A .dat that cannot be read is an error
+// with o.Verify; otherwise the files are restored as they are (a line
+// says so), as repozo does.
+func matchDat(o RestoreOptions, c chain, logf func(string, ...interface{})) (chain, error) {
+	dp := datPath(o.Repo, c[0])
+	es, err := readDat(dp)
+	if err != nil {
+		if o.Verify {
+			return nil, err
+		}
+		logf("%v: restoring the set's files as they are", err)
+		return c, nil
+	}
+	k := 0
+	for k < len(c) && k < len(es) && es[k].Name() == c[k].Name {
+		k++
+	}
+	switch {
+	case k < len(c) && k == len(es) && k > 0:
+		for _, f := range c[k:] {
+			logf("not restoring %s: not in %s (left by an interrupted backup)", f.Name, filepath.Base(dp))
+		}
+		c = c[:k]
+	case k < len(c):
+		return nil, fmt.Errorf("restore: %s is not listed in %s at its place", c[k].Name, dp)
+	}
+	for _, e := range es[k:] {
+		if stamp := strings.TrimSuffix(e.Name(), filepath.Ext(e.Name())); o.Date == "" || stamp <= o.Date {
+			return nil, fmt.Errorf("restore: %s, listed in %s, is missing", e.Name(), dp)
+		}
+	}
+	for i, f := range c {
+		if f.Gzip {
+			continue
+		}
+		fi, err := os.Stat(filepath.Join(o.Repo, f.Name))
+		if err != nil {
+			return nil, fmt.Errorf("restore: %w", err)
+		}
+		if want := es[i].End - es[i].Start; fi.Size() != want {
+			return nil, fmt.Errorf("restore: %s is %d bytes, %s says %d", f.Name, fi.Size(), filepath.Base(dp), want)
+		}
+	}
+	return c, nil
+}
+
 // chainLastTid returns the tid of the last transaction of set c: the last
 // header of its last file, which the walker reads (a gzip file whole).
 func chainLastTid(repo string, c chain) (zodb.Tid, error) {
@@ -130,6 +183,9 @@ func Restore(o RestoreOptions) (res RestoreResult, err error) {
 	}
 	c, err := selectFiles(o)
 	if err != nil {
+		return res, err
+	}
+	if c, err = matchDat(o, c, logf); err != nil {
 		return res, err
 	}
 	unlock, err := fs1.LockPath(fsys, o.Output)
@@ -316,6 +372,30 @@ func Restore(o RestoreOptions) (res RestoreResult, err error) {
 		return res, fmt.Errorf("restore: %w", err)
 	}
 	out = nil
+	if o.BlobDir != "" {
+		// Before the data file is put in place: a restore that fails (or
+		// is killed) copying the blobs leaves no data file that looks
+		// complete without them. Not the blobs of the transactions after
+		// the restored file's last (of newer sets, or after --date's
+		// backup).
+		upTo := res.LastTid
+		if upTo == 0 && pos > 4 {
+			f, err := os.Open(part)
+			if err != nil {
+				return res, fmt.Errorf("restore: %w", err)
+			}
+			upTo, err = txnEndingAt(f, pos)
+			f.Close()
+			if err != nil {
+				return res, fmt.Errorf("restore: %s: %w", part, err)
+			}
+			res.LastTid = upTo
+		}
+		res.Blobs, _, err = restoreBlobs(fsys, filepath.Join(o.Repo, BlobSubdir), o.BlobDir, upTo)
+		if err != nil {
+			return res, err
+		}
+	}
 	// A stale index of an older file must not survive: remove it before
 	// the data file appears.
 	if err := fsys.Remove(idxPath); err != nil && !os.IsNotExist(err) {
@@ -342,27 +422,6 @@ func Restore(o RestoreOptions) (res RestoreResult, err error) {
 		res.Index = "none"
 	}
 
-	if o.BlobDir != "" {
-		// Not the blobs of the transactions after the restored file's
-		// last (of newer sets, or after --date's backup).
-		upTo := res.LastTid
-		if upTo == 0 && pos > 4 {
-			f, err := os.Open(o.Output)
-			if err != nil {
-				return res, fmt.Errorf("restore: %w", err)
-			}
-			upTo, err = txnEndingAt(f, pos)
-			f.Close()
-			if err != nil {
-				return res, fmt.Errorf("restore: %s: %w", o.Output, err)
-			}
-			res.LastTid = upTo
-		}
-		res.Blobs, _, err = restoreBlobs(fsys, filepath.Join(o.Repo, BlobSubdir), o.BlobDir, upTo)
-		if err != nil {
-			return res, err
-		}
-	}
 	return res, nil
 }
 
