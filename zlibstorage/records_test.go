@@ -13,6 +13,7 @@ import (
 
 	"github.com/zodbd/zodbd/blob"
 	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/internal/storagetest"
 	"github.com/zodbd/zodbd/zlibstorage"
 	"github.com/zodbd/zodbd/zodb"
 	"github.com/zodbd/zodbd/zodb/resolve"
@@ -31,22 +32,11 @@ func openRaw(t *testing.T) (*fs1.FileStorage, string) {
 
 func commitOne(t *testing.T, s zodb.WriteStorage, oid zodb.Oid, serial zodb.Tid, data []byte) zodb.Tid {
 	t.Helper()
-	ctx := context.Background()
-	txn, err := s.Begin(ctx, zodb.TxnMeta{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := txn.Store(oid, serial, data); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := txn.Vote(ctx); err != nil {
-		t.Fatal(err)
-	}
-	tid, err := txn.Finish(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tid
+	return storagetest.MustCommit(t, s, zodb.TxnMeta{}, func(txn zodb.Txn) {
+		if err := txn.Store(oid, serial, data); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // bucketRecord is an OOBucket record (class pickle + state pickle, protocol

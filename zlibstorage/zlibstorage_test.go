@@ -122,21 +122,7 @@ func TestStorage(t *testing.T) {
 
 	commit := func(s zodb.WriteStorage, oid zodb.Oid, serial zodb.Tid, data []byte) zodb.Tid {
 		t.Helper()
-		txn, err := s.Begin(ctx, zodb.TxnMeta{User: []byte("u"), Description: []byte("d")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := txn.Store(oid, serial, data); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := txn.Vote(ctx); err != nil {
-			t.Fatal(err)
-		}
-		tid, err := txn.Finish(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tid
+		return commitOne(t, s, oid, serial, data)
 	}
 	v1 := []byte(strings.Repeat("first revision ", 30))
 	v2 := []byte(strings.Repeat("second revision ", 30))

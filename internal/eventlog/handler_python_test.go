@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-func auditLogger(t *testing.T, c HandlerConfig) *Logger {
+func pyLogger(t *testing.T, c HandlerConfig) *Logger {
 	t.Helper()
 	if c.Format == "" {
 		c.Format = "%(message)s"
@@ -37,7 +37,7 @@ func TestLogRotateNotRegularFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	l := auditLogger(t, HandlerConfig{Path: path, MaxSize: 100, OldFiles: 2})
+	l := pyLogger(t, HandlerConfig{Path: path, MaxSize: 100, OldFiles: 2})
 	for i := 0; i < 6; i++ {
 		l.Log(Info, "x", strings.Repeat("m", 39))
 	}
@@ -55,7 +55,7 @@ func TestLogRotateNotRegularFile(t *testing.T) {
 // does not rotate; zodbd counted the bytes it wrote and rotated at once.
 func TestLogCopyTruncate(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "zeo.log")
-	l := auditLogger(t, HandlerConfig{Path: path, MaxSize: 100, OldFiles: 2})
+	l := pyLogger(t, HandlerConfig{Path: path, MaxSize: 100, OldFiles: 2})
 	for i := 0; i < 2; i++ {
 		l.Log(Info, "x", strings.Repeat("m", 39)) // 40 bytes each
 	}
@@ -74,7 +74,7 @@ func TestLogCopyTruncate(t *testing.T) {
 // is rotated (zeo.log -> zeo.log.1); zodbd merely reopened it.
 func TestLogReopenRotates(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "zeo.log")
-	l := auditLogger(t, HandlerConfig{Path: path, MaxSize: 1 << 20, OldFiles: 3})
+	l := pyLogger(t, HandlerConfig{Path: path, MaxSize: 1 << 20, OldFiles: 3})
 	l.Log(Info, "x", "before")
 	if err := l.Reopen(); err != nil {
 		t.Fatal(err)
@@ -92,7 +92,7 @@ func TestLogReopenRotates(t *testing.T) {
 // its next record); zodbd's Reopen created the file.
 func TestLogReopenDelay(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "zeo.log")
-	l := auditLogger(t, HandlerConfig{Path: path, Delay: true})
+	l := pyLogger(t, HandlerConfig{Path: path, Delay: true})
 	if err := l.Reopen(); err != nil {
 		t.Fatal(err)
 	}
@@ -148,9 +148,8 @@ func TestLogRotateFailureLosesRecords(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(path+".1", "x"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	l := auditLogger(t, HandlerConfig{Path: path, MaxSize: 50, OldFiles: 1})
-	var out string
-	out = captureStderr(t, func() {
+	l := pyLogger(t, HandlerConfig{Path: path, MaxSize: 50, OldFiles: 1})
+	out := captureStderr(t, func() {
 		for i := 0; i < 4; i++ {
 			l.Log(Info, "x", strings.Repeat("m", 29)) // 30 bytes
 		}
@@ -169,7 +168,7 @@ func TestLogReopenFailureLosesRecords(t *testing.T) {
 	sub := filepath.Join(dir, "log")
 	os.Mkdir(sub, 0o755)
 	path := filepath.Join(sub, "zeo.log")
-	l := auditLogger(t, HandlerConfig{Path: path})
+	l := pyLogger(t, HandlerConfig{Path: path})
 	l.Log(Info, "x", "one")
 	if err := os.Rename(sub, sub+".old"); err != nil {
 		t.Fatal(err)
@@ -184,7 +183,7 @@ func TestLogReopenFailureLosesRecords(t *testing.T) {
 	}
 }
 
-func auditFormat(t *testing.T, fs, msg string) string {
+func pyFormat(t *testing.T, fs, msg string) string {
 	t.Helper()
 	f, err := ParseFormat(fs)
 	if err != nil {
@@ -197,7 +196,7 @@ func auditFormat(t *testing.T, fs, msg string) string {
 // TestLogAsciiConversion: %(message)a is Python's ascii(): non-ASCII
 // characters escaped ('h\xe9llo'); zodbd wrote it as %r.
 func TestLogAsciiConversion(t *testing.T) {
-	if got, want := auditFormat(t, "%(message)a", "héllo"), `'h\xe9llo'`; got != want {
+	if got, want := pyFormat(t, "%(message)a", "héllo"), `'h\xe9llo'`; got != want {
 		t.Errorf("%%(message)a of héllo: %s, want %s (Python)", got, want)
 	}
 }
@@ -212,7 +211,7 @@ func TestLogReprNonPrintable(t *testing.T) {
 		"a\u0085b": `'a\x85b'`,
 		"a\u200bb": `'a\u200bb'`,
 	} {
-		if got := auditFormat(t, "%(message)r", msg); got != want {
+		if got := pyFormat(t, "%(message)r", msg); got != want {
 			t.Errorf("%%(message)r of %q: %s, want %s (Python)", msg, got, want)
 		}
 	}
