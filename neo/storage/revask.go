@@ -69,20 +69,15 @@ func (n *Node) storagePeerAt(addr proto.Address) *peer {
 	return nil
 }
 
-// claim marks p identified unless it is a storage node with a node id
-// that another identified peer has: false then.
-func (n *Node) claim(p *peer) bool {
+// claim marks p identified, under the peers' lock (storagePeerAt reads
+// the type, id and address of identified peers only). A second link of a
+// storage node is accepted (zodbd's checker opens links of its own beside
+// the replication's; NEO/py refuses one with "uuid conflict: retry
+// later").
+func (n *Node) claim(p *peer) {
 	n.peersMu.Lock()
-	defer n.peersMu.Unlock()
-	if p.typ == proto.Storage && p.nid != proto.NoNode {
-		for q := range n.peers {
-			if q.identified && q.typ == proto.Storage && q.nid == p.nid {
-				return false
-			}
-		}
-	}
 	p.identified = true
-	return true
+	n.peersMu.Unlock()
 }
 
 // reverseAsk sends req on p's link and hands the AddTransaction and

@@ -234,15 +234,7 @@ func (p *peer) identify(ctx context.Context, id uint32, args []byte) bool {
 		p.errorAndClose(id, proto.ProtocolError, "uuid conflict or loopback connection")
 		return false
 	}
-	if !n.claim(p) {
-		// As NEO/py: a second link of a storage node is refused while
-		// the first is served (a node whose link broke on its side
-		// retries; the replication requests sent on a storage's link,
-		// revask.go, have one link to choose from).
-		n.log.Printf("neo storage: %s: already connected (closing)", p.name)
-		p.errorAndClose(id, proto.NotReady, "uuid conflict: retry later")
-		return false
-	}
+	n.claim(p)
 	acc := proto.AcceptIdentification{NodeType: proto.Storage, YourNID: nid}
 	if nid != proto.NoNode {
 		acc.MyNID = n.NID()
