@@ -98,16 +98,18 @@ func selectFiles(o RestoreOptions) (chain, error) {
 // its range's, is an error, where restoring the files present would give
 // an older state without a word. A .dat that cannot be read is an error
 // with o.Verify; otherwise the files are restored as they are (a line
-// says so), as repozo does.
-func matchDat(o RestoreOptions, c chain, logf func(string, ...interface{})) (chain, error) {
+// says so), as repozo does. It returns the files to restore and the
+// .dat's lines, whose first len(files) are theirs (none when the .dat
+// could not be read).
+func matchDat(o RestoreOptions, c chain, logf func(string, ...interface{})) (chain, []datEntry, error) {
 	dp := datPath(o.Repo, c[0])
 	es, err := readDat(dp)
 	if err != nil {
 		if o.Verify {
-			return nil, err
+			return nil, nil, err
 		}
 		logf("%v: restoring the set's files as they are", err)
-		return c, nil
+		return c, nil, nil
 	}
 	k := 0
 	for k < len(c) && k < len(es) && es[k].Name() == c[k].Name {
@@ -120,11 +122,11 @@ func matchDat(o RestoreOptions, c chain, logf func(string, ...interface{})) (cha
 		}
 		c = c[:k]
 	case k < len(c):
-		return nil, fmt.Errorf("restore: %s is not listed in %s at its place", c[k].Name, dp)
+		return nil, nil, fmt.Errorf("restore: %s is not listed in %s at its place", c[k].Name, dp)
 	}
 	for _, e := range es[k:] {
 		if stamp := strings.TrimSuffix(e.Name(), filepath.Ext(e.Name())); o.Date == "" || stamp <= o.Date {
-			return nil, fmt.Errorf("restore: %s, listed in %s, is missing", e.Name(), dp)
+			return nil, nil, fmt.Errorf("restore: %s, listed in %s, is missing", e.Name(), dp)
 		}
 	}
 	for i, f := range c {
@@ -133,13 +135,13 @@ func matchDat(o RestoreOptions, c chain, logf func(string, ...interface{})) (cha
 		}
 		fi, err := os.Stat(filepath.Join(o.Repo, f.Name))
 		if err != nil {
-			return nil, fmt.Errorf("restore: %w", err)
+			return nil, nil, fmt.Errorf("restore: %w", err)
 		}
 		if want := es[i].End - es[i].Start; fi.Size() != want {
-			return nil, fmt.Errorf("restore: %s is %d bytes, %s says %d", f.Name, fi.Size(), filepath.Base(dp), want)
+			return nil, nil, fmt.Errorf("restore: %s is %d bytes, %s says %d", f.Name, fi.Size(), filepath.Base(dp), want)
 		}
 	}
-	return c, nil
+	return c, es, nil
 }
 
 // chainLastTid returns the tid of the last transaction of set c: the last
@@ -185,7 +187,8 @@ func Restore(o RestoreOptions) (res RestoreResult, err error) {
 	if err != nil {
 		return res, err
 	}
-	if c, err = matchDat(o, c, logf); err != nil {
+	c, es, err := matchDat(o, c, logf)
+	if err != nil {
 		return res, err
 	}
 	unlock, err := fs1.LockPath(fsys, o.Output)
@@ -196,17 +199,6 @@ func Restore(o RestoreOptions) (res RestoreResult, err error) {
 		return res, fmt.Errorf("restore: %w", err)
 	}
 	defer unlock()
-	var dat map[string]datEntry
-	if o.Verify {
-		es, err := readDat(datPath(o.Repo, c[0]))
-		if err != nil {
-			return res, err
-		}
-		dat = map[string]datEntry{}
-		for _, e := range es {
-			dat[e.Name()] = e
-		}
-	}
 	// Sizes, for the progress (compressed files count as their size on
 	// disk).
 	var total int64
@@ -235,7 +227,7 @@ func Restore(o RestoreOptions) (res RestoreResult, err error) {
 		w = newWalker(0, o.To)
 	}
 	var pos, done int64 // bytes in out; input bytes consumed
-	for _, f := range c {
+	for i, f := range c {
 		path := filepath.Join(o.Repo, f.Name)
 		res.Files = append(res.Files, path)
 		logf("restoring %s", path)
@@ -297,10 +289,7 @@ func Restore(o RestoreOptions) (res RestoreResult, err error) {
 			}
 		}
 		if o.Verify {
-			e, ok := dat[f.Name]
-			if !ok {
-				return res, fmt.Errorf("restore: %s: not listed in %s.dat", f.Name, c[0].Stamp)
-			}
+			e := es[i] // matchDat: with Verify, es lists c's files in order
 			if n != e.End-e.Start || start != e.Start {
 				return res, fmt.Errorf("restore: %s is %d bytes at %d, should be %d bytes at %d", f.Name, n, start, e.End-e.Start, e.Start)
 			}

@@ -465,9 +465,7 @@ func (w *writer) runBatch() {
 			op.done <- err
 		}
 	}
-	if w.syncErr == nil {
-		w.checkCheckpoint()
-	}
+	w.checkCheckpoint()
 	if w.syncErr != nil {
 		fail(w.syncErr)
 		return

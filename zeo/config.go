@@ -43,10 +43,9 @@ type FileConfig struct {
 
 // SSLConfig is the <ssl> section of <zeo>.
 type SSLConfig struct {
-	Certificate      string
-	Key              string
-	Authenticate     string // CA file or directory for client certificates, or DYNAMIC
-	PasswordFunction string // a Python callable: cannot be honoured; an error if set
+	Certificate  string
+	Key          string
+	Authenticate string // CA file or directory for client certificates, or DYNAMIC
 }
 
 // FileStorageConfig is one <filestorage NAME> section, with what the
@@ -340,8 +339,12 @@ func parseZConfig(r io.Reader) (*section, error) {
 				return nil, fmt.Errorf("line %d: empty directive", n)
 			}
 			// As ZConfig: $NAME is replaced in values and in the
-			// arguments of directives, never in names.
-			for i := 2; i < len(f); i++ {
+			// arguments of directives, never in names (%define's).
+			first := 1
+			if strings.EqualFold(f[0], "define") {
+				first = 2
+			}
+			for i := first; i < len(f); i++ {
 				var err error
 				if f[i], err = substitute(f[i], defines); err != nil {
 					return nil, fmt.Errorf("line %d: %w", n, err)
@@ -361,12 +364,6 @@ func parseZConfig(r io.Reader) (*section, error) {
 				}
 				defines[name] = val
 			case "import":
-				if len(f) == 2 {
-					var err error
-					if f[1], err = substitute(f[1], defines); err != nil {
-						return nil, fmt.Errorf("line %d: %w", n, err)
-					}
-				}
 				if len(f) == 2 && f[1] == "zc.zlibstorage" {
 					root.imports[f[1]] = true
 					break

@@ -106,6 +106,16 @@ func (c *conn) setLabel(label string) {
 	c.logLabel.Store(&l)
 }
 
+// logName is a name (or other bytes) a client sent, as a log line shows
+// it: Python's repr of its first 64 bytes, so that no byte it holds can
+// end the line or forge another.
+func logName(b []byte) string {
+	if len(b) > 64 {
+		b = b[:64]
+	}
+	return eventlog.PyRepr(strings.ToValidUTF8(string(b), "\uFFFD"))
+}
+
 // maxLabel is the longest client label kept, in bytes.
 const maxLabel = 128
 

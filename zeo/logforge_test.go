@@ -41,7 +41,7 @@ func TestLogMethodNameCannotForgeLine(t *testing.T) {
 }
 
 // TestLogEmptyDateFormat: `dateformat` with an empty value gives
-// logging.Formatter a datefmt of '', so Python's default asctime
+// logging.Formatter a datefmt of ”, so Python's default asctime
 // ("2026-11-27 15:33:21,987", with milliseconds) is used; zodbd took ""
 // as ZConfig's default key value ("2026-11-27T15:33:21"). It is refused
 // now, with what to write instead.

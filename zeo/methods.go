@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/zodbd/zodbd/internal/eventlog"
@@ -481,16 +480,6 @@ func (c *conn) handle(m *wire.Message) bool {
 		c.replyError(id, err)
 	}
 	return true
-}
-
-// logName is a name (or other bytes) a client sent, as a log line shows
-// it: Python's repr of its first 64 bytes, so that no byte it holds can
-// end the line or forge another.
-func logName(b []byte) string {
-	if len(b) > 64 {
-		b = b[:64]
-	}
-	return eventlog.PyRepr(strings.ToValidUTF8(string(b), "\uFFFD"))
 }
 
 // reply writes a normal reply whose value body writes.

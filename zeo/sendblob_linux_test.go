@@ -107,4 +107,3 @@ func TestSendBlobWaitsForRoom(t *testing.T) {
 		t.Fatalf("%d bytes queued for a client that does not read, MaxQueued %d (budget charged %d)", most, maxQueued, srv.budget.Charged())
 	}
 }
-

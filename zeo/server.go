@@ -150,9 +150,9 @@ type Server struct {
 	wg        sync.WaitGroup
 	// work counts the goroutines that use a storage past their
 	// connection's end (a tpc_finish, a pack): Close waits for them too.
-	work sync.WaitGroup
-	serving   int        // Serve loops running (Stats' Serving)
-	retired   connTotals // the figures of the connections that ended (stats.go)
+	work    sync.WaitGroup
+	serving int        // Serve loops running (Stats' Serving)
+	retired connTotals // the figures of the connections that ended (stats.go)
 
 	packCtx    context.Context
 	packCancel context.CancelFunc

@@ -116,15 +116,19 @@ func capLabels(conns map[string]int) {
 func (s *Server) Ready() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.serving > 0 && !s.closed
+	return s.servingLocked()
 }
+
+// servingLocked reports whether a Serve loop runs and Close was not
+// called (s.mu held).
+func (s *Server) servingLocked() bool { return s.serving > 0 && !s.closed }
 
 // Stats returns the server's figures.
 func (s *Server) Stats() Stats {
 	var out Stats
 	var live []*conn
 	s.mu.Lock()
-	out.Serving = s.serving > 0 && !s.closed
+	out.Serving = s.servingLocked()
 	t := s.retired.copy()
 	for c := range s.conns {
 		live = append(live, c)

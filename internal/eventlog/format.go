@@ -376,12 +376,11 @@ func PyRepr(s string) string {
 			b.WriteString(`\r`)
 		case r == '\t':
 			b.WriteString(`\t`)
-		case r < 0x20 || r == 0x7f:
-			fmt.Fprintf(&b, `\x%02x`, r)
 		case !unicode.IsPrint(r):
-			// As Python's repr: what str.isprintable refuses (line and
-			// paragraph separators, format characters, other spaces)
-			// escaped, so that a logged name cannot break a line.
+			// As Python's repr: what str.isprintable refuses (control
+			// characters, line and paragraph separators, format
+			// characters, other spaces) escaped, so that a logged name
+			// cannot break a line.
 			pyEscape(&b, r)
 		default:
 			b.WriteRune(r)

@@ -236,9 +236,7 @@ func (o *fileOut) rotate() error {
 	}
 	old := o.f
 	if err := o.open(); err != nil {
-		// Renamed but no new file: on into the renamed one.
-		o.f = old
-		return fail(err)
+		return fail(err) // o.f is still the renamed file: on into it
 	}
 	old.Close()
 	return nil
@@ -273,8 +271,7 @@ func (h *Handler) reopen() error {
 	}
 	old := o.f
 	if err := o.open(); err != nil {
-		o.f = old
-		return fmt.Errorf("reopen %s: %w", o.path, err)
+		return fmt.Errorf("reopen %s: %w", o.path, err) // o.f is still the old file
 	}
 	if old != nil {
 		old.Close()

@@ -48,7 +48,6 @@ func TestStoreIntoAnotherClientsTransaction(t *testing.T) {
 	}
 }
 
-
 // TestSpoolFilesPerConnection: once the memory of the node's transactions
 // is spent, each transaction that stores data keeps its spool in a file,
 // an open descriptor: maxConnTxns (1024) bounded them per connection, so
