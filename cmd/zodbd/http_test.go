@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/internal/storagetest"
 	"github.com/zodbd/zodbd/zeo"
 	"github.com/zodbd/zodbd/zeo/client"
 	"github.com/zodbd/zodbd/zeo/wire"
@@ -398,19 +399,7 @@ func TestHTTPConflictClassSquatting(t *testing.T) {
 	}
 	defer c.Close()
 	commit := func(oid zodb.Oid, serial zodb.Tid, data []byte) (zodb.Tid, error) {
-		tx, err := c.Begin(ctx, zodb.TxnMeta{})
-		if err != nil {
-			return 0, err
-		}
-		if err := tx.Store(oid, serial, data); err != nil {
-			tx.Abort()
-			return 0, err
-		}
-		if _, err := tx.Vote(ctx); err != nil {
-			tx.Abort()
-			return 0, err
-		}
-		return tx.Finish(ctx, nil)
+		return storagetest.Commit(t, c, zodb.TxnMeta{}, func(txn zodb.Txn) { store(t, txn, oid, serial, data) })
 	}
 	oids, err := c.NewOids(ctx, 1)
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/internal/storagetest"
 	neoclient "github.com/zodbd/zodbd/neo/client"
 	"github.com/zodbd/zodbd/neo/neotest"
 	"github.com/zodbd/zodbd/neo/storage"
@@ -231,20 +232,9 @@ func TestMetricsServe(t *testing.T) {
 	}
 	c1, c2 := dial(), dial()
 	commit := func(c *client.Client, oid zodb.Oid, serial zodb.Tid) (zodb.Tid, error) {
-		tx, err := c.Begin(ctx, zodb.TxnMeta{})
-		if err != nil {
-			return 0, err
-		}
-		if err := tx.Store(oid, serial, pickleMapping); err != nil {
-			tx.Abort()
-			return 0, err
-		}
-		if _, err := tx.Vote(ctx); err != nil {
-			tx.Abort()
-			return 0, err
-		}
-		return tx.Finish(ctx, nil)
+		return storagetest.Commit(t, c, zodb.TxnMeta{}, func(txn zodb.Txn) { store(t, txn, oid, serial, pickleMapping) })
 	}
+
 	oids, err := c1.NewOids(ctx, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -504,5 +494,13 @@ func TestMetricsNeo(t *testing.T) {
 	if st := j.State; st.Protocol != "neo" || !st.Ready || len(st.Storages) != 1 || st.Storages[0].Name != "1.fs" ||
 		st.Storages[0].Objects != fs.Len() || st.Storages[0].LastTid != last.String() {
 		t.Errorf("state %+v, want the last tid %s", st, last)
+	}
+}
+
+// store records a store in txn, failing the test on an error.
+func store(t *testing.T, txn zodb.Txn, oid zodb.Oid, serial zodb.Tid, data []byte) {
+	t.Helper()
+	if err := txn.Store(oid, serial, data); err != nil {
+		t.Fatalf("store %s: %v", oid, err)
 	}
 }

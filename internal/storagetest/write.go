@@ -65,6 +65,15 @@ func MustCommit(t *testing.T, s zodb.WriteStorage, meta zodb.TxnMeta, ops func(t
 	return tid
 }
 
+// Commit runs one transaction of ops on s with meta and returns its tid,
+// or the error of its Vote or Finish (after an Abort): a conflict the
+// test expects.
+func Commit(t *testing.T, s zodb.WriteStorage, meta zodb.TxnMeta, ops func(txn zodb.Txn)) (zodb.Tid, error) {
+	t.Helper()
+	tid, _, err := commit(t, s, meta, ops)
+	return tid, err
+}
+
 // store records a store, failing the test on an error.
 func store(t *testing.T, txn zodb.Txn, oid zodb.Oid, serial zodb.Tid, data []byte) {
 	t.Helper()
