@@ -32,24 +32,7 @@ func parseFlags(fl *flag.FlagSet, args []string) (status int, ok bool) {
 // returns the positional arguments. Everything after the first "--" is
 // positional, as it is.
 func parseInterleaved(fl *flag.FlagSet, args []string) (pos []string, status int, ok bool) {
-	var tail []string
-	for i, a := range args {
-		if a == "--" {
-			args, tail = args[:i], args[i+1:]
-			break
-		}
-	}
-	for {
-		if status, ok := parseFlags(fl, args); !ok {
-			return nil, status, false
-		}
-		args = fl.Args()
-		if len(args) == 0 {
-			return append(pos, tail...), 0, true
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
-	}
+	return cli.ParseInterleaved(fl, args, os.Stdout, os.Stderr)
 }
 
 // isSet reports whether the flag name was given on the command line.

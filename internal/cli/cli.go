@@ -25,16 +25,42 @@ import (
 // afterwards, so that a later fl.Usage() (a wrong number of arguments)
 // prints to stderr as before.
 func Parse(fl *flag.FlagSet, args []string, stdout, stderr io.Writer) (status int, ok bool) {
-	guardRepeats(fl)
+	_, status, ok = parse(fl, args, false, stdout, stderr)
+	return status, ok
+}
+
+// ParseInterleaved is Parse allowing flags after the positional arguments
+// (`zodbd wrk URL --json`, `zodbd pack FILE --days 3`); it returns the
+// positional arguments. Everything after the first "--" is positional.
+func ParseInterleaved(fl *flag.FlagSet, args []string, stdout, stderr io.Writer) (pos []string, status int, ok bool) {
+	return parse(fl, args, true, stdout, stderr)
+}
+
+func parse(fl *flag.FlagSet, args []string, interleaved bool, stdout, stderr io.Writer) (pos []string, status int, ok bool) {
+	var tail []string
+	if interleaved {
+		for i, a := range args {
+			if a == "--" {
+				args, tail = args[:i], args[i+1:]
+				break
+			}
+		}
+	}
+	unguard := guardRepeats(fl)
 	usage, out := fl.Usage, fl.Output()
 	fl.Usage = func() {}
 	fl.SetOutput(io.Discard)
 	err := fl.Parse(args)
+	for err == nil && interleaved && fl.NArg() > 0 {
+		pos = append(pos, fl.Arg(0))
+		err = fl.Parse(fl.Args()[1:])
+	}
+	unguard()
 	fl.Usage = usage
 	fl.SetOutput(out)
 	switch {
 	case err == nil:
-		return 0, true
+		return append(pos, tail...), 0, true
 	case errors.Is(err, flag.ErrHelp):
 		fl.SetOutput(stdout)
 		if f, isFile := stdout.(*os.File); isFile && f == os.Stdout {
@@ -44,10 +70,10 @@ func Parse(fl *flag.FlagSet, args []string, stdout, stderr io.Writer) (status in
 		}
 		usage()
 		fl.SetOutput(out)
-		return 0, false
+		return nil, 0, false
 	default:
 		Misuse(stderr, fl.Name(), err.Error())
-		return 2, false
+		return nil, 2, false
 	}
 }
 
@@ -67,14 +93,14 @@ type Repeatable interface {
 // (the last one does not win silently), aliases included (-r and
 // --repository set the same variable): the flags of fl that set one
 // variable share one record of the value given first. Values that are
-// Repeatable are left alone. Parsing the same set again (flags after
-// positional arguments) keeps the record.
-func guardRepeats(fl *flag.FlagSet) {
+// Repeatable are left alone. It returns the function that puts the flags'
+// own values back, which Parse calls before anything may print the
+// defaults: flag.PrintDefaults calls String on a zero value of each
+// flag's type, which a wrapper cannot answer for the type it wraps.
+func guardRepeats(fl *flag.FlagSet) (unguard func()) {
 	given := map[flag.Value]*givenValue{}
+	var wrapped []*flag.Flag
 	fl.VisitAll(func(f *flag.Flag) {
-		if _, ok := f.Value.(*onceValue); ok {
-			return
-		}
 		if _, ok := f.Value.(Repeatable); ok {
 			return
 		}
@@ -87,7 +113,13 @@ func guardRepeats(fl *flag.FlagSet) {
 			}
 		}
 		f.Value = &onceValue{Value: f.Value, given: g}
+		wrapped = append(wrapped, f)
 	})
+	return func() {
+		for _, f := range wrapped {
+			f.Value = f.Value.(*onceValue).Value
+		}
+	}
 }
 
 // givenValue is the value given first to the flags of one variable.

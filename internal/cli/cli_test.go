@@ -13,6 +13,7 @@ func newSet() (*flag.FlagSet, *bytes.Buffer) {
 	fl := flag.NewFlagSet("cmd", flag.ContinueOnError)
 	fl.SetOutput(&defaultOut)
 	fl.Bool("v", false, "verbose")
+	fl.Int("n", 3, "count")
 	fl.Usage = func() {
 		fmt.Fprintln(fl.Output(), "usage: zodbd cmd [-v] FILE")
 		fl.PrintDefaults()
@@ -28,7 +29,7 @@ func TestParse(t *testing.T) {
 		stdout, stderr string // substrings; "" wants nothing written
 	}{
 		{[]string{"-v", "FILE"}, 0, true, "", ""},
-		{[]string{"-h"}, 0, false, "usage: zodbd cmd [-v] FILE\n  -v\tverbose\n", ""},
+		{[]string{"-h"}, 0, false, "usage: zodbd cmd [-v] FILE\n  -n int\n    \tcount (default 3)\n  -v\tverbose\n", ""},
 		{[]string{"--help", "FILE"}, 0, false, "usage: zodbd cmd", ""},
 		{[]string{"-x", "FILE"}, 2, false, "", "zodbd cmd: flag provided but not defined: -x\nRun \"zodbd cmd -h\" for usage.\n"},
 		{[]string{"-v=maybe"}, 2, false, "", "zodbd cmd: invalid boolean value"},
@@ -43,7 +44,7 @@ func TestParse(t *testing.T) {
 			name      string
 			got, want string
 		}{{"stdout", stdout.String(), tc.stdout}, {"stderr", stderr.String(), tc.stderr}} {
-			if c.want == "" && c.got != "" || !strings.Contains(c.got, c.want) {
+			if c.want == "" && c.got != "" || !strings.Contains(c.got, c.want) || strings.Contains(c.got, "panic") {
 				t.Errorf("%q: %s %q, want %q", tc.args, c.name, c.got, c.want)
 			}
 		}
@@ -53,9 +54,11 @@ func TestParse(t *testing.T) {
 		if defaultOut.Len() != 0 {
 			t.Errorf("%q: wrote %q to the FlagSet's own output", tc.args, defaultOut.String())
 		}
-		// The FlagSet's Usage and output are as they were.
+		// The FlagSet's Usage and output are as they were, and so are its
+		// values (flag.PrintDefaults calls String on a zero value of each
+		// one's type: a wrapper left in place made it print a panic).
 		fl.Usage()
-		if !strings.HasPrefix(defaultOut.String(), "usage: zodbd cmd") {
+		if want := "usage: zodbd cmd [-v] FILE\n  -n int\n    \tcount (default 3)\n  -v\tverbose\n"; defaultOut.String() != want {
 			t.Errorf("%q: Usage afterwards wrote %q to the FlagSet's output", tc.args, defaultOut.String())
 		}
 	}
@@ -99,3 +102,25 @@ type multi []string
 func (m *multi) String() string     { return strings.Join(*m, ",") }
 func (m *multi) Set(s string) error { *m = append(*m, s); return nil }
 func (m *multi) Repeatable()        {}
+
+// TestParseInterleaved: flags after positional arguments are parsed, a
+// flag repeated across them with another value is refused, and everything
+// after "--" is positional.
+func TestParseInterleaved(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		pos  []string
+		ok   bool
+	}{
+		{[]string{"A", "-n", "4", "B", "-v"}, []string{"A", "B"}, true},
+		{[]string{"-n", "4", "A", "-n", "5"}, nil, false},
+		{[]string{"A", "--", "-n", "5"}, []string{"A", "-n", "5"}, true},
+	} {
+		fl, _ := newSet()
+		var stdout, stderr bytes.Buffer
+		pos, _, ok := ParseInterleaved(fl, tc.args, &stdout, &stderr)
+		if ok != tc.ok || fmt.Sprint(pos) != fmt.Sprint(tc.pos) {
+			t.Errorf("%q: %q ok %v (%q), want %q %v", tc.args, pos, ok, stderr.String(), tc.pos, tc.ok)
+		}
+	}
+}
