@@ -5,12 +5,14 @@ machine's drift hits both alike; the order alternates from round to round.
 
     ab.py --a OLD_BIN --b NEW_BIN [--rounds N] [-d S] DATA.fs
     ab.py --a OLD_BIN --b NEW_BIN --runzeo --loads-only [--clients 1,16] DATA.fs
+    ab.py --a OLD_BIN --b NEW_BIN --commits-only [--committers 1,16,64] DATA.fs
 
 Workloads: ZEO (`serve`): loads with 1 and 16 connections, commits with 16
-Go committers; NEO (`neo-storage --with-master`, so the binaries must be
+Go committers (--committers: other counts); NEO (`neo-storage --with-master`, so the binaries must be
 test builds, `make build-test`): loads with 1 and 16 connections.
 --loads-only keeps the ZEO loads (at --clients connections, each with
---inflight loads in flight) and drops the rest; --runzeo adds ZEO's own server (`python -m ZEO.runzeo` of --python)
+--inflight loads in flight) and drops the rest, --commits-only the ZEO
+commits (the server's CPU per commit beside them); --runzeo adds ZEO's own server (`python -m ZEO.runzeo` of --python)
 as a third server R, and --floor the bare TCP ping-pong (bench/pingpong)
 as server F, rotated into the same rounds. --a-arg/--b-arg give one build
 extra `zodbd serve` arguments: with the same binary as A and B, that
@@ -145,7 +147,9 @@ def wrk(a, cmd, *args, pid=None):
     r = {'ops/s': j['ops_per_s'],
          'p50 µs': j['latency_ns']['p50'] / 1e3,
          'p99 µs': j['latency_ns']['p99'] / 1e3}
-    if cpu0 is not None and cpu1 is not None and '--commit' not in args:
+    if cpu0 is not None and cpu1 is not None and '--commit' in args:
+        r['srv µs/commit'] = (cpu1 - cpu0) * 1e6 / j['ops']
+    elif cpu0 is not None and cpu1 is not None:
         loads = j['ops'] + j.get('objects', 0)
         r['srv µs/load'] = (cpu1 - cpu0) * 1e6 / loads
         for ev, name in (('raw_syscalls:sys_enter', 'srv syscalls/load'), ('context-switches', 'srv ctxsw/load')):
@@ -171,11 +175,13 @@ def point(c, k):
 
 def zeo_points(a, url, pid):
     pts = {}
-    for c in a.clients:
-        for k in a.inflight:
-            pts[point(c, k)] = zwrk(a, url, '-c', str(c), '--inflight', str(k), pid=pid)
+    if not a.commits_only:
+        for c in a.clients:
+            for k in a.inflight:
+                pts[point(c, k)] = zwrk(a, url, '-c', str(c), '--inflight', str(k), pid=pid)
     if not a.loads_only:
-        pts['zeo commit c=16'] = zwrk(a, url, '--commit', '-c', '16', pid=pid)
+        for c in a.committers:
+            pts['zeo commit c=%d' % c] = zwrk(a, url, '--commit', '-c', str(c), pid=pid)
     return pts
 
 
@@ -194,7 +200,7 @@ def run_zodbd(a, binary, args, work, r):
         pts = zeo_points(a, 'zeo://' + addr, p.pid)
     finally:
         stop(p)
-    if a.loads_only:
+    if a.loads_only or a.commits_only:
         return pts
     fresh(a.data, fs)
     port = 20000 + (os.getpid() + r * 7) % 20000
@@ -253,6 +259,8 @@ def main():
     ap.add_argument('--python', default=os.path.join(HERE, '..', '.venv', 'bin', 'python'),
                     help='the Python with ZEO, for --runzeo (default: .venv)')
     ap.add_argument('--loads-only', action='store_true', help='only the ZEO load points')
+    ap.add_argument('--commits-only', action='store_true', help='only the ZEO commit points')
+    ap.add_argument('--committers', default='16', help='Go committers of the ZEO commit points (default 16)')
     ap.add_argument('--clients', default='1,16', help='connections of the ZEO load points (default 1,16)')
     ap.add_argument('--floor', metavar='PINGPONG',
                     help='add the bare TCP ping-pong (server F; `go build -o bin/pingpong ./bench/pingpong`)')
@@ -275,6 +283,11 @@ def main():
     ap.add_argument('data')
     a = ap.parse_args()
     a.clients = [int(x) for x in a.clients.split(',')]
+    a.committers = [int(x) for x in a.committers.split(',')]
+    if a.loads_only and a.commits_only:
+        ap.error('--loads-only and --commits-only exclude each other')
+    if a.commits_only and (a.runzeo or a.floor):
+        ap.error('--commits-only compares two zodbd builds (no --runzeo, --floor)')
     a.inflight = [int(x) for x in a.inflight.split(',')]
     if a.floor and not a.loads_only:
         ap.error('--floor needs --loads-only')
