@@ -13,14 +13,15 @@ import (
 //
 // Vote writes the transaction (status 'c') and tells the syncers how far
 // the file is written; Finish queues a commitEntry for them, releases the
-// commit lock, and waits on the entry. The syncers are a few goroutines
-// (syncers) that fdatasync the file whenever there is something to make
+// commit lock, and waits on the entry. The syncers (syncers goroutines,
+// one today) fdatasync the file whenever there is something to make
 // durable:
 //
 //   - data: bytes written since the last fdatasync began (a voted
 //     transaction: its fdatasync starts at Vote, while the caller has yet
-//     to call Finish). Beside a running fdatasync, only when a finished
-//     transaction waits for them (needData);
+//     to call Finish, unless another transaction waits for the commit
+//     lock: then a finished transaction waiting for them starts it, or
+//     the next status bytes' fdatasync covers them; needData);
 //   - status bytes: the finished transactions whose data a completed
 //     fdatasync made durable (their end is at most synced). Their status
 //     bytes (' ' or 'p' over the vote's 'c') are written, then made
@@ -33,10 +34,8 @@ import (
 //
 // So a lone commit costs two fdatasyncs in a row, the first of them begun
 // at Vote; under load, one fdatasync makes the status bytes of some
-// transactions and the data of the next ones durable, and up to syncers
-// of them run at once (the disk merges their cache flushes), so that a
-// transaction does not wait for an fdatasync that began before it was
-// written to end before its own begins. The order is what makes a power
+// transactions and the data of the next ones durable: about one per
+// group of transactions. The order is what makes a power
 // loss safe on a disk that writes sectors in any order: a status byte that
 // says complete is written only after an fdatasync that began after every
 // byte of its transaction was written has returned, so a transaction that
@@ -65,8 +64,13 @@ import (
 // storage. Whether those transactions are present after a restart is
 // unknown, as for any failed fsync.
 
-// syncers is the number of fdatasyncs of the file that may run at once.
-const syncers = 2
+// syncers is the number of fdatasyncs of the file that may run at once
+// (each in a slot with a descriptor of its own). Two, so that a finished
+// transaction need not wait for a running fdatasync that began before its
+// data was written, made more fdatasyncs and smaller groups: 0.8-0.9x the
+// commits/s of 16 and 64 ZEO committers on 2 vCPUs, no gain on 16 cores
+// (BENCHMARKS.md, "One syncer").
+const syncers = 1
 
 // commitEntry is a finished transaction waiting to be made durable.
 type commitEntry struct {
@@ -136,9 +140,10 @@ func (w *writer) written(end int64) {
 	w.mu.Lock()
 	if end > w.ss.written {
 		w.ss.written = end
-		if w.ss.inflight == 0 {
+		if w.ss.inflight == 0 && w.commit.Waiting() == 0 {
 			// Data alone starts an fdatasync only when none runs
-			// (needData): else waking a syncer is in vain.
+			// and no other transaction waits to vote (needData):
+			// else waking a syncer is in vain.
 			w.cond.Signal()
 		}
 	}
@@ -264,16 +269,18 @@ func (w *writer) mayStart() bool {
 }
 
 // needData reports whether an fdatasync should begin for data alone: there
-// is data no running fdatasync covers, and no fdatasync runs or a
-// finished transaction waits for that data. (While one runs, data that
-// only a voted transaction waits for is left to the next one: where the
-// commit lock is held long between Vote and Finish, each vote would cost
-// an fdatasync.) Called with w.mu held.
+// is data no running fdatasync covers, and a finished transaction waits
+// for that data, or no fdatasync runs and no transaction waits for the
+// commit lock (a lone commit's data, begun at Vote). Data that only a
+// voted transaction waits for is left to the next fdatasync while one
+// runs (where the commit lock is held long between Vote and Finish, each
+// vote would cost one) and while others wait to vote (under load, the
+// next status bytes' fdatasync covers it). Called with w.mu held.
 func (w *writer) needData() bool {
 	if w.ss.written <= w.ss.started {
 		return false
 	}
-	if w.ss.inflight == 0 {
+	if w.ss.inflight == 0 && w.commit.Waiting() == 0 {
 		return true
 	}
 	for i := len(w.queue) - 1; i >= 0; i-- {
