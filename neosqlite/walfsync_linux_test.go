@@ -3,14 +3,11 @@
 package neosqlite
 
 import (
-	"bufio"
 	"context"
 	"os"
-	osexec "os/exec"
-	"strconv"
-	"strings"
-	"sync"
 	"testing"
+
+	"github.com/zodbd/zodbd/internal/straceinject"
 )
 
 // TestWALCommitFsyncErrorSticky: SQLite's own fsync of the WAL in a
@@ -50,49 +47,7 @@ func TestWALCommitFsyncErrorSticky(t *testing.T) {
 // returned, once the operation that was to fail has returned).
 func failNextWALSync(t *testing.T, db *DB) (detach func()) {
 	t.Helper()
-	strace, err := osexec.LookPath("strace")
-	if err != nil {
-		t.Skip("needs strace for the fault injection")
-	}
-	wal := db.abs + "-wal"
-	cmd := osexec.Command(strace, "-f", "-p", strconv.Itoa(os.Getpid()), "-o", "/dev/null",
-		"-P", wal, "-e", "trace=fsync,fdatasync", "-e", "inject=fsync,fdatasync:error=EIO:when=1")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tasks, _ := os.ReadDir("/proc/self/task")
-	if err := cmd.Start(); err != nil {
-		t.Skipf("strace: %v", err)
-	}
-	var once sync.Once
-	detach = func() {
-		once.Do(func() {
-			cmd.Process.Signal(os.Interrupt) // strace detaches and exits
-			cmd.Wait()
-		})
-	}
-	t.Cleanup(detach)
-	sc := bufio.NewScanner(stderr)
-	attached := 0
-	for attached < len(tasks) && sc.Scan() {
-		t.Logf("strace: %s", sc.Text())
-		line := sc.Text()
-		if i := strings.Index(line, "attached with "); i >= 0 {
-			n, _ := strconv.Atoi(strings.Fields(line[i+len("attached with "):])[0])
-			attached += n
-		} else if strings.Contains(line, "attached") {
-			attached++
-		}
-	}
-	if attached < len(tasks) {
-		t.Skipf("strace attached %d of %d threads", attached, len(tasks))
-	}
-	go func() {
-		for sc.Scan() {
-		}
-	}()
-	return detach
+	return straceinject.Attach(t, os.Getpid(), db.abs+"-wal", "fsync,fdatasync:error=EIO:when=1")
 }
 
 // TestCheckpointFsyncErrorSticky: the checkpointer's fsync of the

@@ -26,7 +26,7 @@ func init() {
 	})
 }
 
-func runNeoStorage(args []string) int {
+func runNeoStorage(args []string) (status int) {
 	fl := newFlags("neo-storage", "usage: zodbd neo-storage --cluster NAME --masters HOST:PORT[,...] [--bind ADDR] [--ca CA --cert CERT --key KEY] [--gomaxprocs N] [--cpus LIST] [--debug-addr ADDR] [--http-addr ADDR] [--read-write] BACKEND\n\n"+
 		"Joins the NEO cluster NAME as a storage node and serves NEO clients, read-only\n"+
 		"unless --read-write is given (then NEO clients commit through it).\n"+
@@ -155,7 +155,16 @@ func runNeoStorage(args []string) int {
 	if err != nil {
 		return fatalf("neo-storage", "%v", err)
 	}
-	defer be.Close()
+	defer func() {
+		// A backend's I/O error reported at close (commits since may
+		// be lost): the run ended badly, whatever stopped it.
+		if err := be.Close(); err != nil {
+			log.Printf("zodbd neo-storage: close: %v", err)
+			if status == 0 {
+				status = 1
+			}
+		}
+	}()
 	if noChecksum {
 		if fb, ok := be.(*fs1backend.Backend); ok {
 			fb.SkipChecksums()

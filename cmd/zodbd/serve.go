@@ -72,7 +72,7 @@ func (m *multiFlag) Set(s string) error { *m = append(*m, s); return nil }
 // Repeatable tells cli.Parse that -f may be given several times.
 func (m *multiFlag) Repeatable() {}
 
-func runServe(args []string) int {
+func runServe(args []string) (status int) {
 	fl := newFlags("serve", "usage: zodbd serve [-C zeo.conf] [-a ADDRESS] [-f Data.fs]... [options]\n\n"+
 		"Serves FileStorage files to ZEO clients (ZEO.ClientStorage), like runzeo.\n"+
 		"ADDRESS is PORT, HOST:PORT or a Unix socket path (default 127.0.0.1:8100);\n"+
@@ -324,7 +324,12 @@ func runServe(args []string) int {
 	defer func() {
 		for _, c := range opened {
 			if err := c.Close(); err != nil {
+				// A storage's I/O error (commits since may be lost):
+				// the run ended badly, whatever stopped it.
 				logf(eventlog.Error, "close: %v", err)
+				if status == 0 {
+					status = 1
+				}
 			}
 		}
 		// Once the storages are closed and their locks released (as

@@ -1,12 +1,21 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+
+	"github.com/zodbd/zodbd/internal/storagetest"
+	"github.com/zodbd/zodbd/internal/straceinject"
+	"github.com/zodbd/zodbd/zeo/client"
+	"github.com/zodbd/zodbd/zodb"
 )
 
 // TestListenUnix: a Unix socket address names a new file. A stale socket
@@ -97,5 +106,41 @@ func TestWritePidFile(t *testing.T) {
 		case !tc.ok && (err == nil || string(b) != tc.before):
 			t.Errorf("%s: %v, file %q; want an error and %q left", tc.name, err, b, tc.before)
 		}
+	}
+}
+
+// TestServeExitStatusAfterStorageError: a storage that failed with an I/O
+// error (its fdatasyncs fail: commits since may be lost) reports it again
+// when the server closes it at shutdown; the server exits with status 1
+// then, not 0 (a supervisor or an init system must see that the run ended
+// badly). The fault is injected with strace attached to the server
+// process (EIO on every fdatasync of Data.fs); skipped without strace.
+func TestServeExitStatusAfterStorageError(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "Data.fs")
+	s := startServe(t, "-a", "127.0.0.1:0", "-f", path)
+	ctx := context.Background()
+	c, err := client.Dial(ctx, "tcp", s.zeoAddr, &client.Options{ReadWrite: true, CacheSize: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	oids, err := c.NewOids(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	detach := straceinject.Attach(t, s.cmd.Process.Pid, path, "fsync,fdatasync:error=EIO")
+	_, cerr := storagetest.Commit(t, c, zodb.TxnMeta{}, func(txn zodb.Txn) { store(t, txn, oids[0], 0, pickleMapping) })
+	detach()
+	if cerr == nil {
+		t.Skip("the injected fdatasync failure did not fail the commit")
+	}
+	t.Logf("commit with failing fdatasyncs: %v", cerr)
+
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	err = s.cmd.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Errorf("zodbd serve after its storage's I/O error: exit %v, want status 1", err)
 	}
 }
