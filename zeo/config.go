@@ -63,8 +63,11 @@ type FileStorageConfig struct {
 	// Zlib is "" (records as the clients send them), "zlibstorage" (the
 	// server compresses what it stores when ZlibCompress is set, and
 	// decompresses what it loads) or "serverzlibstorage" (records pass
-	// as they are; the clients compress and decompress). Pack's garbage
-	// collection reads compressed records in every case.
+	// as they are, the clients compress and decompress; a conflict
+	// resolved in the server is stored compressed when ZlibCompress is
+	// set). ZlibCompress is the section's compress key (true by
+	// default). Pack's garbage collection reads compressed records in
+	// every case.
 	Zlib         string
 	ZlibCompress bool
 }
@@ -576,7 +579,7 @@ func storageSection(s *section, name string, imports map[string]bool) (FileStora
 		if fs.Zlib != "" {
 			return fs, fmt.Errorf("line %d: <%s %s> inside another zlib storage section", s.line, s.typ, s.name)
 		}
-		fs.Zlib, fs.ZlibCompress = s.typ, compress && s.typ == "zlibstorage"
+		fs.Zlib, fs.ZlibCompress = s.typ, compress
 	} else {
 		if fs.BlobDir != "" {
 			return fs, fmt.Errorf("line %d: <blobstorage %s> around a storage that has a blob directory", s.line, s.name)

@@ -47,6 +47,11 @@ type StorageConfig struct {
 	Storage zodb.Storage
 	// ReadOnly refuses writes even if Storage accepts them.
 	ReadOnly bool
+	// Resolve, when not nil, resolves this storage's conflicts in place
+	// of Config.Resolve (a <serverzlibstorage>'s, which compresses what it
+	// merges); it is used only when Config.Resolve is not nil (the server
+	// resolves conflicts).
+	Resolve zodb.Resolver
 	// BlobDir, when not "" and Storage is not a *blob.Storage, is the
 	// storage's blob directory (zeo.conf blob-dir): the server wraps
 	// Storage in a blob.Storage with it (see blob.go). It is created if

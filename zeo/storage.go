@@ -21,6 +21,7 @@ type storage struct {
 	capabilities               // st's optional interfaces (contract.go)
 	blobs        *blob.Storage // nil if the storage has no blob directory; else wraps st
 	readOnly     bool
+	resolver     zodb.Resolver // conflicts resolved at vote; nil: left to the clients
 
 	mu    sync.Mutex
 	conns map[*conn]struct{}
@@ -60,7 +61,11 @@ func newStorage(s *Server, sc StorageConfig) (*storage, error) {
 		st:       inner,
 		blobs:    blobs,
 		readOnly: sc.ReadOnly || s.cfg.ReadOnly,
+		resolver: s.cfg.Resolve,
 		conns:    make(map[*conn]struct{}),
+	}
+	if st.resolver != nil && sc.Resolve != nil {
+		st.resolver = sc.Resolve
 	}
 	st.resolve(inner)
 	if blobs != nil {

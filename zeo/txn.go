@@ -389,7 +389,7 @@ func (c *conn) replay(ctx context.Context, t *ztxn) ([]zodb.Oid, error) {
 	var err error
 	rt, resolving := stxn.(zodb.ResolvingTxn)
 	if resolving {
-		undone, err = rt.VoteResolving(ctx, c.srv.cfg.Resolve)
+		undone, err = rt.VoteResolving(ctx, c.st.resolver)
 	} else {
 		undone, err = stxn.Vote(ctx)
 	}

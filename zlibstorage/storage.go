@@ -241,6 +241,22 @@ func (t *txn) VoteResolving(ctx context.Context, resolve zodb.Resolver) ([]zodb.
 	return resolved, err
 }
 
+// CompressResolved returns resolve with what it merges compressed as Store
+// compresses (AppendCompress): the resolver of zc.zlibstorage's
+// ServerZlibStorage with compress true (<serverzlibstorage>, its default),
+// under which records pass as the clients compressed them but a conflict
+// resolved in the server is stored compressed. resolve reads compressed
+// records itself (zodb/resolve does).
+func CompressResolved(resolve zodb.Resolver) zodb.Resolver {
+	return func(old, committed, new []byte) ([]byte, error) {
+		data, err := resolve(old, committed, new)
+		if err != nil {
+			return nil, err
+		}
+		return AppendCompress(nil, data), nil
+	}
+}
+
 // Tid is the base transaction's tid once it has one (the ZEO server's
 // blob code asks for it after vote).
 func (t *txn) Tid() zodb.Tid {

@@ -383,7 +383,8 @@ func runServe(args []string) (status int) {
 			served = blob.Wrap(st, d)
 		}
 		ro := sc.ReadOnly || fc.ReadOnly
-		cfg.Storages = append(cfg.Storages, zeo.StorageConfig{Name: sc.Name, Storage: served, ReadOnly: ro})
+		cfg.Storages = append(cfg.Storages, zeo.StorageConfig{Name: sc.Name, Storage: served, ReadOnly: ro,
+			Resolve: storageResolver(sc, cfg.Resolve)})
 		logf(eventlog.Info, "storage %s: %s (%s)", sc.Name, sc.Path, map[bool]string{true: "read-only", false: "read-write"}[ro])
 		if sc.Quota > 0 {
 			logf(eventlog.Info, "storage %s: quota %d bytes", sc.Name, sc.Quota)
@@ -396,8 +397,10 @@ func runServe(args []string) (status int) {
 			logf(eventlog.Info, "storage %s: <zlibstorage>: records compressed on store, decompressed on load", sc.Name)
 		case sc.Zlib == "zlibstorage":
 			logf(eventlog.Info, "storage %s: <zlibstorage> compress false: records decompressed on load", sc.Name)
+		case sc.Zlib == "serverzlibstorage" && sc.ZlibCompress:
+			logf(eventlog.Info, "storage %s: <serverzlibstorage>: records pass as the clients compress them; conflicts resolved here stored compressed", sc.Name)
 		case sc.Zlib == "serverzlibstorage":
-			logf(eventlog.Info, "storage %s: <serverzlibstorage>: records pass as the clients compress them", sc.Name)
+			logf(eventlog.Info, "storage %s: <serverzlibstorage> compress false: records pass as the clients compress them; conflicts resolved here stored uncompressed", sc.Name)
 		}
 	}
 	srv, err := zeo.NewServer(cfg)
@@ -458,6 +461,19 @@ func runServe(args []string) (status int) {
 			}
 		}
 	}
+}
+
+// storageResolver is the conflict resolver of the storage sc given the
+// server's, resolve (nil: conflicts are left to the clients, nil too):
+// under <serverzlibstorage> with compress true, its default, what resolve
+// merges is stored compressed, as zc.zlibstorage's ServerZlibStorage
+// stores it (FileStorage's conflict resolution transforms the merge with
+// the wrapper's compress).
+func storageResolver(sc zeo.FileStorageConfig, resolve zodb.Resolver) zodb.Resolver {
+	if resolve != nil && sc.Zlib == "serverzlibstorage" && sc.ZlibCompress {
+		return zlibstorage.CompressResolved(resolve)
+	}
+	return resolve
 }
 
 // writePidFile writes this process's pid to path, as runzeo's

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -33,19 +34,28 @@ func zlibPairs(extra ...string) []string {
 	return append(kv, extra...)
 }
 
-// TestZlibResolveRecompress: under <zlibstorage>, a conflict the server
-// resolves is stored compressed, as zc.zlibstorage stores it. (Under
-// <serverzlibstorage>, zc.zlibstorage's ServerZlibStorage also stores the
-// merge compressed: FileStorage's _crs_transform_record_data is the
-// wrapper's compress, ZlibStorage.__init__ calling base.registerDB(self).
-// zodbd serves the bare FileStorage there, and resolve.Resolve returns the
-// merge uncompressed: it is stored so, readable, larger. Not checked here.)
+// TestZlibResolveRecompress: a conflict the server resolves is stored as
+// zc.zlibstorage stores it: compressed under <zlibstorage> and under
+// <serverzlibstorage> with compress true (its default: ServerZlibStorage's
+// FileStorage transforms the merge with the wrapper's compress, set by
+// ZlibStorage.__init__'s base.registerDB(self)), uncompressed under
+// <serverzlibstorage> compress false. (The merge of <serverzlibstorage>
+// was stored uncompressed whatever its compress key said.)
 func TestZlibResolveRecompress(t *testing.T) {
-	for _, kind := range []string{"zlibstorage"} { // <serverzlibstorage>: the merged record is stored uncompressed (docs/zeo-server.md)
-		t.Run(kind, func(t *testing.T) {
+	for _, tc := range []struct {
+		kind       string
+		compress   bool
+		compressed bool
+	}{
+		{"zlibstorage", true, true},
+		{"serverzlibstorage", true, true},
+		{"serverzlibstorage", false, false},
+	} {
+		kind := tc.kind
+		t.Run(fmt.Sprintf("%s/compress=%v", kind, tc.compress), func(t *testing.T) {
 			ctx := context.Background()
 			sc := zeo.FileStorageConfig{Name: "1", Path: filepath.Join(t.TempDir(), "Data.fs"), Create: true,
-				PackGC: true, PackKeepOld: true, Zlib: kind, ZlibCompress: kind == "zlibstorage"}
+				PackGC: true, PackKeepOld: true, Zlib: kind, ZlibCompress: tc.compress}
 			st, fs, err := openServedStorage(sc, func(string, ...interface{}) {})
 			if err != nil {
 				t.Fatal(err)
@@ -81,7 +91,7 @@ func TestZlibResolveRecompress(t *testing.T) {
 			}
 			t1 := commit(0, rec(), nil)
 			commit(t1, rec("zz-committed", "c"), nil)
-			commit(t1, rec("zz-new", "n"), resolve.Resolve) // a conflict, resolved in the server
+			commit(t1, rec("zz-new", "n"), storageResolver(sc, resolve.Resolve)) // a conflict, resolved in the server
 			raw, _, err := fs.Load(ctx, zodb.Xid{Oid: 1, At: zodb.TidMax})
 			if err != nil {
 				t.Fatal(err)
@@ -90,9 +100,9 @@ func TestZlibResolveRecompress(t *testing.T) {
 			if err != nil || !bytes.Contains(plain, []byte("zz-committed")) || !bytes.Contains(plain, []byte("zz-new")) {
 				t.Fatalf("resolved = %q, %v", plain, err)
 			}
-			if !zlibstorage.Compressed(raw) {
-				t.Errorf("<%s>: the record merged by server-side conflict resolution is stored uncompressed (%d bytes; compressed it would be %d)",
-					kind, len(raw), len(zlibstorage.AppendCompress(nil, raw)))
+			if got := zlibstorage.Compressed(raw); got != tc.compressed {
+				t.Errorf("<%s> compress %v: the record merged by server-side conflict resolution stored compressed: %v, want %v (%d bytes)",
+					kind, tc.compress, got, tc.compressed, len(raw))
 			}
 		})
 	}
