@@ -250,8 +250,10 @@ func (fs *FileStorage) Close() error {
 		if err := fs.file.Close(); err != nil && fs.closeErr == nil {
 			fs.closeErr = fmt.Errorf("fs1: %w", err)
 		}
-		if fs.w != nil && fs.w.retired != nil {
-			fs.w.retired.Close()
+		if fs.w != nil {
+			if f := fs.w.retired.Value(); f != nil {
+				f.Close()
+			}
 		}
 		if fs.w != nil {
 			fs.w.lock.release()

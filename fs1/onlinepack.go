@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"weak"
 
 	"github.com/zodbd/zodbd/internal/vfs"
 	"github.com/zodbd/zodbd/zodb"
@@ -117,7 +118,14 @@ func (fs *FileStorage) PackStats(ctx context.Context, at zodb.Tid, opt *PackOpti
 	}
 	packPath := fs.path + ".pack"
 	fsys := fs.fsys
-	dst, err := fsys.OpenFile(packPath, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o666)
+	// The packed file becomes Data.fs: it gets the original's permissions
+	// (as PackFile's; 0666 less the umask made a private file readable by
+	// every user).
+	perm := os.FileMode(0o666)
+	if fi, err := fs.file.Stat(); err == nil {
+		perm = fi.Mode().Perm()
+	}
+	dst, err := fsys.OpenFile(packPath, os.O_RDWR|os.O_CREATE|os.O_TRUNC, perm)
 	if err != nil {
 		return PackStats{}, fmt.Errorf("fs1: pack: %w", err)
 	}
@@ -234,9 +242,11 @@ func (fs *FileStorage) installPacked(ctx context.Context, w *writer, p *Packer, 
 	// The file replaced stays open for the snapshots and iterators that
 	// read it still (ZODB/py's iterators have a descriptor of their own):
 	// os.File's finalizer closes it, and the kernel frees its space, once
-	// none references it; Close closes the last one at once. (An earlier
-	// one closed here failed an iteration across two packs.)
-	w.retired = old
+	// none references it; Close closes the last one at once if it is still
+	// open. (An earlier one closed here failed an iteration across two
+	// packs; one held here strongly kept a removed original's space
+	// allocated until the next pack or Close.)
+	w.retired = weak.Make(old)
 	fs.state.Store(&snapshot{file: dst, index: idx, end: size, lastTid: w.lastTid, ntxn: -1})
 	return idx, size, nil
 }

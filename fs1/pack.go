@@ -1343,8 +1343,14 @@ func (p *Packer) newTxnPos(old int64) (int64, bool) {
 // backpointer of dh (whose data is data, nil for none), as ZODB/py's
 // PackCopier finds it: the first record of the oid in the copy of the
 // transaction that holds the record pointed to, when its data is the same.
-// It returns 0 when there is no such record (the record was dropped): the
-// caller then writes the data.
+// Unlike ZODB/py, a record of the copy that is a backpointer itself is
+// followed and its data compared too, and the oid's later records in that
+// transaction are tried when the first does not match: a transaction that
+// holds two records of the oid (an undo and a store of it) would otherwise
+// have a backpointer to its second record point to its first, another
+// revision's data (ZODB/py's pack has that bug). It returns 0 when no
+// record matches (the record was dropped): the caller then writes the
+// data.
 func (p *Packer) translateBack(dh *DataHeader, data []byte) (int64, error) {
 	var bh DataHeader
 	if err := bh.Load(p.src, p.path, dh.BackPos, dh.Pos); err != nil {
@@ -1380,20 +1386,13 @@ func (p *Packer) translateBack(dh *DataHeader, data []byte) (int64, error) {
 			return 0, nil // not a transaction of this packed file
 		}
 		if r.Oid == dh.Oid {
-			switch {
-			case r.DataLen == 0:
-				return pos, nil // a backpointer too: trusted, as ZODB/py does
-			case data == nil || r.DataLen != uint64(len(data)):
-				return 0, nil
-			}
-			have := make([]byte, r.DataLen)
-			if err := p.out.readAt(have, pos+DataHeaderSize); err != nil {
+			have, err := p.outData(pos)
+			if err != nil {
 				return 0, err
 			}
-			if !bytes.Equal(have, data) {
-				return 0, nil
+			if bytes.Equal(have, data) && (have == nil) == (data == nil) {
+				return pos, nil
 			}
-			return pos, nil
 		}
 		rl := int64(8)
 		if r.DataLen != 0 {
@@ -1402,6 +1401,37 @@ func (p *Packer) translateBack(dh *DataHeader, data []byte) (int64, error) {
 		pos += DataHeaderSize + rl
 	}
 	return 0, nil
+}
+
+// outData returns the data of the record at pos in the packed file,
+// following its backpointers (nil for a deletion). A backpointer that does
+// not point backwards is an error: the packed file is being written.
+func (p *Packer) outData(pos int64) ([]byte, error) {
+	var d [DataHeaderSize + 8]byte
+	for {
+		if err := p.out.readAt(d[:DataHeaderSize], pos); err != nil {
+			return nil, err
+		}
+		r := DecodeDataHeaderRaw(d[:])
+		if r.DataLen > 0 {
+			data := make([]byte, r.DataLen)
+			if err := p.out.readAt(data, pos+DataHeaderSize); err != nil {
+				return nil, err
+			}
+			return data, nil
+		}
+		if err := p.out.readAt(d[DataHeaderSize:], pos+DataHeaderSize); err != nil {
+			return nil, err
+		}
+		back := int64(binary.BigEndian.Uint64(d[DataHeaderSize:]))
+		if back == 0 {
+			return nil, nil
+		}
+		if back >= pos || back < 0 {
+			return nil, fmt.Errorf("fs1: pack: %s: packed record at %d: backpointer %d does not point backwards", p.path, pos, back)
+		}
+		pos = back
+	}
 }
 
 // ErrPackAgain is the error of an online pack that a transaction committed

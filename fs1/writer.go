@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/zodbd/zodbd/internal/spool"
 	"github.com/zodbd/zodbd/internal/vfs"
@@ -62,11 +63,11 @@ type writer struct {
 	buf     []byte   // encoding buffer of Vote, reused
 	recent  recordCache
 
-	closing  atomic.Bool  // Close has begun: votes fail
-	packing  atomic.Bool  // a Pack is running (onlinepack.go)
-	progress packProgress // its progress, for Stats
-	packOpt  Options      // the options it was opened with: PackNoGC, PackDiscardOld, Quota
-	retired  *os.File     // the file the last online pack replaced, for Close (onlinepack.go); guarded by the commit lock
+	closing  atomic.Bool           // Close has begun: votes fail
+	packing  atomic.Bool           // a Pack is running (onlinepack.go)
+	progress packProgress          // its progress, for Stats
+	packOpt  Options               // the options it was opened with: PackNoGC, PackDiscardOld, Quota
+	retired  weak.Pointer[os.File] // the file the last online pack replaced, while readers hold it, for Close (onlinepack.go); guarded by the commit lock
 	// syncFiles[i] is the descriptor of the file that the fdatasyncs of
 	// sync slot i run on, its own: Linux reports a writeback error to
 	// one fdatasync per open file, so that of two at once on one
