@@ -574,7 +574,14 @@ func (d *Dir) GC(last zodb.Tid, exists func(oid zodb.Oid, tid zodb.Tid) (bool, e
 	d.durMu.Unlock()
 	for i := len(dirs) - 1; i >= 0; i-- {
 		d.mu.Lock()
-		d.fsys.Remove(dirs[i]) // fails unless empty
+		if d.fsys.Remove(dirs[i]) == nil { // fails unless empty
+			// A batch synced meanwhile may have marked it durable
+			// again (a vote, then an abort that emptied it): a
+			// later batch would skip creating it.
+			d.durMu.Lock()
+			delete(d.durable, dirs[i])
+			d.durMu.Unlock()
+		}
 		d.mu.Unlock()
 	}
 	return removed, err

@@ -132,7 +132,6 @@ func (c *conn) sendBlob(id *wire.Value, oid zodb.Oid, serial zodb.Tid) error {
 		return err
 	}
 	defer f.Close()
-	c.loads.Add(1)
 	e := &c.enc
 	e.BeginCall("receiveBlobStart")
 	e.BeginTuple(2)

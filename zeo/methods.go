@@ -628,7 +628,6 @@ func (c *conn) getInvalidations(id *wire.Value, tid zodb.Tid) {
 }
 
 func (c *conn) loadSerial(id *wire.Value, oid zodb.Oid, serial zodb.Tid) error {
-	c.loads.Add(1)
 	data, got, err := c.st.st.Load(c.ctx, zodb.Xid{Oid: oid, At: serial})
 	if err != nil {
 		return err

@@ -118,8 +118,10 @@ func (c *conn) record(txnID int64, o op, data []byte, a *args) error {
 	if t.voting || (t.stxn != nil && !t.conflicted) {
 		return &pyError{"ZODB.POSException.StorageTransactionError", "operation after vote"}
 	}
-	if o.kind == opStore || o.kind == opDelete || o.kind == opRestore {
-		c.stores.Add(1) // (ZEO/py counts storea, deleteObject, restorea)
+	if o.kind == opStore && o.blob == "" || o.kind == opDelete || o.kind == opRestore {
+		// ZEO/py counts storea, deleteObject and restorea, not the
+		// blob stores (storeBlobEnd, storeBlobShared).
+		c.stores.Add(1)
 	}
 	if t.err == nil {
 		var err error
