@@ -118,6 +118,11 @@ type Txn interface {
 	// in commit (tid) order, one at a time, on a goroutine of the storage:
 	// onCommit must not block or call back into the storage. A server uses
 	// it to queue invalidations to its other clients.
+	//
+	// A network client whose ctx is done before it sends the finish
+	// aborts the transaction and fails (not committed); once sent, a ctx
+	// done meanwhile fails Finish with the outcome unknown, which its
+	// error says.
 	Finish(ctx context.Context, onCommit func(tid Tid, oids []Oid)) (Tid, error)
 
 	// Abort drops the transaction: if it voted, its bytes are removed and

@@ -82,12 +82,17 @@ func (c *Core[X]) Load(ctx context.Context, xid zodb.Xid) ([]byte, zodb.Tid, err
 	return c.LoadAppend(ctx, xid, nil)
 }
 
-// LoadAppend implements zodb.AppendLoader. A cache hit takes one shard's
-// read lock and copies the data into dst; it allocates nothing when dst
-// has room. A miss asks for the revision before xid.At+1 (xid.At ==
+// LoadAppend implements zodb.AppendLoader. Once the client failed (Fail)
+// it fails, cache hits too. A cache hit takes one shard's read lock and
+// copies the data into dst; it allocates nothing when dst has room. A miss asks for the revision before xid.At+1 (xid.At ==
 // zodb.TidMax: see Config.LatestIsHead), unless the same request is in
 // flight already, whose answer it then shares.
 func (c *Core[X]) LoadAppend(ctx context.Context, xid zodb.Xid, dst []byte) ([]byte, zodb.Tid, error) {
+	if p := c.err.Load(); p != nil {
+		// A client that lost its server (or was closed) hears of no
+		// commit any more: its cache would answer stale revisions.
+		return dst, 0, c.OpErr("load", xid, *p)
+	}
 	xid.At = c.latest(xid.At)
 	if data, serial, ok := c.cache.Load(xid.Oid, xid.At, dst); ok {
 		return data, serial, nil
@@ -196,6 +201,11 @@ var errCached = errors.New("cached")
 // is cached by the time it would ask: a load that finished in between
 // put its answer into the cache before leaving the table (Finish).
 func (c *Core[X]) load(ctx context.Context, oid zodb.Oid, before, at zodb.Tid, recheck bool) (l *Load[X], done chan struct{}, err error) {
+	if err := ctx.Err(); err != nil {
+		// Nothing asked for a caller that gave up already (a request
+		// written to a server that stopped reading would block).
+		return nil, nil, err
+	}
 	for {
 		key := loadKey{oid, before}
 		c.mu.Lock()

@@ -784,36 +784,49 @@ func (c *Client) storageConn(ctx context.Context, n *node) (*link.Conn, error) {
 		c.mu.RLock()
 		addr := n.addr // updateNodes writes it under c.mu
 		c.mu.RUnlock()
+		// The dial is shared: bounded by the timeout and by the
+		// client's failure (Close), not by the context of the goroutine
+		// that happened to start it, which waits for it as the others
+		// do (the next turn of the loop).
+		go c.dialShared(n, addr, ch)
+	}
+}
 
-		// The dial is shared: it is bounded by the timeout, not by
-		// the context of the goroutine that happened to start it.
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
-		conn, err := c.dialStorage(dctx, n, addr)
-		cancel()
-		n.cmu.Lock()
-		n.dialing, n.dialErr = nil, err
-		if err == nil {
-			if c.failure() != nil {
-				conn.Close()
-				err = c.failure()
-				n.dialErr = err
-			} else {
-				n.conn.Store(conn)
-				n.failedAt.Store(0)
-			}
+// dialShared dials n at addr for storageConn's callers, bounded by the
+// timeout and the client's failure; it records the outcome in n and closes
+// ch.
+func (c *Client) dialShared(n *node, addr proto.Address, ch chan struct{}) {
+	dctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	go func() {
+		select {
+		case <-c.failed():
+			cancel()
+		case <-dctx.Done():
+		}
+	}()
+	conn, err := c.dialStorage(dctx, n, addr)
+	cancel()
+	n.cmu.Lock()
+	n.dialing, n.dialErr = nil, err
+	if err == nil {
+		if c.failure() != nil {
+			conn.Close()
+			err = c.failure()
+			n.dialErr = err
 		} else {
-			n.failedAt.Store(time.Now().UnixNano())
+			n.conn.Store(conn)
+			n.failedAt.Store(0)
 		}
-		n.cmu.Unlock()
-		close(ch)
-		if err != nil {
-			return nil, err
-		}
+	} else {
+		n.failedAt.Store(time.Now().UnixNano())
+	}
+	n.cmu.Unlock()
+	close(ch)
+	if err == nil {
 		go func() {
 			<-conn.Done()
 			c.dropConn(n, conn)
 		}()
-		return conn, nil
 	}
 }
 

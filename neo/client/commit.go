@@ -1138,7 +1138,10 @@ func (t *txn) undo(ctx context.Context, tid zodb.Tid, resolve zodb.Resolver) err
 	return nil
 }
 
-// Finish implements zodb.Txn: AskFinishTransaction to the master. The
+// Finish implements zodb.Txn: AskFinishTransaction to the master, unless
+// ctx is done already: then it aborts the transaction and fails (not
+// committed). A ctx done while it waits for the answer fails it with the
+// outcome unknown (the error says the transaction may commit still). The
 // master's answer is applied by the master loop, in order with the
 // invalidations of other commits: the cache drops the revisions the
 // transaction replaced and the watchers get the commit; then onCommit runs,
@@ -1147,6 +1150,13 @@ func (t *txn) Finish(ctx context.Context, onCommit func(tid zodb.Tid, oids []zod
 	c := t.c
 	if t.state != txnVoted {
 		return 0, t.opErr("finish", zodb.ErrTxnState)
+	}
+	if err := ctx.Err(); err != nil {
+		// Not asked: the transaction is aborted, and the error says it
+		// did not commit (asked, the master commits it whatever ctx
+		// does).
+		t.Abort()
+		return 0, t.opErr("finish", fmt.Errorf("not committed (aborted): %w", err))
 	}
 	t.state = txnDone
 	ended := false

@@ -279,9 +279,16 @@ func newClient(ctx context.Context, nc net.Conn, urlStr, addr string, opt *Optio
 	} else {
 		nc.SetDeadline(time.Now().Add(30 * time.Second))
 	}
+	// ctx cancelled: the deadline passes at once (a server that accepts
+	// and says nothing held a cancelled Dial for the 30 s).
+	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
 	br := bufio.NewReaderSize(nc, 64<<10)
 	ann, err := wire.ReadFrame(br, nil, 64)
 	if err != nil {
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
 		return nil, fmt.Errorf("zeo client: %s: reading the protocol announcement: %w", addr, err)
 	}
 	if len(ann) < 2 {
@@ -311,6 +318,9 @@ func newClient(ctx context.Context, nc net.Conn, urlStr, addr string, opt *Optio
 	// Bounded: prefetches queued while a server does not read fail the
 	// connection past 64 MiB.
 	c.w = netconn.NewWriter(nc, netconn.Config{Max: maxQueued, Overflow: func(error) { nc.Close() }})
+	if !stop() {
+		return nil, fmt.Errorf("zeo client: %s: handshake: %w", addr, ctx.Err())
+	}
 	nc.SetDeadline(time.Time{})
 
 	dec := wire.NewDecoder(c.marshal)

@@ -265,7 +265,10 @@ func (t *txn) undoTid() zodb.Tid {
 	return 0
 }
 
-// Finish sends tpc_finish. When the reply arrives (on the reading
+// Finish sends tpc_finish, unless ctx is done already: then it aborts the
+// transaction and fails (not committed). A ctx done while it waits for the
+// reply fails it with the transaction's outcome unknown (the error says
+// so; the server commits it all the same). When the reply arrives (on the reading
 // goroutine, so before any later invalidation is applied) the cache drops
 // the revisions the transaction replaced and Watch channels get the commit;
 // then onCommit runs, on the calling goroutine, before Finish returns.
@@ -273,6 +276,12 @@ func (t *txn) Finish(ctx context.Context, onCommit func(tid zodb.Tid, oids []zod
 	c := t.c
 	if t.state != txnVoted {
 		return 0, c.opErr("finish", nil, zodb.ErrTxnState)
+	}
+	if err := ctx.Err(); err != nil {
+		// Not sent: the transaction is aborted, and the error says it
+		// did not commit (sent, tpc_finish commits whatever ctx does).
+		t.Abort()
+		return 0, c.opErr("finish", nil, fmt.Errorf("not committed (aborted): %w", err))
 	}
 	t.state = txnDone
 	oids := t.oids
@@ -296,7 +305,7 @@ func (t *txn) Finish(ctx context.Context, onCommit func(tid zodb.Tid, oids []zod
 	if err := c.wait(ctx, cl.done); err != nil {
 		// The commit may still happen; the next Begin waits for the reply.
 		go func() { c.wait(context.Background(), cl.done); <-c.commitSem }()
-		return 0, c.opErr("finish", nil, err)
+		return 0, c.opErr("finish", nil, fmt.Errorf("%w (tpc_finish sent: the transaction may have committed)", err))
 	}
 	defer func() { <-c.commitSem }()
 	if cl.err != nil {

@@ -91,6 +91,11 @@ func (c *Client) readUntil(ctx context.Context, rs *readState, done <-chan struc
 			return true, nil
 		default:
 		}
+		if ctx.Err() != nil {
+			// The interruption of the read for ctx may have been
+			// spent inside a frame, which a read finishes (readFrame).
+			return false, ctx.Err()
+		}
 		if err := c.readOne(rs); err != nil {
 			if err == errInterrupted {
 				if ctx.Err() != nil {
