@@ -58,6 +58,8 @@ type Dir struct {
 	tmp    string
 	layout string // "bushy" or "lawn"
 	fsys   vfs.FS // what files and directories are changed through
+	// readOnly: opened by OpenReadOnly (fsys refuses every change).
+	readOnly bool
 
 	// mu orders the creation of oid directories and moves into them
 	// (read-locked, concurrent) against the removal of empty directories
@@ -149,6 +151,65 @@ func OpenFS(path, layout string, fsys vfs.FS) (*Dir, error) {
 	}
 	return d, nil
 }
+
+// OpenReadOnly opens the existing blob directory at path for reading only,
+// as Open but writing nothing: no tmp/ made, no layout marker written (an
+// old directory without one keeps the layout detected, as ZODB/py's
+// auto_layout_select finds it). Every change through the Dir (uploads,
+// batches, GC) fails. For tools that read another storage's blobs (zodbd
+// analyze, the source of zodbd copy).
+func OpenReadOnly(path, layout string) (*Dir, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := os.Stat(abs); err != nil {
+		return nil, fmt.Errorf("blob: %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("blob: %s: not a directory", abs)
+	}
+	auto, err := autoLayout(abs)
+	if err != nil {
+		return nil, err
+	}
+	if layout == "" {
+		layout = auto
+	}
+	if layout != "bushy" && layout != "lawn" {
+		return nil, fmt.Errorf("blob: %s: unknown layout %q", abs, layout)
+	}
+	if layout != auto {
+		if _, err := os.Stat(filepath.Join(abs, LayoutMarker)); err == nil {
+			return nil, fmt.Errorf("blob: directory layout `%s` selected for blob directory %s, but marker found for layout `%s`", layout, abs, auto)
+		}
+	}
+	return &Dir{base: abs, tmp: filepath.Join(abs, "tmp"), layout: layout, fsys: readOnlyFS{}, readOnly: true}, nil
+}
+
+// readOnlyFS is the file system of a Dir opened read-only: every change
+// fails.
+type readOnlyFS struct{}
+
+func errReadOnly(name string) error {
+	return fmt.Errorf("blob: %s: blob directory opened read-only", name)
+}
+
+func (readOnlyFS) OpenFile(name string, flag int, perm fs.FileMode) (*os.File, error) {
+	if flag&(os.O_WRONLY|os.O_RDWR|os.O_CREATE|os.O_TRUNC|os.O_APPEND) != 0 {
+		return nil, errReadOnly(name)
+	}
+	return os.OpenFile(name, flag, perm)
+}
+func (readOnlyFS) WriteAt(f *os.File, b []byte, off int64) (int, error) {
+	return 0, errReadOnly(f.Name())
+}
+func (readOnlyFS) Truncate(f *os.File, size int64) error     { return errReadOnly(f.Name()) }
+func (readOnlyFS) Sync(f *os.File) error                     { return nil }
+func (readOnlyFS) Rename(oldpath, newpath string) error      { return errReadOnly(newpath) }
+func (readOnlyFS) Link(oldname, newname string) error        { return errReadOnly(newname) }
+func (readOnlyFS) Remove(name string) error                  { return errReadOnly(name) }
+func (readOnlyFS) Mkdir(name string, perm fs.FileMode) error { return errReadOnly(name) }
+func (readOnlyFS) SyncDir(dir string) error                  { return nil }
 
 // autoLayout is ZODB/py's auto_layout_select.
 func autoLayout(path string) (string, error) {
@@ -515,6 +576,9 @@ func (d *Dir) Discard(path string) { d.fsys.Remove(path) }
 // number of files removed. If keepOld is not "", removed files are moved
 // under that directory (same relative path) instead of deleted.
 func (d *Dir) GC(last zodb.Tid, exists func(oid zodb.Oid, tid zodb.Tid) (bool, error), keepOld string) (int, error) {
+	if d.readOnly {
+		return 0, errReadOnly(d.base)
+	}
 	removed := 0
 	var dirs []string
 	err := filepath.WalkDir(d.base, func(path string, e fs.DirEntry, err error) error {

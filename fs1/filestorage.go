@@ -492,7 +492,11 @@ func (it *txnIter) NextTxn(ctx context.Context) (*zodb.TxnInfo, zodb.DataIterato
 			return nil, nil, &zodb.OpError{URL: it.fs.path, Op: "iterate", Err: err}
 		}
 		it.pos = th.Next()
-		if th.Tid > it.tidMax {
+		if th.Tid > it.tidMax && it.tidMax != zodb.TidMax {
+			// (TidMax: the whole file, as ZODB/py's stop=None. A
+			// damaged tid above it is not the end: stopping there
+			// made zodbd copy leave out the rest of the file with no
+			// error.)
 			break
 		}
 		if th.Tid < it.tidMin || th.Status == zodb.TxnInprogress {

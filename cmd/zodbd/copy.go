@@ -61,7 +61,7 @@ func runCopy(args []string) int {
 		if fi, err := os.Stat(*srcBlobs); err != nil || !fi.IsDir() {
 			return fatalf("copy", "--src-blob-dir %s: not a directory", *srcBlobs)
 		}
-		sd, err := blob.Open(*srcBlobs, "")
+		sd, err := blob.OpenReadOnly(*srcBlobs, "")
 		if err != nil {
 			return fatalf("copy", "%v", err)
 		}

@@ -54,6 +54,10 @@ func runHash(args []string) int {
 		fl.Usage()
 		return 2
 	}
+	if *prefetch < 0 {
+		cliMisuse("hash", fmt.Sprintf("--prefetch %d: want 0 (one at a time) or more", *prefetch))
+		return 2
+	}
 	target := pos[0]
 	fmt.Fprintln(os.Stderr, benchenv.Collect(target))
 	ctx := context.Background()

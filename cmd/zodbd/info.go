@@ -66,7 +66,8 @@ func runCatobj(args []string) int {
 	}
 	xid, err := zodb.ParseXid(fl.Arg(1))
 	if err != nil {
-		return fatalf("catobj", "%v", err)
+		cliMisuse("catobj", err.Error())
+		return 2
 	}
 	stor, err := openFS(fl.Arg(0))
 	if err != nil {

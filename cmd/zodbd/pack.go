@@ -80,20 +80,24 @@ func runPack(args []string) int {
 	case set["tid"]:
 		at, err = zodb.ParseTid(*tidS)
 		if err != nil {
-			return fatalf("pack", "--tid: %v", err)
+			cliMisuse("pack", fmt.Sprintf("--tid: %v", err))
+			return 2
 		}
 	case set["time"]:
 		t, err := strconv.ParseFloat(*unix, 64)
 		if err != nil || t <= 0 {
-			return fatalf("pack", "--time %q: want a positive Unix time in seconds", *unix)
+			cliMisuse("pack", fmt.Sprintf("--time %q: want a positive Unix time in seconds", *unix))
+			return 2
 		}
 		if err := zodb.CheckUnix(t); err != nil {
-			return fatalf("pack", "--time %q: %v", *unix, err)
+			cliMisuse("pack", fmt.Sprintf("--time %q: %v", *unix, err))
+			return 2
 		}
 		at = zodb.TidFromUnix(t)
 	default:
 		if *days < 0 || math.IsNaN(*days) {
-			return fatalf("pack", "--days must not be negative")
+			cliMisuse("pack", "--days must not be negative")
+			return 2
 		}
 		now := float64(time.Now().UnixNano()) / 1e9
 		t := now - *days*86400
@@ -131,7 +135,10 @@ func runPack(args []string) int {
 		if err != nil {
 			return fatalf("pack", "%v", err)
 		}
-		if err := printDryRun(os.Stdout, path, st); err != nil {
+		if *quiet {
+			// No report: the exit status says whether references
+			// already dangle.
+		} else if err := printDryRun(os.Stdout, path, st); err != nil {
 			return fatalf("pack", "%v", err)
 		}
 		if st.DanglingRefs > 0 {

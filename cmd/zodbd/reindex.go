@@ -70,7 +70,9 @@ func runReindex(args []string) int {
 	if err := idx.SaveFile(path+".index", res.End); err != nil {
 		return fatalf("reindex", "%v", err)
 	}
-	fmt.Printf("%s.index: %d objects, %d transactions, covers %d bytes\n", path, idx.Len(), res.NTxn, res.End)
+	if _, err := fmt.Printf("%s.index: %d objects, %d transactions, covers %d bytes\n", path, idx.Len(), res.NTxn, res.End); err != nil {
+		return fatalf("reindex", "%v", err)
+	}
 	return 0
 }
 
@@ -121,9 +123,13 @@ func verifyIndex(f *os.File, path string, size int64) int {
 		}
 		return 1
 	}
-	fmt.Printf("%s.index: OK: %d objects, covers %d of %d bytes\n", path, idx.Len(), topPos, size)
+	if _, err := fmt.Printf("%s.index: OK: %d objects, covers %d of %d bytes\n", path, idx.Len(), topPos, size); err != nil {
+		return fatalf("reindex", "%v", err)
+	}
 	if topPos < size {
-		fmt.Printf("%s.index: the %d bytes after it are scanned when the file is opened\n", path, size-topPos)
+		if _, err := fmt.Printf("%s.index: the %d bytes after it are scanned when the file is opened\n", path, size-topPos); err != nil {
+			return fatalf("reindex", "%v", err)
+		}
 	}
 	return 0
 }

@@ -32,7 +32,8 @@ func runZdump(args []string) int {
 	if fl.NArg() == 2 {
 		var err error
 		if tidMin, tidMax, err = zodbtools.ParseTidRange(fl.Arg(1)); err != nil {
-			return fatalf("zdump", "%v", err)
+			cliMisuse("zdump", err.Error())
+			return 2
 		}
 	}
 	stor, err := openFS(fl.Arg(0))

@@ -66,7 +66,7 @@ func RunTail(args []string, stdout, stderr io.Writer) int {
 	fl := newFlagSet("tail", "tail [-n N] FILE\n\nPrint the last N transactions of a FileStorage file, newest first,\n"+
 		"like ZODB/py's fstail.", stderr)
 	n := fl.Int("n", 10, "number of transactions to print")
-	if status, ok := cli.Parse(fl, args, stdout, stderr); !ok {
+	if status, ok := cli.Parse(fl, splitAttached(args, 'n'), stdout, stderr); !ok {
 		return status
 	}
 	if fl.NArg() != 1 {
@@ -109,6 +109,24 @@ func expandShort(args []string, name byte) []string {
 			for range t {
 				out = append(out, "-"+string(name))
 			}
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// splitAttached turns getopt's attached value of the one-letter flag name,
+// -nDIGITS (fstail -n3), into -n DIGITS, which the flag package reads, up
+// to "--".
+func splitAttached(args []string, name byte) []string {
+	out := make([]string, 0, len(args)+1)
+	for i, a := range args {
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		if len(a) > 2 && a[0] == '-' && a[1] == name && strings.Trim(a[2:], "0123456789") == "" {
+			out = append(out, a[:2], a[2:])
 			continue
 		}
 		out = append(out, a)

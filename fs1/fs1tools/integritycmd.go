@@ -133,7 +133,7 @@ func RunAnalyze(args []string, open Opener, stdout, stderr io.Writer) int {
 		if _, err := os.Stat(*blobDir); err != nil {
 			return fail(stderr, "analyze", err)
 		}
-		if blobs, err = blob.Open(*blobDir, ""); err != nil {
+		if blobs, err = blob.OpenReadOnly(*blobDir, ""); err != nil {
 			return fail(stderr, "analyze", err)
 		}
 	}
