@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"time"
 
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/zodb"
@@ -84,4 +85,12 @@ func Txns(n *Node) int {
 	n.tm.mu.Lock()
 	defer n.tm.mu.Unlock()
 	return len(n.tm.txns)
+}
+
+// SetReplIdle sets how long a replication request waits with nothing from
+// its source, until the test ends.
+func SetReplIdle(tb interface{ Cleanup(func()) }, d time.Duration) {
+	old := replIdle
+	replIdle = d
+	tb.Cleanup(func() { replIdle = old })
 }

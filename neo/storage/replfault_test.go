@@ -428,3 +428,82 @@ func TestReplNoProgress(t *testing.T) {
 		t.Errorf("B asked the same AskFetchObjects chunk %d times in 1 s: no progress check, it loops forever", n)
 	}
 }
+
+// TestReplSourceHangs: B replicates from A through a proxy that holds
+// B's first AskFetchTransactions for ever (a source that hangs: its kernel
+// still keeps the TCP connection up, so no keepalive ends it). B waited
+// for the answer for ever, its cell OUT_OF_DATE; now, with nothing from
+// the source for replIdle, it closes the link and starts again (the
+// proxy lets the second link through) and its cell becomes UP_TO_DATE.
+func TestReplSourceHangs(t *testing.T) {
+	storage.SetReplIdle(t, 300*time.Millisecond)
+	m, err := neotest.NewMaster(neotest.MasterConfig{Cluster: "replfault", Partitions: 1, Replicas: 1, Storages: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	mdone := make(chan error, 1)
+	go func() { mdone <- m.Serve(ctx) }()
+	t.Cleanup(func() { cancel(); <-mdone })
+
+	dir := t.TempDir()
+	proxy := newReplProxy(t)
+	t.Cleanup(func() { close(proxy.release) })
+	a := replStartNode(t, context.Background(), m, filepath.Join(dir, "a.db"), proxy.ln.Addr().String())
+	proxy.mu.Lock()
+	proxy.target = a.Addr().String()
+	proxy.hold = true
+	proxy.mu.Unlock()
+	select {
+	case <-m.Running():
+	case <-time.After(10 * time.Second):
+		t.Fatal("cluster did not start")
+	}
+	b := replStartNode(t, context.Background(), m, filepath.Join(dir, "b.db"), "")
+	replJoin(t, m, b)
+	if err := m.Tweak(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-proxy.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("B did not ask AskFetchTransactions")
+	}
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if st, ok := replCell(m.PartitionTable(), 0, b.NID()); ok && st == proto.UpToDate {
+			return
+		}
+		if time.Now().After(deadline) {
+			st, _ := replCell(m.PartitionTable(), 0, b.NID())
+			t.Fatalf("B's cell of partition 0 is %v 15 s after its source stopped answering its first request", st)
+		}
+	}
+}
+
+// TestReplReverseSourceHangs: the same over the source's own link
+// (revask.go): a source that never answers B's AskFetchObjects there. B
+// waited for ever; now it closes that link once nothing came for
+// replIdle.
+func TestReplReverseSourceHangs(t *testing.T) {
+	storage.SetReplIdle(t, 300*time.Millisecond)
+	asked, closed := make(chan struct{}), make(chan struct{})
+	replReverse(t, func(rl *neotest.Link, q proto.Packet) bool {
+		close(asked)
+		for { // no answer; whatever else B sends is read until it closes the link
+			if _, err := rl.Recv(); err != nil {
+				close(closed)
+				return false
+			}
+		}
+	})
+	select {
+	case <-asked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("B did not ask AskFetchObjects over the source's link")
+	}
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("B still waits for the answer to its AskFetchObjects 10 s after the source stopped answering")
+	}
+}

@@ -825,22 +825,17 @@ func (r *replicator) exchange(ctx context.Context, req, ans proto.Msg, add func(
 	// ends the wait below (the source's answer, which AskQueued no longer
 	// waits for, would never come).
 	defer context.AfterFunc(ctx, func() { src.Close() })()
-	var addErr error
-	select {
-	case addErr = <-x.done:
-	case <-sp.gone:
-		// A source that answered and then closed the link made both
-		// ready, and select picks either: the answer, when it came,
-		// wins (a pass that got all it asked for is not failed and
-		// started again).
-		select {
-		case addErr = <-x.done:
-		default:
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return fmt.Errorf("source %s: %w", r.srcAddr, src.Err())
+	// (The answer wins over a link closed after it: a pass that got all
+	// it asked for is not failed and started again.)
+	end, addErr := x.wait(nil, sp.gone, func() { src.Close() })
+	switch end {
+	case idleGone:
+		return fmt.Errorf("source %s: nothing received for %v: link closed", r.srcAddr, replIdle)
+	case linkGone:
+		if ctx.Err() != nil {
+			return ctx.Err()
 		}
+		return fmt.Errorf("source %s: %w", r.srcAddr, src.Err())
 	}
 	// The answer's copy came after every Add* for it (serveLink).
 	if err := <-asked; err != nil {

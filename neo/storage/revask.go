@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/zodbd/zodbd/neo/link"
 	"github.com/zodbd/zodbd/neo/proto"
@@ -37,12 +38,70 @@ type revCall struct {
 	ans    proto.Msg // on a peer's link: decoded here (else by the link's Ask)
 	add    func(*link.Request) error
 	addErr error
-	done   chan error // capacity 1: the outcome, once the answer came
+	done   chan error   // capacity 1: the outcome, once the answer came
+	heard  atomic.Int64 // unix nanos of the last packet taken for it (replIdle)
+}
+
+// replIdle bounds how long a replication request waits with nothing from
+// its source (no Add* packet, no answer): a source that hangs (its kernel
+// still answering TCP keepalives) would hold the replication for ever;
+// its link is closed then, and the replication starts again, from
+// whichever source the partition table names by then (NEO/py's
+// connections close after a Ping left unanswered, likewise).
+var replIdle = 60 * time.Second
+
+// waitEnd is how revCall.wait ended.
+type waitEnd int
+
+const (
+	answered  waitEnd = iota // the outcome came (err)
+	linkGone                 // the link closed first
+	idleGone                 // nothing came for replIdle: the link was closed
+	cancelled                // stop was closed first
+)
+
+// wait waits for c's outcome until the link goes (gone), stop is closed,
+// or nothing came from the source for replIdle: then it calls closeLink
+// and waits for gone.
+func (c *revCall) wait(stop, gone <-chan struct{}, closeLink func()) (waitEnd, error) {
+	c.heard.Store(time.Now().UnixNano())
+	t := time.NewTimer(replIdle)
+	defer t.Stop()
+	idled := false
+	for {
+		select {
+		case err := <-c.done:
+			return answered, err
+		case <-gone:
+			// A source that answered and then closed the link made both
+			// ready, and select picks either: the answer, when it came,
+			// wins.
+			select {
+			case err := <-c.done:
+				return answered, err
+			default:
+			}
+			if idled {
+				return idleGone, nil
+			}
+			return linkGone, nil
+		case <-stop:
+			return cancelled, nil
+		case <-t.C:
+			if quiet := time.Since(time.Unix(0, c.heard.Load())); quiet < replIdle {
+				t.Reset(replIdle - quiet)
+				continue
+			}
+			idled = true
+			closeLink()
+		}
+	}
 }
 
 // take hands an AddTransaction or AddObject packet of the source to the
 // request's add; the first error is kept as the request's outcome.
 func (c *revCall) take(q *link.Request) {
+	c.heard.Store(time.Now().UnixNano())
 	switch {
 	case c.addErr != nil:
 	case c.add == nil:
@@ -94,17 +153,15 @@ func (p *peer) reverseAsk(ctx context.Context, req, ans proto.Msg, add func(*lin
 	if err := p.w.Write(proto.AppendPacket(nil, c.id, req)); err != nil {
 		return err
 	}
-	select {
-	case err := <-c.done:
+	end, err := c.wait(ctx.Done(), p.gone, func() { p.nc.Close() })
+	switch end {
+	case answered:
 		return err
-	case <-p.gone:
-		select {
-		case err := <-c.done:
-			return err
-		default:
-		}
+	case linkGone:
 		return fmt.Errorf("%s: link closed", p.name)
-	case <-ctx.Done():
+	case idleGone:
+		return fmt.Errorf("%s: nothing received for %v: link closed", p.name, replIdle)
+	default:
 		// The answer, if it comes, finds no call: the link goes, as the
 		// two nodes are no longer in step. Its reader may be handing
 		// add a packet: the caller may free what add writes to (the
