@@ -114,19 +114,9 @@ func Open(path, layout string) (*Dir, error) {
 // simulate power losses and I/O errors there, see internal/vfs).
 func OpenFS(path, layout string, fsys vfs.FS) (*Dir, error) {
 	fsys = vfs.Or(fsys)
-	abs, err := filepath.Abs(path)
+	abs, layout, _, err := pickLayout(path, layout)
 	if err != nil {
 		return nil, err
-	}
-	auto, err := autoLayout(abs)
-	if err != nil {
-		return nil, err
-	}
-	if layout == "" {
-		layout = auto
-	}
-	if layout != "bushy" && layout != "lawn" {
-		return nil, fmt.Errorf("blob: %s: unknown layout %q", abs, layout)
 	}
 	d := &Dir{base: abs, tmp: filepath.Join(abs, "tmp"), layout: layout, fsys: fsys}
 	if err := mkdirAllSync(fsys, abs); err != nil {
@@ -159,24 +149,14 @@ func OpenFS(path, layout string, fsys vfs.FS) (*Dir, error) {
 // batches, GC) fails. For tools that read another storage's blobs (zodbd
 // analyze, the source of zodbd copy).
 func OpenReadOnly(path, layout string) (*Dir, error) {
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return nil, err
-	}
-	if fi, err := os.Stat(abs); err != nil {
+	if fi, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("blob: %w", err)
 	} else if !fi.IsDir() {
-		return nil, fmt.Errorf("blob: %s: not a directory", abs)
+		return nil, fmt.Errorf("blob: %s: not a directory", path)
 	}
-	auto, err := autoLayout(abs)
+	abs, layout, auto, err := pickLayout(path, layout)
 	if err != nil {
 		return nil, err
-	}
-	if layout == "" {
-		layout = auto
-	}
-	if layout != "bushy" && layout != "lawn" {
-		return nil, fmt.Errorf("blob: %s: unknown layout %q", abs, layout)
 	}
 	if layout != auto {
 		if _, err := os.Stat(filepath.Join(abs, LayoutMarker)); err == nil {
@@ -210,6 +190,24 @@ func (readOnlyFS) Link(oldname, newname string) error        { return errReadOnl
 func (readOnlyFS) Remove(name string) error                  { return errReadOnly(name) }
 func (readOnlyFS) Mkdir(name string, perm fs.FileMode) error { return errReadOnly(name) }
 func (readOnlyFS) SyncDir(dir string) error                  { return nil }
+
+// pickLayout returns path made absolute, the layout to use (layout, or
+// when "" the one autoLayout finds) and the one autoLayout finds.
+func pickLayout(path, layout string) (abs, use, auto string, err error) {
+	if abs, err = filepath.Abs(path); err != nil {
+		return "", "", "", err
+	}
+	if auto, err = autoLayout(abs); err != nil {
+		return "", "", "", err
+	}
+	if use = layout; use == "" {
+		use = auto
+	}
+	if use != "bushy" && use != "lawn" {
+		return "", "", "", fmt.Errorf("blob: %s: unknown layout %q", abs, use)
+	}
+	return abs, use, auto, nil
+}
 
 // autoLayout is ZODB/py's auto_layout_select.
 func autoLayout(path string) (string, error) {
