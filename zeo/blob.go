@@ -226,6 +226,17 @@ func (c *conn) storeBlobChunk(chunk []byte) error {
 	if t.blobs.upload == nil {
 		return &pyError{"ZODB.POSException.StorageTransactionError", "storeBlobChunk without storeBlobStart"}
 	}
+	if t.err == nil {
+		t.err = c.charge(t, len(chunk))
+	}
+	if t.err != nil {
+		// The vote fails: the upload's bytes need not be kept.
+		if _, dropped := t.blobs.upload.(droppedUpload); !dropped {
+			t.blobs.upload.Abort()
+			t.blobs.upload = droppedUpload{}
+		}
+		return nil
+	}
 	if _, err = t.blobs.upload.Write(chunk); err != nil {
 		t.blobs.upload.Abort()
 		t.blobs.upload = nil
@@ -330,3 +341,11 @@ func (c *conn) blobSuperseded(o *op) {
 		c.st.blobs.Dir().Discard(o.blob)
 	}
 }
+
+// droppedUpload takes the rest of a blob upload whose transaction fails at
+// its vote already (Config.MaxTxnBytes): nothing is kept.
+type droppedUpload struct{}
+
+func (droppedUpload) Write(b []byte) (int, error) { return len(b), nil }
+func (droppedUpload) Close() (string, error)      { return "", nil }
+func (droppedUpload) Abort()                      {}

@@ -104,6 +104,14 @@ type Config struct {
 	// (netconn.FrameMemory; default DefaultMaxFramesTotal; < 0: no
 	// bound): a frame whose buffer would pass it closes its connection.
 	MaxFramesTotal int
+	// MaxTxnBytes, when > 0, bounds the data a transaction may hold
+	// until its vote: its records (in memory up to a bound, the rest in
+	// an unlinked file of $TMPDIR) and its blob uploads. What a
+	// transaction sends past it is dropped and its vote fails with a
+	// StorageError (the connection stays): one client cannot fill the
+	// server's temporary disk with a transaction that could never
+	// commit anyway.
+	MaxTxnBytes int64
 	// HandshakeTimeout bounds how long a new connection may take to
 	// answer the server's protocol announcement (and, with TLS, to do
 	// the TLS handshake) before it is closed (default

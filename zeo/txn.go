@@ -48,6 +48,7 @@ type ztxn struct {
 	meta  zodb.TxnMeta
 	ops   []op
 	data  spool.Spool // the data of ops
+	size  int64       // bytes of data and blob uploads received (Config.MaxTxnBytes)
 	err   error       // the spool could not take an operation's data: the vote fails with it
 
 	voting     bool                // a vote goroutine is running
@@ -124,6 +125,9 @@ func (c *conn) record(txnID int64, o op, data []byte, a *args) error {
 		c.stores.Add(1)
 	}
 	if t.err == nil {
+		t.err = c.charge(t, len(data))
+	}
+	if t.err == nil {
 		var err error
 		if o.data, err = t.data.Add(data); err != nil {
 			// A full $TMPDIR fails this transaction, not the connection.
@@ -136,6 +140,16 @@ func (c *conn) record(txnID int64, o op, data []byte, a *args) error {
 	// (A store with a blob is kept, without its data, when the vote
 	// fails anyway: the transaction's end discards its file.)
 	t.ops = append(t.ops, o)
+	return nil
+}
+
+// charge counts n more bytes received for t; past Config.MaxTxnBytes it
+// returns the error its vote fails with. Called with txmu held.
+func (c *conn) charge(t *ztxn, n int) error {
+	t.size += int64(n)
+	if limit := c.srv.cfg.MaxTxnBytes; limit > 0 && t.size > limit {
+		return &pyError{"ZODB.POSException.StorageError", fmt.Sprintf("transaction larger than the server's limit of %d bytes (zodbd serve --max-txn-bytes)", limit)}
+	}
 	return nil
 }
 

@@ -89,6 +89,7 @@ func runServe(args []string) (status int) {
 	var maxFrame, gomaxprocs, invq int
 	var invAge string
 	maxQueued, maxQueuedTotal := sizeFlag(zeo.DefaultMaxQueued), sizeFlag(zeo.DefaultMaxQueuedTotal)
+	var maxTxnBytes sizeFlag
 	maxFramesTotal := sizeFlag(zeo.DefaultMaxFramesTotal)
 	for _, n := range []string{"a", "address"} {
 		fl.StringVar(&addr, n, "", "address to listen on")
@@ -110,6 +111,7 @@ func runServe(args []string) (status int) {
 	fl.BoolVar(&create, "create", false, "create the -f files (truncating them)")
 	fl.StringVar(&logPath, "log", "", "log file, instead of zeo.conf's <logfile>s (default: standard error)")
 	fl.IntVar(&maxFrame, "max-frame", wire.DefaultMaxFrame, "largest request frame accepted, in bytes")
+	fl.Var(&maxTxnBytes, "max-txn-bytes", "bytes of data (records and blob uploads) one transaction may send before its vote (in memory up to a bound, the rest in unlinked files of $TMPDIR): past it the rest is dropped and the vote fails (0: no bound, as runzeo; 1GiB, ...)")
 	fl.Var(&maxQueued, "max-queued", "bytes of replies and invalidations a client may leave unread: past half its requests wait, past the whole it is disconnected (64MiB, 1GiB, ...)")
 	fl.Var(&maxQueuedTotal, "max-queued-total", "the same for all clients together (0: no bound)")
 	fl.Var(&maxFramesTotal, "max-frames-total", "memory the request frames being received may hold on all connections together, beyond 1MiB each: a frame past it closes its connection (0: no bound)")
@@ -262,6 +264,7 @@ func runServe(args []string) (status int) {
 		TransactionTimeout:    fc.TransactionTimeout,
 		MaxFrame:              maxFrame,
 		MaxQueued:             int(maxQueued),
+		MaxTxnBytes:           int64(maxTxnBytes),
 		MaxQueuedTotal:        int(maxQueuedTotal),
 		MaxFramesTotal:        int(maxFramesTotal),
 		Marshal:               wire.Pickle,
@@ -275,6 +278,10 @@ func runServe(args []string) (status int) {
 	}
 	if maxQueued <= 0 {
 		return fatalf("serve", "--max-queued must be more than 0")
+	}
+	if maxTxnBytes < 0 {
+		cliMisuse("serve", "--max-txn-bytes must not be negative")
+		return 2
 	}
 	if maxQueuedTotal == 0 {
 		cfg.MaxQueuedTotal = -1
