@@ -283,3 +283,30 @@ func TestFaultsCloseOnStalledServerLeavesNothing(t *testing.T) {
 	}
 	leaktest.Check(t, base+3) // the script server's stalled goroutine of each connection
 }
+
+// TestFaultsLoadCtxServerStallsMidReply: the server sends half of a
+// reply frame and stalls. The Load, whose context ends after 300 ms,
+// held the read side and read the frame to its end: it never returned. Now
+// it returns with its context's error; a goroutine of its own reads the
+// rest of the frame, until it comes or the connection closes, and puts
+// the read side back (the stream stays in step).
+func TestFaultsLoadCtxServerStallsMidReply(t *testing.T) {
+	s := &scriptServer{last: 0x10, handle: halfReply(false)}
+	startScriptServer(t, s)
+	c := scriptDial(t, s.addr, &client.Options{CacheSize: 1 << 20, Heartbeat: -1})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := c.Load(ctx, zodb.Xid{Oid: 1, At: 0x10})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Load: %v, want its context's deadline", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("Load(ctx with a 300 ms deadline) still blocked after 3 s: the server stalled inside its reply")
+	}
+}

@@ -44,11 +44,22 @@ type readState struct {
 	dec *wire.Decoder
 	buf []byte
 	msg wire.Message // reused: dispatch's callees keep pointers into it
+
+	// part is the frame being read: its bytes so far, of n; partial
+	// while a read interrupted inside it (errMidFrame) left it so.
+	part    []byte
+	k, n    int
+	partial bool
 }
 
 // errInterrupted is returned by readFrame when a context cancellation
 // interrupted the read between two frames.
 var errInterrupted = errors.New("read interrupted")
+
+// errMidFrame is returned by readFrame when a context cancellation
+// interrupted the read inside a frame: the next readFrame goes on with
+// it.
+var errMidFrame = errors.New("read interrupted inside a frame")
 
 // wait returns when done is closed or receives its signal (nil), reading
 // the connection in the meantime when nobody else does, or when ctx is
@@ -63,8 +74,10 @@ func (c *Client) wait(ctx context.Context, done <-chan struct{}) error {
 		case netconn.Cancelled:
 			return ctx.Err()
 		}
-		signalled, err := c.readUntil(ctx, rs, done)
-		c.token.Put(rs)
+		signalled, handed, err := c.readUntil(ctx, rs, done)
+		if !handed {
+			c.token.Put(rs)
+		}
 		if signalled || err != nil {
 			return err
 		}
@@ -74,11 +87,20 @@ func (c *Client) wait(ctx context.Context, done <-chan struct{}) error {
 // readUntil reads and dispatches messages until done is ready (closed, or
 // signalled: then the signal has been received, and signalled is true),
 // the connection fails (which readies every done channel, to be received
-// by the caller) or ctx is done (its error is returned).
-func (c *Client) readUntil(ctx context.Context, rs *readState, done <-chan struct{}) (signalled bool, err error) {
+// by the caller) or ctx is done (its error is returned). When ctx ended
+// inside a frame, handed is true: a goroutine of its own reads the rest of
+// that frame, dispatches it and puts the read side back (a server that
+// stalls inside a reply does not hold the caller).
+func (c *Client) readUntil(ctx context.Context, rs *readState, done <-chan struct{}) (signalled, handed bool, err error) {
 	for {
 		select {
 		case <-done:
+			if rs.partial {
+				// Inside a frame (an interruption for another
+				// waiter): its rest is read on a goroutine of its own.
+				go c.finishFrame(rs)
+				return true, true, nil
+			}
 			// Dispatch the messages already buffered, which costs no
 			// system call, rather than leave them to the next waiter:
 			// their waiters are woken without having to read.
@@ -88,25 +110,45 @@ func (c *Client) readUntil(ctx context.Context, rs *readState, done <-chan struc
 					break
 				}
 			}
-			return true, nil
+			return true, false, nil
 		default:
 		}
-		if ctx.Err() != nil {
-			// The interruption of the read for ctx may have been
-			// spent inside a frame, which a read finishes (readFrame).
-			return false, ctx.Err()
+		if ctx.Err() != nil && !rs.partial {
+			// (Between frames: the interruption for ctx may have been
+			// spent on another read.)
+			return false, false, ctx.Err()
 		}
 		if err := c.readOne(rs); err != nil {
-			if err == errInterrupted {
-				if ctx.Err() != nil {
-					return false, ctx.Err()
+			if err == errInterrupted || err == errMidFrame {
+				if ctx.Err() == nil {
+					continue // another waiter's cancellation, meant for its read
 				}
-				continue // another waiter's cancellation, meant for its read
+				if err == errMidFrame {
+					go c.finishFrame(rs)
+					return false, true, ctx.Err()
+				}
+				return false, false, ctx.Err()
 			}
 			c.fail(err)
-			return false, nil
+			return false, false, nil
 		}
 	}
+}
+
+// finishFrame reads the rest of the frame a cancelled waiter left, and
+// dispatches it, then puts the read side back: the stream stays in step.
+func (c *Client) finishFrame(rs *readState) {
+	for {
+		err := c.readOne(rs)
+		if err == errMidFrame {
+			continue // (a later interruption: go on)
+		}
+		if err != nil {
+			c.fail(err)
+		}
+		break
+	}
+	c.token.Put(rs)
 }
 
 // interruptRead makes the current read return (see readFrame). c.token
@@ -156,56 +198,65 @@ func (e *decodeError) Unwrap() error { return e.err }
 // readFrame reads one frame, like wire.ReadFrame. A read deadline (set by
 // interruptRead) that expires before any byte of the frame was consumed
 // gives errInterrupted, with the read side intact; one that expires inside
-// a frame is cleared and the frame read to its end, so that the stream
-// stays in step.
+// a frame is cleared and gives errMidFrame, the frame's bytes so far kept
+// in rs: the next readFrame reads on from there, so that the stream stays
+// in step.
 func (c *Client) readFrame(rs *readState) ([]byte, error) {
-	hdr, err := rs.br.Peek(4)
-	if err != nil {
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			c.nc.SetReadDeadline(time.Time{})
-			return nil, errInterrupted
-		}
-		if err == io.EOF && len(hdr) > 0 {
-			err = io.ErrUnexpectedEOF
-		}
-		return nil, err
-	}
-	n := binary.BigEndian.Uint32(hdr)
-	if uint64(n) > uint64(c.maxFrame) {
-		return nil, &wire.FrameTooBigError{Size: uint64(n), Max: uint64(c.maxFrame)}
-	}
-	rs.br.Discard(4)
-	// A big frame's buffer grows as its bytes arrive (doubling), so that
-	// a length header alone does not make the client allocate it.
-	buf := rs.buf
-	switch {
-	case cap(buf) >= int(n):
-		buf = buf[:n]
-	case n <= frameGrowStart:
-		buf = make([]byte, n)
-	default:
-		buf = make([]byte, frameGrowStart)
-	}
-	for k := 0; k < int(n); {
-		if k == len(buf) {
-			grown := make([]byte, min(2*len(buf), int(n)))
-			copy(grown, buf)
-			buf = grown
-		}
-		m, err := rs.br.Read(buf[k:])
-		k += m
+	if !rs.partial {
+		hdr, err := rs.br.Peek(4)
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				c.nc.SetReadDeadline(time.Time{})
-				continue
+				return nil, errInterrupted
 			}
+			if err == io.EOF && len(hdr) > 0 {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+		n := binary.BigEndian.Uint32(hdr)
+		if uint64(n) > uint64(c.maxFrame) {
+			return nil, &wire.FrameTooBigError{Size: uint64(n), Max: uint64(c.maxFrame)}
+		}
+		rs.br.Discard(4)
+		// A big frame's buffer grows as its bytes arrive (doubling),
+		// so that a length header alone does not make the client
+		// allocate it.
+		buf := rs.buf
+		switch {
+		case cap(buf) >= int(n):
+			buf = buf[:n]
+		case n <= frameGrowStart:
+			buf = make([]byte, n)
+		default:
+			buf = make([]byte, frameGrowStart)
+		}
+		rs.part, rs.k, rs.n, rs.partial = buf, 0, int(n), true
+	}
+	for rs.k < rs.n {
+		if rs.k == len(rs.part) {
+			grown := make([]byte, min(2*len(rs.part), rs.n))
+			copy(grown, rs.part)
+			rs.part = grown
+		}
+		m, err := rs.br.Read(rs.part[rs.k:])
+		rs.k += m
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				c.nc.SetReadDeadline(time.Time{})
+				return nil, errMidFrame
+			}
+			rs.partial = false
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
 			return nil, err
 		}
 	}
-	return buf, nil
+	rs.partial = false
+	f := rs.part
+	rs.part = nil
+	return f, nil
 }
 
 // frameGrowStart is the buffer a frame bigger than it starts with.
@@ -218,7 +269,7 @@ func (c *Client) idleReader() {
 	c.token.Idle(c.failed, func(rs *readState) {
 		for {
 			if err := c.readOne(rs); err != nil {
-				if err == errInterrupted {
+				if err == errInterrupted || err == errMidFrame {
 					continue
 				}
 				c.fail(err)
