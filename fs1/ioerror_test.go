@@ -192,6 +192,13 @@ func (d *dropFS) Sync(f *os.File) error {
 
 var _ vfs.FS = (*dropFS)(nil)
 
+// hasFailed reports whether the injected failure happened.
+func (d *dropFS) hasFailed() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.failed
+}
+
 // TestIOFsyncgateGroupCommit: concurrent committers; the k-th
 // fdatasync of Data.fs fails as on Linux (dropFS); then a power loss.
 // Every acknowledged commit must be on the disk, and the disk must open.
@@ -237,7 +244,10 @@ func fsyncgateRun(t *testing.T, single bool, failAt, statusFailAt int, seed int6
 		go func(c int) {
 			defer wg.Done()
 			rng := rand.New(rand.NewSource(seed*10 + int64(c)))
-			for i := 0; i < 6; i++ {
+			// At least 6 commits each, and on until the failure was
+			// injected (group commit makes fewer fdatasyncs than
+			// commits: how many depends on the scheduling).
+			for i := 0; i < 6 || !d.hasFailed() && i < 60; i++ {
 				oid := zodb.Oid(1 + c*100 + i)
 				data := fmt.Sprintf("c%d-%d-%s", c, i, string(make([]byte, rng.Intn(3000))))
 				tid, err := tryCommit(fs, zodb.TxnMeta{}, func(tx zodb.Txn) error { return tx.Store(oid, 0, []byte(data)) })
