@@ -53,20 +53,6 @@ func TestCLIReindexVerifyStdoutFull(t *testing.T) {
 	}
 }
 
-// TestCLIPackDryRunQuiet: -q is "no progress line and no summary",
-// but pack --dry-run -q printed the whole dry-run report: -q was accepted
-// and ignored there. Now only the exit status reports.
-func TestCLIPackDryRunQuiet(t *testing.T) {
-	path := fixtureCopy(t, "1.fs")
-	status, out, errOut := capture(t, "pack", "--dry-run", "-q", path)
-	if status != 0 {
-		t.Fatalf("pack --dry-run -q: status %d, %s", status, errOut)
-	}
-	if out != "" {
-		t.Errorf("pack --dry-run -q printed its summary:\n%s", out)
-	}
-}
-
 // TestCLIHashPrefetchNegative: --prefetch N with N < 0 was accepted
 // and silently taken as 1 (one load at a time); pack refuses a negative
 // --workers and wrk a --inflight below 1 with status 2, and so does hash.

@@ -46,7 +46,7 @@ func runPack(args []string) int {
 	tidS := fl.String("tid", "", "pack time as a tid (16 hex digits, `TID`)")
 	noGC := fl.Bool("no-gc", false, "keep objects that are not reachable (ZODB/py's pack-gc false)")
 	workers := fl.Int("workers", 0, "goroutines reading objects during GC (default: GOMAXPROCS)")
-	quiet := fl.Bool("q", false, "no progress line and no summary")
+	quiet := fl.Bool("q", false, "no progress line and no summary (--dry-run still prints its report, which is its result)")
 	blobDir := fl.String("blob-dir", "", "the storage's blob directory (`DIR`): remove the blob files of removed revisions")
 	dryRun := fl.Bool("dry-run", false, "change nothing: print what the pack would remove and whether a reachable object would dangle")
 	pos, status, ok := parseInterleaved(fl, args)
@@ -135,10 +135,7 @@ func runPack(args []string) int {
 		if err != nil {
 			return fatalf("pack", "%v", err)
 		}
-		if *quiet {
-			// No report: the exit status says whether references
-			// already dangle.
-		} else if err := printDryRun(os.Stdout, path, st); err != nil {
+		if err := printDryRun(os.Stdout, path, st); err != nil {
 			return fatalf("pack", "%v", err)
 		}
 		if st.DanglingRefs > 0 {
