@@ -16,7 +16,9 @@ import (
 )
 
 // Writer is a connection's ordered output queue: the order in which bytes
-// are queued is their order on the wire. Any number of goroutines queue
+// are queued is their order on the wire (but for the replies AppendAfter
+// queues behind notifications held back, which bytes written or sent
+// without a seq meanwhile overtake). Any number of goroutines queue
 // bytes; the first one that finds no write in progress does the system
 // call, for what it queued and for whatever the others append meanwhile
 // (they return at once), so that replies to pipelined requests share
@@ -105,7 +107,12 @@ func (q *Writer) AppendAfter(seen uint64, fn func([]byte) []byte) (n int, stale 
 	}
 	if len(q.held) > 0 && seen >= q.heldMin {
 		// Computed on a state that a notification held back announces:
-		// behind it, so that the peer gets the notification first.
+		// behind it, so that the peer gets the notification first;
+		// stale if a later one is held too (behind it, the reply would
+		// reach the peer after a notification newer than its state).
+		if seen < q.heldSeq {
+			return 0, true
+		}
 		n = len(q.held)
 		q.held = fn(q.held)
 		return len(q.held) - n, false
@@ -338,7 +345,9 @@ func (q *Writer) Send(b []byte, seq uint64) {
 		q.heldSeq = max(q.heldSeq, seq)
 	} else {
 		q.buf = append(q.buf, b...)
-		q.async += len(b)
+		if q.writing {
+			q.async += len(b) // queued behind a write (that may block)
+		}
 		q.seq = max(q.seq, seq)
 		q.account()
 	}
@@ -359,7 +368,9 @@ func (q *Writer) SendFunc(fn func([]byte) []byte) {
 	}
 	n := len(q.buf)
 	q.buf = fn(q.buf)
-	q.async += len(q.buf) - n
+	if q.writing {
+		q.async += len(q.buf) - n // queued behind a write (that may block)
+	}
 	q.account()
 	if !q.overflowLocked() {
 		q.wakeLocked()
@@ -444,7 +455,8 @@ func (q *Writer) Written() uint64 {
 }
 
 // Close stops accepting bytes, waits for the write in progress and writes
-// what is still queued.
+// what is still queued, but not what a Hold still holds back (the
+// notifications of a connection going away).
 func (q *Writer) Close() {
 	q.mu.Lock()
 	if q.closed {
