@@ -1404,34 +1404,17 @@ func (p *Packer) translateBack(dh *DataHeader, data []byte) (int64, error) {
 }
 
 // outData returns the data of the record at pos in the packed file,
-// following its backpointers (nil for a deletion). A backpointer that does
-// not point backwards is an error: the packed file is being written.
+// following its backpointers (nil for a deletion).
 func (p *Packer) outData(pos int64) ([]byte, error) {
-	var d [DataHeaderSize + 8]byte
-	for {
-		if err := p.out.readAt(d[:DataHeaderSize], pos); err != nil {
-			return nil, err
-		}
-		r := DecodeDataHeaderRaw(d[:])
-		if r.DataLen > 0 {
-			data := make([]byte, r.DataLen)
-			if err := p.out.readAt(data, pos+DataHeaderSize); err != nil {
-				return nil, err
-			}
-			return data, nil
-		}
-		if err := p.out.readAt(d[DataHeaderSize:], pos+DataHeaderSize); err != nil {
-			return nil, err
-		}
-		back := int64(binary.BigEndian.Uint64(d[DataHeaderSize:]))
-		if back == 0 {
-			return nil, nil
-		}
-		if back >= pos || back < 0 {
-			return nil, fmt.Errorf("fs1: pack: %s: packed record at %d: backpointer %d does not point backwards", p.path, pos, back)
-		}
-		pos = back
+	var dh DataHeader
+	if err := dh.Load(&p.out, p.out.path, pos, p.out.pos); err != nil {
+		return nil, err
 	}
+	data, rec, err := dh.LoadData(&p.out, p.out.path, nil)
+	if err != nil || rec.DataLen == 0 {
+		return nil, err
+	}
+	return data, nil
 }
 
 // ErrPackAgain is the error of an online pack that a transaction committed

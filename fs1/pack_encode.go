@@ -112,6 +112,14 @@ func (o *packOut) readAt(b []byte, pos int64) error {
 	return nil
 }
 
+// ReadAt is readAt as an io.ReaderAt (DataHeader's readers).
+func (o *packOut) ReadAt(b []byte, pos int64) (int, error) {
+	if err := o.readAt(b, pos); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
 func (o *packOut) fail(pos int64, err error) error {
 	return &Error{o.path, pos, "packed file", fmt.Errorf("write: %w", err)}
 }
