@@ -57,9 +57,7 @@ type Dir struct {
 	base   string // absolute, cleaned
 	tmp    string
 	layout string // "bushy" or "lawn"
-	fsys   vfs.FS // what files and directories are changed through
-	// readOnly: opened by OpenReadOnly (fsys refuses every change).
-	readOnly bool
+	fsys   vfs.FS // what files and directories are changed through (readOnlyFS: OpenReadOnly's)
 
 	// mu orders the creation of oid directories and moves into them
 	// (read-locked, concurrent) against the removal of empty directories
@@ -114,7 +112,7 @@ func Open(path, layout string) (*Dir, error) {
 // simulate power losses and I/O errors there, see internal/vfs).
 func OpenFS(path, layout string, fsys vfs.FS) (*Dir, error) {
 	fsys = vfs.Or(fsys)
-	abs, layout, _, err := pickLayout(path, layout)
+	abs, layout, err := pickLayout(path, layout)
 	if err != nil {
 		return nil, err
 	}
@@ -125,21 +123,33 @@ func OpenFS(path, layout string, fsys vfs.FS) (*Dir, error) {
 	if err := mkdirAllSync(fsys, d.tmp); err != nil {
 		return nil, fmt.Errorf("blob: %w", err)
 	}
-	marker := filepath.Join(abs, LayoutMarker)
-	b, err := os.ReadFile(marker)
+	marked, err := checkMarker(abs, layout)
+	if err != nil {
+		return nil, err
+	}
+	if !marked {
+		if err := vfs.WriteFile(fsys, filepath.Join(abs, LayoutMarker), []byte(layout)); err != nil {
+			return nil, fmt.Errorf("blob: %w", err)
+		}
+	}
+	return d, nil
+}
+
+// checkMarker reports whether the blob directory abs has a layout marker,
+// which must name layout.
+func checkMarker(abs, layout string) (marked bool, err error) {
+	b, err := os.ReadFile(filepath.Join(abs, LayoutMarker))
 	switch {
 	case err == nil:
 		if got := strings.TrimSpace(string(b)); got != layout {
-			return nil, fmt.Errorf("blob: directory layout `%s` selected for blob directory %s, but marker found for layout `%s`", layout, abs, got)
+			return true, fmt.Errorf("blob: directory layout `%s` selected for blob directory %s, but marker found for layout `%s`", layout, abs, got)
 		}
+		return true, nil
 	case errors.Is(err, fs.ErrNotExist):
-		if err := vfs.WriteFile(fsys, marker, []byte(layout)); err != nil {
-			return nil, fmt.Errorf("blob: %w", err)
-		}
+		return false, nil
 	default:
-		return nil, fmt.Errorf("blob: %w", err)
+		return false, fmt.Errorf("blob: %w", err)
 	}
-	return d, nil
 }
 
 // OpenReadOnly opens the existing blob directory at path for reading only,
@@ -154,16 +164,14 @@ func OpenReadOnly(path, layout string) (*Dir, error) {
 	} else if !fi.IsDir() {
 		return nil, fmt.Errorf("blob: %s: not a directory", path)
 	}
-	abs, layout, auto, err := pickLayout(path, layout)
+	abs, layout, err := pickLayout(path, layout)
 	if err != nil {
 		return nil, err
 	}
-	if layout != auto {
-		if _, err := os.Stat(filepath.Join(abs, LayoutMarker)); err == nil {
-			return nil, fmt.Errorf("blob: directory layout `%s` selected for blob directory %s, but marker found for layout `%s`", layout, abs, auto)
-		}
+	if _, err := checkMarker(abs, layout); err != nil {
+		return nil, err
 	}
-	return &Dir{base: abs, tmp: filepath.Join(abs, "tmp"), layout: layout, fsys: readOnlyFS{}, readOnly: true}, nil
+	return &Dir{base: abs, tmp: filepath.Join(abs, "tmp"), layout: layout, fsys: readOnlyFS{}}, nil
 }
 
 // readOnlyFS is the file system of a Dir opened read-only: every change
@@ -191,22 +199,21 @@ func (readOnlyFS) Remove(name string) error                  { return errReadOnl
 func (readOnlyFS) Mkdir(name string, perm fs.FileMode) error { return errReadOnly(name) }
 func (readOnlyFS) SyncDir(dir string) error                  { return nil }
 
-// pickLayout returns path made absolute, the layout to use (layout, or
-// when "" the one autoLayout finds) and the one autoLayout finds.
-func pickLayout(path, layout string) (abs, use, auto string, err error) {
+// pickLayout returns path made absolute and the layout to use: layout,
+// or when "" the one autoLayout finds.
+func pickLayout(path, layout string) (abs, use string, err error) {
 	if abs, err = filepath.Abs(path); err != nil {
-		return "", "", "", err
-	}
-	if auto, err = autoLayout(abs); err != nil {
-		return "", "", "", err
+		return "", "", err
 	}
 	if use = layout; use == "" {
-		use = auto
+		if use, err = autoLayout(abs); err != nil {
+			return "", "", err
+		}
 	}
 	if use != "bushy" && use != "lawn" {
-		return "", "", "", fmt.Errorf("blob: %s: unknown layout %q", abs, use)
+		return "", "", fmt.Errorf("blob: %s: unknown layout %q", abs, use)
 	}
-	return abs, use, auto, nil
+	return abs, use, nil
 }
 
 // autoLayout is ZODB/py's auto_layout_select.
@@ -574,7 +581,7 @@ func (d *Dir) Discard(path string) { d.fsys.Remove(path) }
 // number of files removed. If keepOld is not "", removed files are moved
 // under that directory (same relative path) instead of deleted.
 func (d *Dir) GC(last zodb.Tid, exists func(oid zodb.Oid, tid zodb.Tid) (bool, error), keepOld string) (int, error) {
-	if d.readOnly {
+	if _, ro := d.fsys.(readOnlyFS); ro {
 		return 0, errReadOnly(d.base)
 	}
 	removed := 0
