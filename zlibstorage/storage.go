@@ -222,11 +222,10 @@ func (t *txn) VoteResolving(ctx context.Context, resolve zodb.Resolver) ([]zodb.
 			if new, err = AppendDecompress(nil, new); err != nil {
 				return nil, err
 			}
-			data, err := resolve(old, committed, new)
-			if err == nil && t.compress {
-				data = AppendCompress(nil, data)
-			}
-			return data, err
+			return resolve(old, committed, new)
+		}
+		if t.compress {
+			r = CompressResolved(r)
 		}
 	}
 	resolved, err := rt.VoteResolving(ctx, r)
