@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zodbd/zodbd/neo/neotest"
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
 	"github.com/zodbd/zodbd/neo/storage/sqlitebackend"
@@ -543,14 +542,7 @@ func TestReplEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	m, err := neotest.NewMaster(neotest.MasterConfig{Cluster: "replfault", Partitions: 3, Replicas: 1, Storages: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mctx, cancel := context.WithCancel(ctx)
-	mdone := make(chan error, 1)
-	go func() { mdone <- m.Serve(mctx) }()
-	t.Cleanup(func() { cancel(); <-mdone })
+	m := replStartMaster(t, 3)
 	replStartNode(t, ctx, m, pathA, "")
 	select {
 	case <-m.Running():

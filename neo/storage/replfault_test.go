@@ -100,6 +100,21 @@ func (p *replProxy) relay(nc net.Conn) {
 	}
 }
 
+// replStartMaster runs a test master of cluster "replfault" (partitions,
+// replicas 1, one storage to start) until the test ends.
+func replStartMaster(t *testing.T, partitions int) *neotest.Master {
+	t.Helper()
+	m, err := neotest.NewMaster(neotest.MasterConfig{Cluster: "replfault", Partitions: partitions, Replicas: 1, Storages: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	mdone := make(chan error, 1)
+	go func() { mdone <- m.Serve(ctx) }()
+	t.Cleanup(func() { cancel(); <-mdone })
+	return m
+}
+
 // replStartNode runs a node on a new SQLite database at path until ctx is
 // done or the test ends.
 func replStartNode(t *testing.T, ctx context.Context, m *neotest.Master, path, advertise string) *storage.Node {
@@ -205,14 +220,7 @@ func replBegin(t *testing.T, m *neotest.Master) zodb.Tid {
 }
 
 func replDiscardReadd(t *testing.T, readd bool) {
-	m, err := neotest.NewMaster(neotest.MasterConfig{Cluster: "replfault", Partitions: 1, Replicas: 1, Storages: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	mdone := make(chan error, 1)
-	go func() { mdone <- m.Serve(ctx) }()
-	t.Cleanup(func() { cancel(); <-mdone })
+	m := replStartMaster(t, 1)
 
 	var ttid zodb.Tid
 	dir := t.TempDir()
@@ -282,14 +290,7 @@ func replDiscardReadd(t *testing.T, readd bool) {
 // serving). Tweak gives B an OUT_OF_DATE cell of partition 0. It returns
 // B's cancel.
 func replReverse(t *testing.T, objects func(rl *neotest.Link, q proto.Packet) bool) (b *storage.Node, bcancel context.CancelFunc) {
-	m, err := neotest.NewMaster(neotest.MasterConfig{Cluster: "replfault", Partitions: 1, Replicas: 1, Storages: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	mdone := make(chan error, 1)
-	go func() { mdone <- m.Serve(ctx) }()
-	t.Cleanup(func() { cancel(); <-mdone })
+	m := replStartMaster(t, 1)
 
 	dir := t.TempDir()
 	fl, err := net.Listen("tcp", "127.0.0.1:0")
@@ -437,14 +438,7 @@ func TestReplNoProgress(t *testing.T) {
 // proxy lets the second link through) and its cell becomes UP_TO_DATE.
 func TestReplSourceHangs(t *testing.T) {
 	storage.SetReplIdle(t, 300*time.Millisecond)
-	m, err := neotest.NewMaster(neotest.MasterConfig{Cluster: "replfault", Partitions: 1, Replicas: 1, Storages: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	mdone := make(chan error, 1)
-	go func() { mdone <- m.Serve(ctx) }()
-	t.Cleanup(func() { cancel(); <-mdone })
+	m := replStartMaster(t, 1)
 
 	dir := t.TempDir()
 	proxy := newReplProxy(t)
