@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/internal/datasets"
 	"github.com/zodbd/zodbd/zodb"
 	"github.com/zodbd/zodbd/zodb/serialize"
 )
@@ -139,10 +139,7 @@ func TestPackAgainAfterRestoreDuringPack(t *testing.T) {
 // transaction boundary by PackFile and by ZODB/py: the same bytes, or both
 // leave the file as it is (or ZODB/py fails).
 func TestPackZodbdWrittenMatchesZODBpy(t *testing.T) {
-	py := "../.venv/bin/python"
-	if _, err := os.Stat(py); err != nil {
-		t.Skip("no venv")
-	}
+	datasets.Python(t) // skipped without the venv (failed under $CI)
 	ctx := context.Background()
 	for seed := int64(1); seed <= 2; seed++ {
 		dir := t.TempDir()
@@ -220,35 +217,7 @@ func TestPackZodbdWrittenMatchesZODBpy(t *testing.T) {
 				b, _ := os.ReadFile(path)
 				os.WriteFile(p, b, 0o644)
 			}
-			script := `
-import sys, time
-from ZODB.FileStorage import FileStorage
-from ZODB.TimeStamp import TimeStamp
-from ZODB.serialize import referencesf
-path, i = sys.argv[1], int(sys.argv[2])
-st = FileStorage(path, read_only=True)
-tids = [t.tid for t in st.iterator()]
-st.close()
-t = (TimeStamp(tids[i]).timeTime() + TimeStamp(tids[i + 1]).timeTime()) / 2
-stop = TimeStamp(*time.gmtime(t)[:5] + (t % 60,)).raw()
-print(stop.hex())
-st = FileStorage(path)
-try:
-    st.pack(t, referencesf)
-    print('ok')
-except Exception as e:
-    print('fail', type(e).__name__, e)
-st.close()
-`
-			out, err := exec.Command(py, "-c", script, theirs, fmt.Sprint(i)).Output()
-			if err != nil {
-				t.Fatalf("python: %v", err)
-			}
-			lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-			at, err := zodb.ParseTid(lines[0])
-			if err != nil {
-				t.Fatal(err)
-			}
+			at, res := fs1.PyPackBetween(t, theirs, i, true)
 			ps, err := fs1.PackFile(ctx, ours, at, &fs1.PackOptions{Logf: quiet})
 			if err != nil {
 				t.Fatalf("seed %d pack at %d: %v", seed, i, err)
@@ -256,7 +225,7 @@ st.close()
 			if ps.Changed {
 				checkPacked(t, path, ours, at, true)
 			}
-			if lines[len(lines)-1] != "ok" {
+			if res != "ok" {
 				pyFailed++
 				continue
 			}

@@ -18,10 +18,10 @@ import (
 	"github.com/zodbd/zodbd/zodb"
 )
 
-// pyPackBetween packs the file at path with ZODB/py (gc as given) at the
+// PyPackBetween packs the file at path with ZODB/py (gc as given) at the
 // midpoint between the times of its transactions i and i+1, and returns
 // the pack tid ZODB/py used and whether it packed without error.
-func pyPackBetween(t *testing.T, path string, i int, gc bool) (zodb.Tid, string) {
+func PyPackBetween(t *testing.T, path string, i int, gc bool) (zodb.Tid, string) {
 	t.Helper()
 	py := datasets.Python(t)
 	script := `
@@ -120,7 +120,7 @@ func TestPackBackpointerToSecondRecordOfOid(t *testing.T) {
 	// ZODB/py packs a copy at a time between T2 and T3 (transactions 3
 	// and 4 of the file, counting the root's from 0).
 	theirs := copyToTemp(t, fs.path)
-	at, res := pyPackBetween(t, theirs, 3, true)
+	at, res := PyPackBetween(t, theirs, 3, true)
 	if at <= t2 || at >= t3 {
 		t.Fatalf("pack time %s not between T2 %s and T3 %s", at, t2, t3)
 	}
@@ -391,7 +391,7 @@ func TestPackNoGCMatchesZODBpy(t *testing.T) {
 	compared := 0
 	for i := 0; i+1 < len(tids); i++ {
 		theirs := copyToTemp(t, fs.path)
-		at, res := pyPackBetween(t, theirs, i, false)
+		at, res := PyPackBetween(t, theirs, i, false)
 		ours := copyToTemp(t, fs.path)
 		st, err := PackFile(bg, ours, at, &PackOptions{NoGC: true, Logf: t.Logf})
 		if err != nil {
@@ -447,7 +447,7 @@ func TestPackGCCyclesMatchesZODBpy(t *testing.T) {
 	}
 	for i := 0; i+1 < len(tids); i++ {
 		theirs := copyToTemp(t, fs.path)
-		at, res := pyPackBetween(t, theirs, i, true)
+		at, res := PyPackBetween(t, theirs, i, true)
 		ours := copyToTemp(t, fs.path)
 		st, err := PackFile(bg, ours, at, &PackOptions{Logf: t.Logf})
 		if err != nil {
