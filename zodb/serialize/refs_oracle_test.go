@@ -481,31 +481,12 @@ def gen(rng):
     pre = rng.choice([b'', b'\x80\x02', b'\x80\x03'])
     return klass + pre + body + b'.'
 
-
-def main():
-    rng = random.Random(int(sys.argv[1]))
-    n = int(sys.argv[2])
-    ok = 0
-    for _ in range(n):
-        rec = gen(rng)
-        try:
-            res = {'refs': [o.hex() for o in referencesf(rec)]}
-            ok += 1
-        except Exception as e:
-            res = {'err': '%s: %s' % (type(e).__name__, e)}
-        res['src'] = 'fuzz'
-        res['rec'] = rec.hex()
-        sys.stdout.write(json.dumps(res) + '\n')
-    sys.stderr.write('fuzz: %d of %d read by ZODB/py\n' % (ok, n))
-
-
-main()
 `
 
 // TestRefsFuzzOps compares References with referencesf on random
 // opcode sequences (the opcodes zodbpickle's noload runs).
 func TestRefsFuzzOps(t *testing.T) {
-	oracleCompare(t, oracleRunPy(t, oracleFuzzPy, "1", stressN("6000", "60000")), 1000)
+	oracleCompare(t, oracleRunPy(t, oracleFuzzPy+fuzzMainPy("fuzz"), "1", stressN("6000", "60000")), 1000)
 }
 
 // oracleGrammarPy writes random records built from a grammar of the
@@ -642,31 +623,12 @@ def gen(rng):
     pre = rng.choice([b'', b'\x80\x01', b'\x80\x02', b'\x80\x03'])
     return klass + pre + g.val(rng.randrange(1, 6)) + b'.'
 
-
-def main():
-    rng = random.Random(int(sys.argv[1]))
-    n = int(sys.argv[2])
-    ok = 0
-    for _ in range(n):
-        rec = gen(rng)
-        try:
-            res = {'refs': [o.hex() for o in referencesf(rec)]}
-            ok += 1
-        except Exception as e:
-            res = {'err': '%s: %s' % (type(e).__name__, e)}
-        res['src'] = 'fuzz2'
-        res['rec'] = rec.hex()
-        sys.stdout.write(json.dumps(res) + '\n')
-    sys.stderr.write('fuzz2: %d of %d read by ZODB/py\n' % (ok, n))
-
-
-main()
 `
 
 // TestRefsFuzzGrammar compares References with referencesf on
 // records from oracleGrammarPy.
 func TestRefsFuzzGrammar(t *testing.T) {
-	oracleCompare(t, oracleRunPy(t, oracleGrammarPy, "2", stressN("10000", "100000")), 1000)
+	oracleCompare(t, oracleRunPy(t, oracleGrammarPy+fuzzMainPy("fuzz2"), "2", stressN("10000", "100000")), 1000)
 }
 
 // oracleCompare checks References against referencesf's answers: where
@@ -1123,4 +1085,30 @@ func stressN(n, stress string) string {
 		return stress
 	}
 	return n
+}
+
+// fuzzMainPy is the driver of a fuzzing script that defines gen(rng):
+// argv[1] records from seed argv[2], each with referencesf's answer (or
+// its error) as one JSON line, src naming the generator.
+func fuzzMainPy(src string) string {
+	return strings.ReplaceAll(`
+def main():
+    rng = random.Random(int(sys.argv[1]))
+    n = int(sys.argv[2])
+    ok = 0
+    for _ in range(n):
+        rec = gen(rng)
+        try:
+            res = {'refs': [o.hex() for o in referencesf(rec)]}
+            ok += 1
+        except Exception as e:
+            res = {'err': '%s: %s' % (type(e).__name__, e)}
+        res['src'] = 'SRC'
+        res['rec'] = rec.hex()
+        sys.stdout.write(json.dumps(res) + '\n')
+    sys.stderr.write('SRC: %d of %d read by ZODB/py\n' % (ok, n))
+
+
+main()
+`, "SRC", src)
 }
