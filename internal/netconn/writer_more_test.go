@@ -34,10 +34,13 @@ func TestWriterAppendAfterHeldStale(t *testing.T) {
 	}
 }
 
-// TestWriterSendBurstNoBlockedWrite: Sends with no write blocked (a
-// writer that never blocks) must not overflow the connection's budget:
-// only bytes queued behind a write count. Sends made before the Writer's
-// goroutine began its first write counted, and failed the Writer.
+// TestWriterSendBurstNoBlockedWrite: Sends with no write in progress must
+// not overflow the connection's budget: only bytes queued behind a write
+// count. Sends made before the Writer's goroutine began a write counted,
+// and failed the Writer. (Corked, so that no write begins while they are
+// sent: with a goroutine that writes meanwhile, Sends queued behind a
+// write it has not finished count, as they must, and whether they pass
+// the budget depends on the scheduling.)
 func TestWriterSendBurstNoBlockedWrite(t *testing.T) {
 	var overflowed error
 	var mu sync.Mutex
@@ -47,8 +50,12 @@ func TestWriterSendBurstNoBlockedWrite(t *testing.T) {
 		mu.Unlock()
 	}})
 	msg := make([]byte, 100)
+	q.Cork()
 	for i := 0; i < 50; i++ {
 		q.Send(msg, 0)
+	}
+	if err := q.Uncork(); err != nil {
+		t.Fatalf("writer failed though no write was ever blocked: %v", err)
 	}
 	err := q.Drain()
 	q.Close()
