@@ -456,7 +456,9 @@ func (q *Writer) Written() uint64 {
 
 // Close stops accepting bytes, waits for the write in progress and writes
 // what is still queued, but not what a Hold still holds back (the
-// notifications of a connection going away).
+// notifications of a connection going away). A write to a peer that does
+// not read blocks until the connection closes or its write deadline
+// passes: set one of them first where the peer may not read.
 func (q *Writer) Close() {
 	q.mu.Lock()
 	if q.closed {

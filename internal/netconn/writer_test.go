@@ -196,7 +196,9 @@ func TestSendOverflow(t *testing.T) {
 	const limit = 128 << 10
 	srv, _ := pair(t)
 	errc := make(chan error, 2)
-	w := NewWriter(srv, Config{Max: limit, Overflow: func(err error) { errc <- err }})
+	// The hook closes the connection, as the servers' do: the write in
+	// progress blocks on a peer that never reads, and Close waits for it.
+	w := NewWriter(srv, Config{Max: limit, Overflow: func(err error) { errc <- err; srv.Close() }})
 	defer w.Close()
 	b := make([]byte, 4<<10)
 	for i := 0; i < 10000; i++ {
