@@ -46,7 +46,9 @@ type WriteStorage interface {
 
 	// Begin starts a transaction. It does not lock anything; the
 	// transaction is buffered until Vote. It returns ErrReadOnly for a
-	// read-only storage.
+	// read-only storage. A storage that sends the recording calls over
+	// the network may bound them by ctx too (the ZEO client does, as
+	// database/sql's BeginTx): ctx must stay live until Vote.
 	Begin(ctx context.Context, meta TxnMeta) (Txn, error)
 }
 

@@ -55,7 +55,10 @@ func (c *Client) NewOids(ctx context.Context, n int) ([]zodb.Oid, error) {
 // at a time: Begin waits (or until ctx is done) while another transaction
 // of this Client is in progress. It sends tpc_begin; the recording calls
 // send storea, deleteObject, checkCurrentSerialInTransaction, restorea and
-// undoa at once (one-way), so that the server has them by the vote.
+// undoa at once (one-way), so that the server has them by the vote. ctx
+// bounds them too: a recording call that waits for room in the output
+// queue (a server that stopped reading) gives up when ctx ends, and the
+// transaction fails (Vote reports ctx's error).
 func (c *Client) Begin(ctx context.Context, meta zodb.TxnMeta) (zodb.Txn, error) {
 	if c.readOnly {
 		return nil, c.opErr("begin", nil, zodb.ErrReadOnly)
@@ -75,7 +78,7 @@ func (c *Client) Begin(ctx context.Context, meta zodb.TxnMeta) (zodb.Txn, error)
 	case <-ctx.Done():
 		return nil, c.opErr("begin", nil, ctx.Err())
 	}
-	t := &txn{c: c, id: c.txnSeq.Add(1), meta: meta}
+	t := &txn{c: c, ctx: ctx, id: c.txnSeq.Add(1), meta: meta}
 	status := meta.Status
 	if status == 0 {
 		status = zodb.TxnComplete
@@ -108,6 +111,7 @@ const (
 
 type txn struct {
 	c     *Client
+	ctx   context.Context // Begin's: bounds the recording calls' sends
 	id    int64
 	meta  zodb.TxnMeta
 	state int
@@ -123,7 +127,7 @@ func (t *txn) record(name string, nargs int, args func(e *wire.Encoder)) error {
 	if t.err != nil {
 		return t.err
 	}
-	if err := t.c.oneway(context.Background(), name, nargs, args); err != nil {
+	if err := t.c.oneway(t.ctx, name, nargs, args); err != nil {
 		t.err = t.c.opErr(name, nil, err)
 		return t.err
 	}

@@ -310,3 +310,42 @@ func TestFaultsLoadCtxServerStallsMidReply(t *testing.T) {
 		t.Fatal("Load(ctx with a 300 ms deadline) still blocked after 3 s: the server stalled inside its reply")
 	}
 }
+
+// TestFaultsStoreCtxOnStalledServer: a transaction's stores on a server
+// that stopped reading. The recording calls wrote with no context: once
+// the socket buffers were full, a Store blocked in its write for good,
+// whatever the context given to Begin. Now they wait for room until
+// Begin's context ends, and the transaction fails at Vote.
+func TestFaultsStoreCtxOnStalledServer(t *testing.T) {
+	s := &scriptServer{last: 0x10, noRead: true}
+	startScriptServer(t, s)
+	c := scriptDial(t, s.addr, &client.Options{CacheSize: -1, Heartbeat: -1, ReadWrite: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		txn, err := c.Begin(ctx, zodb.TxnMeta{})
+		if err != nil {
+			done <- err
+			return
+		}
+		data := make([]byte, 64<<10)
+		for i := 0; ; i++ {
+			if err := txn.Store(zodb.Oid(i+1), 0, data); err != nil {
+				_, err = txn.Vote(context.Background())
+				done <- err
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Vote after the stores' context ended: %v, want the context's error", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("Store still blocked 5 s after the context given to Begin ended, on a server that stopped reading")
+		c.Close() // makes the blocked write return
+		<-done
+	}
+}
