@@ -6,8 +6,8 @@ import (
 )
 
 // Budget bounds the bytes queued by all the Writers of a server. A Writer
-// charges it in units of Unit bytes (what it has queued or in a write in
-// progress, rounded down): a connection whose queue drains at every write
+// charges it in units of Unit bytes (what it has queued, held back or in
+// a write in progress, rounded down): a connection whose queue drains at every write
 // never touches it. While more than half of it is charged, the
 // connections with a charge are slowed (Write and WaitRoom wait for their
 // queues to drain); while all of it is, a connection with a charge that
@@ -67,7 +67,7 @@ func (q *Writer) account() {
 	if q.budget == nil {
 		return
 	}
-	c := (len(q.buf) + q.inflight) &^ (Unit - 1)
+	c := (len(q.buf) + q.inflight + len(q.held)) &^ (Unit - 1)
 	if q.closed && !q.writing {
 		c = 0
 	}

@@ -115,6 +115,7 @@ func (q *Writer) AppendAfter(seen uint64, fn func([]byte) []byte) (n int, stale 
 		}
 		n = len(q.held)
 		q.held = fn(q.held)
+		q.account()
 		return len(q.held) - n, false
 	}
 	n = len(q.buf)
@@ -349,8 +350,8 @@ func (q *Writer) Send(b []byte, seq uint64) {
 			q.async += len(b) // queued behind a write (that may block)
 		}
 		q.seq = max(q.seq, seq)
-		q.account()
 	}
+	q.account()
 	if !q.overflowLocked() {
 		q.wakeLocked()
 	}
@@ -395,6 +396,7 @@ func (q *Writer) Release(b []byte) {
 		if q.holds == 0 {
 			q.unholdLocked()
 		}
+		q.account()
 	}
 	q.wakeLocked()
 	q.mu.Unlock()

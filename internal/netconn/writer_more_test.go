@@ -300,3 +300,33 @@ func TestFrameMemoryNoLeak(t *testing.T) {
 		t.Fatalf("frame memory leaked %d", n)
 	}
 }
+
+// TestWriterHeldCharged: notifications held back (Hold) and the replies
+// queued behind them are charged to the server's Budget, which bounds the
+// memory of every connection: they were not (each connection's Max
+// alone bounded them), and a server whose connections held notifications
+// during long commits had that memory outside its budget.
+func TestWriterHeldCharged(t *testing.T) {
+	b := NewBudget(64 * Unit)
+	q := NewWriter(io.Discard, Config{Max: 16 * Unit, Budget: b})
+	q.Hold()
+	msg := make([]byte, Unit/4)
+	for i := 0; i < 8; i++ {
+		q.Send(msg, uint64(i+1))
+	}
+	if n := b.Charged(); n != 2*Unit {
+		t.Errorf("charged %d bytes with %d held back, want %d", n, 8*len(msg), 2*Unit)
+	}
+	q.AppendAfter(8, func(p []byte) []byte { return append(p, msg...) })
+	if n := b.Charged(); n != 2*Unit {
+		t.Errorf("charged %d bytes with %d held back and a reply behind them, want %d", n, 9*len(msg), 2*Unit)
+	}
+	q.Release(nil)
+	if err := q.Drain(); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.Charged(); n != 0 {
+		t.Errorf("charged %d bytes once everything was written", n)
+	}
+	q.Close()
+}
