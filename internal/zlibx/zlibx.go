@@ -50,6 +50,16 @@ func AppendInflate(dst, src []byte) ([]byte, error) {
 	return AppendInflateMax(dst, src, MaxRecord)
 }
 
+// bigOutput is the output past which an inflate waits for its turn: one
+// inflate at a time goes past it, so that concurrent inflates of crafted
+// records (a few MiB standing for MaxRecord each) hold at most about
+// twice bigOutput each, and one of them MaxRecord, instead of MaxRecord
+// each. No inflate waits for anything else while it has the turn.
+const bigOutput = 8 << 20
+
+// bigTurn is the turn of the inflates that go past bigOutput.
+var bigTurn = make(chan struct{}, 1)
+
 // firstGuess is the most AppendInflateMax reserves before the output
 // arrives, beyond 4 times the input: the output buffer then grows as the
 // output does, so that a small input never makes it reserve much.
@@ -61,7 +71,9 @@ const firstGuess = 64 << 10
 //
 // It allocates in proportion to the output it appends (at most about twice
 // its length, and never more than twice limit), not to what the zlib data
-// claims or would inflate to, however src was made.
+// claims or would inflate to, however src was made; an output growing past
+// 8 MiB waits while another call's does (one at a time), so that many
+// concurrent calls cost 16 MiB each at most, but one.
 func AppendInflateMax(dst, src []byte, limit int) ([]byte, error) {
 	if limit < 0 {
 		limit = 0
@@ -88,20 +100,34 @@ func AppendInflateMax(dst, src []byte, limit int) ([]byte, error) {
 		inflaters.Put(f)
 	}()
 	n0 := len(dst)
+	big := false
+	defer func() {
+		if big {
+			<-bigTurn
+		}
+	}()
 	// The output's room: a guess from the input's size (most records
 	// inflate less than 4 times), one byte more than limit at most:
 	// reading that byte tells an output of exactly limit bytes from a
 	// longer one.
 	end := n0 + limit + 1
 	if want := min(4*len(src)+512, limit+1); cap(dst)-n0 < want {
-		dst = append(dst[:n0:n0], make([]byte, want)...)[:n0]
+		if want > bigOutput {
+			bigTurn <- struct{}{}
+			big = true
+		}
+		dst = grown(dst, want)
 	}
 	for {
 		if len(dst) == cap(dst) {
 			// Double the output so far (append's own growth is
 			// less for big slices), up to one byte more than limit.
 			grow := min(max(len(dst)-n0, firstGuess), end-len(dst))
-			dst = append(dst, make([]byte, grow)...)[:len(dst)]
+			if !big && len(dst)-n0+grow > bigOutput {
+				bigTurn <- struct{}{}
+				big = true
+			}
+			dst = grown(dst, grow)
 		}
 		n, err := f.zr.Read(dst[len(dst):min(cap(dst), end)])
 		dst = dst[:len(dst)+n]
@@ -115,4 +141,12 @@ func AppendInflateMax(dst, src []byte, limit int) ([]byte, error) {
 			return dst[:n0], err
 		}
 	}
+}
+
+// grown returns dst with room for n more bytes: exactly (append's growth
+// rounds a big slice's capacity up by as much as 25%).
+func grown(dst []byte, n int) []byte {
+	b := make([]byte, len(dst), len(dst)+n)
+	copy(b, dst)
+	return b
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"runtime/metrics"
 	"testing"
+	"time"
 )
 
 func deflate(b []byte) []byte {
@@ -146,4 +147,41 @@ func FuzzInflateMax(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestBigInflatesTakeTurns: concurrent inflates of records that stand for
+// far more than they hold (zlib bombs stored by a client, loaded by many)
+// each held up to MaxRecord at once: 8 loads of a 1 MiB record, 8 GiB.
+// An output past bigOutput now waits while another one's is: while the
+// turn is taken, an inflate past it waits, and a small one does not.
+func TestBigInflatesTakeTurns(t *testing.T) {
+	small := deflate(bytes.Repeat([]byte{'a'}, 1<<20))
+	big := zeroBomb(bigOutput + 1<<20)
+	bigTurn <- struct{}{} // another inflate has the turn
+	if out, err := AppendInflate(nil, small); err != nil || len(out) != 1<<20 {
+		t.Fatalf("small inflate while the turn is taken: %d bytes, %v", len(out), err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		out, err := AppendInflate(nil, big)
+		if err == nil && len(out) != bigOutput+1<<20 {
+			err = errors.New("wrong output length")
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("an inflate past %d bytes went on while another one's turn was taken (%v)", bigOutput, err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	<-bigTurn
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case bigTurn <- struct{}{}:
+		<-bigTurn
+	default:
+		t.Fatal("the turn was not given back")
+	}
 }
