@@ -288,9 +288,9 @@ func replDiscardReadd(t *testing.T, readd bool) {
 // (revask.go): the fake source answers that it has no transaction, and
 // hands each AskFetchObjects to objects (which returns false to stop
 // serving). Tweak gives B an OUT_OF_DATE cell of partition 0. It returns
-// B's cancel.
-func replReverse(t *testing.T, objects func(rl *neotest.Link, q proto.Packet) bool) (b *storage.Node, bcancel context.CancelFunc) {
-	m := replStartMaster(t, 1)
+// the master, B and B's cancel.
+func replReverse(t *testing.T, objects func(rl *neotest.Link, q proto.Packet) bool) (m *neotest.Master, b *storage.Node, bcancel context.CancelFunc) {
+	m = replStartMaster(t, 1)
 
 	dir := t.TempDir()
 	fl, err := net.Listen("tcp", "127.0.0.1:0")
@@ -364,7 +364,7 @@ func replReverse(t *testing.T, objects func(rl *neotest.Link, q proto.Packet) bo
 	if err := m.Tweak(); err != nil {
 		t.Fatal(err)
 	}
-	return b, bcancel
+	return m, b, bcancel
 }
 
 // TestReplReverseStop: node B replicates from a source that refuses
@@ -387,7 +387,7 @@ func replReverseStop(t *testing.T) {
 	var sent atomic.Int64
 	data := make([]byte, 1<<20)
 	sum := sha1.Sum(data)
-	_, bcancel := replReverse(t, func(rl *neotest.Link, q proto.Packet) bool {
+	_, _, bcancel := replReverse(t, func(rl *neotest.Link, q proto.Packet) bool {
 		close(sending)
 		for i := 1; ; i++ {
 			o := &proto.AddObject{Oid: zodb.Oid(i), Serial: 1, Checksum: sum, Data: data, DataSerial: proto.InvalidTid}
@@ -499,5 +499,32 @@ func TestReplReverseSourceHangs(t *testing.T) {
 	case <-closed:
 	case <-time.After(10 * time.Second):
 		t.Fatal("B still waits for the answer to its AskFetchObjects 10 s after the source stopped answering")
+	}
+}
+
+// TestReplDamagedRecordRefused: a source sends a record whose data does
+// not match its checksum (damaged in the source's storage or on the way).
+// B kept it and reported its cell replicated: the damaged record became
+// B's, served with the source's checksum. Now the record is refused (the
+// replication fails, the cell stays OUT_OF_DATE and it is tried again).
+func TestReplDamagedRecordRefused(t *testing.T) {
+	var asks atomic.Int64
+	data := []byte("a record")
+	sum := sha1.Sum(data)
+	data = []byte("a recorD") // damaged after its checksum was made
+	m, b, _ := replReverse(t, func(rl *neotest.Link, q proto.Packet) bool {
+		asks.Add(1)
+		o := &proto.AddObject{Oid: 0, Serial: 1, Checksum: sum, Data: data, DataSerial: proto.InvalidTid}
+		rl.Write(proto.AppendPacket(nil, q.ID, o))
+		rl.Write(proto.AppendPacket(nil, q.ID, &proto.AnswerFetchObjects{NextTid: proto.InvalidTid, ObjectDict: []proto.SerialOids{}}))
+		return true
+	})
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if st, ok := replCell(m.PartitionTable(), 0, b.NID()); ok && st == proto.UpToDate {
+			t.Fatalf("B's cell became UP_TO_DATE from a source that sent a record not matching its checksum (%d AskFetchObjects)", asks.Load())
+		}
+	}
+	if n := asks.Load(); n < 2 {
+		t.Errorf("%d AskFetchObjects in 3 s: the failed replication was not tried again", n)
 	}
 }

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"crypto/sha1"
 	"errors"
 	"fmt"
 	"maps"
@@ -958,6 +959,12 @@ func (r *replicator) fetchObjects(ctx context.Context, pipe *replPipe, p uint32,
 			if len(o.Data) == 0 && o.Checksum == ([20]byte{}) {
 				ro.NoData = ro.DataSerial == 0
 			} else {
+				// Checked as a client's store is: damaged in the
+				// source or on the way, the record would be kept
+				// and served as the source's.
+				if sha1.Sum(o.Data) != o.Checksum {
+					return badInput("AddObject: oid %s serial %s: %d bytes of data do not match their checksum", o.Oid, o.Serial, len(o.Data))
+				}
 				ro.Data = buf.keep(o.Data)
 			}
 			buf.b.Objects = append(buf.b.Objects, ro)
