@@ -17,8 +17,8 @@ import (
 // cache instead of dropping it. ZEO reads their oids at start; here only
 // their tids are read (one header each), and the oids of a seeded entry
 // are read from the storage the first time a getInvalidations needs them
-// (the seeded entries after the client's tid, in one backward read), then
-// kept. The start of a server does not depend on the size of the last
+// (the seeded entries after the client's tid, in one backward read), or
+// before a pack changes the storage (fillSeeded), then kept. The start of a server does not depend on the size of the last
 // transactions (a million records in the last 100 transactions of a large
 // import take seconds to read), and a client whose tid is recent reads
 // only the transactions after it.
@@ -159,6 +159,40 @@ func (st *storage) seedInvalidations() {
 			st.invq.push(invalidation{tid: tids[i], oids: oids[i]})
 		}
 	}
+}
+
+// fillSeeded reads the oids of the seeded entries not read yet, before a
+// pack: it may remove their transactions and, collecting garbage, records
+// of the objects they changed, so that read from the packed storage an
+// entry would miss those objects (a client would keep serving one that no
+// longer exists) or be gone (the client would drop its cache). Read from
+// the storage as it was when the server started, as ZEO reads them at
+// start. Entries that cannot be read are gone (the answers that need them
+// are None: always correct).
+func (st *storage) fillSeeded(ctx context.Context) {
+	st.mu.Lock()
+	if st.invq.lazy == 0 {
+		st.mu.Unlock()
+		return
+	}
+	var first, upto zodb.Tid
+	for i := 0; i < st.invq.len(); i++ {
+		if e := st.invq.at(i); e.lazy {
+			if first == 0 {
+				first = e.tid
+			}
+			upto = e.tid
+		}
+	}
+	st.mu.Unlock()
+	tids, oids, err := st.rt.ChangesBetween(ctx, first-1, upto)
+	if err != nil {
+		st.srv.ss.log(eventlog.Error, "storage %s: reading the transactions of the invalidation queue before a pack: %v", st.name, err)
+		tids, oids = nil, nil
+	}
+	st.mu.Lock()
+	st.invq.fill(first-1, upto, tids, oids)
+	st.mu.Unlock()
 }
 
 // queuedAfterLocked calls f for each queued invalidation after tid, oldest

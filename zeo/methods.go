@@ -929,6 +929,7 @@ func (c *conn) pack(id *wire.Value, t float64, wait bool) {
 	c.srv.work.Add(1) // run is called once, on a goroutine of its own
 	run := func() error {
 		defer c.srv.work.Done()
+		c.st.fillSeeded(c.srv.packContext())
 		err := p.Pack(c.srv.packContext(), at, true)
 		if err != nil {
 			c.log(eventlog.Error, "pack of storage %s to %s failed: %v", c.st.name, at, err)
