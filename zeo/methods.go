@@ -737,17 +737,13 @@ func decodeExtension(b []byte) wire.Value {
 	return v
 }
 
-// encodeExtension pickles an extension dict as ZODB stores it (protocol
-// 3); an empty dict is stored as no bytes.
+// encodeExtension pickles an extension dict as ZODB/py's server stores
+// it, byte for byte (wire.Dumps); an empty dict is stored as no bytes.
 func encodeExtension(v *wire.Value) []byte {
 	if v == nil || v.Kind != wire.Dict || len(v.Items) == 0 {
 		return nil
 	}
-	e := wire.Encoder{M: wire.Pickle}
-	e.BeginFrame()
-	e.Value(v)
-	e.EndFrame()
-	return e.Buf[4:]
+	return wire.Dumps(v)
 }
 
 // encodeUndoID makes FileStorage's undo id: base64 of the tid, without the

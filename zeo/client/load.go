@@ -296,12 +296,7 @@ func pickleDict(kv []wire.Value) []byte {
 	if len(kv) == 0 {
 		return nil
 	}
-	v := wire.Value{Kind: wire.Dict, Items: kv}
-	e := wire.Encoder{M: wire.Pickle}
-	e.BeginFrame()
-	e.Value(&v)
-	e.EndFrame()
-	return e.Buf[4:]
+	return wire.Dumps(&wire.Value{Kind: wire.Dict, Items: kv})
 }
 
 func clone(b []byte) []byte {
