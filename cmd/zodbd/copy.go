@@ -55,6 +55,15 @@ func runCopy(args []string) int {
 		fmt.Fprintln(os.Stderr, "zodbd copy: give both --src-blob-dir and --dst-blob-dir, or neither")
 		return 2
 	}
+	for i, s := range pos {
+		if u, err := zodb.ParseURL(s); err == nil && u.Scheme == "file" {
+			pos[i] = u.Path // file:///abs/Data.fs: a file path
+		}
+	}
+	if *srcBlobs != "" && (isURL(pos[0]) || isURL(pos[1])) {
+		// Before anything is created.
+		return fatalf("copy", "blob directories are for FileStorage SRC and DST only")
+	}
 	var blobs map[blobKey]string
 	var dstDir *blob.Dir
 	if *srcBlobs != "" {
@@ -79,9 +88,6 @@ func runCopy(args []string) int {
 	}
 	l := log.New(os.Stderr, "", 0)
 	if isURL(pos[0]) || isURL(pos[1]) {
-		if *srcBlobs != "" {
-			return fatalf("copy", "blob directories are for FileStorage SRC and DST only")
-		}
 		return copyURLs(pos[0], pos[1], *quiet, l)
 	}
 	src, err := openFS(pos[0])
@@ -102,7 +108,7 @@ func runCopy(args []string) int {
 	if dstDir != nil {
 		to = blob.Wrap(dst, dstDir)
 	}
-	ntxn, nrec, nblob, err := copyTransactions(context.Background(), to, src, blobs)
+	n, err := copyTransactions(context.Background(), to, src, blobs)
 	if err == nil && hasMark {
 		// The oids SRC handed out but did not store (clients may hold
 		// them) are above its largest stored oid: DST must not hand
@@ -117,9 +123,9 @@ func runCopy(args []string) int {
 	}
 	if !*quiet {
 		if dstDir != nil {
-			fmt.Printf("copied %d transactions, %d data records, %d blob files\n", ntxn, nrec, nblob)
+			fmt.Printf("copied %d transactions, %d data records, %d blob files\n", n.txns, n.records, n.blobs)
 		} else {
-			fmt.Printf("copied %d transactions, %d data records\n", ntxn, nrec)
+			fmt.Printf("copied %d transactions, %d data records\n", n.txns, n.records)
 		}
 	}
 	return 0
@@ -156,15 +162,20 @@ func copyURLs(srcURL, dstURL string, quiet bool, l *log.Logger) int {
 		dst.Close()
 		return fatalf("copy", "%s cannot be written", dstURL)
 	}
-	ntxn, nrec, _, err := copyTransactions(ctx, to, src, nil)
+	n, err := copyTransactions(ctx, to, src, nil)
 	if cerr := dst.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
 	if err != nil {
 		return fatalf("copy", "%v", err)
 	}
+	if u, _ := zodb.ParseURL(dstURL); n.packed > 0 && u.Scheme == "neo" {
+		// NEO's commit carries no status: they are complete there,
+		// and its undo log lists them.
+		l.Printf("zodbd copy: warning: %d transactions of status 'p' (packed) were committed to %s as complete: NEO's commit keeps no status", n.packed, dstURL)
+	}
 	if !quiet {
-		fmt.Printf("copied %d transactions, %d data records\n", ntxn, nrec)
+		fmt.Printf("copied %d transactions, %d data records\n", n.txns, n.records)
 	}
 	return 0
 }
@@ -190,28 +201,33 @@ type blobRestorer interface {
 	RestoreBlob(oid zodb.Oid, data []byte, prevTid zodb.Tid, src string) error
 }
 
+// copied counts what copyTransactions copied.
+type copied struct {
+	txns, records, blobs int
+	packed               int // transactions of status 'p'
+}
+
 // copyTransactions restores every transaction of src into dst, in order,
 // with its tid, status and metadata. A record whose data is shared with an
 // earlier record (a backpointer) is restored with that record's tid as
 // prevTid, so that dst writes a backpointer too. A record whose revision
 // has a file in blobs (nil: none) is restored with it as its blob (dst's
-// transactions must then be a blob.Storage's); it returns the number of
-// those too.
+// transactions must then be a blob.Storage's).
 //
 // Transactions are voted one after the other, and each Finish runs on its
 // own goroutine, so that the next transaction votes while the previous one
 // waits for its fsync (the storage's group commit then shares fsyncs).
-func copyTransactions(ctx context.Context, dst zodb.WriteStorage, src zodb.Storage, blobs map[blobKey]string) (ntxn, nrec, nblob int, err error) {
+func copyTransactions(ctx context.Context, dst zodb.WriteStorage, src zodb.Storage, blobs map[blobKey]string) (n copied, err error) {
 	first, err := firstTid(ctx, src)
 	if err != nil || first == 0 {
-		return 0, 0, 0, err
+		return n, err
 	}
 	last, err := dst.LastTid(ctx)
 	if err != nil {
-		return 0, 0, 0, err
+		return n, err
 	}
 	if last >= first {
-		return 0, 0, 0, fmt.Errorf("%s ends at %s, not before the first transaction %s of %s: it must be empty",
+		return n, fmt.Errorf("%s ends at %s, not before the first transaction %s of %s: it must be empty",
 			dst.URL(), last, first, src.URL())
 	}
 
@@ -233,10 +249,21 @@ func copyTransactions(ctx context.Context, dst zodb.WriteStorage, src zodb.Stora
 	// $TMPDIR, and a FileStorage, which copies it, lets the slices go).
 	var tx zodb.Txn
 	var held *spool.Spool
+	prevTid := last
 	err = zodb.Walk(ctx, src.Iterate(ctx, 0, zodb.TidMax), zodb.Visitor{
 		Txn: func(ti *zodb.TxnInfo) error {
 			if err := fail(); err != nil {
 				return err
+			}
+			if ti.Tid <= prevTid {
+				// A damaged time stamp (fs1 only warns): DST would
+				// refuse it, or with tid 0 give it a new one.
+				return fmt.Errorf("%s: transaction %s follows %s: tids must increase (damaged?); %s holds the %d transactions before it",
+					src.URL(), ti.Tid, prevTid, dst.URL(), n.txns)
+			}
+			prevTid = ti.Tid
+			if ti.Status == zodb.TxnPacked {
+				n.packed++
 			}
 			var err error
 			tx, err = dst.Begin(ctx, zodb.TxnMeta{
@@ -262,13 +289,13 @@ func copyTransactions(ctx context.Context, dst zodb.WriteStorage, src zodb.Stora
 			if d.DataTid != d.Tid {
 				prev = d.DataTid // a backpointer (0: no data)
 			}
-			nrec++
+			n.records++
 			if path, ok := blobs[blobKey{d.Oid, d.Tid}]; ok {
 				br, ok := tx.(blobRestorer)
 				if !ok {
 					return fmt.Errorf("%s has no blob directory", dst.URL())
 				}
-				nblob++
+				n.blobs++
 				return br.RestoreBlob(d.Oid, data, prev, path)
 			}
 			return tx.Restore(d.Oid, data, prev)
@@ -292,7 +319,7 @@ func copyTransactions(ctx context.Context, dst zodb.WriteStorage, src zodb.Stora
 				<-sem
 			}(tx, ti.Tid, held)
 			tx, held = nil, nil
-			ntxn++
+			n.txns++
 			return nil
 		},
 	})
@@ -303,10 +330,10 @@ func copyTransactions(ctx context.Context, dst zodb.WriteStorage, src zodb.Stora
 		if held != nil {
 			held.Close()
 		}
-		return ntxn, nrec, nblob, err
+		return n, err
 	}
 	wg.Wait()
-	return ntxn, nrec, nblob, fail()
+	return n, fail()
 }
 
 // firstTid returns the tid of src's first transaction, 0 if it has none.

@@ -38,11 +38,11 @@ func TestCopyFixtures(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, _, _, err := copyTransactions(ctx, dst, src, nil); err != nil {
+			if _, err := copyTransactions(ctx, dst, src, nil); err != nil {
 				t.Fatal(err)
 			}
 			if name != "empty" {
-				if _, _, _, err := copyTransactions(ctx, dst, src, nil); err == nil || !strings.Contains(err.Error(), "must be empty") {
+				if _, err := copyTransactions(ctx, dst, src, nil); err == nil || !strings.Contains(err.Error(), "must be empty") {
 					t.Errorf("second copy: %v", err)
 				}
 			}
@@ -93,8 +93,8 @@ func TestCopyBigTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, nrec, _, err := copyTransactions(ctx, dst, src, nil); err != nil || nrec != 10 {
-		t.Fatalf("copy: %d records, %v", nrec, err)
+	if n, err := copyTransactions(ctx, dst, src, nil); err != nil || n.records != 10 {
+		t.Fatalf("copy: %d records, %v", n.records, err)
 	}
 	if err := dst.Close(); err != nil {
 		t.Fatal(err)

@@ -387,8 +387,9 @@ func (t *txn) CheckCurrentSerial(oid zodb.Oid, serial zodb.Tid) error {
 // Restore implements zodb.Txn for a transaction with TxnMeta.Tid (copy):
 // NEO's storages check every store against the current serial, so the
 // store is based on the oid's last revision (the last one this client
-// restored, else the current one loaded); prevTid is sent as the
-// backpointer (data_serial), with data.
+// restored, else the current one loaded; for a second restore of oid in
+// the transaction after an undo, that undo's data serial); prevTid is
+// sent as the backpointer (data_serial), with data.
 func (t *txn) Restore(oid zodb.Oid, data []byte, prevTid zodb.Tid) error {
 	if t.meta.Tid == 0 {
 		return fmt.Errorf("neo client: restore needs TxnMeta.Tid: %w", zodb.ErrTxnState)
@@ -416,6 +417,15 @@ func (t *txn) Restore(oid zodb.Oid, data []byte, prevTid zodb.Tid) error {
 			return t.opErr("restore", err)
 		}
 	}
+	t.mu.Lock()
+	if old := t.stores[oid]; old != nil && old.dataSerial != proto.InvalidTid {
+		// Restored twice in this transaction (an undo of its change
+		// and of its creation, as ZODB/py's undo writes), the first
+		// time as an undo: the storages base the second store on the
+		// first one's data serial (NEO/py's rule).
+		serial = old.dataSerial
+	}
+	t.mu.Unlock()
 	st := &store{oid: oid, serial: serial, data: data, dataSerial: proto.InvalidTid}
 	if prevTid != 0 {
 		st.dataSerial = prevTid
