@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"os"
 	"slices"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	ogórek "github.com/kisielk/og-rek"
 
@@ -45,8 +47,9 @@ type Analysis struct {
 	// error): counted in Records and Bytes only, as analyze.py does.
 	Unreadable int64 `json:"unreadable,omitempty"`
 
-	oidClass map[zodb.Oid]string // OIDMAP
-	oidSize  map[zodb.Oid]int64  // USEDMAP
+	unreadable func(error)         // the error of each Unreadable one
+	oidClass   map[zodb.Oid]string // OIDMAP
+	oidSize    map[zodb.Oid]int64  // USEDMAP
 }
 
 // ClassStats are one class's counts.
@@ -66,8 +69,11 @@ type ClassStats struct {
 // class of the first record with data it was seen with. With blobs (nil:
 // none), each record whose oid has a blob file for its revision adds that
 // file's size to its class's blob bytes.
-func Analyze(ctx context.Context, stor zodb.Storage, blobs *blob.Dir) (*Analysis, error) {
-	a := &Analysis{Classes: map[string]*ClassStats{}, oidClass: map[zodb.Oid]string{}, oidSize: map[zodb.Oid]int64{}}
+//
+// unreadable, when not nil, is called with the error of each record whose
+// class analyze.py cannot read (analyze.py prints each as it goes).
+func Analyze(ctx context.Context, stor zodb.Storage, blobs *blob.Dir, unreadable func(error)) (*Analysis, error) {
+	a := &Analysis{Classes: map[string]*ClassStats{}, oidClass: map[zodb.Oid]string{}, oidSize: map[zodb.Oid]int64{}, unreadable: unreadable}
 	err := zodb.Walk(ctx, stor.Iterate(ctx, 0, zodb.TidMax), zodb.Visitor{
 		Txn:  func(*zodb.TxnInfo) error { a.Transactions++; return nil },
 		Data: func(_ *zodb.TxnInfo, d *zodb.DataInfo) error { a.record(d, blobs); return nil },
@@ -93,9 +99,12 @@ func (a *Analysis) record(d *zodb.DataInfo, blobs *blob.Dir) {
 	a.Bytes += size
 	class, seen := a.oidClass[d.Oid]
 	if !seen {
-		var ok bool
-		if class, ok = AnalyzeClass(d.Data); !ok {
+		var err error
+		if class, err = AnalyzeClass(d.Data); err != nil {
 			a.Unreadable++
+			if a.unreadable != nil {
+				a.unreadable(err)
+			}
 			return
 		}
 		a.oidClass[d.Oid] = class
@@ -141,42 +150,102 @@ func mayBeBlob(class string) bool {
 
 // AnalyzeClass returns the class analyze.py's get_type gives a record:
 // the module and name of the first class the class pickle names (where
-// its unpickler, which refuses every class, stops), else, for a pickle of
-// a tuple (or list) whose first item is a (module, name) tuple,
-// "module.name", else the str of that first item. It reports false where
-// get_type raises: a pickle its unpickler (zodbpickle's) cannot read, an
-// empty tuple, a first item that is a tuple of another length than 2, a
-// value of another type (whose first item analyze.py would take as the
-// class: not done here).
-func AnalyzeClass(data []byte) (string, bool) {
+// its unpickler, which refuses every class, stops), else unpickled[0] of
+// the value it decodes: for a (module, name) tuple "module.name", for
+// anything else its str (the first character of a str, the first byte's
+// number of a bytes). Where get_type raises, the error says what
+// analyze.py prints (its exception's text; for a pickle its unpickler
+// cannot read, "bad pickle data" where the pickle stops at once, as a
+// zc.zlibstorage record's does, else the decoder's own words).
+func AnalyzeClass(data []byte) (string, error) {
 	if hasGlobalPrefix(data) {
-		c, err := PickleClass(data)
-		return c, err == nil
+		return PickleClass(data)
 	}
 	v, err := decodePickle(data, &ogórek.DecoderConfig{StrictUnicode: true})
 	if err != nil {
-		return "", false
+		if len(data) > 0 && data[0] == '.' {
+			return "", errors.New("bad pickle data")
+		}
+		return "", err
 	}
 	if c, ok := firstClass(v); ok {
-		return c.Module + "." + c.Name, true
+		return c.Module + "." + c.Name, nil
 	}
-	var t []interface{}
+	first, err := pyIndex0(v)
+	if err != nil {
+		return "", err
+	}
+	if ci, ok := first.(ogórek.Tuple); ok {
+		switch {
+		case len(ci) > 2:
+			return "", errors.New("too many values to unpack (expected 2)")
+		case len(ci) < 2:
+			return "", fmt.Errorf("not enough values to unpack (expected 2, got %d)", len(ci))
+		}
+		return pyStr(ci[0]) + "." + pyStr(ci[1]), nil
+	}
+	return pyStr(first), nil
+}
+
+// pyIndex0 is Python's v[0], or the error Python raises.
+func pyIndex0(v interface{}) (interface{}, error) {
 	switch x := v.(type) {
 	case ogórek.Tuple:
-		t = x
-	case []interface{}:
-		t = x
-	}
-	if len(t) == 0 {
-		return "", false
-	}
-	if ci, ok := t[0].(ogórek.Tuple); ok {
-		if len(ci) != 2 {
-			return "", false
+		if len(x) == 0 {
+			return nil, errors.New("tuple index out of range")
 		}
-		return pyStr(ci[0]) + "." + pyStr(ci[1]), true
+		return x[0], nil
+	case []interface{}:
+		if len(x) == 0 {
+			return nil, errors.New("list index out of range")
+		}
+		return x[0], nil
+	case string:
+		r, _ := utf8.DecodeRuneInString(x)
+		if x == "" {
+			return nil, errors.New("string index out of range")
+		}
+		return string(r), nil
+	case ogórek.Bytes:
+		if x == "" {
+			return nil, errors.New("index out of range")
+		}
+		return int64(x[0]), nil
+	case ogórek.ByteString:
+		// A Python 2 str: a str if ASCII, else bytes (ZODB's unpickler's
+		// errors="bytes").
+		if v, ok := py3Value(x); ok {
+			return pyIndex0(v)
+		}
+		return int64(x[0]), nil
+	case map[interface{}]interface{}:
+		if e, ok := x[int64(0)]; ok {
+			return e, nil
+		}
+		return nil, errors.New("0") // KeyError(0)
+	case ogórek.Dict:
+		if e, ok := x.Get_(int64(0)); ok {
+			return e, nil
+		}
+		return nil, errors.New("0")
 	}
-	return pyStr(t[0]), true
+	return nil, fmt.Errorf("'%s' object is not subscriptable", pyTypeName(v))
+}
+
+// pyTypeName is the name of v's Python type, for the types a pickle
+// decodes to that cannot be indexed.
+func pyTypeName(v interface{}) string {
+	switch v.(type) {
+	case nil, ogórek.None:
+		return "NoneType"
+	case bool:
+		return "bool"
+	case int64, *big.Int:
+		return "int"
+	case float64:
+		return "float"
+	}
+	return fmt.Sprintf("%T", v)
 }
 
 func hasGlobalPrefix(data []byte) bool {

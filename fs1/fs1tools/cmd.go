@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 
@@ -65,7 +66,8 @@ func RunDump(args []string, stdout, stderr io.Writer) int {
 func RunTail(args []string, stdout, stderr io.Writer) int {
 	fl := newFlagSet("tail", "tail [-n N] FILE\n\nPrint the last N transactions of a FileStorage file, newest first,\n"+
 		"like ZODB/py's fstail.", stderr)
-	n := fl.Int("n", 10, "number of transactions to print")
+	n := pyInt(10)
+	fl.Var(&n, "n", "number of transactions to print")
 	if status, ok := cli.Parse(fl, splitAttached(args, 'n'), stdout, stderr); !ok {
 		return status
 	}
@@ -73,7 +75,7 @@ func RunTail(args []string, stdout, stderr io.Writer) int {
 		fl.Usage()
 		return 2
 	}
-	if err := Tail(stdout, fl.Arg(0), *n); err != nil {
+	if err := Tail(stdout, fl.Arg(0), int(n)); err != nil {
 		return fail(stderr, "tail", err)
 	}
 	return 0
@@ -158,4 +160,50 @@ func RunVerify(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, "verify", err)
 	}
 	return 0
+}
+
+// pyInt is an int flag read as Python's int() reads a decimal string
+// (fstail's -n): white space around it, a sign, underscores between
+// digits; no base prefix (Go's flag.Int read 010 as 8). Past the range of
+// an int it is the largest (or smallest) int.
+type pyInt int
+
+func (p *pyInt) String() string { return strconv.Itoa(int(*p)) }
+
+func (p *pyInt) Set(s string) error {
+	bad := fmt.Errorf("invalid literal for int() with base 10: %q", s)
+	t := strings.TrimSpace(s)
+	neg := false
+	if t != "" && (t[0] == '+' || t[0] == '-') {
+		neg = t[0] == '-'
+		t = t[1:]
+	}
+	if t == "" || t[0] == '_' || t[len(t)-1] == '_' || strings.Contains(t, "__") {
+		return bad
+	}
+	var v uint64
+	over := false
+	for _, c := range t {
+		switch {
+		case c == '_':
+			continue
+		case c >= '0' && c <= '9':
+		default:
+			return bad
+		}
+		if v > (math.MaxInt64-9)/10 {
+			over = true
+		} else {
+			v = v*10 + uint64(c-'0')
+		}
+	}
+	x := int64(v)
+	if over {
+		x = math.MaxInt64
+	}
+	if neg {
+		x = -x
+	}
+	*p = pyInt(x)
+	return nil
 }

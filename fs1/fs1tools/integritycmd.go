@@ -137,7 +137,11 @@ func RunAnalyze(args []string, open Opener, stdout, stderr io.Writer) int {
 			return fail(stderr, "analyze", err)
 		}
 	}
-	a, err := Analyze(context.Background(), fs, blobs)
+	var unreadable func(error)
+	if !*asJSON {
+		unreadable = func(err error) { fmt.Fprintln(stdout, err) } // as analyze.py
+	}
+	a, err := Analyze(context.Background(), fs, blobs, unreadable)
 	if err != nil {
 		return fail(stderr, "analyze", err)
 	}
@@ -150,7 +154,6 @@ func RunAnalyze(args []string, open Opener, stdout, stderr io.Writer) int {
 		return 0
 	}
 	if a.Unreadable > 0 {
-		// analyze.py prints each one's error before its report.
 		fmt.Fprintf(stderr, "analyze: %d records whose class pickle could not be read (counted in the records and bytes only, as analyze.py does)\n", a.Unreadable)
 	}
 	if err := WriteAnalysis(stdout, a); err != nil {

@@ -93,7 +93,7 @@ func goAnalyze(t *testing.T, path string) (out string, err error) {
 		t.Fatal(err)
 	}
 	defer fs.Close()
-	a, err := Analyze(context.Background(), fs, nil)
+	a, err := Analyze(context.Background(), fs, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math/big"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/zodbd/zodbd/fs1"
 	"github.com/zodbd/zodbd/zodb"
@@ -95,7 +97,7 @@ func (v *verifier) check() error {
 // checkTxn checks the transaction record at pos. It returns the position of
 // the next record and the tid, or -1 at the end of the file.
 func (v *verifier) checkTxn(pos int64, ltid [8]byte) (int64, [8]byte, error) {
-	f, path := v.f, v.f.path
+	f, path := v.f, pyPath(v.f.path)
 	var tid [8]byte
 	h, err := f.read(pos, fs1.TxnHeaderFixSize)
 	if err != nil {
@@ -159,7 +161,7 @@ func (v *verifier) checkTxn(pos int64, ltid [8]byte) (int64, [8]byte, error) {
 // checkData checks the data record at pos of the transaction at tpos and
 // returns the position after it and the oid.
 func (v *verifier) checkData(pos, tpos int64) (*big.Int, []byte, error) {
-	f, path := v.f, v.f.path
+	f, path := v.f, pyPath(v.f.path)
 	h, err := f.read(pos, fs1.DataHeaderSize)
 	if err != nil {
 		return nil, nil, err
@@ -196,4 +198,23 @@ func dataEnd(pos int64, dh fs1.DataHeaderRaw) *big.Int {
 		extra += 16 + int64(dh.VerLen)
 	}
 	return n.Add(n, big.NewInt(extra))
+}
+
+// pyPath is path as Python prints a file name on stderr: the bytes that
+// are not UTF-8 (surrogate-escaped when Python read the name) as \udcXX.
+func pyPath(path string) string {
+	if utf8.ValidString(path) {
+		return path
+	}
+	var b strings.Builder
+	for i := 0; i < len(path); {
+		r, n := utf8.DecodeRuneInString(path[i:])
+		if r == utf8.RuneError && n == 1 {
+			fmt.Fprintf(&b, `\udc%02x`, path[i])
+		} else {
+			b.WriteString(path[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
 }
