@@ -271,13 +271,15 @@ func (c *conn) answered(next bool) bool {
 const keepFrame = 256 << 10
 
 // undecodable handles a frame that did not decode (err): malformed, or
-// over the decoder's limits. When the msgid and flags of a call came
-// before the error, the call is answered with a ValueError and the
-// connection goes on; otherwise it is closed. Either way one line is
-// logged. It returns false when the connection must be closed.
+// over the decoder's limits. A call over the limits whose msgid and flags
+// came before the error is answered with a ValueError and the connection
+// goes on; otherwise (a malformed frame, a class the server does not
+// unpickle: ZEO/py closes the connection too) it is closed. Either way
+// one line is logged. It returns false when the connection must be
+// closed.
 func (c *conn) undecodable(err error) bool {
 	var de *wire.DecodeError
-	if errors.As(err, &de) && de.HasID && !de.Oneway && validMsgid(&de.ID) {
+	if errors.As(err, &de) && de.Limit && de.HasID && !de.Oneway && validMsgid(&de.ID) {
 		c.logProto(eventlog.Error, "undecodable message (%v); answered with an error", err)
 		c.replyError(&de.ID, &pyError{"builtins.ValueError", "undecodable message: " + err.Error()})
 		return true
