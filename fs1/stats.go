@@ -86,6 +86,16 @@ func (p *packProgress) load() PackProgress {
 		Phase: PackPhase(p.phase.Load()), Done: p.done.Load(), Total: p.total.Load(), Install: p.install.Load()}
 }
 
+// CommitWaiting returns the number of transactions waiting for the
+// commit lock now (their votes are blocked behind the holder's), as ZEO's
+// server_status reports them ("waiting").
+func (fs *FileStorage) CommitWaiting() int {
+	if w := fs.w; w != nil {
+		return w.commit.Waiting()
+	}
+	return 0
+}
+
 // Stats returns fs's figures (see Stats).
 func (fs *FileStorage) Stats() Stats {
 	s := fs.state.Load()

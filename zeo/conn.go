@@ -75,6 +75,10 @@ type conn struct {
 	awaited bool          // the request just handled was a call, whose client awaits its reply (edgeread.go)
 	callIdx int           // the method being handled
 	spawned bool          // it called spawn
+	// calls counts the calls replying from goroutines of their own
+	// (spawn) that have not replied yet: the connection's figures are
+	// retired once they did.
+	calls sync.WaitGroup
 	// metricLabel is the client's label (set_client_label), for Stats.
 	metricLabel atomic.Pointer[string]
 

@@ -63,6 +63,13 @@ type recentChanger interface {
 	RecentChanges(ctx context.Context, n int) (tids []zodb.Tid, oids [][]zodb.Oid, err error)
 }
 
+// lockWaiter is implemented by storages that can tell how many votes wait
+// for their commit lock (fs1), for server_status's "waiting"; it is looked
+// for through wrappers (Unwrap).
+type lockWaiter interface {
+	CommitWaiting() int
+}
+
 // tidder is implemented by transactions that know their tid once voted.
 type tidder interface {
 	Tid() zodb.Tid
@@ -79,6 +86,7 @@ type capabilities struct {
 	size          sizer             // nil: get_info says 0
 	recentTids    recentTider       // nil, or the lazy seeding of the invalidation queue
 	recentChanges recentChanger     // nil, or the eager one
+	lockWaiter    lockWaiter        // nil: "waiting" counts the votes under way
 }
 
 // resolve fills c from s's optional interfaces.
@@ -92,6 +100,14 @@ func (c *capabilities) resolve(s zodb.Storage) {
 	c.size, _ = s.(sizer)
 	c.recentTids, _ = s.(recentTider)
 	c.recentChanges, _ = s.(recentChanger)
+	for u := s; u != nil && c.lockWaiter == nil; {
+		c.lockWaiter, _ = u.(lockWaiter)
+		w, ok := u.(interface{ Unwrap() zodb.Storage })
+		if !ok {
+			break
+		}
+		u = w.Unwrap()
+	}
 }
 
 // storageSize returns the number of objects and the size in bytes, for

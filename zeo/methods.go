@@ -951,8 +951,8 @@ func (c *conn) pack(id *wire.Value, t float64, wait bool) {
 			e.None()
 			e.EndMessage()
 		}
-		observe()
 		c.out.Send(e.Buf, 0)
+		observe()
 	}()
 }
 
@@ -974,6 +974,10 @@ func (s *Server) status(st *storage) map[string]interface{} {
 	if stats.lockSince != 0 {
 		lockTime = float64(stats.lockSince) / 1e9
 	}
+	waiting := stats.waiting // the votes under way, without a lock's count
+	if st.lockWaiter != nil {
+		waiting = int64(st.lockWaiter.CommitWaiting())
+	}
 	timeout := interface{}("stub")
 	if s.cfg.TransactionTimeout > 0 {
 		timeout = true
@@ -988,7 +992,7 @@ func (s *Server) status(st *storage) map[string]interface{} {
 		"conflicts":               stats.conflicts,
 		"conflicts_resolved":      stats.resolved,
 		"connections":             conns,
-		"waiting":                 stats.waiting,
+		"waiting":                 waiting,
 		"lock_time":               lockTime,
 		"timeout-thread-is-alive": timeout,
 		"last-transaction":        last.String(),

@@ -283,6 +283,7 @@ func (s *Server) Serve(ln net.Listener) error {
 		go func() {
 			defer s.wg.Done()
 			c.serve()
+			c.calls.Wait() // its last replies counted (a finish's fsync, a pack)
 			s.mu.Lock()
 			delete(s.conns, c)
 			s.retired.add(c)

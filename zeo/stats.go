@@ -143,7 +143,7 @@ func (s *Server) Stats() Stats {
 			label = *l
 		}
 		out.Connections[label]++
-		out.Queued += int64(c.out.Queued())
+		out.Queued += int64(c.out.Pending())
 	}
 	capLabels(out.Connections)
 	out.BytesIn, out.BytesOut = t.in, t.out
@@ -228,15 +228,22 @@ func (t *connTotals) copy() connTotals {
 }
 
 // spawn marks the call being handled (an async method's) as replying from
-// a goroutine of its own, and returns what that goroutine calls just
-// before it queues the reply, to record the call's latency.
+// a goroutine of its own, and returns what that goroutine calls once it
+// queued the reply (exactly once, whatever the outcome), to record the
+// call's latency. The connection's figures are retired (the totals of
+// the server's ended connections) after every such call replied, so that
+// none is lost when the client goes before its reply.
 func (c *conn) spawn() (observe func()) {
 	c.spawned = true
+	c.calls.Add(1)
 	if c.latency == nil {
-		return func() {}
+		return c.calls.Done
 	}
 	h, t0 := &c.latency[c.callIdx], c.t0
-	return func() { h.ObserveDurationShared(opstats.Now().Sub(t0)) }
+	return func() {
+		h.ObserveDurationShared(opstats.Now().Sub(t0))
+		c.calls.Done()
+	}
 }
 
 // maxClasses bounds the classes a storage counts conflicts by.
@@ -244,9 +251,13 @@ const maxClasses = 200
 
 // countClass counts a conflict on an object of class. Called with st.mu
 // held. Past maxClasses classes, a new one takes the place of the class
-// with the fewest conflicts, whose count goes to "other": the classes are
-// named by the clients' records, and the first ones seen (a client's made
-// up classes) must not keep the places of those that conflict often.
+// with the fewest conflicts, which is forgotten: the classes are named by
+// the clients' records, and the first ones seen (a client's made up
+// classes) must not keep the places of those that conflict often. Each
+// count is a Prometheus counter: the forgotten one's series ends, and
+// starts again from 1 if its class comes back (a counter reset, which
+// rate and increase expect); its count is not moved to another series,
+// whose increase would count those conflicts again.
 func (s *storageStats) countClass(class string) {
 	if s.byClass == nil {
 		s.byClass = make(map[string]int64)
@@ -254,12 +265,11 @@ func (s *storageStats) countClass(class string) {
 	if _, ok := s.byClass[class]; !ok && len(s.byClass) >= maxClasses {
 		least, n := "", int64(0)
 		for c, k := range s.byClass {
-			if c != "other" && (least == "" || k < n || k == n && c < least) {
+			if least == "" || k < n || k == n && c < least {
 				least, n = c, k
 			}
 		}
 		delete(s.byClass, least)
-		s.byClass["other"] += n
 	}
 	s.byClass[class]++
 }

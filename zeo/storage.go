@@ -44,6 +44,7 @@ type storageStats struct {
 	loads, stores              int64 // of connections that closed
 	waiting                    int64
 	lockSince                  int64 // unix nanos when the lock was last taken by a voter, 0 if free
+	lockHolder                 *ztxn // that voter's transaction
 	// byClass counts conflicts by the class of the object, byOid by the
 	// object (stats.go).
 	byClass map[string]int64

@@ -293,7 +293,7 @@ func (c *conn) vote(id *wire.Value, txnID int64) {
 				t.stxn = nil
 			}
 			if held || t.conflicted {
-				st.lockReleased()
+				st.lockReleased(t)
 			}
 			if t.timer != nil {
 				t.timer.Stop()
@@ -307,8 +307,8 @@ func (c *conn) vote(id *wire.Value, txnID int64) {
 			encodeError(&e, &idc, err)
 		}
 		c.txmu.Unlock()
-		observe()
 		c.out.Send(e.Buf, 0)
+		observe()
 	}()
 }
 
@@ -318,7 +318,7 @@ func (c *conn) startTxnTimer(t *ztxn) {
 	if t.timer != nil {
 		return
 	}
-	c.st.lockTaken()
+	c.st.lockTaken(t)
 	if d := c.srv.cfg.TransactionTimeout; d > 0 {
 		t.timer = time.AfterFunc(d, func() { c.txnTimeout(t) })
 	}
@@ -491,7 +491,7 @@ func (c *conn) tpcFinish(id *wire.Value, txnID int64) {
 			})
 			return err
 		})
-		st.lockReleased()
+		st.lockReleased(t)
 		c.txmu.Lock()
 		if c.txn == t {
 			c.txn = nil
@@ -512,8 +512,8 @@ func (c *conn) tpcFinish(id *wire.Value, txnID int64) {
 			e.Oid8(uint64(tid))
 			e.EndMessage()
 		}
-		observe()
 		c.out.Release(e.Buf)
+		observe()
 	}()
 }
 
@@ -551,7 +551,7 @@ func (c *conn) abortTxn() {
 	if t.stxn != nil && !t.finishing {
 		t.stxn.Abort()
 		t.stxn = nil
-		c.st.lockReleased()
+		c.st.lockReleased(t)
 	}
 	c.blobsAbort(t)
 	t.end()
@@ -614,15 +614,23 @@ func (st *storage) addAborts(n int64) {
 	st.mu.Unlock()
 }
 
-func (st *storage) lockTaken() {
+// lockTaken records that t's vote took the commit lock (server_status's
+// lock_time).
+func (st *storage) lockTaken(t *ztxn) {
 	st.mu.Lock()
 	st.stats.lockSince = time.Now().UnixNano()
+	st.stats.lockHolder = t
 	st.mu.Unlock()
 }
 
-func (st *storage) lockReleased() {
+// lockReleased records that t released the commit lock, unless another
+// voter took it since (the lock passes to the next voter inside Finish or
+// Abort, before this is called).
+func (st *storage) lockReleased(t *ztxn) {
 	st.mu.Lock()
-	st.stats.lockSince = 0
+	if st.stats.lockHolder == t {
+		st.stats.lockSince, st.stats.lockHolder = 0, nil
+	}
 	st.mu.Unlock()
 }
 

@@ -340,6 +340,11 @@ func (c *zeoCollector) Collect(ch chan<- prometheus.Metric) {
 	for label, n := range st.Connections {
 		ch <- gauge(descConns, float64(n), proto, label)
 	}
+	if _, ok := st.Connections[""]; !ok {
+		// 0 without connections, not a series that is not there (as
+		// neo-storage's).
+		ch <- gauge(descConns, 0, proto, "")
+	}
 	ch <- counter(descAccepted, float64(st.Accepted), proto)
 	ch <- counter(descBytesIn, float64(st.BytesIn), proto)
 	ch <- counter(descBytesOut, float64(st.BytesOut), proto)

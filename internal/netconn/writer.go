@@ -449,6 +449,15 @@ func (q *Writer) Queued() int {
 	return len(q.buf)
 }
 
+// Pending returns the number of bytes not written yet: queued, held back
+// (Hold) and those of a write in progress (blocked, for a peer that does
+// not read).
+func (q *Writer) Pending() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.buf) + q.inflight + len(q.held)
+}
+
 // Written returns the number of bytes written to the connection so far.
 func (q *Writer) Written() uint64 {
 	q.mu.Lock()

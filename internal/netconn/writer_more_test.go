@@ -330,3 +330,27 @@ func TestWriterHeldCharged(t *testing.T) {
 	}
 	q.Close()
 }
+
+// TestWriterPending: Pending counts what is queued, held back and in a
+// write in progress (blocked on a peer that does not read), which Queued
+// leaves out: the servers' zodbd_output_queued_bytes read 0 for a client
+// that stopped reading, its replies stuck in a blocked write.
+func TestWriterPending(t *testing.T) {
+	c1, c2 := net.Pipe() // nothing reads c2: the first write blocks
+	defer c2.Close()
+	q := NewWriter(c1, Config{})
+	q.Send(make([]byte, 1000), 0)
+	for deadline := time.Now().Add(5 * time.Second); q.Queued() != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the writer's goroutine did not take the bytes")
+		}
+	}
+	q.Hold()
+	q.Send(make([]byte, 10), 1)
+	q.Send(make([]byte, 100), 0)
+	if n := q.Pending(); n != 1110 {
+		t.Errorf("Pending = %d with 1000 bytes in a blocked write, 10 held and 100 queued, want 1110", n)
+	}
+	c1.Close()
+	q.Close()
+}

@@ -202,7 +202,7 @@ func (n *Node) Stats() Stats {
 		}
 		p.stats.addTo(&out.BytesIn, &lat)
 		out.BytesOut += p.w.Written()
-		out.Queued += int64(p.w.Queued())
+		out.Queued += int64(p.w.Pending())
 	}
 	for code, s := range lat {
 		name := proto.CodeName(code)
