@@ -64,8 +64,7 @@ type recentChanger interface {
 }
 
 // lockWaiter is implemented by storages that can tell how many votes wait
-// for their commit lock (fs1), for server_status's "waiting"; it is looked
-// for through wrappers (Unwrap).
+// for their commit lock (fs1), for server_status's "waiting".
 type lockWaiter interface {
 	CommitWaiting() int
 }
@@ -100,14 +99,7 @@ func (c *capabilities) resolve(s zodb.Storage) {
 	c.size, _ = s.(sizer)
 	c.recentTids, _ = s.(recentTider)
 	c.recentChanges, _ = s.(recentChanger)
-	for u := s; u != nil && c.lockWaiter == nil; {
-		c.lockWaiter, _ = u.(lockWaiter)
-		w, ok := u.(interface{ Unwrap() zodb.Storage })
-		if !ok {
-			break
-		}
-		u = w.Unwrap()
-	}
+	c.lockWaiter, _ = s.(lockWaiter)
 }
 
 // storageSize returns the number of objects and the size in bytes, for

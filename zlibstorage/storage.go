@@ -26,6 +26,7 @@ type Base interface {
 	RecentTids(ctx context.Context, n int) ([]zodb.Tid, error)                                  // the invalidation queue at start
 	ChangesBetween(ctx context.Context, after, upto zodb.Tid) ([]zodb.Tid, [][]zodb.Oid, error) // its oids, when asked
 	SetOidFloor(next zodb.Oid) error                                                            // the oid mark (zodbd copy)
+	CommitWaiting() int                                                                         // votes waiting for the commit lock (server_status)
 }
 
 // Storage is zc.zlibstorage's ZlibStorage around a Base: loads, and the
@@ -118,6 +119,7 @@ func (s *Storage) NewOids(ctx context.Context, n int) ([]zodb.Oid, error) {
 }
 
 func (s *Storage) SetOidFloor(next zodb.Oid) error         { return s.base.SetOidFloor(next) }
+func (s *Storage) CommitWaiting() int                      { return s.base.CommitWaiting() }
 func (s *Storage) Len() int                                { return s.base.Len() }
 func (s *Storage) End() int64                              { return s.base.End() }
 func (s *Storage) Oids() []zodb.Oid                        { return s.base.Oids() }
