@@ -51,6 +51,7 @@ from ZODB.POSException import POSKeyError, ReadOnlyError
 from ZODB.utils import u64
 
 from zeoserver import Server, free_port, runzeo_cmd
+from test_zeo_coherence import served, setup_objects, verify_result, wait_for, writer
 
 KINDS = ['zodbd', 'runzeo']
 
@@ -132,19 +133,6 @@ def mem_client(addr, **kw):
                          max_disconnect_poll=0.3, **kw)
 
 
-def writer(addr):
-    db = ZEO.DB(addr, wait_timeout=20)
-    tm = transaction.TransactionManager()
-    return db, tm, db.open(tm)
-
-
-def served(cs, oid):
-    try:
-        return cs.load(oid)
-    except POSKeyError:
-        return None
-
-
 def truth(addr, oid):
     cs = ClientStorage(addr, wait_timeout=20, read_only=True)
     try:
@@ -159,28 +147,6 @@ def truth_last(addr):
         return cs.lastTransaction()
     finally:
         cs.close()
-
-
-def verify_result(cs):
-    return cs._server.client.verify_result
-
-
-def wait_for(cond, what, timeout=30):
-    deadline = time.time() + timeout
-    while not cond():
-        assert time.time() < deadline, 'timed out waiting for ' + what
-        time.sleep(0.05)
-
-
-def setup_objects(addr, n=2):
-    db, tm, c = writer(addr)
-    r = c.root()
-    for i in range(n):
-        r['x%d' % i] = PersistentMapping(v=1)
-    tm.commit()
-    oids = [r['x%d' % i]._p_oid for i in range(n)]
-    db.close()
-    return oids
 
 
 def bump(addr, keys, times=1):
