@@ -812,8 +812,9 @@ func encodeUndoEntry(e *wire.Encoder, u *zodb.UndoEntry) {
 // does (desc.get(k) != v rejects): every key of spec must have an equal
 // value, in Python's sense, in the entry's dict (id, time, user_name,
 // description, size, then the extension's keys, which override them); an
-// absent key is None. (A str and bytes of the same bytes are taken as
-// equal, as on Python 2: user names and descriptions are bytes.)
+// absent key is None. A str never equals bytes, as on Python 3 (runzeo's):
+// user names and descriptions are bytes, so {'user_name': 'alice'}
+// matches nothing and {'user_name': b'alice'} matches.
 func undoMatches(u *zodb.UndoEntry, spec *wire.Value) bool {
 	ext := decodeExtension(u.Extension)
 	id := encodeUndoID(u.Tid)
@@ -850,8 +851,8 @@ func undoMatches(u *zodb.UndoEntry, spec *wire.Value) bool {
 }
 
 // pyEqual is Python's a == b for decoded plain values: numbers compare
-// by value across bool, int and float; str and bytes by content (see
-// undoMatches); tuples and lists item by item (a tuple never equals a
+// by value across bool, int and float; str with str and bytes with bytes
+// by content (a str never equals bytes); tuples and lists item by item (a tuple never equals a
 // list); dicts as sets of pairs.
 func pyEqual(a, b *wire.Value) bool {
 	num := func(v *wire.Value) (float64, bool) {
@@ -876,7 +877,7 @@ func pyEqual(a, b *wire.Value) bool {
 	case wire.Int: // beyond 64 bits
 		return b.Kind == wire.Int && b.B != nil && string(a.B) == string(b.B)
 	case wire.Str, wire.Bytes:
-		return (b.Kind == wire.Str || b.Kind == wire.Bytes) && string(a.B) == string(b.B)
+		return b.Kind == a.Kind && string(a.B) == string(b.B)
 	case wire.Tuple, wire.List:
 		if b.Kind != a.Kind || a.Int != b.Int || len(a.Items) != len(b.Items) {
 			return false
