@@ -400,13 +400,25 @@ func (b *Backend) ObjectHistory(ctx context.Context, oid zodb.Oid, first, last i
 			continue
 		}
 		if i >= first {
-			size := dh.DataLen
-			for back := dh; back.DataLen == 0 && back.BackPos != 0; {
+			back := dh
+			for back.DataLen == 0 && back.BackPos != 0 {
 				from := back.Pos
 				if err := back.Load(fv.File, b.path, back.BackPos, from); err != nil {
 					return nil, err
 				}
-				size = back.DataLen
+			}
+			size := back.DataLen
+			if size > 2 {
+				// A record stored as compression 1 (".z" + zlib, see
+				// Object) is the size of its zlib data, as NEO/py
+				// reports it.
+				var z [2]byte
+				if _, err := fv.File.ReadAt(z[:], back.Pos+fs1.DataHeaderSize); err != nil {
+					return nil, fmt.Errorf("%s:%d: data record: %w", b.path, back.Pos, err)
+				}
+				if zlibstorage.Compressed(z[:]) {
+					size -= 2
+				}
 			}
 			h = append(h, storage.HistoryEntry{Serial: dh.Tid, Size: uint64(size)})
 		}

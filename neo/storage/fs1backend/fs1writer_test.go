@@ -750,3 +750,31 @@ func dropLastRecord(t testing.TB, path string) {
 		t.Fatal(err)
 	}
 }
+
+// TestFS1WriterHistorySizeCompressed: the size ObjectHistory gives a
+// record stored as compression 1 (".z" + its zlib data in the Data.fs) is
+// the zlib data's, as NEO/py reports it, for the record and for an undo
+// that reuses it; it counted the 2 bytes of ".z".
+func TestFS1WriterHistorySizeCompressed(t *testing.T) {
+	ctx := context.Background()
+	b := openWriter(t, fs1Copy(t))
+	defer b.Close()
+	g := newTids(t, b)
+	ids, _ := b.LastIDs(ctx)
+	oid := ids.Oid + 1
+	var z bytes.Buffer
+	w := zlib.NewWriter(&z)
+	w.Write(bytes.Repeat([]byte("compressible state "), 40))
+	w.Close()
+	zdata := z.Bytes()
+	tA := commit(t, b, g, "A", storage.VotedObject{Oid: oid, Compression: 1, Checksum: sha1.Sum(zdata), Data: zdata})
+	commit(t, b, g, "B", raw(oid, "b"))
+	commit(t, b, g, "undo", storage.VotedObject{Oid: oid, DataSerial: tA})
+	h, err := b.ObjectHistory(ctx, oid, 0, 5)
+	if err != nil || len(h) != 3 {
+		t.Fatalf("ObjectHistory = %v %v", h, err)
+	}
+	if want := uint64(len(zdata)); h[0].Size != want || h[1].Size != 1 || h[2].Size != want {
+		t.Errorf("sizes %d %d %d, want %d 1 %d", h[0].Size, h[1].Size, h[2].Size, want, want)
+	}
+}
