@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"strconv"
 	"strings"
 
@@ -171,38 +170,14 @@ type pyInt int
 func (p *pyInt) String() string { return strconv.Itoa(int(*p)) }
 
 func (p *pyInt) Set(s string) error {
-	bad := fmt.Errorf("invalid literal for int() with base 10: %q", s)
 	t := strings.TrimSpace(s)
-	neg := false
-	if t != "" && (t[0] == '+' || t[0] == '-') {
-		neg = t[0] == '-'
-		t = t[1:]
+	digits := strings.TrimLeft(t, "+-")
+	if len(t)-len(digits) > 1 || digits == "" || digits[0] == '_' || digits[len(digits)-1] == '_' || strings.Contains(digits, "__") {
+		return fmt.Errorf("invalid literal for int() with base 10: %q", s)
 	}
-	if t == "" || t[0] == '_' || t[len(t)-1] == '_' || strings.Contains(t, "__") {
-		return bad
-	}
-	var v uint64
-	over := false
-	for _, c := range t {
-		switch {
-		case c == '_':
-			continue
-		case c >= '0' && c <= '9':
-		default:
-			return bad
-		}
-		if v > (math.MaxInt64-9)/10 {
-			over = true
-		} else {
-			v = v*10 + uint64(c-'0')
-		}
-	}
-	x := int64(v)
-	if over {
-		x = math.MaxInt64
-	}
-	if neg {
-		x = -x
+	x, err := strconv.ParseInt(strings.ReplaceAll(t, "_", ""), 10, 64)
+	if err != nil && !errors.Is(err, strconv.ErrRange) { // (out of range: the bound)
+		return fmt.Errorf("invalid literal for int() with base 10: %q", s)
 	}
 	*p = pyInt(x)
 	return nil

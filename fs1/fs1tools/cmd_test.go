@@ -2,6 +2,7 @@ package fs1tools
 
 import (
 	"bytes"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -66,5 +67,25 @@ func TestExpandShort(t *testing.T) {
 	got := strings.Join(expandShort([]string{"-vv", "--vvv", "-v", "-x", "-vx", "f", "--", "-vv"}, 'v'), " ")
 	if want := "-v -v -v -v -v -v -x -vx f -- -vv"; got != want {
 		t.Errorf("expandShort = %q, want %q", got, want)
+	}
+}
+
+// TestPyInt: tail's -n is read as Python's int() reads a decimal string.
+func TestPyInt(t *testing.T) {
+	for _, tc := range []struct {
+		s    string
+		want int
+		ok   bool
+	}{
+		{"10", 10, true}, {"010", 10, true}, {" 3 ", 3, true}, {"1_000", 1000, true},
+		{"-5", -5, true}, {"+7", 7, true}, {"99999999999999999999", math.MaxInt64, true},
+		{"", 0, false}, {"_1", 0, false}, {"1_", 0, false}, {"1__0", 0, false},
+		{"0x10", 0, false}, {"+-1", 0, false}, {"1.5", 0, false}, {"- 1", 0, false},
+	} {
+		var p pyInt
+		err := p.Set(tc.s)
+		if (err == nil) != tc.ok || tc.ok && int(p) != tc.want {
+			t.Errorf("Set(%q) = %d, %v; want %d, ok %v", tc.s, p, err, tc.want, tc.ok)
+		}
 	}
 }
