@@ -7,8 +7,8 @@ import (
 
 // Budget bounds the bytes queued by all the Writers of a server. A Writer
 // charges it in units of Unit bytes (what it has queued, held back or in
-// a write in progress, rounded down): a connection whose queue drains at every write
-// never touches it. While more than half of it is charged, the
+// a write in progress, rounded down): a connection whose queue drains at
+// every write never touches it. While more than half of it is charged, the
 // connections with a charge are slowed (Write and WaitRoom wait for their
 // queues to drain); while all of it is, a connection with a charge that
 // still receives Sends behind a blocked write is failed (OverflowError):

@@ -52,9 +52,9 @@ func AppendInflate(dst, src []byte) ([]byte, error) {
 
 // bigOutput is the output past which an inflate waits for its turn: one
 // inflate at a time goes past it, so that concurrent inflates of crafted
-// records (a few MiB standing for MaxRecord each) hold at most about
-// twice bigOutput each, and one of them MaxRecord, instead of MaxRecord
-// each. No inflate waits for anything else while it has the turn.
+// records (a few MiB standing for MaxRecord each) hold at most bigOutput
+// each, and one of them MaxRecord, instead of MaxRecord each. No inflate
+// waits for anything else while it has the turn.
 const bigOutput = 8 << 20
 
 // bigTurn is the turn of the inflates that go past bigOutput.
@@ -73,7 +73,7 @@ const firstGuess = 64 << 10
 // its length, and never more than twice limit), not to what the zlib data
 // claims or would inflate to, however src was made; an output growing past
 // 8 MiB waits while another call's does (one at a time), so that many
-// concurrent calls cost 16 MiB each at most, but one.
+// concurrent calls cost 8 MiB each at most, but one.
 func AppendInflateMax(dst, src []byte, limit int) ([]byte, error) {
 	if limit < 0 {
 		limit = 0
@@ -100,34 +100,34 @@ func AppendInflateMax(dst, src []byte, limit int) ([]byte, error) {
 		inflaters.Put(f)
 	}()
 	n0 := len(dst)
-	big := false
+	big := false // the turn is ours
 	defer func() {
 		if big {
 			<-bigTurn
 		}
 	}()
+	// room makes the output's buffer hold n more bytes, in turn past
+	// bigOutput.
+	room := func(n int) {
+		if !big && len(dst)-n0+n > bigOutput {
+			bigTurn <- struct{}{}
+			big = true
+		}
+		dst = grown(dst, n)
+	}
 	// The output's room: a guess from the input's size (most records
 	// inflate less than 4 times), one byte more than limit at most:
 	// reading that byte tells an output of exactly limit bytes from a
 	// longer one.
 	end := n0 + limit + 1
 	if want := min(4*len(src)+512, limit+1); cap(dst)-n0 < want {
-		if want > bigOutput {
-			bigTurn <- struct{}{}
-			big = true
-		}
-		dst = grown(dst, want)
+		room(want)
 	}
 	for {
 		if len(dst) == cap(dst) {
 			// Double the output so far (append's own growth is
 			// less for big slices), up to one byte more than limit.
-			grow := min(max(len(dst)-n0, firstGuess), end-len(dst))
-			if !big && len(dst)-n0+grow > bigOutput {
-				bigTurn <- struct{}{}
-				big = true
-			}
-			dst = grown(dst, grow)
+			room(min(max(len(dst)-n0, firstGuess), end-len(dst)))
 		}
 		n, err := f.zr.Read(dst[len(dst):min(cap(dst), end)])
 		dst = dst[:len(dst)+n]
