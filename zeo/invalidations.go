@@ -18,10 +18,11 @@ import (
 // their tids are read (one header each), and the oids of a seeded entry
 // are read from the storage the first time a getInvalidations needs them
 // (the seeded entries after the client's tid, in one backward read), or
-// before a pack changes the storage (fillSeeded), then kept. The start of a server does not depend on the size of the last
-// transactions (a million records in the last 100 transactions of a large
-// import take seconds to read), and a client whose tid is recent reads
-// only the transactions after it.
+// before a pack changes the storage (fillSeeded), then kept. The start of
+// a server does not depend on the size of the last transactions (a
+// million records in the last 100 transactions of a large import take
+// seconds to read), and a client whose tid is recent reads only the
+// transactions after it.
 //
 // The answers are ZEO's: for a tid at least the oldest queued one, the
 // last tid and every oid changed after tid; for an older tid, None (the

@@ -852,8 +852,8 @@ func undoMatches(u *zodb.UndoEntry, spec *wire.Value) bool {
 
 // pyEqual is Python's a == b for decoded plain values: numbers compare
 // by value across bool, int and float; str with str and bytes with bytes
-// by content (a str never equals bytes); tuples and lists item by item (a tuple never equals a
-// list); dicts as sets of pairs.
+// by content (a str never equals bytes); tuples and lists item by item (a
+// tuple never equals a list); dicts as sets of pairs.
 func pyEqual(a, b *wire.Value) bool {
 	num := func(v *wire.Value) (float64, bool) {
 		switch {
@@ -926,8 +926,9 @@ func (c *conn) pack(id *wire.Value, t float64, wait bool) {
 	c.srv.work.Add(1) // run is called once, on a goroutine of its own
 	run := func() error {
 		defer c.srv.work.Done()
-		c.st.fillSeeded(c.srv.packContext())
-		err := p.Pack(c.srv.packContext(), at, true)
+		ctx := c.srv.packContext()
+		c.st.fillSeeded(ctx)
+		err := p.Pack(ctx, at, true)
 		if err != nil {
 			c.log(eventlog.Error, "pack of storage %s to %s failed: %v", c.st.name, at, err)
 			return err

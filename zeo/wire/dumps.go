@@ -20,17 +20,18 @@ import (
 // to an object it holds twice, which a message it decoded does not hold;
 // its msgpack decoder shares one-byte bytes too, which Dumps does not).
 func Dumps(v *Value) []byte {
-	d := dumper{b: []byte{pickle.OpProto, 3}}
+	d := dumper{Encoder: Encoder{M: Pickle, Buf: []byte{pickle.OpProto, 3}}}
 	d.value(v)
-	return append(d.b, pickle.OpStop)
+	return append(d.Buf, pickle.OpStop)
 }
 
+// dumper is an Encoder (which writes the scalars as pickle.dumps does)
+// with a memo.
 type dumper struct {
-	b      []byte
+	Encoder
 	n      int            // memo entries
 	shared map[string]int // memo index of the shared str and bytes, by kind and value
 	global map[string]int // memo index of builtins.set and builtins.frozenset
-	e      Encoder        // scalars
 }
 
 // batch is the largest number of items of one APPENDS or SETITEMS.
@@ -38,29 +39,21 @@ const batch = 1000
 
 func (d *dumper) put() {
 	if d.n < 256 {
-		d.b = append(d.b, pickle.OpBinput, byte(d.n))
+		d.Buf = append(d.Buf, pickle.OpBinput, byte(d.n))
 	} else {
-		d.b = append(d.b, pickle.OpLongBinput)
-		d.b = binary.LittleEndian.AppendUint32(d.b, uint32(d.n))
+		d.Buf = append(d.Buf, pickle.OpLongBinput)
+		d.Buf = binary.LittleEndian.AppendUint32(d.Buf, uint32(d.n))
 	}
 	d.n++
 }
 
 func (d *dumper) get(i int) {
 	if i < 256 {
-		d.b = append(d.b, pickle.OpBinget, byte(i))
+		d.Buf = append(d.Buf, pickle.OpBinget, byte(i))
 	} else {
-		d.b = append(d.b, pickle.OpLongBinget)
-		d.b = binary.LittleEndian.AppendUint32(d.b, uint32(i))
+		d.Buf = append(d.Buf, pickle.OpLongBinget)
+		d.Buf = binary.LittleEndian.AppendUint32(d.Buf, uint32(i))
 	}
-}
-
-// scalar writes what Encoder writes for v (the opcodes pickle.dumps
-// writes for None, bools, ints, floats, bytes and str in protocol 3).
-func (d *dumper) scalar(v *Value) {
-	d.e = Encoder{M: Pickle, Buf: d.b}
-	d.e.Value(v)
-	d.b = d.e.Buf
 }
 
 // isShared reports whether Python decodes s (of kind Str or Bytes) to an
@@ -91,15 +84,15 @@ func (d *dumper) value(v *Value) {
 				break
 			}
 			if len(p) < 256 {
-				d.b = append(d.b, pickle.OpLong1, byte(len(p)))
+				d.Buf = append(d.Buf, pickle.OpLong1, byte(len(p)))
 			} else {
-				d.b = append(d.b, pickle.OpLong4)
-				d.b = binary.LittleEndian.AppendUint32(d.b, uint32(len(p)))
+				d.Buf = append(d.Buf, pickle.OpLong4)
+				d.Buf = binary.LittleEndian.AppendUint32(d.Buf, uint32(len(p)))
 			}
-			d.b = append(d.b, p...)
+			d.Buf = append(d.Buf, p...)
 			return
 		}
-		d.scalar(v)
+		d.Value(v) // what pickle.dumps writes for it in protocol 3
 	case Bytes, Str:
 		if isShared(v) {
 			key := string(rune('0'+v.Kind)) + string(v.B)
@@ -112,24 +105,24 @@ func (d *dumper) value(v *Value) {
 			}
 			d.shared[key] = d.n
 		}
-		d.scalar(v)
+		d.Value(v) // what pickle.dumps writes for it in protocol 3
 		d.put()
 	case Tuple:
 		n := len(v.Items)
 		switch {
 		case n == 0:
-			d.b = append(d.b, pickle.OpEmptyTuple)
+			d.Buf = append(d.Buf, pickle.OpEmptyTuple)
 			return
 		case n > 3:
-			d.b = append(d.b, pickle.OpMark)
+			d.Buf = append(d.Buf, pickle.OpMark)
 		}
 		for i := range v.Items {
 			d.value(&v.Items[i])
 		}
 		if n > 3 {
-			d.b = append(d.b, pickle.OpTuple)
+			d.Buf = append(d.Buf, pickle.OpTuple)
 		} else {
-			d.b = append(d.b, pickle.OpTuple1+byte(n-1))
+			d.Buf = append(d.Buf, pickle.OpTuple1+byte(n-1))
 		}
 		d.put()
 	case List:
@@ -141,8 +134,8 @@ func (d *dumper) value(v *Value) {
 			if i, ok := d.global[name]; ok {
 				d.get(i)
 			} else {
-				d.b = append(d.b, pickle.OpGlobal)
-				d.b = append(d.b, name...)
+				d.Buf = append(d.Buf, pickle.OpGlobal)
+				d.Buf = append(d.Buf, name...)
 				if d.global == nil {
 					d.global = map[string]int{}
 				}
@@ -150,52 +143,52 @@ func (d *dumper) value(v *Value) {
 				d.put()
 			}
 			d.list(v.Items)
-			d.b = append(d.b, pickle.OpTuple1)
+			d.Buf = append(d.Buf, pickle.OpTuple1)
 			d.put()
-			d.b = append(d.b, pickle.OpReduce)
+			d.Buf = append(d.Buf, pickle.OpReduce)
 			d.put()
 			return
 		}
 		d.list(v.Items)
 	case Dict:
-		d.b = append(d.b, pickle.OpEmptyDict)
+		d.Buf = append(d.Buf, pickle.OpEmptyDict)
 		d.put()
 		items := v.Items[:len(v.Items)/2*2]
 		if len(items) == 2 {
 			d.value(&items[0])
 			d.value(&items[1])
-			d.b = append(d.b, pickle.OpSetitem)
+			d.Buf = append(d.Buf, pickle.OpSetitem)
 			return
 		}
 		for len(items) > 0 {
 			k := min(len(items), 2*batch)
-			d.b = append(d.b, pickle.OpMark)
+			d.Buf = append(d.Buf, pickle.OpMark)
 			for i := range items[:k] {
 				d.value(&items[i])
 			}
-			d.b = append(d.b, pickle.OpSetitems)
+			d.Buf = append(d.Buf, pickle.OpSetitems)
 			items = items[k:]
 		}
 	default:
-		d.scalar(v)
+		d.Value(v) // what pickle.dumps writes for it in protocol 3
 	}
 }
 
 func (d *dumper) list(items []Value) {
-	d.b = append(d.b, pickle.OpEmptyList)
+	d.Buf = append(d.Buf, pickle.OpEmptyList)
 	d.put()
 	if len(items) == 1 {
 		d.value(&items[0])
-		d.b = append(d.b, pickle.OpAppend)
+		d.Buf = append(d.Buf, pickle.OpAppend)
 		return
 	}
 	for len(items) > 0 {
 		k := min(len(items), batch)
-		d.b = append(d.b, pickle.OpMark)
+		d.Buf = append(d.Buf, pickle.OpMark)
 		for i := range items[:k] {
 			d.value(&items[i])
 		}
-		d.b = append(d.b, pickle.OpAppends)
+		d.Buf = append(d.Buf, pickle.OpAppends)
 		items = items[k:]
 	}
 }
