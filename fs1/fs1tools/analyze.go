@@ -201,10 +201,10 @@ func pyIndex0(v interface{}) (interface{}, error) {
 		}
 		return x[0], nil
 	case string:
-		r, _ := utf8.DecodeRuneInString(x)
 		if x == "" {
 			return nil, errors.New("string index out of range")
 		}
+		r, _ := utf8.DecodeRuneInString(x)
 		return string(r), nil
 	case ogórek.Bytes:
 		if x == "" {

@@ -40,7 +40,7 @@ func (e *VerifyError) Error() string { return e.Msg }
 // per data record, before its transaction's line (fstest -v -v).
 func Verify(w io.Writer, path string, verbose int) error {
 	return withFile(path, w, func(f *file, bw *bufio.Writer) error {
-		v := &verifier{f: f, w: bw, verbose: verbose}
+		v := &verifier{f: f, w: bw, verbose: verbose, path: pyPath(f.path)}
 		if err := v.check(); err != nil {
 			return err
 		}
@@ -53,6 +53,7 @@ type verifier struct {
 	f       *file
 	w       io.Writer
 	verbose int
+	path    string // f's, as Python prints it (the messages)
 }
 
 func (v *verifier) chatter(level int, format string, args ...interface{}) {
@@ -97,7 +98,7 @@ func (v *verifier) check() error {
 // checkTxn checks the transaction record at pos. It returns the position of
 // the next record and the tid, or -1 at the end of the file.
 func (v *verifier) checkTxn(pos int64, ltid [8]byte) (int64, [8]byte, error) {
-	f, path := v.f, pyPath(v.f.path)
+	f, path := v.f, v.path
 	var tid [8]byte
 	h, err := f.read(pos, fs1.TxnHeaderFixSize)
 	if err != nil {
@@ -161,7 +162,7 @@ func (v *verifier) checkTxn(pos int64, ltid [8]byte) (int64, [8]byte, error) {
 // checkData checks the data record at pos of the transaction at tpos and
 // returns the position after it and the oid.
 func (v *verifier) checkData(pos, tpos int64) (*big.Int, []byte, error) {
-	f, path := v.f, pyPath(v.f.path)
+	f, path := v.f, v.path
 	h, err := f.read(pos, fs1.DataHeaderSize)
 	if err != nil {
 		return nil, nil, err
