@@ -51,17 +51,7 @@ from ZODB.POSException import POSKeyError, ReadOnlyError
 from ZODB.utils import u64
 
 from zeoserver import Server, free_port, runzeo_cmd
-from test_zeo_coherence import served, setup_objects, verify_result, wait_for, writer
-
-KINDS = ['zodbd', 'runzeo']
-
-
-@pytest.fixture(params=KINDS)
-def kind(request):
-    if request.param == 'runzeo' and not runzeo_cmd():
-        pytest.skip('no runzeo')
-    return request.param
-
+from test_zeo_coherence import KINDS, kind, served, setup_objects, verify_result, wait_for, writer  # noqa: F401 (kind: a fixture)
 
 class Env:
     """Servers of one kind on one Data.fs and one port, started from the
@@ -174,16 +164,11 @@ def pack(addr):
 
 # 1. Pack (GC) after a restart, the changing transaction survives.
 
-def test_pack_gc_after_restart_txn_keeps_other_record(env, tmp_path):
+def change_both_then_collect_one(env, tmp_path, restart):
     """a caches x0 and x1 and closes. One transaction T changes x0 and x1;
-    the next makes x0 unreachable. The server restarts, then a pack (GC)
-    removes x0: T survives with x1's record only. a reopens: the server
-    says x0 does not exist; a must not serve x0's old state.
-
-    runzeo: its queue holds T's oids read at start ([x0, x1]): x0
-    invalidated, POSKeyError. zodbd read the seeded entry of T, lazy, at
-    this getInvalidations from the packed file ([x1]): "quick
-    verification" without x0, which a kept serving (v=1) as current."""
+    the next makes x0 unreachable; the server restarts (with restart),
+    then a pack (GC) removes x0: T survives with x1's record only.
+    Returns x0 and x1."""
     env.start()
     x0, x1 = setup_objects(env.addr)
     cs = cache_client(env.addr, tmp_path)
@@ -196,9 +181,22 @@ def test_pack_gc_after_restart_txn_keeps_other_record(env, tmp_path):
     del c.root()['x0']
     tm.commit()
     db.close()
-    env.stop()
-    env.start()
+    if restart:
+        env.stop()
+        env.start()
     pack(env.addr)
+    return x0, x1
+
+
+def test_pack_gc_after_restart_txn_keeps_other_record(env, tmp_path):
+    """change_both_then_collect_one with a restart. a reopens: the server
+    says x0 does not exist; a must not serve x0's old state.
+
+    runzeo: its queue holds T's oids read at start ([x0, x1]): x0
+    invalidated, POSKeyError. zodbd read the seeded entry of T, lazy, at
+    this getInvalidations from the packed file ([x1]): "quick
+    verification" without x0, which a kept serving (v=1) as current."""
+    x0, x1 = change_both_then_collect_one(env, tmp_path, restart=True)
     assert truth(env.addr, x0) is None
     cs = cache_client(env.addr, tmp_path)
     try:
@@ -210,19 +208,7 @@ def test_pack_gc_after_restart_txn_keeps_other_record(env, tmp_path):
 def test_pack_gc_running_txn_keeps_other_record(env, tmp_path):
     """Control: the same without the restart (the queue's oids recorded at
     commit): x0 invalidated on both."""
-    env.start()
-    x0, x1 = setup_objects(env.addr)
-    cs = cache_client(env.addr, tmp_path)
-    assert served(cs, x0) and served(cs, x1)
-    cs.close()
-    db, tm, c = writer(env.addr)
-    c.root()['x0']['v'] = 2
-    c.root()['x1']['v'] = 2
-    tm.commit()
-    del c.root()['x0']
-    tm.commit()
-    db.close()
-    pack(env.addr)
+    x0, x1 = change_both_then_collect_one(env, tmp_path, restart=False)
     cs = cache_client(env.addr, tmp_path)
     try:
         assert verify_result(cs) == 'quick verification'
