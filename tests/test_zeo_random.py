@@ -628,18 +628,25 @@ def test_random_differential(zodbd_bin, tmp_path, seed):
 # ---------------------------------------------------------------------------
 # Minimized divergences found by the random test.
 
-def on_both(zodbd_bin, tmp_path, fn, gc=True):
-    """fn(side) on runzeo and on zodbd (fresh empty files); returns the two
-    results (outcome-normalized) and the two sides (closed)."""
-    outs, sides = [], []
+def same_on_both(zodbd_bin, tmp_path, fn, gc=True):
+    """Runs fn(side) on runzeo and on zodbd (fresh empty files) and checks
+    that both give the same result (outcome-normalized)."""
+    outs = []
     for kind in ('runzeo', 'zodbd'):
         s = Side(kind, zodbd_bin, tmp_path, None, gc)
-        sides.append(s)
         try:
             outs.append(outcome(s, lambda: fn(s)))
         finally:
             s.close()
-    return outs, sides
+    assert outs[1] == outs[0]
+
+
+def creation_changed_later(c):
+    """Commits a transaction creating oids 0 and 1, then one changing both:
+    the first one's undo cannot be done. Returns its tid."""
+    t1 = commit(c, [(z64, z64, mkdata(1)), (p64(1), z64, mkdata(1))])
+    commit(c, [(p64(1), t1, mkdata(2)), (z64, t1, mkdata(2))])
+    return t1
 
 
 def commit(c, stores, user='u', desc='d', ext=None):
@@ -661,8 +668,7 @@ def test_two_stores_of_one_oid_in_one_txn(zodbd_bin, tmp_path):
         commit(c, [(z64, z64, b'abc'), (z64, z64, b'defg')])
         return ([[(r.oid, r.data) for r in t] for t in c.iterator()],
                 c.undoLog(0, 10)[0]['size'])
-    outs, _ = on_both(zodbd_bin, tmp_path, fn)
-    assert outs[1] == outs[0]
+    same_on_both(zodbd_bin, tmp_path, fn)
 
 
 
@@ -676,8 +682,7 @@ def test_undoinfo_specification_str_does_not_match_bytes(zodbd_bin, tmp_path):
         return ([e['description'] for e in c.undoInfo(0, 10, {'user_name': 'alice'})],
                 [e['description'] for e in c.undoInfo(0, 10, {'description': 'd'})],
                 [e['description'] for e in c.undoInfo(0, 10, {'description': b'd'})])
-    outs, _ = on_both(zodbd_bin, tmp_path, fn)
-    assert outs[1] == outs[0]
+    same_on_both(zodbd_bin, tmp_path, fn)
 
 
 def vote_outcome(c, t):
@@ -709,8 +714,7 @@ def test_vote_error_precedence_stale_store_then_missing_check(zodbd_bin, tmp_pat
         c.store(z64, z64, mkdata(3), '', t)                 # stale
         c.checkCurrentSerialInTransaction(p64(7), z64, t)  # no such object
         return vote_outcome(c, t)
-    outs, _ = on_both(zodbd_bin, tmp_path, fn)
-    assert outs[1] == outs[0]
+    same_on_both(zodbd_bin, tmp_path, fn)
 
 
 @pytest.mark.xfail(strict=True, reason='documented difference: docs/zeo-server.md, What the server does')
@@ -720,15 +724,13 @@ def test_vote_error_precedence_stale_store_then_bad_undo(zodbd_bin, tmp_path):
     store's ConflictError."""
     def fn(s):
         c = s.clients[0]
-        t1 = commit(c, [(z64, z64, mkdata(1)), (p64(1), z64, mkdata(1))])
-        commit(c, [(p64(1), t1, mkdata(2)), (z64, t1, mkdata(2))])
+        t1 = creation_changed_later(c)
         t = TransactionMetaData('', '', {})
         c.tpc_begin(t)
         c.store(z64, t1, mkdata(3), '', t)                 # stale
         c.undo(undo_id(t1), t)                             # creation, changed later
         return vote_outcome(c, t)
-    outs, _ = on_both(zodbd_bin, tmp_path, fn)
-    assert outs[1] == outs[0]
+    same_on_both(zodbd_bin, tmp_path, fn)
 
 
 
@@ -747,8 +749,7 @@ def test_undo_of_short_first_transaction(zodbd_bin, tmp_path):
         c.tpc_begin(t)
         c.undo(undo_id(t0), t)
         return vote_outcome(c, t)
-    outs, _ = on_both(zodbd_bin, tmp_path, fn)
-    assert outs[1] == outs[0]
+    same_on_both(zodbd_bin, tmp_path, fn)
 
 
 @pytest.mark.xfail(strict=True, reason='documented difference: docs/zeo-server.md, What the server does')
@@ -758,15 +759,13 @@ def test_vote_error_precedence_bad_undo_then_missing_check(zodbd_bin, tmp_path):
     fails with the check's POSKeyError."""
     def fn(s):
         c = s.clients[0]
-        t1 = commit(c, [(z64, z64, mkdata(1)), (p64(1), z64, mkdata(1))])
-        commit(c, [(p64(1), t1, mkdata(2)), (z64, t1, mkdata(2))])
+        t1 = creation_changed_later(c)
         t = TransactionMetaData('', '', {})
         c.tpc_begin(t)
         c.undo(undo_id(t1), t)                             # creation, changed later
         c.checkCurrentSerialInTransaction(p64(7), z64, t)  # no such object
         return vote_outcome(c, t)
-    outs, _ = on_both(zodbd_bin, tmp_path, fn)
-    assert outs[1] == outs[0]
+    same_on_both(zodbd_bin, tmp_path, fn)
 
 
 @pytest.mark.xfail(strict=True, reason='documented difference: docs/zeo-server.md, What the server does')
@@ -776,8 +775,7 @@ def test_multiple_undo_errors_hold_undo_errors(zodbd_bin, tmp_path):
     pairs: e.args[0][i][1] is a str, and str(e) differs."""
     def fn(s):
         c = s.clients[0]
-        t1 = commit(c, [(z64, z64, mkdata(1)), (p64(1), z64, mkdata(1))])
-        commit(c, [(p64(1), t1, mkdata(2)), (z64, t1, mkdata(2))])
+        t1 = creation_changed_later(c)
         t = TransactionMetaData('', '', {})
         c.tpc_begin(t)
         c.undo(undo_id(t1), t)
@@ -787,5 +785,4 @@ def test_multiple_undo_errors_hold_undo_errors(zodbd_bin, tmp_path):
             c.tpc_abort(t)
             return (type(e).__name__, str(e),
                     [(oid, type(err).__name__) for oid, err in e.args[0]])
-    outs, _ = on_both(zodbd_bin, tmp_path, fn)
-    assert outs[1] == outs[0]
+    same_on_both(zodbd_bin, tmp_path, fn)
