@@ -68,6 +68,20 @@ def build(d, seed, steps=None, blobs=True, bigmib=3.0):
 # ---------------------------------------------------------------------------
 # The oracle: ZODB/py's copy, and what ZODB/py reads.
 
+def py_copy_zeo(url, dst):
+    """ZODB/py's FileStorage(dst).copyTransactionsFrom(ClientStorage) of
+    the ZEO server at url (zeo://127.0.0.1:PORT)."""
+    from ZODB.FileStorage import FileStorage
+    from ZEO.ClientStorage import ClientStorage
+    cs = ClientStorage(('127.0.0.1', int(url.rsplit(':', 1)[1])), read_only=True, wait_timeout=10)
+    d = FileStorage(dst, create=True)
+    try:
+        d.copyTransactionsFrom(cs)
+    finally:
+        d.close()
+        cs.close()
+
+
 def py_copy(src, dst, src_blobs=None, dst_blobs=None):
     """ZODB/py's FileStorage(dst).copyTransactionsFrom(FileStorage(src))."""
     from ZODB.FileStorage import FileStorage
@@ -415,20 +429,12 @@ def check_backends(zodbd_bin, zodbd_test_bin, d, src, neo=True):
     # zeo:// as SRC, against ZODB/py's FileStorage.copyTransactionsFrom(
     # ClientStorage) through the same server. ZEO sends each extension as a
     # dict (a garbage one as {}), re-pickled by both, byte for byte.
-    from ZODB.FileStorage import FileStorage
-    from ZEO.ClientStorage import ClientStorage
     srv, url = serve(zodbd_bin, src, d, read_only=True)
     try:
         out = os.path.join(d, 'from-zeo.fs')
         p = zodbd(zodbd_bin, 'copy', '-q', url, out)
         pyout = os.path.join(d, 'py-from-zeo.fs')
-        cs = ClientStorage(('127.0.0.1', int(url.rsplit(':', 1)[1])), read_only=True, wait_timeout=10)
-        pd = FileStorage(pyout, create=True)
-        try:
-            pd.copyTransactionsFrom(cs)
-        finally:
-            pd.close()
-            cs.close()
+        py_copy_zeo(url, pyout)
         if p.returncode != 0:
             probs.append('copy %s: exit %d %s' % (url, p.returncode, p.stderr))
         else:
@@ -651,8 +657,6 @@ def test_zeo_source_extension_bytes(zodbd_bin, tmp_path):
     differed from what ZODB/py's FileStorage.copyTransactionsFrom(ClientStorage)
     writes through the same server: ZODB/py's dumps(ext, 3), the bytes
     ZODB/py wrote in SRC."""
-    from ZODB.FileStorage import FileStorage
-    from ZEO.ClientStorage import ClientStorage
     d = str(tmp_path)
     src = os.path.join(d, 'src.fs')
     raw_history(src, r'''
@@ -663,13 +667,7 @@ commit([(z64, pickle(0))], user=b'u', desc=b'd', ext={'a': 'x', 'b': ['x', 'x'],
         z = os.path.join(d, 'z.fs')
         zodbd_ok(zodbd_bin, 'copy', '-q', url, z)
         pyd = os.path.join(d, 'py.fs')
-        cs = ClientStorage(('127.0.0.1', int(url.rsplit(':', 1)[1])), read_only=True, wait_timeout=10)
-        dst = FileStorage(pyd, create=True)
-        try:
-            dst.copyTransactionsFrom(cs)
-        finally:
-            dst.close()
-            cs.close()
+        py_copy_zeo(url, pyd)
     finally:
         srv.stop()
     assert read(pyd) == read(src)  # ZODB/py: the source's bytes
