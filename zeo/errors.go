@@ -77,7 +77,7 @@ func encodeError(e *wire.Encoder, id *wire.Value, err error) {
 		encodeConflict(e, conflict)
 	case errors.As(err, &undo) && undo.HasOid:
 		// FileStorage reports per-object undo failures as
-		// MultipleUndoErrors([(oid, reason), ...]), every object,
+		// MultipleUndoErrors([(oid, UndoError), ...]), every object,
 		// which the client rebuilds (a subclass of UndoError).
 		list := []*zodb.UndoError{undo}
 		var undos zodb.UndoErrors
@@ -91,7 +91,7 @@ func encodeError(e *wire.Encoder, id *wire.Value, err error) {
 		for _, u := range list {
 			e.BeginTuple(2)
 			e.Oid8(uint64(u.Oid))
-			e.Str(u.Reason)
+			encodeUndoError(e, u)
 			e.EndTuple(2)
 		}
 		e.EndList(len(list))
@@ -132,6 +132,30 @@ func encodeError(e *wire.Encoder, id *wire.Value, err error) {
 	}
 	e.EndTuple(2)
 	e.EndMessage()
+}
+
+// encodeUndoError writes u as the UndoError(reason, oid) instance
+// FileStorage raises for one object, inside a MultipleUndoErrors.
+func encodeUndoError(e *wire.Encoder, u *zodb.UndoError) {
+	n := 2
+	if e.M == wire.Pickle {
+		n = 3
+	}
+	e.BeginPOSError("UndoError")
+	e.BeginDict(n)
+	e.Str("_reason")
+	e.Str(u.Reason)
+	e.Str("_oid")
+	e.Oid8(uint64(u.Oid))
+	if n == 3 {
+		e.Str("args")
+		e.BeginTuple(2)
+		e.Str(u.Reason)
+		e.Oid8(uint64(u.Oid))
+		e.EndTuple(2)
+	}
+	e.EndDict(n)
+	e.EndPOSError()
 }
 
 // encodeConflict writes ConflictError's class and dict payload.

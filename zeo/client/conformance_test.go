@@ -24,6 +24,7 @@ func TestConformance(t *testing.T) {
 		{"zodbd/Z5", zeotest.StartZodbd, false},
 		{"zodbd/M5", zeotest.StartZodbd, true},
 		{"runzeo/Z5", zeotest.StartRunzeo, false},
+		{"runzeo/M5", zeotest.StartRunzeo, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			opt := &client.Options{ReadWrite: true, Logf: quiet}

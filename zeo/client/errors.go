@@ -105,16 +105,20 @@ func serverError(v *wire.Value) error {
 	return &ServerError{Class: class, Payload: p.String()}
 }
 
-// undoReason is the reason of one UndoError of a MultipleUndoErrors: a
-// string (zodbd's server), or the exception itself as runzeo pickles it,
-// ZODB.POSException._recon(UndoError, state), decoded as data (the tuple
-// (name, (class, state)); see wire.Decoder.Replies).
+// undoReason is the reason of one UndoError of a MultipleUndoErrors: the
+// exception as the servers send it, pickled as
+// ZODB.POSException._recon(UndoError, state) and decoded as data (the
+// tuple (name, (class, state)); see wire.Decoder.Replies), or in msgpack
+// the pair (class, state); a plain string (older zodbd servers).
 func undoReason(v *wire.Value) string {
 	if v.Kind == wire.Str || v.Kind == wire.Bytes {
 		return string(v.B)
 	}
-	if v.Kind == wire.Tuple && len(v.Items) == 2 && v.Items[1].Len() == 2 && v.Items[1].Kind != wire.Dict {
-		state := &v.Items[1].Items[1]
+	if v.Kind == wire.Tuple && len(v.Items) == 2 {
+		state := &v.Items[1]
+		if state.Kind != wire.Dict && state.Len() == 2 {
+			state = &state.Items[1]
+		}
 		if x := dictGet(state, "_reason"); x != nil && (x.Kind == wire.Str || x.Kind == wire.Bytes) {
 			return string(x.B)
 		}

@@ -12,7 +12,8 @@ import (
 // BeginX(n), its n elements (2n for a dict: key, value, ...), EndX(n).
 //
 // A message is written as BeginFrame, the top-level value, EndFrame.
-// Encoding never fails: only plain data can be expressed.
+// Encoding never fails: only plain data can be expressed, and the
+// exceptions ZODB.POSException reconstructs (BeginPOSError).
 type Encoder struct {
 	M   Marshal
 	Buf []byte
@@ -272,6 +273,35 @@ func (e *Encoder) arrayHeader(n int, fix, b16 byte) {
 	default:
 		e.Buf = append(e.Buf, b16+1)
 		e.Buf = binary.BigEndian.AppendUint32(e.Buf, uint32(n))
+	}
+}
+
+// BeginPOSError starts an instance of the ZODB.POSException class name
+// held inside another value, as runzeo's replies carry one (the UndoErrors
+// of a MultipleUndoErrors): pickled, POSError's reduction
+// ZODB.POSException._recon(class, state); in msgpack, which has no
+// classes, the pair (class, state) that ZEO's server_default makes of it.
+// The state dict follows; pickled, it holds "args" too (POSError's
+// __reduce__ adds it), which msgpack's __dict__ does not. EndPOSError ends
+// it.
+func (e *Encoder) BeginPOSError(name string) {
+	if e.M != Pickle {
+		e.arrayHeader(2, 0x90, 0xdc)
+		e.Str("ZODB.POSException." + name)
+		return
+	}
+	e.Buf = append(e.Buf, pickle.OpGlobal)
+	e.Buf = append(e.Buf, "ZODB.POSException\n_recon\n"...)
+	e.Buf = append(e.Buf, pickle.OpGlobal)
+	e.Buf = append(e.Buf, "ZODB.POSException\n"...)
+	e.Buf = append(e.Buf, name...)
+	e.Buf = append(e.Buf, '\n')
+}
+
+// EndPOSError ends the instance BeginPOSError started, after its state.
+func (e *Encoder) EndPOSError() {
+	if e.M == Pickle {
+		e.Buf = append(e.Buf, pickle.OpTuple2, pickle.OpReduce)
 	}
 }
 
