@@ -52,7 +52,7 @@ func TestTpcBeginExtensionAmplification(t *testing.T) {
 		return
 	}
 	ext := &msg.Args.Items[3]
-	out := encodeExtension(ext)
+	out := wire.DumpsExtension(ext)
 	if len(out) > 64*len(b) {
 		t.Errorf("a %d-byte tpc_begin frame made encodeExtension allocate a %d-byte extension (%.0fx)", len(b), len(out), float64(len(out))/float64(len(b)))
 	}
@@ -78,7 +78,7 @@ func TestTpcBeginExtensionSet(t *testing.T) {
 	if err != nil {
 		t.Fatalf("zodbd refuses a tpc_begin ZEO/py accepts: %v", err)
 	}
-	stored := encodeExtension(&msg.Args.Items[3])
+	stored := wire.DumpsExtension(&msg.Args.Items[3])
 	out, err := exec.Command(py, "-c", `
 import sys, zodbpickle.pickle as p
 ext = p.loads(bytes.fromhex(sys.argv[1]))
@@ -115,7 +115,7 @@ func TestStoredExtensionBigInt(t *testing.T) {
 	out, err := exec.Command(py, "-c", `
 import sys, zodbpickle.pickle as p
 ext = p.loads(bytes.fromhex(sys.argv[1]))
-print(ext == {'app': 'x', 'n': 2**70}, ext)`, hex.EncodeToString(encodeExtension(&ext))).CombinedOutput()
+print(ext == {'app': 'x', 'n': 2**70}, ext)`, hex.EncodeToString(wire.DumpsExtension(&ext))).CombinedOutput()
 	if err != nil {
 		t.Fatalf("python: %v\n%s", err, out)
 	}

@@ -737,15 +737,6 @@ func decodeExtension(b []byte) wire.Value {
 	return v
 }
 
-// encodeExtension pickles an extension dict as ZODB/py's server stores
-// it, byte for byte (wire.Dumps); an empty dict is stored as no bytes.
-func encodeExtension(v *wire.Value) []byte {
-	if v == nil || v.Kind != wire.Dict || len(v.Items) == 0 {
-		return nil
-	}
-	return wire.Dumps(v)
-}
-
 // encodeUndoID makes FileStorage's undo id: base64 of the tid, without the
 // trailing newline.
 func encodeUndoID(tid zodb.Tid) []byte {

@@ -84,7 +84,7 @@ func (c *conn) tpcBegin(a *args) error {
 		}
 		return &pyError{"ZODB.POSException.StorageTransactionError", "multiple simultaneous tpc_begin requests from the same client"}
 	}
-	meta := zodb.TxnMeta{User: clone(user), Description: clone(desc), Extension: encodeExtension(ext)}
+	meta := zodb.TxnMeta{User: clone(user), Description: clone(desc), Extension: wire.DumpsExtension(ext)}
 	if hasTid {
 		meta.Tid = tid
 	}

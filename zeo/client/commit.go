@@ -361,7 +361,7 @@ func (c *Client) UndoLog(ctx context.Context, first, last int) ([]zodb.UndoEntry
 					ext = append(ext, *k, *val)
 				}
 			}
-			u.Extension = pickleDict(ext)
+			u.Extension = wire.DumpsExtension(&wire.Value{Kind: wire.Dict, Items: ext})
 			log = append(log, u)
 		}
 		return nil

@@ -158,7 +158,7 @@ func (it *txnIter) NextTxn(ctx context.Context) (*zodb.TxnInfo, zodb.DataIterato
 		case wire.Bytes:
 			info.Extension = clone(ext.B)
 		case wire.Dict:
-			info.Extension = pickleDict(ext.Items)
+			info.Extension = wire.DumpsExtension(ext)
 		}
 		return nil
 	})

@@ -282,21 +282,12 @@ func (c *Client) history(ctx context.Context, oid zodb.Oid, size int) ([]zodb.Hi
 					ext = append(ext, *k, *val)
 				}
 			}
-			h.Extension = pickleDict(ext)
+			h.Extension = wire.DumpsExtension(&wire.Value{Kind: wire.Dict, Items: ext})
 			hist = append(hist, h)
 		}
 		return nil
 	})
 	return hist, err
-}
-
-// pickleDict pickles a dict whose items are kv (key, value, ...) the way
-// ZODB stores a transaction extension (protocol 3); no items give nil.
-func pickleDict(kv []wire.Value) []byte {
-	if len(kv) == 0 {
-		return nil
-	}
-	return wire.Dumps(&wire.Value{Kind: wire.Dict, Items: kv})
 }
 
 func clone(b []byte) []byte {

@@ -25,6 +25,15 @@ func Dumps(v *Value) []byte {
 	return append(d.Buf, pickle.OpStop)
 }
 
+// DumpsExtension is Dumps of a transaction's extension as ZODB stores it:
+// nil (no bytes) for an empty dict or anything but a dict.
+func DumpsExtension(v *Value) []byte {
+	if v == nil || v.Kind != Dict || len(v.Items) == 0 {
+		return nil
+	}
+	return Dumps(v)
+}
+
 // dumper is an Encoder (which writes the scalars as pickle.dumps does)
 // with a memo.
 type dumper struct {
