@@ -266,10 +266,16 @@ func planBackup(o Options, src *os.File, cs []chain, logf func(string, ...interf
 		}
 	}
 	p = plan{start: reposz, dat: es, datPath: dp}
-	// Continue from the last file's index when it covers exactly the set
-	// and passes ZODB/py's sanity check against the live file (whose
-	// first reposz bytes are the set's): a damaged one would be carried
-	// into every later index of the set.
+	// Continue from the live file's index when it passes ZODB/py's sanity
+	// check, as repozo does (it opens the file): the repository's own
+	// would carry damage of its into every later index of the set, which
+	// that check (of the last transaction only) cannot see. Else from the
+	// set's last index, when it covers exactly the set and passes it.
+	if topPos, idx, err := fs1.LoadIndexFile(o.File + ".index"); err == nil && topPos <= fi.Size() &&
+		fs1.CheckIndex(src, o.File, idx, topPos, fi.Size()) == nil {
+		p.idx, p.idxPos = idx, topPos
+		return p, nil
+	}
 	last := c[len(es)-1]
 	if topPos, idx, err := fs1.LoadIndexFile(filepath.Join(o.Repo, last.Stamp+".index")); err == nil && topPos == reposz &&
 		fs1.CheckIndex(src, o.File, idx, topPos, fi.Size()) == nil {

@@ -177,7 +177,7 @@ func TestIncrementalRoundTrip(t *testing.T) {
 				}
 				checkIndex(t, filepath.Join(e.dir, "d.fs"))
 			}
-			if _, err := Verify(e.repo, "", nil, nil); err != nil {
+			if _, err := Verify(VerifyOptions{Repo: e.repo}); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -331,7 +331,7 @@ func TestVerifyFindsDamage(t *testing.T) {
 		off := ends[13] - 8 - ends[10]
 		b[off+7] ^= 1
 		os.WriteFile(paths[1], b, 0o644)
-		_, err := Verify(e.repo, "", nil, nil)
+		_, err := Verify(VerifyOptions{Repo: e.repo})
 		var ve *VerifyError
 		if !errors.As(err, &ve) || ve.File != paths[1] || ve.Offset != off || ve.DataOffset != ends[13]-8 {
 			t.Fatalf("Verify: %v, want damage in %s at offset %d", err, paths[1], off)
@@ -345,7 +345,7 @@ func TestVerifyFindsDamage(t *testing.T) {
 		b, _ := os.ReadFile(paths[2])
 		b[len(b)/2] ^= 1 // inside some pickle: only the md5 tells
 		os.WriteFile(paths[2], b, 0o644)
-		_, err := Verify(e.repo, "", nil, nil)
+		_, err := Verify(VerifyOptions{Repo: e.repo})
 		var ve *VerifyError
 		if !errors.As(err, &ve) || ve.File != paths[2] || !strings.Contains(ve.Msg, "checksum") {
 			t.Fatalf("Verify: %v, want a checksum error in %s", err, paths[2])
@@ -354,7 +354,7 @@ func TestVerifyFindsDamage(t *testing.T) {
 	t.Run("missing", func(t *testing.T) {
 		e, paths := mk(t, true)
 		os.Remove(paths[1])
-		_, err := Verify(e.repo, "", nil, nil)
+		_, err := Verify(VerifyOptions{Repo: e.repo})
 		var ve *VerifyError
 		if !errors.As(err, &ve) || ve.File != paths[1] || ve.Msg != "missing" {
 			t.Fatalf("Verify: %v, want %s missing", err, paths[1])
@@ -364,7 +364,7 @@ func TestVerifyFindsDamage(t *testing.T) {
 		e, paths := mk(t, true)
 		b, _ := os.ReadFile(paths[0])
 		os.WriteFile(paths[0], b[:len(b)-10], 0o644)
-		_, err := Verify(e.repo, "", nil, nil)
+		_, err := Verify(VerifyOptions{Repo: e.repo})
 		var ve *VerifyError
 		if !errors.As(err, &ve) || ve.File != paths[0] {
 			t.Fatalf("Verify: %v, want damage in %s", err, paths[0])
@@ -372,7 +372,7 @@ func TestVerifyFindsDamage(t *testing.T) {
 	})
 	t.Run("ok", func(t *testing.T) {
 		e, _ := mk(t, true)
-		r, err := Verify(e.repo, "", nil, nil)
+		r, err := Verify(VerifyOptions{Repo: e.repo})
 		if err != nil || r.Txns != len(ends) || r.Bytes != int64(len(data)) {
 			t.Fatalf("Verify: %+v, %v", r, err)
 		}
@@ -432,15 +432,19 @@ func TestBlobs(t *testing.T) {
 	put := func(rel string, content string) { putFile(t, filepath.Join(live, rel), content) }
 	put(".layout", "bushy\n")
 	put("tmp/upload123", "partial")
+	// Blob files of records of the fixture (oid 1 and 2 in transaction 3,
+	// 1 in 12, 2 in 22), and one whose record a pack removed (oid 9 has
+	// none in transaction 4): its file stays in the repository.
 	put(blobName(1, tids[3]), "one")
-	put(blobName(2, tids[5]), "two")
+	put(blobName(2, tids[3]), "two")
+	put(blobName(9, tids[4]), "packed")
 	e.setLive(data[:ends[10]])
 	r := e.backup(Options{BlobDir: live})
-	if r.Blobs != 3 { // .layout and two blobs; not tmp/
-		t.Fatalf("first backup copied %d blob files, want 3", r.Blobs)
+	if r.Blobs != 4 { // .layout and three blobs; not tmp/
+		t.Fatalf("first backup copied %d blob files, want 4", r.Blobs)
 	}
-	put(blobName(1, tids[15]), "one, later")
-	put(blobName(3, tids[20]), "three")
+	put(blobName(1, tids[12]), "one, later")
+	put(blobName(2, tids[22]), "two, later")
 	e.setLive(data)
 	if r := e.backup(Options{BlobDir: live}); r.Blobs != 2 || r.Kind != "incremental" {
 		t.Fatalf("second backup: %+v, want 2 new blob files", r)
@@ -455,10 +459,13 @@ func TestBlobs(t *testing.T) {
 	if rr.Blobs != 4 {
 		t.Fatalf("restore --to: %d blob files, want 4", rr.Blobs)
 	}
-	if _, err := os.Stat(filepath.Join(out, "blobs", blobName(3, tids[20]))); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(out, "blobs", blobName(2, tids[22]))); !os.IsNotExist(err) {
 		t.Fatal("a blob of a transaction after the point was restored")
 	}
-	if b, _ := os.ReadFile(filepath.Join(out, "blobs", blobName(1, tids[15]))); string(b) != "one, later" {
+	if _, err := os.Stat(filepath.Join(out, "blobs", blobName(9, tids[4]))); !os.IsNotExist(err) {
+		t.Fatal("a blob whose record is not in the restored file was restored")
+	}
+	if b, _ := os.ReadFile(filepath.Join(out, "blobs", blobName(1, tids[12]))); string(b) != "one, later" {
 		t.Fatalf("restored blob holds %q", b)
 	}
 	if _, err := os.Stat(filepath.Join(out, "blobs", "tmp", "upload123")); !os.IsNotExist(err) {

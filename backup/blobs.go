@@ -1,6 +1,7 @@
 package backup
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"io/fs"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/zodbd/zodbd/fs1"
 	"github.com/zodbd/zodbd/internal/vfs"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -187,10 +189,15 @@ func backupBlobs(fsys vfs.FS, blobDir, repoBlobs string, logf func(string, ...in
 }
 
 // restoreBlobs copies into blobDir the backed-up blob files of repoBlobs
-// whose tid is at most upTo (and .layout), those it does not hold yet.
-func restoreBlobs(fsys vfs.FS, repoBlobs, blobDir string, upTo zodb.Tid) (int, int64, error) {
+// (and .layout) that the restored data file at dataPath refers to, those
+// blobDir does not hold yet: each blob file is one revision's, (oid, tid),
+// and is restored when the file has oid's record of transaction tid. Not
+// the revisions of transactions after the restored point, nor those a
+// pack removed from the file (the repository keeps them; a ZODB pack of
+// the restored database would not remove them again).
+func restoreBlobs(fsys vfs.FS, repoBlobs, blobDir, dataPath string) (int, int64, error) {
 	have, err := blobFiles(repoBlobs)
-	if os.IsNotExist(err) {
+	if os.IsNotExist(err) || err == nil && len(have) == 0 {
 		return 0, 0, nil
 	}
 	if err != nil {
@@ -200,10 +207,22 @@ func restoreBlobs(fsys vfs.FS, repoBlobs, blobDir string, upTo zodb.Tid) (int, i
 	if err != nil && !os.IsNotExist(err) {
 		return 0, 0, fmt.Errorf("restore: blob directory: %w", err)
 	}
+	data, err := fs1.Open(dataPath, &fs1.Options{Logf: func(string, ...interface{}) {}})
+	if err != nil {
+		return 0, 0, fmt.Errorf("restore: %w", err)
+	}
+	defer data.Close()
+	ctx := context.Background()
 	var todo []string
 	for rel, size := range have {
-		if tid, ok := blobTid(filepath.Base(rel)); ok && tid > upTo {
-			continue
+		if rel != ".layout" {
+			oid, tid, ok := blobRevision(rel)
+			if !ok {
+				continue
+			}
+			if _, serial, err := data.Load(ctx, zodb.Xid{Oid: oid, At: tid}); err != nil || serial != tid {
+				continue
+			}
 		}
 		if s, ok := there[rel]; !ok || s != size {
 			todo = append(todo, rel)
@@ -211,4 +230,26 @@ func restoreBlobs(fsys vfs.FS, repoBlobs, blobDir string, upTo zodb.Tid) (int, i
 	}
 	n, err := copyBlobFiles(fsys, repoBlobs, blobDir, todo)
 	return len(todo), n, err
+}
+
+// blobRevision parses the path of a blob file relative to its blob
+// directory: the oid is the hex digits of its directories (bushy:
+// 0x00/.../0x2a, one byte each; lawn: 0x2a), the tid its name's.
+func blobRevision(rel string) (oid zodb.Oid, tid zodb.Tid, ok bool) {
+	dir, name := filepath.Split(rel)
+	if tid, ok = blobTid(name); !ok {
+		return 0, 0, false
+	}
+	var hex strings.Builder
+	for _, d := range strings.Split(strings.Trim(dir, "/"), "/") {
+		if !strings.HasPrefix(d, "0x") || len(d) < 3 {
+			return 0, 0, false
+		}
+		hex.WriteString(d[2:])
+	}
+	v, err := strconv.ParseUint(hex.String(), 16, 64)
+	if err != nil {
+		return 0, 0, false
+	}
+	return zodb.Oid(v), tid, true
 }

@@ -216,7 +216,7 @@ func TestBackupCrashQuickBadDatChecksum(t *testing.T) {
 	e.setLive(data)
 	r = e.backup(Options{Quick: true})
 	if r.Kind != "full" {
-		_, verr := Verify(e.repo, "", nil, nil)
+		_, verr := Verify(VerifyOptions{Repo: e.repo})
 		t.Fatalf("backup -Q after the .dat's md5 was damaged: %s, want full (as repozo -Q); verify of the set now: %v", r.Kind, verr)
 	}
 }

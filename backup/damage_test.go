@@ -270,7 +270,7 @@ func TestVerifyDamagedIndex(t *testing.T) {
 	e.backup(Options{})
 	e.setLive(data)
 	r := e.backup(Options{})
-	if _, err := Verify(e.repo, "", nil, nil); err != nil {
+	if _, err := Verify(VerifyOptions{Repo: e.repo}); err != nil {
 		t.Fatalf("verify of a sound set: %v", err)
 	}
 	ipath := r.Path[:len(r.Path)-len(filepath.Ext(r.Path))] + ".index"
@@ -294,7 +294,7 @@ func TestVerifyDamagedIndex(t *testing.T) {
 	if err := idx.SaveFile(ipath, top); err != nil {
 		t.Fatal(err)
 	}
-	_, err = Verify(e.repo, "", nil, nil)
+	_, err = Verify(VerifyOptions{Repo: e.repo})
 	var ve *VerifyError
 	if !errors.As(err, &ve) || ve.File != ipath || !strings.Contains(ve.Msg, "oid "+a.String()) {
 		t.Fatalf("verify with a damaged index: %v, want a VerifyError on %s naming oid %s", err, ipath, a)

@@ -123,7 +123,7 @@ func TestPowerLoss(t *testing.T) {
 					}
 					what := fmt.Sprintf("crash at op %d (torn %v)", k, torn)
 					repo := filepath.Join(after, "repo")
-					if _, err := Verify(repo, "", nil, nil); err != nil {
+					if _, err := Verify(VerifyOptions{Repo: repo}); err != nil {
 						t.Fatalf("%s: verify: %v", what, err)
 					}
 					out := filepath.Join(after, "out.fs")

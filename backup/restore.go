@@ -1,6 +1,7 @@
 package backup
 
 import (
+	"bufio"
 	"compress/gzip"
 	"crypto/md5"
 	"encoding/binary"
@@ -11,7 +12,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -48,6 +48,10 @@ type RestoreResult struct {
 	Cut     bool     // cut before the end of the files (To)
 	Index   string   // "copied", "rebuilt" or "none"
 	Blobs   int
+	// Skipped are the set's files after those its .dat lists (left by an
+	// interrupted backup), not restored: the state restored is older than
+	// they hold.
+	Skipped []string
 }
 
 // errCut stops the reading of a file after the cut.
@@ -93,40 +97,37 @@ func selectFiles(o RestoreOptions) (chain, error) {
 // matchDat checks the files of set c against the set's .dat, which lists
 // each file with its range (and repozo writes after the file): files
 // after the last one listed were left by an interrupted backup and are
-// not restored (a line says so); a file listed and absent (among those a
+// not restored (the command says so); a file listed and absent (among those a
 // restore at o.Date would read), or an uncompressed one whose size is not
 // its range's, is an error, where restoring the files present would give
 // an older state without a word. A .dat that cannot be read is an error
 // with o.Verify; otherwise the files are restored as they are (a line
-// says so), as repozo does. It returns the files to restore and the
+// says so), as repozo does. It returns the files to restore, the
 // .dat's lines, whose first len(files) are theirs (none when the .dat
-// could not be read).
-func matchDat(o RestoreOptions, c chain, logf func(string, ...interface{})) (chain, []datEntry, error) {
+// could not be read), and the files left out.
+func matchDat(o RestoreOptions, c chain, logf func(string, ...interface{})) (_ chain, _ []datEntry, skipped []string, err error) {
 	dp := datPath(o.Repo, c[0])
 	es, err := readDat(dp)
 	if err != nil {
 		if o.Verify {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		logf("%v: restoring the set's files as they are", err)
-		return c, nil, nil
+		return c, nil, nil, nil
 	}
-	k := 0
-	for k < len(c) && k < len(es) && es[k].Name() == c[k].Name {
-		k++
-	}
+	k := listedPrefix(c, es)
 	switch {
 	case k < len(c) && k == len(es) && k > 0:
 		for _, f := range c[k:] {
-			logf("not restoring %s: not in %s (left by an interrupted backup)", f.Name, filepath.Base(dp))
+			skipped = append(skipped, f.Name)
 		}
 		c = c[:k]
 	case k < len(c):
-		return nil, nil, fmt.Errorf("restore: %s is not listed in %s at its place", c[k].Name, dp)
+		return nil, nil, nil, fmt.Errorf("restore: %s is not listed in %s at its place", c[k].Name, dp)
 	}
 	for _, e := range es[k:] {
 		if stamp := strings.TrimSuffix(e.Name(), filepath.Ext(e.Name())); o.Date == "" || stamp <= o.Date {
-			return nil, nil, fmt.Errorf("restore: %s, listed in %s, is missing", e.Name(), dp)
+			return nil, nil, nil, fmt.Errorf("restore: %s, listed in %s, is missing", e.Name(), dp)
 		}
 	}
 	for i, f := range c {
@@ -135,37 +136,47 @@ func matchDat(o RestoreOptions, c chain, logf func(string, ...interface{})) (cha
 		}
 		fi, err := os.Stat(filepath.Join(o.Repo, f.Name))
 		if err != nil {
-			return nil, nil, fmt.Errorf("restore: %w", err)
+			return nil, nil, nil, fmt.Errorf("restore: %w", err)
 		}
 		if want := es[i].End - es[i].Start; fi.Size() != want {
-			return nil, nil, fmt.Errorf("restore: %s is %d bytes, %s says %d", f.Name, fi.Size(), filepath.Base(dp), want)
+			return nil, nil, nil, fmt.Errorf("restore: %s is %d bytes, %s says %d", f.Name, fi.Size(), filepath.Base(dp), want)
 		}
 	}
-	return c, es, nil
+	return c, es, skipped, nil
 }
 
-// chainLastTid returns the tid of the last transaction of set c: the last
-// header of its last file, which the walker reads (a gzip file whole).
+// listedPrefix returns how many of set c's first files the .dat lines es
+// list, in order.
+func listedPrefix(c chain, es []datEntry) int {
+	k := 0
+	for k < len(c) && k < len(es) && es[k].Name() == c[k].Name {
+		k++
+	}
+	return k
+}
+
+// chainLastTid returns the tid of the last transaction of set c (0: none):
+// the last header of the last of the files its .dat lists that holds a
+// transaction (repozo writes an empty incremental file when the live file
+// grew by a transaction not yet committed), which the walker reads (a gzip
+// file whole). A file after those listed was left by an interrupted
+// backup; a restore does not read it.
 func chainLastTid(repo string, c chain) (zodb.Tid, error) {
-	f := c[len(c)-1]
-	var start int64 // a full backup begins with the magic, at 0
-	if !f.Full {
-		es, err := readDat(datPath(repo, c[0]))
-		if err != nil {
-			return 0, err
-		}
-		i := slices.IndexFunc(es, func(e datEntry) bool { return e.Name() == f.Name })
-		if i < 0 {
-			return 0, fmt.Errorf("restore: %s is not listed in %s", f.Name, datPath(repo, c[0]))
-		}
-		start = es[i].Start
+	es, err := readDat(datPath(repo, c[0]))
+	if err != nil {
+		return 0, err
 	}
-	w := newWalker(start, 0)
-	path := filepath.Join(repo, f.Name)
-	if _, err := streamFile(path, f.Gzip, func(b []byte) error { _, err := w.feed(b); return err }, nil); err != nil {
-		return 0, fmt.Errorf("restore: %s: %w", path, unwrapPath(err))
+	for j := listedPrefix(c, es) - 1; j >= 0; j-- {
+		w := newWalker(es[j].Start, 0) // a full backup's line starts at 0
+		path := filepath.Join(repo, c[j].Name)
+		if _, err := streamFile(path, c[j].Gzip, func(b []byte) error { _, err := w.feed(b); return err }, nil); err != nil {
+			return 0, fmt.Errorf("restore: %s: %w", path, unwrapPath(err))
+		}
+		if w.lastTid != 0 {
+			return w.lastTid, nil
+		}
 	}
-	return w.lastTid, nil
+	return 0, nil
 }
 
 // Restore writes o.Output from the repository's files: the newest set (or
@@ -187,7 +198,8 @@ func Restore(o RestoreOptions) (res RestoreResult, err error) {
 	if err != nil {
 		return res, err
 	}
-	c, es, err := matchDat(o, c, logf)
+	c, es, skipped, err := matchDat(o, c, logf)
+	res.Skipped = skipped
 	if err != nil {
 		return res, err
 	}
@@ -297,7 +309,14 @@ func Restore(o RestoreOptions) (res RestoreResult, err error) {
 				return res, fmt.Errorf("restore: %s has checksum %s instead of %s", f.Name, s, e.Sum)
 			}
 		}
+		if !cut && es != nil && n != es[i].End-es[i].Start {
+			// A gzip file cut at a member's end reads as sound.
+			return res, fmt.Errorf("restore: %s is %d bytes%s, %s says %d", f.Name, n, uncompressed(f.Gzip), filepath.Base(datPath(o.Repo, c[0])), es[i].End-es[i].Start)
+		}
 		if cut {
+			if err := cutIsState(w, o.To); err != nil {
+				return res, fmt.Errorf("restore: %s: %w", f.Name, err)
+			}
 			pos = w.cutAt
 			res.Cut = true
 			break
@@ -364,23 +383,20 @@ func Restore(o RestoreOptions) (res RestoreResult, err error) {
 	if o.BlobDir != "" {
 		// Before the data file is put in place: a restore that fails (or
 		// is killed) copying the blobs leaves no data file that looks
-		// complete without them. Not the blobs of the transactions after
-		// the restored file's last (of newer sets, or after --date's
-		// backup).
-		upTo := res.LastTid
-		if upTo == 0 && pos > 4 {
+		// complete without them. Only the blobs of the restored file's
+		// records (restoreBlobs).
+		if res.LastTid == 0 && pos > 4 {
 			f, err := os.Open(part)
 			if err != nil {
 				return res, fmt.Errorf("restore: %w", err)
 			}
-			upTo, err = txnEndingAt(f, pos)
+			res.LastTid, err = txnEndingAt(f, pos)
 			f.Close()
 			if err != nil {
 				return res, fmt.Errorf("restore: %s: %w", part, err)
 			}
-			res.LastTid = upTo
 		}
-		res.Blobs, _, err = restoreBlobs(fsys, filepath.Join(o.Repo, BlobSubdir), o.BlobDir, upTo)
+		res.Blobs, _, err = restoreBlobs(fsys, filepath.Join(o.Repo, BlobSubdir), o.BlobDir, part)
 		if err != nil {
 			return res, err
 		}
@@ -412,6 +428,18 @@ func Restore(o RestoreOptions) (res RestoreResult, err error) {
 	}
 
 	return res, nil
+}
+
+// cutIsState checks that the data before w's cut is the database as of
+// to: not when the transaction after the cut was packed (its status 'p':
+// the set was packed after to, and the revisions the pack removed were
+// part of the state at to). A cut before the first transaction of a set
+// never packed is the empty database the state was then.
+func cutIsState(w *walker, to zodb.Tid) error {
+	if w.cutStatus == 'p' {
+		return fmt.Errorf("the state as of %s (%s) is not in the backups: the set holding it was packed after that (its transaction %s is packed), and no older set holds it", to, to.TimeStamp(), w.cutTid)
+	}
+	return nil
 }
 
 // appendFileRange appends the file at path to out at off, by
@@ -455,7 +483,7 @@ func streamFile(path string, gz bool, each func([]byte) error, progress func(int
 	var r io.Reader = in
 	cr := &countReader{r: in}
 	if gz {
-		zr, err := gzip.NewReader(cr)
+		zr, err := newGzipReader(cr)
 		if err != nil {
 			return 0, fmt.Errorf("%s: %w", path, err)
 		}
@@ -481,6 +509,54 @@ func streamFile(path string, gz bool, each func([]byte) error, progress func(int
 		return nil
 	})
 	return n, err
+}
+
+// gzipReader reads the members of a gzip file one after the other, as
+// Python's gzip module (repozo's) does: zero bytes after a member are
+// padding, and the file may end after them (Go's multistream reader takes
+// them for a damaged header).
+type gzipReader struct {
+	br *bufio.Reader
+	zr *gzip.Reader
+}
+
+func newGzipReader(r io.Reader) (*gzipReader, error) {
+	br := bufio.NewReader(r)
+	zr, err := gzip.NewReader(br)
+	if err != nil {
+		return nil, err
+	}
+	zr.Multistream(false)
+	return &gzipReader{br, zr}, nil
+}
+
+func (g *gzipReader) Read(p []byte) (int, error) {
+	for {
+		n, err := g.zr.Read(p)
+		if err != io.EOF || n > 0 {
+			if err == io.EOF {
+				err = nil // the member's end, seen again by the next call
+			}
+			return n, err
+		}
+		for {
+			b, err := g.br.ReadByte()
+			if err != nil {
+				return 0, err // io.EOF: the file's end
+			}
+			if b != 0 {
+				g.br.UnreadByte()
+				break
+			}
+		}
+		if err := g.zr.Reset(g.br); err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return 0, err
+		}
+		g.zr.Multistream(false)
+	}
 }
 
 // countReader counts the bytes read through it (the compressed bytes of a

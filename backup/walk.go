@@ -23,9 +23,12 @@ type walker struct {
 	next int64 // offset of the next transaction header, or of the redundant length when inTail
 
 	// cut, when non-zero: stop before the first transaction whose tid is
-	// greater. cutAt is then that transaction's offset (-1 until found).
-	cut   zodb.Tid
-	cutAt int64
+	// greater. cutAt is then that transaction's offset (-1 until found),
+	// cutTid and cutStatus its tid and status.
+	cut       zodb.Tid
+	cutAt     int64
+	cutTid    zodb.Tid
+	cutStatus byte
 
 	inTail  bool  // reading the redundant length of the current record
 	txnPos  int64 // offset of the current transaction
@@ -158,7 +161,7 @@ func (w *walker) feed(p []byte) (keep int, err error) {
 		tlen := binary.BigEndian.Uint64(w.buf[8:16])
 		status := w.buf[16]
 		if w.cut != 0 && tid > w.cut {
-			w.cutAt = tpos
+			w.cutAt, w.cutTid, w.cutStatus = tpos, tid, status
 			// The header may have begun in an earlier call: the caller
 			// truncates its output at cutAt.
 			if keep := i - int(w.pos-tpos); keep > 0 {

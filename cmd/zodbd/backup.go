@@ -49,7 +49,7 @@ func (p *backupProgress) report(done, total int64) {
 
 func runBackup(args []string) int {
 	fl := newFlags("backup", "usage: zodbd backup -r REPO [--full] [--gzip] [--quick] [--blob-dir DIR] FILE\n"+
-		"       zodbd backup -r REPO --verify\n\n"+
+		"       zodbd backup -r REPO --verify [--quick] [--date DATE]\n\n"+
 		"Backs the FileStorage FILE up into the repository directory REPO in the\n"+
 		"format of ZODB's repozo (repozo -B): an incremental file (.deltafs) with\n"+
 		"the transactions committed since the newest backup, or a full one (.fs)\n"+
@@ -66,7 +66,8 @@ func runBackup(args []string) int {
 		"--verify checks the newest set (or the one of --date) instead: every\n"+
 		"file's size and md5 against the .dat, and that the bytes are whole\n"+
 		"transaction records; it reports the first bad file, with the offset of the\n"+
-		"damage where the structure tells, and exits with status 1.\n\n"+
+		"damage where the structure tells, and exits with status 1; with --quick\n"+
+		"only the files' sizes, as repozo -V -Q.\n\n"+
 		"Options (repozo's names):\n")
 	var repo, file, date string
 	var full, gz, quick, kill, verify, verbose, quiet bool
@@ -115,7 +116,7 @@ func runBackup(args []string) int {
 		for _, f := range []struct {
 			name string
 			set  bool
-		}{{"-F (--full)", full}, {"-z (--gzip)", gz}, {"-Q (--quick)", quick}, {"-k (--kill-old-on-full)", kill}, {"--blob-dir", blobDir != ""}} {
+		}{{"-F (--full)", full}, {"-z (--gzip)", gz}, {"-k (--kill-old-on-full)", kill}, {"--blob-dir", blobDir != ""}} {
 			if f.set {
 				cliMisuse("backup", f.name+" is for a backup, not for --verify")
 				return 2
@@ -128,7 +129,7 @@ func runBackup(args []string) int {
 				return fatalf("backup", "--date: %v", err)
 			}
 		}
-		res, err := backup.Verify(repo, stamp, prog.report, logf)
+		res, err := backup.Verify(backup.VerifyOptions{Repo: repo, Stamp: stamp, Quick: quick, Progress: prog.report, Logf: logf})
 		prog.clear()
 		if err != nil {
 			var ve *backup.VerifyError
@@ -138,7 +139,9 @@ func runBackup(args []string) int {
 			}
 			return fatalf("backup", "%v", err)
 		}
-		if !quiet {
+		if !quiet && quick {
+			fmt.Printf("%s: %d files, %d bytes: sizes ok\n", repo, len(res.Files), res.Bytes)
+		} else if !quiet {
 			fmt.Printf("%s: %d files, %d bytes, %d transactions: ok\n", repo, len(res.Files), res.Bytes, res.Txns)
 		}
 		return 0
@@ -260,6 +263,9 @@ func runRestore(args []string) int {
 	prog.clear()
 	if err != nil {
 		return fatalf("restore", "%v", err)
+	}
+	for _, f := range res.Skipped {
+		fmt.Fprintf(os.Stderr, "zodbd restore: warning: %s not restored: its set's .dat does not list it (left by an interrupted backup?); the state restored is older than it holds\n", f)
 	}
 	if !quiet {
 		secs := time.Since(start).Seconds()

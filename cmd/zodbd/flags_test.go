@@ -103,12 +103,13 @@ func TestServeConfigStoragesReplaced(t *testing.T) {
 	}
 }
 
-// TestBackupVerifyRefusesBackupFlags: with --verify, backup's -F, -z, -Q,
-// -k and --blob-dir were accepted and ignored (--date is refused without
-// --verify: the reverse is not checked).
+// TestBackupVerifyRefusesBackupFlags: with --verify, backup's -F, -z, -k
+// and --blob-dir were accepted and ignored (--date is refused without
+// --verify: the reverse is not checked). -Q goes with it, as repozo's -V
+// -Q: sizes only.
 func TestBackupVerifyRefusesBackupFlags(t *testing.T) {
 	repo := t.TempDir()
-	for _, f := range [][]string{{"-F"}, {"-z"}, {"-Q"}, {"-k"}, {"--blob-dir", t.TempDir()}} {
+	for _, f := range [][]string{{"-F"}, {"-z"}, {"-k"}, {"--blob-dir", t.TempDir()}} {
 		args := append([]string{"backup", "-r", repo, "-V"}, f...)
 		status, _, errOut := capture(t, args...)
 		if status != 2 || !strings.Contains(errOut, f[0]) {
