@@ -32,6 +32,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	pickle "github.com/kisielk/og-rek"
 
@@ -224,6 +225,28 @@ func (x *Index) saveFile(fsys vfs.FS, path string, topPos int64) (err error) {
 	// directory).
 	fsys.SyncDir(filepath.Dir(path))
 	return nil
+}
+
+// removeIndexTemps removes what index saves that a crash cut short left
+// beside the FileStorage file at path: path.index.tmp* (createTemp's
+// random names; ZODB/py's one fixed name is overwritten by its next save,
+// these would accumulate, each the size of an index). Called under path's
+// lock, which every save of path.index holds; best effort.
+func removeIndexTemps(fsys vfs.FS, path string) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	prefix := base + ".index.tmp"
+	for _, e := range es {
+		if n := e.Name(); strings.HasPrefix(n, prefix) && e.Type().IsRegular() {
+			fsys.Remove(filepath.Join(dir, n))
+		}
+	}
 }
 
 // createTemp creates a new file next to path, with the permissions a new

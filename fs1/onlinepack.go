@@ -106,6 +106,12 @@ func (fs *FileStorage) PackStats(ctx context.Context, at zodb.Tid, opt *PackOpti
 		return PackStats{}, err
 	}
 	s := fs.state.Load()
+	fsys := fs.fsys
+	if s.end > HeaderSize {
+		if err := removeOld(fsys, fs.path); err != nil {
+			return PackStats{}, err
+		}
+	}
 	w.progress.begin(at, s.end)
 	defer w.progress.end()
 	if report := o.Progress; report != nil {
@@ -117,7 +123,6 @@ func (fs *FileStorage) PackStats(ctx context.Context, at zodb.Tid, opt *PackOpti
 		o.Progress = w.progress.report
 	}
 	packPath := fs.path + ".pack"
-	fsys := fs.fsys
 	// The packed file becomes Data.fs: it gets the original's permissions
 	// (as PackFile's; 0666 less the umask made a private file readable by
 	// every user).
@@ -271,6 +276,15 @@ func (w *writer) drain() error {
 	return w.failed
 }
 
+// removeOld removes path.old, the original a previous pack kept, as
+// ZODB/py's pack does first (also when it then packs nothing).
+func removeOld(fsys vfs.FS, path string) error {
+	if err := fsys.Remove(path + ".old"); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("fs1: pack: %w", err)
+	}
+	return nil
+}
+
 // replaceWithPacked puts the packed file packPath in the place of path,
 // keeping the original as path.old (ZODB/py's pack-keep-old), and removes
 // path.index, which describes the original. When it fails before the
@@ -283,8 +297,8 @@ func replaceWithPacked(fsys vfs.FS, path, packPath string) (renamed bool, err er
 		return false, fmt.Errorf("fs1: pack: %w", err)
 	}
 	oldPath := path + ".old"
-	if err := fsys.Remove(oldPath); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return false, fmt.Errorf("fs1: pack: %w", err)
+	if err := removeOld(fsys, path); err != nil {
+		return false, err
 	}
 	// A hard link keeps path in place until the packed file replaces it
 	// (ZODB/py renames, leaving a moment without path); rename where

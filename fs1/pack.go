@@ -1452,6 +1452,7 @@ func PackFile(ctx context.Context, path string, at zodb.Tid, opt *PackOptions) (
 		return st, err
 	}
 	defer lock.release()
+	removeIndexTemps(fsys, path)
 	f, err := os.Open(path)
 	if err != nil {
 		return st, fmt.Errorf("fs1: pack: %w", err)
@@ -1460,6 +1461,11 @@ func PackFile(ctx context.Context, path string, at zodb.Tid, opt *PackOptions) (
 	fi, err := f.Stat()
 	if err != nil {
 		return st, fmt.Errorf("fs1: pack: %w", err)
+	}
+	if fi.Size() > HeaderSize {
+		if err := removeOld(fsys, path); err != nil {
+			return st, err
+		}
 	}
 	packPath := path + ".pack"
 	dst, err := fsys.OpenFile(packPath, os.O_RDWR|os.O_CREATE|os.O_TRUNC, fi.Mode().Perm())

@@ -121,6 +121,7 @@ func openWriter(path string, opt *Options, logf func(string, ...interface{})) (*
 	if err != nil {
 		return nil, err
 	}
+	removeIndexTemps(fsys, path)
 	flags := os.O_RDWR | os.O_CREATE
 	if opt.Create {
 		flags |= os.O_TRUNC

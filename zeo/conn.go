@@ -275,9 +275,9 @@ func (c *conn) answered(next bool) bool {
 const keepFrame = 256 << 10
 
 // undecodable handles a frame that did not decode (err): malformed, or
-// over the decoder's limits. A call over the limits whose msgid and flags
-// came before the error is answered with a ValueError and the connection
-// goes on; otherwise (a malformed frame, a class the server does not
+// more than the decoder takes (over its limits, an int beyond 64 bits). A
+// call of the second kind whose msgid and flags came before the error is
+// answered with a ValueError and the connection goes on; otherwise (a malformed frame, a class the server does not
 // unpickle: ZEO/py closes the connection too) it is closed. Either way
 // one line is logged. It returns false when the connection must be
 // closed.

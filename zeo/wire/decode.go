@@ -150,7 +150,8 @@ type DecodeError struct {
 	HasID  bool
 	ID     Value
 	Oneway bool
-	// Limit: the frame is over the Decoder's Limits, not malformed.
+	// Limit: the frame is well-formed but holds more than the Decoder
+	// takes: over its Limits, or an int beyond 64 bits.
 	Limit bool
 }
 
@@ -496,7 +497,9 @@ func (d *Decoder) decodePickle(b []byte) (Value, error) {
 			case d.BigInts:
 				v = Value{Kind: Int, B: b[i : i+n]}
 			default:
-				return fail(at, "pickle: LONG of %d bytes does not fit in 64 bits", n)
+				// Well-formed, beyond what a call takes: the call is
+				// answered with an error (as ZEO/py's OverflowError).
+				return Value{}, &DecodeError{Off: at, Limit: true, Msg: fmt.Sprintf("pickle: LONG of %d bytes does not fit in 64 bits", n)}
 			}
 			i += n
 		case pickle.OpBinfloat:
@@ -954,7 +957,7 @@ func (d *Decoder) decodeMsgpack(b []byte, i, depth int) (Value, int, error) {
 			return fail("uint: %v", errTruncated)
 		}
 		if u > math.MaxInt64 {
-			return fail("uint %d does not fit in int64", u)
+			return Value{}, i, &DecodeError{Off: i, Limit: true, Msg: fmt.Sprintf("msgpack: uint %d does not fit in int64", u)}
 		}
 		return Value{Kind: Int, Int: int64(u)}, i, nil
 	case 0xd0, 0xd1, 0xd2, 0xd3:

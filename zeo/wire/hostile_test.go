@@ -209,6 +209,11 @@ func TestLimitErrorNamesMsgid(t *testing.T) {
 	for _, c := range []hostileCase{
 		{"pickle", Pickle, listOfNone(1 << 20)},
 		{"msgpack", Msgpack, nilArray(1 << 20)},
+		// An int beyond 64 bits (pack(2**63)): answered too, as ZEO/py
+		// answers OverflowError.
+		{"pickle LONG", Pickle, pickleMessage([]byte{pickle.OpBinint1, 1}, "pack",
+			[]byte{pickle.OpLong1, 9, 0, 0, 0, 0, 0, 0, 0, 0x80, 0, pickle.OpTuple1})},
+		{"msgpack uint64", Msgpack, append([]byte{0x94, 0x01, 0xc2, 0xa4, 'p', 'a', 'c', 'k', 0x91, 0xcf}, 0x80, 0, 0, 0, 0, 0, 0, 0)},
 	} {
 		d := NewDecoder(c.m)
 		d.Limits = ServerLimits
