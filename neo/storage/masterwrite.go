@@ -54,6 +54,14 @@ func (n *Node) validate(ctx context.Context, ttid, tid zodb.Tid) error {
 		}
 	} else if final != tid {
 		return fatalf("master validates transaction %s (ttid %s), which this node locked as %s", tid, ttid, final)
+	} else if pv, ok := w.(PackVoter); ok {
+		// Locked before: locked again, approving its pack order, as
+		// NEO/py's validation locks every transaction it validates
+		// (the order stayed unapproved when the master did not sign it
+		// at the lock).
+		if err := pv.LockPack(ctx, ttid, tid, true); err != nil {
+			return fmt.Errorf("validating transaction %s (ttid %s): %w", tid, ttid, err)
+		}
 	}
 	if err := w.Unlock(ctx, ttid, tid); err != nil {
 		return fmt.Errorf("validating transaction %s (ttid %s): %w", tid, ttid, err)

@@ -3,12 +3,15 @@ package storage_test
 import (
 	"context"
 	"crypto/sha1"
+	"database/sql"
 	"path/filepath"
 	"testing"
 
 	"github.com/zodbd/zodbd/neo/proto"
 	"github.com/zodbd/zodbd/neo/storage"
 	"github.com/zodbd/zodbd/neo/storage/fs1backend"
+	"github.com/zodbd/zodbd/neo/storage/sqlitebackend"
+	"github.com/zodbd/zodbd/neosqlite"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -107,5 +110,55 @@ func TestValidateInTidOrder(t *testing.T) {
 		if err := be.Object(context.Background(), oid, 0, 0, &o); err != nil || o.Serial != tid {
 			t.Fatalf("oid %s after validation: serial %s, %v; want %s", oid, o.Serial, err, tid)
 		}
+	}
+}
+
+// TestValidateApprovesLockedPack: a transaction carrying a pack order
+// whose lock did not approve it (the master signs orders itself only with
+// autosign) and that the node still held locked when it stopped gets its
+// order approved when the master validates it after the restart, as
+// NEO/py's validation locks every transaction again with approval. The
+// node skipped the lock of a transaction it had locked already, and the
+// order stayed unapproved.
+func TestValidateApprovesLockedPack(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "storage.sqlite")
+	if err := neosqlite.Create(path, neosqlite.CreateOptions{Name: cluster}); err != nil {
+		t.Fatal(err)
+	}
+	be, err := sqlitebackend.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := startWriteCluster(t, be, nil)
+	a := c.client(-536870911)
+	c.commit(a, 10, 11, 1, 0, "v1")
+	c.commit(a, 12, 13, 1, 11, "v2")
+	id := a.send(&proto.AskStoreTransaction{TTid: 20, Description: []byte("pack"), Pack: &proto.PackRequest{PackTid: 13}})
+	a.answer(id, proto.CodeAnswerStoreTransaction)
+	id = c.send(&proto.AskLockInformation{TTid: 20, Tid: 21, Pack: false, PackSet: true})
+	c.m.expect(t, id, proto.CodeAnswerInformationLocked)
+	c.stop()
+	c.done <- nil // (stopped again at the cleanup)
+	be.Close()
+
+	if be, err = sqlitebackend.Open(ctx, path); err != nil {
+		t.Fatal(err)
+	}
+	c = startWriteCluster(t, be, func(c *writeCluster) {
+		c.send(&proto.ValidateTransaction{TTid: 20, Tid: 21})
+		c.sync()
+	})
+	c.stop()
+	c.done <- nil
+	be.Close()
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var approved sql.NullInt64
+	if err := db.QueryRow("SELECT approved FROM pack WHERE tid=21").Scan(&approved); err != nil || !approved.Valid || approved.Int64 != 1 {
+		t.Fatalf("pack order 21 after its validation: approved %v, %v; want 1", approved, err)
 	}
 }
