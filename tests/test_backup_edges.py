@@ -9,12 +9,7 @@ checks.)
 """
 import gzip
 import os
-import pathlib
-import shutil
 import struct
-import subprocess
-import sys
-import tempfile
 import time
 
 import pytest
@@ -25,32 +20,8 @@ import ZODB.FileStorage
 from persistent.mapping import PersistentMapping
 
 
-@pytest.fixture
-def tmp_path(tmp_path):
-    if not os.path.isdir('/dev/shm'):
-        yield tmp_path
-        return
-    d = tempfile.mkdtemp(prefix='zodbd-audit-backup-', dir='/dev/shm')
-    try:
-        yield pathlib.Path(d)
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
-
-
-def repozo(*args, check=True):
-    exe = os.path.join(os.path.dirname(sys.executable), 'repozo')
-    cmd = [exe] + list(map(str, args)) if os.path.exists(exe) else \
-        [sys.executable, '-m', 'ZODB.scripts.repozo'] + list(map(str, args))
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if check and p.returncode != 0:
-        pytest.fail('repozo %s: exit %d\n%s%s' % (' '.join(map(str, args)), p.returncode, p.stdout, p.stderr),
-                    pytrace=False)
-    return p
-
-
-def next_second():
-    """repozo names its files by the second and refuses to overwrite one."""
-    time.sleep(1.02 - time.time() % 1)
+# A RAM file system for tmp_path, repozo, next_second: test_backup_repozo.py's.
+from test_backup_repozo import next_second, repozo, tmp_path  # noqa: E402,F401
 
 
 def commit(path, n, start=0, key=None, blob_dir=None):
@@ -339,19 +310,9 @@ def test_verify_quick_as_repozo(run_zodbd, tmp_path):
     run_zodbd('backup', '--verify', '-Q', '-r', repo)
 
 
-# --- the .index of an incremental backup ----------------------------------
-
-def test_incremental_index_not_inherited_from_damaged_repo_index(run_zodbd, tmp_path):
-    """An incremental backup's .index was built from the repository's
-    previous .index (when it passes ZODB/py's sanity check, which looks at
-    the last transaction only), not from the live file's as repozo's is. A
-    damaged one (here an oid pointing at its older record) was carried into
-    every later .index, which a plain restore installs: the restored
-    database served the older revision (a.v == 5, not 100) without an
-    error. repozo's next backup writes the right index (Data.fs.index), as
-    zodbd's now does when Data.fs.index passes the sanity check."""
-    import ZODB.fsIndex
-    from ZODB.utils import p64
+def a_changed_once(tmp_path):
+    """Data.fs where root['a'] (v 5, then 100) has two records, then
+    root['b'] is made; returns its path, an empty repository and a's oid."""
     fs = tmp_path / 'Data.fs'
     repo = tmp_path / 'repo'
     repo.mkdir()
@@ -365,19 +326,37 @@ def test_incremental_index_not_inherited_from_damaged_repo_index(run_zodbd, tmp_
         transaction.commit()
         root['b'] = PersistentMapping(v=1)
         transaction.commit()
-        oid = root['a']._p_oid
+        return fs, repo, root['a']._p_oid
     finally:
         db.close()
-    run_zodbd('backup', '-q', '-r', repo, fs)
-    # The damage: oid of 'a' points at its first record.
+
+
+def point_at_first_record(fs, index, oid):
+    """Damages the index file: oid points at its first record in fs."""
+    import ZODB.fsIndex
     st = ZODB.FileStorage.FileStorage(str(fs), read_only=True)
     first = [r.pos for t in st.iterator() for r in t if r.oid == oid][0]
     st.close()
-    ix = str(repo / listing(repo, '.index')[0])
-    d = ZODB.fsIndex.fsIndex.load(ix)
+    d = ZODB.fsIndex.fsIndex.load(str(index))
     assert d['index'][oid] != first
     d['index'][oid] = first
-    d['index'].save(d['pos'], ix)
+    d['index'].save(d['pos'], str(index))
+
+
+# --- the .index of an incremental backup ----------------------------------
+
+def test_incremental_index_not_inherited_from_damaged_repo_index(run_zodbd, tmp_path):
+    """An incremental backup's .index was built from the repository's
+    previous .index (when it passes ZODB/py's sanity check, which looks at
+    the last transaction only), not from the live file's as repozo's is. A
+    damaged one (here an oid pointing at its older record) was carried into
+    every later .index, which a plain restore installs: the restored
+    database served the older revision (a.v == 5, not 100) without an
+    error. repozo's next backup writes the right index (Data.fs.index), as
+    zodbd's now does when Data.fs.index passes the sanity check."""
+    fs, repo, oid = a_changed_once(tmp_path)
+    run_zodbd('backup', '-q', '-r', repo, fs)
+    point_at_first_record(fs, repo / listing(repo, '.index')[0], oid)
     assert run_zodbd('backup', '--verify', '-q', '-r', repo, check=False).returncode == 1
     commit(fs, 1, key='c')  # ZODB/py writes Data.fs.index at close
     next_second()
@@ -402,23 +381,7 @@ def test_verify_date_checks_the_index_restore_date_installs(run_zodbd, tmp_path)
     .index of the set's last file: a damaged D.index passed, and the
     restore (without --verify) installed it (the restored database served
     an older revision)."""
-    import ZODB.fsIndex
-    fs = tmp_path / 'Data.fs'
-    repo = tmp_path / 'repo'
-    repo.mkdir()
-    db = ZODB.DB(ZODB.FileStorage.FileStorage(str(fs)))
-    try:
-        conn = db.open()
-        root = conn.root()
-        root['a'] = PersistentMapping(v=5)
-        transaction.commit()
-        root['a']['v'] = 100
-        transaction.commit()
-        root['b'] = PersistentMapping(v=1)
-        transaction.commit()
-        oid = root['a']._p_oid
-    finally:
-        db.close()
+    fs, repo, oid = a_changed_once(tmp_path)
     run_zodbd('backup', '-q', '-r', repo, fs)
     commit(fs, 1, key='c')
     next_second()
@@ -428,11 +391,6 @@ def test_verify_date_checks_the_index_restore_date_installs(run_zodbd, tmp_path)
     run_zodbd('backup', '-q', '-r', repo, fs)
     middle = listing(repo, '.index')[1]
     stamp = middle[:-len('.index')]
-    st = ZODB.FileStorage.FileStorage(str(fs), read_only=True)
-    first = [r.pos for t in st.iterator() for r in t if r.oid == oid][0]
-    st.close()
-    d = ZODB.fsIndex.fsIndex.load(str(repo / middle))
-    d['index'][oid] = first
-    d['index'].save(d['pos'], str(repo / middle))
+    point_at_first_record(fs, repo / middle, oid)
     p = run_zodbd('backup', '--verify', '-q', '-r', repo, '--date', stamp, check=False)
     assert p.returncode == 1, 'verify --date passed; restore --date installs the damaged %s' % middle
