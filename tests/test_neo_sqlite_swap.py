@@ -38,6 +38,7 @@ Run:
     NEOPY_SRC=/tmp/neopy NEOPY_PYTHON=/tmp/neovenv/bin/python ZODBD=$PWD/bin/zodbd \
         .venv/bin/python -m pytest -q -p no:cacheprovider tests/test_neo_sqlite_swap.py
 (ZODBD_NEO_KILLS, ZODBD_NEO_ROUNDS: more kills / rounds.)"""
+import contextlib
 import hashlib
 import json
 import os
@@ -211,23 +212,37 @@ def client(c, script, *args, timeout=300):
     return json.loads(p.stdout)
 
 
-def run_on(d, kinds, zodbd_bin, dbs, work=(), settle=True, **kw):
-    """Starts a cluster of kinds on the databases dbs (copied paths are
-    used as they are), runs each workload phase, reads; stops cleanly.
-    (workload outputs, read)."""
+@contextlib.contextmanager
+def serving(d, kinds, zodbd_bin, dbs, settle=True, **kw):
+    """A running cluster of kinds on the databases dbs (used as they are);
+    stopped cleanly at the end, settle seconds after (NEO/py's node commits
+    an unlock up to 1 s later)."""
     c = cluster(d, kinds, zodbd_bin, **kw)
     for n, db in zip(c.nodes, dbs):
         n.db = db
-    outs = []
     try:
         c.start().wait_running()
-        for phase in work:
-            outs.append(client(c, WORKLOAD, phase))
-        got = client(c, READER)
+        yield c
         if settle:
-            time.sleep(1.5)  # NEO/py's node commits an unlock up to 1 s later
+            time.sleep(1.5)
     finally:
         c.stop(clean=True)
+
+
+def run_on(d, kinds, zodbd_bin, dbs, work=(), settle=True, check=False, **kw):
+    """Runs each workload phase on a cluster of kinds on the databases dbs,
+    then reads; with check, waits for every cell up to date first and runs
+    `neoctl check` of every partition before the stop. (workload outputs,
+    read)."""
+    with serving(d, kinds, zodbd_bin, dbs, settle=False, **kw) as c:
+        if check:
+            c.wait_up_to_date()
+        outs = [client(c, WORKLOAD, phase) for phase in work]
+        got = client(c, READER)
+        if settle:
+            time.sleep(1.5)
+        if check:
+            c.check()
     return outs, got
 
 
@@ -472,14 +487,8 @@ def test_crash_then_other_takes_file(tmp_path, zodbd_bin, first, second, dedup):
         c.stop()
     left = sorted(os.listdir(tmp_path))
     # NEO/py's node on the file zodbd left.
-    n = cluster(tmp_path / 'n', [second], zodbd_bin, partitions=2)
-    n.db = db
-    try:
-        n.start().wait_running()
+    with serving(tmp_path / 'n', [second], zodbd_bin, [db], partitions=2) as n:
         res = fault_check(n, logs)
-        time.sleep(1.5)
-    finally:
-        n.stop(clean=True)
     assert not res['problems'], res
     d = dump(db)
     assert d['integrity'] == [('ok',)], d['integrity']
@@ -487,14 +496,8 @@ def test_crash_then_other_takes_file(tmp_path, zodbd_bin, first, second, dedup):
     if first != 'neopy':
         assert orphans(db) == 0, left
     # first back on it.
-    z = cluster(tmp_path / 'z2', [first], zodbd_bin, partitions=2)
-    z.db = db
-    try:
-        z.start().wait_running()
+    with serving(tmp_path / 'z2', [first], zodbd_bin, [db], partitions=2) as z:
         res2 = fault_check(z, logs)
-        time.sleep(1.5)
-    finally:
-        z.stop(clean=True)
     assert res2 == res
     d = dump(db)
     assert d['integrity'] == [('ok',)]
@@ -512,25 +515,6 @@ def add_dedup_index(path):
         db.close()
 
 
-def run_checked(d, kinds, zodbd_bin, dbs, work, **kw):
-    """run_on, with `neoctl check` of every partition before the stop."""
-    c = cluster(d, kinds, zodbd_bin, **kw)
-    for n, db in zip(c.nodes, dbs):
-        n.db = db
-    outs = []
-    try:
-        c.start().wait_running()
-        c.wait_up_to_date()
-        for phase in work:
-            outs.append(client(c, WORKLOAD, phase))
-        got = client(c, READER)
-        time.sleep(1.5)
-        c.check()
-    finally:
-        c.stop(clean=True)
-    return outs, got
-
-
 @pytest.mark.parametrize('dedup', [False, True])
 def test_dropin_p4_r1(tmp_path, zodbd_bin, dedup):
     """A NEO/py cluster -p 4 -r 1 of two NEO/py nodes; node 0 replaced by
@@ -539,13 +523,13 @@ def test_dropin_p4_r1(tmp_path, zodbd_bin, dedup):
     databases hold the same rows. With dedup: NEO/py's --dedup index."""
     s0, s1 = str(tmp_path / 's0.sqlite'), str(tmp_path / 's1.sqlite')
     kw = dict(partitions=4, replicas=1)
-    run_checked(tmp_path / 'c0', ['neopy', 'neopy'], zodbd_bin, [s0, s1], [], **kw)
+    run_on(tmp_path / 'c0', ['neopy', 'neopy'], zodbd_bin, [s0, s1], [], check=True, **kw)
     if dedup:
         add_dedup_index(s0)
         add_dedup_index(s1)
-    run_checked(tmp_path / 'c1', ['neopy', 'neopy'], zodbd_bin, [s0, s1], ['a'], **kw)
-    _, zread = run_checked(tmp_path / 'c2', ['zodbd-sqlite', 'neopy'], zodbd_bin, [s0, s1], ['b-pack'], **kw)
-    _, nread = run_checked(tmp_path / 'c3', ['neopy', 'neopy'], zodbd_bin, [s0, s1], ['c'], **kw)
+    run_on(tmp_path / 'c1', ['neopy', 'neopy'], zodbd_bin, [s0, s1], ['a'], check=True, **kw)
+    _, zread = run_on(tmp_path / 'c2', ['zodbd-sqlite', 'neopy'], zodbd_bin, [s0, s1], ['b-pack'], check=True, **kw)
+    _, nread = run_on(tmp_path / 'c3', ['neopy', 'neopy'], zodbd_bin, [s0, s1], ['c'], check=True, **kw)
     d0, d1 = dump(s0), dump(s1)
     assert d0['integrity'] == [('ok',)]
     for d in (d0, d1):
@@ -848,14 +832,8 @@ def test_neopy_finishes_zodbd_truncation(tmp_path, zodbd_bin):
             p.wait()
     finally:
         c.stop()
-    n = cluster(tmp_path / 'n', ['neopy'], zodbd_bin, partitions=2)
-    n.db = db
-    try:
-        n.start().wait_running()
+    with serving(tmp_path / 'n', ['neopy'], zodbd_bin, [db], partitions=2) as n:
         after = client(n, READER)
-        time.sleep(1.5)
-    finally:
-        n.stop(clean=True)
     assert [t[0] for t in after['txns']] == [t[0] for t in before['txns'][:9]], rec
     d = sqlite3.connect('file:%s?mode=ro' % db, uri=True)
     try:
@@ -903,14 +881,8 @@ def test_crashed_zodbd_file_stays_wal_under_neopy(tmp_path, zodbd_bin):
         c.kill_storage(0)
     finally:
         c.stop()
-    n = cluster(tmp_path / 'n', ['neopy'], zodbd_bin)
-    n.db = db
-    try:
-        n.start().wait_running()
+    with serving(tmp_path / 'n', ['neopy'], zodbd_bin, [db]) as n:
         client(n, WORKLOAD, 'b')
-        time.sleep(1.5)
-    finally:
-        n.stop(clean=True)
     left = sorted(os.listdir(str(tmp_path)))
     assert dump(db)['journal_mode'] == 'delete', left
     assert not os.path.exists(db + '.zodbd-journal'), left
