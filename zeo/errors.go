@@ -180,6 +180,10 @@ func encodeConflict(e *wire.Encoder, ce *zodb.ConflictError) {
 	e.Oid8(uint64(ce.Serial))
 	e.EndTuple(2)
 	e.Str("class_name")
-	e.None()
+	if ce.Class != "" {
+		e.Str(ce.Class)
+	} else {
+		e.None()
+	}
 	e.EndDict(4)
 }

@@ -286,7 +286,12 @@ func (c *conn) vote(id *wire.Value, txnID int64) {
 		default:
 			var ce *zodb.ConflictError
 			if errors.As(err, &ce) {
-				st.addConflicts([]*zodb.ConflictError{ce}, [][]byte{c.lastStoreData(t, ce.Oid)})
+				data := c.lastStoreData(t, ce.Oid)
+				st.addConflicts([]*zodb.ConflictError{ce}, [][]byte{data})
+				if !ce.Read && ce.Class == "" {
+					// As ZODB's ConflictError names it from the data.
+					ce.Class = conflictClass(data)
+				}
 			}
 			if t.stxn != nil {
 				t.stxn.Abort()

@@ -69,6 +69,10 @@ type ConflictError struct {
 	Serial    Tid  // the serial the transaction based its change on (or read)
 	Read      bool // a read conflict: from CheckCurrentSerial
 
+	// Class, when known, is the object's class ("module.Name"), as a
+	// ZEO server names it (ZODB's ConflictError.class_name).
+	Class string
+
 	// Data, when set, is the data the transaction tried to write: see
 	// ResolvingTxn.
 	Data []byte
@@ -79,8 +83,12 @@ func (e *ConflictError) Error() string {
 	if e.Read {
 		kind = "read conflict"
 	}
-	return fmt.Sprintf("database %s error (oid %s, serial this txn started with %s, serial currently committed %s)",
-		kind, e.Oid, e.Serial, e.Committed)
+	class := ""
+	if e.Class != "" {
+		class = ", class " + e.Class
+	}
+	return fmt.Sprintf("database %s error (oid %s%s, serial this txn started with %s, serial currently committed %s)",
+		kind, e.Oid, class, e.Serial, e.Committed)
 }
 
 // ConflictErrors lists every conflicting store of a transaction, in the

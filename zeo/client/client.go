@@ -325,6 +325,7 @@ func newClient(ctx context.Context, nc net.Conn, urlStr, addr string, opt *Optio
 
 	dec := wire.NewDecoder(c.marshal)
 	dec.Replies = true // exceptions may hold pickled exceptions (see wire.Decoder.Replies)
+	dec.BigInts = true // a stored extension may hold an int beyond 64 bits (undoLog, iterator)
 	c.token = netconn.NewToken(&readState{br: br, dec: dec}, c.interruptRead)
 	go c.idleReader()
 	ok := false

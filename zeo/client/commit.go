@@ -16,16 +16,19 @@ var (
 	_ zodb.Undoer       = (*Client)(nil)
 )
 
-// NewOids implements zodb.WriteStorage with new_oids calls (the server
-// hands out up to 100 per call).
+// NewOids implements zodb.WriteStorage with new_oids(k) calls, k the oids
+// still wanted, at most 100 (the server hands out up to 100 per call): a
+// call takes the oids it asks for only, so that successive calls give
+// successive oids, as ClientStorage's new_oid does (taking 100 per call
+// and keeping one left 99 gaps).
 func (c *Client) NewOids(ctx context.Context, n int) ([]zodb.Oid, error) {
 	if n < 1 {
 		n = 1
 	}
 	oids := make([]zodb.Oid, 0, n)
 	for len(oids) < n {
-		got := 0
-		err := c.call(ctx, "new_oids", 0, nil, func(v *wire.Value) error {
+		got, k := 0, int64(min(n-len(oids), 100))
+		err := c.call(ctx, "new_oids", 1, func(e *wire.Encoder) { e.Int(k) }, func(v *wire.Value) error {
 			if v.Kind != wire.List && v.Kind != wire.Tuple {
 				return fmt.Errorf("new_oids reply: %v", *v)
 			}
@@ -65,7 +68,9 @@ func (c *Client) Begin(ctx context.Context, meta zodb.TxnMeta) (zodb.Txn, error)
 	}
 	var ext wire.Value
 	if len(meta.Extension) > 0 {
-		v, err := wire.NewDecoder(wire.Pickle).Decode(meta.Extension)
+		dec := wire.NewDecoder(wire.Pickle)
+		dec.BigInts = true // as ZODB/py takes it
+		v, err := dec.Decode(meta.Extension)
 		if err != nil || v.Kind != wire.Dict {
 			return nil, c.opErr("begin", nil, fmt.Errorf("transaction extension is not a pickled dict of plain data: %v", err))
 		}
@@ -249,8 +254,15 @@ func (t *txn) Vote(ctx context.Context) ([]zodb.Oid, error) {
 		err = conflicts
 	}
 	if err != nil {
+		var ues zodb.UndoErrors
 		var ue *zodb.UndoError
-		if errors.As(err, &ue) && ue.Tid == 0 {
+		if errors.As(err, &ues) {
+			for _, u := range ues {
+				if u.Tid == 0 {
+					u.Tid = t.undoTid()
+				}
+			}
+		} else if errors.As(err, &ue) && ue.Tid == 0 {
 			ue.Tid = t.undoTid()
 		}
 		t.Abort()

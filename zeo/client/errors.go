@@ -3,7 +3,6 @@ package client
 import (
 	"encoding/binary"
 	"fmt"
-	"strings"
 
 	"github.com/zodbd/zodbd/zeo/wire"
 	"github.com/zodbd/zodbd/zodb"
@@ -69,6 +68,9 @@ func serverError(v *wire.Value) error {
 				ce.Serial = t
 			}
 		}
+		if x := dictGet(p, "class_name"); x != nil && x.Kind == wire.Str {
+			ce.Class = string(x.B)
+		}
 		return ce
 	case "ZODB.POSException.ReadOnlyError":
 		return zodb.ErrReadOnly
@@ -84,23 +86,25 @@ func serverError(v *wire.Value) error {
 		}
 		return ue
 	case "ZODB.POSException.MultipleUndoErrors":
-		ue := &zodb.UndoError{Reason: "multiple undo errors"}
+		// One UndoError per (oid, UndoError) of _errs, as fs1 gives
+		// them.
+		var ues zodb.UndoErrors
 		if x := dictGet(p, "_errs"); x != nil {
-			var reasons []string
-			for i, pair := range x.Items {
+			for _, pair := range x.Items {
 				if pair.Len() != 2 {
 					continue
 				}
-				if i == 0 && pair.Items[0].Kind == wire.Bytes && len(pair.Items[0].B) == 8 {
+				ue := &zodb.UndoError{Reason: undoReason(&pair.Items[1])}
+				if pair.Items[0].Kind == wire.Bytes && len(pair.Items[0].B) == 8 {
 					ue.Oid, ue.HasOid = zodb.Oid(binary.BigEndian.Uint64(pair.Items[0].B)), true
 				}
-				reasons = append(reasons, undoReason(&pair.Items[1]))
-			}
-			if len(reasons) > 0 {
-				ue.Reason = strings.Join(reasons, "; ")
+				ues = append(ues, ue)
 			}
 		}
-		return ue
+		if len(ues) == 0 {
+			return &zodb.UndoError{Reason: "multiple undo errors"}
+		}
+		return ues
 	}
 	return &ServerError{Class: class, Payload: p.String()}
 }

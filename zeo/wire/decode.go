@@ -88,10 +88,10 @@ type Limits struct {
 	// A frame of n bytes may decode to at most BaseValues +
 	// n/BytesPerValue values, counting the values a memo entry expands
 	// to at each of its uses (so a reference to a big value costs as
-	// much as the value) and a bytes or str value of k bytes as
-	// 1 + k/BytesPerValue values (so that a reference to a big string,
-	// which a re-encoding expands, costs its size too). A value costs
-	// about 72 bytes of memory.
+	// much as the value), a bytes or str value of k bytes counting as
+	// 1 + k/BytesPerValue values there (so that a reference to a big
+	// string, which a re-encoding expands, costs its size too). A value
+	// costs about 72 bytes of memory.
 	BaseValues    int
 	BytesPerValue int
 }
@@ -758,15 +758,17 @@ func (d *Decoder) decodePickle(b []byte) (Value, error) {
 			return fail(at, "pickle: opcode %#02x not allowed in a ZEO message", op)
 		}
 		if push {
-			// A bytes or str value also costs its size (in values):
-			// a memo reference to it then costs as much, so that
-			// what expands references (a re-encoding) is bounded.
+			// A value costs one; a memo reference to a bytes or str
+			// value costs its size too (in values), so that what
+			// expands references (a re-encoding) is bounded. Not the
+			// value itself, whose bytes the frame holds: a list of
+			// 140,000 oids (an invalidation) is 1.4 MB of frame.
+			if !d.charge(1) {
+				return over(at)
+			}
 			cost := 1
 			if (v.Kind == Bytes || v.Kind == Str) && d.Limits.BytesPerValue > 0 {
 				cost += len(v.B) / d.Limits.BytesPerValue
-			}
-			if !d.charge(cost) {
-				return over(at)
 			}
 			d.stack = append(d.stack, slot{v: v, n: cost})
 		}
