@@ -167,4 +167,8 @@ var (
 	ErrOidNotFound     = errors.New("oid not found at that serial")
 	ErrTidNotFound     = errors.New("transaction not found")
 	ErrNonReadableCell = errors.New("partition not readable on this node")
+	// ErrUndoPack is a Writer's Vote error for an undo record whose
+	// revision is gone (packed away): NEO's UNDO_PACK_ERROR, which
+	// NEO/py's client raises as NEOUndoPackError.
+	ErrUndoPack = errors.New("undo: the revision the undo restores was packed")
 )

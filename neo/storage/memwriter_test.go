@@ -28,6 +28,8 @@ type memWriter struct {
 	np     int      // partitions, to filter TIDs and TIDsFrom (0: 1)
 	calls  []string // Vote/Lock/Unlock/Abort/DropUnfinished, in order
 	err    error    // a broken contract, reported by check
+	// voteErr, when set, fails every Vote (nothing is stored).
+	voteErr error
 }
 
 type memRev struct {
@@ -229,6 +231,9 @@ func (m *memWriter) Vote(ctx context.Context, t *storage.VotedTxn) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.calls = append(m.calls, "Vote "+t.TTid.String())
+	if m.voteErr != nil {
+		return m.voteErr
+	}
 	if m.voted[t.TTid] != nil {
 		m.fail("Vote %s twice", t.TTid)
 	}

@@ -85,6 +85,9 @@ type txn struct {
 	nid   proto.NodeID // its client's node id
 	tid   zodb.Tid     // final tid, once locked
 	voted int          // 0: not voted; 1: voted without metadata; 2: with
+	// voteErr is why the Writer refused the vote: the transaction
+	// holds nothing here and cannot be locked.
+	voteErr error
 
 	serials  map[zodb.Oid]zodb.Tid     // oid -> serial the store/check is based on
 	stores   map[zodb.Oid]*VotedObject // oid -> record (Data dropped after the vote)
@@ -758,8 +761,25 @@ func (tm *txnManager) vote(p *peer, id uint32, ttid zodb.Tid, meta *TxnMeta, pac
 	}
 	t.bytes = 0
 	if err != nil {
+		// The transaction cannot be locked here (lock refuses it): the
+		// master must not finish it with this node. When other nodes
+		// hold every partition it writes, the answer is one NEO/py's
+		// client does not expect: it drops the connection and reports
+		// the node's failed vote to the master, which disconnects the
+		// node, and the others commit (a replica's failure). Else the
+		// client's vote fails with an error it raises: NEO's
+		// UndoPackError for an undo of a packed revision, else a
+		// protocol error (NEOStorageError).
+		t.voteErr = err
 		tm.n.log.Printf("neo storage: %s: vote of %s: %v", p.name, ttid, err)
-		tm.sendError(p, id, proto.NotReady, "vote failed: "+err.Error())
+		switch {
+		case tm.heldElsewhere(vt):
+			tm.sendError(p, id, proto.NotReady, "vote failed: "+err.Error())
+		case errors.Is(err, ErrUndoPack):
+			tm.sendError(p, id, proto.UndoPackError, "vote failed: "+err.Error())
+		default:
+			tm.sendError(p, id, proto.ProtocolError, "vote failed: "+err.Error())
+		}
 	} else if meta != nil {
 		tm.send(p, id, &proto.AnswerStoreTransaction{})
 	} else {
@@ -767,6 +787,34 @@ func (tm *txnManager) vote(p *peer, id uint32, ttid zodb.Tid, meta *TxnMeta, pac
 	}
 	tm.unlockAndFlush()
 	return nil
+}
+
+// heldElsewhere reports whether every partition vt writes (its objects',
+// and its ttid's with metadata) has a readable cell on another node.
+func (tm *txnManager) heldElsewhere(vt *VotedTxn) bool {
+	pt := tm.n.pt.Load()
+	np := uint64(pt.np())
+	if np == 0 {
+		return false
+	}
+	me := tm.n.NID()
+	elsewhere := func(part uint64) bool {
+		for _, c := range pt.rows[part] {
+			if c.NID != me && c.State.Readable() {
+				return true
+			}
+		}
+		return false
+	}
+	if vt.Meta != nil && !elsewhere(uint64(vt.TTid)%np) {
+		return false
+	}
+	for _, o := range vt.Objects {
+		if !elsewhere(uint64(o.Oid) % np) {
+			return false
+		}
+	}
+	return true
 }
 
 // finalTID answers a client's AskFinalTID: the tid of a transaction
@@ -812,6 +860,12 @@ func (tm *txnManager) lock(ctx context.Context, ttid, tid zodb.Tid, approvePack 
 	if t.tid != 0 || t.voted == 0 || tid < ttid {
 		tm.mu.Unlock()
 		return badInput("AskLockInformation: transaction %s not voted, already locked, or tid %s < ttid", ttid, tid)
+	}
+	if t.voteErr != nil {
+		// Locking what the Writer does not hold would make a commit
+		// that stores nothing here look finished.
+		tm.mu.Unlock()
+		return fmt.Errorf("AskLockInformation: transaction %s (ttid %s) failed its vote here (%v): it cannot be locked", tid, ttid, t.voteErr)
 	}
 	t.tid = tid
 	for oid := range t.stores {

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha1"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -715,5 +717,42 @@ func TestTxnReadsWaitUnlock(t *testing.T) {
 				t.Errorf("history: %+v, want 21", h)
 			}
 		})
+	}
+}
+
+// TestTxnFailedVoteNotLocked: a vote the Writer refuses (an undo of a
+// packed revision) is answered with an error NEO/py's client raises
+// (UndoPackError: no other node holds the partition), and the transaction
+// cannot be locked: the master's AskLockInformation ends the node's
+// session, the Writer never sees a Lock. The node kept it as voted and
+// acknowledged the lock: a SQLite node then finished a commit of which
+// nothing was stored.
+func TestTxnFailedVoteNotLocked(t *testing.T) {
+	w := newMemWriter()
+	w.voteErr = fmt.Errorf("oid 1: %w", storage.ErrUndoPack)
+	c := startWriteCluster(t, w, nil)
+	a := c.client(-536870911)
+	if got := a.storeAnswer(a.store(10, 1, 0, "x")); got != proto.InvalidTid {
+		t.Fatalf("store: %s", got)
+	}
+	id := a.send(&proto.AskStoreTransaction{TTid: 10, Description: []byte("test"), Oids: []zodb.Oid{1}})
+	if e := decodeArgs(t, a.expect(t, id, proto.CodeError)).(*proto.Error); e.ErrCode != proto.UndoPackError {
+		t.Fatalf("failed vote answered %+v, want UndoPackError", e)
+	}
+	c.send(&proto.AskLockInformation{TTid: 10, Tid: 11})
+	c.m.l.Conn().SetReadDeadline(time.Now().Add(5 * time.Second))
+	for {
+		p, err := c.m.l.Recv()
+		if err != nil {
+			break // the session ended
+		}
+		if p.Code == proto.CodeAnswerInformationLocked {
+			t.Fatal("the transaction whose vote failed was locked")
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if slices.Contains(w.calls, "Lock "+zodb.Tid(10).String()) {
+		t.Fatalf("Writer calls %v: a Lock of the failed transaction", w.calls)
 	}
 }

@@ -350,7 +350,7 @@ func (b *Backend) checkBackpointer(oid zodb.Oid, serial zodb.Tid) error {
 		}
 		pos = dh.PrevRevPos
 	}
-	return fmt.Errorf("oid %s: undo record: no revision %s to point to (packed away?)", oid, serial)
+	return fmt.Errorf("oid %s: undo record: no revision %s to point to: %w", oid, serial, storage.ErrUndoPack)
 }
 
 // Lock implements storage.Writer (see fs1Writes for how it is made durable). A

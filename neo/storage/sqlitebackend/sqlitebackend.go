@@ -226,7 +226,12 @@ func (b *Backend) VotePack(ctx context.Context, t *storage.VotedTxn, pack *proto
 		vt.Objects[i] = neosqlite.VotedObject{Oid: o.Oid, Compression: o.Compression, Checksum: o.Checksum, DataSerial: o.DataSerial, NoData: o.NoData}
 	}
 	vt.ObjectData = t.ObjectData // from the node's spool, or Data
-	return b.db.Vote(ctx, &vt)
+	if err := b.db.Vote(ctx, &vt); errors.Is(err, neosqlite.ErrUndoPack) {
+		return fmt.Errorf("%w: %w", storage.ErrUndoPack, err)
+	} else if err != nil {
+		return err
+	}
+	return nil
 }
 
 // Lock implements storage.Writer.
