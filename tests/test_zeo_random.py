@@ -43,6 +43,7 @@ from zeoserver import Server, free_port, runzeo_cmd  # noqa: E402
 from persistent.mapping import PersistentMapping  # noqa: E402
 from ZODB.Connection import TransactionMetaData  # noqa: E402
 from ZODB.FileStorage import FileStorage  # noqa: E402
+from ZODB.serialize import referencesf  # noqa: E402
 from ZODB.TimeStamp import TimeStamp  # noqa: E402
 from ZODB.utils import p64, u64, z64, maxtid  # noqa: E402
 from ZEO.ClientStorage import ClientStorage  # noqa: E402
@@ -684,6 +685,37 @@ def test_undoinfo_specification_str_does_not_match_bytes(zodbd_bin, tmp_path):
         return ([e['description'] for e in c.undoInfo(0, 10, {'user_name': 'alice'})],
                 [e['description'] for e in c.undoInfo(0, 10, {'description': 'd'})],
                 [e['description'] for e in c.undoInfo(0, 10, {'description': b'd'})])
+    same_on_both(zodbd_bin, tmp_path, fn)
+
+
+@pytest.mark.parametrize('msgpack', [False, True], ids=['pickle', 'msgpack'])
+def test_extension_with_int_beyond_64_bits(zodbd_bin, tmp_path, msgpack):
+    """A transaction extension holding an int beyond 64 bits: runzeo
+    stores it; zodbd's decoder refused the tpc_begin (the connection
+    closed, later a ValueError). Stored the same, read back the same (the
+    iterator's and undoLog's); with msgpack (no such ints) both fail the
+    call alike."""
+    def fn(s):
+        c = s.clients[0]
+        commit(c, [(z64, z64, mkdata(1))], ext={'n': 2**70, 'm': -2**65, 'k': 1})
+        return ([t.extension for t in c.iterator()],
+                [{k: v for k, v in e.items() if k in ('n', 'm', 'k')} for e in c.undoLog(0, 10)])
+    same_on_both(zodbd_bin, tmp_path, fn, msgpack=msgpack)
+
+
+def test_pack_time_beyond_64_bits_keeps_the_connection(zodbd_bin, tmp_path):
+    """pack(2**63): both servers answer with an OverflowError (a
+    ServerException in the client) and the connection serves the next
+    call; zodbd's decoder refused the message and closed the
+    connection."""
+    def fn(s):
+        c = s.clients[0]
+        try:
+            c.pack(2**63, referencesf)
+            got = 'packed'
+        except Exception as e:
+            got = type(e).__name__
+        return got, c.lastTransaction() == z64
     same_on_both(zodbd_bin, tmp_path, fn)
 
 

@@ -117,6 +117,10 @@ func newConn(s *Server, nc net.Conn) *conn {
 func newDecoder(m wire.Marshal) *wire.Decoder {
 	d := wire.NewDecoder(m)
 	d.Limits = wire.ServerLimits
+	// An int beyond 64 bits is taken, as ZEO/py takes it: a transaction
+	// extension may hold one (stored as ZODB/py stores it); where a call
+	// wants an int or a time (args.int, args.float) it is refused.
+	d.BigInts = true
 	return d
 }
 

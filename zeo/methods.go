@@ -104,7 +104,22 @@ func (a *args) str(i int) string {
 	return string(a.v[i].B)
 }
 
+// tooBig refuses the int beyond 64 bits that argument i is, as Python's
+// conversions do (OverflowError), and reports whether it is one.
+func (a *args) tooBig(i int) bool {
+	if i >= len(a.v) || a.v[i].Kind != wire.Int || a.v[i].B == nil {
+		return false
+	}
+	if a.err == nil {
+		a.err = &pyError{"builtins.OverflowError", fmt.Sprintf("%s() argument %d: int too large to convert", a.name, i+1)}
+	}
+	return true
+}
+
 func (a *args) int(i int) int64 {
+	if a.tooBig(i) {
+		return 0
+	}
 	if i >= len(a.v) || (a.v[i].Kind != wire.Int && a.v[i].Kind != wire.Bool) {
 		a.fail(i, "int")
 		return 0
@@ -121,7 +136,10 @@ func (a *args) float(i int) float64 {
 	case wire.Float:
 		return a.v[i].Float
 	case wire.Int:
-		return float64(a.v[i].Int)
+		if !a.tooBig(i) {
+			return float64(a.v[i].Int)
+		}
+		return 0
 	}
 	a.fail(i, "float")
 	return 0
@@ -392,7 +410,7 @@ func init() {
 		"iterator_gc": {min: 1, max: 1, oneway: true, call: func(c *conn, _ *wire.Value, a *args) error {
 			ids := a.value(0)
 			for i := range ids.Items {
-				if ids.Items[i].Kind == wire.Int {
+				if ids.Items[i].Kind == wire.Int && ids.Items[i].B == nil {
 					delete(c.iters, ids.Items[i].Int)
 				}
 			}

@@ -88,10 +88,10 @@ type Limits struct {
 	// A frame of n bytes may decode to at most BaseValues +
 	// n/BytesPerValue values, counting the values a memo entry expands
 	// to at each of its uses (so a reference to a big value costs as
-	// much as the value), a bytes or str value of k bytes counting as
-	// 1 + k/BytesPerValue values there (so that a reference to a big
-	// string, which a re-encoding expands, costs its size too). A value
-	// costs about 72 bytes of memory.
+	// much as the value), a bytes or str value of k bytes (or an int of
+	// k bytes, with BigInts) counting as 1 + k/BytesPerValue values there
+	// (so that a reference to a big string, which a re-encoding expands,
+	// costs its size too). A value costs about 72 bytes of memory.
 	BaseValues    int
 	BytesPerValue int
 }
@@ -767,8 +767,8 @@ func (d *Decoder) decodePickle(b []byte) (Value, error) {
 				return over(at)
 			}
 			cost := 1
-			if (v.Kind == Bytes || v.Kind == Str) && d.Limits.BytesPerValue > 0 {
-				cost += len(v.B) / d.Limits.BytesPerValue
+			if (v.Kind == Bytes || v.Kind == Str || v.Kind == Int) && d.Limits.BytesPerValue > 0 {
+				cost += len(v.B) / d.Limits.BytesPerValue // (an Int's B: beyond 64 bits)
 			}
 			d.stack = append(d.stack, slot{v: v, n: cost})
 		}

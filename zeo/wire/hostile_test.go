@@ -360,7 +360,15 @@ func expandedSize(v *Value) uint64 {
 // encodeExtension -> Encoder.Value), which writes 1 GiB: a 10000x
 // amplification from an unauthenticated request (with 1 MiB values, tens
 // of GiB: the server is OOM-killed).
+// The same with an int of 64 KiB (LONG4) for a decoder that takes them
+// (BigInts: a server's).
 func TestMemoBytesAmplification(t *testing.T) {
+	for _, op := range []byte{pickle.OpBinbytes, pickle.OpLong4} {
+		memoAmplification(t, op)
+	}
+}
+
+func memoAmplification(t *testing.T, op byte) {
 	big := bytes.Repeat([]byte{'x'}, 64<<10)
 	const refs = 16000
 	var args []byte
@@ -368,7 +376,7 @@ func TestMemoBytesAmplification(t *testing.T) {
 	args = append(args, pickle.OpShortBinbytes, 0, pickle.OpShortBinbytes, 0)
 	args = append(args, pickle.OpEmptyDict, pickle.OpMark)
 	args = append(args, pickleStr("k")...)
-	args = append(args, pickle.OpMark, pickle.OpBinbytes)
+	args = append(args, pickle.OpMark, op)
 	args = binary.LittleEndian.AppendUint32(args, uint32(len(big)))
 	args = append(args, big...)
 	args = append(args, pickle.OpBinput, 0)
@@ -381,6 +389,7 @@ func TestMemoBytesAmplification(t *testing.T) {
 
 	d := NewDecoder(Pickle)
 	d.Limits = ServerLimits
+	d.BigInts = true
 	msg, err := d.DecodeMessage(frame)
 	if err != nil {
 		t.Logf("refused: %v", err)

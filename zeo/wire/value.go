@@ -77,7 +77,7 @@ func (v *Value) Truth() bool {
 	case None:
 		return false
 	case Bool, Int:
-		return v.Int != 0
+		return v.Int != 0 || v.B != nil // (an int beyond 64 bits is not 0)
 	case Float:
 		return v.Float != 0
 	case Bytes, Str:
