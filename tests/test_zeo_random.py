@@ -703,7 +703,8 @@ def test_extension_with_int_beyond_64_bits(zodbd_bin, tmp_path, msgpack):
     same_on_both(zodbd_bin, tmp_path, fn, msgpack=msgpack)
 
 
-def test_pack_time_beyond_64_bits_keeps_the_connection(zodbd_bin, tmp_path):
+@pytest.mark.parametrize('msgpack', [False, True], ids=['pickle', 'msgpack'])
+def test_pack_time_beyond_64_bits_keeps_the_connection(zodbd_bin, tmp_path, msgpack):
     """pack(2**63): both servers answer with an OverflowError (a
     ServerException in the client) and the connection serves the next
     call; zodbd's decoder refused the message and closed the
@@ -716,7 +717,7 @@ def test_pack_time_beyond_64_bits_keeps_the_connection(zodbd_bin, tmp_path):
         except Exception as e:
             got = type(e).__name__
         return got, c.lastTransaction() == z64
-    same_on_both(zodbd_bin, tmp_path, fn)
+    same_on_both(zodbd_bin, tmp_path, fn, msgpack=msgpack)
 
 
 def vote_outcome(c, t):

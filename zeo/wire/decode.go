@@ -959,6 +959,11 @@ func (d *Decoder) decodeMsgpack(b []byte, i, depth int) (Value, int, error) {
 			return fail("uint: %v", errTruncated)
 		}
 		if u > math.MaxInt64 {
+			if d.BigInts {
+				// As a LONG's payload: little-endian two's complement.
+				b := binary.LittleEndian.AppendUint64(make([]byte, 0, 9), u)
+				return Value{Kind: Int, B: append(b, 0)}, i, nil
+			}
 			return Value{}, i, &DecodeError{Off: i, Limit: true, Msg: fmt.Sprintf("msgpack: uint %d does not fit in int64", u)}
 		}
 		return Value{Kind: Int, Int: int64(u)}, i, nil

@@ -322,8 +322,12 @@ func (e *Encoder) Value(v *Value) {
 			e.Buf = append(e.Buf, v.B...)
 		default:
 			// msgpack has no integers beyond 64 bits (ZEO/py's
-			// marshaller fails on one).
-			e.None()
+			// marshaller fails on one) but uint64's.
+			if u, ok := uint64Of(v.B); ok {
+				e.Buf = binary.BigEndian.AppendUint64(append(e.Buf, 0xcf), u)
+			} else {
+				e.None()
+			}
 		}
 	case Float:
 		e.Float(v.Float)
@@ -368,6 +372,25 @@ func (e *Encoder) Value(v *Value) {
 }
 
 // Message helpers.
+
+// uint64Of returns the non-negative int a LONG's payload b (little-endian
+// two's complement) holds, when it fits in 64 bits unsigned.
+func uint64Of(b []byte) (uint64, bool) {
+	if len(b) == 0 || b[len(b)-1]&0x80 != 0 { // negative
+		return 0, false
+	}
+	for len(b) > 8 && b[len(b)-1] == 0 {
+		b = b[:len(b)-1]
+	}
+	if len(b) > 8 {
+		return 0, false
+	}
+	var u uint64
+	for i := len(b) - 1; i >= 0; i-- {
+		u = u<<8 | uint64(b[i])
+	}
+	return u, true
+}
 
 // BeginReply starts a reply frame (msgid, flags, ".reply", result): the
 // caller writes the result value and calls EndMessage. flags is 0 for a

@@ -408,3 +408,23 @@ func memoAmplification(t *testing.T, op byte) {
 			len(frame), got, float64(got)/float64(len(frame)), bound)
 	}
 }
+
+// TestMsgpackUint64RoundTrip: a msgpack uint64 beyond int64 (a msgid, a
+// pack time) decodes, with BigInts, to an int and encodes back to the same
+// uint64 (it was refused, then echoed as None).
+func TestMsgpackUint64RoundTrip(t *testing.T) {
+	for _, u := range []uint64{1 << 63, 1<<64 - 1} {
+		frame := binary.BigEndian.AppendUint64([]byte{0xcf}, u)
+		d := NewDecoder(Msgpack)
+		d.BigInts = true
+		v, err := d.Decode(frame)
+		if err != nil || v.Kind != Int || v.B == nil {
+			t.Fatalf("%d: %v %v", u, v, err)
+		}
+		e := Encoder{M: Msgpack}
+		e.Value(&v)
+		if !bytes.Equal(e.Buf, frame) {
+			t.Errorf("%d: encoded back as %x, want %x", u, e.Buf, frame)
+		}
+	}
+}
