@@ -299,6 +299,21 @@ func (t *txn) record(st *store) error {
 		return err
 	}
 	old := t.stores[st.oid]
+	switch {
+	case st.check && old != nil:
+		// A check of an oid the transaction stores (or checked): the
+		// store checks that serial already (ZODB's Connection never
+		// checks what it stores). Sent too, NEO/py's storage node
+		// fails on it (a KeyError, or an assertion).
+		t.mu.Unlock()
+		return nil
+	case old != nil && old.check:
+		// A store after the check of its oid was sent: NEO/py's
+		// client refuses it (an assertion), its storage node fails on
+		// it, and the check cannot be taken back.
+		t.mu.Unlock()
+		return t.opErr("store", fmt.Errorf("%s stored after CheckCurrentSerial of it in the same transaction: %w", st.oid, zodb.ErrTxnState))
+	}
 	if old != nil && old.pending > 0 {
 		// Stored again while the first store is in flight: the
 		// storage must get them in order, one answered before the

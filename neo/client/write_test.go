@@ -86,6 +86,73 @@ func TestClusterConflict(t *testing.T) {
 	testConflictResolution(t, "conflict", master)
 }
 
+// TestCheckAndStoreOfOneOid: CheckCurrentSerial of an oid the transaction
+// stores is dropped (the store checks the serial), and a store after the
+// check of its oid fails with ErrTxnState, as NEO/py's client refuses
+// both: the client sent both, and NEO/py's storage node failed on them (a
+// KeyError, an assertion), which left a cluster without replica unusable.
+func TestCheckAndStoreOfOneOid(t *testing.T) {
+	be, err := fs1backend.OpenWriter(filepath.Join(t.TempDir(), "Data.fs"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { be.Close() })
+	c := writeCluster(t, "checkstore", be)(t).(zodb.WriteStorage)
+	ctx := t.Context()
+	oids, err := c.NewOids(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := oids[0], oids[1]
+	commit := func(f func(txn zodb.Txn) error) (zodb.Tid, error) {
+		txn, err := c.Begin(ctx, zodb.TxnMeta{})
+		if err != nil {
+			return 0, err
+		}
+		if err := f(txn); err != nil {
+			txn.Abort()
+			return 0, err
+		}
+		if _, err := txn.Vote(ctx); err != nil {
+			return 0, err
+		}
+		return txn.Finish(ctx, nil)
+	}
+	t1, err := commit(func(txn zodb.Txn) error {
+		if err := txn.Store(a, 0, []byte("a1")); err != nil {
+			return err
+		}
+		return txn.Store(b, 0, []byte("b1"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t2, err := commit(func(txn zodb.Txn) error {
+		if err := txn.Store(a, t1, []byte("a2")); err != nil {
+			return err
+		}
+		return txn.CheckCurrentSerial(a, t1)
+	})
+	if err != nil {
+		t.Fatalf("store then check of one oid: %v", err)
+	}
+	if data, serial, err := c.Load(ctx, zodb.Xid{Oid: a, At: zodb.TidMax}); err != nil || string(data) != "a2" || serial != t2 {
+		t.Fatalf("after store then check: %q %s %v; want a2 %s", data, serial, err, t2)
+	}
+	_, err = commit(func(txn zodb.Txn) error {
+		if err := txn.CheckCurrentSerial(b, t1); err != nil {
+			return err
+		}
+		return txn.Store(b, t1, []byte("b2"))
+	})
+	if !errors.Is(err, zodb.ErrTxnState) {
+		t.Fatalf("check then store of one oid: %v, want ErrTxnState", err)
+	}
+	if data, _, err := c.Load(ctx, zodb.Xid{Oid: b, At: zodb.TidMax}); err != nil || string(data) != "b1" {
+		t.Fatalf("after the refused store: %q %v", data, err)
+	}
+}
+
 // TestClusterDeadlock: see testDeadlock.
 func TestClusterDeadlock(t *testing.T) {
 	be, err := fs1backend.OpenWriter(filepath.Join(t.TempDir(), "Data.fs"), nil)
