@@ -229,10 +229,16 @@ def test_upload_left_by_a_killed_server(zodbd_bin, tmp_path, marshal):
         left = [n for n in os.listdir(tmp) if n.startswith('zodbd-')]
         assert len(left) == 1, left
         srv.start()
+        # The server listens before it opens its storage: the uploads
+        # are removed once it has (a loaded machine showed the file
+        # still there right after the start).
+        deadline = time.time() + 30
+        while 'removed 1 uploads' not in srv.output() and time.time() < deadline:
+            time.sleep(0.01)
+        assert 'removed 1 uploads' in srv.output(), srv.output()[-2000:]
         # (The client may already be uploading again, to a new file.)
         now = os.listdir(tmp)
         assert left[0] not in now and 'tmpclient.tmp' in now, now
-        assert 'removed 1 uploads' in srv.output(), srv.output()[-2000:]
         for _ in range(100):
             try:
                 root['b'] = ZODB.blob.Blob(big)
