@@ -12,7 +12,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 
 	"github.com/zodbd/zodbd/fs1"
@@ -126,7 +125,7 @@ func matchDat(o RestoreOptions, c chain, logf func(string, ...interface{})) (_ c
 		return nil, nil, nil, fmt.Errorf("restore: %s is not listed in %s at its place", c[k].Name, dp)
 	}
 	for _, e := range es[k:] {
-		if stamp := strings.TrimSuffix(e.Name(), filepath.Ext(e.Name())); o.Date == "" || stamp <= o.Date {
+		if o.Date == "" || parseRepoFile(e.Name()).Stamp <= o.Date {
 			return nil, nil, nil, fmt.Errorf("restore: %s, listed in %s, is missing", e.Name(), dp)
 		}
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/zodbd/zodbd/fs1"
 	"github.com/zodbd/zodbd/zodb"
@@ -91,7 +90,7 @@ func Verify(o VerifyOptions) (res VerifyResult, err error) {
 		// The lines of the files a restore at stamp reads (by name, as
 		// chainsUpTo picks them).
 		k := 0
-		for k < len(es) && strings.TrimSuffix(es[k].Name(), filepath.Ext(es[k].Name())) <= stamp {
+		for k < len(es) && parseRepoFile(es[k].Name()).Stamp <= stamp {
 			k++
 		}
 		es = es[:max(k, 1)]

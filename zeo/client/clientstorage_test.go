@@ -505,10 +505,16 @@ func TestBigIntExtensionRead(t *testing.T) {
 	addr := zeotest.StartRunzeo(t, zeotest.Fixture(t, "1"), false)
 	host, port := auditAddr(addr)
 	zeotest.Python(t, auditPyBigExt, "commit", host, port)
+	readsExtensionsWhole(t, addr)
+}
+
+// readsExtensionsWhole checks that the Go client reads the undo log and
+// iterates the transactions of the server at addr, and loads after that.
+func readsExtensionsWhole(t *testing.T, addr string) {
+	t.Helper()
 	c := dial(t, addr, nil)
 	ctx := context.Background()
-	_, err := c.UndoLog(ctx, 0, 5)
-	if err != nil {
+	if _, err := c.UndoLog(ctx, 0, 5); err != nil {
 		t.Errorf("UndoLog: %v", err)
 	}
 	it := c.Iterate(ctx, 0, zodb.TidMax)
@@ -546,25 +552,7 @@ import sys, ZEO.ClientStorage
 s = ZEO.ClientStorage.ClientStorage((sys.argv[1], int(sys.argv[2])), wait_timeout=20)
 print(s.undoLog(0, 5)[0]['big'], [dict(t.extension) for t in s.iterator()][-1], s.history(b'\0'*8, 100)[0]['tid'].hex())
 `, host, port))
-	c := dial(t, addr, nil)
-	ctx := context.Background()
-	if _, err := c.UndoLog(ctx, 0, 5); err != nil {
-		t.Errorf("UndoLog: %v", err)
-	}
-	it := c.Iterate(ctx, 0, zodb.TidMax)
-	for {
-		_, _, err := it.NextTxn(ctx)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Errorf("Iterate: %v", err)
-			break
-		}
-	}
-	if _, _, err := c.Load(ctx, zodb.Xid{Oid: 0, At: zodb.TidMax}); err != nil {
-		t.Errorf("Load after: %v", err)
-	}
+	readsExtensionsWhole(t, addr)
 }
 
 const auditPyWaitInval = `
