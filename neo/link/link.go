@@ -277,7 +277,8 @@ func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
 // LocalAddr returns our address.
 func (c *Conn) LocalAddr() net.Addr { return c.nc.LocalAddr() }
 
-// Done is closed when the connection is closed.
+// Done is closed when the connection is closed, before the Asks pending
+// then return its error.
 func (c *Conn) Done() <-chan struct{} { return c.done }
 
 // Err returns why the connection closed, or nil while it is open.
@@ -311,6 +312,12 @@ func (c *Conn) shutdown(err error) {
 		c.errv.Store(&err)
 		c.nc.Close()
 		c.token.Stop()
+		c.w.Close()
+		// Done is closed before pending Asks fail: a caller whose Ask
+		// failed for the close finds Done closed and what the peer sent
+		// before it queued for Recv (a secondary master's
+		// NotPrimaryMaster before its close).
+		close(c.done)
 		c.pmu.Lock()
 		c.perr = err
 		for id, cl := range c.pending {
@@ -318,8 +325,6 @@ func (c *Conn) shutdown(err error) {
 			delete(c.pending, id)
 		}
 		c.pmu.Unlock()
-		c.w.Close()
-		close(c.done)
 	})
 }
 
