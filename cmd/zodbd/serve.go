@@ -433,14 +433,16 @@ func runServe(args []string) (status int) {
 	el.Logf(eventlog.Info, "ZEO.asyncio.server", "listening on %s (%s%s, GOMAXPROCS=%d)", ln.Addr(), where,
 		map[wire.Marshal]string{wire.Pickle: "Z5 pickle", wire.Msgpack: "M5 msgpack"}[cfg.Marshal], runtime.GOMAXPROCS(0))
 
-	serveErr := make(chan error, 1)
-	serving = true
-	go func() { serveErr <- srv.Serve(ln) }()
+	// The collector has the server before it serves: a client whose
+	// request was answered finds itself in the next scrape.
 	if metrics != nil {
 		collector.setServer(srv, fsByName)
 		metrics.SetReady(collector.ready)
 		metrics.SetStatus(collector)
 	}
+	serveErr := make(chan error, 1)
+	serving = true
+	go func() { serveErr <- srv.Serve(ln) }()
 	for {
 		select {
 		case err := <-serveErr:
