@@ -276,7 +276,7 @@ func (c *conn) storeBlobEnd(oid zodb.Oid, serial zodb.Tid, data []byte, txnID in
 func (c *conn) storeBlobShared(oid zodb.Oid, serial zodb.Tid, data []byte, filename string, txnID int64, a *args) error {
 	path, err := c.st.blobs.Dir().SharedPath(oid, filename)
 	if err != nil {
-		c.log(eventlog.Critical, "We're under attack! (bad filename to storeBlobShared, %s): refused", eventlog.PyRepr(filename))
+		c.log(eventlog.Critical, "We're under attack! (bad filename to storeBlobShared, %s): refused", eventlog.PyReprCut(filename, maxLogged))
 		return &pyError{"builtins.ValueError", filename}
 	}
 	c.txmu.Lock()

@@ -116,6 +116,10 @@ func logName(b []byte) string {
 	return eventlog.PyRepr(strings.ToValidUTF8(string(b), "\uFFFD"))
 }
 
+// maxLogged is the most bytes of a client's string (a transaction's user
+// or description, a file name) a log line quotes.
+const maxLogged = 200
+
 // maxLabel is the longest client label kept, in bytes.
 const maxLabel = 128
 
@@ -204,8 +208,10 @@ func (c *conn) txnDesc(t *ztxn) string {
 	} else if t.meta.Tid != 0 {
 		b.WriteString(" " + t.meta.Tid.String())
 	}
+	// User and description as the client sent them, cut (a client may
+	// send megabytes).
 	fmt.Fprintf(&b, " of storage %s (user %s, description %s, %d operations)", eventlog.PyRepr(c.st.name),
-		eventlog.PyRepr(string(t.meta.User)), eventlog.PyRepr(string(t.meta.Description)), len(t.ops))
+		eventlog.PyReprCut(string(t.meta.User), maxLogged), eventlog.PyReprCut(string(t.meta.Description), maxLogged), len(t.ops))
 	return b.String()
 }
 

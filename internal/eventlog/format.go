@@ -356,6 +356,16 @@ func pyFloat(v float64) string {
 	return s
 }
 
+// PyReprCut is PyRepr of s cut to its first max bytes, followed by
+// "...(N bytes)" when s is longer: a name or other bytes a peer sent,
+// quoted in a log line whose size the peer must not choose.
+func PyReprCut(s string, max int) string {
+	if len(s) <= max {
+		return PyRepr(s)
+	}
+	return PyRepr(s[:max]) + "...(" + strconv.Itoa(len(s)) + " bytes)"
+}
+
 // PyRepr is Python's repr() of a str: single quotes unless the string
 // holds one and no double quote, with backslash escapes.
 func PyRepr(s string) string {

@@ -202,7 +202,11 @@ func (p *peer) identify(ctx context.Context, id uint32, args []byte) bool {
 	ts, hasTS := m.IdTime, m.IdTime != proto.NoIdTime
 	p.name = fmt.Sprintf("%s (%s)", p.name, nidString(typ, nid))
 	if string(cluster) != n.cfg.Cluster {
-		n.log.Printf("neo storage: %s: wrong cluster name %q (closing)", p.name, cluster)
+		shown := cluster // the peer's: cut
+		if len(shown) > 64 {
+			shown = shown[:64]
+		}
+		n.log.Printf("neo storage: %s: wrong cluster name %q (%d bytes; closing)", p.name, shown, len(cluster))
 		p.errorAndClose(id, proto.ProtocolError, "invalid cluster name")
 		return false
 	}

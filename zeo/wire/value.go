@@ -124,10 +124,19 @@ func (v *Value) repr(sb *strings.Builder, depth int) {
 		sb.WriteString(strconv.FormatInt(v.Int, 10))
 	case Float:
 		sb.WriteString(strconv.FormatFloat(v.Float, 'g', -1, 64))
-	case Bytes:
-		fmt.Fprintf(sb, "b%q", v.B)
-	case Str:
-		fmt.Fprintf(sb, "%q", v.B)
+	case Bytes, Str:
+		// Cut: a value of the peer's may be megabytes.
+		b := v.B
+		if len(b) > 200 {
+			b = b[:200]
+		}
+		if v.Kind == Bytes {
+			sb.WriteByte('b')
+		}
+		fmt.Fprintf(sb, "%q", b)
+		if len(b) < len(v.B) {
+			fmt.Fprintf(sb, "...(%d bytes)", len(v.B))
+		}
 	case Tuple, List, Dict:
 		open, close := "(", ")"
 		if v.Kind == List {
