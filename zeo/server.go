@@ -106,7 +106,8 @@ type Config struct {
 	MaxFramesTotal int
 	// MaxTxnBytes, when > 0, bounds the data a transaction may hold
 	// until its vote: its records (in memory up to a bound, the rest in
-	// an unlinked file of $TMPDIR) and its blob uploads. What a
+	// an unlinked file of $TMPDIR), the in-memory entry of each of its
+	// operations (about 64 bytes) and its blob uploads. What a
 	// transaction sends past it is dropped and its vote fails with a
 	// StorageError (the connection stays): one client cannot fill the
 	// server's temporary disk with a transaction that could never

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"time"
+	"unsafe"
 
 	"github.com/zodbd/zodbd/internal/eventlog"
 	"github.com/zodbd/zodbd/internal/spool"
@@ -40,6 +41,9 @@ type op struct {
 	prev   zodb.Tid
 	blob   string // opStore: the path of the blob file stored with it, if any (blob.go)
 }
+
+// opMemory is what one op costs in t.ops, for Config.MaxTxnBytes.
+const opMemory = int(unsafe.Sizeof(op{}))
 
 type ztxn struct {
 	st    *storage // counts it active until end
@@ -125,7 +129,9 @@ func (c *conn) record(txnID int64, o op, data []byte, a *args) error {
 		c.stores.Add(1)
 	}
 	if t.err == nil {
-		t.err = c.charge(t, len(data))
+		// The operation's own record, kept in memory, counts too: a
+		// million empty stores are not free.
+		t.err = c.charge(t, len(data)+opMemory+len(o.blob))
 	}
 	if t.err == nil {
 		var err error
@@ -459,6 +465,14 @@ func (c *conn) tpcFinish(id *wire.Value, txnID int64) {
 		c.reply(id, func(e *wire.Encoder) { e.None() })
 		return
 	}
+	if t.voting {
+		// Before the vote's reply (no stock client sends it then): the
+		// vote's goroutine still owns the storage transaction, which
+		// may hold the commit lock with conflicts it has not marked.
+		c.txmu.Unlock()
+		c.replyError(id, &pyError{"ZODB.POSException.StorageTransactionError", "tpc_finish: the vote is in progress"})
+		return
+	}
 	if t.stxn != nil && t.conflicted {
 		// The client gave up resolving (the stock client re-votes a
 		// limited number of times, then finishes): the transaction
@@ -496,6 +510,12 @@ func (c *conn) tpcFinish(id *wire.Value, txnID int64) {
 			})
 			return err
 		})
+		if err != nil {
+			// A storage transaction whose Finish failed before it
+			// committed may still hold the commit lock (Abort is a
+			// no-op for one that did commit or gave it up).
+			t.stxn.Abort()
+		}
 		st.lockReleased(t)
 		c.txmu.Lock()
 		if c.txn == t {
