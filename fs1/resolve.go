@@ -35,6 +35,7 @@ func (t *txn) VoteResolving(ctx context.Context, resolve zodb.Resolver) ([]zodb.
 		}
 	case txnConflicted:
 		// The commit lock is still held from the previous vote.
+		t.voteCtx = ctx
 	default:
 		return nil, zodb.ErrTxnState
 	}

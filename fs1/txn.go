@@ -36,6 +36,10 @@ type txn struct {
 	holding  bool          // conflicts keep the commit lock (txnConflicted)
 	resolve  zodb.Resolver // the native resolver, or nil
 	resolved []zodb.Oid    // oids whose stores or undo records resolve merged
+
+	// voteCtx is the context of the vote in progress (set by lock): the
+	// vote's work under the commit lock stops when it is done.
+	voteCtx context.Context
 }
 
 // Tid returns the tid the transaction got at Vote, or 0 before a
@@ -182,8 +186,10 @@ func (t *txn) lock(ctx context.Context) error {
 	if err != nil {
 		t.state = txnAborted
 		t.release()
+		return err
 	}
-	return err
+	t.voteCtx = ctx
+	return nil
 }
 
 // voteLocked runs vote under the commit lock and moves t to its next state:
@@ -249,9 +255,17 @@ func (t *txn) vote() (undone []zodb.Oid, err error) {
 	}()
 	e.begin(&t.meta)
 	var scratch []byte
+	var prevTxns map[zodb.Tid]int64 // restores' prev_txn positions (restoreBackpointer)
 	for i := range t.ops {
 		if err := e.spill(); err != nil {
 			return nil, err
+		}
+		if i%256 == 255 && t.voteCtx != nil {
+			// The caller gave up (a ZEO client disconnected): the
+			// commit lock is not held for work nobody waits for.
+			if err := t.voteCtx.Err(); err != nil {
+				return nil, err
+			}
 		}
 		o := &t.ops[i]
 		switch o.kind {
@@ -270,7 +284,10 @@ func (t *txn) vote() (undone []zodb.Oid, err error) {
 			}
 			back := int64(0)
 			if o.serial != 0 {
-				if back, err = w.restoreBackpointer(o.oid, data, o.serial); err != nil {
+				if prevTxns == nil {
+					prevTxns = make(map[zodb.Tid]int64)
+				}
+				if back, err = w.restoreBackpointer(o.oid, data, o.serial, prevTxns); err != nil {
 					return nil, err
 				}
 			}

@@ -109,11 +109,24 @@ func (w *writer) findTxn(tid zodb.Tid, stopAtPack bool) (pos int64, ok bool, err
 // record of oid in the transaction prevTid if that record is itself a
 // backpointer (or has no data), if data is nil, or if it holds exactly
 // data; else 0 (the restore writes data). A prevTid that is not in the
-// storage is ignored.
-func (w *writer) restoreBackpointer(oid zodb.Oid, data []byte, prevTid zodb.Tid) (int64, error) {
-	tpos, ok, err := w.findTxn(prevTid, false)
-	if err != nil || !ok {
-		return 0, err
+// storage is ignored. txns caches the transactions' positions found
+// (-1: not in the storage) for the vote's other restores: each lookup
+// walks the file's transactions back from the head.
+func (w *writer) restoreBackpointer(oid zodb.Oid, data []byte, prevTid zodb.Tid, txns map[zodb.Tid]int64) (int64, error) {
+	tpos, cached := txns[prevTid]
+	if !cached {
+		p, ok, err := w.findTxn(prevTid, false)
+		if err != nil {
+			return 0, err
+		}
+		tpos = -1
+		if ok {
+			tpos = p
+		}
+		txns[prevTid] = tpos
+	}
+	if tpos < 0 {
+		return 0, nil
 	}
 	f, path := w.headFile(), w.fs.path
 	var th TxnHeader
