@@ -250,8 +250,10 @@ func awaitsReply(m *wire.Message) bool {
 }
 
 // bigStart is the size up to which a request bigger than the read buffer
-// gets its buffer at once (wire.ReadFrame's rule).
-const bigStart = 1 << 20
+// gets its buffer at once (wire.ReadFrame's rule); a bigger one's buffer
+// starts there and doubles as its bytes arrive. Small: a header that
+// announces a megabyte followed by nothing costs a connection little.
+const bigStart = 128 << 10
 
 // buffered reports whether a complete request is in e.
 func (e *edgeBuf) buffered() bool {

@@ -22,8 +22,9 @@ func (e *FrameTooBigError) Error() string {
 }
 
 // growStart is the size up to which ReadFrame allocates a frame's buffer
-// at once; a bigger frame's buffer grows as its bytes arrive.
-const growStart = 1 << 20
+// at once; a bigger frame's buffer grows as its bytes arrive (a size a
+// peer announces is not memory it made the reader spend).
+const growStart = 128 << 10
 
 // ReadFrame reads one frame from r and returns its payload, stored in buf
 // when buf is big enough (else in a new slice). maxSize limits the
