@@ -182,6 +182,12 @@ func (c *conn) serve() {
 	charge := netconn.FrameCharge{M: c.srv.frameMem}
 	defer func() { memtrim.Dropped(charge.Done()) }() // a frame's buffer lost with the connection
 	for {
+		if c.br.Buffered() == 0 {
+			c.idle()
+			if cap(buf) > idleKeep {
+				buf = nil
+			}
+		}
 		frame, err := wire.ReadFrameGrow(c.br, buf, c.srv.cfg.MaxFrame, charge.Resize)
 		if err != nil {
 			c.readFailed(err)
@@ -199,6 +205,21 @@ func (c *conn) serve() {
 			return
 		}
 	}
+}
+
+// idleKeep is the largest buffer a connection keeps while it waits for
+// its peer's next request.
+const idleKeep = 64 << 10
+
+// idle is called by the request loop when it is about to wait for the
+// peer (everything received is answered): the buffers a big load or
+// reply grew are let go, so that idle connections hold little.
+func (c *conn) idle() {
+	if cap(c.loadBuf) > idleKeep {
+		memtrim.Dropped(cap(c.loadBuf))
+		c.loadBuf = nil
+	}
+	c.out.Trim(idleKeep)
 }
 
 // handshakeReadBuf is the read buffer of a connection until its handshake

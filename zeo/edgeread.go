@@ -123,6 +123,7 @@ func (c *conn) serveEdge() bool {
 			case err == syscall.EINTR:
 				continue
 			case err == syscall.EAGAIN:
+				c.edgeIdle(e)
 				return false // wait for the poller
 			case err != nil:
 				rerr = &net.OpError{Op: "read", Net: c.nc.LocalAddr().Network(), Source: c.nc.LocalAddr(), Addr: c.nc.RemoteAddr(),
@@ -149,6 +150,7 @@ func (c *conn) serveEdge() bool {
 				// One call, answered: a client with one request in
 				// flight sends no other before it reads the reply.
 				// Wait for the poller without a read.
+				c.edgeIdle(e)
 				return false
 			}
 			// Several requests or part of one: a client that
@@ -165,6 +167,16 @@ func (c *conn) serveEdge() bool {
 		c.readFailed(rerr)
 	}
 	return true
+}
+
+// edgeIdle is conn.idle for the edge loop, whose request buffer's spare
+// goes too.
+func (c *conn) edgeIdle(e *edgeBuf) {
+	if e.big == nil && cap(e.spare) > idleKeep {
+		memtrim.Dropped(cap(e.spare))
+		e.spare = nil
+	}
+	c.idle()
 }
 
 // edgeConn returns the raw socket of nc when serveEdge reads it: a TCP

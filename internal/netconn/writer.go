@@ -449,6 +449,22 @@ func (q *Writer) Queued() int {
 	return len(q.buf)
 }
 
+// Trim lets go of the buffers kept for reuse that are bigger than max
+// bytes, unless they hold bytes to write: a connection that goes idle
+// after a big reply does not keep its memory for as long as it lives.
+func (q *Writer) Trim(max int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if cap(q.spare) > max {
+		memtrim.Dropped(cap(q.spare))
+		q.spare = nil
+	}
+	if len(q.buf) == 0 && cap(q.buf) > max && !q.writing {
+		memtrim.Dropped(cap(q.buf))
+		q.buf = nil
+	}
+}
+
 // Pending returns the number of bytes not written yet: queued, held back
 // (Hold) and those of a write in progress (blocked, for a peer that does
 // not read).
