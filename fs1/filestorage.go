@@ -170,7 +170,9 @@ func (fs *FileStorage) load(rw bool) (fromIndexFile bool, err error) {
 			fs.state.Store(&snapshot{file: fs.file, index: NewIndex(0), end: HeaderSize})
 			return false, nil
 		}
-		fs.state.Store(&snapshot{file: fs.file, index: NewIndex(0), end: 0})
+		// Empty, read-only: nothing is written, but its size is that
+		// of an empty FileStorage, as ZODB/py reports it.
+		fs.state.Store(&snapshot{file: fs.file, index: NewIndex(0), end: HeaderSize})
 		return false, nil
 	}
 	var magic [HeaderSize]byte

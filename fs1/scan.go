@@ -186,6 +186,15 @@ func checkTxnHeader(r io.ReaderAt, h *TxnHeaderFix, pos, size int64) (torn bool,
 			return false, ""
 		}
 		damage = fmt.Sprintf("invalid status %q", h.Status)
+		// A crash leaves a status 'c' or, not written, 0: any other
+		// in a record whose length and redundant length agree is
+		// damage, whatever the end of the file looks like.
+		if h.Status != 0 {
+			var b [8]byte
+			if _, err := r.ReadAt(b[:], pos+int64(h.Len)); err == nil && binary.BigEndian.Uint64(b[:]) == h.Len {
+				return false, damage
+			}
+		}
 	}
 	if tornTail(r, pos, size) {
 		return true, ""
@@ -213,9 +222,10 @@ func tornGarbage(r io.ReaderAt, pos, size int64) bool {
 // impossible length or status) is the start of a tail that a crash left
 // half written rather than damage in the middle of the file: ZODB/py's
 // heuristic (tornGarbage: the last 8 bytes of the file are not a plausible
-// transaction length), or the last transaction of the file, found from
-// that length, is not one that committed (its header is the damaged one,
-// or its status is not ' ' or 'p', or its length disagrees).
+// transaction length), or, walking back from the end of the file through
+// the redundant lengths, no transaction that committed (status ' ' or
+// 'p', its length agreeing) comes after pos, and the header at pos, if
+// the walk reaches it, was not written (status 0).
 //
 // After a power loss, the transactions that were not made durable may
 // have reached the disk sector by sector in any order: the trailer of the
@@ -229,19 +239,37 @@ func tornTail(r io.ReaderAt, pos, size int64) bool {
 	if tornGarbage(r, pos, size) {
 		return true
 	}
+	// Walk back from the end of the file through the redundant lengths
+	// down to pos: a transaction that committed after pos means that the
+	// header at pos is damage, not the start of a tail a crash left (the
+	// writers flip a status to committed only once every byte before it
+	// is durable).
 	var b [TxnHeaderFixSize]byte
-	if _, err := r.ReadAt(b[:8], size-8); err != nil {
-		return false
+	end := size
+	for {
+		if _, err := r.ReadAt(b[:8], end-8); err != nil {
+			return false
+		}
+		rtl := binary.BigEndian.Uint64(b[:8])
+		if rtl < TxnHeaderFixSize || rtl > uint64(end-8) || end-8-int64(rtl) < pos {
+			return true // the chain breaks in the tail: garbage
+		}
+		start := end - 8 - int64(rtl)
+		if _, err := r.ReadAt(b[:], start); err != nil {
+			return false
+		}
+		h := DecodeTxnHeaderFix(b[:])
+		if start == pos {
+			// The damaged header is the last one before the end: a
+			// crash leaves it in the checkpoint state (handled by the
+			// caller) or not written (status byte 0), never with a
+			// committed or other status.
+			return h.Status == 0
+		}
+		committed := (h.Status == byte(zodb.TxnComplete) || h.Status == byte(zodb.TxnPacked)) && h.Len == rtl && h.Tid != 0
+		if committed {
+			return false
+		}
+		end = start
 	}
-	rtl := binary.BigEndian.Uint64(b[:8])
-	start := size - 8 - int64(rtl)
-	if start == pos {
-		return true
-	}
-	if _, err := r.ReadAt(b[:], start); err != nil {
-		return false
-	}
-	h := DecodeTxnHeaderFix(b[:])
-	committed := (h.Status == byte(zodb.TxnComplete) || h.Status == byte(zodb.TxnPacked)) && h.Len == rtl && h.Tid != 0
-	return !committed
 }

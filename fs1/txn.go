@@ -238,10 +238,11 @@ func (t *txn) vote() (undone []zodb.Oid, err error) {
 	} else if tid <= w.lastTid {
 		return nil, fmt.Errorf("fs1: %s: transaction tid %s is not after the last tid %s", w.fs.path, tid, w.lastTid)
 	}
-	if tid > zodb.TidMax {
+	if tid > zodb.TidMax || tid <= w.lastTid {
 		// Given (a ZEO client's tpc_begin), or after a last tid of
-		// TidMax: a load of the latest (at TidMax) would not see it.
-		return nil, fmt.Errorf("fs1: %s: transaction tid %s is beyond the largest tid %s", w.fs.path, tid, zodb.TidMax)
+		// TidMax: a load of the latest (at TidMax) would not see it;
+		// after a damaged last tid of all ones, NextTid wraps to 0.
+		return nil, fmt.Errorf("fs1: %s: transaction tid %s is beyond the largest tid %s (last tid %s)", w.fs.path, tid, zodb.TidMax, w.lastTid)
 	}
 	if err := t.checkConflicts(); err != nil {
 		return nil, err
