@@ -431,8 +431,15 @@ func (t *txn) checkConflicts() error {
 			if final {
 				// Refused by the object's own rules: a client would
 				// refuse too, so the transaction fails now rather than
-				// after a round trip with the commit lock held.
-				return &zodb.ConflictError{Oid: o.oid, Committed: cur.tid, Serial: o.serial}
+				// after a round trip with the commit lock held...
+				if len(conflicts) == 0 {
+					return &zodb.ConflictError{Oid: o.oid, Committed: cur.tid, Serial: o.serial}
+				}
+				// ... unless an earlier store conflicts: that one is
+				// the transaction's conflict (ZODB/py, which resolves
+				// in order, names it); a vote after its resolution
+				// meets this one first.
+				return conflicts
 			}
 			data, err := t.data.Get(o.data, nil)
 			if err != nil {

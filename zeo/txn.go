@@ -220,10 +220,18 @@ func (c *conn) vote(id *wire.Value, txnID int64) {
 		var conflicts zodb.ConflictErrors
 		if errors.As(err, &conflicts) {
 			// A stale deleteObject is not resolvable by the client: as
-			// the reference server, vote fails with its ConflictError.
-			for _, ce := range conflicts {
+			// the reference server, vote fails with its ConflictError
+			// when it is the first conflict; after stale stores, those
+			// go to the client first (the reference server, which
+			// resolves in order, fails at the first store it cannot
+			// resolve), and a vote after their resolution meets it.
+			for i, ce := range conflicts {
 				if lastOpKind(t.ops, ce.Oid) == opDelete {
-					err = ce
+					if i == 0 {
+						err = ce
+					} else {
+						err = conflicts[:i]
+					}
 					break
 				}
 			}
