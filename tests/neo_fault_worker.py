@@ -2,7 +2,8 @@
 Python: commits to its own two objects (the same counter in both, so a
 partial transaction shows) until the stop file appears, retrying through
 the storage's deaths, and appends "k tid" to its log after every commit
-that returned (acknowledged)."""
+that returned (acknowledged). With a sixth argument "big", every third
+commit also writes ~180 KB (tests/test_neo_sqlite_swap.py's crashes)."""
 import faulthandler
 import os
 import signal
@@ -15,6 +16,7 @@ from ZODB import DB
 from persistent.mapping import PersistentMapping
 
 master, name, i, logpath, stopfile = sys.argv[1:6]
+big = sys.argv[6:7] == ['big']
 faulthandler.register(signal.SIGUSR1)  # the test dumps a stuck worker's stacks
 i = int(i)
 
@@ -62,6 +64,9 @@ with open(logpath, 'a') as log:
             a['k'] = k
             b['k'] = k
             a['pad'] = os.urandom(64)
+            if big and k % 3 == 0:
+                a['blob'] = ('%d-' % k) * 50000
+                b['rnd'] = os.urandom(30000)
             tm.commit()
             log.write('%d %s\n' % (k, a._p_serial.hex()))
             log.flush()

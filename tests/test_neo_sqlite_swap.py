@@ -354,66 +354,6 @@ def test_reverse_swap(tmp_path, zodbd_bin):
     assert not diff(zd, nd), '\n'.join(diff(zd, nd))
 
 
-# A committer: the same counter in its two objects, every third commit
-# with a big compressible value and a random one; "k tid" logged after
-# each commit that returned (tests/neo_fault_check.py checks them).
-CRASH_WORKER = r'''
-import os, sys, time, transaction
-from neo.client.Storage import Storage
-from ZODB import DB
-from persistent.mapping import PersistentMapping
-master, name, i, logpath, stopfile = sys.argv[1:6]
-def connect():
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            db = DB(Storage(master_nodes=master, name=name))
-            tm = transaction.TransactionManager()
-            return db, tm, db.open(tm)
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
-db, tm, conn = connect()
-key = 'w%s' % i
-failed = 0
-with open(logpath, 'a') as log:
-    while not os.path.exists(stopfile):
-        try:
-            root = conn.root()
-            if key not in root:
-                root[key] = PersistentMapping(k=0)
-                root[key + 'b'] = PersistentMapping(k=0)
-                tm.commit()
-                continue
-            a, b = root[key], root[key + 'b']
-            if a['k'] != b['k']:
-                sys.exit('partial transaction visible')
-            k = a['k'] + 1
-            a['k'] = b['k'] = k
-            if k % 3 == 0:
-                a['blob'] = ('%d-' % k) * 50000
-                b['rnd'] = os.urandom(30000)
-            tm.commit()
-            log.write('%d %s\n' % (k, a._p_serial.hex()))
-            log.flush()
-            failed = 0
-        except Exception:
-            failed += 1
-            try:
-                tm.abort()
-            except Exception:
-                pass
-            if failed % 50 == 0:
-                try:
-                    db.close()
-                except Exception:
-                    pass
-                db, tm, conn = connect()
-            time.sleep(0.05)
-'''
-
-
 def orphans(path):
     db = sqlite3.connect('file:%s?mode=ro' % path, uri=True)
     try:
@@ -454,7 +394,9 @@ def test_crash_then_other_takes_file(tmp_path, zodbd_bin, first, second, dedup):
     logs = [str(tmp_path / ('w%d.log' % i)) for i in range(3)]
     env = dict(c.env, PYTHONPATH=os.pathsep.join([SRC, HERE]))
     c.start().wait_running()
-    workers = [subprocess.Popen([PY, '-c', CRASH_WORKER, c.master, NAME, str(i), logs[i], str(stop)], env=env,
+    # tests/neo_fault_worker.py, every third commit with a big value.
+    workers = [subprocess.Popen([PY, os.path.join(HERE, 'neo_fault_worker.py'), c.master, NAME, str(i), logs[i],
+                                 str(stop), 'big'], env=env,
                                 stdout=subprocess.DEVNULL, stderr=open(str(tmp_path / ('w%d.err' % i)), 'wb'))
                for i in range(3)]
 
@@ -767,7 +709,8 @@ def test_cluster_crashes_split_mixed(tmp_path, zodbd_bin):
         stop = tmp_path / ('stop%d' % r)
         env = dict(c.env, PYTHONPATH=os.pathsep.join([SRC, HERE]))
         c.start().wait_running()
-        workers = [subprocess.Popen([PY, '-c', CRASH_WORKER, c.master, NAME, str(i), logs[i], str(stop)],
+        workers = [subprocess.Popen([PY, os.path.join(HERE, 'neo_fault_worker.py'), c.master, NAME, str(i), logs[i],
+                                     str(stop), 'big'],
                                     env=env, stdout=subprocess.DEVNULL,
                                     stderr=open(str(tmp_path / ('w%d.err' % i)), 'ab')) for i in range(3)]
         try:
