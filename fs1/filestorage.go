@@ -513,8 +513,9 @@ func (it *txnIter) NextTxn(ctx context.Context) (*zodb.TxnInfo, zodb.DataIterato
 }
 
 // maxIterBuf is the largest record buffer an iterator keeps between
-// records.
-const maxIterBuf = 64 << 10
+// records: most records fit, and an iterator left open (a ZEO
+// connection may hold 1024) holds little.
+const maxIterBuf = 4 << 10
 
 func (d *dataIter) NextData(ctx context.Context) (*zodb.DataInfo, error) {
 	if d.pos >= d.end {
