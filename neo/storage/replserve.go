@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/zodbd/zodbd/neo/proto"
@@ -96,6 +98,18 @@ func (p *peer) dispatchRepl(id uint32, code uint16, args []byte) error {
 		p.w.Write(appendError(nil, id, proto.BackendNotImplemented, proto.CodeName(code)+" is not implemented by this node"))
 		return nil
 	}
+	// What the request holds while it is served (its decoded tids or
+	// oids, and what is made of them) is bounded per connection: past
+	// maxReplHeld, the connection's next requests wait in its socket,
+	// not decoded.
+	held := replHeldCost(len(args))
+	p.replHeld.acquire(held)
+	spawned := false
+	defer func() {
+		if !spawned {
+			p.replHeld.release(held)
+		}
+	}()
 	r := &replRequest{id: id, code: code}
 	var err error
 	switch code {
@@ -135,11 +149,13 @@ func (p *peer) dispatchRepl(id uint32, code uint16, args []byte) error {
 	}
 
 	p.sem <- struct{}{}
+	spawned = true
 	p.wg.Add(1)
 	h, t0 := p.stats.spawn(code)
 	go func() {
 		defer func() {
 			served(h, t0)
+			p.replHeld.release(held)
 			<-p.sem
 			p.wg.Done()
 		}()
@@ -295,10 +311,7 @@ func (s *replStream) fetchTransactions(ctx context.Context, src ReplicationSourc
 		}
 	}
 	limit := min(r.length, replChunk)
-	known := make(map[zodb.Tid]bool, len(r.knownTids)) // tid -> listed
-	for _, t := range r.knownTids {
-		known[t] = false
-	}
+	known := newTidSet(r.knownTids)
 	next := proto.InvalidTid
 	if sc, ok := src.(ReplicationScanner); ok {
 		seen := 0
@@ -307,11 +320,8 @@ func (s *replStream) fetchTransactions(ctx context.Context, src ReplicationSourc
 				next = tid
 				return false
 			}
-			if _, ok := known[tid]; ok {
-				known[tid] = true
-				return false
-			}
-			return true
+			in, _ := known.mark(tid)
+			return !in
 		}
 		if err := sc.ReplicationTransactions(ctx, r.partition, np, r.min, r.max, limit+1, new(ReplTxn), want, s.sendTxn); err != nil {
 			return err
@@ -325,8 +335,7 @@ func (s *replStream) fetchTransactions(ctx context.Context, src ReplicationSourc
 			next, tids = tids[limit], tids[:limit]
 		}
 		for _, tid := range tids {
-			if _, ok := known[tid]; ok {
-				known[tid] = true
+			if in, _ := known.mark(tid); in {
 				continue
 			}
 			t, err := src.ReplicationTransaction(ctx, tid)
@@ -345,12 +354,38 @@ func (s *replStream) fetchTransactions(ctx context.Context, src ReplicationSourc
 	// that of a Python set).
 	del := []zodb.Tid{}
 	for _, t := range r.knownTids {
-		if listed, ok := known[t]; ok && !listed {
+		if _, first := known.mark(t); first {
 			del = append(del, t)
-			known[t] = true
 		}
 	}
 	return s.send(&proto.AnswerFetchTransactions{NextTid: next, TidsToDelete: del, CompletedPack: completed})
+}
+
+// tidSet is the set of the known tids of an AskFetchTransactions, each
+// marked once seen: sorted, searched by bisection (a map of millions of
+// tids a peer sent costs several times their 8 bytes each).
+type tidSet struct {
+	tids   []zodb.Tid
+	marked []bool
+}
+
+func newTidSet(tids []zodb.Tid) *tidSet {
+	s := slices.Clone(tids)
+	slices.Sort(s)
+	s = slices.Compact(s)
+	return &tidSet{tids: s, marked: make([]bool, len(s))}
+}
+
+// mark marks tid if it is in the set: in reports whether it is, first
+// whether it was not marked before.
+func (s *tidSet) mark(tid zodb.Tid) (in, first bool) {
+	i, ok := slices.BinarySearch(s.tids, tid)
+	if !ok {
+		return false, false
+	}
+	first = !s.marked[i]
+	s.marked[i] = true
+	return true, first
 }
 
 // sendTxn sends t as AddTransaction.
@@ -603,4 +638,44 @@ func checkSerials(ctx context.Context, src ReplicationSource, p, np uint32, minT
 	}
 	return proto.AnswerCheckSerialRange{Count: uint64(tsum.n), TidChecksum: tsum.sum(), MaxTid: last.Serial,
 		OidChecksum: osum.sum(), MaxOid: last.Oid}, nil
+}
+
+// maxReplHeld bounds the memory the replication requests of one
+// connection hold while they are served (replHeldCost of each): one
+// request is served whatever its size, more only within it.
+const maxReplHeld = 64 << 20
+
+// replHeldCost is what a replication request of n bytes of arguments
+// holds while it is served: its decoded lists and the set made of them.
+func replHeldCost(n int) int64 { return 3 * int64(n) }
+
+// heldBytes is a weighted semaphore of maxReplHeld bytes; the zero value
+// is ready to use.
+type heldBytes struct {
+	mu   sync.Mutex
+	cond *sync.Cond
+	n    int64
+}
+
+// acquire waits until k bytes fit (or nothing is held), then holds them.
+func (h *heldBytes) acquire(k int64) {
+	h.mu.Lock()
+	if h.cond == nil {
+		h.cond = sync.NewCond(&h.mu)
+	}
+	for h.n > 0 && h.n+k > maxReplHeld {
+		h.cond.Wait()
+	}
+	h.n += k
+	h.mu.Unlock()
+}
+
+// release lets go of k bytes acquired.
+func (h *heldBytes) release(k int64) {
+	h.mu.Lock()
+	h.n -= k
+	if h.cond != nil {
+		h.cond.Broadcast()
+	}
+	h.mu.Unlock()
 }

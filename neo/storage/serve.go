@@ -21,16 +21,18 @@ import (
 
 // peer is an accepted connection (a client or a storage).
 type peer struct {
-	n      *Node
-	nc     net.Conn
-	w      *netconn.Writer
-	name   string
-	sem    chan struct{}
-	wg     sync.WaitGroup
-	closed bool       // CloseClient received
-	stats  *peerStats // nil unless Node.EnableStats (stats.go)
-	typ    proto.NodeType
-	nid    proto.NodeID
+	n    *Node
+	nc   net.Conn
+	w    *netconn.Writer
+	name string
+	sem  chan struct{}
+	wg   sync.WaitGroup
+	// replHeld bounds what its replication requests hold (replserve.go).
+	replHeld heldBytes
+	closed   bool       // CloseClient received
+	stats    *peerStats // nil unless Node.EnableStats (stats.go)
+	typ      proto.NodeType
+	nid      proto.NodeID
 	// held, delayed, events and txns are guarded by the transaction
 	// manager's mu: the bytes of data its transactions hold until their
 	// vote, its reads waiting for write locks, its stores, checks and
