@@ -658,13 +658,59 @@ type auditObs struct {
 	lastAfter       uint64
 }
 
+// startCommitters stores n new objects through c, then starts two NEO/py
+// client processes (the oracle's "commit", 300 commits each) committing
+// to them; oids are the objects (uoids as numbers), done gets each one's exit (its stderr's end on failure).
+func (ac *auditCluster) startCommitters(t *testing.T, ctx context.Context, c *client.Client, n int) (oids []zodb.Oid, uoids []uint64, done chan error) {
+	t.Helper()
+	src, py := neopy(t)
+	oids, err := c.NewOids(ctx, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	txn, _ := c.Begin(ctx, zodb.TxnMeta{})
+	for _, o := range oids {
+		txn.Store(o, 0, []byte("init"))
+		uoids = append(uoids, uint64(o))
+	}
+	if _, err := txn.Vote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := txn.Finish(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	ob, _ := json.Marshal(uoids)
+	done = make(chan error, 2)
+	for i := range 2 {
+		cmd := exec.Command(py, auditOracle(t), "commit", ac.master, ac.name, string(ob), "300", strconv.Itoa(i+1))
+		cmd.Env = append(os.Environ(), "PYTHONPATH="+src)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			err := cmd.Wait()
+			if err != nil {
+				s := stderr.String()
+				if len(s) > 2000 {
+					s = s[len(s)-2000:]
+				}
+				err = fmt.Errorf("%v: %s", err, s)
+			}
+			done <- err
+		}()
+	}
+	return oids, uoids, done
+}
+
 // TestNeopyOracleCoherence: NEO/py client processes commit while a Go
 // client reads with its cache (Sync then Load at the synced tid, Load at
 // TidMax, LoadBefore at older tids); with replicas, a storage node is
 // killed and restarted meanwhile. Every answer is checked against the
 // history as NEO/py's iterator reads it at the end.
 func TestNeopyOracleCoherence(t *testing.T) {
-	src, py := neopy(t)
+	neopy(t) // skips unless set
 	for _, l := range []struct {
 		name   string
 		np, nr int
@@ -680,46 +726,7 @@ func TestNeopyOracleCoherence(t *testing.T) {
 			defer cancel()
 			ac := startAuditCluster(t, "audit", l.np, l.nr, l.kinds...)
 			c := dialT(t, ac.opts())
-			oids, err := c.NewOids(ctx, 5)
-			if err != nil {
-				t.Fatal(err)
-			}
-			txn, _ := c.Begin(ctx, zodb.TxnMeta{})
-			var uoids []uint64
-			for _, o := range oids {
-				txn.Store(o, 0, []byte("init"))
-				uoids = append(uoids, uint64(o))
-			}
-			if _, err := txn.Vote(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := txn.Finish(ctx, nil); err != nil {
-				t.Fatal(err)
-			}
-			ob, _ := json.Marshal(uoids)
-			var procs []*exec.Cmd
-			done := make(chan error, 2)
-			for i := range 2 {
-				cmd := exec.Command(py, auditOracle(t), "commit", ac.master, ac.name, string(ob), "300", strconv.Itoa(i+1))
-				cmd.Env = append(os.Environ(), "PYTHONPATH="+src)
-				var stderr strings.Builder
-				cmd.Stderr = &stderr
-				if err := cmd.Start(); err != nil {
-					t.Fatal(err)
-				}
-				procs = append(procs, cmd)
-				go func() {
-					err := cmd.Wait()
-					if err != nil {
-						s := stderr.String()
-						if len(s) > 2000 {
-							s = s[len(s)-2000:]
-						}
-						err = fmt.Errorf("%v: %s", err, s)
-					}
-					done <- err
-				}()
-			}
+			oids, uoids, done := ac.startCommitters(t, ctx, c, 5)
 			var obs []auditObs
 			var synced []uint64
 			running := 2
@@ -762,7 +769,6 @@ func TestNeopyOracleCoherence(t *testing.T) {
 					}
 				}
 			}
-			_ = procs
 			if l.kill {
 				ac.waitCommit(30 * time.Second)
 			}
@@ -922,7 +928,7 @@ func (ac *auditCluster) ctl(admin string, args ...string) (string, error) {
 // (OUT_OF_DATE, then UP_TO_DATE; the old cells FEEDING, then dropped).
 // Every read is checked against NEO/py's history.
 func TestNeopyOracleTweak(t *testing.T) {
-	src, py := neopy(t)
+	neopy(t) // skips unless set
 	for _, kind := range []string{"neopy", "zodbd-sqlite"} {
 		t.Run(kind, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
@@ -931,40 +937,7 @@ func TestNeopyOracleTweak(t *testing.T) {
 			admin := "127.0.0.1:" + strconv.Itoa(freePort(t))
 			ac.spawn("admin", ac.pyScript("neoadmin", "-c", ac.name, "-b", admin, "-m", ac.master)...)
 			c := dialT(t, ac.opts())
-			oids, err := c.NewOids(ctx, 8)
-			if err != nil {
-				t.Fatal(err)
-			}
-			txn, _ := c.Begin(ctx, zodb.TxnMeta{})
-			var uoids []uint64
-			for _, o := range oids {
-				txn.Store(o, 0, []byte("init"))
-				uoids = append(uoids, uint64(o))
-			}
-			if _, err := txn.Vote(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := txn.Finish(ctx, nil); err != nil {
-				t.Fatal(err)
-			}
-			ob, _ := json.Marshal(uoids)
-			done := make(chan error, 2)
-			for i := range 2 {
-				cmd := exec.Command(py, auditOracle(t), "commit", ac.master, ac.name, string(ob), "300", strconv.Itoa(i+1))
-				cmd.Env = append(os.Environ(), "PYTHONPATH="+src)
-				var stderr strings.Builder
-				cmd.Stderr = &stderr
-				if err := cmd.Start(); err != nil {
-					t.Fatal(err)
-				}
-				go func() {
-					err := cmd.Wait()
-					if err != nil {
-						err = fmt.Errorf("%v: %s", err, stderr.String())
-					}
-					done <- err
-				}()
-			}
+			oids, uoids, done := ac.startCommitters(t, ctx, c, 8)
 			tweaked := make(chan string, 1)
 			go func() {
 				time.Sleep(time.Second)
