@@ -421,29 +421,7 @@ def test_vote_failure_log_line_bounded(zserver):
     assert stock_client_commits(srv) >= 2
 
 
-@pytest.fixture
-def neo_node(zodbd_test_bin, tmp_copy, tmp_path):
-    import test_hostile as H
-    nodes = []
-
-    def start(extra=()):
-        n = H.NeoNode(zodbd_test_bin, tmp_copy('1.fs'), tmp_path, extra)
-        nodes.append(n)
-        deadline = time.time() + 20
-        while True:  # the cluster becomes operational
-            try:
-                n.first = n.reads()
-                break
-            except AssertionError:
-                if time.time() > deadline:
-                    raise
-                time.sleep(0.2)
-        time.sleep(0.2)
-        n.idle = rss(n.proc.pid)
-        return n
-    yield start
-    for n in nodes:
-        n.stop()
+from test_hostile import neo_node  # noqa: E402,F401 (the fixture, found by its name)
 
 
 def neo_ident(cluster, node_type=b'\xd4\x04\x01'):

@@ -658,16 +658,10 @@ type auditObs struct {
 	lastAfter       uint64
 }
 
-// startCommitters stores n new objects through c, then starts two NEO/py
-// client processes (the oracle's "commit", 300 commits each) committing
-// to them; oids are the objects (uoids as numbers), done gets each one's exit (its stderr's end on failure).
-func (ac *auditCluster) startCommitters(t *testing.T, ctx context.Context, c *client.Client, n int) (oids []zodb.Oid, uoids []uint64, done chan error) {
+// storeInit commits "init" to each of oids through c and returns them as
+// numbers.
+func storeInit(t *testing.T, ctx context.Context, c *client.Client, oids []zodb.Oid) (uoids []uint64) {
 	t.Helper()
-	src, py := neopy(t)
-	oids, err := c.NewOids(ctx, n)
-	if err != nil {
-		t.Fatal(err)
-	}
 	txn, _ := c.Begin(ctx, zodb.TxnMeta{})
 	for _, o := range oids {
 		txn.Store(o, 0, []byte("init"))
@@ -679,6 +673,20 @@ func (ac *auditCluster) startCommitters(t *testing.T, ctx context.Context, c *cl
 	if _, err := txn.Finish(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
+	return uoids
+}
+
+// startCommitters stores n new objects through c, then starts two NEO/py
+// client processes (the oracle's "commit", 300 commits each) committing
+// to them; oids are the objects (uoids as numbers), done gets each one's exit (its stderr's end on failure).
+func (ac *auditCluster) startCommitters(t *testing.T, ctx context.Context, c *client.Client, n int) (oids []zodb.Oid, uoids []uint64, done chan error) {
+	t.Helper()
+	src, py := neopy(t)
+	oids, err := c.NewOids(ctx, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uoids = storeInit(t, ctx, c, oids)
 	ob, _ := json.Marshal(uoids)
 	done = make(chan error, 2)
 	for i := range 2 {
@@ -1050,18 +1058,7 @@ func TestNeopyOracleHistoryRace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	txn, _ := c.Begin(ctx, zodb.TxnMeta{})
-	var uoids []uint64
-	for _, o := range oids {
-		txn.Store(o, 0, []byte("init"))
-		uoids = append(uoids, uint64(o))
-	}
-	if _, err := txn.Vote(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := txn.Finish(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
+	uoids := storeInit(t, ctx, c, oids)
 	ob, _ := json.Marshal(uoids)
 	run := func(args ...string) (*exec.Cmd, *strings.Builder) {
 		cmd := exec.Command(py, append([]string{auditOracle(t), args[0], ac.master, ac.name}, args[1:]...)...)
