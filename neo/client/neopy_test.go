@@ -270,6 +270,11 @@ func testConflictResolution(t *testing.T, cluster, master string) {
 		t.Errorf("Vote of a refused merge: %v; want a conflict on %s, committed %s", err, oid, tidB2)
 	}
 	txn.Abort()
+	// a sees b's commit once it has synced (its invalidation may not
+	// have come yet: a loaded VM once read 20@tidA2 here).
+	if _, err := a.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if d, s := load(a, oid); d != "21" || s != tidB2 {
 		t.Errorf("after the refused merge: %q@%s, want 21@%s", d, s, tidB2)
 	}
