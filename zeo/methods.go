@@ -951,7 +951,7 @@ func (c *conn) pack(id *wire.Value, t float64, wait bool) {
 		return
 	}
 	idc := cloneValue(id)
-	observe := c.spawn()
+	reply := c.spawn()
 	go func() {
 		err := run()
 		e := wire.Encoder{M: c.srv.cfg.Marshal}
@@ -962,8 +962,7 @@ func (c *conn) pack(id *wire.Value, t float64, wait bool) {
 			e.None()
 			e.EndMessage()
 		}
-		c.out.Send(e.Buf, 0)
-		observe()
+		reply(func() { c.out.Send(e.Buf, 0) })
 	}()
 }
 

@@ -228,20 +228,26 @@ func (t *connTotals) copy() connTotals {
 }
 
 // spawn marks the call being handled (an async method's) as replying from
-// a goroutine of its own, and returns what that goroutine calls once it
-// queued the reply (exactly once, whatever the outcome), to record the
-// call's latency. The connection's figures are retired (the totals of
+// a goroutine of its own, and returns what that goroutine calls with the
+// function that queues its reply (exactly once, whatever the outcome): it
+// records the call's latency, then queues the reply. The connection's figures are retired (the totals of
 // the server's ended connections) after every such call replied, so that
 // none is lost when the client goes before its reply.
-func (c *conn) spawn() (observe func()) {
+func (c *conn) spawn() (reply func(send func())) {
 	c.spawned = true
 	c.calls.Add(1)
 	if c.latency == nil {
-		return c.calls.Done
+		return func(send func()) {
+			send()
+			c.calls.Done()
+		}
 	}
 	h, t0 := &c.latency[c.callIdx], c.t0
-	return func() {
+	return func(send func()) {
+		// Counted before the reply goes: a client that reads it and
+		// asks for the figures finds the call in them.
 		h.ObserveDurationShared(opstats.Now().Sub(t0))
+		send()
 		c.calls.Done()
 	}
 }

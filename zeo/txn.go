@@ -204,7 +204,7 @@ func (c *conn) vote(id *wire.Value, txnID int64) {
 
 	idc := cloneValue(id)
 	st := c.st
-	observe := c.spawn()
+	reply := c.spawn()
 	go func() {
 		defer close(t.done)
 		defer cancel()
@@ -326,8 +326,7 @@ func (c *conn) vote(id *wire.Value, txnID int64) {
 			encodeError(&e, &idc, err)
 		}
 		c.txmu.Unlock()
-		c.out.Send(e.Buf, 0)
-		observe()
+		reply(func() { c.out.Send(e.Buf, 0) })
 	}()
 }
 
@@ -504,7 +503,7 @@ func (c *conn) tpcFinish(id *wire.Value, txnID int64) {
 
 	idc := cloneValue(id)
 	st := c.st
-	observe := c.spawn()
+	reply := c.spawn()
 	c.out.Hold()
 	c.srv.work.Add(1)
 	go func() {
@@ -545,8 +544,7 @@ func (c *conn) tpcFinish(id *wire.Value, txnID int64) {
 			e.Oid8(uint64(tid))
 			e.EndMessage()
 		}
-		c.out.Release(e.Buf)
-		observe()
+		reply(func() { c.out.Release(e.Buf) })
 	}()
 }
 
