@@ -28,7 +28,7 @@ import pytest
 import ZEO
 import transaction
 from testutil import Watchdog, reset_peak, rss
-from zeoserver import Server, frame, free_port, recv_exact, recv_frame, wait_listening
+from zeoserver import Server, frame, free_port, recv_exact, recv_frame, stock_client_commits, wait_listening
 
 MiB = 1 << 20
 SLACK = 64 * MiB
@@ -125,22 +125,6 @@ def nil_array(n):
     """[1, False, "register", [[None] * n]]."""
     return (b'\x94\x01\xc2' + mstr('register') + b'\x91\xdd' + struct.pack('>I', n)
             + b'\xc0' * n)
-
-
-def stock_client_commits(srv):
-    """A fresh stock client loads the root and commits a change."""
-    db = ZEO.DB(srv.addr, wait_timeout=10)
-    try:
-        tm = transaction.TransactionManager()
-        conn = db.open(tm)
-        root = conn.root()
-        root['hostile'] = root.get('hostile', 0) + 1
-        tm.commit()
-        n = root['hostile']
-        conn.close()
-    finally:
-        db.close()
-    return n
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ import pytest
 import ZEO
 import transaction
 from testutil import Watchdog, reset_peak, rss
-from zeoserver import Server, frame, free_port, recv_exact, recv_frame, wait_listening
+from zeoserver import Server, frame, free_port, recv_exact, recv_frame, stock_client_commits, wait_listening
 
 ZEO_PY = sys.executable  # the venv's python, with ZODB/py
 MiB = 1 << 20
@@ -88,22 +88,6 @@ def reply_to(s, msgid):
         if m[0] == msgid:
             return m
         box[m[0]] = m
-
-
-def stock_client_commits(srv, key='hostile'):
-    """A fresh stock client loads the root and commits a change."""
-    db = ZEO.DB(srv.addr, wait_timeout=10)
-    try:
-        tm = transaction.TransactionManager()
-        conn = db.open(tm)
-        root = conn.root()
-        root[key] = root.get(key, 0) + 1
-        tm.commit()
-        n = root[key]
-        conn.close()
-    finally:
-        db.close()
-    return n
 
 
 @pytest.fixture

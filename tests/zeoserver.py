@@ -160,6 +160,25 @@ class Server:
         return read(self.log)
 
 
+def stock_client_commits(srv, key='hostile'):
+    """A fresh stock client (ZEO.DB) of srv loads the root and adds one
+    to root[key]; returns the new count."""
+    import transaction
+    import ZEO
+    db = ZEO.DB(srv.addr, wait_timeout=10)
+    try:
+        tm = transaction.TransactionManager()
+        conn = db.open(tm)
+        root = conn.root()
+        root[key] = root.get(key, 0) + 1
+        tm.commit()
+        n = root[key]
+        conn.close()
+    finally:
+        db.close()
+    return n
+
+
 def ssl_conf(port, path, testssl, read_only=True):
     """zeo.conf text of a server on 127.0.0.1:port serving path (read-only
     unless read_only is false) over TLS with ZEO's test certificates

@@ -109,12 +109,7 @@ func (c *conn) setLabel(label string) {
 // logName is a name (or other bytes) a client sent, as a log line shows
 // it: Python's repr of its first 64 bytes, so that no byte it holds can
 // end the line or forge another.
-func logName(b []byte) string {
-	if len(b) > 64 {
-		b = b[:64]
-	}
-	return eventlog.PyRepr(strings.ToValidUTF8(string(b), "\uFFFD"))
-}
+func logName(b []byte) string { return eventlog.PyReprCut(b, 64) }
 
 // maxLogged is the most bytes of a client's string (a transaction's user
 // or description, a file name) a log line quotes.

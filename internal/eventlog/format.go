@@ -358,12 +358,13 @@ func pyFloat(v float64) string {
 
 // PyReprCut is PyRepr of s cut to its first max bytes, followed by
 // "...(N bytes)" when s is longer: a name or other bytes a peer sent,
-// quoted in a log line whose size the peer must not choose.
-func PyReprCut(s string, max int) string {
+// quoted in a log line whose size the peer must not choose. Bytes that
+// are not UTF-8 show as U+FFFD; only the first max bytes are copied.
+func PyReprCut[T string | []byte](s T, max int) string {
 	if len(s) <= max {
-		return PyRepr(s)
+		return PyRepr(string(s))
 	}
-	return PyRepr(s[:max]) + "...(" + strconv.Itoa(len(s)) + " bytes)"
+	return PyRepr(string(s[:max])) + "...(" + strconv.Itoa(len(s)) + " bytes)"
 }
 
 // PyRepr is Python's repr() of a str: single quotes unless the string

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/eventlog"
 	"github.com/zodbd/zodbd/internal/netconn"
 	"github.com/zodbd/zodbd/neo/link"
 	"github.com/zodbd/zodbd/neo/proto"
@@ -204,11 +205,7 @@ func (p *peer) identify(ctx context.Context, id uint32, args []byte) bool {
 	ts, hasTS := m.IdTime, m.IdTime != proto.NoIdTime
 	p.name = fmt.Sprintf("%s (%s)", p.name, nidString(typ, nid))
 	if string(cluster) != n.cfg.Cluster {
-		shown := cluster // the peer's: cut
-		if len(shown) > 64 {
-			shown = shown[:64]
-		}
-		n.log.Printf("neo storage: %s: wrong cluster name %q (%d bytes; closing)", p.name, shown, len(cluster))
+		n.log.Printf("neo storage: %s: wrong cluster name %s (closing)", p.name, eventlog.PyReprCut(cluster, 64))
 		p.errorAndClose(id, proto.ProtocolError, "invalid cluster name")
 		return false
 	}
