@@ -794,18 +794,18 @@ def test_neo_requests_held_by_non_reader(zodbd_test_bin, tmp_path):
 # --- Finding: --max-queued-total does not bound replies left unread --------
 
 
-@pytest.mark.xfail(strict=True, reason='not yet: --max-queued-total closes connections whose backlog grows, '
-                   'not those holding one reply they never read (docs/zeo-server.md)')
 def test_unread_replies_total_bounded(zodbd_bin, tmp_copy, tmp_path):
     """A server with --max-queued-total 128MiB ("all connections together
     hold at most" that, docs/zeo-server.md, "rather than the server
     running out of memory"). An object of 16 MiB exists (any client may
     commit one). 20 connections each send one loadBefore of it (a 60-byte
-    request) and read nothing: each reply waits in its connection's queue
-    (internal/netconn/writer.go), 320 MiB in all, and none is closed:
-    only a backlog that still grows is closed past the total, and these
-    do not grow. With objects of 200 MiB, 100 such connections hold 20
-    GB."""
+    request) and read nothing: each reply waited in its connection's
+    queue (internal/netconn/writer.go), 320 MiB in all, and none was
+    closed: only a backlog that still grew was closed past the total,
+    and these did not grow (with objects of 200 MiB, 100 such connections
+    held 20 GB). Now the connections whose write makes no progress for a
+    second while the total is spent are closed, biggest first, until the
+    others fit, with a log line."""
     from persistent.mapping import PersistentMapping
     srv = Server(zodbd_bin, tmp_copy('1.fs'), tmp_path, extra=['--max-queued-total', '128MiB']).start()
     try:
@@ -836,6 +836,7 @@ def test_unread_replies_total_bounded(zodbd_bin, tmp_copy, tmp_path):
             assert grown <= 128 * MiB + SLACK, (
                 '20 connections that leave one 16 MiB reply each unread hold %d MiB with '
                 '--max-queued-total 128MiB' % (grown // MiB))
+            assert 'read nothing for 1s' in srv.output()
         finally:
             for s in conns:
                 s.close()

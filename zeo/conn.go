@@ -414,9 +414,12 @@ const DefaultMaxFramesTotal = 1 << 30
 func (c *conn) overflow(err error) {
 	var oe *netconn.OverflowError
 	errors.As(err, &oe)
-	if oe.Total {
+	switch {
+	case oe.Stalled > 0:
+		c.log(eventlog.Error, "%d bytes of replies not read by the client, which read nothing for %v while the server's clients hold more than %d in all; closing", oe.Queued, oe.Stalled, oe.Max)
+	case oe.Total:
 		c.log(eventlog.Error, "%d bytes of replies and invalidations not read by the client while the server's clients hold more than %d in all; closing", oe.Queued, oe.Max)
-	} else {
+	default:
 		c.log(eventlog.Error, "%d bytes of replies and invalidations not read by the client (more than %d); closing", oe.Queued, oe.Max)
 	}
 	c.nc.Close()

@@ -97,7 +97,8 @@ type Config struct {
 	// (default DefaultMaxQueuedTotal; < 0: no bound). Past half of it
 	// those connections are slowed as past half of MaxQueued; past the
 	// whole, the ones holding at least the mean, whose backlog grows,
-	// are closed.
+	// are closed, and so are the ones whose write made no progress for
+	// netconn.StallTime, biggest first, until the others fit.
 	MaxQueuedTotal int
 	// MaxFramesTotal bounds the memory that the request frames being
 	// received hold on all connections together, beyond 1 MiB each

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 
 	"github.com/zodbd/zodbd/internal/memtrim"
 )
@@ -59,8 +60,15 @@ type Writer struct {
 	heldMin uint64 // the lowest seq held (while held is not empty)
 	seq     uint64 // the highest seq of Send's bytes in buf or written
 	charged int    // bytes charged to budget
-	written uint64 // bytes written to w (Written)
+	// progress is the bytes written to w (Written), updated after each
+	// part of a write (at most writePart bytes), so that the Budget can
+	// tell a blocked write from a long one without q.mu.
+	progress atomic.Uint64
 }
+
+// writePart is the most bytes given to one Write of the connection: a
+// long write reports its progress at least every writePart bytes.
+const writePart = Unit
 
 // Config configures a Writer. The zero value is valid: no budget.
 type Config struct {
@@ -306,10 +314,15 @@ func (q *Writer) drainLocked() error {
 		q.buf, q.spare = q.spare, nil
 		q.inflight, q.async = len(b), 0
 		q.mu.Unlock()
-		n, err := q.w.Write(b)
+		var err error
+		for off := 0; off < len(b) && err == nil; {
+			var n int
+			n, err = q.w.Write(b[off:min(len(b), off+writePart)])
+			off += n
+			q.progress.Add(uint64(n))
+		}
 		q.mu.Lock()
 		q.inflight = 0
-		q.written += uint64(n)
 		if q.spare == nil && cap(b) <= maxSpare {
 			q.spare = b[:0]
 		} else {
@@ -476,9 +489,7 @@ func (q *Writer) Pending() int {
 
 // Written returns the number of bytes written to the connection so far.
 func (q *Writer) Written() uint64 {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.written
+	return q.progress.Load()
 }
 
 // Close stops accepting bytes, waits for the write in progress and writes

@@ -79,7 +79,9 @@ type Config struct {
 	MaxQueued int
 	// MaxQueuedTotal is the same for all connections together (default
 	// 1 GiB; < 0: no bound), counted in netconn.Unit units of the
-	// connections with at least that much queued.
+	// connections with at least that much queued; past it, the
+	// connections whose write made no progress for netconn.StallTime
+	// are closed (netconn.Budget).
 	MaxQueuedTotal int
 	// MaxFramesTotal bounds the memory that the packets being received
 	// hold on all connections together, beyond 1 MiB each
