@@ -642,7 +642,11 @@ def test_kill9_during_online_pack(tmp_path, zodbd_bin):
     path = os.path.join(sub, 'Data.fs')
     bdir = os.path.join(sub, 'blobs')
     fails = []
-    delays = (0.1, 0.25, 0.4, 0.6, 0.9) if os.environ.get('ZODBD_STRESS') else (0.1, 0.4, 0.9)
+    # Kill delays counted from the moment the pack's output file appears
+    # (the pack is copying): counted from the packer's start, as before,
+    # the server died before a Python client could even connect (no pack
+    # was killed, and the packer waited 30 s for a server).
+    delays = (0, 0.02, 0.05, 0.1, 0.2, 0.4) if os.environ.get('ZODBD_STRESS') else (0, 0.05, 0.2)
     for delay in delays:
         shutil.rmtree(sub, ignore_errors=True)
         os.mkdir(sub)
@@ -654,18 +658,28 @@ def test_kill9_during_online_pack(tmp_path, zodbd_bin):
         srv = Server(zodbd_bin, None, sub, conf=conf, port=port).start()
         out = os.path.join(sub, 'committed.jsonl')
         cm = subprocess.Popen([PY, '-c', KILL_COMMITTER, str(port), out], stderr=subprocess.DEVNULL)
-        time.sleep(0.3)
-        pk = subprocess.Popen([PY, '-c', 'import time, ZEO.ClientStorage as C\n'
+        deadline = time.time() + 30
+        while not (os.path.exists(out) and os.path.getsize(out)) and time.time() < deadline:
+            time.sleep(0.01)
+        pk = subprocess.Popen([PY, '-c', 'import os, time, ZEO.ClientStorage as C\n'
                                'from ZODB.serialize import referencesf\n'
-                               's = C.ClientStorage(("127.0.0.1", %d))\n'
-                               's.pack(time.time(), referencesf, wait=True)' % port],
+                               's = C.ClientStorage(("127.0.0.1", %d), wait_timeout=10)\n'
+                               'try:\n'
+                               '    s.pack(time.time(), referencesf, wait=True)\n'
+                               'finally:\n'
+                               '    os._exit(0)\n' % port],
                               stderr=subprocess.DEVNULL)
+        deadline = time.time() + 30
+        while not os.path.exists(path + '.pack') and pk.poll() is None and time.time() < deadline:
+            time.sleep(0.002)
+        packing = os.path.exists(path + '.pack')
         time.sleep(delay)
         srv.stop(signal.SIGKILL)
         pk.wait(60)
         cm.wait(60)
         committed = [json.loads(x) for x in open(out)] if os.path.exists(out) else []
-        tag = 'kill after %.2fs (%s)' % (delay, sorted(f for f in os.listdir(sub) if f.startswith('Data.fs')))
+        assert packing, 'the pack ended before the kill (delay %s)' % delay
+        tag = 'kill %.2fs into the pack (%s)' % (delay, sorted(f for f in os.listdir(sub) if f.startswith('Data.fs')))
         print(tag, len(committed))
         srv = Server(zodbd_bin, None, sub, conf=conf, port=port).start()
         try:
