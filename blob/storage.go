@@ -2,8 +2,12 @@ package blob
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -29,6 +33,13 @@ type Storage struct {
 	// Logf, when not nil, is told what Pack did to the blob directory
 	// (how many files it removed). Set it before the storage is used.
 	Logf func(format string, args ...any)
+	// KeepOld makes GC (and so Pack) keep the blob directory as it was
+	// before in DIR.old, as ZODB/py's FileStorage does with pack-keep-old
+	// (beside Data.fs.old): the files of removed revisions are moved
+	// there, the others hard-linked (copied where links cannot be made),
+	// and the previous DIR.old is removed first. Set it before the
+	// storage is used.
+	KeepOld bool
 
 	dir    *Dir
 	ws     zodb.WriteStorage // nil when the wrapped storage is read-only
@@ -96,7 +107,11 @@ func (s *Storage) Pack(ctx context.Context, at zodb.Tid, gc bool) error {
 	}
 	n, err := s.GC(ctx)
 	if n > 0 && s.Logf != nil {
-		s.Logf("pack removed %d blob files from %s", n, s.dir.Path())
+		if s.KeepOld {
+			s.Logf("pack moved %d blob files from %s to %s.old", n, s.dir.Path(), s.dir.Path())
+		} else {
+			s.Logf("pack removed %d blob files from %s", n, s.dir.Path())
+		}
 	}
 	return err
 }
@@ -139,8 +154,15 @@ func (s *Storage) GC(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("blob: GC of %s: %w", s.dir.Path(), err)
 	}
+	old := ""
+	if s.KeepOld {
+		old = s.dir.Path() + ".old"
+		if err := startOld(s.dir.Path(), old); err != nil {
+			return 0, fmt.Errorf("blob: GC of %s: %w", s.dir.Path(), err)
+		}
+	}
 	if len(found) == 0 {
-		return 0, nil
+		return 0, linkOld(s.dir, old)
 	}
 	// The records' oids and tids are all it needs: read from the
 	// innermost storage (a zlibstorage would inflate every record, and
@@ -168,11 +190,72 @@ func (s *Storage) GC(ctx context.Context) (int, error) {
 			return true, err
 		}
 		return found[rev{oid, tid}], nil
-	}, "")
+	}, old)
+	if err == nil {
+		err = linkOld(s.dir, old)
+	}
 	if err != nil {
 		return n, fmt.Errorf("blob: GC of %s: %w", s.dir.Path(), err)
 	}
 	return n, nil
+}
+
+// startOld makes old, the blob directory dir as it is before a pack, a
+// new directory with dir's layout marker.
+func startOld(dir, old string) error {
+	if err := os.RemoveAll(old); err != nil {
+		return err
+	}
+	if err := os.Mkdir(old, 0o700); err != nil {
+		return err
+	}
+	return linkOrCopy(filepath.Join(dir, LayoutMarker), filepath.Join(old, LayoutMarker))
+}
+
+// linkOld links into old (when not "") every blob file of d that is not
+// there: with the files GC moved there, old holds the directory as it
+// was before the pack.
+func linkOld(d *Dir, old string) error {
+	if old == "" {
+		return nil
+	}
+	return d.Walk(func(_ zodb.Oid, _ zodb.Tid, path string) error {
+		rel, err := filepath.Rel(d.Path(), path)
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(old, rel)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+			return err
+		}
+		return linkOrCopy(path, dst)
+	})
+}
+
+// linkOrCopy makes dst a hard link to src, or a copy where links cannot
+// be made (another file system); a missing src is not an error.
+func linkOrCopy(src, dst string) error {
+	err := os.Link(src, dst)
+	if err == nil || errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 var (

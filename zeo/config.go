@@ -52,9 +52,13 @@ type SSLConfig struct {
 // sections around it add: <blobstorage> a blob directory, zc.zlibstorage's
 // <zlibstorage> or <serverzlibstorage> the compression of records.
 type FileStorageConfig struct {
-	Name        string
-	Path        string
-	BlobDir     string
+	Name    string
+	Path    string
+	BlobDir string
+	// BlobWrapper: BlobDir is a <blobstorage>'s, around the storage
+	// (ZODB's BlobStorage, which create does not empty), not the
+	// <filestorage>'s blob-dir (emptied by create, as FileStorage does).
+	BlobWrapper bool
 	Create      bool
 	ReadOnly    bool
 	Quota       int64
@@ -189,12 +193,20 @@ var runnerKeys = map[string]bool{
 	"exit-codes": true, "hang-around": true, "default-to-interactive": true, "logfile": true,
 	"transcript": true, "socket-name": true, "prompt": true, "user": true, "umask": true,
 	"start-test-program": true, "start-timeout": true, "stop-timeout": true,
+	"python": true, "zdrun": true,
 }
 
-// runnerSection checks <runner>: zdaemon's keys only, no nested section.
+// runnerSection checks <runner>: zdaemon's keys only, and at most one
+// nested <eventlog> (zdaemon's own log, which zeoctl configures; checked
+// as the server's, not used).
 func runnerSection(s *section) error {
-	if err := s.noSubs(); err != nil {
-		return err
+	for i, sub := range s.subs {
+		if sub.typ != "eventlog" || i > 0 {
+			return fmt.Errorf("line %d: <%s> inside <runner>: only one <eventlog> may be (zdaemon's schema)", sub.line, sub.typ)
+		}
+		if _, err := eventlogSection(sub); err != nil {
+			return err
+		}
 	}
 	return s.each(func(k, _ string) error {
 		if !runnerKeys[k] {
@@ -234,8 +246,14 @@ func (cfg *FileConfig) zeoSection(s *section) error {
 			cfg.InvalidationAge, err = ParseInvalidationAge(v)
 		case "transaction-timeout":
 			var n int64
-			if n, err = strconv.ParseInt(v, 10, 64); err == nil && (n < 0 || n > math.MaxInt64/int64(time.Second)) {
-				err = fmt.Errorf("%d: want 0 (none) or more seconds, at most %d", n, math.MaxInt64/int64(time.Second))
+			switch n, err = strconv.ParseInt(v, 10, 64); {
+			case err != nil:
+			case n == 0:
+				// runzeo's TimeoutThread(0) times out every transaction
+				// as soon as it takes the commit lock.
+				err = fmt.Errorf("0 would time out every transaction as it takes the commit lock (as runzeo does); leave the key out for no timeout")
+			case n < 0 || n > math.MaxInt64/int64(time.Second):
+				err = fmt.Errorf("%d: want 1 or more seconds, at most %d", n, math.MaxInt64/int64(time.Second))
 			}
 			cfg.TransactionTimeout = time.Duration(n) * time.Second
 		case "pid-filename":
@@ -361,7 +379,19 @@ func parseZConfig(r io.Reader) (*section, error) {
 				if !legalName(f[1]) {
 					return nil, fmt.Errorf("line %d: %%define %s: not a name $NAME can refer to (letters, digits and _, not starting with a digit)", n, f[1])
 				}
-				name, val := strings.ToLower(f[1]), strings.Join(f[2:], " ")
+				// The value is the rest of the line after the name, its
+				// inner whitespace kept (ZConfig's rest.split(None, 1)).
+				val := ""
+				if len(f) > 2 {
+					rest := strings.TrimSpace(line[1:])
+					rest = strings.TrimSpace(rest[len(strings.Fields(rest)[0]):])
+					rest = strings.TrimSpace(rest[len(strings.Fields(rest)[0]):])
+					var err error
+					if val, err = substitute(rest, defines); err != nil {
+						return nil, fmt.Errorf("line %d: %w", n, err)
+					}
+				}
+				name := strings.ToLower(f[1])
 				if old, ok := defines[name]; ok && old != val {
 					return nil, fmt.Errorf("line %d: cannot redefine %s", n, f[1]) // as ZConfig
 				}
@@ -584,7 +614,7 @@ func storageSection(s *section, name string, imports map[string]bool) (FileStora
 		if fs.BlobDir != "" {
 			return fs, fmt.Errorf("line %d: <blobstorage %s> around a storage that has a blob directory", s.line, s.name)
 		}
-		fs.BlobDir = dir
+		fs.BlobDir, fs.BlobWrapper = dir, true
 	}
 	return fs, nil
 }

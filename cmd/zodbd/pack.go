@@ -47,7 +47,7 @@ func runPack(args []string) int {
 	noGC := fl.Bool("no-gc", false, "keep objects that are not reachable (ZODB/py's pack-gc false)")
 	workers := fl.Int("workers", 0, "goroutines reading objects during GC (default: GOMAXPROCS)")
 	quiet := fl.Bool("q", false, "no progress line and no summary (--dry-run still prints its report, which is its result)")
-	blobDir := fl.String("blob-dir", "", "the storage's blob directory (`DIR`): remove the blob files of removed revisions")
+	blobDir := fl.String("blob-dir", "", "the storage's blob directory (`DIR`): remove the blob files of removed revisions (the directory as it was is kept as DIR.old, as FILE.old)")
 	dryRun := fl.Bool("dry-run", false, "change nothing: print what the pack would remove and whether a reachable object would dangle")
 	pos, status, ok := parseInterleaved(fl, args)
 	if !ok {
@@ -162,15 +162,16 @@ func runPack(args []string) int {
 			return fatalf("pack", "%s is packed, but its blob directory is not (run the pack again): %v", path, err)
 		}
 		if !*quiet {
-			fmt.Printf("  blob directory %s: %d files of removed revisions removed\n", *blobDir, n)
+			fmt.Printf("  blob directory %s: %d files of removed revisions moved to %s.old\n", *blobDir, n, *blobDir)
 		}
 	}
 	return 0
 }
 
-// packBlobs removes from the blob directory dir the files of the
-// revisions that the (packed) FileStorage at path no longer holds
-// (blob.Storage's GC), and returns how many it removed.
+// packBlobs moves from the blob directory dir to dir.old the files of
+// the revisions that the (packed) FileStorage at path no longer holds
+// (blob.Storage's GC, keeping the directory as it was in dir.old as
+// FILE.old keeps the file), and returns how many it moved.
 func packBlobs(ctx context.Context, path, dir string) (int, error) {
 	fs, err := fs1.Open(path, nil)
 	if err != nil {
@@ -181,7 +182,9 @@ func packBlobs(ctx context.Context, path, dir string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return blob.Wrap(fs, d).GC(ctx)
+	bs := blob.Wrap(fs, d)
+	bs.KeepOld = true // DIR.old, as FILE.old
+	return bs.GC(ctx)
 }
 
 // packProgress reports a pack's phases on the progress line.

@@ -104,7 +104,7 @@ func runServe(args []string) (status int) {
 		fl.BoolVar(&readOnly, n, false, "serve read-only")
 	}
 	for _, n := range []string{"t", "timeout"} {
-		fl.Float64Var(&timeout, n, 0, "transaction timeout in seconds (0: none)")
+		fl.Float64Var(&timeout, n, 0, "transaction timeout in seconds (default: none)")
 	}
 	fl.StringVar(&pidFile, "pid-file", "", "write the process id to this file")
 	fl.BoolVar(&msgpack, "msgpack", false, "announce msgpack (M5) instead of pickle (Z5)")
@@ -142,8 +142,10 @@ func runServe(args []string) (status int) {
 		return fatalf("serve", "--max-frame %d: want a positive size", maxFrame)
 	case gomaxprocs < 0:
 		return fatalf("serve", "--gomaxprocs %d: want 0 (Go's default) or more", gomaxprocs)
+	case (set["t"] || set["timeout"]) && timeout == 0:
+		return fatalf("serve", "--timeout 0 would time out every transaction as it takes the commit lock (as runzeo -t 0 does); leave it out for no timeout")
 	case !(timeout >= 0 && timeout <= float64(math.MaxInt64/int64(time.Second))): // NaN too
-		return fatalf("serve", "--timeout %v: want 0 (none) or more seconds, at most %d", timeout, math.MaxInt64/int64(time.Second))
+		return fatalf("serve", "--timeout %v: want more than 0 seconds, at most %d", timeout, math.MaxInt64/int64(time.Second))
 	case addr != "" && zeo.CheckAddress(addr) != nil:
 		return fatalf("serve", "--address: %v", zeo.CheckAddress(addr))
 	}
@@ -358,11 +360,13 @@ func runServe(args []string) (status int) {
 			return fatalf("serve", "storage %s: %v", sc.Name, err)
 		}
 		opened = append(opened, st)
-		if sc.BlobDir != "" && sc.Create && !sc.ReadOnly {
+		if sc.BlobDir != "" && !sc.BlobWrapper && sc.Create && !sc.ReadOnly {
 			// As ZODB/py's FileStorage(create=True, blob_dir=...): a new
 			// storage starts with an empty blob directory, emptied once
 			// the storage's lock is held (a second server started on it
 			// stops at the lock, before it touches the first one's blobs).
+			// A <blobstorage>'s directory is not emptied (BlobStorage
+			// never does).
 			if err := os.RemoveAll(sc.BlobDir); err != nil {
 				return fatalf("serve", "storage %s: blob-dir: %v", sc.Name, err)
 			}
@@ -387,7 +391,9 @@ func runServe(args []string) (status int) {
 					logf(eventlog.Warning, "storage %s: blob-dir: removed %d uploads (%d bytes) an earlier run left in %s", sc.Name, n, size, d.TempDir())
 				}
 			}
-			served = blob.Wrap(st, d)
+			bs := blob.Wrap(st, d)
+			bs.KeepOld = sc.PackKeepOld // DIR.old beside Data.fs.old, as ZODB/py
+			served = bs
 		}
 		ro := sc.ReadOnly || fc.ReadOnly
 		cfg.Storages = append(cfg.Storages, zeo.StorageConfig{Name: sc.Name, Storage: served, ReadOnly: ro,
