@@ -167,14 +167,7 @@ func (s *Storage) GC(ctx context.Context) (int, error) {
 	// The records' oids and tids are all it needs: read from the
 	// innermost storage (a zlibstorage would inflate every record, and
 	// fail the GC on one it cannot).
-	var raw zodb.Storage = s.Storage
-	for {
-		u, ok := raw.(interface{ Unwrap() zodb.Storage })
-		if !ok {
-			break
-		}
-		raw = u.Unwrap()
-	}
+	raw := zodb.Innermost(s.Storage)
 	err = zodb.Walk(ctx, raw.Iterate(ctx, first, last), zodb.Visitor{Data: func(_ *zodb.TxnInfo, d *zodb.DataInfo) error {
 		k := rev{d.Oid, d.Tid}
 		if _, ok := found[k]; ok {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/zodbd/zodbd/internal/zlibx"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -283,7 +284,7 @@ func (e *txnEncoder) undoRecord(dh *DataHeader) (int64, []byte, error) {
 					return 0, nil, err
 				}
 			}
-			if !bytes.Equal(undoneData, curData) {
+			if !sameState(undoneData, curData) {
 				copyBack = false
 				if pre == 0 {
 					return 0, nil, undoErr("Can't undo an add transaction followed by conflicting transactions.")
@@ -333,3 +334,32 @@ func (w *writer) loadBack(oid zodb.Oid, pos int64) ([]byte, error) {
 	}
 	return data, nil
 }
+
+// sameState reports whether two records hold the same state: the same
+// bytes, or, for records compressed by zc.zlibstorage (".z" and zlib),
+// the same data once inflated. The compressed bytes of one state differ
+// between compressors (Go's and zlib's): a state that zodbd stored again
+// unchanged in a file runzeo wrote must not make its undo fail ("Some
+// data were modified by a later transaction"), where runzeo undoes it.
+func sameState(a, b []byte) bool {
+	if bytes.Equal(a, b) {
+		return true
+	}
+	za, zb := zlibRecord(a), zlibRecord(b)
+	if !za && !zb {
+		return false
+	}
+	inflate := func(d []byte, z bool) ([]byte, bool) {
+		if !z {
+			return d, true
+		}
+		out, err := zlibx.AppendInflate(nil, d[2:])
+		return out, err == nil
+	}
+	da, oka := inflate(a, za)
+	db, okb := inflate(b, zb)
+	return oka && okb && bytes.Equal(da, db)
+}
+
+// zlibRecord reports whether data is a record zc.zlibstorage compressed.
+func zlibRecord(data []byte) bool { return len(data) >= 2 && data[0] == '.' && data[1] == 'z' }

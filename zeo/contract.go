@@ -26,6 +26,8 @@ import (
 //	recentChanger       the invalidation queue seeded with the last transactions' oids
 //	                    (without either: the queue starts empty, older clients verify)
 //	*blob.Storage       blobs (blob.go); the server wraps a StorageConfig.BlobDir itself
+//	zodb.Unwrapper      getTid asks the innermost storage (a damaged compressed
+//	                    record still has a serial, as runzeo answers it)
 //
 // and of a storage's transactions (zodb.Txn), per transaction:
 //
@@ -86,6 +88,7 @@ type capabilities struct {
 	recentTids    recentTider       // nil, or the lazy seeding of the invalidation queue
 	recentChanges recentChanger     // nil, or the eager one
 	lockWaiter    lockWaiter        // nil: "waiting" counts the votes under way
+	raw           zodb.Storage      // zodb.Innermost: getTid reads serials there (no inflate)
 }
 
 // resolve fills c from s's optional interfaces.
@@ -100,6 +103,7 @@ func (c *capabilities) resolve(s zodb.Storage) {
 	c.recentTids, _ = s.(recentTider)
 	c.recentChanges, _ = s.(recentChanger)
 	c.lockWaiter, _ = s.(lockWaiter)
+	c.raw = zodb.Innermost(s)
 }
 
 // storageSize returns the number of objects and the size in bytes, for

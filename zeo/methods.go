@@ -658,7 +658,7 @@ func (c *conn) loadSerial(id *wire.Value, oid zodb.Oid, serial zodb.Tid) error {
 }
 
 func (c *conn) getTid(id *wire.Value, oid zodb.Oid) error {
-	_, serial, err := c.st.st.Load(c.ctx, zodb.Xid{Oid: oid, At: zodb.TidMax})
+	_, serial, err := c.st.raw.Load(c.ctx, zodb.Xid{Oid: oid, At: zodb.TidMax})
 	if err != nil {
 		return err
 	}

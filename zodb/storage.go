@@ -126,3 +126,22 @@ type BeforeLoader interface {
 	// current one). Errors are those of Loader.Load.
 	LoadBefore(ctx context.Context, oid Oid, before Tid, dst []byte) (data []byte, serial, next Tid, err error)
 }
+
+// Unwrapper is implemented by a storage that wraps another (a
+// zlibstorage, a blob storage): Unwrap returns the wrapped storage.
+type Unwrapper interface {
+	Unwrap() Storage
+}
+
+// Innermost returns the storage that st wraps through every Unwrapper:
+// the one whose records are as stored (compressed ones compressed), for
+// what needs only the records' oids and tids, or their bytes unchanged.
+func Innermost(st Storage) Storage {
+	for {
+		u, ok := st.(Unwrapper)
+		if !ok {
+			return st
+		}
+		st = u.Unwrap()
+	}
+}

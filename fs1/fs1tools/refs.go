@@ -13,6 +13,7 @@ import (
 
 	"github.com/zodbd/zodbd/blob"
 	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/internal/zlibx"
 	"github.com/zodbd/zodbd/zodb"
 	"github.com/zodbd/zodbd/zodb/serialize"
 )
@@ -49,6 +50,16 @@ type ent struct {
 type current struct {
 	ents   []ent
 	exists func(zodb.Oid) bool
+	file   string // the FileStorage's path, whose positions ents are ("" for another storage)
+}
+
+// where is "FILE:POS: " for an object of a FileStorage (the position of
+// its current data record), "" for another storage's.
+func (c *current) where(o *object) string {
+	if c.file == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s:%d: ", c.file, o.pos)
 }
 
 // currentOf lists stor's objects: from the index of a FileStorage (by
@@ -61,7 +72,7 @@ func currentOf(ctx context.Context, stor zodb.Storage) (*current, error) {
 		c := &current{ents: make([]ent, 0, idx.Len()), exists: func(oid zodb.Oid) bool {
 			_, ok := idx.Get(oid)
 			return ok
-		}}
+		}, file: fs.URL()}
 		idx.All(func(oid zodb.Oid, pos int64) bool {
 			c.ents = append(c.ents, ent{pos, oid})
 			return true
@@ -186,6 +197,11 @@ func scanRefs(sc *serialize.Scanner, o *object, data []byte, keep func(ref zodb.
 		o.refs = append(o.refs, r)
 	}
 	if len(o.refs) > 0 {
+		if len(data) >= 2 && data[0] == '.' && data[1] == 'z' {
+			// zc.zlibstorage's: the class is in the inflated pickle
+			// (AppendReferences just inflated it).
+			data, _ = zlibx.AppendInflate(nil, data[2:])
+		}
 		o.class, _ = PickleClass(data)
 		if o.class == "" {
 			o.class = "."
@@ -247,7 +263,7 @@ func Refs(ctx context.Context, w io.Writer, stor zodb.Storage) error {
 		}
 		if o.err != nil {
 			if rerr == nil {
-				rerr = &RefsError{First: fmt.Errorf("oid %s: %w", blob.Repr(uint64(o.oid)), o.err)}
+				rerr = &RefsError{First: fmt.Errorf("%soid %s: %w", cur.where(o), blob.Repr(uint64(o.oid)), o.err)}
 			}
 			rerr.Objects = append(rerr.Objects, o.oid)
 			return nil
@@ -315,7 +331,7 @@ func Referrers(ctx context.Context, w io.Writer, stor zodb.Storage, targets []zo
 		return targets == nil || want[r]
 	}, true, func(o *object) error {
 		if o.err != nil && first == nil {
-			first = fmt.Errorf("oid %s: %w", o.oid, o.err)
+			first = fmt.Errorf("%soid %s: %w", cur.where(o), o.oid, o.err)
 		}
 		for _, r := range o.refs {
 			fmt.Fprintf(bw, "%s %s %s -> %s\n", o.oid, o.class, o.tid, r)

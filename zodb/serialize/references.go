@@ -186,13 +186,19 @@ const maxProtocol = 5
 
 // Error is the error References returns for a record it cannot read: Pos
 // is the offset in the record of the opcode (or of the persistent id's
-// opcode) where reading failed.
+// opcode) where reading failed, -1 when the record is compressed and its
+// zlib data could not be inflated (no pickle was read).
 type Error struct {
 	Pos int
 	Err error
 }
 
-func (e *Error) Error() string { return fmt.Sprintf("serialize: record offset %d: %v", e.Pos, e.Err) }
+func (e *Error) Error() string {
+	if e.Pos < 0 {
+		return "serialize: " + e.Err.Error()
+	}
+	return fmt.Sprintf("serialize: record offset %d: %v", e.Pos, e.Err)
+}
 func (e *Error) Unwrap() error { return e.Err }
 
 var (
@@ -221,7 +227,7 @@ func (s *Scanner) AppendReferences(dst []zodb.Oid, data []byte) ([]zodb.Oid, err
 			if errors.Is(err, zlibx.ErrTooBig) {
 				err = fmt.Errorf("%w: %w", ErrLimit, err)
 			}
-			return dst, &Error{0, fmt.Errorf("zlib-compressed record (zc.zlibstorage): %w", err)}
+			return dst, &Error{-1, fmt.Errorf("zlib-compressed record (zc.zlibstorage): %w", err)}
 		}
 		data = s.inflated
 	}
