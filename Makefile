@@ -25,6 +25,11 @@ RACE     ?= $(shell [ "$$($(GO) env CGO_ENABLED)" = 1 ] && command -v "$$($(GO) 
 # after 5 minutes with every goroutine's stack, not after go test's 10.
 GOTESTFLAGS ?= $(RACE) -timeout 5m
 PYTESTFLAGS ?=
+# pytest runs on this many processes (pytest-xdist, --dist loadfile: each
+# file's tests on one of them; its servers on ports of its own); 1 runs it
+# in one process. Most of the suite waits on servers and clients, so two
+# workers on two cores take about half the time of one.
+PYTEST_WORKERS ?= 2
 GOBENCH  ?= .
 GOBENCHFLAGS ?= -benchmem
 BENCHFLAGS ?=
@@ -97,8 +102,9 @@ gotest: datasets
 # pytest exits 5 when it collects no tests; the suite has tests, so that is
 # a failure too, but say so plainly.
 pytest: venv build build-test datasets chromium
-	$(call say,"pytest tests/ (ZODB/py interop: several minutes)")
-	ZODBD=$(abspath $(BIN)) ZODBD_TEST=$(abspath $(TESTBIN)) $(VPY) -m pytest $(PYTESTFLAGS) tests/; \
+	$(call say,"pytest tests/ on $(PYTEST_WORKERS) workers (ZODB/py interop: several minutes)")
+	ZODBD=$(abspath $(BIN)) ZODBD_TEST=$(abspath $(TESTBIN)) $(VPY) -m pytest \
+	  $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile) $(PYTESTFLAGS) tests/; \
 	rc=$$?; \
 	if [ $$rc = 5 ]; then echo "pytest: no tests collected (exit 5)" >&2; fi; \
 	exit $$rc

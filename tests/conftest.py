@@ -126,3 +126,16 @@ def serve(zodbd_bin, tmp_path, marshal):
     yield start
     for s in servers:
         s.stop()
+
+
+# The files that take longest run first: with `make test`'s two workers
+# (pytest-xdist, --dist loadfile: a file's tests on one worker), a long
+# file started last would make the other worker wait for it.
+FIRST = ('test_zeo_zodb_mixins.py', 'test_zeo_contention_oracle.py', 'test_zeo_coherence.py')
+
+
+def pytest_collection_modifyitems(config, items):
+    def rank(item):
+        name = os.path.basename(str(item.fspath))
+        return FIRST.index(name) if name in FIRST else len(FIRST)
+    items.sort(key=rank)  # stable: each file's own order is kept

@@ -13,19 +13,28 @@ VENV_BIN = os.path.dirname(sys.executable)
 _given_ports = set()
 
 
+# Under pytest-xdist (make test runs the suite on two workers), worker K of
+# N takes only the ports whose half is K modulo N (Linux's bind to port 0
+# gives ports of one parity): a port one worker was given but does not
+# listen on yet is never another's.
+_WORKER = os.environ.get('PYTEST_XDIST_WORKER', '')
+_WORKERS = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT') or 1)
+_MINE = int(_WORKER[2:]) % _WORKERS if _WORKER.startswith('gw') and _WORKERS > 1 else 0
+
+
 def free_port():
     """A port free on 127.0.0.1 now, never one this process was given
     before: the kernel may hand a port just closed out again, so that two
     servers of one cluster, both not yet listening, got the same one."""
-    for _ in range(100):
+    for _ in range(100 * _WORKERS):
         s = socket.socket()
         s.bind(('127.0.0.1', 0))
         port = s.getsockname()[1]
         s.close()
-        if port not in _given_ports:
+        if (port // 2) % _WORKERS == _MINE and port not in _given_ports:
             _given_ports.add(port)
             return port
-    raise RuntimeError('no new free port in 100 tries')
+    raise RuntimeError('no new free port in %d tries' % (100 * _WORKERS))
 
 
 # ZEO framing on a raw socket, for the tests that speak the wire themselves.
