@@ -34,25 +34,8 @@ from ZODB.utils import p64, u64, z64
 from zc.zlibstorage import ZlibStorage, compress, decompress
 
 from testutil import fstest, read, zodbd
+from test_zlibstorage import TEXT, conf, zlib_blob_conf as blob_conf
 from zeoserver import Server, free_port, runzeo_cmd
-
-TEXT = 'ZODB object state compresses well. ' * 20
-
-
-def conf(port, path, section='zlibstorage', compress=None, zeo=''):
-    key = '' if compress is None else '  compress %s\n' % ('true' if compress else 'false')
-    return '''
-%%import zc.zlibstorage
-<zeo>
-  address 127.0.0.1:%d
-  %s
-</zeo>
-<%s 1>
-%s  <filestorage 1>
-    path %s
-  </filestorage>
-</%s>
-''' % (port, zeo, section, key, path, section)
 
 
 def server(kind, zodbd_bin, path, tmp_path, section='zlibstorage', compress=None, zeo=''):
@@ -67,6 +50,23 @@ def servers():
     yield started
     for s in started:
         s.stop()
+
+
+@pytest.fixture
+def both(zodbd_bin, tmp_path, servers):
+    """both(orig, section, compress, zeo) yields (kind, server) for zodbd,
+    then runzeo, each serving its own copy of the file orig (a new file
+    when orig is None) with the same zeo.conf; they are stopped when the
+    test ends."""
+    def each(orig=None, section='zlibstorage', compress=None, zeo=''):
+        for kind in ('zodbd', 'runzeo'):
+            p = str(tmp_path / (kind + '.fs'))
+            if orig is not None:
+                shutil.copyfile(orig, p)
+            srv = server(kind, zodbd_bin, p, tmp_path, section, compress, zeo)
+            servers.append(srv)
+            yield kind, srv
+    return each
 
 
 def raw_records(path):
@@ -230,7 +230,7 @@ def client_view(addr, oids):
 
 
 @pytest.mark.parametrize('section', ['zlibstorage', 'serverzlibstorage'])
-def test_client_reads_match_runzeo(zodbd_bin, tmp_path, servers, section):
+def test_client_reads_match_runzeo(zodbd_bin, tmp_path, servers, section, both):
     """A file written by ZODB/py through ZlibStorage, served by zodbd and
     by runzeo with the same zeo.conf: load, loadBefore, loadSerial,
     history (sizes), getTid, the iterator (data, data_txn),
@@ -238,11 +238,8 @@ def test_client_reads_match_runzeo(zodbd_bin, tmp_path, servers, section):
     path = str(tmp_path / 'Orig.fs')
     oids = build_py(path)
     views = {}
-    for kind in ('zodbd', 'runzeo'):
-        p = str(tmp_path / (kind + '.fs'))
-        shutil.copyfile(path, p)
-        srv = server(kind, zodbd_bin, p, tmp_path, section)
-        servers.append(srv)
+    for kind, srv in both(path, section):
+        p = srv.path
         views[kind] = client_view(srv.addr, oids)
         srv.stop()
     z, r = views['zodbd'], views['runzeo']
@@ -299,7 +296,7 @@ def hostile_view(addr, oids):
         cs.close()
 
 
-def test_hostile_records_served_like_runzeo(zodbd_bin, tmp_path, servers):
+def test_hostile_records_served_like_runzeo(zodbd_bin, tmp_path, both):
     """<zlibstorage> serving damaged compressed records: the load of each
     fails for the client as it does with runzeo (trailing bytes after the
     zlib stream are accepted by both), the iterator fails, and the server
@@ -307,11 +304,8 @@ def test_hostile_records_served_like_runzeo(zodbd_bin, tmp_path, servers):
     path = str(tmp_path / 'Orig.fs')
     oids = build_bad(path)
     views = {}
-    for kind in ('zodbd', 'runzeo'):
-        p = str(tmp_path / (kind + '.fs'))
-        shutil.copyfile(path, p)
-        srv = server(kind, zodbd_bin, p, tmp_path)
-        servers.append(srv)
+    for kind, srv in both(path):
+        p = srv.path
         views[kind] = hostile_view(srv.addr, oids)
         srv.stop()
     print(views)
@@ -404,14 +398,18 @@ def test_offline_pack_gc_through_compressed_refs(zodbd_bin, tmp_path):
 
 # --------------------------------------------------- conflict resolution
 
+def zeo_db(addr, wrap):
+    """A DB of a stock ClientStorage of addr, wrapped in ZlibStorage
+    (client-side compression, for <serverzlibstorage>) when wrap."""
+    cs = ClientStorage(addr, wait_timeout=10)
+    return DB(ZlibStorage(cs) if wrap else cs)
+
+
 def conflict_run(addr, wrap):
     """Two clients change a compressed OOBucket and a Length concurrently:
     the second commit conflicts and the server resolves it. Returns the
     state as a fresh client sees it."""
-    def mkdb():
-        cs = ClientStorage(addr, wait_timeout=10)
-        return DB(ZlibStorage(cs) if wrap else cs)
-    db1 = mkdb()
+    db1 = zeo_db(addr, wrap)
     db2 = None
     try:
         tm1, tm2 = transaction.TransactionManager(), transaction.TransactionManager()
@@ -419,7 +417,7 @@ def conflict_run(addr, wrap):
         c1.root()['bucket'] = OOBucket({('k%03d' % i): TEXT[:40] for i in range(40)})
         c1.root()['len'] = Length(10)
         tm1.commit()
-        db2 = mkdb()
+        db2 = zeo_db(addr, wrap)
         c2 = db2.open(tm2)
         b1, b2 = c1.root()['bucket'], c2.root()['bucket']
         l1, l2 = c1.root()['len'], c2.root()['len']
@@ -439,7 +437,7 @@ def conflict_run(addr, wrap):
         db1.close()
         if db2 is not None:
             db2.close()
-    db = mkdb()
+    db = zeo_db(addr, wrap)
     try:
         c = db.open()
         r = c.root()
@@ -456,16 +454,14 @@ def conflict_run(addr, wrap):
     ('serverzlibstorage', True, False),
 ])
 def test_server_conflict_resolution_matches_runzeo(zodbd_bin, tmp_path, servers,
-                                                   section, wrap, comp):
+                                                   section, wrap, comp, both):
     """A conflict on a compressed OOBucket and a Length, resolved in the
     server: the merged state, and whether the merged records are stored
     compressed, are runzeo's (<zlibstorage>: decompress, resolve,
     recompress; <serverzlibstorage>: compressed unless compress false)."""
     got = {}
-    for kind in ('zodbd', 'runzeo'):
-        p = str(tmp_path / (kind + '.fs'))
-        srv = server(kind, zodbd_bin, p, tmp_path, section, comp)
-        servers.append(srv)
+    for kind, srv in both(None, section, comp):
+        p = srv.path
         try:
             state, oids = conflict_run(srv.addr, wrap)
         except ConflictError as e:
@@ -502,17 +498,14 @@ class Counter(Persistent):
 
 
 def client_conflict_run(addr, wrap):
-    def mkdb():
-        cs = ClientStorage(addr, wait_timeout=10)
-        return DB(ZlibStorage(cs) if wrap else cs)
-    db1 = mkdb()
+    db1 = zeo_db(addr, wrap)
     db2 = None
     try:
         tm1, tm2 = transaction.TransactionManager(), transaction.TransactionManager()
         c1 = db1.open(tm1)
         c1.root()['c'] = Counter()
         tm1.commit()
-        db2 = mkdb()
+        db2 = zeo_db(addr, wrap)
         c2 = db2.open(tm2)
         o1, o2 = c1.root()['c'], c2.root()['c']
         o2._p_activate()
@@ -525,7 +518,7 @@ def client_conflict_run(addr, wrap):
         db1.close()
         if db2 is not None:
             db2.close()
-    db = mkdb()
+    db = zeo_db(addr, wrap)
     try:
         c = db.open()
         return c.root()['c'].n, oid
@@ -534,16 +527,13 @@ def client_conflict_run(addr, wrap):
 
 
 @pytest.mark.parametrize('section,wrap', [('zlibstorage', False), ('serverzlibstorage', True)])
-def test_client_conflict_resolution_matches_runzeo(zodbd_bin, tmp_path, servers, section, wrap):
+def test_client_conflict_resolution_matches_runzeo(zodbd_bin, tmp_path, servers, section, wrap, both):
     """A conflict on a class the server does not resolve, resolved by the
     client (runzeo: client-conflict-resolution true): same state, and the
     record is stored compressed, as with runzeo."""
     got = {}
-    for kind in ('zodbd', 'runzeo'):
-        p = str(tmp_path / (kind + '.fs'))
-        srv = server(kind, zodbd_bin, p, tmp_path, section,
-                     zeo='client-conflict-resolution true')
-        servers.append(srv)
+    for kind, srv in both(None, section, zeo='client-conflict-resolution true'):
+        p = srv.path
         try:
             n, oid = client_conflict_run(srv.addr, wrap)
         except ConflictError as e:
@@ -602,16 +592,14 @@ def undo_run(addr, wrap):
 
 
 @pytest.mark.parametrize('section,wrap', [('zlibstorage', False), ('serverzlibstorage', True)])
-def test_undo_matches_runzeo(zodbd_bin, tmp_path, servers, section, wrap):
+def test_undo_matches_runzeo(zodbd_bin, tmp_path, servers, section, wrap, both):
     """Undo through the server with compressed records: an undo that needs
     conflict resolution (decompress, resolve, recompress) and a plain one
     (backpointer): same states and same compressed-or-not records as
     runzeo."""
     got = {}
-    for kind in ('zodbd', 'runzeo'):
-        p = str(tmp_path / (kind + '.fs'))
-        srv = server(kind, zodbd_bin, p, tmp_path, section)
-        servers.append(srv)
+    for kind, srv in both(None, section):
+        p = srv.path
         state, oids = undo_run(srv.addr, wrap)
         srv.stop()
         last = {}
@@ -741,23 +729,6 @@ def test_refs_class_of_compressed_records(zodbd_bin, tmp_path):
 
 # ----------------------------------------------------------------- blobs
 
-def blob_conf(port, path, blobs):
-    return '''
-%%import zc.zlibstorage
-<zeo>
-  address 127.0.0.1:%d
-</zeo>
-<zlibstorage 1>
-  <blobstorage 1>
-    blob-dir %s
-    <filestorage 1>
-      path %s
-    </filestorage>
-  </blobstorage>
-</zlibstorage>
-''' % (port, blobs, path)
-
-
 def blob_files(d):
     """The oid directories of the blob files (tids differ per run)."""
     return sorted(os.path.relpath(r, d)
@@ -807,7 +778,7 @@ def test_blob_pack_gc_through_compressed_refs(zodbd_bin, tmp_path, servers):
     assert [x[:2] for x in z[1]] == [x[:2] for x in r[1]]
 
 
-def test_getTid_of_damaged_record_like_runzeo(zodbd_bin, tmp_path, servers):
+def test_getTid_of_damaged_record_like_runzeo(zodbd_bin, tmp_path, both):
     """Fixed: ZEO's getTid under <zlibstorage>: runzeo answers it from
     the FileStorage (ZlibStorage has no getTid: __getattr__ hands it to
     the base, which never decompresses), so it answers for a record
@@ -816,11 +787,8 @@ def test_getTid_of_damaged_record_like_runzeo(zodbd_bin, tmp_path, servers):
     path = str(tmp_path / 'Orig.fs')
     oids = build_bad(path)
     got = {}
-    for kind in ('zodbd', 'runzeo'):
-        p = str(tmp_path / (kind + '.fs'))
-        shutil.copyfile(path, p)
-        srv = server(kind, zodbd_bin, p, tmp_path)
-        servers.append(srv)
+    for kind, srv in both(path):
+        p = srv.path
         cs = ClientStorage(srv.addr, wait_timeout=10, read_only=True)
         try:
             out = []
@@ -838,7 +806,7 @@ def test_getTid_of_damaged_record_like_runzeo(zodbd_bin, tmp_path, servers):
 
 
 @pytest.mark.parametrize('comp', [True, False])
-def test_store_load_edges_match_runzeo(zodbd_bin, tmp_path, servers, comp):
+def test_store_load_edges_match_runzeo(zodbd_bin, tmp_path, servers, comp, both):
     """<zlibstorage compress true|false>: what lands in Data.fs (compressed
     or not) for data a plain client stores, and what it loads back,
     including '.z' + zlib of nothing (zc.zlibstorage returns such a
@@ -847,10 +815,8 @@ def test_store_load_edges_match_runzeo(zodbd_bin, tmp_path, servers, comp):
     datas = [b'a' * 20, b'a' * 21, TEXT.encode(), b'.z' + zlib.compress(b''),
              b'.z' + zlib.compress(TEXT.encode()), os.urandom(64)]
     got = {}
-    for kind in ('zodbd', 'runzeo'):
-        p = str(tmp_path / (kind + '.fs'))
-        srv = server(kind, zodbd_bin, p, tmp_path, 'zlibstorage', comp)
-        servers.append(srv)
+    for kind, srv in both(None, 'zlibstorage', comp):
+        p = srv.path
         cs = ClientStorage(srv.addr, wait_timeout=10)
         try:
             oids = [cs.new_oid() for _ in datas]
@@ -864,7 +830,7 @@ def test_store_load_edges_match_runzeo(zodbd_bin, tmp_path, servers, comp):
     assert got['zodbd'] == got['runzeo']
 
 
-def test_conflict_on_damaged_committed_record(zodbd_bin, tmp_path, servers):
+def test_conflict_on_damaged_committed_record(zodbd_bin, tmp_path, both):
     """A store conflicting with a committed record whose zlib data is
     damaged (<zlibstorage>, a Length, which both servers resolve): runzeo
     answers ConflictError (tryToResolveConflict turns any failure into
@@ -884,11 +850,8 @@ def test_conflict_on_damaged_committed_record(zodbd_bin, tmp_path, servers):
     store_raw(st, [(oid, old_serial, b'.zgarbage garbage garbage')])
     st.close()
     got = {}
-    for kind in ('zodbd', 'runzeo'):
-        p = str(tmp_path / (kind + '.fs'))
-        shutil.copyfile(path, p)
-        srv = server(kind, zodbd_bin, p, tmp_path)
-        servers.append(srv)
+    for kind, srv in both(path):
+        p = srv.path
         cs = ClientStorage(srv.addr, wait_timeout=10)
         try:
             try:
@@ -908,7 +871,7 @@ def test_conflict_on_damaged_committed_record(zodbd_bin, tmp_path, servers):
     assert got == dict(got, zodbd=got['runzeo']) and got['zodbd', 'root'] == got['runzeo', 'root']
 
 
-def test_restore_into_zlibstorage_server_matches_runzeo(zodbd_bin, tmp_path, servers):
+def test_restore_into_zlibstorage_server_matches_runzeo(zodbd_bin, tmp_path, both):
     """copyTransactionsFrom a plain file (undo backpointers included) into
     a ClientStorage of a <zlibstorage> server (ZEO's restorea: the server
     compresses what it restores): the records (compressed or not, their
@@ -918,10 +881,8 @@ def test_restore_into_zlibstorage_server_matches_runzeo(zodbd_bin, tmp_path, ser
     plain = str(tmp_path / 'plain.fs')
     decompressed_copy(orig, plain)
     got = {}
-    for kind in ('zodbd', 'runzeo'):
-        p = str(tmp_path / (kind + '.fs'))
-        srv = server(kind, zodbd_bin, p, tmp_path)
-        servers.append(srv)
+    for kind, srv in both(None):
+        p = srv.path
         cs = ClientStorage(srv.addr, wait_timeout=10)
         src = FileStorage(plain, read_only=True)
         try:
@@ -945,7 +906,7 @@ def test_restore_into_zlibstorage_server_matches_runzeo(zodbd_bin, tmp_path, ser
         [x[1] for _, recs in got['runzeo'][1:] for x in recs]
 
 
-def test_undo_after_identical_rewrite_on_python_written_file(zodbd_bin, tmp_path, servers):
+def test_undo_after_identical_rewrite_on_python_written_file(zodbd_bin, tmp_path, both):
     """Fixed (a consequence of the compressed bytes differing): FileStorage's
     undo copies a backpointer when the current data equals the undone
     data (byte comparison of the stored, compressed records). On a Data.fs
@@ -964,11 +925,8 @@ def test_undo_after_identical_rewrite_on_python_written_file(zodbd_bin, tmp_path
     transaction.commit()
     db.close()
     got = {}
-    for kind in ('zodbd', 'runzeo'):
-        p = str(tmp_path / (kind + '.fs'))
-        shutil.copyfile(orig, p)
-        srv = server(kind, zodbd_bin, p, tmp_path)
-        servers.append(srv)
+    for kind, srv in both(orig):
+        p = srv.path
         db = DB(ClientStorage(srv.addr, wait_timeout=10))
         try:
             tm = transaction.TransactionManager()

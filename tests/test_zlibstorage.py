@@ -33,18 +33,23 @@ from zeoserver import free_port
 TEXT = 'ZODB object state compresses well. ' * 20
 
 
-def conf(port, path, section):
+def conf(port, path, section='zlibstorage', compress=None, zeo=''):
+    """zeo.conf of a <section> (zlibstorage or serverzlibstorage, with
+    its compress key unless None) around a <filestorage>; zeo: more
+    <zeo> lines."""
+    key = '' if compress is None else '  compress %s\n' % ('true' if compress else 'false')
     return '''
 %%import zc.zlibstorage
 <zeo>
   address 127.0.0.1:%d
+  %s
 </zeo>
 <%s 1>
-  <filestorage 1>
+%s  <filestorage 1>
     path %s
   </filestorage>
 </%s>
-''' % (port, section, path, section)
+''' % (port, zeo, section, key, path, section)
 
 
 def records(path):
@@ -78,6 +83,25 @@ def check(root, n=2):
     assert root['a']['text'] == TEXT and root['a']['n'] == n
     assert root['b']['c']['text'] == TEXT + 'c'
 
+
+
+def zlib_blob_conf(port, path, blobs):
+    """zeo.conf of a <zlibstorage> around a <blobstorage> around a
+    <filestorage> (plone.recipe.zeoserver's zlib-storage with blobs)."""
+    return '''
+%%import zc.zlibstorage
+<zeo>
+  address 127.0.0.1:%d
+</zeo>
+<zlibstorage 1>
+  <blobstorage 1>
+    blob-dir %s
+    <filestorage 1>
+      path %s
+    </filestorage>
+  </blobstorage>
+</zlibstorage>
+''' % (port, blobs, path)
 
 def test_zlibstorage_active(serve, tmp_path):
     path = str(tmp_path / 'Data.fs')
@@ -177,20 +201,7 @@ def test_zlibstorage_with_blobs(serve, tmp_path):
     path = str(tmp_path / 'Data.fs')
     blobs = str(tmp_path / 'blobs')
     port = free_port()
-    text = '''
-%%import zc.zlibstorage
-<zeo>
-  address 127.0.0.1:%d
-</zeo>
-<zlibstorage 1>
-  <blobstorage 1>
-    blob-dir %s
-    <filestorage 1>
-      path %s
-    </filestorage>
-  </blobstorage>
-</zlibstorage>
-''' % (port, blobs, path)
+    text = zlib_blob_conf(port, path, blobs)
     srv = serve(path, conf=text, port=port)
     big = os.urandom(300000)
     db = ZEO.DB(srv.addr, blob_dir=str(tmp_path / 'cache1'), wait_timeout=10)
