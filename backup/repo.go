@@ -143,9 +143,28 @@ func readDat(path string) ([]datEntry, error) {
 		if err1 != nil || err2 != nil || start < 0 || end < start {
 			return nil, fmt.Errorf("backup: %s:%d: bad positions %q %q", path, line, f[0], f[1])
 		}
+		if !isMD5(f[2]) {
+			// (A line cut inside its md5: taken, it was carried into
+			// the next backups' .dat, and every --verify of the set
+			// failed.)
+			return nil, fmt.Errorf("backup: %s:%d: %q is not an md5 (32 hex digits)", path, line, f[2])
+		}
 		es = append(es, datEntry{Path: p, Start: start, End: end, Sum: f[2]})
 	}
 	return es, sc.Err()
+}
+
+// isMD5 reports whether s is an md5 as repozo writes it: 32 hex digits.
+func isMD5(s string) bool {
+	if len(s) != 32 {
+		return false
+	}
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
 }
 
 // formatDat is the text of a .dat file holding es.

@@ -107,6 +107,11 @@ func selectFiles(o RestoreOptions) (chain, error) {
 func matchDat(o RestoreOptions, c chain, logf func(string, ...interface{})) (_ chain, _ []datEntry, skipped []string, err error) {
 	dp := datPath(o.Repo, c[0])
 	es, err := readDat(dp)
+	if err == nil && len(es) == 0 {
+		// repozo writes the .dat after the full backup's file: a backup
+		// interrupted in between left a whole file and no line.
+		err = fmt.Errorf("restore: %s is missing or empty", dp)
+	}
 	if err != nil {
 		if o.Verify {
 			return nil, nil, nil, err
@@ -122,7 +127,16 @@ func matchDat(o RestoreOptions, c chain, logf func(string, ...interface{})) (_ c
 		}
 		c = c[:k]
 	case k < len(c):
-		return nil, nil, nil, fmt.Errorf("restore: %s is not listed in %s at its place", c[k].Name, dp)
+		err := fmt.Errorf("restore: %s is not listed in %s at its place", c[k].Name, dp)
+		if o.Verify || !continued(c, es, k) {
+			return nil, nil, nil, err
+		}
+		// A file an interrupted backup left unlisted, then continued
+		// by the next backup (repozo's default check reads the files,
+		// not the .dat): repozo -R restores every file, and so does
+		// this without --verify.
+		logf("%v: restoring the set's files as they are", err)
+		return c, nil, nil, nil
 	}
 	for _, e := range es[k:] {
 		if o.Date == "" || parseRepoFile(e.Name()).Stamp <= o.Date {
@@ -144,6 +158,20 @@ func matchDat(o RestoreOptions, c chain, logf func(string, ...interface{})) (_ c
 	return c, es, skipped, nil
 }
 
+// continued reports whether the files of set c after its first k, which
+// the .dat lines es list, go on with lines of es in order: files listed
+// after one that is not (a backup interrupted between its file and its
+// line, then continued).
+func continued(c chain, es []datEntry, k int) bool {
+	j := k
+	for i := k; i < len(c) && j < len(es); i++ {
+		if c[i].Name == es[j].Name() {
+			j++
+		}
+	}
+	return j == len(es)
+}
+
 // listedPrefix returns how many of set c's first files the .dat lines es
 // list, in order.
 func listedPrefix(c chain, es []datEntry) int {
@@ -162,8 +190,18 @@ func listedPrefix(c chain, es []datEntry) int {
 // backup; a restore does not read it.
 func chainLastTid(repo string, c chain) (zodb.Tid, error) {
 	es, err := readDat(datPath(repo, c[0]))
-	if err != nil {
-		return 0, err
+	if err != nil || len(es) == 0 || listedPrefix(c, es) < min(len(c), len(es)) {
+		// No .dat to go by (damaged, cut or missing, as a restore
+		// without --verify takes it): the set's files read in order,
+		// the concatenation that such a restore writes.
+		w := newWalker(0, 0)
+		for _, f := range c {
+			path := filepath.Join(repo, f.Name)
+			if _, err := streamFile(path, f.Gzip, func(b []byte) error { _, err := w.feed(b); return err }, nil); err != nil {
+				return 0, fmt.Errorf("restore: %s: %w", path, unwrapPath(err))
+			}
+		}
+		return w.lastTid, nil
 	}
 	for j := listedPrefix(c, es) - 1; j >= 0; j-- {
 		w := newWalker(es[j].Start, 0) // a full backup's line starts at 0
