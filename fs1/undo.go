@@ -345,7 +345,7 @@ func sameState(a, b []byte) bool {
 	if bytes.Equal(a, b) {
 		return true
 	}
-	za, zb := zlibRecord(a), zlibRecord(b)
+	za, zb := zlibx.ZlibStorageRecord(a), zlibx.ZlibStorageRecord(b)
 	if !za && !zb {
 		return false
 	}
@@ -360,6 +360,3 @@ func sameState(a, b []byte) bool {
 	db, okb := inflate(b, zb)
 	return oka && okb && bytes.Equal(da, db)
 }
-
-// zlibRecord reports whether data is a record zc.zlibstorage compressed.
-func zlibRecord(data []byte) bool { return len(data) >= 2 && data[0] == '.' && data[1] == 'z' }

@@ -29,7 +29,7 @@ import (
 // Compressed reports whether a stored record is compressed: whether it
 // starts with ".z".
 func Compressed(data []byte) bool {
-	return len(data) >= 2 && data[0] == '.' && data[1] == 'z'
+	return zlibx.ZlibStorageRecord(data)
 }
 
 // minCompress is the length above which data is compressed.

@@ -197,7 +197,7 @@ func scanRefs(sc *serialize.Scanner, o *object, data []byte, keep func(ref zodb.
 		o.refs = append(o.refs, r)
 	}
 	if len(o.refs) > 0 {
-		if len(data) >= 2 && data[0] == '.' && data[1] == 'z' {
+		if zlibx.ZlibStorageRecord(data) {
 			// zc.zlibstorage's: the class is in the inflated pickle
 			// (AppendReferences just inflated it).
 			data, _ = zlibx.AppendInflate(nil, data[2:])

@@ -200,8 +200,8 @@ func (q *Writer) overflowLocked() bool {
 	return true
 }
 
-// failStalled fails q, found stalled at progress by its Budget b, unless it failed, closed or wrote meanwhile. It reports whether
-// it did.
+// failStalled fails q, found stalled at progress by its Budget b, unless
+// it failed, closed or wrote meanwhile. It reports whether it did.
 func (q *Writer) failStalled(b *Budget, progress uint64) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()

@@ -16,6 +16,12 @@ import (
 	"sync"
 )
 
+// ZlibStorageRecord reports whether a stored record is one zc.zlibstorage
+// compressed: ".z", then zlib data.
+func ZlibStorageRecord(data []byte) bool {
+	return len(data) >= 2 && data[0] == '.' && data[1] == 'z'
+}
+
 // MaxRecord is the bound AppendInflate puts on its output: 1 GiB, four
 // times the biggest record a ZEO frame carries by default (256 MiB) and
 // sixteen times NEO's biggest packet (64 MiB). A record that inflates to

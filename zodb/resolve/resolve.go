@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/zodbd/zodbd/internal/pickle"
+	"github.com/zodbd/zodbd/internal/zlibx"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -139,7 +140,7 @@ func Resolve(old, committed, new []byte) ([]byte, error) {
 func (r *resolver) resolve(old, committed, new []byte) ([]byte, error) {
 	recs := [3][]byte{old, committed, new}
 	for i, rec := range recs {
-		if len(rec) >= 2 && rec[0] == '.' && rec[1] == 'z' {
+		if zlibx.ZlibStorageRecord(rec) {
 			var err error
 			r.inflated[i], err = inflate(r.inflated[i][:0], rec[2:], expandFactor*len(rec)+expandSlack)
 			if err != nil {

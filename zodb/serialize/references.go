@@ -221,7 +221,7 @@ func (s *Scanner) AppendReferences(dst []zodb.Oid, data []byte) ([]zodb.Oid, err
 		lim.MaxValues = DefaultLimits.MaxValues
 	}
 	s.maxHeld = lim.MaxValues
-	if len(data) >= 2 && data[0] == '.' && data[1] == 'z' {
+	if zlibx.ZlibStorageRecord(data) {
 		var err error
 		if s.inflated, err = zlibx.AppendInflateMax(s.inflated[:0], data[2:], lim.MaxInflated); err != nil {
 			if errors.Is(err, zlibx.ErrTooBig) {
