@@ -30,6 +30,14 @@ PYTESTFLAGS ?=
 # in one process. Most of the suite waits on servers and clients, so two
 # workers on two cores take about half the time of one.
 PYTEST_WORKERS ?= 2
+# A test (with its fixtures) that runs longer than this many seconds fails
+# with every thread's stack (pytest-timeout), and the run goes on: the
+# longest takes about a minute on 2 busy cores.
+PYTEST_TIMEOUT ?= 300
+# After this many seconds no further test starts: a run that something
+# slowed down ends with its report (failures, --durations) instead of
+# being cut by CI's own limit. The suite takes about 12 minutes here.
+PYTEST_SESSION_TIMEOUT ?= 2700
 GOBENCH  ?= .
 GOBENCHFLAGS ?= -benchmem
 BENCHFLAGS ?=
@@ -104,7 +112,8 @@ gotest: datasets
 pytest: venv build build-test datasets chromium
 	$(call say,"pytest tests/ on $(PYTEST_WORKERS) workers (ZODB/py interop: several minutes)")
 	ZODBD=$(abspath $(BIN)) ZODBD_TEST=$(abspath $(TESTBIN)) $(VPY) -m pytest \
-	  $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile) $(PYTESTFLAGS) tests/; \
+	  $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile) \
+	  --timeout $(PYTEST_TIMEOUT) --session-timeout $(PYTEST_SESSION_TIMEOUT) --durations 15 $(PYTESTFLAGS) tests/; \
 	rc=$$?; \
 	if [ $$rc = 5 ]; then echo "pytest: no tests collected (exit 5)" >&2; fi; \
 	exit $$rc

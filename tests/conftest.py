@@ -139,3 +139,29 @@ def pytest_collection_modifyitems(config, items):
         name = os.path.basename(str(item.fspath))
         return FIRST.index(name) if name in FIRST else len(FIRST)
     items.sort(key=rank)  # stable: each file's own order is kept
+
+
+# A test that takes more than SLOW seconds is named when it ends, as the
+# run goes (the --durations table comes only at the end of a run that
+# ends): on a CI machine slower than this one, the output then says where
+# the time went even when the run is cut.
+SLOW = 60
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_logreport(report):
+    if report.when != 'call' or report.duration <= SLOW:
+        return
+    config = _CONFIG.get('config')
+    if config is None or hasattr(config, 'workerinput'):
+        return
+    tr = config.pluginmanager.get_plugin('terminalreporter')
+    if tr is not None:
+        tr.write_line('slow: %s took %.0f s' % (report.nodeid, report.duration))
+
+
+_CONFIG = {}
+
+
+def pytest_configure(config):
+    _CONFIG['config'] = config
