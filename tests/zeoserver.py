@@ -156,14 +156,35 @@ class Server:
             return None
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            deadline = time.time() + 20
+            while True:
+                try:
+                    self.proc.wait(1)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                if time.time() > deadline:
+                    self.proc.kill()
+                    self.proc.wait()
+                    break
+                if self.kind == 'runzeo':
+                    self._wake()
         rc = self.proc.returncode
         self.proc = None
         return rc
+
+    def _wake(self):
+        """Connects to runzeo and hangs up, so that its main thread runs.
+
+        CPython runs a signal's handler in the main thread only, between
+        bytecodes: when the kernel hands SIGTERM to another of runzeo's
+        threads, its main thread sleeps on in its event loop's poll, with
+        no client and no timer to wake it, and runzeo's handler (which
+        exits 0) waits for the next event. One connection is that event."""
+        try:
+            socket.create_connection(self.addr, timeout=1).close()
+        except OSError:
+            pass
 
     def output(self):
         return read(self.log)
