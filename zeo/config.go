@@ -360,10 +360,11 @@ func parseZConfig(r io.Reader) (*section, error) {
 				return nil, fmt.Errorf("line %d: empty directive", n)
 			}
 			// As ZConfig: $NAME is replaced in values and in the
-			// arguments of directives, never in names (%define's).
+			// arguments of directives, never in names (%define's);
+			// %define's value is substituted whole, below.
 			first := 1
 			if strings.EqualFold(f[0], "define") {
-				first = 2
+				first = len(f)
 			}
 			for i := first; i < len(f); i++ {
 				var err error
