@@ -13,7 +13,6 @@ import (
 
 	"github.com/zodbd/zodbd/blob"
 	"github.com/zodbd/zodbd/fs1"
-	"github.com/zodbd/zodbd/internal/zlibx"
 	"github.com/zodbd/zodbd/zodb"
 	"github.com/zodbd/zodbd/zodb/serialize"
 )
@@ -197,12 +196,9 @@ func scanRefs(sc *serialize.Scanner, o *object, data []byte, keep func(ref zodb.
 		o.refs = append(o.refs, r)
 	}
 	if len(o.refs) > 0 {
-		if zlibx.ZlibStorageRecord(data) {
-			// zc.zlibstorage's: the class is in the inflated pickle
-			// (AppendReferences just inflated it).
-			data, _ = zlibx.AppendInflate(nil, data[2:])
-		}
-		o.class, _ = PickleClass(data)
+		// The class is in the pickle AppendReferences read (inflated
+		// when zc.zlibstorage compressed the record).
+		o.class, _ = PickleClass(sc.Pickle())
 		if o.class == "" {
 			o.class = "."
 		}

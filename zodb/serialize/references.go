@@ -100,6 +100,7 @@ type Scanner struct {
 	pids  []pid
 
 	inflated  []byte // the last zlib-compressed record, decompressed
+	pickle    []byte // the pickle the last AppendReferences read
 	maxHeld   int    // Limits.MaxValues of the current record
 	smallMemo int    // memo indexes below this go to memo, the others to big
 }
@@ -231,6 +232,7 @@ func (s *Scanner) AppendReferences(dst []zodb.Oid, data []byte) ([]zodb.Oid, err
 		}
 		data = s.inflated
 	}
+	s.pickle = data
 	s.smallMemo = min(maxSmallMemo, len(data))
 	pos := 0
 	var err error
@@ -256,7 +258,14 @@ func (s *Scanner) AppendReferences(dst []zodb.Oid, data []byte) ([]zodb.Oid, err
 	return dst, nil
 }
 
+// Pickle returns the pickle the last AppendReferences read: its data, or
+// the data inflated when zc.zlibstorage compressed the record; nil when
+// the record could not be inflated. It is valid until the next call of
+// AppendReferences.
+func (s *Scanner) Pickle() []byte { return s.pickle }
+
 func (s *Scanner) reset() {
+	s.pickle = nil
 	clear(s.memo)
 	s.memo = s.memo[:0]
 	if len(s.big) > 0 {
