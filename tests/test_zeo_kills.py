@@ -68,21 +68,23 @@ CONF = '''
 # to a vote or finish sent on the new connection for a transaction begun
 # on the one killed (StorageTransactionError(None, txn): no transaction
 # there; runzeo's _check_tid answers the same), and the stock client's
-# own error when a one-way call of that transaction finds its protocol
-# gone (an AttributeError in asyncio's callback).
+# own error when a one-way call of that transaction (call_async, or
+# call_async_iter for a blob's upload) finds its protocol gone (an
+# AttributeError in asyncio's callback: ClientIO calls self.protocol's
+# method, and the protocol is None once the connection is lost).
 EXPECTED_LOG = [re.compile(p) for p in (
     r'^A storage error occurred during the second phase of the two-phase commit',
     r"^Couldn't load state for ",
     r' from server: ZODB\.POSException\.StorageTransactionError:\(None, \d+\)',
-    r"^Exception in callback ClientIO\.call_async\(",
 )]
+ONE_WAY = re.compile(r'^Exception in callback ClientIO\.(call_async|call_async_iter)\(')
 
 
 def expected(e):
     """Whether the logged record e is one that a kill makes a client log."""
-    if e['msg'].startswith('Exception in callback ClientIO.call_async(') \
-            and "'NoneType' object has no attribute 'call_async'" not in (e.get('exc') or ''):
-        return False
+    m = ONE_WAY.match(e['msg'])
+    if m:
+        return "'NoneType' object has no attribute '%s'" % m.group(1) in (e.get('exc') or '')
     return any(p.search(e['msg']) for p in EXPECTED_LOG)
 
 
