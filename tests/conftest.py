@@ -165,3 +165,21 @@ _CONFIG = {}
 
 def pytest_configure(config):
     _CONFIG['config'] = config
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    import zeoserver
+    zeoserver.STARTED_LOGS.clear()  # before the test's fixtures start any
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test's report ends with the last lines of the logs of the
+    servers (tests/zeoserver.py's Server) it started."""
+    import zeoserver
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and call.when in ('call', 'teardown'):
+        for path in zeoserver.STARTED_LOGS:
+            report.sections.append(('server log %s (end)' % path, zeoserver.read(path)[-3000:]))

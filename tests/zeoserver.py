@@ -105,6 +105,11 @@ def runzeo_cmd():
     return [sys.executable, '-m', 'ZEO.runzeo']
 
 
+# The log files of the servers started since the current test began:
+# conftest.py shows their ends beside a test that fails.
+STARTED_LOGS = []
+
+
 class Server:
     """A server process on 127.0.0.1. kind is 'zodbd' or 'runzeo'.
 
@@ -148,6 +153,8 @@ class Server:
         with open(self.log, 'ab') as logf:
             self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env,
                                          preexec_fn=self.preexec_fn)
+        if self.log not in STARTED_LOGS:
+            STARTED_LOGS.append(self.log)
         wait_listening(self.addr, self.proc, self.log)
         return self
 
@@ -164,6 +171,15 @@ class Server:
                 except subprocess.TimeoutExpired:
                     pass
                 if time.time() > deadline:
+                    if self.kind == 'zodbd':
+                        # Go's runtime writes every goroutine's stack to
+                        # the log, then exits 2: where the server hung.
+                        self.proc.send_signal(signal.SIGQUIT)
+                        try:
+                            self.proc.wait(5)
+                            break
+                        except subprocess.TimeoutExpired:
+                            pass
                     self.proc.kill()
                     self.proc.wait()
                     break
