@@ -36,9 +36,12 @@ func blobTid(name string) (zodb.Tid, bool) {
 // neither.
 func blobFiles(dir string) (map[string]int64, error) {
 	out := map[string]int64{}
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+	// A trailing separator: a dir that is a symbolic link is walked
+	// through (filepath.WalkDir does not follow a root that is a link).
+	root := dir + string(filepath.Separator)
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
-			if path != dir && os.IsNotExist(err) { // removed meanwhile (a pack)
+			if path != root && os.IsNotExist(err) { // removed meanwhile (a pack)
 				return nil
 			}
 			return err

@@ -37,6 +37,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/zodbd/zodbd/internal/vfs"
 	"github.com/zodbd/zodbd/zodb"
@@ -539,11 +540,12 @@ func (b *Batch) Undo() {
 // directories that are not named as the layout names them are skipped, as
 // is the tmp directory. An error from fn stops the walk and is returned.
 func (d *Dir) Walk(fn func(oid zodb.Oid, tid zodb.Tid, path string) error) error {
-	return filepath.WalkDir(d.base, func(path string, e fs.DirEntry, err error) error {
+	root := d.walkRoot()
+	return filepath.WalkDir(root, func(path string, e fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if path == d.base {
+		if path == root {
 			return nil
 		}
 		name := e.Name()
@@ -569,6 +571,12 @@ func (d *Dir) Walk(fn func(oid zodb.Oid, tid zodb.Tid, path string) error) error
 	})
 }
 
+// walkRoot is where walks of d start: its path with a trailing
+// separator, so that a blob directory that is a symbolic link (to another
+// disk, say) is walked through, as ZODB/py reaches its files through it
+// (filepath.WalkDir does not follow a root that is a link).
+func (d *Dir) walkRoot() string { return d.base + string(filepath.Separator) }
+
 // Discard removes a file of the tmp area (or a shared upload) that will not
 // be stored. Errors are ignored: the file may be gone already.
 func (d *Dir) Discard(path string) { d.fsys.Remove(path) }
@@ -586,14 +594,15 @@ func (d *Dir) GC(last zodb.Tid, exists func(oid zodb.Oid, tid zodb.Tid) (bool, e
 	}
 	removed := 0
 	var dirs []string
-	err := filepath.WalkDir(d.base, func(path string, e fs.DirEntry, err error) error {
+	root := d.walkRoot()
+	err := filepath.WalkDir(root, func(path string, e fs.DirEntry, err error) error {
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil
 			}
 			return err
 		}
-		if path == d.base {
+		if path == root {
 			return nil
 		}
 		name := e.Name()
@@ -629,7 +638,17 @@ func (d *Dir) GC(last zodb.Tid, exists func(oid zodb.Oid, tid zodb.Tid) (bool, e
 				return err
 			}
 			if err := d.fsys.Rename(path, dst); err != nil {
-				return err
+				// DIR.old beside a DIR that links to another
+				// file system: copied there, then removed.
+				if !errors.Is(err, syscall.EXDEV) {
+					return err
+				}
+				if err := copyFile(d.fsys, path, dst); err != nil {
+					return err
+				}
+				if err := d.fsys.Remove(path); err != nil {
+					return err
+				}
 			}
 		} else if err := d.fsys.Remove(path); err != nil {
 			return err
