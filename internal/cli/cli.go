@@ -92,7 +92,8 @@ type Repeatable interface {
 // guardRepeats makes a flag given twice with different values an error
 // (the last one does not win silently), aliases included (-r and
 // --repository set the same variable): the flags of fl that set one
-// variable share one record of the value given first. Values that are
+// variable share one record of the value given first. It also makes an
+// empty value an error for a flag whose default is empty. Values that are
 // Repeatable are left alone. It returns the function that puts the flags'
 // own values back, which Parse calls before anything may print the
 // defaults: flag.PrintDefaults calls String on a zero value of each
@@ -112,7 +113,7 @@ func guardRepeats(fl *flag.FlagSet) (unguard func()) {
 				given[f.Value] = g
 			}
 		}
-		f.Value = &onceValue{Value: f.Value, given: g}
+		f.Value = &onceValue{Value: f.Value, given: g, emptyIsNone: f.DefValue == ""}
 		wrapped = append(wrapped, f)
 	})
 	return func() {
@@ -128,13 +129,20 @@ type givenValue struct {
 	set bool
 }
 
-// onceValue is a flag's value that refuses a second, different setting.
+// onceValue is a flag's value that refuses a second, different setting,
+// and an empty one where empty is the default (emptyIsNone): `--blob-dir
+// "$DIR"` with DIR unset would otherwise mean "no blob directory" and go
+// on without a word.
 type onceValue struct {
 	flag.Value
-	given *givenValue
+	given       *givenValue
+	emptyIsNone bool
 }
 
 func (o *onceValue) Set(s string) error {
+	if s == "" && o.emptyIsNone {
+		return errors.New("empty (an unset variable?); leave the option out to give none")
+	}
 	if o.given.set {
 		if o.given.v != s {
 			return fmt.Errorf("given twice, with %q before", o.given.v)

@@ -124,3 +124,20 @@ func TestParseInterleaved(t *testing.T) {
 		}
 	}
 }
+
+// An empty value for a flag whose default is empty is refused: with
+// `--blob-dir "$DIR"` and DIR unset, `zodbd copy` copied no blob and
+// exited 0. A flag with another default keeps taking "".
+func TestEmptyValueRefused(t *testing.T) {
+	fl := flag.NewFlagSet("copy", flag.ContinueOnError)
+	fl.String("blob-dir", "", "")
+	fl.String("label", "x", "")
+	var out, errb strings.Builder
+	if _, ok := Parse(fl, []string{"--blob-dir", ""}, &out, &errb); ok || !strings.Contains(errb.String(), "empty") {
+		t.Fatalf("--blob-dir \"\": ok=%v, stderr %q", ok, errb.String())
+	}
+	errb.Reset()
+	if _, ok := Parse(fl, []string{"--label="}, &out, &errb); !ok {
+		t.Fatalf("--label= (default x): refused: %q", errb.String())
+	}
+}
