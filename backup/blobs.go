@@ -53,13 +53,19 @@ func blobFiles(dir string) (map[string]int64, error) {
 			}
 			return nil
 		}
-		if !d.Type().IsRegular() {
-			return nil
-		}
 		if _, ok := blobTid(d.Name()); !ok && rel != ".layout" {
 			return nil
 		}
-		fi, err := d.Info()
+		info := d.Info
+		if d.Type()&fs.ModeSymlink != 0 {
+			// A blob file may link to the file of its data: the
+			// data is backed up (os.Stat follows the link).
+			info = func() (fs.FileInfo, error) { return os.Stat(path) }
+		}
+		fi, err := info()
+		if err == nil && !fi.Mode().IsRegular() {
+			return nil
+		}
 		if err != nil {
 			if os.IsNotExist(err) {
 				return nil

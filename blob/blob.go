@@ -428,6 +428,13 @@ func (b *Batch) Link(oid zodb.Oid, from, to zodb.Tid) (bool, error) {
 // the blob directory), there is nothing to do.
 func (b *Batch) LinkFile(src string, oid zodb.Oid, tid zodb.Tid) error {
 	fi, err := os.Lstat(src)
+	if err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		// A blob file that links to the file holding the data: that
+		// file is linked (or copied), not the link.
+		if src, err = filepath.EvalSymlinks(src); err == nil {
+			fi, err = os.Lstat(src)
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("blob: %w", err)
 	} else if !fi.Mode().IsRegular() {
@@ -553,9 +560,12 @@ func (d *Dir) Walk(fn func(oid zodb.Oid, tid zodb.Tid, path string) error) error
 			if path == d.tmp || strings.HasPrefix(name, ".") {
 				return filepath.SkipDir
 			}
+			if strings.HasSuffix(name, Suffix) && d.isBlobPath(path) {
+				return fmt.Errorf("blob: %s: a directory where a blob file belongs (damage?)", path)
+			}
 			return nil
 		}
-		if !e.Type().IsRegular() || !strings.HasSuffix(name, Suffix) {
+		if !strings.HasSuffix(name, Suffix) || !regularOrLinkToOne(path, e) {
 			return nil
 		}
 		rel, _ := filepath.Rel(d.base, filepath.Dir(path))
@@ -569,6 +579,28 @@ func (d *Dir) Walk(fn func(oid zodb.Oid, tid zodb.Tid, path string) error) error
 		}
 		return fn(oid, zodb.Tid(tid), path)
 	})
+}
+
+// isBlobPath reports whether path is where the layout puts a blob file.
+func (d *Dir) isBlobPath(path string) bool {
+	rel, _ := filepath.Rel(d.base, filepath.Dir(path))
+	_, ok := d.parseOidRel(rel)
+	_, ok2 := parseRepr(strings.TrimSuffix(filepath.Base(path), Suffix))
+	return ok && ok2
+}
+
+// regularOrLinkToOne reports whether the entry e at path is a regular
+// file or a symbolic link to one (ZODB/py reads a blob file through a
+// link).
+func regularOrLinkToOne(path string, e fs.DirEntry) bool {
+	if e.Type().IsRegular() {
+		return true
+	}
+	if e.Type()&fs.ModeSymlink == 0 {
+		return false
+	}
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular()
 }
 
 // walkRoot is where walks of d start: its path with a trailing
@@ -613,7 +645,7 @@ func (d *Dir) GC(last zodb.Tid, exists func(oid zodb.Oid, tid zodb.Tid) (bool, e
 			dirs = append(dirs, path)
 			return nil
 		}
-		if !e.Type().IsRegular() || !strings.HasSuffix(name, Suffix) {
+		if !strings.HasSuffix(name, Suffix) || !regularOrLinkToOne(path, e) {
 			return nil
 		}
 		rel, _ := filepath.Rel(d.base, filepath.Dir(path))

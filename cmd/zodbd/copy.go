@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,10 +9,12 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/zodbd/zodbd/blob"
 	"github.com/zodbd/zodbd/fs1"
+	"github.com/zodbd/zodbd/fs1/fs1tools"
 	"github.com/zodbd/zodbd/internal/spool"
 	"github.com/zodbd/zodbd/zodb"
 )
@@ -121,6 +124,14 @@ func runCopy(args []string) int {
 	if err != nil {
 		return fatalf("copy", "%v", err)
 	}
+	if n.noFile > 0 {
+		more := ""
+		if n.noFile > len(n.noFileFirst) {
+			more = ", ..."
+		}
+		l.Printf("zodbd copy: warning: %d blob records have no file in %s and were copied without one, as ZODB's copyTransactionsFrom does (missing: %s%s)",
+			n.noFile, *srcBlobs, strings.Join(n.noFileFirst, ", "), more)
+	}
 	if !*quiet {
 		if dstDir != nil {
 			fmt.Printf("copied %d transactions, %d data records, %d blob files\n", n.txns, n.records, n.blobs)
@@ -205,6 +216,21 @@ type blobRestorer interface {
 type copied struct {
 	txns, records, blobs int
 	packed               int // transactions of status 'p'
+	// Records of class ZODB.blob.Blob without a file in SRC's blob
+	// directory (copied without one, as ZODB's copyTransactionsFrom
+	// does), and the first few of them (OID@TID).
+	noFile      int
+	noFileFirst []string
+}
+
+// isBlobRecord reports whether data is the record of a ZODB.blob.Blob
+// (its class pickle names it; a compressed record is not looked into).
+func isBlobRecord(data []byte) bool {
+	if !bytes.Contains(data[:min(len(data), 64)], []byte("Blob")) {
+		return false
+	}
+	class, err := fs1tools.PickleClass(data)
+	return err == nil && class == "ZODB.blob.Blob"
 }
 
 // copyTransactions restores every transaction of src into dst, in order,
@@ -297,6 +323,11 @@ func copyTransactions(ctx context.Context, dst zodb.WriteStorage, src zodb.Stora
 				}
 				n.blobs++
 				return br.RestoreBlob(d.Oid, data, prev, path)
+			}
+			if blobs != nil && isBlobRecord(data) {
+				if n.noFile++; len(n.noFileFirst) < 5 {
+					n.noFileFirst = append(n.noFileFirst, fmt.Sprintf("%s@%s", d.Oid, d.Tid))
+				}
 			}
 			return tx.Restore(d.Oid, data, prev)
 		},

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -112,6 +113,9 @@ func runPack(args []string) int {
 		if fi, err := os.Stat(*blobDir); err != nil || !fi.IsDir() {
 			return fatalf("pack", "--blob-dir %s: not a directory", *blobDir)
 		}
+		if err := checkBlobDirOf(context.Background(), path, *blobDir); err != nil {
+			return fatalf("pack", "%v", err)
+		}
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -185,6 +189,47 @@ func packBlobs(ctx context.Context, path, dir string) (int, error) {
 	bs := blob.Wrap(fs, d)
 	bs.KeepOld = true // DIR.old, as FILE.old
 	return bs.GC(ctx)
+}
+
+// errOwned stops checkBlobDirOf's walk at the first file of a revision.
+var errOwned = errors.New("a revision's blob file")
+
+// checkBlobDirOf returns an error when the blob directory dir holds blob
+// files and none of them is the blob of a revision of the FileStorage at
+// path: dir is then not its blob directory (another storage's, given by
+// mistake), and the blob step of a pack would move every file of it to
+// dir.old, which the next pack replaces.
+func checkBlobDirOf(ctx context.Context, path, dir string) error {
+	fs, err := openFS(path)
+	if err != nil {
+		return err
+	}
+	defer fs.Close()
+	d, err := blob.OpenReadOnly(dir, "")
+	if err != nil {
+		return err
+	}
+	n := 0
+	err = d.Walk(func(oid zodb.Oid, tid zodb.Tid, _ string) error {
+		n++
+		if tid == zodb.TidMax {
+			return nil
+		}
+		_, serial, _, err := fs.LoadBefore(ctx, oid, tid+1, nil)
+		if err == nil && serial == tid {
+			return errOwned
+		}
+		return nil
+	})
+	switch {
+	case err == errOwned || n == 0:
+		return nil
+	case err != nil:
+		return err
+	}
+	return fmt.Errorf("--blob-dir %s: none of its %d blob files is a revision of %s: not its blob directory? "+
+		"(a pack would move them all to %s.old; if they are the leftovers of an interrupted pack, remove them by hand)",
+		dir, n, path, dir)
 }
 
 // packProgress reports a pack's phases on the progress line.
