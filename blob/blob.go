@@ -666,7 +666,7 @@ func (d *Dir) GC(last zodb.Tid, exists func(oid zodb.Oid, tid zodb.Tid) (bool, e
 		}
 		if keepOld != "" {
 			dst := filepath.Join(keepOld, rel, name)
-			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			if err := mkdirAll(d.fsys, filepath.Dir(dst), 0o755); err != nil {
 				return err
 			}
 			if err := d.fsys.Rename(path, dst); err != nil {
@@ -741,6 +741,26 @@ func setNotWritable(path string) error {
 	}
 	perm := fi.Mode().Perm()&^0o222 | di.Mode().Perm()&0o444
 	return os.Chmod(path, perm)
+}
+
+// mkdirAll creates dir and its missing parents through fsys, as
+// os.MkdirAll (without syncing: for DIR.old, a copy).
+func mkdirAll(fsys vfs.FS, dir string, perm fs.FileMode) error {
+	if fi, err := os.Stat(dir); err == nil {
+		if !fi.IsDir() {
+			return fmt.Errorf("%s is not a directory", dir)
+		}
+		return nil
+	}
+	if parent := filepath.Dir(dir); parent != dir {
+		if err := mkdirAll(fsys, parent, perm); err != nil {
+			return err
+		}
+	}
+	if err := fsys.Mkdir(dir, perm); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return nil
 }
 
 // mkdirAllSync creates dir and its missing parents, fsyncing the parent

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 
+	"github.com/zodbd/zodbd/internal/vfs"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -157,7 +157,7 @@ func (s *Storage) GC(ctx context.Context) (int, error) {
 	old := ""
 	if s.KeepOld {
 		old = s.dir.Path() + ".old"
-		if err := startOld(s.dir.Path(), old); err != nil {
+		if err := startOld(s.dir, old); err != nil {
 			return 0, fmt.Errorf("blob: GC of %s: %w", s.dir.Path(), err)
 		}
 	}
@@ -193,16 +193,18 @@ func (s *Storage) GC(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// startOld makes old, the blob directory dir as it is before a pack, a
-// new directory with dir's layout marker.
-func startOld(dir, old string) error {
+// startOld makes old, the blob directory of d as it is before a pack, a
+// new directory with d's layout marker.
+func startOld(d *Dir, old string) error {
+	// The previous copy (internal/vfs has no RemoveAll: what a crash
+	// leaves of it is removed by the next pack).
 	if err := os.RemoveAll(old); err != nil {
 		return err
 	}
-	if err := os.Mkdir(old, 0o700); err != nil {
+	if err := d.fsys.Mkdir(old, 0o700); err != nil {
 		return err
 	}
-	return linkOrCopy(filepath.Join(dir, LayoutMarker), filepath.Join(old, LayoutMarker))
+	return linkOrCopy(d.fsys, filepath.Join(d.Path(), LayoutMarker), filepath.Join(old, LayoutMarker))
 }
 
 // linkOld links into old (when not "") every blob file of d that is not
@@ -218,37 +220,24 @@ func linkOld(d *Dir, old string) error {
 			return err
 		}
 		dst := filepath.Join(old, rel)
-		if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+		if err := mkdirAll(d.fsys, filepath.Dir(dst), 0o700); err != nil {
 			return err
 		}
-		return linkOrCopy(path, dst)
+		return linkOrCopy(d.fsys, path, dst)
 	})
 }
 
 // linkOrCopy makes dst a hard link to src, or a copy where links cannot
 // be made (another file system); a missing src is not an error.
-func linkOrCopy(src, dst string) error {
-	err := os.Link(src, dst)
+func linkOrCopy(fsys vfs.FS, src, dst string) error {
+	err := fsys.Link(src, dst)
 	if err == nil || errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	in, err := os.Open(src)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
+	if err := copyFile(fsys, src, dst); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
+	return nil
 }
 
 var (
