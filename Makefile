@@ -32,12 +32,14 @@ PYTESTFLAGS ?=
 PYTEST_WORKERS ?= 2
 # A test (with its fixtures) that runs longer than this many seconds fails
 # with every thread's stack (pytest-timeout), and the run goes on: the
-# longest takes about a minute on 2 busy cores.
-PYTEST_TIMEOUT ?= 300
+# longest takes about a minute on 2 busy cores; 0, no limit, is the
+# default with ZODBD_STRESS (the long variants).
+PYTEST_TIMEOUT ?= $(if $(ZODBD_STRESS),0,300)
 # After this many seconds no further test starts: a run that something
 # slowed down ends with its report (failures, --durations) instead of
 # being cut by CI's own limit. The suite takes about 12 minutes here.
-PYTEST_SESSION_TIMEOUT ?= 2700
+# Empty, no limit, is the default with ZODBD_STRESS.
+PYTEST_SESSION_TIMEOUT ?= $(if $(ZODBD_STRESS),,2700)
 GOBENCH  ?= .
 GOBENCHFLAGS ?= -benchmem
 BENCHFLAGS ?=
@@ -113,7 +115,7 @@ pytest: venv build build-test datasets chromium
 	$(call say,"pytest tests/ on $(PYTEST_WORKERS) workers (ZODB/py interop: several minutes)")
 	ZODBD=$(abspath $(BIN)) ZODBD_TEST=$(abspath $(TESTBIN)) $(VPY) -m pytest \
 	  $(if $(filter-out 0 1,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile) \
-	  --timeout $(PYTEST_TIMEOUT) --session-timeout $(PYTEST_SESSION_TIMEOUT) --durations 15 $(PYTESTFLAGS) tests/; \
+	  --timeout $(PYTEST_TIMEOUT) $(if $(PYTEST_SESSION_TIMEOUT),--session-timeout $(PYTEST_SESSION_TIMEOUT)) --durations 15 $(PYTESTFLAGS) tests/; \
 	rc=$$?; \
 	if [ $$rc = 5 ]; then echo "pytest: no tests collected (exit 5)" >&2; fi; \
 	exit $$rc
