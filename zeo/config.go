@@ -85,6 +85,15 @@ type section struct {
 	imports   map[string]bool // root only: the packages of %import lines
 }
 
+// tag is the section's opening tag as written, `<typ name>` (`<typ>` for
+// an unnamed section), for errors.
+func (s *section) tag() string {
+	if s.name == "" {
+		return "<" + s.typ + ">"
+	}
+	return "<" + s.typ + " " + s.name + ">"
+}
+
 // keyValue is a key's value and the line that gives it.
 type keyValue struct {
 	v    string
@@ -589,7 +598,7 @@ func storageSection(s *section, name string, imports map[string]bool) (FileStora
 			err = fmt.Errorf("unknown key")
 		}
 		if err != nil {
-			return fmt.Errorf("<%s %s> %s: %w", s.typ, s.name, k, err)
+			return fmt.Errorf("%s %s: %w", s.tag(), k, err)
 		}
 		return nil
 	})
@@ -600,7 +609,7 @@ func storageSection(s *section, name string, imports map[string]bool) (FileStora
 		return FileStorageConfig{}, fmt.Errorf("line %d: <blobstorage %s> has no blob-dir", s.line, s.name)
 	}
 	if len(s.subs) != 1 {
-		return FileStorageConfig{}, fmt.Errorf("line %d: <%s %s> must hold exactly one storage section", s.line, s.typ, s.name)
+		return FileStorageConfig{}, fmt.Errorf("line %d: %s must hold exactly one storage section", s.line, s.tag())
 	}
 	fs, err := storageSection(s.subs[0], name, imports)
 	if err != nil {
@@ -608,7 +617,7 @@ func storageSection(s *section, name string, imports map[string]bool) (FileStora
 	}
 	if isZlib {
 		if fs.Zlib != "" {
-			return fs, fmt.Errorf("line %d: <%s %s> inside another zlib storage section", s.line, s.typ, s.name)
+			return fs, fmt.Errorf("line %d: %s inside another zlib storage section", s.line, s.tag())
 		}
 		fs.Zlib, fs.ZlibCompress = s.typ, compress
 	} else {
@@ -652,7 +661,7 @@ func filestorageSection(s *section, name string) (FileStorageConfig, error) {
 			err = fmt.Errorf("unknown key")
 		}
 		if err != nil {
-			return fmt.Errorf("<filestorage %s> %s: %w", s.name, k, err)
+			return fmt.Errorf("%s %s: %w", s.tag(), k, err)
 		}
 		return nil
 	})
@@ -660,7 +669,7 @@ func filestorageSection(s *section, name string) (FileStorageConfig, error) {
 		return fs, err
 	}
 	if fs.Path == "" {
-		return fs, fmt.Errorf("line %d: <filestorage %s> has no path", s.line, s.name)
+		return fs, fmt.Errorf("line %d: %s has no path", s.line, s.tag())
 	}
 	return fs, nil
 }

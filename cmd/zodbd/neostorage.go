@@ -62,7 +62,7 @@ func runNeoStorage(args []string) (status int) {
 	var readWrite bool
 	fl.BoolVar(&readWrite, "read-write", false, "take commits (FileStorage: PATH.neo beside it keeps the final tids of NEO's transactions, the node id and the partition table; SQLite: written as NEO/py's storage writes it)")
 	var withMaster string
-	fl.StringVar(&withMaster, "with-master", "", "test build only (bin/zodbd-test), for tests, demos and benchmarks: also run the test master (`zodbd-test neo-master`) in this process, listening on `ADDR`, and join it (then --masters is not needed)")
+	fl.StringVar(&withMaster, "with-master", "", "test build only (bin/zodbd-test), for tests, demos and benchmarks: also run the test master (zodbd-test neo-master) in this process, listening on `ADDR`, and join it (then --masters is not needed)")
 	if status, ok := parseFlags(fl, args); !ok {
 		return status
 	}

@@ -37,8 +37,8 @@ func runPack(args []string) int {
 		"as a server that has FILE open holds it. The pack time is now less --days\n"+
 		"days (default 0: now), or --time, or --tid. With --blob-dir, the blob files\n"+
 		"of the revisions the pack removed are removed from the blob directory DIR\n"+
-		"(as ZODB/py's FileStorage pack with a blob_dir; they are not kept beside\n"+
-		"FILE.old). With --dry-run, nothing is changed and no lock is taken (FILE may\n"+
+		"(as ZODB/py's FileStorage pack with a blob_dir), the directory as it was\n"+
+		"kept as DIR.old beside FILE.old. With --dry-run, nothing is changed and no lock is taken (FILE may\n"+
 		"be in use): the pack is computed into an unlinked temporary file beside FILE\n"+
 		"and its summary printed, with the references of reachable objects that would\n"+
 		"dangle (exit status 1 when there are any).\n\n")
