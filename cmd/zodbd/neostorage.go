@@ -85,7 +85,14 @@ func runNeoStorage(args []string) (status int) {
 	if maxFramesTotal == 0 {
 		maxFramesTotal = -1
 	}
-	if clusterName == "" || masters == "" || fl.NArg() != 1 {
+	switch {
+	case clusterName == "":
+		cliMisuse("neo-storage", "--cluster NAME is required")
+		return 2
+	case masters == "":
+		cliMisuse("neo-storage", "--masters HOST:PORT[,...] is required (or --with-master, test build)")
+		return 2
+	case fl.NArg() != 1:
 		fl.Usage()
 		return 2
 	}
