@@ -545,11 +545,22 @@ func (b *Batch) Undo() {
 // Walk calls fn for each committed blob file of the directory (in
 // lexical order of paths), with its oid, tid and path. Files and
 // directories that are not named as the layout names them are skipped, as
-// is the tmp directory. An error from fn stops the walk and is returned.
+// is the tmp directory; a directory where a blob file belongs is an error
+// (damage). An error from fn stops the walk and is returned.
 func (d *Dir) Walk(fn func(oid zodb.Oid, tid zodb.Tid, path string) error) error {
+	return d.walk(false, nil, fn)
+}
+
+// walk is Walk, calling also dir (when not nil) for each directory it
+// enters; with vanished, an entry removed while it walks (by an abort, or
+// the whole directory) is passed over rather than an error.
+func (d *Dir) walk(vanished bool, dir func(path string), fn func(oid zodb.Oid, tid zodb.Tid, path string) error) error {
 	root := d.walkRoot()
 	return filepath.WalkDir(root, func(path string, e fs.DirEntry, err error) error {
 		if err != nil {
+			if vanished && errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
 			return err
 		}
 		if path == root {
@@ -562,6 +573,9 @@ func (d *Dir) Walk(fn func(oid zodb.Oid, tid zodb.Tid, path string) error) error
 			}
 			if strings.HasSuffix(name, Suffix) && d.isBlobPath(path) {
 				return fmt.Errorf("blob: %s: a directory where a blob file belongs (damage?)", path)
+			}
+			if dir != nil {
+				dir(path)
 			}
 			return nil
 		}
@@ -626,38 +640,11 @@ func (d *Dir) GC(last zodb.Tid, exists func(oid zodb.Oid, tid zodb.Tid) (bool, e
 	}
 	removed := 0
 	var dirs []string
-	root := d.walkRoot()
-	err := filepath.WalkDir(root, func(path string, e fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		if path == root {
+	found := func(oid zodb.Oid, tid zodb.Tid, path string) error {
+		if tid > last {
 			return nil
 		}
-		name := e.Name()
-		if e.IsDir() {
-			if path == d.tmp || strings.HasPrefix(name, ".") {
-				return filepath.SkipDir
-			}
-			dirs = append(dirs, path)
-			return nil
-		}
-		if !strings.HasSuffix(name, Suffix) || !regularOrLinkToOne(path, e) {
-			return nil
-		}
-		rel, _ := filepath.Rel(d.base, filepath.Dir(path))
-		oid, ok := d.parseOidRel(rel)
-		if !ok {
-			return nil
-		}
-		tid, ok := parseRepr(strings.TrimSuffix(name, Suffix))
-		if !ok || zodb.Tid(tid) > last {
-			return nil
-		}
-		keep, err := exists(oid, zodb.Tid(tid))
+		keep, err := exists(oid, tid)
 		if err != nil {
 			return err
 		}
@@ -665,7 +652,8 @@ func (d *Dir) GC(last zodb.Tid, exists func(oid zodb.Oid, tid zodb.Tid) (bool, e
 			return nil
 		}
 		if keepOld != "" {
-			dst := filepath.Join(keepOld, rel, name)
+			rel, _ := filepath.Rel(d.base, path)
+			dst := filepath.Join(keepOld, rel)
 			if err := mkdirAll(d.fsys, filepath.Dir(dst), 0o755); err != nil {
 				return err
 			}
@@ -687,7 +675,8 @@ func (d *Dir) GC(last zodb.Tid, exists func(oid zodb.Oid, tid zodb.Tid) (bool, e
 		}
 		removed++
 		return nil
-	})
+	}
+	err := d.walk(true, func(path string) { dirs = append(dirs, path) }, found)
 	// Remove empty directories, deepest first.
 	d.durMu.Lock()
 	d.durable = nil
