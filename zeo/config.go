@@ -606,7 +606,7 @@ func storageSection(s *section, name string, imports map[string]bool) (FileStora
 		return FileStorageConfig{}, err
 	}
 	if !isZlib && dir == "" {
-		return FileStorageConfig{}, fmt.Errorf("line %d: <blobstorage %s> has no blob-dir", s.line, s.name)
+		return FileStorageConfig{}, fmt.Errorf("line %d: %s has no blob-dir", s.line, s.tag())
 	}
 	if len(s.subs) != 1 {
 		return FileStorageConfig{}, fmt.Errorf("line %d: %s must hold exactly one storage section", s.line, s.tag())
@@ -622,7 +622,7 @@ func storageSection(s *section, name string, imports map[string]bool) (FileStora
 		fs.Zlib, fs.ZlibCompress = s.typ, compress
 	} else {
 		if fs.BlobDir != "" {
-			return fs, fmt.Errorf("line %d: <blobstorage %s> around a storage that has a blob directory", s.line, s.name)
+			return fs, fmt.Errorf("line %d: %s around a storage that has a blob directory", s.line, s.tag())
 		}
 		fs.BlobDir, fs.BlobWrapper = dir, true
 	}

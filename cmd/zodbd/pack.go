@@ -38,10 +38,10 @@ func runPack(args []string) int {
 		"days (default 0: now), or --time, or --tid. With --blob-dir, the blob files\n"+
 		"of the revisions the pack removed are removed from the blob directory DIR\n"+
 		"(as ZODB/py's FileStorage pack with a blob_dir), the directory as it was\n"+
-		"kept as DIR.old beside FILE.old. With --dry-run, nothing is changed and no lock is taken (FILE may\n"+
-		"be in use): the pack is computed into an unlinked temporary file beside FILE\n"+
-		"and its summary printed, with the references of reachable objects that would\n"+
-		"dangle (exit status 1 when there are any).\n\n")
+		"kept as DIR.old beside FILE.old. With --dry-run, nothing is changed and no\n"+
+		"lock is taken (FILE may be in use): the pack is computed into an unlinked\n"+
+		"temporary file beside FILE and its summary printed, with the references of\n"+
+		"reachable objects that would dangle (exit status 1 when there are any).\n\n")
 	days := fl.Float64("days", 0, "pack to `N` days before now (ZODB/py: pack(time.time() - N*86400))")
 	unix := fl.String("time", "", "pack time as Unix time in seconds (`UNIXTIME`, fractions allowed)")
 	tidS := fl.String("tid", "", "pack time as a tid (16 hex digits, `TID`)")
