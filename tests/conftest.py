@@ -148,23 +148,24 @@ def pytest_collection_modifyitems(config, items):
 SLOW = 60
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_runtest_logreport(report):
-    if report.when != 'call' or report.duration <= SLOW:
-        return
-    config = _CONFIG.get('config')
-    if config is None or hasattr(config, 'workerinput'):
-        return
-    tr = config.pluginmanager.get_plugin('terminalreporter')
-    if tr is not None:
-        tr.write_line('slow: %s took %.0f s' % (report.nodeid, report.duration))
+class SlowReporter:
+    """Registered in the process that reports (not in xdist's workers)."""
 
+    def __init__(self, config):
+        self.config = config
 
-_CONFIG = {}
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logreport(self, report):
+        if report.when != 'call' or report.duration <= SLOW:
+            return
+        tr = self.config.pluginmanager.get_plugin('terminalreporter')
+        if tr is not None:
+            tr.write_line('slow: %s took %.0f s' % (report.nodeid, report.duration))
 
 
 def pytest_configure(config):
-    _CONFIG['config'] = config
+    if not hasattr(config, 'workerinput'):
+        config.pluginmanager.register(SlowReporter(config), 'zodbd-slow-reporter')
 
 
 @pytest.hookimpl(tryfirst=True)
