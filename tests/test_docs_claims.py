@@ -39,9 +39,7 @@ def help_flags(run_zodbd, cmd):
 
 def test_every_help_option_is_documented(run_zodbd):
     """Every option `zodbd CMD -h` lists is named somewhere in README.md or
-    docs/*.md. `zodbd wrk --inflight` is not (docs/client.md's synopsis
-    and text describe -c, -d, --cache, --json, --topic, --commit,
-    --objects, --size only)."""
+    docs/*.md (`zodbd wrk --inflight` was not)."""
     docs = all_docs()
     missing = []
     for cmd in COMMANDS:
@@ -54,10 +52,9 @@ def test_every_help_option_is_documented(run_zodbd):
 
 def test_neo_storage_help_names_with_master_argument_addr(run_zodbd):
     """docs/tools.md and docs/neo.md: `neo-storage --with-master ADDR`.
-    `zodbd neo-storage -h` shows `-with-master zodbd-test neo-master`:
+    `zodbd neo-storage -h` showed `-with-master zodbd-test neo-master`:
     Go's flag package takes the first back-quoted word of the usage text
-    (cmd/zodbd/neostorage.go:65 quotes `zodbd-test neo-master` before
-    `ADDR`) as the argument's name."""
+    as the argument's name, and the text quoted the test command first."""
     out = run_zodbd('neo-storage', '-h').stdout
     line = [l for l in out.splitlines() if l.startswith('  -with-master')]
     assert line == ['  -with-master ADDR']
@@ -85,8 +82,8 @@ def test_pack_help_agrees_that_blob_dir_old_is_kept(run_zodbd, tmp_path):
     """docs/tools.md ("--blob-dir DIR": "the directory as it was is kept
     beside FILE.old, as DIR.old"), docs/zeo-server.md and pack's own
     -blob-dir line say DIR.old is kept, and it is; the text of
-    `zodbd pack -h` (cmd/zodbd/pack.go:39-40) says the removed blob files
-    "are not kept beside FILE.old"."""
+    `zodbd pack -h` said the removed blob files "are not kept beside
+    FILE.old"."""
     fs = str(tmp_path / 'Data.fs')
     blobs = str(tmp_path / 'blobs')
     make_blob_db(fs, blobs)
@@ -96,18 +93,18 @@ def test_pack_help_agrees_that_blob_dir_old_is_kept(run_zodbd, tmp_path):
     assert len(old) == 2          # DIR.old holds the directory as it was
     help_text = ' '.join(run_zodbd('pack', '-h').stdout.split())
     assert 'they are not kept beside FILE.old' not in help_text
+    assert 'the directory as it was kept as DIR.old beside FILE.old' in help_text
 
 
 def test_client_md_url_table_lists_every_scheme(run_zodbd):
     """docs/client.md, "Opening a storage by URL": its table lists file
-    paths, zeo:// and zeos:// and says "The NEO client will register
-    neo:// the same way"; neo:// is registered now (and documented further
-    down), and sqlite:PATH, which `zodbd hash -h` and README name, is in
-    no URL table of client.md."""
+    paths, zeo:// and zeos:// and said "The NEO client will register
+    neo:// the same way", long after it did; sqlite:PATH, which `zodbd
+    hash -h` and README name, was in no URL table of client.md."""
     doc = read_doc('docs/client.md')
     section = doc.split('## Opening a storage by URL', 1)[1].split('\n## ', 1)[0]
     assert 'will register `neo://`' not in section
-    assert '`sqlite:' in doc
+    assert '`neo://' in section and '`sqlite:PATH`' in section
     hash_help = run_zodbd('hash', '-h').stdout
     assert 'sqlite:PATH' in hash_help
 
@@ -149,11 +146,12 @@ def test_pack_time_before_1970_refused_as_documented(run_zodbd, tmp_copy):
 
 def test_neo_node_metrics_as_documented(zodbd_bin, zodbd_test_bin, tmp_copy):
     """docs/neo.md, "--http-addr": for a FileStorage backend the node
-    exports the storage's objects, size, index and pack metrics, and
+    exports the storage's objects, size, index and pack metrics, and said
     "Writes (and with them commits, conflicts, commit lock and fsync
     figures) are not served by the node yet". A --read-write node that
     took commits exports zodbd_commit_lock_{wait,hold}_seconds and
-    zodbd_fsync_{duration_seconds,group_transactions} too."""
+    zodbd_fsync_{duration_seconds,group_transactions} too: every metric
+    it exports is in that section."""
     import time
     import urllib.request
     fs = tmp_copy('1.fs')
