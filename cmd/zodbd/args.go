@@ -35,6 +35,10 @@ func parseInterleaved(fl *flag.FlagSet, args []string) (pos []string, status int
 	return cli.ParseInterleaved(fl, args, os.Stdout, os.Stderr)
 }
 
+// cliMisuse reports a usage error of the subcommand cmd on stderr: msg
+// and the pointer to "zodbd CMD -h" (the caller exits with status 2).
+func cliMisuse(cmd, msg string) { cli.Misuse(os.Stderr, cmd, msg) }
+
 // isSet reports whether the flag name was given on the command line.
 func isSet(fl *flag.FlagSet, name string) bool {
 	set := false

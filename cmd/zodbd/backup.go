@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/zodbd/zodbd/backup"
-	"github.com/zodbd/zodbd/internal/cli"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -287,8 +286,6 @@ func runRestore(args []string) int {
 	}
 	return 0
 }
-
-func cliMisuse(cmd, msg string) { cli.Misuse(os.Stderr, cmd, msg) }
 
 // isTid matches a tid given to --to: 16 hex digits, or 0x and hex digits.
 var isTid = regexp.MustCompile(`^(0x[0-9a-fA-F]+|[0-9a-fA-F]{16})$`)

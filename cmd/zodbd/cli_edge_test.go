@@ -161,3 +161,31 @@ func TestCLITailAttachedCount(t *testing.T) {
 		t.Errorf("zodbd tail -n3: status %d, stderr %q; want fstail's -n3 (as -n 3)", status, strings.TrimSpace(errOut))
 	}
 }
+
+// TestCLIServeUsageStatus: serve without a storage, or with a flag value
+// it refuses (--create without -f, --timeout 0, a bad --address), exited
+// with status 1, as for a storage that fails to open; a usage error is
+// status 2 for every other command (docs/tools.md), and for serve's own
+// flag errors. Refused before anything is opened or bound.
+func TestCLIServeUsageStatus(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "zeo.conf")
+	if err := os.WriteFile(conf, []byte("<filestorage>\npath "+filepath.Join(filepath.Dir(conf), "Data.fs")+"\n</filestorage>\n"), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"serve"},
+		{"serve", "-a", "127.0.0.1:0"},
+		{"serve", "-C", conf, "--create"},
+		{"serve", "-C", conf, "--timeout", "0"},
+		{"serve", "-C", conf, "--max-frame", "0"},
+		{"serve", "-C", conf, "--address", "127.0.0.1:notaport"},
+	} {
+		status, out, errOut := capture(t, args...)
+		if status != 2 || out != "" || !strings.Contains(errOut, `Run "zodbd serve -h" for usage.`) {
+			t.Errorf("zodbd %s: status %d, stdout %q, stderr %q; want status 2 and a pointer to -h", strings.Join(args, " "), status, out, strings.TrimSpace(errOut))
+		}
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(conf), "Data.fs")); !os.IsNotExist(err) {
+		t.Errorf("a refused serve created its storage: %v", err)
+	}
+}

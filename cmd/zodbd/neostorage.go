@@ -69,23 +69,26 @@ func runNeoStorage(args []string) (status int) {
 	if withMaster != "" && masters == "" {
 		masters = withMaster
 	}
-	if maxTxnBytes < 0 {
-		return fatalf("neo-storage", "--max-txn-bytes must not be negative")
-	}
-	if !readWrite && isSet(fl, "max-txn-bytes") {
-		cliMisuse("neo-storage", "--max-txn-bytes bounds the transactions of a node that takes commits: it goes with --read-write")
-		return 2
-	}
-	if maxQueued <= 0 {
-		return fatalf("neo-storage", "--max-queued must be more than 0")
-	}
 	if maxQueuedTotal == 0 {
 		maxQueuedTotal = -1
 	}
 	if maxFramesTotal == 0 {
 		maxFramesTotal = -1
 	}
+	// Usage errors: exit status 2, before anything is opened or bound.
 	switch {
+	case maxTxnBytes < 0:
+		cliMisuse("neo-storage", "--max-txn-bytes must not be negative")
+		return 2
+	case !readWrite && isSet(fl, "max-txn-bytes"):
+		cliMisuse("neo-storage", "--max-txn-bytes bounds the transactions of a node that takes commits: it goes with --read-write")
+		return 2
+	case maxQueued <= 0:
+		cliMisuse("neo-storage", "--max-queued must be more than 0")
+		return 2
+	case gomaxprocs < 0:
+		cliMisuse("neo-storage", "--gomaxprocs must not be negative")
+		return 2
 	case clusterName == "":
 		cliMisuse("neo-storage", "--cluster NAME is required")
 		return 2
@@ -101,9 +104,6 @@ func runNeoStorage(args []string) (status int) {
 		if err := pinCPUs(cpus); err != nil {
 			return fatalf("neo-storage", "--cpus %s: %v", cpus, err)
 		}
-	}
-	if gomaxprocs < 0 {
-		return fatalf("neo-storage", "--gomaxprocs must not be negative")
 	}
 	if gomaxprocs > 0 {
 		runtime.GOMAXPROCS(gomaxprocs)

@@ -162,6 +162,20 @@ func TestNeoStorageNegativeGomaxprocs(t *testing.T) {
 	}
 }
 
+// TestNeoStorageUsageStatus: a refused flag value is a usage error
+// (status 2, as serve's and the flag parser's); --gomaxprocs -2,
+// --max-queued 0 and a negative --max-txn-bytes exited with status 1, as
+// for a storage that fails to open.
+func TestNeoStorageUsageStatus(t *testing.T) {
+	for _, flag := range [][]string{{"--gomaxprocs", "-2"}, {"--max-queued", "0"}, {"--read-write", "--max-txn-bytes", "-1"}} {
+		args := append([]string{"neo-storage"}, flag...)
+		args = append(args, "--cluster", "x", "--masters", "127.0.0.1:1", "--bind", "127.0.0.1:0", filepath.Join(t.TempDir(), "missing.fs"))
+		if status, _, errOut := capture(t, args...); status != 2 || !strings.Contains(errOut, `Run "zodbd neo-storage -h"`) {
+			t.Errorf("zodbd neo-storage %s: status %d, stderr %q; want status 2 and a pointer to -h", strings.Join(flag, " "), status, strings.TrimSpace(errOut))
+		}
+	}
+}
+
 // TestStdoutWriteError: a command whose result is what it prints
 // must not exit 0 when that result could not be written (stdout full or
 // gone): info, zdump, catobj, tail, dump, refs and analyze exit 1, but

@@ -18,7 +18,6 @@ import (
 
 	"github.com/zodbd/zodbd/blob"
 	"github.com/zodbd/zodbd/fs1"
-	"github.com/zodbd/zodbd/internal/cli"
 	"github.com/zodbd/zodbd/internal/eventlog"
 	"github.com/zodbd/zodbd/zeo"
 	"github.com/zodbd/zodbd/zeo/wire"
@@ -127,27 +126,34 @@ func runServe(args []string) (status int) {
 		return status
 	}
 	if fl.NArg() != 0 {
-		cli.Misuse(os.Stderr, "serve", fmt.Sprintf("unexpected argument %q (storages are given with -f FILE or -C zeo.conf)", fl.Arg(0)))
+		cliMisuse("serve", fmt.Sprintf("unexpected argument %q (storages are given with -f FILE or -C zeo.conf)", fl.Arg(0)))
 		return 2
 	}
 	set := map[string]bool{}
 	fl.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	// A value that cannot be honoured is refused, not replaced.
+	// A value that cannot be honoured is refused, not replaced: a usage
+	// error (exit status 2, as a flag error).
+	misusef := func(format string, args ...interface{}) int {
+		cliMisuse("serve", fmt.Sprintf(format, args...))
+		return 2
+	}
 	switch {
+	case conf == "" && len(files) == 0:
+		return misusef("no storage: give -f FILE or -C zeo.conf")
 	case create && len(files) == 0:
-		return fatalf("serve", "--create applies to -f files (with -C, create true in a <filestorage>)")
+		return misusef("--create applies to -f files (with -C, create true in a <filestorage>)")
 	case invq < 0 || set["invalidation-queue-size"] && invq == 0:
-		return fatalf("serve", "--invalidation-queue-size %d: want at least 1", invq)
+		return misusef("--invalidation-queue-size %d: want at least 1", invq)
 	case maxFrame <= 0:
-		return fatalf("serve", "--max-frame %d: want a positive size", maxFrame)
+		return misusef("--max-frame %d: want a positive size", maxFrame)
 	case gomaxprocs < 0:
-		return fatalf("serve", "--gomaxprocs %d: want 0 (Go's default) or more", gomaxprocs)
+		return misusef("--gomaxprocs %d: want 0 (Go's default) or more", gomaxprocs)
 	case (set["t"] || set["timeout"]) && timeout == 0:
-		return fatalf("serve", "--timeout 0 would time out every transaction as it takes the commit lock (as runzeo -t 0 does); leave it out for no timeout")
+		return misusef("--timeout 0 would time out every transaction as it takes the commit lock (as runzeo -t 0 does); leave it out for no timeout")
 	case !(timeout >= 0 && timeout <= float64(math.MaxInt64/int64(time.Second))): // NaN too
-		return fatalf("serve", "--timeout %v: want more than 0 seconds, at most %d", timeout, math.MaxInt64/int64(time.Second))
+		return misusef("--timeout %v: want more than 0 seconds, at most %d", timeout, math.MaxInt64/int64(time.Second))
 	case addr != "" && zeo.CheckAddress(addr) != nil:
-		return fatalf("serve", "--address: %v", zeo.CheckAddress(addr))
+		return misusef("--address: %v", zeo.CheckAddress(addr))
 	}
 	// A log reader that goes away (a pipe to logger, restarted) must not
 	// kill the server, as SIGPIPE does by default for a write to fd 1 or
