@@ -102,10 +102,17 @@ func (s *Storage) Pack(ctx context.Context, at zodb.Tid, gc bool) error {
 	if s.packer == nil {
 		return fmt.Errorf("blob: %s cannot pack", s.URL())
 	}
-	if err := s.packer.Pack(ctx, at, gc); err != nil {
+	changed := true
+	var err error
+	if cp, ok := s.packer.(zodb.ChangePacker); ok {
+		changed, err = cp.PackChanged(ctx, at, gc)
+	} else {
+		err = s.packer.Pack(ctx, at, gc)
+	}
+	if err != nil {
 		return err
 	}
-	n, err := s.GC(ctx)
+	n, err := s.GC(ctx, changed)
 	if n > 0 && s.Logf != nil {
 		if s.KeepOld {
 			s.Logf("pack moved %d blob files from %s to %s.old", n, s.dir.Path(), s.dir.Path())
@@ -131,7 +138,13 @@ func (s *Storage) Pack(ctx context.Context, at zodb.Tid, gc bool) error {
 //
 // It reads the storage's transactions from the oldest blob file's tid on
 // (one Iterate), keeping in memory one entry per blob file.
-func (s *Storage) GC(ctx context.Context) (int, error) {
+//
+// packed says whether the pack before it changed the storage. With
+// KeepOld, the previous DIR.old is removed; a new one is made when packed
+// or when GC removes files (those of a pack interrupted between the
+// storage and its blobs): after a pack that changed nothing, and had
+// nothing to finish, there is no DIR.old, as there is no Data.fs.old.
+func (s *Storage) GC(ctx context.Context, packed bool) (int, error) {
 	last, err := s.LastTid(ctx)
 	if err != nil {
 		return 0, err
@@ -154,29 +167,43 @@ func (s *Storage) GC(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("blob: GC of %s: %w", s.dir.Path(), err)
 	}
+	if len(found) > 0 {
+		// The records' oids and tids are all it needs: read from the
+		// innermost storage (a zlibstorage would inflate every
+		// record, and fail the GC on one it cannot).
+		raw := zodb.Innermost(s.Storage)
+		err = zodb.Walk(ctx, raw.Iterate(ctx, first, last), zodb.Visitor{Data: func(_ *zodb.TxnInfo, d *zodb.DataInfo) error {
+			k := rev{d.Oid, d.Tid}
+			if _, ok := found[k]; ok {
+				found[k] = true
+			}
+			return nil
+		}})
+		if err != nil {
+			return 0, fmt.Errorf("blob: GC of %s: %w", s.dir.Path(), err)
+		}
+	}
 	old := ""
 	if s.KeepOld {
 		old = s.dir.Path() + ".old"
+		// The previous copy (internal/vfs has no RemoveAll: what a
+		// crash leaves of it is removed by the next pack).
+		if err := os.RemoveAll(old); err != nil {
+			return 0, fmt.Errorf("blob: GC of %s: %w", s.dir.Path(), err)
+		}
+		removes := false
+		for _, ok := range found {
+			removes = removes || !ok
+		}
+		if !packed && !removes {
+			return 0, nil
+		}
 		if err := startOld(s.dir, old); err != nil {
 			return 0, fmt.Errorf("blob: GC of %s: %w", s.dir.Path(), err)
 		}
 	}
 	if len(found) == 0 {
 		return 0, linkOld(s.dir, old)
-	}
-	// The records' oids and tids are all it needs: read from the
-	// innermost storage (a zlibstorage would inflate every record, and
-	// fail the GC on one it cannot).
-	raw := zodb.Innermost(s.Storage)
-	err = zodb.Walk(ctx, raw.Iterate(ctx, first, last), zodb.Visitor{Data: func(_ *zodb.TxnInfo, d *zodb.DataInfo) error {
-		k := rev{d.Oid, d.Tid}
-		if _, ok := found[k]; ok {
-			found[k] = true
-		}
-		return nil
-	}})
-	if err != nil {
-		return 0, fmt.Errorf("blob: GC of %s: %w", s.dir.Path(), err)
 	}
 	n, err := s.dir.GC(last, func(oid zodb.Oid, tid zodb.Tid) (bool, error) {
 		if err := ctx.Err(); err != nil {
@@ -196,11 +223,6 @@ func (s *Storage) GC(ctx context.Context) (int, error) {
 // startOld makes old, the blob directory of d as it is before a pack, a
 // new directory with d's layout marker.
 func startOld(d *Dir, old string) error {
-	// The previous copy (internal/vfs has no RemoveAll: what a crash
-	// leaves of it is removed by the next pack).
-	if err := os.RemoveAll(old); err != nil {
-		return err
-	}
 	if err := d.fsys.Mkdir(old, 0o700); err != nil {
 		return err
 	}

@@ -55,8 +55,15 @@ var _ zodb.Packer = (*FileStorage)(nil)
 // and path.pack removed. A pack that would free nothing leaves the file as
 // it is, as ZODB/py does.
 func (fs *FileStorage) Pack(ctx context.Context, at zodb.Tid, gc bool) error {
-	_, err := fs.PackStats(ctx, at, &PackOptions{NoGC: !gc})
+	_, err := fs.PackChanged(ctx, at, gc)
 	return err
+}
+
+// PackChanged implements zodb.ChangePacker: Pack, and whether it made a
+// new file (PackStats.Changed).
+func (fs *FileStorage) PackChanged(ctx context.Context, at zodb.Tid, gc bool) (bool, error) {
+	st, err := fs.PackStats(ctx, at, &PackOptions{NoGC: !gc})
+	return st.Changed, err
 }
 
 // packOptions applies the storage's pack settings (Options.PackNoGC) to opt.

@@ -27,12 +27,11 @@ Each of these failed before its fix (an audit against ZODB/py):
   shell variable) meant no blob directory, exit 0; every zodbd command
   now refuses an empty value for an option whose default is none.
 
-Documented difference (strict xfail):
-
 - test_noop_pack_removes_blobs_old: ZODB/py removes BLOBDIR.old at the
-  start of a pack and makes none when the pack packs nothing; zodbd runs
-  its blob step after every pack (it finishes a pack interrupted between
-  the file and the blobs), which makes DIR.old again.
+  start of a pack and makes none when the pack packs nothing; zodbd's
+  blob step after every pack (it finishes a pack interrupted between the
+  file and the blobs) made DIR.old again. It makes one now only when the
+  file was packed or files move (test_interrupted_blob_step_finished_by_noop_pack).
 
 PASSING (matching ZODB/py, or a documented difference, not covered
 elsewhere):
@@ -304,17 +303,15 @@ def test_copy_missing_blob_file_is_reported(zodbd_bin, tmp_path, hist):
 # BLOBDIR.old after a pack that packs nothing (a documented difference)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    'zodbd pack --blob-dir runs the blob step after every pack, a no-op one '
-    'included (it finishes a pack interrupted between the file and the blobs), '
-    'and that step makes DIR.old'))
 def test_noop_pack_removes_blobs_old(zodbd_bin, tmp_path, hist):
     """FileStorage.pack: `if self.blob_dir and exists(blob_dir + '.old'):
     remove_committed_dir(...)` before the packer runs; a pack that then
     frees nothing returns before the blob step, so no BLOBDIR.old is left
     (as no Data.fs.old: test_pack_edges.test_noop_pack_removes_old).
-    zodbd's pack runs the blob GC after any pack, and the GC makes a new
-    BLOBDIR.old of hard links of every file."""
+    zodbd's pack ran the blob GC after any pack (to finish one interrupted
+    between the file and the blobs), and the GC made a new BLOBDIR.old of
+    hard links of every file; it makes one now only when the pack changed
+    the file or the GC moves files (test_interrupted_blob_step_finished_by_noop_pack)."""
     src, sb, t = hist
     tmp = str(tmp_path)
     zpath, zb = twin(tmp, src, sb, 'zd')
@@ -329,6 +326,29 @@ def test_noop_pack_removes_blobs_old(zodbd_bin, tmp_path, hist):
     assert not os.path.exists(ppath + '.old') and not os.path.exists(pb + '.old')
     assert not os.path.exists(zpath + '.old')
     assert not os.path.exists(zb + '.old'), sorted(tree(zb + '.old'))
+    assert 'no file of a removed revision' in p.stdout, p.stdout
+
+
+def test_interrupted_blob_step_finished_by_noop_pack(zodbd_bin, tmp_path, hist):
+    """A pack whose blob step did not run (interrupted, or run without
+    --blob-dir) left the blob files of removed revisions; the next pack
+    with --blob-dir finishes it, even when the file needs no packing, and
+    keeps what it moved in DIR.old (the packed file matches ZODB/py's
+    pack of the same history, blobs and all)."""
+    src, sb, t = hist
+    tmp = str(tmp_path)
+    zpath, zb = twin(tmp, src, sb, 'zd')
+    ppath, pb = twin(tmp, src, sb, 'py')
+    before = tree(zb)
+    ok(zodbd(zodbd_bin, 'pack', '-q', '--time', repr(t), zpath))  # no --blob-dir
+    assert tree(zb) == before
+    p = ok(zodbd(zodbd_bin, 'pack', '--time', repr(t), '--blob-dir', zb, zpath))
+    assert 'not packed' in p.stdout, p.stdout
+    py_pack(ppath, pb, t)
+    assert tree(zb) == tree(pb)
+    moved = {k: v for k, v in before.items() if k not in tree(zb)}
+    assert moved and tree(zb + '.old') == before, (sorted(moved), sorted(tree(zb + '.old')))
+    assert '%d files of removed revisions moved' % len(moved) in p.stdout, p.stdout
 
 
 def test_pack_with_another_storages_blob_dir_is_refused(zodbd_bin, tmp_path, hist):

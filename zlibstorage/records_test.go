@@ -130,7 +130,7 @@ func TestZlibBlobGCDecompresses(t *testing.T) {
 	// A client stores an object whose data starts with ".z" (the wrapper
 	// keeps it as it is).
 	commitOne(t, bs, 2, 0, []byte(".z not zlib, stored by a client"))
-	n, err := bs.GC(ctx)
+	n, err := bs.GC(ctx, true)
 	if err != nil {
 		t.Errorf("blob GC failed on a record it does not need to read: %v", err)
 	}

@@ -102,6 +102,15 @@ func (s *Storage) Pack(ctx context.Context, at zodb.Tid, gc bool) error {
 	return s.base.Pack(ctx, at, gc)
 }
 
+// PackChanged implements zodb.ChangePacker: the base storage's, or its
+// Pack and true when it cannot say.
+func (s *Storage) PackChanged(ctx context.Context, at zodb.Tid, gc bool) (bool, error) {
+	if cp, ok := s.base.(zodb.ChangePacker); ok {
+		return cp.PackChanged(ctx, at, gc)
+	}
+	return true, s.base.Pack(ctx, at, gc)
+}
+
 func (s *Storage) History(ctx context.Context, oid zodb.Oid, size int) ([]zodb.HistoryEntry, error) {
 	return s.base.History(ctx, oid, size)
 }

@@ -245,6 +245,18 @@ type Packer interface {
 	Pack(ctx context.Context, at Tid, gc bool) error
 }
 
+// ChangePacker is a Packer that says whether a pack changed the storage.
+// A wrapper that keeps files beside the storage's (blob.Storage and its
+// DIR.old) uses it to leave them as they are when the storage was left as
+// it was.
+type ChangePacker interface {
+	Packer
+	// PackChanged is Pack; changed is false when the pack left the
+	// storage as it was: nothing to remove at that time, or packed at a
+	// later time already.
+	PackChanged(ctx context.Context, at Tid, gc bool) (changed bool, err error)
+}
+
 // NextTid returns the tid for a transaction committed at time now when the
 // last tid is last: the TimeStamp of now if it is later than last, else
 // last+1 (ZODB's TimeStamp.laterThan).

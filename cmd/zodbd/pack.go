@@ -161,11 +161,15 @@ func runPack(args []string) int {
 	if *blobDir != "" {
 		// Also after a pack that changed nothing: a pack interrupted
 		// between the file and the blobs left files to remove.
-		n, err := packBlobs(ctx, path, *blobDir)
+		n, err := packBlobs(ctx, path, *blobDir, st.Changed)
 		if err != nil {
 			return fatalf("pack", "%s is packed, but its blob directory is not (run the pack again): %v", path, err)
 		}
-		if !*quiet {
+		switch {
+		case *quiet:
+		case n == 0 && !st.Changed:
+			fmt.Printf("  blob directory %s: no file of a removed revision\n", *blobDir)
+		default:
 			fmt.Printf("  blob directory %s: %d files of removed revisions moved to %s.old\n", *blobDir, n, *blobDir)
 		}
 	}
@@ -175,8 +179,9 @@ func runPack(args []string) int {
 // packBlobs moves from the blob directory dir to dir.old the files of
 // the revisions that the (packed) FileStorage at path no longer holds
 // (blob.Storage's GC, keeping the directory as it was in dir.old as
-// FILE.old keeps the file), and returns how many it moved.
-func packBlobs(ctx context.Context, path, dir string) (int, error) {
+// FILE.old keeps the file; no dir.old when the pack did not change the
+// file and no file moves), and returns how many it moved.
+func packBlobs(ctx context.Context, path, dir string, packed bool) (int, error) {
 	fs, err := fs1.Open(path, nil)
 	if err != nil {
 		return 0, err
@@ -188,7 +193,7 @@ func packBlobs(ctx context.Context, path, dir string) (int, error) {
 	}
 	bs := blob.Wrap(fs, d)
 	bs.KeepOld = true // DIR.old, as FILE.old
-	return bs.GC(ctx)
+	return bs.GC(ctx, packed)
 }
 
 // errOwned stops checkBlobDirOf's walk at the first file of a revision.
