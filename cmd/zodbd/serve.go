@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -107,7 +108,7 @@ func runServe(args []string) (status int) {
 	}
 	fl.StringVar(&pidFile, "pid-file", "", "write the process id to this file")
 	fl.BoolVar(&msgpack, "msgpack", false, "announce msgpack (M5) instead of pickle (Z5)")
-	fl.BoolVar(&create, "create", false, "create the -f files (truncating them)")
+	fl.BoolVar(&create, "create", false, "make the -f files anew (each removed, then created empty)")
 	fl.StringVar(&logPath, "log", "", "log file, instead of zeo.conf's <logfile>s (default: standard error)")
 	fl.IntVar(&maxFrame, "max-frame", wire.DefaultMaxFrame, "largest request frame accepted, in bytes")
 	fl.Var(&maxTxnBytes, "max-txn-bytes", "bytes of data (records and blob uploads) one transaction may send before its vote (in memory up to a bound, the rest in unlinked files of $TMPDIR): past it the rest is dropped and the vote fails (0: no bound, as runzeo; 1GiB, ...)")
@@ -137,6 +138,11 @@ func runServe(args []string) (status int) {
 		cliMisuse("serve", fmt.Sprintf(format, args...))
 		return 2
 	}
+	var age float64
+	var ageErr error
+	if set["invalidation-age"] {
+		age, ageErr = zeo.ParseInvalidationAge(invAge)
+	}
 	switch {
 	case conf == "" && len(files) == 0:
 		return misusef("no storage: give -f FILE or -C zeo.conf")
@@ -154,6 +160,14 @@ func runServe(args []string) (status int) {
 		return misusef("--timeout %v: want more than 0 seconds, at most %d", timeout, math.MaxInt64/int64(time.Second))
 	case addr != "" && zeo.CheckAddress(addr) != nil:
 		return misusef("--address: %v", zeo.CheckAddress(addr))
+	case ageErr != nil:
+		return misusef("--invalidation-age: %v", ageErr)
+	case set["http-addr"] && zeo.CheckHTTPAddr(httpAddr) != nil:
+		return misusef("--http-addr: %v", zeo.CheckHTTPAddr(httpAddr))
+	case maxQueued <= 0:
+		return misusef("--max-queued must be more than 0")
+	case maxTxnBytes < 0:
+		return misusef("--max-txn-bytes must not be negative")
 	}
 	// A log reader that goes away (a pipe to logger, restarted) must not
 	// kill the server, as SIGPIPE does by default for a write to fd 1 or
@@ -211,10 +225,6 @@ func runServe(args []string) (status int) {
 		fc.PidFile = pidFile
 	}
 	if set["invalidation-age"] {
-		age, err := zeo.ParseInvalidationAge(invAge)
-		if err != nil {
-			return fatalf("serve", "--invalidation-age: %v", err)
-		}
 		fc.InvalidationAge = age
 	}
 	if invq > 0 {
@@ -228,9 +238,6 @@ func runServe(args []string) (status int) {
 		useMsgpack = msgpack
 	}
 	if set["http-addr"] {
-		if err := zeo.CheckHTTPAddr(httpAddr); err != nil {
-			return fatalf("serve", "--http-addr: %v", err)
-		}
 		fc.HTTPAddr = httpAddr
 	}
 	if fc.BusyPoll != "" && !set["busy-poll"] {
@@ -284,13 +291,6 @@ func runServe(args []string) (status int) {
 		logf(eventlog.Info, "busy-polling: a connection's reader spins up to %v before parking, at most %d at once",
 			p.Spin(), p.MaxSpinners())
 	}
-	if maxQueued <= 0 {
-		return fatalf("serve", "--max-queued must be more than 0")
-	}
-	if maxTxnBytes < 0 {
-		cliMisuse("serve", "--max-txn-bytes must not be negative")
-		return 2
-	}
 	if maxQueuedTotal == 0 {
 		cfg.MaxQueuedTotal = -1
 	}
@@ -311,11 +311,20 @@ func runServe(args []string) (status int) {
 		}
 	}
 
-	// Signals are caught from here on and handled once serving: the socket
-	// is bound before the storages are open, and a signal arriving
-	// meanwhile (a SIGHUP from logrotate) must not end the process.
+	// Signals are caught from here on: the socket is bound before the
+	// storages are open, and a signal arriving meanwhile (a SIGHUP from
+	// logrotate) must not end the process. Until the server is made,
+	// startSignals handles them (SIGTERM and SIGINT end the process, as
+	// they end runzeo's while it opens its storages: an index read or a
+	// scan may take minutes); from then on, the loop at the end.
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR2)
+	stopStartSignals := startSignals(sigs, el, logf, func() {
+		if strings.Contains(fc.Address, "/") {
+			os.Remove(fc.Address)
+		}
+	})
+	defer stopStartSignals()
 
 	// The socket first: a server that cannot listen must not create or
 	// lock its storages' files.
@@ -426,6 +435,8 @@ func runServe(args []string) (status int) {
 	if err != nil {
 		return fatalf("serve", "%v", err)
 	}
+	// A signal from now on waits for the loop below.
+	stopStartSignals()
 	if fc.PidFile != "" {
 		// Read-only too (runzeo skips it there, without a word, and a
 		// supervisor waits for it), but a read-only server may run
@@ -481,6 +492,44 @@ func runServe(args []string) (status int) {
 				return 0
 			}
 		}
+	}
+}
+
+// startSignals handles the signals that arrive on sigs while the server
+// starts, until the function it returns is called (and has returned: once
+// or more): SIGHUP and SIGUSR2 reopen el's files; SIGTERM and SIGINT call
+// cleanup and end the process by that signal, as they end runzeo's while
+// it opens its storages (nothing is written then that a restart does not
+// redo: the storages, opened or half opened, keep their files as a kill
+// leaves them).
+func startSignals(sigs <-chan os.Signal, el *eventlog.Logger, logf func(eventlog.Level, string, ...any), cleanup func()) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-quit:
+				return
+			case sig := <-sigs:
+				switch sig {
+				case syscall.SIGHUP, syscall.SIGUSR2:
+					if err := el.Reopen(); err != nil {
+						logf(eventlog.Error, "reopen log: %v", err)
+					}
+				default:
+					logf(eventlog.Info, "%v while starting: exiting", sig)
+					cleanup()
+					signal.Reset(sig)
+					syscall.Kill(os.Getpid(), sig.(syscall.Signal))
+					select {} // the signal ends the process
+				}
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() { close(quit) })
+		<-done
 	}
 }
 
