@@ -29,7 +29,9 @@ type Options struct {
 	ReadWrite bool
 
 	// Create, with ReadWrite implied, starts a new, empty storage: an
-	// existing file is truncated to the FS30 header and its .index removed.
+	// existing file is removed (its other names and open readers keep the
+	// old data, as with ZODB/py's create), then made anew, and its .index
+	// removed.
 	Create bool
 
 	// NoGroupCommit makes every Finish fsync on its own while holding the

@@ -111,7 +111,9 @@ var ErrClosed = errors.New("fs1: storage closed")
 // openWriter opens path for reading and writing (Open with ReadWrite or
 // Create), as ZODB/py's FileStorage does when not read-only: it takes the
 // lock file path.lock first, then opens the file (creating it if missing;
-// truncating it with Create), writes the FS30 magic into an empty file,
+// with Create, removing it first, as ZODB/py does: another name of the old
+// file, a hard link or a reader holding it open, keeps the old data),
+// writes the FS30 magic into an empty file,
 // builds the index (from path.index if usable), cuts a torn tail off
 // (recoverTail), saves path.index if it had to scan the whole file, and
 // starts the syncer. The tids of new transactions follow opt.Now.
@@ -122,11 +124,13 @@ func openWriter(path string, opt *Options, logf func(string, ...interface{})) (*
 		return nil, err
 	}
 	removeIndexTemps(fsys, path)
-	flags := os.O_RDWR | os.O_CREATE
 	if opt.Create {
-		flags |= os.O_TRUNC
+		if err := fsys.Remove(path); err != nil && !os.IsNotExist(err) {
+			lock.release()
+			return nil, fmt.Errorf("fs1: %w", err)
+		}
 	}
-	f, err := fsys.OpenFile(path, flags, 0o666)
+	f, err := fsys.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o666)
 	if err != nil {
 		lock.release()
 		return nil, fmt.Errorf("fs1: %w", err)
