@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -268,7 +269,21 @@ func (m *oidMarkFile) write(next zodb.Oid) error {
 	return nil
 }
 
-func (m *oidMarkFile) close() error { return m.f.Close() }
+// memoryOidMark is a mark kept in memory only (path names the file that
+// could not be made): its writes succeed without I/O.
+func memoryOidMark(mpath string, next zodb.Oid) *oidMarkFile {
+	m := &oidMarkFile{path: mpath, last: oidSlot{seq: 1, next: next}}
+	m.writeAt = func(b []byte, off int64) (int, error) { return len(b), nil }
+	m.sync = func() error { return nil }
+	return m
+}
+
+func (m *oidMarkFile) close() error {
+	if m.f == nil {
+		return nil
+	}
+	return m.f.Close()
+}
 
 // oidAlloc hands out new oids for a writer (NewOids). Invariant: every oid
 // handed out is below mark.last.next, the durable mark.
@@ -311,6 +326,14 @@ func (a *oidAlloc) open(fsys vfs.FS, path string, create bool, maxOid zodb.Oid, 
 			logf("fs1: %s: no oid mark file: new oids start above the largest stored oid (%s); creating it", path, maxOid)
 		}
 		a.mark, err = createOidMark(fsys, mpath, floor)
+		if errors.Is(err, fs.ErrPermission) {
+			// A directory where the storage's files may be written but
+			// no file created (owned by another user): runzeo serves
+			// there, with no mark. So does this writer, which says so.
+			logf("fs1: warning: %v: no oid mark is kept: after a restart, new oids start above the largest stored oid again, as with runzeo (oids that clients hold may be handed out again)", err)
+			a.mark = memoryOidMark(mpath, floor)
+			err = nil
+		}
 		if err != nil {
 			return err
 		}

@@ -8,9 +8,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/zodbd/zodbd/internal/datasets"
+	"github.com/zodbd/zodbd/internal/vfs"
 	"github.com/zodbd/zodbd/zodb"
 )
 
@@ -558,5 +560,56 @@ func TestNewOidsAfterLargestOid(t *testing.T) {
 	m, err := readOidMark(path + OidMarkSuffix)
 	if err != nil || m.slot.next <= before[1] {
 		t.Fatalf("oid mark: %+v, %v; want above %s", m.slot, err, before[1])
+	}
+}
+
+// noNewFileFS refuses to create files whose names end in suffix, as a
+// directory does where the storage's files may be written but no file
+// created (owned by another user).
+type noNewFileFS struct {
+	vfs.FS
+	suffix string
+}
+
+func (n noNewFileFS) OpenFile(name string, flag int, perm os.FileMode) (*os.File, error) {
+	if flag&os.O_CREATE != 0 && strings.HasSuffix(name, n.suffix) {
+		if _, err := os.Stat(name); err != nil {
+			return nil, &os.PathError{Op: "open", Path: name, Err: syscall.EACCES}
+		}
+	}
+	return n.FS.OpenFile(name, flag, perm)
+}
+
+// TestOidMarkNotCreatable: where the mark file cannot be made (no new
+// file in the directory), a read-write Open failed ("oid mark: open
+// Data.fs.oid.tmp: permission denied") where runzeo serves; it warns now
+// and keeps the mark in memory: oids are handed out past many blocks,
+// never twice, and Close leaves no mark file.
+func TestOidMarkNotCreatable(t *testing.T) {
+	setOidBlock(t, 4)
+	path := filepath.Join(t.TempDir(), "Data.fs")
+	fs := openRW(t, path, nil, true)
+	commit(t, fs, nil, map[zodb.Oid]string{0: "root", 41: "x"})
+	fs.Close()
+	if err := os.Remove(path + OidMarkSuffix); err != nil {
+		t.Fatal(err)
+	}
+	var log logRecorder
+	fs = openRW(t, path, &Options{Logf: log.logf, FS: noNewFileFS{vfs.OS, OidMarkSuffix + ".tmp"}}, false)
+	if !strings.Contains(log.String(), "no oid mark is kept") {
+		t.Errorf("the mark kept in memory was not logged: %q", log.String())
+	}
+	seen := map[zodb.Oid]bool{}
+	for range 5 {
+		takeOids(t, fs, 3, seen)
+	}
+	if min := 42; !seen[zodb.Oid(min)] || maxOf(seen) != 42+14 {
+		t.Errorf("oids handed out: %d up to %s, want 42 to 56", len(seen), maxOf(seen))
+	}
+	if err := fs.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if _, err := os.Stat(path + OidMarkSuffix); !os.IsNotExist(err) {
+		t.Errorf("a mark file was made: %v", err)
 	}
 }

@@ -8,6 +8,7 @@ package spool
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"sync/atomic"
 )
@@ -62,7 +63,7 @@ func (b *Budget) Used() int64 { return b.used.Load() }
 type Spool struct {
 	// Mem is the number of bytes kept in memory; 0 means DefaultMem,
 	// a negative value none. Dir is where the file is made; "" means
-	// os.TempDir(). Budget, when not nil, bounds Mem with other
+	// os.TempDir(), and so does a Dir that refuses new files. Budget, when not nil, bounds Mem with other
 	// spools'. Set them before the first Add.
 	Mem    int
 	Dir    string
@@ -163,11 +164,23 @@ func (s *Spool) GetBuf(r Ref, buf *[]byte) ([]byte, error) {
 }
 
 // createUnlinked makes a file in dir (os.TempDir() when "") that has no
-// name: it goes when it is closed, also when the process dies.
+// name: it goes when it is closed, also when the process dies. Where dir
+// refuses a new file (a directory owned by another user, whose files the
+// process may write), the file is made in os.TempDir().
 func createUnlinked(dir string) (*os.File, error) {
 	if dir == "" {
 		dir = os.TempDir()
 	}
+	f, err := createUnlinkedIn(dir)
+	if errors.Is(err, fs.ErrPermission) && dir != os.TempDir() {
+		if f, terr := createUnlinkedIn(os.TempDir()); terr == nil {
+			return f, nil
+		}
+	}
+	return f, err
+}
+
+func createUnlinkedIn(dir string) (*os.File, error) {
 	if f, err := openTmpfile(dir); err == nil {
 		return f, nil
 	}
