@@ -7,6 +7,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"os/user"
 	"slices"
 	"strconv"
 	"strings"
@@ -266,7 +267,7 @@ func (cfg *FileConfig) zeoSection(s *section) error {
 			}
 			cfg.TransactionTimeout = time.Duration(n) * time.Second
 		case "pid-filename":
-			cfg.PidFile = v
+			cfg.PidFile = expandUser(v)
 		case "client-conflict-resolution":
 			cfg.ClientConflictResolution, err = parseBool(v)
 		case "msgpack":
@@ -303,9 +304,9 @@ func (cfg *FileConfig) zeoSection(s *section) error {
 		err := sub.each(func(k, v string) error {
 			switch k {
 			case "certificate":
-				ssl.Certificate = v
+				ssl.Certificate = expandUser(v)
 			case "key":
-				ssl.Key = v
+				ssl.Key = expandUser(v)
 			case "authenticate":
 				ssl.Authenticate = v
 			case "password-function":
@@ -640,9 +641,9 @@ func filestorageSection(s *section, name string) (FileStorageConfig, error) {
 		var err error
 		switch k {
 		case "path":
-			fs.Path = v
+			fs.Path = expandUser(v)
 		case "blob-dir":
-			fs.BlobDir = v
+			fs.BlobDir = expandUser(v)
 		case "create":
 			fs.Create, err = parseBool(v)
 		case "read-only":
@@ -703,4 +704,41 @@ func ParseInvalidationAge(v string) (float64, error) {
 		return 0, fmt.Errorf("%q: want a number of seconds, 0 or more", v)
 	}
 	return min(f, float64(math.MaxInt64/int64(time.Second))), nil
+}
+
+// expandUser is Python's os.path.expanduser, which ZConfig's datatype
+// existing-dirpath applies: to <filestorage>'s path and blob-dir,
+// pid-filename and <ssl>'s certificate and key (not to <blobstorage>'s
+// blob-dir nor to log paths, which runzeo takes as they are). "~" and
+// "~/..." are $HOME (the user's home directory where HOME is not set),
+// "~NAME/..." NAME's home directory; a path whose user is unknown is left
+// as it is.
+func expandUser(p string) string {
+	if !strings.HasPrefix(p, "~") {
+		return p
+	}
+	i := strings.IndexByte(p, '/')
+	if i < 0 {
+		i = len(p)
+	}
+	var home string
+	if i == 1 {
+		if home = os.Getenv("HOME"); home == "" {
+			u, err := user.Current()
+			if err != nil {
+				return p
+			}
+			home = u.HomeDir
+		}
+	} else {
+		u, err := user.Lookup(p[1:i])
+		if err != nil {
+			return p
+		}
+		home = u.HomeDir
+	}
+	if p = strings.TrimRight(home, "/") + p[i:]; p == "" {
+		return "/"
+	}
+	return p
 }

@@ -1,6 +1,9 @@
 package zeo
 
 import (
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -199,5 +202,41 @@ func TestInvalidationAgeLimit(t *testing.T) {
 		if d := time.Duration(f * float64(time.Second)); d < 200*365*24*time.Hour {
 			t.Errorf("%s: %v, want about 292 years", v, d)
 		}
+	}
+}
+
+// TestConfigExpandUser: ZConfig's existing-dirpath (the datatype of
+// <filestorage>'s path and blob-dir, pid-filename, <ssl>'s certificate
+// and key) applies os.path.expanduser: runzeo served $HOME/Data.fs for
+// `path ~/Data.fs`, zodbd a file under a directory named "~". Log paths
+// and <blobstorage>'s blob-dir are taken as they are, as ZConfig does.
+func TestConfigExpandUser(t *testing.T) {
+	t.Setenv("HOME", "/home/op/")
+	for in, want := range map[string]string{
+		"~/Data.fs": "/home/op/Data.fs", "~": "/home/op", "a/~/b": "a/~/b",
+		"~no-such-user-zodbd/x": "~no-such-user-zodbd/x", "/abs": "/abs",
+	} {
+		if got := expandUser(in); got != want {
+			t.Errorf("expandUser(%q) = %q, want %q", in, got, want)
+		}
+	}
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "zeo.conf")
+	text := "<zeo>\naddress 127.0.0.1:0\npid-filename ~/zeo.pid\n<ssl>\ncertificate ~/c.pem\nkey ~/k.pem\nauthenticate ~/ca.pem\n</ssl>\n</zeo>\n" +
+		"<filestorage 1>\npath ~/Data.fs\nblob-dir ~/blobs\n</filestorage>\n" +
+		"<blobstorage 2>\nblob-dir ~/b2\n<filestorage>\npath ~/2.fs\n</filestorage>\n</blobstorage>\n"
+	if err := os.WriteFile(conf, []byte(text), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	fc, err := ParseConfigFile(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []string{fc.PidFile, fc.SSL.Certificate, fc.SSL.Key, fc.SSL.Authenticate,
+		fc.Storages[0].Path, fc.Storages[0].BlobDir, fc.Storages[1].Path, fc.Storages[1].BlobDir}
+	want := []string{"/home/op/zeo.pid", "/home/op/c.pem", "/home/op/k.pem", "~/ca.pem",
+		"/home/op/Data.fs", "/home/op/blobs", "/home/op/2.fs", "~/b2"}
+	if !slices.Equal(got, want) {
+		t.Errorf("zeo.conf paths: got %q, want %q", got, want)
 	}
 }
