@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/zodbd/zodbd/fs1"
 	"github.com/zodbd/zodbd/internal/datasets"
 )
 
@@ -187,5 +188,29 @@ func TestCLIServeUsageStatus(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(filepath.Dir(conf), "Data.fs")); !os.IsNotExist(err) {
 		t.Errorf("a refused serve created its storage: %v", err)
+	}
+}
+
+// TestCLIReindexLocked: reindex wrote FILE.index while a writer held
+// FILE (a running server, which saves its own at close, or one opening
+// FILE meanwhile reads an index being replaced); it takes FILE.lock now
+// and is refused while another holds it. --verify writes nothing and
+// needs no lock.
+func TestCLIReindexLocked(t *testing.T) {
+	path := fixtureCopy(t, "1.fs")
+	fs, err := fs1.Open(path, &fs1.Options{ReadWrite: true, Logf: func(string, ...any) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+	before, _ := os.ReadFile(path + ".index")
+	if status, _, errOut := capture(t, "reindex", path); status != 1 || !strings.Contains(errOut, "lock") {
+		t.Errorf("reindex of a held FILE: status %d, stderr %q; want status 1, the lock named", status, strings.TrimSpace(errOut))
+	}
+	if after, _ := os.ReadFile(path + ".index"); string(after) != string(before) {
+		t.Errorf("reindex of a held FILE rewrote FILE.index")
+	}
+	if status, _, errOut := capture(t, "reindex", "--verify", path); status != 0 {
+		t.Errorf("reindex --verify of a held FILE: status %d, %s", status, errOut)
 	}
 }

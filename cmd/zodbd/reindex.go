@@ -19,7 +19,8 @@ func init() {
 func runReindex(args []string) int {
 	fl := newFlags("reindex", "usage: zodbd reindex [--verify] FILE\n\n"+
 		"Scans the FileStorage FILE and writes its oid index to FILE.index in the\n"+
-		"format of ZODB/py (which then opens FILE without scanning it).\n"+
+		"format of ZODB/py (which then opens FILE without scanning it), holding\n"+
+		"FILE.lock as a writer does (refused while a server has FILE open).\n"+
 		"With --verify, writes nothing: loads FILE.index, applies ZODB/py's sanity\n"+
 		"check and compares it with a scan of the data it covers; exits 1 if the\n"+
 		"index cannot be used or differs.\n\n")
@@ -55,6 +56,14 @@ func runReindex(args []string) int {
 	if *verify {
 		return verifyIndex(f, path, size)
 	}
+	// The lock of a writer: a server (or ZODB/py) that holds FILE writes
+	// FILE.index itself, and one that opens FILE meanwhile would read an
+	// index being replaced.
+	unlock, err := fs1.LockPath(nil, path)
+	if err != nil {
+		return fatalf("reindex", "%v (a server or program has FILE open for writing: it saves FILE.index when it closes it)", err)
+	}
+	defer unlock()
 
 	idx := fs1.NewIndex(0)
 	res, err := fs1.Scan(f, path, fs1.HeaderSize, size, 0, idx)
