@@ -70,7 +70,7 @@ type Result struct {
 	Objects   int
 	Bytes     int64         // their total size (loads); bytes per object stored (commits)
 	Elapsed   time.Duration // measured wall time
-	Ops       uint64        // loads (or commits) completed in Elapsed
+	Ops       uint64        // loads (or commits) completed in Elapsed, the failed ones not included
 	Errors    uint64        // failed loads and loads with wrong data; failed commits
 	FirstErr  error         // the first of them
 	CPU       time.Duration // user+system CPU time of this process during the run
@@ -343,13 +343,17 @@ func (c *client) run(ctx context.Context, refs []ref, at zodb.Tid, deadline time
 				data, _, err = c.stor.Load(ctx, xid)
 			}
 			now = time.Now()
-			c.hist.Record(now.Sub(t0))
+			// A failed load or wrong data is an error, not a load: it
+			// counts in neither loads/s nor the latencies (a dead server
+			// answers errors fast), as a failed commit.
 			switch {
 			case err != nil:
 				c.fail(err)
 			case len(data) != r.n || crc32.ChecksumIEEE(data) != r.crc:
 				c.fail(fmt.Errorf("wrk: %s: wrong data: %d bytes crc32 %08x, want %d bytes %08x",
 					xid, len(data), crc32.ChecksumIEEE(data), r.n, r.crc))
+			default:
+				c.hist.Record(now.Sub(t0))
 			}
 			if cap(data) <= 1<<20 {
 				buf = data

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -186,5 +189,47 @@ func TestAppendMappingRecord(t *testing.T) {
 		"\x80\x03}q\x01X\x04\x00\x00\x00dataq\x02}q\x03X\x01\x00\x00\x00vq\x04B\x02\x00\x00\x00abq\x05ss."
 	if string(got) != want {
 		t.Errorf("got %q\nwant %q", got, want)
+	}
+}
+
+// failingStorage fails every other load after its first 100 (the first
+// pass among them), at once.
+type failingStorage struct {
+	zodb.Storage
+	n atomic.Int64
+}
+
+func (f *failingStorage) Load(ctx context.Context, xid zodb.Xid) ([]byte, zodb.Tid, error) {
+	if n := f.n.Add(1); n > 100 && n%2 == 0 {
+		return nil, 0, errors.New("connection lost")
+	}
+	return f.Storage.Load(ctx, xid)
+}
+
+// TestWrkErrorsAreNotLoads: a failed load counted as a load, in loads/s
+// and in the latencies (a dead server answers errors fast, so the figures
+// improved as it failed); failed commits never counted. Loads now count
+// only those that returned the right data.
+func TestWrkErrorsAreNotLoads(t *testing.T) {
+	path := zeotest.Fixture(t, "1")
+	zodb.RegisterDriver("wrkfailing", func(ctx context.Context, u *url.URL, opt *zodb.OpenOptions) (zodb.Storage, error) {
+		st, err := zodb.Open(ctx, path, opt)
+		if err != nil {
+			return nil, err
+		}
+		return &failingStorage{Storage: st}, nil
+	})
+	res, err := wrk.Run(context.Background(), wrk.Config{URL: "wrkfailing://x", Clients: 1, Duration: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Errors == 0 || res.Ops == 0 {
+		t.Fatalf("errors %d, loads %d: want both", res.Errors, res.Ops)
+	}
+	if d := int64(res.Ops) - int64(res.Errors); d < 50 || d > 100 {
+		t.Errorf("%d loads and %d errors, every other load failing: the failed ones counted as loads", res.Ops, res.Errors)
+	}
+	if res.Latency.Count() != res.Ops {
+		t.Errorf("latencies of %d loads, %d loads", res.Latency.Count(), res.Ops)
 	}
 }
