@@ -244,9 +244,15 @@ func isBlobRecord(data []byte) bool {
 // own goroutine, so that the next transaction votes while the previous one
 // waits for its fsync (the storage's group commit then shares fsyncs).
 func copyTransactions(ctx context.Context, dst zodb.WriteStorage, src zodb.Storage, blobs map[blobKey]string) (n copied, err error) {
-	first, err := firstTid(ctx, src)
-	if err != nil || first == 0 {
+	first, ok, err := firstTid(ctx, src)
+	if err != nil || !ok {
 		return n, err
+	}
+	if first == 0 {
+		// A transaction with tid 0 (ZODB/py's tpc_begin with an
+		// explicit tid z64, or a damaged time stamp): a storage gives
+		// a new transaction begun with tid 0 a tid of its own.
+		return n, fmt.Errorf("%s: the first transaction has tid %s, which cannot be kept in a copy", src.URL(), first)
 	}
 	last, err := dst.LastTid(ctx)
 	if err != nil {
@@ -367,16 +373,17 @@ func copyTransactions(ctx context.Context, dst zodb.WriteStorage, src zodb.Stora
 	return n, fail()
 }
 
-// firstTid returns the tid of src's first transaction, 0 if it has none.
-func firstTid(ctx context.Context, src zodb.Storage) (zodb.Tid, error) {
+// firstTid returns the tid of src's first transaction; ok is false if it
+// has none.
+func firstTid(ctx context.Context, src zodb.Storage) (tid zodb.Tid, ok bool, err error) {
 	ti, _, err := src.Iterate(ctx, 0, zodb.TidMax).NextTxn(ctx)
 	if errors.Is(err, io.EOF) {
-		return 0, nil
+		return 0, false, nil
 	}
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
-	return ti.Tid, nil
+	return ti.Tid, true, nil
 }
 
 func clone(b []byte) []byte { return append([]byte(nil), b...) }

@@ -258,6 +258,18 @@ func hasGlobalPrefix(data []byte) bool {
 // firstClass finds the first class in a decoded value, in the order the
 // unpickler would have looked it up (depth first, items in order).
 func firstClass(v interface{}) (ogórek.Class, bool) {
+	return firstClassOf(v, map[identity]bool{})
+}
+
+// firstClassOf is firstClass looking into each container once (a list
+// may contain itself, or be shared).
+func firstClassOf(v interface{}, seen map[identity]bool) (ogórek.Class, bool) {
+	if id, ok := identityOf(v); ok {
+		if seen[id] {
+			return ogórek.Class{}, false
+		}
+		seen[id] = true
+	}
 	switch x := v.(type) {
 	case ogórek.Class:
 		return x, true
@@ -265,13 +277,13 @@ func firstClass(v interface{}) (ogórek.Class, bool) {
 		return x.Callable, true
 	case ogórek.Tuple:
 		for _, it := range x {
-			if c, ok := firstClass(it); ok {
+			if c, ok := firstClassOf(it, seen); ok {
 				return c, true
 			}
 		}
 	case []interface{}:
 		for _, it := range x {
-			if c, ok := firstClass(it); ok {
+			if c, ok := firstClassOf(it, seen); ok {
 				return c, true
 			}
 		}

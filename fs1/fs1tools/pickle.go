@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"reflect"
 	"unicode/utf8"
 
 	ogórek "github.com/kisielk/og-rek"
@@ -78,12 +79,54 @@ func PickleClass(data []byte) (string, error) {
 	return pyStr(t[0]) + "." + pyStr(t[1]), nil
 }
 
+// identity is a container's identity in a value og-rek decoded: the memo
+// shares one container between places, and can make it contain itself.
+type identity struct {
+	p uintptr
+	n int // a slice's length; -1 for a map
+}
+
+// identityOf returns the identity of v if it is a map, a list or a tuple
+// (that is not empty).
+func identityOf(v interface{}) (identity, bool) {
+	switch x := v.(type) {
+	case map[interface{}]interface{}:
+		return identity{reflect.ValueOf(x).Pointer(), -1}, true
+	case ogórek.Dict: // its map, behind a pointer
+		return identity{reflect.ValueOf(x).Field(0).Pointer(), -1}, true
+	case ogórek.Tuple:
+		if len(x) > 0 {
+			return identity{reflect.ValueOf(x).Pointer(), len(x)}, true
+		}
+	case []interface{}:
+		if len(x) > 0 {
+			return identity{reflect.ValueOf(x).Pointer(), len(x)}, true
+		}
+	}
+	return identity{}, false
+}
+
 // py3Value converts a value decoded by og-rek in strict-unicode mode to what
 // ZODB/py's unpickler gives on Python 3: Python 2 strings are decoded as
 // ASCII. It reports false where that unpickler fails: a non-ASCII Python 2
 // string, a persistent reference (there is no persistent_load), or a call
-// (REDUCE/NEWOBJ of a class that is not available).
+// (REDUCE/NEWOBJ of a class that is not available). A container shared
+// between places, or that contains itself, is converted once and stays
+// shared.
 func py3Value(v interface{}) (interface{}, bool) {
+	return make(py3Converter).value(v)
+}
+
+// py3Converter is py3Value with the containers converted so far.
+type py3Converter map[identity]interface{}
+
+func (done py3Converter) value(v interface{}) (interface{}, bool) {
+	id, isContainer := identityOf(v)
+	if isContainer {
+		if c, ok := done[id]; ok {
+			return c, true
+		}
+	}
 	switch x := v.(type) {
 	case ogórek.ByteString:
 		for i := 0; i < len(x); i++ {
@@ -95,17 +138,18 @@ func py3Value(v interface{}) (interface{}, bool) {
 	case ogórek.Ref, ogórek.Call:
 		return nil, false
 	case ogórek.Tuple:
-		return py3List(x)
+		return py3List(done, id, x)
 	case []interface{}:
-		return py3List(x)
+		return py3List(done, id, x)
 	case map[interface{}]interface{}:
 		m := make(map[interface{}]interface{}, len(x))
+		done[id] = m
 		for k, e := range x {
-			k, ok := py3Value(k)
+			k, ok := done.value(k)
 			if !ok {
 				return nil, false
 			}
-			e, ok := py3Value(e)
+			e, ok := done.value(e)
 			if !ok {
 				return nil, false
 			}
@@ -116,10 +160,13 @@ func py3Value(v interface{}) (interface{}, bool) {
 	return v, true
 }
 
-func py3List[L ~[]interface{}](x L) (interface{}, bool) {
+func py3List[L ~[]interface{}](done py3Converter, id identity, x L) (interface{}, bool) {
 	out := make(L, len(x))
+	if len(x) > 0 {
+		done[id] = out
+	}
 	for i, e := range x {
-		e, ok := py3Value(e)
+		e, ok := done.value(e)
 		if !ok {
 			return nil, false
 		}
@@ -142,11 +189,23 @@ func decodePickle(data []byte, cfg *ogórek.DecoderConfig) (interface{}, error) 
 		return nil, err
 	}
 	// Every string of the value, without recursion (a hostile pickle
-	// nests deeply at the cost of one byte per level).
+	// nests deeply at the cost of one byte per level), and each container
+	// once: the memo shares one between places (2^n paths through n
+	// bytes) and can make it contain itself.
 	stack := []interface{}{v}
+	var seen map[identity]bool
 	for len(stack) > 0 {
 		x := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
+		if id, ok := identityOf(x); ok {
+			if seen[id] {
+				continue
+			}
+			if seen == nil {
+				seen = make(map[identity]bool)
+			}
+			seen[id] = true
+		}
 		switch x := x.(type) {
 		case string:
 			if !validPyUTF8(x) {
@@ -160,6 +219,11 @@ func decodePickle(data []byte, cfg *ogórek.DecoderConfig) (interface{}, error) 
 			for k, e := range x {
 				stack = append(stack, k, e)
 			}
+		case ogórek.Dict:
+			x.Iter()(func(k, e interface{}) bool {
+				stack = append(stack, k, e)
+				return true
+			})
 		case ogórek.Call:
 			stack = append(stack, x.Callable.Module, x.Callable.Name)
 			stack = append(stack, x.Args...)

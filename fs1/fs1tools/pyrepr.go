@@ -145,8 +145,30 @@ func pyFloatRepr(f float64) string {
 // pyRepr returns Python's repr of a value decoded by og-rek. It covers the
 // types a plain pickle decodes to; a class (GLOBAL) is shown the way Python
 // shows a class that could be imported. Dict keys are sorted by their repr,
-// as the insertion order is not known.
-func pyRepr(v interface{}) string {
+// as the insertion order is not known. A list or dict inside itself is
+// "[...]" or "{...}" there, as Python prints it.
+func pyRepr(v interface{}) string { return reprer{}.repr(v) }
+
+// reprer is pyRepr with the containers being printed (those around v).
+type reprer map[identity]bool
+
+func (active reprer) repr(v interface{}) string {
+	if id, ok := identityOf(v); ok {
+		if active[id] {
+			switch v.(type) {
+			case map[interface{}]interface{}, ogórek.Dict:
+				return "{...}"
+			}
+			return "[...]"
+		}
+		if active == nil {
+			active = make(reprer)
+		}
+		active[id] = true
+		defer delete(active, id)
+	}
+	pyRepr := active.repr
+	pyReprList := active.list
 	switch v := v.(type) {
 	case nil, ogórek.None:
 		return "None"
@@ -196,10 +218,10 @@ func pyRepr(v interface{}) string {
 	}
 }
 
-func pyReprList(v []interface{}) string {
+func (active reprer) list(v []interface{}) string {
 	s := make([]string, len(v))
 	for i, x := range v {
-		s[i] = pyRepr(x)
+		s[i] = active.repr(x)
 	}
 	return strings.Join(s, ", ")
 }

@@ -121,7 +121,9 @@ func tailTxn(w io.Writer, f *file, pos int64, th fs1.TxnHeaderFix) error {
 	}
 	if th.ExtLen != 0 {
 		ext := take(th.ExtLen)
-		if _, err := decodePickle(ext, &ogórek.DecoderConfig{StrictUnicode: true}); err != nil {
+		// PyDict: a dict's keys may be tuples, which a Go map cannot
+		// take.
+		if _, err := decodePickle(ext, &ogórek.DecoderConfig{StrictUnicode: true, PyDict: true}); err != nil {
 			return &fs1.Error{Path: f.path, Pos: pos, Record: "transaction record",
 				Err: fmt.Errorf("extension does not unpickle: %w", err)}
 		}
