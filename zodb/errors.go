@@ -93,7 +93,8 @@ func (e *ConflictError) Error() string {
 
 // ConflictErrors lists every conflicting store of a transaction, in the
 // order they were recorded. Vote returns it so that a client can resolve all
-// conflicts in one round.
+// conflicts in one round. errors.As finds each *ConflictError in it (the
+// first, for a *ConflictError target).
 type ConflictErrors []*ConflictError
 
 func (e ConflictErrors) Error() string {
@@ -101,6 +102,14 @@ func (e ConflictErrors) Error() string {
 		return e[0].Error()
 	}
 	return fmt.Sprintf("%s (and %d more conflicts)", e[0].Error(), len(e)-1)
+}
+
+func (e ConflictErrors) Unwrap() []error {
+	errs := make([]error, len(e))
+	for i, ce := range e {
+		errs[i] = ce
+	}
+	return errs
 }
 
 // UndoError says that a transaction cannot be undone (ZODB's UndoError);

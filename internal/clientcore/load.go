@@ -296,8 +296,9 @@ func (c *Core[X]) Claim(oid zodb.Oid, before zodb.Tid) *Load[X] {
 // closed by any invalidation of the oid that arrived while it was in
 // flight (Config.Unordered), before the load leaves the table (so that a
 // concurrent load either hits the cache or joins this one); then its
-// callers are signalled.
-func (c *Core[X]) Finish(l *Load[X]) {
+// callers are signalled. It reports whether any caller waited for l (a
+// load, not a prefetch alone).
+func (c *Core[X]) Finish(l *Load[X]) (waited bool) {
 	oid := l.Oid
 	c.mu.Lock()
 	var ol *oidLoading
@@ -320,8 +321,10 @@ func (c *Core[X]) Finish(l *Load[X]) {
 	if c.loads[key] == l {
 		delete(c.loads, key)
 	}
+	waited = len(l.waiters) > 0
 	c.finishLocked(l, ol)
 	c.mu.Unlock()
+	return waited
 }
 
 // finishLocked marks l finished, drops it from ol, the loads in flight of

@@ -171,13 +171,25 @@ type Client struct {
 
 // call is an outstanding request other than loadBefore.
 type call struct {
+	id   int64
 	done chan struct{}
 	// handle, run on the reading goroutine for a normal reply, extracts
 	// (copies) what the caller needs from the reply value, which is only
-	// valid during the call.
+	// valid during the call. It is nil when nobody waits for the reply
+	// (post), and set to nil (under pmu) when the caller gave up waiting
+	// (abandon): the reply is then discarded, and handle never runs after
+	// its caller returned.
 	handle func(v *wire.Value) error
+	// orphan, when not nil, runs instead for the (normal) reply of a call
+	// abandoned by its caller (on the reading goroutine), for what the
+	// call left on the server: the iterator that iterator_start or
+	// iterator_record_start started (gcIterator).
+	orphan func(v *wire.Value)
 	err    error
 }
+
+// noResult is the handler of a call whose caller needs no result.
+func noResult(*wire.Value) error { return nil }
 
 // Dial connects to the ZEO server at addr (network "tcp" or "unix"), does
 // the handshake, registers on the storage and asks for its info. ctx bounds
@@ -462,7 +474,10 @@ func (c *Client) fail(err error) {
 // protocol where the client cannot go on coherently (a reply it cannot
 // match, an invalidation it cannot read: its cache would serve what the
 // server said was replaced) is an error, which fails the connection.
-func (c *Client) dispatch(m *wire.Message) error {
+//
+// woke reports whether the message was a reply that a caller waits for
+// (the idle reader then lets the callers read: see idleReader).
+func (c *Client) dispatch(m *wire.Message) (woke bool, err error) {
 	if string(m.Name) == ".reply" {
 		isErr := m.Flags.Truth()
 		switch m.ID.Kind {
@@ -470,38 +485,50 @@ func (c *Client) dispatch(m *wire.Message) error {
 			c.pmu.Lock()
 			cl := c.calls[m.ID.Int]
 			delete(c.calls, m.ID.Int)
+			var handle func(v *wire.Value) error
+			var orphan func(v *wire.Value)
+			if cl != nil {
+				handle, orphan = cl.handle, cl.orphan // under pmu: see abandon
+			}
 			c.pmu.Unlock()
 			if cl == nil {
-				return fmt.Errorf("reply to unknown msgid %d", m.ID.Int)
+				return false, fmt.Errorf("reply to unknown msgid %d", m.ID.Int)
 			}
-			if isErr {
+			switch {
+			case handle == nil:
+				// Nobody waits (post), or the caller gave up
+				// (abandon): discarded.
+				if orphan != nil && !isErr {
+					orphan(&m.Args)
+				}
+			case isErr:
 				cl.err = serverError(&m.Args)
-			} else if cl.handle != nil {
-				cl.err = cl.handle(&m.Args)
+			default:
+				cl.err = handle(&m.Args)
 			}
 			close(cl.done)
+			return handle != nil, nil
 		case wire.Tuple, wire.List:
 			return c.loadReply(&m.ID, isErr, &m.Args)
 		default:
-			return fmt.Errorf("reply with msgid %v", m.ID)
+			return false, fmt.Errorf("reply with msgid %v", m.ID)
 		}
-		return nil
 	}
 	switch string(m.Name) {
 	case "invalidateTransaction":
 		a := &m.Args
 		if a.Len() != 2 {
-			return fmt.Errorf("invalidateTransaction%v: want 2 args", *a)
+			return false, fmt.Errorf("invalidateTransaction%v: want 2 args", *a)
 		}
 		tid, err := tidOf(&a.Items[0])
 		if err != nil {
-			return fmt.Errorf("invalidateTransaction: %w", err)
+			return false, fmt.Errorf("invalidateTransaction: %w", err)
 		}
 		oids := make([]zodb.Oid, 0, a.Items[1].Len())
 		for i := range a.Items[1].Items {
 			oid, err := tidOf(&a.Items[1].Items[i])
 			if err != nil {
-				return fmt.Errorf("invalidateTransaction: %w", err)
+				return false, fmt.Errorf("invalidateTransaction: %w", err)
 			}
 			oids = append(oids, zodb.Oid(oid))
 		}
@@ -517,7 +544,7 @@ func (c *Client) dispatch(m *wire.Message) error {
 	default:
 		c.logf("zeo client: %s: unknown call %q from server", c.addr, m.Name)
 	}
-	return nil
+	return false, nil
 }
 
 // maxQueued bounds the requests queued behind a write the server does not
@@ -583,28 +610,67 @@ func (c *Client) start(cl *call) (int64, error) {
 	if c.nextID > 1<<62 {
 		c.nextID = 1
 	}
+	cl.id = c.nextID
 	c.calls[c.nextID] = cl
 	return c.nextID, nil
 }
 
 // call sends the request name with nargs arguments written by args and
 // waits for the reply; handle, run on the reading goroutine, extracts the
-// result. An exception reply becomes the error (see serverError).
+// result. An exception reply becomes the error (see serverError). When
+// ctx ends first, the call is abandoned: its reply is discarded when it
+// comes, and handle does not run after call returned.
 func (c *Client) call(ctx context.Context, name string, nargs int, args func(e *wire.Encoder), handle func(v *wire.Value) error) error {
-	cl, err := c.callAsync(ctx, name, nargs, args, handle)
+	return c.callOrphan(ctx, name, nargs, args, handle, nil)
+}
+
+// callOrphan is call with orphan (see the call type) for the reply of the
+// call once abandoned.
+func (c *Client) callOrphan(ctx context.Context, name string, nargs int, args func(e *wire.Encoder), handle func(v *wire.Value) error, orphan func(v *wire.Value)) error {
+	cl, err := c.startCall(ctx, name, nargs, args, &call{done: make(chan struct{}), handle: handle, orphan: orphan})
 	if err != nil {
 		return err
 	}
-	if err := c.wait(ctx, cl.done); err != nil {
+	if err := c.wait(ctx, cl.done); err != nil && c.abandon(cl, nil) {
 		return err
 	}
 	return cl.err
 }
 
+// abandon gives up on cl, whose caller stops waiting for it (its ctx
+// ended). Unless the reply is being dispatched already, handle is cleared,
+// so that the reader discards the reply (running orphan, when not nil,
+// or cl's own), and abandon reports true. Else the handler is running or
+// has run: abandon waits for it (it takes no longer than a dispatch) and
+// reports false: the call's outcome (cl.err, what handle extracted) is
+// there. Either way the caller's variables are not written after it
+// returned.
+func (c *Client) abandon(cl *call, orphan func(v *wire.Value)) (discarded bool) {
+	c.pmu.Lock()
+	if c.calls[cl.id] == cl {
+		cl.handle = nil
+		if orphan != nil {
+			cl.orphan = orphan
+		}
+		c.pmu.Unlock()
+		return true
+	}
+	c.pmu.Unlock()
+	<-cl.done // dispatched or failed: closed right after the handler
+	return false
+}
+
 // callAsync sends a request and returns without waiting for the reply
 // (see sendCtx for ctx).
 func (c *Client) callAsync(ctx context.Context, name string, nargs int, args func(e *wire.Encoder), handle func(v *wire.Value) error) (*call, error) {
-	cl := &call{done: make(chan struct{}), handle: handle}
+	return c.startCall(ctx, name, nargs, args, &call{done: make(chan struct{}), handle: handle})
+}
+
+// startCall is callAsync of the call cl.
+func (c *Client) startCall(ctx context.Context, name string, nargs int, args func(e *wire.Encoder), cl *call) (*call, error) {
+	if cl.handle == nil {
+		cl.handle = noResult // (nil would mean that nobody waits)
+	}
 	id, err := c.start(cl)
 	if err != nil {
 		return nil, err
@@ -713,8 +779,20 @@ func (c *Client) lastTransaction(ctx context.Context, setHead bool) (zodb.Tid, e
 	return tid, nil
 }
 
+// opErr wraps err as the error of operation op. A POSKeyError that the
+// operation left as is (only loads and history tell a missing object from
+// a deleted one) is the missing oid's *zodb.NoObjectError: vote's, for the
+// delete or CheckCurrentSerial of an oid that does not exist.
 func (c *Client) opErr(op string, args interface{}, err error) error {
-	return c.core.OpErr(op, args, err)
+	return c.core.OpErr(op, args, exportError(err))
+}
+
+// failure returns why the connection is unusable (ErrClosed, or a
+// *DisconnectedError), once c.failed is closed.
+func (c *Client) failure() error {
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	return c.err
 }
 
 // tidOf decodes an 8-byte id (tid or oid).

@@ -916,3 +916,86 @@ func TestExtensionRoundTrip(t *testing.T) {
 		}
 	})
 }
+
+// TestVoteConflictsAreConflictErrors: zodb.Txn.Vote's contract
+// (zodb/commit.go), which the fs1 driver keeps, is "a *ConflictError (a
+// read conflict) or a ConflictErrors listing every conflicting store and
+// delete". Through the ZEO client the type depended on the server: zodbd
+// reports a stale Store in vote's result list (ConflictErrors), runzeo
+// raised ConflictError and the client returned a bare *zodb.ConflictError;
+// a stale Delete gave a bare *zodb.ConflictError on both. A caller that
+// resolves conflicts with errors.As(err, &zodb.ConflictErrors{}) (as it
+// must for fs1, NEO and zodbd) took the same conflict for a fatal error
+// against runzeo. Vote gives a zodb.ConflictErrors for every store and
+// delete conflict now (errors.As also finds its *zodb.ConflictError), and a
+// bare *zodb.ConflictError with Read for a stale CheckCurrentSerial.
+func TestVoteConflictsAreConflictErrors(t *testing.T) {
+	forEachServer(t, false, func(t *testing.T, start func(tb testing.TB, path string) string) {
+		ctx := context.Background()
+		c := dial(t, start(t, zeotest.Fixture(t, "1")), &client.Options{ReadWrite: true})
+		for _, op := range []string{"store", "delete", "checkCurrentSerial"} {
+			txn, err := c.Begin(ctx, zodb.TxnMeta{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch op { // serial 1: stale
+			case "store":
+				txn.Store(0, 1, []byte("x"))
+			case "delete":
+				txn.Delete(0, 1)
+			default:
+				txn.CheckCurrentSerial(0, 1)
+			}
+			_, err = txn.Vote(ctx)
+			var ces zodb.ConflictErrors
+			var ce *zodb.ConflictError
+			if !errors.As(err, &ce) || ce.Oid != 0 || ce.Serial != 1 {
+				t.Errorf("stale %s: Vote gave %v, want a *zodb.ConflictError for oid 0, serial 1", op, err)
+				continue
+			}
+			if op == "checkCurrentSerial" {
+				if errors.As(err, &ces) || !ce.Read {
+					t.Errorf("stale %s: Vote gave %v (%T inside), want a bare read conflict", op, err, errors.Unwrap(err))
+				}
+				continue
+			}
+			if !errors.As(err, &ces) || len(ces) != 1 || ces[0] != ce || ce.Read {
+				t.Errorf("stale %s: Vote gave %v (%T inside), want zodb.ConflictErrors as fs1 and the Vote contract give", op, err, errors.Unwrap(err))
+			}
+		}
+	})
+}
+
+// TestVoteMissingOidIsNoObjectError: a Delete or CheckCurrentSerial of an
+// oid that does not exist makes the server raise POSKeyError at vote
+// (runzeo's FileStorage and zodbd alike). ClientStorage raises
+// ZODB.POSException.POSKeyError, which the application can catch, and the
+// fs1 driver returns *zodb.NoObjectError; the Go client returned its
+// unexported *client.posKeyError (only load and history converted it),
+// which no caller could recognise. It returns *zodb.NoObjectError now.
+func TestVoteMissingOidIsNoObjectError(t *testing.T) {
+	forEachServer(t, false, func(t *testing.T, start func(tb testing.TB, path string) string) {
+		ctx := context.Background()
+		c := dial(t, start(t, zeotest.Fixture(t, "1")), &client.Options{ReadWrite: true})
+		for _, op := range []string{"delete", "checkCurrentSerial"} {
+			txn, err := c.Begin(ctx, zodb.TxnMeta{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if op == "delete" {
+				txn.Delete(2000, 0) // no such oid
+			} else {
+				txn.CheckCurrentSerial(2000, 0)
+			}
+			_, err = txn.Vote(ctx)
+			var no *zodb.NoObjectError
+			if !errors.As(err, &no) || no.Oid != 2000 {
+				t.Errorf("%s of a missing oid: Vote gave %v (%T inside), want *zodb.NoObjectError as fs1 gives", op, err, errors.Unwrap(err))
+			}
+		}
+		// The client goes on: the transaction was aborted.
+		if _, err := c.NewOids(ctx, 1); err != nil {
+			t.Errorf("after the failed votes: %v", err)
+		}
+	})
+}

@@ -55,8 +55,9 @@ func (c *Client) NewOids(ctx context.Context, n int) ([]zodb.Oid, error) {
 }
 
 // Begin implements zodb.WriteStorage. A connection carries one transaction
-// at a time: Begin waits (or until ctx is done) while another transaction
-// of this Client is in progress. It sends tpc_begin; the recording calls
+// at a time: Begin waits (until ctx is done, or the Client is closed or
+// its connection lost) while another transaction of this Client is in
+// progress. It sends tpc_begin; the recording calls
 // send storea, deleteObject, checkCurrentSerialInTransaction, restorea and
 // undoa at once (one-way), so that the server has them by the vote. ctx
 // bounds them too: a recording call that waits for room in the output
@@ -82,6 +83,10 @@ func (c *Client) Begin(ctx context.Context, meta zodb.TxnMeta) (zodb.Txn, error)
 	case c.commitSem <- struct{}{}:
 	case <-ctx.Done():
 		return nil, c.opErr("begin", nil, ctx.Err())
+	case <-c.failed:
+		// Closed, or the connection lost: the transaction holding the
+		// slot may never end.
+		return nil, c.opErr("begin", nil, c.failure())
 	}
 	t := &txn{c: c, ctx: ctx, id: c.txnSeq.Add(1), meta: meta}
 	status := meta.Status
@@ -205,8 +210,13 @@ func (t *txn) Undo(tid zodb.Tid) error {
 // the server produced: undo, server-side conflict resolution) is returned
 // as undone; conflict dicts in the list (servers doing client-side conflict
 // resolution) become zodb.ConflictErrors; an exception reply becomes the
-// matching zodb error. On any error the transaction is aborted on the
-// server (tpc_abort) and this Client can begin another.
+// matching zodb error, as zodb.Txn.Vote specifies it: a ConflictError
+// raised for a store or a delete (runzeo raises the first conflicting
+// store's; zodbd a stale delete's) is a zodb.ConflictErrors of one, a
+// ReadConflictError a bare *zodb.ConflictError, a POSKeyError (the delete
+// or CheckCurrentSerial of a missing oid) a *zodb.NoObjectError (see
+// Client.opErr). On any error the transaction is aborted on the server
+// (tpc_abort) and this Client can begin another.
 func (t *txn) Vote(ctx context.Context) ([]zodb.Oid, error) {
 	c := t.c
 	if t.state != txnOpen {
@@ -252,6 +262,9 @@ func (t *txn) Vote(ctx context.Context) ([]zodb.Oid, error) {
 	})
 	if err == nil && len(conflicts) > 0 {
 		err = conflicts
+	}
+	if ce, ok := err.(*zodb.ConflictError); ok && !ce.Read {
+		err = zodb.ConflictErrors{ce}
 	}
 	if err != nil {
 		var ues zodb.UndoErrors

@@ -18,7 +18,9 @@ type ServerError struct {
 func (e *ServerError) Error() string { return "server raised " + e.Class + e.Payload }
 
 // posKeyError is POSKeyError(oid): the caller decides whether it means "no
-// such object" or "no data" (see Client.missing).
+// such object" or "no data" (see Client.missing); what no caller decides
+// becomes *zodb.NoObjectError (exportError), so that no call returns
+// this unexported type.
 type posKeyError struct {
 	oid    zodb.Oid
 	hasOid bool
@@ -31,11 +33,29 @@ func (e *posKeyError) Error() string {
 	return "POSKeyError"
 }
 
+// exportError returns err, but for a bare *posKeyError: the missing oid's
+// *zodb.NoObjectError (as ClientStorage raises POSKeyError, and the fs1
+// driver gives NoObjectError, for the delete or CheckCurrentSerial of an
+// oid that does not exist), or, without an oid, a *ServerError naming
+// the class.
+func exportError(err error) error {
+	pk, ok := err.(*posKeyError)
+	if !ok {
+		return err
+	}
+	if pk.hasOid {
+		return &zodb.NoObjectError{Oid: pk.oid}
+	}
+	return &ServerError{Class: "ZODB.POSException.POSKeyError", Payload: "()"}
+}
+
 // serverError converts an exception reply's value, (class_name, payload),
 // into an error (on the reading goroutine: everything is copied):
 //
-//	POSKeyError                   *posKeyError (converted by the caller)
-//	ConflictError                 *zodb.ConflictError
+//	POSKeyError                   *posKeyError (converted by the caller,
+//	                              else by exportError: *zodb.NoObjectError)
+//	ConflictError                 *zodb.ConflictError (Vote: in a
+//	                              zodb.ConflictErrors)
 //	ReadConflictError             *zodb.ConflictError with Read set
 //	ReadOnlyError                 zodb.ErrReadOnly
 //	StorageTransactionError       an error wrapping zodb.ErrTxnState

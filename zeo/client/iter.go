@@ -17,6 +17,11 @@ import (
 // one per data record. The iterator is started on the server by the first
 // NextTxn and forgotten there after the last one.
 //
+// An error of NextTxn ends the iterator (every later NextTxn returns it),
+// and so does an error of NextData, its data iterator, unless it is its
+// context's: that request stays pending, and the next NextData returns
+// its record (the server's iterator has moved past it).
+//
 // An iterator dropped before its end (zodb.Iterator has no Close) has its
 // server-side iterators forgotten with iterator_gc once it is garbage
 // collected, as ZODB/py's ClientStorage does: the server keeps a bounded
@@ -91,6 +96,18 @@ func (c *Client) iteratorGC(iids ...int64) {
 	})
 }
 
+// gcIterator is the orphan (see the call type) of a call that starts a
+// server-side iterator (iterator_start, iterator_record_start) abandoned by
+// its caller: the iterator its reply names is forgotten on the server,
+// which keeps few per connection.
+func gcIterator(c *Client) func(v *wire.Value) {
+	return func(v *wire.Value) {
+		if v.Kind == wire.Int {
+			c.iteratorGC(v.Int)
+		}
+	}
+}
+
 type dataIter struct {
 	it      *txnIter
 	tid     zodb.Tid
@@ -98,6 +115,24 @@ type dataIter struct {
 	started bool
 	done    bool
 	info    zodb.DataInfo
+	// pending is the request of a NextData whose ctx ended before its
+	// reply came: the server's iterator has moved on, so the next
+	// NextData takes that reply rather than ask again (which would skip
+	// a record).
+	pending *recordReq
+	err     error // a failed request's: every later NextData returns it
+}
+
+// recordReq is a data iterator's request (iterator_record_start, or
+// _next) and what its handler extracts from the reply, in memory of its
+// own: a reply that comes after its NextData returned writes nothing
+// its caller may be reading.
+type recordReq struct {
+	cl    *call
+	start bool
+	riid  int64 // iterator_record_start's answer
+	end   bool  // iterator_record_next's answer: no more records
+	info  zodb.DataInfo
 }
 
 func (it *txnIter) NextTxn(ctx context.Context) (*zodb.TxnInfo, zodb.DataIterator, error) {
@@ -109,22 +144,34 @@ func (it *txnIter) NextTxn(ctx context.Context) (*zodb.TxnInfo, zodb.DataIterato
 		return nil, nil, io.EOF
 	}
 	if !it.started {
-		err := c.call(ctx, "iterator_start", 2, func(e *wire.Encoder) {
+		var iid int64
+		err := c.callOrphan(ctx, "iterator_start", 2, func(e *wire.Encoder) {
 			e.Oid8(uint64(it.min))
 			e.Oid8(uint64(it.max))
 		}, func(v *wire.Value) error {
 			if v.Kind != wire.Int {
 				return fmt.Errorf("iterator_start reply: %v", *v)
 			}
-			it.iid = v.Int
+			iid = v.Int
 			return nil
-		})
+		}, gcIterator(c))
 		if err != nil {
 			it.err = c.opErr("iterate", nil, err)
 			return nil, nil, it.err
 		}
-		it.started = true
+		it.iid, it.started = iid, true
 		it.ids.set(true, it.iid, false, 0)
+	}
+	if r := it.data.pending; r != nil {
+		// A NextData of the transaction before gave up waiting for its
+		// reply: discarded, but for the record iterator an
+		// iterator_record_start starts, forgotten on the server.
+		it.data.pending = nil
+		if !r.start {
+			c.abandon(r.cl, nil) // the record iterator: below
+		} else if !c.abandon(r.cl, gcIterator(c)) && r.cl.err == nil {
+			c.iteratorGC(r.riid) // answered meanwhile
+		}
 	}
 	if it.data.started && !it.data.done {
 		// The record iterator of the transaction before, left before
@@ -183,6 +230,10 @@ func (it *txnIter) NextTxn(ctx context.Context) (*zodb.TxnInfo, zodb.DataIterato
 	return &it.info, &it.data, nil
 }
 
+// NextData returns the transaction's next data record. A NextData whose
+// ctx ends while it waits for the server leaves its request pending: the
+// next NextData returns its answer, so that no record is skipped. Any
+// other error ends the data iterator: every later NextData returns it.
 func (d *dataIter) NextData(ctx context.Context) (*zodb.DataInfo, error) {
 	c := d.it.c
 	if d.done {
@@ -191,27 +242,69 @@ func (d *dataIter) NextData(ctx context.Context) (*zodb.DataInfo, error) {
 	if d.it.info.Tid != d.tid || d.it.err != nil {
 		return nil, fmt.Errorf("zeo client: data iterator used after NextTxn moved on")
 	}
-	if !d.started {
-		err := c.call(ctx, "iterator_record_start", 2, func(e *wire.Encoder) {
-			e.Int(d.it.iid)
-			e.Oid8(uint64(d.tid))
+	if d.err != nil {
+		return nil, d.err
+	}
+	for {
+		r := d.pending
+		if r == nil {
+			var err error
+			if r, err = d.request(ctx); err != nil {
+				if err != ctx.Err() {
+					d.err = c.opErr("iterate", d.tid, err)
+					return nil, d.err
+				}
+				return nil, c.opErr("iterate", d.tid, err) // nothing sent
+			}
+		}
+		if err := c.wait(ctx, r.cl.done); err != nil {
+			d.pending = r
+			return nil, c.opErr("iterate", d.tid, err)
+		}
+		d.pending = nil
+		if r.cl.err != nil {
+			d.err = c.opErr("iterate", d.tid, r.cl.err)
+			return nil, d.err
+		}
+		switch {
+		case r.start:
+			d.riid, d.started = r.riid, true
+			d.it.ids.set(true, d.it.iid, true, d.riid)
+		case r.end:
+			d.done = true // the server forgot it
+			d.it.ids.set(true, d.it.iid, false, 0)
+			return nil, io.EOF
+		default:
+			d.info = r.info
+			return &d.info, nil
+		}
+	}
+}
+
+// request sends the data iterator's next request: iterator_record_start,
+// then iterator_record_next.
+func (d *dataIter) request(ctx context.Context) (*recordReq, error) {
+	c := d.it.c
+	r := &recordReq{start: !d.started}
+	var err error
+	if r.start {
+		iid, tid := d.it.iid, d.tid
+		r.cl, err = c.callAsync(ctx, "iterator_record_start", 2, func(e *wire.Encoder) {
+			e.Int(iid)
+			e.Oid8(uint64(tid))
 		}, func(v *wire.Value) error {
 			if v.Kind != wire.Int {
 				return fmt.Errorf("iterator_record_start reply: %v", *v)
 			}
-			d.riid, d.started = v.Int, true
-			d.it.ids.set(true, d.it.iid, true, d.riid)
+			r.riid = v.Int
 			return nil
 		})
-		if err != nil {
-			return nil, c.opErr("iterate", d.tid, err)
-		}
+		return r, err
 	}
-	var end bool
-	info := zodb.DataInfo{}
-	err := c.call(ctx, "iterator_record_next", 1, func(e *wire.Encoder) { e.Int(d.riid) }, func(v *wire.Value) error {
+	riid := d.riid
+	r.cl, err = c.callAsync(ctx, "iterator_record_next", 1, func(e *wire.Encoder) { e.Int(riid) }, func(v *wire.Value) error {
 		if v.IsNone() {
-			end = true
+			r.end = true
 			return nil
 		}
 		if v.Len() != 4 {
@@ -225,6 +318,7 @@ func (d *dataIter) NextData(ctx context.Context) (*zodb.DataInfo, error) {
 		if err != nil {
 			return err
 		}
+		info := &r.info
 		info.Oid, info.Tid = zodb.Oid(oid), tid
 		if !v.Items[2].IsNone() {
 			info.Data = clone(v.Items[2].B)
@@ -244,14 +338,5 @@ func (d *dataIter) NextData(ctx context.Context) (*zodb.DataInfo, error) {
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, c.opErr("iterate", d.tid, err)
-	}
-	if end {
-		d.done = true // the server forgot it
-		d.it.ids.set(true, d.it.iid, false, 0)
-		return nil, io.EOF
-	}
-	d.info = info
-	return &d.info, nil
+	return r, err
 }

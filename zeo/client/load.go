@@ -82,19 +82,21 @@ func (t *transport) LoadError(ctx context.Context, xid zodb.Xid, err error) erro
 	return err
 }
 
-// loadReply handles the reply to loadBefore (on the reading goroutine).
-func (c *Client) loadReply(id *wire.Value, isErr bool, v *wire.Value) error {
+// loadReply handles the reply to loadBefore (on the reading goroutine);
+// woke reports whether a caller waits for it (a Load, not only a
+// Prefetch).
+func (c *Client) loadReply(id *wire.Value, isErr bool, v *wire.Value) (woke bool, err error) {
 	if len(id.Items) != 2 {
-		return fmt.Errorf("reply with msgid %v", *id)
+		return false, fmt.Errorf("reply with msgid %v", *id)
 	}
 	oid, err1 := tidOf(&id.Items[0])
 	bef, err2 := tidOf(&id.Items[1])
 	if err1 != nil || err2 != nil {
-		return fmt.Errorf("reply with msgid %v", *id)
+		return false, fmt.Errorf("reply with msgid %v", *id)
 	}
 	l := c.core.Claim(zodb.Oid(oid), bef)
 	if l == nil {
-		return fmt.Errorf("reply to a loadBefore%v not asked for", *id)
+		return false, fmt.Errorf("reply to a loadBefore%v not asked for", *id)
 	}
 	switch {
 	case isErr:
@@ -120,8 +122,7 @@ func (c *Client) loadReply(id *wire.Value, isErr bool, v *wire.Value) error {
 	default:
 		l.Err = fmt.Errorf("loadBefore reply: unexpected %v", *v)
 	}
-	c.core.Finish(l)
-	return nil
+	return c.core.Finish(l), nil
 }
 
 // missing tells apart, after loadBefore answered POSKeyError, an oid that
@@ -287,7 +288,10 @@ func (c *Client) history(ctx context.Context, oid zodb.Oid, size int) ([]zodb.Hi
 		}
 		return nil
 	})
-	return hist, err
+	if err != nil {
+		return nil, err
+	}
+	return hist, nil
 }
 
 func clone(b []byte) []byte {

@@ -32,11 +32,12 @@ import (
 // Messages that no waiter asks for (invalidations while the client is
 // idle, replies to Prefetch) are read by the idle reader: a goroutine that
 // checks periodically (netconn.Token's Idle) whether the token has
-// been taken since its last check, and if not, takes it and reads until the
-// next reply, then gives it back. Invalidations therefore reach the cache
-// and watchers at once on a busy connection (they come before the replies
-// that follow them), and within 2×netconn.MaxDelay of the connection going
-// quiet.
+// been taken since its last check, and if not, takes it and reads until a
+// reply wakes a waiter (then the frames already buffered), then gives it
+// back. Invalidations therefore reach the cache and watchers at once on a
+// busy connection (they come before the replies that follow them), and
+// within 2×netconn.MaxDelay of the connection going quiet, however many
+// Prefetch replies nobody waits for are queued before them.
 
 // readState is the read side of the connection: whoever holds it may read.
 type readState struct {
@@ -105,7 +106,7 @@ func (c *Client) readUntil(ctx context.Context, rs *readState, done <-chan struc
 			// system call, rather than leave them to the next waiter:
 			// their waiters are woken without having to read.
 			for wire.FrameBuffered(rs.br) {
-				if err := c.readOne(rs); err != nil {
+				if _, err := c.readOne(rs); err != nil {
 					c.fail(err)
 					break
 				}
@@ -118,7 +119,7 @@ func (c *Client) readUntil(ctx context.Context, rs *readState, done <-chan struc
 			// spent on another read.)
 			return false, false, ctx.Err()
 		}
-		if err := c.readOne(rs); err != nil {
+		if _, err := c.readOne(rs); err != nil {
 			if err == errInterrupted || err == errMidFrame {
 				if ctx.Err() == nil {
 					continue // another waiter's cancellation, meant for its read
@@ -139,7 +140,7 @@ func (c *Client) readUntil(ctx context.Context, rs *readState, done <-chan struc
 // dispatches it, then puts the read side back: the stream stays in step.
 func (c *Client) finishFrame(rs *readState) {
 	for {
-		err := c.readOne(rs)
+		_, err := c.readOne(rs)
 		if err == errMidFrame {
 			continue // (a later interruption: go on)
 		}
@@ -157,11 +158,12 @@ func (c *Client) interruptRead() {
 	c.nc.SetReadDeadline(time.Unix(1, 0))
 }
 
-// readOne reads and dispatches one message.
-func (c *Client) readOne(rs *readState) error {
+// readOne reads and dispatches one message; woke reports whether it was a
+// reply that a caller waits for (see dispatch).
+func (c *Client) readOne(rs *readState) (woke bool, err error) {
 	f, err := c.readFrame(rs)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if cap(f) <= 1<<20 {
 		rs.buf = f[:0]
@@ -171,17 +173,17 @@ func (c *Client) readOne(rs *readState) error {
 	rs.msg, err = rs.dec.DecodeMessage(f)
 	if err != nil {
 		c.nc.Close()
-		return &decodeError{err}
+		return false, &decodeError{err}
 	}
-	err = c.dispatch(&rs.msg)
+	woke, err = c.dispatch(&rs.msg)
 	// dispatch used the message's values synchronously: let go of them,
 	// so that a big reply does not keep its buffers on an idle connection.
 	rs.dec.Release()
 	if err != nil {
 		c.nc.Close()
-		return &protocolError{err}
+		return false, &protocolError{err}
 	}
-	return nil
+	return woke, nil
 }
 
 // protocolError is a message that breaks the protocol (see dispatch).
@@ -264,18 +266,30 @@ const frameGrowStart = 1 << 20
 
 // idleReader reads what arrives while no waiter holds the token (see the
 // comment at the top of this file). It returns when the connection fails.
+//
+// Once it has woken a caller with its reply, that caller is active and
+// reads its next replies itself: the idle reader gives the token back,
+// after the frames already buffered (which cost no system call, and
+// whose waiters are then woken without reading). Until then it reads on:
+// invalidations, and the replies to Prefetch, which nobody waits for
+// (giving the token back after each of those, to take it again an idle
+// period later, drained them at about one per millisecond, and held an
+// invalidation queued behind them for as long).
 func (c *Client) idleReader() {
 	defer close(c.idleDone)
 	c.token.Idle(c.failed, func(rs *readState) {
+		woke := false
 		for {
-			if err := c.readOne(rs); err != nil {
+			w, err := c.readOne(rs)
+			if err != nil {
 				if err == errInterrupted || err == errMidFrame {
 					continue
 				}
 				c.fail(err)
 				return
 			}
-			if string(rs.msg.Name) == ".reply" {
+			woke = woke || w
+			if woke && !wire.FrameBuffered(rs.br) {
 				return // a waiter is active: let it read
 			}
 		}
