@@ -417,7 +417,9 @@ func (c *Client) NID() proto.NodeID { return c.nid }
 // CacheStats returns the size of the client cache.
 func (c *Client) CacheStats() cache.Stats { return c.cache.Stats() }
 
-// Close closes every connection. Calls in progress fail.
+// Close closes every connection. Calls in progress fail with ErrClosed (a
+// Begin waiting for the client's other transactions too), and so do later
+// calls.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		c.closing.Store(true)

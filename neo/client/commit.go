@@ -143,6 +143,8 @@ func masterErr(err error) error {
 // transaction with an explicit tid (TxnMeta.Tid: restore, copy) waits until
 // the others of this client finished, and the others wait for it, as NEO's
 // master refuses a tid given while another transaction is in progress.
+// That wait ends with ctx, and with the client's failure (Close, the
+// master lost): the transaction waited for may never end.
 func (c *Client) Begin(ctx context.Context, meta zodb.TxnMeta) (zodb.Txn, error) {
 	if c.opt.ReadOnly || c.opt.NoCommit {
 		return nil, c.opErr("begin", nil, zodb.ErrReadOnly)
@@ -151,7 +153,7 @@ func (c *Client) Begin(ctx context.Context, meta zodb.TxnMeta) (zodb.Txn, error)
 		return nil, c.opErr("begin", nil, err)
 	}
 	exclusive := meta.Tid != 0
-	if err := c.commit.enter(ctx, exclusive); err != nil {
+	if err := c.commit.enter(ctx, exclusive, c.failed(), c.failure); err != nil {
 		return nil, c.opErr("begin", nil, err)
 	}
 	req := &proto.AskBeginTransaction{Tid: proto.InvalidTid}
@@ -175,6 +177,8 @@ func (c *Client) Begin(ctx context.Context, meta zodb.TxnMeta) (zodb.Txn, error)
 		stores:    make(map[zodb.Oid]*store),
 		conns:     make(map[proto.NodeID]*link.Conn),
 		finished:  make(chan zodb.Tid, 1),
+		kept:      keptData,
+		flight:    flightData,
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	c.commit.mu.Lock()
@@ -186,8 +190,9 @@ func (c *Client) Begin(ctx context.Context, meta zodb.TxnMeta) (zodb.Txn, error)
 	return t, nil
 }
 
-// enter waits until a transaction may begin (see Begin) and counts it.
-func (cs *commitState) enter(ctx context.Context, exclusive bool) error {
+// enter waits until a transaction may begin (see Begin) and counts it; it
+// fails when ctx is done or failed is closed (with failure's error) first.
+func (cs *commitState) enter(ctx context.Context, exclusive bool, failed <-chan struct{}, failure func() error) error {
 	for {
 		cs.mu.Lock()
 		if !cs.exclusive && (!exclusive || cs.active == 0) {
@@ -205,6 +210,8 @@ func (cs *commitState) enter(ctx context.Context, exclusive bool) error {
 		case <-wake:
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-failed:
+			return failure()
 		}
 	}
 }
@@ -282,6 +289,10 @@ type txn struct {
 	answer   chan struct{}      // closed when a store's answers are all in
 	voting   bool               // AskStoreTransaction sent: NotifyDeadlock is ignored
 	pack     *proto.PackRequest // a pack order carried by the transaction (Pack)
+	// kept and flight are keptData and flightData when the transaction
+	// began: read by the goroutines of its answers, which may outlive
+	// the test that set them.
+	kept, flight int
 
 	finished chan zodb.Tid // the finish answer, applied by the master loop
 }
@@ -358,11 +369,11 @@ func (t *txn) record(st *store) error {
 }
 
 // waitFlying waits while the stores waiting for answers hold more than
-// flightData (and some request is in flight).
+// flightData (t.flight) (and some request is in flight).
 func (t *txn) waitFlying(ctx context.Context) error {
 	for {
 		t.mu.Lock()
-		if t.flying <= flightData || t.inflight == 0 {
+		if t.flying <= t.flight || t.inflight == 0 {
 			t.mu.Unlock()
 			return nil
 		}
@@ -697,7 +708,7 @@ func (t *txn) answered(st *store, gen int, nid proto.NodeID, conflict zodb.Tid, 
 
 // shedLocked, once every storage answered st, uncounts its data from
 // the flight and lets go of it if it was written without conflict while
-// the transaction holds more than keptData (t.mu held).
+// the transaction holds more than keptData (t.kept) (t.mu held).
 func (t *txn) shedLocked(st *store) {
 	if st.pending > 0 {
 		return
@@ -710,7 +721,7 @@ func (t *txn) shedLocked(st *store) {
 			t.answer = nil
 		}
 	}
-	if st.conflict != 0 || st.shed || len(st.data) == 0 || t.held <= keptData {
+	if st.conflict != 0 || st.shed || len(st.data) == 0 || t.held <= t.kept {
 		return
 	}
 	t.held -= len(st.data)
@@ -830,32 +841,39 @@ func (t *txn) vote(ctx context.Context, resolve zodb.Resolver, keep bool) (undon
 		if round > 100 {
 			return nil, t.opErr("vote", fmt.Errorf("conflicts still after %d rounds of resolution", round))
 		}
+		// Every store and delete conflict left is listed (zodb.Txn.Vote's
+		// contract); once the resolver refused one (ErrNotResolvable),
+		// the vote fails: the others are listed without being tried.
 		var left zodb.ConflictErrors
+		refused := false
 		for _, st := range conflicts {
 			ce := &zodb.ConflictError{Oid: st.oid, Committed: st.conflict, Serial: st.serial, Read: st.check}
 			if st.check {
 				return nil, c.opErr("vote", nil, ce)
 			}
-			merged, err := t.resolve(ctx, st, resolve)
-			if err == nil {
-				t.mu.Lock()
-				if !slices.Contains(t.undone, st.oid) {
-					t.undone = append(t.undone, st.oid)
+			if !refused {
+				merged, err := t.resolve(ctx, st, resolve)
+				if err == nil {
+					t.mu.Lock()
+					if !slices.Contains(t.undone, st.oid) {
+						t.undone = append(t.undone, st.oid)
+					}
+					t.mu.Unlock()
+					nst := &store{oid: st.oid, serial: st.conflict, data: merged, dataSerial: proto.InvalidTid, reported: true}
+					if err := t.record(nst); err != nil {
+						return nil, err
+					}
+					continue
 				}
-				t.mu.Unlock()
-				nst := &store{oid: st.oid, serial: st.conflict, data: merged, dataSerial: proto.InvalidTid, reported: true}
-				if err := t.record(nst); err != nil {
-					return nil, err
-				}
-				continue
-			}
-			if errors.Is(err, zodb.ErrNotResolvable) {
-				return nil, c.opErr("vote", nil, zodb.ConflictErrors{ce})
+				refused = errors.Is(err, zodb.ErrNotResolvable)
 			}
 			if keep {
 				ce.Data = st.data
 			}
 			left = append(left, ce)
+		}
+		if refused {
+			return nil, c.opErr("vote", nil, left)
 		}
 		if len(left) > 0 {
 			// The conflicting stores were not written: those the
@@ -1128,7 +1146,7 @@ func (t *txn) undo(ctx context.Context, tid zodb.Tid, resolve zodb.Resolver) err
 			t.mu.Unlock()
 			if e.CurrentSerial == t.ttid && own != nil {
 				if own.shed {
-					return &zodb.UndoError{Tid: tid, Oid: e.Oid, HasOid: true, Reason: fmt.Sprintf("the data this transaction stored is no longer held (a transaction of over %d MiB)", keptData>>20)}
+					return &zodb.UndoError{Tid: tid, Oid: e.Oid, HasOid: true, Reason: fmt.Sprintf("the data this transaction stored is no longer held (a transaction of over %d MiB)", t.kept>>20)}
 				}
 				cur = own.data
 			} else if cur, _, err = c.LoadSerial(ctx, e.Oid, e.CurrentSerial); err != nil {
@@ -1164,9 +1182,10 @@ func (t *txn) undo(ctx context.Context, tid zodb.Tid, resolve zodb.Resolver) err
 }
 
 // Finish implements zodb.Txn: AskFinishTransaction to the master, unless
-// ctx is done already: then it aborts the transaction and fails (not
-// committed). A ctx done while it waits for the answer fails it with the
-// outcome unknown (the error says the transaction may commit still). The
+// ctx is done already, or the client failed (closed, the master lost):
+// then it aborts the transaction and fails (not committed). A ctx done
+// while it waits for the answer, or Close, fails it with the outcome
+// unknown (the error says the transaction may commit still). The
 // master's answer is applied by the master loop, in order with the
 // invalidations of other commits: the cache drops the revisions the
 // transaction replaced and the watchers get the commit; then onCommit runs,
@@ -1180,6 +1199,12 @@ func (t *txn) Finish(ctx context.Context, onCommit func(tid zodb.Tid, oids []zod
 		// Not asked: the transaction is aborted, and the error says it
 		// did not commit (asked, the master commits it whatever ctx
 		// does).
+		t.Abort()
+		return 0, t.opErr("finish", fmt.Errorf("not committed (aborted): %w", err))
+	}
+	if err := c.failure(); err != nil {
+		// Closed, or the master lost, before the finish was asked: the
+		// master cannot commit the transaction without it.
 		t.Abort()
 		return 0, t.opErr("finish", fmt.Errorf("not committed (aborted): %w", err))
 	}
@@ -1214,6 +1239,11 @@ func (t *txn) Finish(ctx context.Context, onCommit func(tid zodb.Tid, oids []zod
 			var pe *proto.Error
 			if errors.As(err, &pe) {
 				return 0, t.opErr("finish", masterErr(err))
+			}
+			if c.closing.Load() {
+				// Closed meanwhile: no new connection (Close closes
+				// them all), the outcome is not known.
+				return 0, t.opErr("finish", fmt.Errorf("%w (the transaction may commit still)", ErrClosed))
 			}
 			// The master is lost (whether or not the master loop
 			// has noticed yet): did the transaction commit? As

@@ -40,8 +40,9 @@ type txnIter struct {
 type dataIter struct {
 	c    *Client
 	tid  zodb.Tid
-	oids []zodb.Oid
+	oids []zodb.Oid // the records not yet returned, the next first
 	info zodb.DataInfo
+	err  error // a failed request's: every later NextData returns it
 }
 
 func (it *txnIter) NextTxn(ctx context.Context) (*zodb.TxnInfo, zodb.DataIterator, error) {
@@ -112,15 +113,25 @@ func (it *txnIter) fetch(ctx context.Context) error {
 	return nil
 }
 
+// NextData returns the transaction's next data record. A record is taken
+// off the transaction's list once it is answered: a NextData whose ctx
+// ends while it waits for the storage leaves it there, and the next
+// NextData asks for it again (the storage keeps no iterator: nothing moved
+// on). Any other error ends the data iterator: every later NextData
+// returns it, rather than go on past a record it could not read.
 func (d *dataIter) NextData(ctx context.Context) (*zodb.DataInfo, error) {
 	c := d.c
+	if d.err != nil {
+		return nil, d.err
+	}
 	for len(d.oids) > 0 {
 		oid := d.oids[0]
-		d.oids = d.oids[1:]
 		r, err := c.askObject(ctx, &proto.AskObject{Oid: oid, At: d.tid, Before: proto.InvalidTid}, new(proto.AnswerObject), nil)
 		var nd *zodb.NoDataError
 		var no *zodb.NoObjectError
 		switch {
+		case err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()):
+			return nil, c.opErr("iterate", zodb.Xid{Oid: oid, At: d.tid}, err) // asked again next time
 		case err == nil:
 			dataTid := d.tid
 			if r.dataSerial != 0 {
@@ -133,10 +144,13 @@ func (d *dataIter) NextData(ctx context.Context) (*zodb.DataInfo, error) {
 			// The record is gone (packed; the whole object when
 			// its last revision was a deletion): NEO/py's iterator
 			// skips it (NEOStorageNotFoundError).
+			d.oids = d.oids[1:]
 			continue
 		default:
-			return nil, c.opErr("iterate", zodb.Xid{Oid: oid, At: d.tid}, err)
+			d.err = c.opErr("iterate", zodb.Xid{Oid: oid, At: d.tid}, err)
+			return nil, d.err
 		}
+		d.oids = d.oids[1:]
 		return &d.info, nil
 	}
 	return nil, io.EOF
