@@ -266,7 +266,10 @@ def test_sigterm_while_opening_storages(zodbd_bin, tmp_path):
     it ignored SIGTERM and SIGINT for as long as the open lasted (here for
     ever; `systemctl stop` waits for its timeout and SIGKILLs it), while
     its socket accepted connections that were never answered. Until the
-    server is made, SIGTERM and SIGINT end it now, as runzeo's."""
+    server is made, SIGTERM and SIGINT stop the start now: with status 0
+    once the storages are open, by the signal (as runzeo) when they take
+    more than 2 s (test_pack_edges.py's kill test stops a server whose
+    storages open at once: status 0)."""
     path = tmp_path / 'Data.fs'
     fs = FileStorage(str(path))
     t = TransactionMetaData()

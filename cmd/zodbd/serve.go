@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -314,12 +315,13 @@ func runServe(args []string) (status int) {
 	// Signals are caught from here on: the socket is bound before the
 	// storages are open, and a signal arriving meanwhile (a SIGHUP from
 	// logrotate) must not end the process. Until the server is made,
-	// startSignals handles them (SIGTERM and SIGINT end the process, as
-	// they end runzeo's while it opens its storages: an index read or a
-	// scan may take minutes); from then on, the loop at the end.
+	// startSignals handles them (SIGTERM and SIGINT stop the start, and
+	// end the process if the storages take longer to open, as they end
+	// runzeo's: an index read or a scan may take minutes); from then on,
+	// the loop at the end.
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR2)
-	stopStartSignals := startSignals(sigs, el, logf, func() {
+	startStopping, stopStartSignals := startSignals(sigs, el, logf, func() {
 		if strings.Contains(fc.Address, "/") {
 			os.Remove(fc.Address)
 		}
@@ -370,6 +372,9 @@ func runServe(args []string) (status int) {
 		// server's read-only (<zeo> read-only, -r) only refuses the
 		// clients' writes, so a storage that is not read-only itself is
 		// opened for writing (and created when missing) all the same.
+		if startStopping() {
+			break // the storages opened are closed (deferred)
+		}
 		st, fs, err := openServedStorage(sc, fslog)
 		if err != nil {
 			return fatalf("serve", "storage %s: %v", sc.Name, err)
@@ -431,12 +436,15 @@ func runServe(args []string) (status int) {
 			logf(eventlog.Info, "storage %s: <serverzlibstorage> compress false: records pass as the clients compress them; conflicts resolved here stored uncompressed", sc.Name)
 		}
 	}
+	// A signal from now on waits for the loop at the end.
+	if stopStartSignals() {
+		logf(eventlog.Info, "stopped before serving (a signal came while starting)")
+		return 0
+	}
 	srv, err := zeo.NewServer(cfg)
 	if err != nil {
 		return fatalf("serve", "%v", err)
 	}
-	// A signal from now on waits for the loop below.
-	stopStartSignals()
 	if fc.PidFile != "" {
 		// Read-only too (runzeo skips it there, without a word, and a
 		// supervisor waits for it), but a read-only server may run
@@ -495,41 +503,65 @@ func runServe(args []string) (status int) {
 	}
 }
 
+// startGrace is how long a SIGTERM or SIGINT that comes while the
+// storages open waits for them before it ends the process.
+const startGrace = 2 * time.Second
+
 // startSignals handles the signals that arrive on sigs while the server
-// starts, until the function it returns is called (and has returned: once
-// or more): SIGHUP and SIGUSR2 reopen el's files; SIGTERM and SIGINT call
-// cleanup and end the process by that signal, as they end runzeo's while
-// it opens its storages (nothing is written then that a restart does not
-// redo: the storages, opened or half opened, keep their files as a kill
-// leaves them).
-func startSignals(sigs <-chan os.Signal, el *eventlog.Logger, logf func(eventlog.Level, string, ...any), cleanup func()) (stop func()) {
+// starts, until stop is called: SIGHUP and SIGUSR2 reopen el's files;
+// SIGTERM and SIGINT ask the start to stop (stopping reports it), and
+// end the process by that signal if the start has not stopped within
+// startGrace, or at a second one, as they end runzeo's while it opens its
+// storages (an index read or a scan may take minutes, a hung file system
+// for ever). cleanup runs first. Nothing is written while storages open
+// that a restart does not redo: they keep their files as a kill leaves
+// them. stop reports whether a stop was asked; it may be called more than
+// once.
+func startSignals(sigs <-chan os.Signal, el *eventlog.Logger, logf func(eventlog.Level, string, ...any), cleanup func()) (stopping func() bool, stop func() bool) {
 	quit, done := make(chan struct{}), make(chan struct{})
+	var asked atomic.Bool
 	go func() {
 		defer close(done)
+		var sig os.Signal
+		var grace <-chan time.Time
+		die := func() {
+			cleanup()
+			signal.Reset(sig)
+			syscall.Kill(os.Getpid(), sig.(syscall.Signal))
+			select {} // the signal ends the process
+		}
 		for {
 			select {
 			case <-quit:
 				return
-			case sig := <-sigs:
-				switch sig {
+			case <-grace:
+				logf(eventlog.Info, "%v: the storages are still opening after %v: exiting", sig, startGrace)
+				die()
+			case s := <-sigs:
+				switch s {
 				case syscall.SIGHUP, syscall.SIGUSR2:
 					if err := el.Reopen(); err != nil {
 						logf(eventlog.Error, "reopen log: %v", err)
 					}
 				default:
-					logf(eventlog.Info, "%v while starting: exiting", sig)
-					cleanup()
-					signal.Reset(sig)
-					syscall.Kill(os.Getpid(), sig.(syscall.Signal))
-					select {} // the signal ends the process
+					if asked.Load() {
+						logf(eventlog.Info, "%v again while starting: exiting", s)
+						sig = s
+						die()
+					}
+					sig = s
+					asked.Store(true)
+					logf(eventlog.Info, "%v while starting: stopping once the storages are open (at most %v)", s, startGrace)
+					grace = time.After(startGrace)
 				}
 			}
 		}
 	}()
 	var once sync.Once
-	return func() {
+	return asked.Load, func() bool {
 		once.Do(func() { close(quit) })
 		<-done
+		return asked.Load()
 	}
 }
 
