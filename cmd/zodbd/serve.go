@@ -321,8 +321,9 @@ func runServe(args []string) (status int) {
 	// the loop at the end.
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR2)
+	var ownSocket atomic.Bool // a Unix socket this process made
 	startStopping, stopStartSignals := startSignals(sigs, el, logf, func() {
-		if strings.Contains(fc.Address, "/") {
+		if ownSocket.Load() {
 			os.Remove(fc.Address)
 		}
 	})
@@ -335,6 +336,7 @@ func runServe(args []string) (status int) {
 		return fatalf("serve", "%v", err)
 	}
 	unixSocket := strings.Contains(fc.Address, "/")
+	ownSocket.Store(unixSocket)
 	serving := false
 	defer func() {
 		if !serving {
