@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"testing"
 
 	"github.com/zodbd/zodbd/zodb"
@@ -79,4 +80,30 @@ func clone(d *zodb.DataInfo) zodb.DataInfo {
 	r := *d
 	r.Data = bytes.Clone(d.Data)
 	return r
+}
+
+// CheckRestAfterCancel checks that after NextData calls of d given up
+// (their contexts ended) once the first of want was read, d returns the
+// rest of want, in order, then io.EOF, and that it then ends the
+// transaction (its next NextTxn returns io.EOF): a given-up NextData
+// skips no record.
+func CheckRestAfterCancel(t testing.TB, ctx context.Context, it zodb.Iterator, d zodb.DataIterator, want []zodb.Oid) {
+	t.Helper()
+	var got []zodb.Oid
+	for {
+		di, err := d.NextData(ctx)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, di.Oid)
+	}
+	if !slices.Equal(got, want[1:]) {
+		t.Errorf("records after the cancelled NextData: %v, want %v (the rest of %v)", got, want[1:], want)
+	}
+	if _, _, err := it.NextTxn(ctx); err != io.EOF {
+		t.Errorf("NextTxn after the transaction: %v, want EOF", err)
+	}
 }

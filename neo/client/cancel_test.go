@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/zodbd/zodbd/internal/datasets"
+	"github.com/zodbd/zodbd/internal/storagetest"
 	"github.com/zodbd/zodbd/neo/client"
 	"github.com/zodbd/zodbd/neo/neotest"
 	"github.com/zodbd/zodbd/neo/storage"
@@ -178,23 +179,7 @@ func TestCancelledNextDataLosesNoRecord(t *testing.T) {
 		}
 	}
 	g.release()
-	var got []zodb.Oid
-	for {
-		di, err := d.NextData(ctx)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, di.Oid)
-	}
-	if len(got) != len(want)-1 || got[0] != want[1] {
-		t.Errorf("records after the cancelled NextData: %v, want %v (the rest of %v)", got, want[1:], want)
-	}
-	if _, _, err := it.NextTxn(ctx); err != io.EOF {
-		t.Errorf("NextTxn after the transaction: %v, want EOF", err)
-	}
+	storagetest.CheckRestAfterCancel(t, ctx, it, d, want)
 }
 
 // TestBeginWaitingFailsOnClose: docs/client.md says that Close makes

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zodbd/zodbd/internal/storagetest"
 	"github.com/zodbd/zodbd/internal/zeotest"
 	"github.com/zodbd/zodbd/zeo/client"
 	"github.com/zodbd/zodbd/zeo/wire"
@@ -196,23 +197,7 @@ func TestCancelledNextDataLosesNoRecord(t *testing.T) {
 	}
 	g.allow(-1)
 	time.Sleep(100 * time.Millisecond)
-	var got []zodb.Oid
-	for {
-		di, err := d.NextData(ctx)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, di.Oid)
-	}
-	if len(got) != len(want)-1 || got[0] != want[1] {
-		t.Errorf("records after the cancelled NextData: %v, want %v (the rest of %v)", got, want[1:], want)
-	}
-	if _, _, err := zit.NextTxn(ctx); err != io.EOF {
-		t.Errorf("NextTxn after the transaction: %v, want EOF", err)
-	}
+	storagetest.CheckRestAfterCancel(t, ctx, zit, d, want)
 }
 
 // TestCancelledIteratorStartForgotten: the server-side iterator that an
