@@ -101,6 +101,16 @@ func Backup(o Options) (res Result, err error) {
 		res.Kind = "incremental"
 	}
 
+	// The blobs before the end is fixed, and again after (below): a blob
+	// revision current at the end was committed before it, and its file
+	// stays until a later commit replaces the revision and a pack
+	// removes it, which may happen before a walk after the end (the scan
+	// of a big file takes seconds), never before one made first.
+	if o.BlobDir != "" {
+		if res.Blobs, res.BlobBytes, err = backupBlobs(fsys, o.BlobDir, filepath.Join(o.Repo, BlobSubdir), logf); err != nil {
+			return res, err
+		}
+	}
 	// The consistent end: the end of the last committed transaction.
 	end, lastTid, idx, err := scanEnd(o.File, src, plan.idx, plan.idxPos)
 	if err != nil {
@@ -109,10 +119,7 @@ func Backup(o Options) (res Result, err error) {
 	res.Start, res.End, res.LastTid = plan.start, end, lastTid
 	if !plan.full && end == plan.start {
 		res.Kind, res.Reason = "none", "no changes"
-		if o.BlobDir != "" {
-			res.Blobs, res.BlobBytes, err = backupBlobs(fsys, o.BlobDir, filepath.Join(o.Repo, BlobSubdir), logf)
-		}
-		return res, err
+		return res, nil
 	}
 
 	stamp, err := newStamp(o.Repo, files, now)
@@ -129,9 +136,11 @@ func Backup(o Options) (res Result, err error) {
 	dst := filepath.Join(o.Repo, stamp+ext)
 	res.Path = dst
 
-	// Blobs first: a set that the .dat lists has its blobs.
+	// Blobs before the data: a set that the .dat lists has its blobs
+	// (those committed between the first walk and the end).
 	if o.BlobDir != "" {
-		res.Blobs, res.BlobBytes, err = backupBlobs(fsys, o.BlobDir, filepath.Join(o.Repo, BlobSubdir), logf)
+		n, size, err := backupBlobs(fsys, o.BlobDir, filepath.Join(o.Repo, BlobSubdir), logf)
+		res.Blobs, res.BlobBytes = res.Blobs+n, res.BlobBytes+size
 		if err != nil {
 			return res, err
 		}

@@ -139,9 +139,15 @@ func matchDat(o RestoreOptions, c chain, logf func(string, ...interface{})) (_ c
 		return c, nil, nil, nil
 	}
 	for _, e := range es[k:] {
-		if o.Date == "" || parseRepoFile(e.Name()).Stamp <= o.Date {
-			return nil, nil, nil, fmt.Errorf("restore: %s, listed in %s, is missing", e.Name(), dp)
+		if o.Date != "" && parseRepoFile(e.Name()).Stamp > o.Date {
+			continue
 		}
+		if _, err := os.Stat(filepath.Join(o.Repo, e.Name())); err == nil {
+			// Written by a backup that ran since the repository was
+			// listed: the listed files are a set of their own.
+			continue
+		}
+		return nil, nil, nil, fmt.Errorf("restore: %s, listed in %s, is missing", e.Name(), dp)
 	}
 	for i, f := range c {
 		if f.Gzip {
