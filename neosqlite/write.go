@@ -245,6 +245,18 @@ func openWriter(db *DB, uri string) (*writer, error) {
 		w.wal.close()
 		return nil, err
 	}
+	// Another program's database (a wrong path) is refused before
+	// anything of it changes (the journal mode below): tables, but no
+	// NEO "config" table. An empty one becomes NEO's.
+	if n, err := c.queryText("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"); err != nil {
+		return fail(err)
+	} else if n != "0" {
+		if cfg, err := c.queryText("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'config'"); err != nil {
+			return fail(err)
+		} else if cfg == "0" {
+			return fail(ErrNotNEO)
+		}
+	}
 	if w.journal, err = foundJournalMode(c, db.abs); err != nil {
 		return fail(fmt.Errorf("journal mode: %w", err))
 	}

@@ -4,18 +4,22 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"log"
 	"os"
 	"os/signal"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/zodbd/zodbd/neo/link"
 	"github.com/zodbd/zodbd/neo/storage"
 	"github.com/zodbd/zodbd/neo/storage/fs1backend"
 	"github.com/zodbd/zodbd/neo/storage/sqlitebackend"
 	"github.com/zodbd/zodbd/neosqlite"
+	"github.com/zodbd/zodbd/zeo"
 )
 
 func init() {
@@ -98,6 +102,26 @@ func runNeoStorage(args []string) (status int) {
 	case fl.NArg() != 1:
 		fl.Usage()
 		return 2
+	case withMaster != "" && !haveTestMaster:
+		cliMisuse("neo-storage", "--with-master is in the test build of zodbd only (make build-test: bin/zodbd-test)")
+		return 2
+	case (ca != "" || cert != "" || key != "") && (ca == "" || cert == "" || key == ""):
+		cliMisuse("neo-storage", "TLS needs --ca, --cert and --key together")
+		return 2
+	}
+	for _, a := range []struct{ flag, addr string }{{"--bind", bind}, {"--advertise", advertise}, {"--http-addr", httpAddr}, {"--with-master", withMaster}} {
+		if a.addr != "" {
+			if err := zeo.CheckHTTPAddr(a.addr); err != nil {
+				cliMisuse("neo-storage", fmt.Sprintf("%s: %v", a.flag, err))
+				return 2
+			}
+		}
+	}
+	for _, m := range strings.Split(masters, ",") {
+		if err := zeo.CheckHTTPAddr(m); err != nil {
+			cliMisuse("neo-storage", fmt.Sprintf("--masters: %v", err))
+			return 2
+		}
 	}
 	// Scheduling knobs first, so that every thread started later inherits.
 	if cpus != "" {
@@ -128,39 +152,84 @@ func runNeoStorage(args []string) (status int) {
 	}
 	var tlsConf *tls.Config
 	if ca != "" || cert != "" || key != "" {
-		if ca == "" || cert == "" || key == "" {
-			return fatalf("neo-storage", "TLS needs --ca, --cert and --key together")
-		}
 		var err error
 		if tlsConf, err = link.NodeTLSConfig(ca, cert, key); err != nil {
 			return fatalf("neo-storage", "%v", err)
 		}
 	}
 	signal.Ignore(syscall.SIGPIPE) // as serve: a log reader gone must not kill the node
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	arg := fl.Arg(0)
-	var be storage.Backend
-	var err error
-	if p, ok := strings.CutPrefix(arg, "sqlite:"); ok {
-		p = strings.TrimPrefix(p, "//")
-		if readWrite {
-			be, err = sqlitebackend.Open(ctx, p)
-		} else {
-			// Read-only, with NEO/py's storage lock all the same.
-			var db *neosqlite.DB
-			if db, err = neosqlite.OpenExclusive(ctx, p); err == nil {
-				defer db.Close()
-				be = sqlitebackend.New(db)
-			}
+	// SIGTERM and SIGINT end ctx, and so stop the node; while the backend
+	// opens (an index read or a scan may take minutes, a hung file
+	// system for ever), they wait up to startGrace for it, as serve's.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var sigGot atomic.Value // the signal that ended ctx
+	go func() {
+		select {
+		case s := <-sigs:
+			sigGot.Store(s)
+			cancel()
+		case <-ctx.Done():
 		}
-	} else if readWrite {
-		be, err = fs1backend.OpenWriter(arg, nil)
-	} else {
-		be, err = fs1backend.Open(arg)
+	}()
+	arg := fl.Arg(0)
+	type opened struct {
+		be      storage.Backend
+		closeDB func() error // a read-only SQLite DB's, after be's
+		err     error
 	}
-	if err != nil {
-		return fatalf("neo-storage", "%v", err)
+	openDone := make(chan opened, 1)
+	go func() {
+		var o opened
+		if p, ok := strings.CutPrefix(arg, "sqlite:"); ok {
+			p = strings.TrimPrefix(p, "//")
+			if readWrite {
+				o.be, o.err = sqlitebackend.Open(ctx, p)
+			} else {
+				// Read-only, with NEO/py's storage lock all the same.
+				var db *neosqlite.DB
+				if db, o.err = neosqlite.OpenExclusive(ctx, p); o.err == nil {
+					o.be, o.closeDB = sqlitebackend.New(db), db.Close
+				}
+			}
+		} else if readWrite {
+			o.be, o.err = fs1backend.OpenWriter(arg, nil)
+		} else {
+			o.be, o.err = fs1backend.Open(arg)
+		}
+		openDone <- o
+	}()
+	var o opened
+	select {
+	case o = <-openDone:
+	case <-ctx.Done():
+		sig := sigGot.Load().(os.Signal)
+		log.Printf("zodbd neo-storage: %v while the backend opens: stopping once it is open (at most %v)", sig, startGrace)
+		select {
+		case o = <-openDone:
+			if o.err == nil {
+				o.be.Close()
+				if o.closeDB != nil {
+					o.closeDB()
+				}
+			}
+			return 0
+		case <-time.After(startGrace):
+			log.Printf("zodbd neo-storage: %v: the backend is still opening after %v: exiting", sig, startGrace)
+			signal.Reset(sig)
+			syscall.Kill(os.Getpid(), sig.(syscall.Signal))
+			select {} // the signal ends the process
+		}
+	}
+	if o.err != nil {
+		return fatalf("neo-storage", "%v", o.err)
+	}
+	be := o.be
+	if o.closeDB != nil {
+		defer o.closeDB()
 	}
 	defer func() {
 		// A backend's I/O error reported at close (commits since may

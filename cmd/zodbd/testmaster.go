@@ -23,3 +23,6 @@ func startTestMaster(ctx context.Context, cluster, bind string, tlsConf *tls.Con
 	log.Printf("zodbd neo-storage: master of cluster %q on %s", cluster, m.Addr())
 	return nil
 }
+
+// haveTestMaster says whether this build has the test master.
+const haveTestMaster = true

@@ -13,3 +13,6 @@ import (
 func startTestMaster(context.Context, string, string, *tls.Config) error {
 	return errors.New("--with-master is in the test build of zodbd only (make build-test: bin/zodbd-test; go build -tags zodbdtest ./cmd/zodbd)")
 }
+
+// haveTestMaster says whether this build has the test master.
+const haveTestMaster = false
