@@ -23,6 +23,7 @@ import subprocess
 import time
 
 import pytest
+from testutil import signal_while_starting
 from zeoserver import free_port
 from ZODB.Connection import TransactionMetaData
 from ZODB.FileStorage import FileStorage
@@ -59,22 +60,10 @@ def test_signal_while_opening_filestorage(zodbd_test_bin, tmp_path, sig, rw):
     make_fs(path)
     os.remove(str(path) + '.index')
     os.mkfifo(str(path) + '.index')
-    p = subprocess.Popen([zodbd_test_bin, 'neo-storage', '--cluster', 'c',
-                          '--with-master', '127.0.0.1:%d' % free_port()] + rw + [str(path)],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        time.sleep(1)
-        assert p.poll() is None
-        p.send_signal(sig)
-        try:
-            p.wait(5)
-        except subprocess.TimeoutExpired:
-            pytest.fail('still running 5 s after %s (opening its FileStorage)' % sig.name)
-        assert p.returncode in (0, -sig), p.returncode
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+    rc = signal_while_starting([zodbd_test_bin, 'neo-storage', '--cluster', 'c',
+                                '--with-master', '127.0.0.1:%d' % free_port()] + rw + [str(path)],
+                               sig, 'opening its FileStorage')
+    assert rc in (0, -sig), rc
 
 
 @pytest.mark.parametrize('rw', [[], ['--read-write']], ids=['read-only', 'read-write'])
@@ -99,22 +88,10 @@ def test_sigterm_while_opening_sqlite(zodbd_test_bin, tmp_path, rw):
     assert p.wait(10) == 0
     assert db.stat().st_size > 0
     os.mkfifo(str(db) + '-journal')
-    p = subprocess.Popen([zodbd_test_bin, 'neo-storage', '--cluster', 'c', '--with-master',
-                          '127.0.0.1:%d' % free_port()] + rw + ['sqlite:%s' % db],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        time.sleep(1)
-        assert p.poll() is None
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(5)
-        except subprocess.TimeoutExpired:
-            pytest.fail('still running 5 s after SIGTERM (opening its SQLite DB)')
-        assert p.returncode in (0, -signal.SIGTERM), p.returncode
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+    rc = signal_while_starting([zodbd_test_bin, 'neo-storage', '--cluster', 'c', '--with-master',
+                                '127.0.0.1:%d' % free_port()] + rw + ['sqlite:%s' % db],
+                               signal.SIGTERM, 'opening its SQLite DB')
+    assert rc in (0, -signal.SIGTERM), rc
 
 
 # --- a directory the node cannot create files in ---------------------------

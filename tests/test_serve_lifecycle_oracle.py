@@ -13,9 +13,9 @@ SIGUSR2, Unix-socket leftovers, read-only mounts.
 import os
 import signal
 import subprocess
-import time
 
 import pytest
+from testutil import signal_while_starting
 from zeoserver import Server, free_port, runzeo_cmd
 from ZEO.ClientStorage import ClientStorage
 from ZODB.Connection import TransactionMetaData
@@ -280,18 +280,6 @@ def test_sigterm_while_opening_storages(zodbd_bin, tmp_path):
     fs.close()
     os.remove(str(path) + '.index')
     os.mkfifo(str(path) + '.index')
-    p = subprocess.Popen([zodbd_bin, 'serve', '-a', '127.0.0.1:%d' % free_port(), '-f', str(path)],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        time.sleep(1)
-        assert p.poll() is None
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(5)
-        except subprocess.TimeoutExpired:
-            pytest.fail('still running 5 s after SIGTERM (opening its storage)')
-        assert p.returncode == -signal.SIGTERM, p.returncode
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+    rc = signal_while_starting([zodbd_bin, 'serve', '-a', '127.0.0.1:%d' % free_port(), '-f', str(path)],
+                               signal.SIGTERM, 'opening its storage')
+    assert rc == -signal.SIGTERM, rc

@@ -4,6 +4,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 
 def zodbd(zodbd_bin, *args, check=True):
@@ -70,3 +71,24 @@ class Watchdog:
     def stop(self):
         self.done.set()
         self.t.join()
+
+
+def signal_while_starting(argv, sig=signal.SIGTERM, what='starting', wait=5):
+    """Start argv, a server whose start cannot finish (its storage's open
+    blocks: a FIFO where it reads), send it sig after 1 s, and return its
+    exit status; fail the test if it is still running wait seconds later
+    (then kill it)."""
+    import pytest
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1)
+        assert p.poll() is None, 'exited before the signal: %s' % p.returncode
+        p.send_signal(sig)
+        try:
+            return p.wait(wait)
+        except subprocess.TimeoutExpired:
+            pytest.fail('still running %d s after %s (%s)' % (wait, sig.name, what))
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()

@@ -35,9 +35,13 @@ func parseInterleaved(fl *flag.FlagSet, args []string) (pos []string, status int
 	return cli.ParseInterleaved(fl, args, os.Stdout, os.Stderr)
 }
 
-// cliMisuse reports a usage error of the subcommand cmd on stderr: msg
-// and the pointer to "zodbd CMD -h" (the caller exits with status 2).
-func cliMisuse(cmd, msg string) { cli.Misuse(os.Stderr, cmd, msg) }
+// misusef reports a usage error of the subcommand cmd on stderr (the
+// message and the pointer to "zodbd CMD -h", cli.Misuse) and returns exit
+// status 2 (fatalf is the one of other errors).
+func misusef(cmd, format string, args ...interface{}) int {
+	cli.Misuse(os.Stderr, cmd, fmt.Sprintf(format, args...))
+	return 2
+}
 
 // isSet reports whether the flag name was given on the command line.
 func isSet(fl *flag.FlagSet, name string) bool {

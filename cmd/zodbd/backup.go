@@ -96,8 +96,7 @@ func runBackup(args []string) int {
 		return status
 	}
 	if repo == "" {
-		cliMisuse("backup", "-r REPO is required")
-		return 2
+		return misusef("backup", "-r REPO is required")
 	}
 	logf := func(string, ...interface{}) {}
 	prog := newBackupProgress("backup", quiet)
@@ -109,16 +108,14 @@ func runBackup(args []string) int {
 	}
 	if verify {
 		if len(pos) != 0 || file != "" {
-			cliMisuse("backup", "--verify takes no FILE")
-			return 2
+			return misusef("backup", "--verify takes no FILE")
 		}
 		for _, f := range []struct {
 			name string
 			set  bool
 		}{{"-F (--full)", full}, {"-z (--gzip)", gz}, {"-k (--kill-old-on-full)", kill}, {"--blob-dir", blobDir != ""}} {
 			if f.set {
-				cliMisuse("backup", f.name+" is for a backup, not for --verify")
-				return 2
+				return misusef("backup", "%s is for a backup, not for --verify", f.name)
 			}
 		}
 		stamp := ""
@@ -146,16 +143,14 @@ func runBackup(args []string) int {
 		return 0
 	}
 	if date != "" {
-		cliMisuse("backup", "--date goes with --verify (or restore)")
-		return 2
+		return misusef("backup", "--date goes with --verify (or restore)")
 	}
 	switch {
 	case len(pos) == 1 && file == "":
 		file = pos[0]
 	case len(pos) == 0 && file != "":
 	default:
-		cliMisuse("backup", "give one FILE")
-		return 2
+		return misusef("backup", "give one FILE")
 	}
 	if blobDir != "" {
 		if fi, err := os.Stat(blobDir); err != nil || !fi.IsDir() {
@@ -226,16 +221,13 @@ func runRestore(args []string) int {
 		return status
 	}
 	if len(pos) != 0 {
-		cliMisuse("restore", "unexpected argument "+pos[0]+" (the output is -o OUT)")
-		return 2
+		return misusef("restore", "unexpected argument %s (the output is -o OUT)", pos[0])
 	}
 	if repo == "" || out == "" {
-		cliMisuse("restore", "-r REPO and -o OUT are required")
-		return 2
+		return misusef("restore", "-r REPO and -o OUT are required")
 	}
 	if to != "" && date != "" {
-		cliMisuse("restore", "give only one of --to and --date")
-		return 2
+		return misusef("restore", "give only one of --to and --date")
 	}
 	o := backup.RestoreOptions{Repo: repo, Output: out, Verify: verify, BlobDir: blobDir}
 	var err error

@@ -55,8 +55,7 @@ func runHash(args []string) int {
 		return 2
 	}
 	if *prefetch < 0 {
-		cliMisuse("hash", fmt.Sprintf("--prefetch %d: want 0 (one at a time) or more", *prefetch))
-		return 2
+		return misusef("hash", "--prefetch %d: want 0 (one at a time) or more", *prefetch)
 	}
 	target := pos[0]
 	fmt.Fprintln(os.Stderr, benchenv.Collect(target))

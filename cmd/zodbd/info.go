@@ -66,8 +66,7 @@ func runCatobj(args []string) int {
 	}
 	xid, err := zodb.ParseXid(fl.Arg(1))
 	if err != nil {
-		cliMisuse("catobj", err.Error())
-		return 2
+		return misusef("catobj", "%v", err)
 	}
 	stor, err := openFS(fl.Arg(0))
 	if err != nil {

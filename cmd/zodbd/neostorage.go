@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"log"
 	"os"
 	"os/signal"
@@ -82,45 +81,35 @@ func runNeoStorage(args []string) (status int) {
 	// Usage errors: exit status 2, before anything is opened or bound.
 	switch {
 	case maxTxnBytes < 0:
-		cliMisuse("neo-storage", "--max-txn-bytes must not be negative")
-		return 2
+		return misusef("neo-storage", "--max-txn-bytes must not be negative")
 	case !readWrite && isSet(fl, "max-txn-bytes"):
-		cliMisuse("neo-storage", "--max-txn-bytes bounds the transactions of a node that takes commits: it goes with --read-write")
-		return 2
+		return misusef("neo-storage", "--max-txn-bytes bounds the transactions of a node that takes commits: it goes with --read-write")
 	case maxQueued <= 0:
-		cliMisuse("neo-storage", "--max-queued must be more than 0")
-		return 2
+		return misusef("neo-storage", "--max-queued must be more than 0")
 	case gomaxprocs < 0:
-		cliMisuse("neo-storage", "--gomaxprocs must not be negative")
-		return 2
+		return misusef("neo-storage", "--gomaxprocs must not be negative")
 	case clusterName == "":
-		cliMisuse("neo-storage", "--cluster NAME is required")
-		return 2
+		return misusef("neo-storage", "--cluster NAME is required")
 	case masters == "":
-		cliMisuse("neo-storage", "--masters HOST:PORT[,...] is required (or --with-master, test build)")
-		return 2
+		return misusef("neo-storage", "--masters HOST:PORT[,...] is required (or --with-master, test build)")
 	case fl.NArg() != 1:
 		fl.Usage()
 		return 2
 	case withMaster != "" && !haveTestMaster:
-		cliMisuse("neo-storage", "--with-master is in the test build of zodbd only (make build-test: bin/zodbd-test)")
-		return 2
+		return misusef("neo-storage", "--with-master is in the test build of zodbd only (make build-test: bin/zodbd-test)")
 	case (ca != "" || cert != "" || key != "") && (ca == "" || cert == "" || key == ""):
-		cliMisuse("neo-storage", "TLS needs --ca, --cert and --key together")
-		return 2
+		return misusef("neo-storage", "TLS needs --ca, --cert and --key together")
 	}
 	for _, a := range []struct{ flag, addr string }{{"--bind", bind}, {"--advertise", advertise}, {"--http-addr", httpAddr}, {"--with-master", withMaster}} {
 		if a.addr != "" {
 			if err := zeo.CheckHTTPAddr(a.addr); err != nil {
-				cliMisuse("neo-storage", fmt.Sprintf("%s: %v", a.flag, err))
-				return 2
+				return misusef("neo-storage", "%s: %v", a.flag, err)
 			}
 		}
 	}
 	for _, m := range strings.Split(masters, ",") {
 		if err := zeo.CheckHTTPAddr(m); err != nil {
-			cliMisuse("neo-storage", fmt.Sprintf("--masters: %v", err))
-			return 2
+			return misusef("neo-storage", "--masters: %v", err)
 		}
 	}
 	// Scheduling knobs first, so that every thread started later inherits.
@@ -219,9 +208,7 @@ func runNeoStorage(args []string) (status int) {
 			return 0
 		case <-time.After(startGrace):
 			log.Printf("zodbd neo-storage: %v: the backend is still opening after %v: exiting", sig, startGrace)
-			signal.Reset(sig)
-			syscall.Kill(os.Getpid(), sig.(syscall.Signal))
-			select {} // the signal ends the process
+			dieBy(sig)
 		}
 	}
 	if o.err != nil {

@@ -60,8 +60,7 @@ func runPack(args []string) int {
 	}
 	path := pos[0]
 	if *workers < 0 {
-		cliMisuse("pack", fmt.Sprintf("--workers %d: want 0 (GOMAXPROCS) or more", *workers))
-		return 2
+		return misusef("pack", "--workers %d: want 0 (GOMAXPROCS) or more", *workers)
 	}
 	set := map[string]bool{}
 	fl.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -81,24 +80,20 @@ func runPack(args []string) int {
 	case set["tid"]:
 		at, err = zodb.ParseTid(*tidS)
 		if err != nil {
-			cliMisuse("pack", fmt.Sprintf("--tid: %v", err))
-			return 2
+			return misusef("pack", "--tid: %v", err)
 		}
 	case set["time"]:
 		t, err := strconv.ParseFloat(*unix, 64)
 		if err != nil || t <= 0 {
-			cliMisuse("pack", fmt.Sprintf("--time %q: want a positive Unix time in seconds", *unix))
-			return 2
+			return misusef("pack", "--time %q: want a positive Unix time in seconds", *unix)
 		}
 		if err := zodb.CheckUnix(t); err != nil {
-			cliMisuse("pack", fmt.Sprintf("--time %q: %v", *unix, err))
-			return 2
+			return misusef("pack", "--time %q: %v", *unix, err)
 		}
 		at = zodb.TidFromUnix(t)
 	default:
 		if *days < 0 || math.IsNaN(*days) {
-			cliMisuse("pack", "--days must not be negative")
-			return 2
+			return misusef("pack", "--days must not be negative")
 		}
 		now := float64(time.Now().UnixNano()) / 1e9
 		t := now - *days*86400

@@ -128,17 +128,12 @@ func runServe(args []string) (status int) {
 		return status
 	}
 	if fl.NArg() != 0 {
-		cliMisuse("serve", fmt.Sprintf("unexpected argument %q (storages are given with -f FILE or -C zeo.conf)", fl.Arg(0)))
-		return 2
+		return misusef("serve", "unexpected argument %q (storages are given with -f FILE or -C zeo.conf)", fl.Arg(0))
 	}
 	set := map[string]bool{}
 	fl.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	// A value that cannot be honoured is refused, not replaced: a usage
 	// error (exit status 2, as a flag error).
-	misusef := func(format string, args ...interface{}) int {
-		cliMisuse("serve", fmt.Sprintf(format, args...))
-		return 2
-	}
 	var age float64
 	var ageErr error
 	if set["invalidation-age"] {
@@ -146,29 +141,29 @@ func runServe(args []string) (status int) {
 	}
 	switch {
 	case conf == "" && len(files) == 0:
-		return misusef("no storage: give -f FILE or -C zeo.conf")
+		return misusef("serve", "no storage: give -f FILE or -C zeo.conf")
 	case create && len(files) == 0:
-		return misusef("--create applies to -f files (with -C, create true in a <filestorage>)")
+		return misusef("serve", "--create applies to -f files (with -C, create true in a <filestorage>)")
 	case invq < 0 || set["invalidation-queue-size"] && invq == 0:
-		return misusef("--invalidation-queue-size %d: want at least 1", invq)
+		return misusef("serve", "--invalidation-queue-size %d: want at least 1", invq)
 	case maxFrame <= 0:
-		return misusef("--max-frame %d: want a positive size", maxFrame)
+		return misusef("serve", "--max-frame %d: want a positive size", maxFrame)
 	case gomaxprocs < 0:
-		return misusef("--gomaxprocs %d: want 0 (Go's default) or more", gomaxprocs)
+		return misusef("serve", "--gomaxprocs %d: want 0 (Go's default) or more", gomaxprocs)
 	case (set["t"] || set["timeout"]) && timeout == 0:
-		return misusef("--timeout 0 would time out every transaction as it takes the commit lock (as runzeo -t 0 does); leave it out for no timeout")
+		return misusef("serve", "--timeout 0 would time out every transaction as it takes the commit lock (as runzeo -t 0 does); leave it out for no timeout")
 	case !(timeout >= 0 && timeout <= float64(math.MaxInt64/int64(time.Second))): // NaN too
-		return misusef("--timeout %v: want more than 0 seconds, at most %d", timeout, math.MaxInt64/int64(time.Second))
+		return misusef("serve", "--timeout %v: want more than 0 seconds, at most %d", timeout, math.MaxInt64/int64(time.Second))
 	case addr != "" && zeo.CheckAddress(addr) != nil:
-		return misusef("--address: %v", zeo.CheckAddress(addr))
+		return misusef("serve", "--address: %v", zeo.CheckAddress(addr))
 	case ageErr != nil:
-		return misusef("--invalidation-age: %v", ageErr)
+		return misusef("serve", "--invalidation-age: %v", ageErr)
 	case set["http-addr"] && zeo.CheckHTTPAddr(httpAddr) != nil:
-		return misusef("--http-addr: %v", zeo.CheckHTTPAddr(httpAddr))
+		return misusef("serve", "--http-addr: %v", zeo.CheckHTTPAddr(httpAddr))
 	case maxQueued <= 0:
-		return misusef("--max-queued must be more than 0")
+		return misusef("serve", "--max-queued must be more than 0")
 	case maxTxnBytes < 0:
-		return misusef("--max-txn-bytes must not be negative")
+		return misusef("serve", "--max-txn-bytes must not be negative")
 	}
 	// A log reader that goes away (a pipe to logger, restarted) must not
 	// kill the server, as SIGPIPE does by default for a write to fd 1 or
@@ -509,6 +504,15 @@ func runServe(args []string) (status int) {
 // storages open waits for them before it ends the process.
 const startGrace = 2 * time.Second
 
+// dieBy ends the process by sig with the signal's default action, as a
+// process without a handler for it ends (runzeo's while it opens its
+// storages, NEO/py's neostorage): the exit status says which signal.
+func dieBy(sig os.Signal) {
+	signal.Reset(sig)
+	syscall.Kill(os.Getpid(), sig.(syscall.Signal))
+	select {} // the signal ends the process
+}
+
 // startSignals handles the signals that arrive on sigs while the server
 // starts, until stop is called: SIGHUP and SIGUSR2 reopen el's files;
 // SIGTERM and SIGINT ask the start to stop (stopping reports it), and
@@ -528,9 +532,7 @@ func startSignals(sigs <-chan os.Signal, el *eventlog.Logger, logf func(eventlog
 		var grace <-chan time.Time
 		die := func() {
 			cleanup()
-			signal.Reset(sig)
-			syscall.Kill(os.Getpid(), sig.(syscall.Signal))
-			select {} // the signal ends the process
+			dieBy(sig)
 		}
 		for {
 			select {

@@ -58,8 +58,7 @@ func runWrk(args []string) int {
 	}
 	for _, name := range []string{"objects", "size"} {
 		if !*commit && isSet(fl, name) {
-			cliMisuse("wrk", "--"+name+" applies to the commit workload: it goes with --commit")
-			return 2
+			return misusef("wrk", "%s", "--"+name+" applies to the commit workload: it goes with --commit")
 		}
 	}
 	if *commit && *inflight != 1 {

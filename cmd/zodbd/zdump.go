@@ -32,8 +32,7 @@ func runZdump(args []string) int {
 	if fl.NArg() == 2 {
 		var err error
 		if tidMin, tidMax, err = zodbtools.ParseTidRange(fl.Arg(1)); err != nil {
-			cliMisuse("zdump", err.Error())
-			return 2
+			return misusef("zdump", "%v", err)
 		}
 	}
 	stor, err := openFS(fl.Arg(0))
