@@ -217,3 +217,20 @@ func commitOnce(ctx context.Context, s zodb.WriteStorage, ops func(txn zodb.Txn)
 	}
 	return txn.Finish(ctx, nil)
 }
+
+// WaitCommit reads ev until the event of the commit tid comes; it fails
+// the test after 20 s.
+func WaitCommit(t testing.TB, ev <-chan zodb.CommitEvent, tid zodb.Tid) {
+	t.Helper()
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case e := <-ev:
+			if e.Tid == tid {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no event of commit %s in 20 s", tid)
+		}
+	}
+}

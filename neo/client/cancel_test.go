@@ -475,15 +475,7 @@ func TestInvalidationNotBehindPrefetchAnswers(t *testing.T) {
 	}
 	t0 := time.Now()
 	tid := commit(oid, serial, "new")
-	timeout := time.After(20 * time.Second)
-	for seen := false; !seen; {
-		select {
-		case e := <-ev:
-			seen = e.Tid == tid
-		case <-timeout:
-			t.Fatal("no invalidation in 20 s")
-		}
-	}
+	storagetest.WaitCommit(t, ev, tid)
 	if d := time.Since(t0); d > time.Second {
 		t.Errorf("the invalidation of a commit reached the watcher of a client with prefetches in flight %v after the commit", d)
 	}

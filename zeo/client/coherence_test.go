@@ -80,15 +80,7 @@ func TestIdleInvalidationNotBehindPrefetchReplies(t *testing.T) {
 	}
 	t0 := time.Now()
 	tid := mustCommit(t, w, func(txn zodb.Txn) { txn.Store(0, serial, []byte("new")) })
-	timeout := time.After(20 * time.Second)
-	for seen := false; !seen; {
-		select {
-		case e := <-ev:
-			seen = e.Tid == tid
-		case <-timeout:
-			t.Fatal("no invalidation in 20 s")
-		}
-	}
+	storagetest.WaitCommit(t, ev, tid)
 	if d := time.Since(t0); d > time.Second {
 		t.Errorf("the invalidation of a commit reached the watcher of an idle client %v after the commit (documented: ~16 ms)", d)
 	}
